@@ -1,0 +1,167 @@
+"""Encoding and decoding of one table block (data, index, metaindex, properties)."""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left
+
+from graveler.errors import CorruptedData
+from graveler.sstable.format import get_uvarint, put_uvarint, uvarint_len
+
+_U32 = struct.Struct("<I")
+
+
+class Block:
+    """A decoded block: parallel lists of keys and values, in file order.
+
+    Internal-key trailers are already stripped from the keys of data and index
+    blocks (lakeFS keys are unique user keys, so ordering by user key is exact).
+    """
+
+    __slots__ = ("keys", "values", "nbytes")
+
+    def __init__(self, keys: list[bytes], values: list[bytes], nbytes: int):
+        self.keys = keys
+        self.values = values
+        self.nbytes = nbytes
+
+    def seek_ge(self, key: bytes) -> int:
+        return bisect_left(self.keys, key)
+
+
+def decode_block(data: bytes, name: str, offset: int, internal_keys: bool) -> Block:
+    """Decode a whole block.  Any inconsistency raises CorruptedData at ``offset``."""
+    n = len(data)
+    try:
+        if n < 4:
+            raise ValueError("block shorter than its restart count")
+        num_restarts = _U32.unpack_from(data, n - 4)[0]
+        limit = n - 4 - 4 * num_restarts
+        if limit < 0 or (num_restarts == 0 and limit > 0):
+            raise ValueError(f"bad restart count {num_restarts}")
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        prev = b""
+        pos = 0
+        while pos < limit:
+            shared = data[pos]
+            unshared = data[pos + 1]
+            vlen = data[pos + 2]
+            if shared < 0x80 and unshared < 0x80 and vlen < 0x80:
+                pos += 3
+            else:
+                shared, pos = get_uvarint(data, pos)
+                unshared, pos = get_uvarint(data, pos)
+                vlen, pos = get_uvarint(data, pos)
+            kend = pos + unshared
+            vend = kend + vlen
+            if shared > len(prev) or vend > limit:
+                raise ValueError("entry overruns the block")
+            key = prev[:shared] + data[pos:kend] if shared else data[pos:kend]
+            keys.append(key)
+            values.append(data[kend:vend])
+            prev = key
+            pos = vend
+    except (IndexError, ValueError, struct.error) as e:
+        raise CorruptedData(f"malformed block ({e})", name, offset) from None
+    if internal_keys:
+        for k in keys:
+            if len(k) < 8:
+                raise CorruptedData("internal key shorter than its 8-byte trailer", name, offset)
+        keys = [k[:-8] for k in keys]
+        for i in range(1, len(keys)):
+            if keys[i] < keys[i - 1]:
+                raise CorruptedData("keys out of order", name, offset)
+    return Block(keys, values, n)
+
+
+def decode_restart_key(data: bytes, name: str, offset: int) -> list[bytes]:
+    """The keys at the restart points only (used for cheap seeks in big blocks)."""
+    n = len(data)
+    num_restarts = _U32.unpack_from(data, n - 4)[0]
+    base = n - 4 - 4 * num_restarts
+    out = []
+    for i in range(num_restarts):
+        pos = _U32.unpack_from(data, base + 4 * i)[0]
+        shared, pos = get_uvarint(data, pos)
+        unshared, pos = get_uvarint(data, pos)
+        _, pos = get_uvarint(data, pos)
+        if shared:
+            raise CorruptedData("restart entry with a shared prefix", name, offset)
+        out.append(data[pos : pos + unshared])
+    return out
+
+
+class BlockBuilder:
+    """Builds one block with prefix-compressed keys and a restart array."""
+
+    __slots__ = ("restart_interval", "buf", "restarts", "counter", "last_key", "n_entries")
+
+    def __init__(self, restart_interval: int):
+        self.restart_interval = restart_interval
+        self.reset()
+
+    def reset(self) -> None:
+        self.buf = bytearray()
+        self.restarts: list[int] = []
+        self.counter = 0
+        self.last_key = b""
+        self.n_entries = 0
+
+    def add(self, key: bytes, value: bytes) -> None:
+        if self.counter % self.restart_interval == 0:
+            self.restarts.append(len(self.buf))
+            shared = 0
+        else:
+            last = self.last_key
+            m = min(len(last), len(key))
+            shared = 0
+            # Fast common-prefix length.
+            if m and last[0] == key[0]:
+                lo, hi = 1, m
+                while lo <= hi:
+                    mid = (lo + hi) // 2
+                    if last[:mid] == key[:mid]:
+                        lo = mid + 1
+                    else:
+                        hi = mid - 1
+                shared = hi
+        buf = self.buf
+        unshared = len(key) - shared
+        vlen = len(value)
+        if shared < 0x80 and unshared < 0x80 and vlen < 0x80:
+            buf += bytes((shared, unshared, vlen))
+        else:
+            put_uvarint(buf, shared)
+            put_uvarint(buf, unshared)
+            put_uvarint(buf, vlen)
+        buf += key[shared:]
+        buf += value
+        self.last_key = key
+        self.counter += 1
+        self.n_entries += 1
+
+    def estimated_size(self) -> int:
+        return len(self.buf) + 4 * len(self.restarts) + 4
+
+    def finish(self) -> bytes:
+        restarts = self.restarts or [0]
+        out = bytes(self.buf) + struct.pack(f"<{len(restarts)}I", *restarts) + _U32.pack(len(restarts))
+        return out
+
+    def should_flush(self, key_len: int, value_len: int, block_size: int, threshold: int) -> bool:
+        """Pebble's rule for closing a block before adding an entry."""
+        if self.n_entries == 0:
+            return False
+        size = self.estimated_size()
+        if size >= block_size:
+            return True
+        if size <= threshold:
+            return False
+        new_size = size + key_len + value_len
+        if self.n_entries % self.restart_interval == 0:
+            new_size += 4
+        new_size += 4
+        new_size += uvarint_len(key_len)
+        new_size += uvarint_len(value_len)
+        return new_size > block_size

@@ -1,0 +1,222 @@
+"""Low-level pieces of the RocksDB block-based table format, as Pebble writes it.
+
+Only the ``graveler.sstable`` package knows table bytes; everything here is
+private to it.  See ``shared/docs/FORMAT.md`` for the layout.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import cramjam
+import google_crc32c
+
+from graveler.errors import CorruptedData
+
+ROCKSDB_MAGIC = bytes.fromhex("f7cff485b741e288")
+LEVELDB_MAGIC = bytes.fromhex("57fb808b247547db")
+ROCKSDB_FOOTER_LEN = 53
+LEVELDB_FOOTER_LEN = 48
+BLOCK_TRAILER_LEN = 5
+
+CHECKSUM_NONE = 0
+CHECKSUM_CRC32C = 1
+
+COMPRESSION_NONE = 0
+COMPRESSION_SNAPPY = 1
+
+# Internal-key trailers: (seqnum << 8) | kind, little-endian.
+KIND_SET = 1
+KIND_SEPARATOR = 17
+SEQNUM_MAX = (1 << 56) - 1
+SET_TRAILER = struct.pack("<Q", KIND_SET)  # seqnum 0, kind SET: what lakeFS writes
+SEPARATOR_TRAILER = struct.pack("<Q", (SEQNUM_MAX << 8) | KIND_SEPARATOR)
+
+INDEX_TYPE_BINARY_SEARCH = 0
+INDEX_TYPE_TWO_LEVEL = 2
+
+_U32 = struct.Struct("<I")
+_CRC_MASK_DELTA = 0xA282EAD8
+
+if google_crc32c.implementation != "c":  # pragma: no cover - packaging problem
+    raise ImportError("google-crc32c has no C implementation here; SSTable checksums would be too slow")
+
+crc32c = google_crc32c.value
+crc32c_extend = google_crc32c.extend
+
+
+def mask_crc(c: int) -> int:
+    return (((c >> 15) | (c << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
+
+
+def unmask_crc(m: int) -> int:
+    rot = (m - _CRC_MASK_DELTA) & 0xFFFFFFFF
+    return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
+
+
+def put_uvarint(out: bytearray, v: int) -> None:
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def uvarint_bytes(v: int) -> bytes:
+    out = bytearray()
+    put_uvarint(out, v)
+    return bytes(out)
+
+
+def uvarint_len(v: int) -> int:
+    n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+def get_uvarint(buf, pos: int) -> tuple[int, int]:
+    """Decode an unsigned varint at ``pos``; returns (value, next position).
+
+    Raises ValueError on a varint longer than 10 bytes and IndexError when the
+    buffer ends inside it; callers turn both into CorruptedData.
+    """
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def zigzag_encode(v: int) -> int:
+    return (v << 1) ^ (v >> 63) if v < 0 else v << 1
+
+
+def zigzag_decode(u: int) -> int:
+    return (u >> 1) ^ -(u & 1)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockHandle:
+    offset: int
+    size: int
+
+    def encode(self) -> bytes:
+        out = bytearray()
+        put_uvarint(out, self.offset)
+        put_uvarint(out, self.size)
+        return bytes(out)
+
+    @staticmethod
+    def decode(buf, pos: int = 0) -> tuple["BlockHandle", int]:
+        off, pos = get_uvarint(buf, pos)
+        size, pos = get_uvarint(buf, pos)
+        return BlockHandle(off, size), pos
+
+
+@dataclass(frozen=True, slots=True)
+class Footer:
+    magic: str  # "rocksdb" | "leveldb"
+    version: int
+    checksum_type: int
+    metaindex: BlockHandle
+    index: BlockHandle
+
+
+def decode_footer(buf, name: str) -> Footer:
+    n = len(buf)
+    if n < LEVELDB_FOOTER_LEN:
+        raise CorruptedData(f"file too short for an SSTable footer ({n} bytes)", name, 0)
+    tail = bytes(buf[n - 8 : n])
+    try:
+        if tail == ROCKSDB_MAGIC:
+            if n < ROCKSDB_FOOTER_LEN:
+                raise CorruptedData("file too short for a RocksDB footer", name, 0)
+            start = n - ROCKSDB_FOOTER_LEN
+            foot = bytes(buf[start:n])
+            version = _U32.unpack_from(foot, 41)[0]
+            if version == 0:
+                # RocksDB's legacy footer shape with the RocksDB magic (format_version 0).
+                start = n - LEVELDB_FOOTER_LEN
+                foot = bytes(buf[start:n])
+                checksum, pos = CHECKSUM_CRC32C, 0
+            else:
+                checksum = foot[0]
+                pos = 1
+            if checksum not in (CHECKSUM_NONE, CHECKSUM_CRC32C):
+                raise CorruptedData(f"unsupported checksum type {checksum}", name, start)
+            metaindex, pos = BlockHandle.decode(foot, pos)
+            index, pos = BlockHandle.decode(foot, pos)
+            if pos > (41 if version else 40):
+                raise CorruptedData("block handles overrun the footer", name, start)
+            return Footer("rocksdb", version, checksum, metaindex, index)
+        if tail == LEVELDB_MAGIC:
+            start = n - LEVELDB_FOOTER_LEN
+            foot = bytes(buf[start:n])
+            metaindex, pos = BlockHandle.decode(foot, 0)
+            index, pos = BlockHandle.decode(foot, pos)
+            if pos > 40:
+                raise CorruptedData("block handles overrun the footer", name, start)
+            return Footer("leveldb", 0, CHECKSUM_CRC32C, metaindex, index)
+    except (IndexError, ValueError) as e:
+        raise CorruptedData(f"malformed footer ({e})", name, n - LEVELDB_FOOTER_LEN) from None
+    raise CorruptedData(f"bad magic {tail.hex()}: not an SSTable", name, n - 8)
+
+
+def encode_footer_v2(metaindex: BlockHandle, index: BlockHandle) -> bytes:
+    body = bytearray([CHECKSUM_CRC32C])
+    body += metaindex.encode()
+    body += index.encode()
+    body += b"\x00" * (41 - len(body))
+    body += _U32.pack(2)
+    body += ROCKSDB_MAGIC
+    return bytes(body)
+
+
+def read_block(buf, handle: BlockHandle, checksum_type: int, name: str) -> bytes:
+    """Read, verify and decompress the block at ``handle``; returns its contents."""
+    off, size = handle.offset, handle.size
+    end = off + size
+    if end + BLOCK_TRAILER_LEN > len(buf) or off < 0:
+        raise CorruptedData(
+            f"block handle (offset {off}, size {size}) points past the end of the file ({len(buf)} bytes)", name, off
+        )
+    raw = bytes(buf[off : end + 1])  # block contents + compression type byte
+    if checksum_type == CHECKSUM_CRC32C:
+        stored = _U32.unpack_from(buf, end + 1)[0]
+        if mask_crc(crc32c(raw)) != stored:
+            raise CorruptedData("block checksum mismatch", name, off)
+    ctype = raw[-1]
+    if ctype == COMPRESSION_NONE:
+        return raw[:-1]
+    if ctype == COMPRESSION_SNAPPY:
+        try:
+            return bytes(cramjam.snappy.decompress_raw(raw[:-1]))
+        except Exception as e:  # cramjam raises its own DecompressionError
+            raise CorruptedData(f"bad Snappy block ({e})", name, off) from None
+    raise CorruptedData(f"unknown compression type {ctype}", name, off)
+
+
+def compress_block(contents: bytes, allow_snappy: bool = True) -> tuple[bytes, int]:
+    """Compress as Pebble does: Snappy only if it saves at least 1/8."""
+    if allow_snappy:
+        compressed = bytes(cramjam.snappy.compress_raw(contents))
+        if len(compressed) < len(contents) - len(contents) // 8:
+            return compressed, COMPRESSION_SNAPPY
+    return contents, COMPRESSION_NONE
+
+
+def block_trailer(body: bytes, ctype: int) -> bytes:
+    crc = crc32c_extend(crc32c(body), bytes((ctype,)))
+    return bytes((ctype,)) + _U32.pack(mask_crc(crc))

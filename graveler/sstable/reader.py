@@ -1,0 +1,261 @@
+"""Reading block-based SSTables (RocksDB v2 / LevelDB footers, one- and two-level indexes).
+
+A table is read from a bytes-like buffer (bytes or an mmap of a cached file).
+Opening it decodes the footer, the metaindex, the properties and the top-level
+index; data blocks (and index partitions) are read, verified and decoded only
+when a lookup or an iterator enters them, and kept in a shared LRU of decoded
+blocks so hot lookups never touch the buffer again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import threading
+from bisect import bisect_left
+from collections import OrderedDict
+from typing import Iterator
+
+from graveler.errors import CorruptedData
+from graveler.sstable.block import Block, decode_block
+from graveler.sstable.format import (
+    INDEX_TYPE_TWO_LEVEL,
+    BlockHandle,
+    decode_footer,
+    get_uvarint,
+    read_block,
+)
+
+PROPERTIES_BLOCK = b"rocksdb.properties"
+
+# Properties that RocksDB / Pebble store as uvarints, fixed32 or fixed64; the rest are strings.
+_UVARINT_PROPS = {
+    "rocksdb.column.family.id", "rocksdb.creation.time", "rocksdb.data.size", "rocksdb.deleted.keys",
+    "rocksdb.filter.size", "rocksdb.fixed.key.length", "rocksdb.format.version",
+    "rocksdb.index.key.is.user.key", "rocksdb.index.size", "rocksdb.index.value.is.delta.encoded",
+    "rocksdb.merge.operands", "rocksdb.num.data.blocks", "rocksdb.num.entries",
+    "rocksdb.num.range-deletions", "rocksdb.oldest.key.time", "rocksdb.raw.key.size",
+    "rocksdb.raw.value.size", "rocksdb.index.partitions", "rocksdb.top-level.index.size",
+    "rocksdb.file.creation.time", "rocksdb.num.filter_entries", "rocksdb.original.file.number",
+    "rocksdb.tail.start.offset", "rocksdb.fast.compression.estimated.data.size",
+    "rocksdb.slow.compression.estimated.data.size", "rocksdb.key.largest.seqno",
+}
+_FIXED32_PROPS = {"rocksdb.block.based.table.index.type", "rocksdb.external_sst_file.version"}
+
+
+def decode_property(name: str, raw: bytes) -> int | str | bytes:
+    """Decode a property value the way RocksDB's tools show it."""
+    try:
+        if name in _UVARINT_PROPS:
+            v, pos = get_uvarint(raw, 0)
+            if pos == len(raw):
+                return v
+        elif name in _FIXED32_PROPS and len(raw) == 4:
+            return struct.unpack("<I", raw)[0]
+    except (IndexError, ValueError):
+        pass
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
+class BlockCache:
+    """A thread-safe LRU of decoded blocks, bounded by their encoded size in bytes."""
+
+    def __init__(self, max_bytes: int = 256 << 20):
+        self.max_bytes = max_bytes
+        self._d: OrderedDict[tuple, Block] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple) -> Block | None:
+        with self._lock:
+            b = self._d.get(key)
+            if b is None:
+                self.misses += 1
+                return None
+            self._d.move_to_end(key)
+            self.hits += 1
+            return b
+
+    def put(self, key: tuple, block: Block) -> None:
+        with self._lock:
+            old = self._d.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._d[key] = block
+            self._bytes += block.nbytes
+            while self._bytes > self.max_bytes and len(self._d) > 1:
+                _, ev = self._d.popitem(last=False)
+                self._bytes -= ev.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+            self._bytes = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+
+DEFAULT_BLOCK_CACHE = BlockCache()
+_anon_ids = itertools.count()
+
+
+class SSTable:
+    """One open table.  Thread-safe for reads.
+
+    ``cache_key`` names the table in the block cache; pass the range or
+    metarange ID so reopening the same immutable file reuses its blocks.
+    """
+
+    def __init__(self, buf, name: str = "<sstable>", cache_key: str | None = None,
+                 block_cache: BlockCache | None = None):
+        self.buf = buf
+        self.name = name
+        self.size = len(buf)
+        self._cache = block_cache if block_cache is not None else DEFAULT_BLOCK_CACHE
+        self._cache_id = cache_key if cache_key is not None else f"anon-{next(_anon_ids)}"
+        self.blocks_read = 0  # data and index-partition blocks read from the buffer (not the cache)
+        self.footer = decode_footer(buf, name)
+        meta = self._decode(self.footer.metaindex, internal_keys=False)
+        self.raw_properties: dict[str, bytes] = {}
+        for k, v in zip(meta.keys, meta.values):
+            if k == PROPERTIES_BLOCK:
+                handle = self._handle(v, self.footer.metaindex.offset)
+                props = self._decode(handle, internal_keys=False)
+                for pk, pv in zip(props.keys, props.values):
+                    self.raw_properties[pk.decode("utf-8", "replace")] = pv
+        idx_type = decode_property(
+            "rocksdb.block.based.table.index.type",
+            self.raw_properties.get("rocksdb.block.based.table.index.type", b"\0\0\0\0"),
+        )
+        if self.raw_properties.get("rocksdb.index.value.is.delta.encoded", b"\0") not in (b"\0", b""):
+            raise CorruptedData("delta-encoded index values are not supported", name, self.footer.index.offset)
+        self.two_level = idx_type == INDEX_TYPE_TWO_LEVEL
+        top = self._decode(self.footer.index, internal_keys=True)
+        self._top_keys = top.keys
+        self._top_handles = [self._handle(v, self.footer.index.offset) for v in top.values]
+        # For a single-level index the top index *is* the one partition.
+        self._single = Block(top.keys, self._top_handles, top.nbytes) if not self.two_level else None
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _handle(self, raw: bytes, at: int) -> BlockHandle:
+        try:
+            h, pos = BlockHandle.decode(raw, 0)
+        except (IndexError, ValueError):
+            raise CorruptedData("malformed block handle", self.name, at) from None
+        return h
+
+    def _decode(self, handle: BlockHandle, internal_keys: bool) -> Block:
+        data = read_block(self.buf, handle, self.footer.checksum_type, self.name)
+        return decode_block(data, self.name, handle.offset, internal_keys)
+
+    def _cached_block(self, handle: BlockHandle, kind: str) -> Block:
+        ck = (self._cache_id, handle.offset)
+        b = self._cache.get(ck)
+        if b is None:
+            b = self._decode(handle, internal_keys=True)
+            self.blocks_read += 1
+            if kind == "index":
+                b.values = [self._handle(v, handle.offset) for v in b.values]
+            self._cache.put(ck, b)
+        return b
+
+    def _partition(self, i: int) -> Block:
+        """Index partition ``i``: (separator keys, data-block handles)."""
+        if self._single is not None:
+            return self._single
+        return self._cached_block(self._top_handles[i], "index")
+
+    def _num_partitions(self) -> int:
+        return 1 if self._single is not None else len(self._top_handles)
+
+    # -- public API ------------------------------------------------------------------------
+    @property
+    def properties(self) -> dict[str, int | str | bytes]:
+        return {k: decode_property(k, v) for k, v in self.raw_properties.items()}
+
+    def property(self, name: str) -> bytes | None:
+        return self.raw_properties.get(name)
+
+    def seek_ge(self, key: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """Records with key >= ``key`` in order, as (user key, value bytes)."""
+        nparts = self._num_partitions()
+        p = 0 if self._single is not None else bisect_left(self._top_keys, key)
+        first = True
+        while p < nparts:
+            part = self._partition(p)
+            bi = bisect_left(part.keys, key) if first else 0
+            handles = part.values
+            while bi < len(handles):
+                blk = self._cached_block(handles[bi], "data")
+                ei = bisect_left(blk.keys, key) if first else 0
+                first = False
+                keys, vals = blk.keys, blk.values
+                for j in range(ei, len(keys)):
+                    yield keys[j], vals[j]
+                bi += 1
+            first = False
+            p += 1
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return self.seek_ge(b"")
+
+    def iter_blocks(self, start: bytes = b"") -> Iterator[Block]:
+        """Decoded data blocks from the one that may hold ``start`` on (fast scans)."""
+        nparts = self._num_partitions()
+        p = 0 if self._single is not None else bisect_left(self._top_keys, start)
+        first = True
+        while p < nparts:
+            part = self._partition(p)
+            bi = bisect_left(part.keys, start) if first else 0
+            first = False
+            for h in part.values[bi:]:
+                yield self._cached_block(h, "data")
+            p += 1
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value stored under exactly ``key``, or None."""
+        if self._single is not None:
+            part = self._single
+        else:
+            p = bisect_left(self._top_keys, key)
+            if p >= len(self._top_handles):
+                return None
+            part = self._partition(p)
+        bi = bisect_left(part.keys, key)
+        if bi >= len(part.values):
+            return None
+        blk = self._cached_block(part.values[bi], "data")
+        keys = blk.keys
+        i = bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key:
+            return blk.values[i]
+        return None
+
+    def first_key(self) -> bytes | None:
+        for k, _ in self.seek_ge(b""):
+            return k
+        return None
+
+    def last_key(self) -> bytes | None:
+        nparts = self._num_partitions()
+        for p in range(nparts - 1, -1, -1):
+            part = self._partition(p)
+            for h in reversed(part.values):
+                blk = self._cached_block(h, "data")
+                if blk.keys:
+                    return blk.keys[-1]
+        return None
+
+    def verify(self) -> int:
+        """Read and check every block; returns the number of records."""
+        n = 0
+        for blk in self.iter_blocks():
+            n += len(blk.keys)
+        return n

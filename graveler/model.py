@@ -1,0 +1,182 @@
+"""Plain data types shared by every graveler layer, and the record value encoding.
+
+A *value* is what a range or metarange record holds: an identity and opaque
+data.  For a range record, identity is the 32-byte sha256 of the entry and data
+is a protobuf ``catalog.Entry``; for a metarange record, identity is the range
+ID (64 ASCII hex characters) and data is a protobuf ``RangeData``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from graveler import ident
+from graveler.errors import CorruptedData
+from graveler.proto import catalog_pb2, committed_pb2
+
+
+class Value(NamedTuple):
+    identity: bytes
+    data: bytes
+
+
+def _put_varint(out: bytearray, v: int) -> None:
+    u = (v << 1) ^ (v >> 63) if v < 0 else v << 1  # Go's binary.PutVarint (zigzag)
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+
+
+def encode_value(v: Value) -> bytes:
+    ident_, data = v
+    li, ld = len(ident_), len(data)
+    if li < 64 and ld < 64:  # both zigzag lengths fit one byte
+        return bytes((li << 1,)) + ident_ + bytes((ld << 1,)) + data
+    out = bytearray()
+    _put_varint(out, li)
+    out += ident_
+    _put_varint(out, ld)
+    out += data
+    return bytes(out)
+
+
+def _get_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def decode_value(raw: bytes, name: str | None = None) -> Value:
+    try:
+        li, pos = _get_varint(raw, 0)
+        end = pos + li
+        if li < 0 or end > len(raw):
+            raise ValueError("identity overruns the value")
+        identity = raw[pos:end]
+        ld, pos = _get_varint(raw, end)
+        end = pos + ld
+        if ld < 0 or end != len(raw):
+            raise ValueError("data length does not match the value")
+        return Value(identity, raw[pos:end])
+    except (IndexError, ValueError) as e:
+        raise CorruptedData(f"malformed record value ({e})", name) from None
+
+
+class AddressType(enum.IntEnum):
+    BY_PREFIX_DEPRECATED = 0
+    RELATIVE = 1
+    FULL = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A catalog entry: one object in a commit (lakeFS's ``catalog.Entry``)."""
+
+    address: str
+    size: int
+    etag: str
+    last_modified_ns: int = 0  # unix nanoseconds
+    metadata: dict[str, str] = field(default_factory=dict)
+    address_type: AddressType = AddressType.RELATIVE
+    content_type: str = ""
+
+    def identity(self) -> bytes:
+        return ident.entry_identity(self.size, self.etag, self.metadata, self.content_type)
+
+    def to_proto_bytes(self) -> bytes:
+        pb = catalog_pb2.Entry(
+            address=self.address,
+            size=self.size,
+            e_tag=self.etag,
+            address_type=int(self.address_type),
+            content_type=self.content_type,
+        )
+        if self.last_modified_ns:
+            pb.last_modified.seconds, pb.last_modified.nanos = divmod(self.last_modified_ns, 1_000_000_000)
+        if self.metadata:
+            pb.metadata.update(self.metadata)
+        return pb.SerializeToString(deterministic=True)
+
+    def to_value(self) -> Value:
+        return Value(self.identity(), self.to_proto_bytes())
+
+    @staticmethod
+    def from_proto_bytes(data: bytes) -> "Entry":
+        pb = catalog_pb2.Entry()
+        try:
+            pb.ParseFromString(data)
+        except Exception as e:  # protobuf's DecodeError
+            raise CorruptedData(f"malformed catalog entry ({e})") from None
+        ts = pb.last_modified
+        return Entry(
+            address=pb.address,
+            size=pb.size,
+            etag=pb.e_tag,
+            last_modified_ns=ts.seconds * 1_000_000_000 + ts.nanos,
+            metadata=dict(pb.metadata),
+            address_type=AddressType(pb.address_type) if pb.address_type in (0, 1, 2) else AddressType.RELATIVE,
+            content_type=pb.content_type,
+        )
+
+    @staticmethod
+    def from_value(v: Value) -> "Entry":
+        return Entry.from_proto_bytes(v.data)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeInfo:
+    """One record of a metarange: a range and what it covers."""
+
+    id: str
+    min_key: bytes
+    max_key: bytes
+    count: int
+    estimated_size: int
+
+    def to_value(self) -> Value:
+        pb = committed_pb2.RangeData(
+            min_key=self.min_key, max_key=self.max_key, estimated_size=self.estimated_size, count=self.count
+        )
+        return Value(self.id.encode("ascii"), pb.SerializeToString(deterministic=True))
+
+    @staticmethod
+    def from_value(v: Value, name: str | None = None) -> "RangeInfo":
+        pb = committed_pb2.RangeData()
+        try:
+            pb.ParseFromString(v.data)
+            rid = v.identity.decode("ascii")
+        except Exception as e:
+            raise CorruptedData(f"malformed metarange record ({e})", name) from None
+        return RangeInfo(rid, pb.min_key, pb.max_key, pb.count, pb.estimated_size)
+
+
+class DiffType(enum.Enum):
+    ADDED = "added"
+    REMOVED = "removed"
+    CHANGED = "changed"
+
+
+@dataclass(frozen=True, slots=True)
+class DiffRecord:
+    type: DiffType
+    key: bytes
+    left: Value | None  # None when added
+    right: Value | None  # None when removed
+
+
+class MergeStrategy(enum.Enum):
+    NONE = "none"  # conflicts fail the merge
+    DEST_WINS = "dest-wins"
+    SOURCE_WINS = "source-wins"

@@ -33,8 +33,12 @@ def _put_varint(out: bytearray, v: int) -> None:
 def encode_value(v: Value) -> bytes:
     ident_, data = v
     li, ld = len(ident_), len(data)
-    if li < 64 and ld < 64:  # both zigzag lengths fit one byte
-        return bytes((li << 1,)) + ident_ + bytes((ld << 1,)) + data
+    if li < 64:  # zigzag length of the identity fits one byte
+        if ld < 64:
+            return b"".join((bytes((li << 1,)), ident_, bytes((ld << 1,)), data))
+        if ld < 8192:
+            u = ld << 1
+            return b"".join((bytes((li << 1,)), ident_, bytes(((u & 0x7F) | 0x80, u >> 7)), data))
     out = bytearray()
     _put_varint(out, li)
     out += ident_
@@ -59,6 +63,22 @@ def _get_varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def decode_value(raw: bytes, name: str | None = None) -> Value:
+    # Fast path: one-byte identity length, one- or two-byte data length (every lakeFS record).
+    n = len(raw)
+    if n >= 2:
+        b0 = raw[0]
+        if b0 < 0x80 and not b0 & 1:
+            end = 1 + (b0 >> 1)
+            if end + 1 < n:
+                b1 = raw[end]
+                if b1 < 0x80:
+                    if not b1 & 1 and end + 1 + (b1 >> 1) == n:
+                        return Value(raw[1:end], raw[end + 1 :])
+                else:
+                    b2 = raw[end + 1]
+                    u = (b1 & 0x7F) | (b2 << 7)
+                    if b2 < 0x80 and not u & 1 and end + 2 + (u >> 1) == n:
+                        return Value(raw[1:end], raw[end + 2 :])
     try:
         li, pos = _get_varint(raw, 0)
         end = pos + li

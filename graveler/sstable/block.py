@@ -49,6 +49,9 @@ def decode_block(data: bytes, name: str, offset: int, internal_keys: bool) -> Bl
             vlen = data[pos + 2]
             if shared < 0x80 and unshared < 0x80 and vlen < 0x80:
                 pos += 3
+            elif shared < 0x80 and unshared < 0x80 and data[pos + 3] < 0x80:
+                vlen = (vlen & 0x7F) | (data[pos + 3] << 7)
+                pos += 4
             else:
                 shared, pos = get_uvarint(data, pos)
                 unshared, pos = get_uvarint(data, pos)
@@ -65,13 +68,11 @@ def decode_block(data: bytes, name: str, offset: int, internal_keys: bool) -> Bl
     except (IndexError, ValueError, struct.error) as e:
         raise CorruptedData(f"malformed block ({e})", name, offset) from None
     if internal_keys:
-        for k in keys:
-            if len(k) < 8:
-                raise CorruptedData("internal key shorter than its 8-byte trailer", name, offset)
+        if keys and min(map(len, keys)) < 8:
+            raise CorruptedData("internal key shorter than its 8-byte trailer", name, offset)
         keys = [k[:-8] for k in keys]
-        for i in range(1, len(keys)):
-            if keys[i] < keys[i - 1]:
-                raise CorruptedData("keys out of order", name, offset)
+        if keys != sorted(keys):
+            raise CorruptedData("keys out of order", name, offset)
     return Block(keys, values, n)
 
 
@@ -93,9 +94,12 @@ def decode_restart_key(data: bytes, name: str, offset: int) -> list[bytes]:
 
 
 class BlockBuilder:
-    """Builds one block with prefix-compressed keys and a restart array."""
+    """Builds one block with prefix-compressed keys and a restart array.
 
-    __slots__ = ("restart_interval", "buf", "restarts", "counter", "last_key", "n_entries")
+    ``size`` is Pebble's estimatedSize(), kept up to date on every add.
+    """
+
+    __slots__ = ("restart_interval", "buf", "restarts", "counter", "last_key", "n_entries", "size")
 
     def __init__(self, restart_interval: int):
         self.restart_interval = restart_interval
@@ -107,53 +111,51 @@ class BlockBuilder:
         self.counter = 0
         self.last_key = b""
         self.n_entries = 0
+        self.size = 4
 
     def add(self, key: bytes, value: bytes) -> None:
-        if self.counter % self.restart_interval == 0:
-            self.restarts.append(len(self.buf))
+        buf = self.buf
+        if self.counter == 0:
+            self.restarts.append(len(buf))
             shared = 0
         else:
             last = self.last_key
-            m = min(len(last), len(key))
-            shared = 0
-            # Fast common-prefix length.
-            if m and last[0] == key[0]:
-                lo, hi = 1, m
-                while lo <= hi:
-                    mid = (lo + hi) // 2
-                    if last[:mid] == key[:mid]:
-                        lo = mid + 1
-                    else:
-                        hi = mid - 1
-                shared = hi
-        buf = self.buf
+            n = min(len(last), len(key))
+            # Common prefix length in three C calls: the XOR's leading zero bytes.
+            x = int.from_bytes(last[:n], "big") ^ int.from_bytes(key[:n], "big")
+            shared = n - ((x.bit_length() + 7) >> 3) if x else n
+        self.counter += 1
+        if self.counter == self.restart_interval:
+            self.counter = 0
         unshared = len(key) - shared
         vlen = len(value)
-        if shared < 0x80 and unshared < 0x80 and vlen < 0x80:
-            buf += bytes((shared, unshared, vlen))
+        if shared < 0x80 and unshared < 0x80 and vlen < 0x4000:
+            if vlen < 0x80:
+                buf += bytes((shared, unshared, vlen))
+            else:
+                buf += bytes((shared, unshared, (vlen & 0x7F) | 0x80, vlen >> 7))
         else:
             put_uvarint(buf, shared)
             put_uvarint(buf, unshared)
             put_uvarint(buf, vlen)
-        buf += key[shared:]
+        buf += key[shared:] if shared else key
         buf += value
         self.last_key = key
-        self.counter += 1
         self.n_entries += 1
+        self.size = len(buf) + 4 * len(self.restarts) + 4
 
     def estimated_size(self) -> int:
-        return len(self.buf) + 4 * len(self.restarts) + 4
+        return self.size
 
     def finish(self) -> bytes:
         restarts = self.restarts or [0]
-        out = bytes(self.buf) + struct.pack(f"<{len(restarts)}I", *restarts) + _U32.pack(len(restarts))
-        return out
+        return bytes(self.buf) + struct.pack(f"<{len(restarts)}I", *restarts) + _U32.pack(len(restarts))
 
     def should_flush(self, key_len: int, value_len: int, block_size: int, threshold: int) -> bool:
         """Pebble's rule for closing a block before adding an entry."""
         if self.n_entries == 0:
             return False
-        size = self.estimated_size()
+        size = self.size
         if size >= block_size:
             return True
         if size <= threshold:

@@ -93,21 +93,27 @@ class SSTableWriter:
         if last is not None and key <= last:
             raise InvalidArgument(f"SSTable keys must be strictly increasing: {key!r} after {last!r}")
         ikey = key + SET_TRAILER
-        if self._data.should_flush(len(ikey), len(value), self._block_size, self._threshold):
+        data = self._data
+        if data.size > self._threshold and data.should_flush(len(ikey), len(value), self._block_size,
+                                                             self._threshold):
             self._flush_data_block()
         if self._pending is not None:
             self._add_index_entry(_index_key(self._pending_last, separator(self._pending_last, key)))
         self._data.add(ikey, value)
-        if self.first_key is None:
+        if last is None:
             self.first_key = key
         self._last_key = key
         self.num_entries += 1
         self.raw_key_size += len(ikey)
         self.raw_value_size += len(value)
 
+    @property
+    def last_key(self) -> bytes | None:
+        return self._last_key
+
     def estimated_size(self) -> int:
         """Pebble's EstimatedSize(): bytes written + the open data block + the open index block."""
-        return len(self._out) + self._data.estimated_size() + self._index.estimated_size()
+        return len(self._out) + self._data.size + self._index.size
 
     # -- internals --------------------------------------------------------------------------
     def _write_block(self, contents: bytes, compress: bool) -> BlockHandle:

@@ -1,0 +1,50 @@
+"""FNV-1a 64-bit, the hash behind lakeFS's range breaks.
+
+The per-byte loop is slow in Python, so batches of keys are hashed with numpy
+(one vectorised step per byte column); short batches use the plain loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+OFFSET = 0xCBF29CE484222325
+PRIME = 0x100000001B3
+_MASK = 0xFFFFFFFFFFFFFFFF
+_BATCH_MIN = 32
+
+
+def fnv1a64(key: bytes) -> int:
+    h = OFFSET
+    for b in key:
+        h = ((h ^ b) * PRIME) & _MASK
+    return h
+
+
+def fnv1a64_batch(keys: list[bytes]) -> list[int]:
+    n = len(keys)
+    if n < _BATCH_MIN:
+        return [fnv1a64(k) for k in keys]
+    lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    width = max(int(lens.max()), 1)
+    # Pad every key to the same width; the padding is never hashed (rows stop at their length).
+    mat = np.frombuffer(b"".join([k.ljust(width, b"\0") for k in keys]), dtype=np.uint8).reshape(n, width)
+    h = np.full(n, OFFSET, dtype=np.uint64)
+    prime = np.uint64(PRIME)
+    # Sort by length so each column step touches only the keys still running.
+    order = np.argsort(-lens, kind="stable")
+    cols_major = np.ascontiguousarray(mat[order].T).astype(np.uint64)  # one contiguous row per byte column
+    neg_lens = -lens[order]
+    hs = h  # same initial value everywhere; order does not matter yet
+    with np.errstate(over="ignore"):
+        for j in range(width):
+            live = int(np.searchsorted(neg_lens, -j, side="left"))  # rows with len > j
+            if live == 0:
+                break
+            col = cols_major[j, :live]
+            part = hs[:live]
+            np.bitwise_xor(part, col, out=part)
+            np.multiply(part, prime, out=part)
+    out = np.empty(n, dtype=np.uint64)
+    out[order] = hs
+    return out.tolist()

@@ -1,0 +1,160 @@
+"""Writing ranges and metaranges, split the way lakeFS splits them.
+
+A range closes after a record when its estimated size reaches the maximum, or
+(once past the minimum) when FNV-1a-64 of the record's key is 0 modulo the
+raggedness.  Breaks therefore depend only on keys (and, past 20 MiB, on the
+records since the last break), so the same records make the same range IDs
+whatever wrote them: this process, another commit, a Spark executor.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from graveler.committed.fnv import fnv1a64_batch
+from graveler.errors import InvalidArgument
+from graveler.ident import TableHasher
+from graveler.model import RangeInfo, Value, encode_value
+from graveler.sstable.writer import SSTableWriter
+
+log = logging.getLogger(__name__)
+
+RANGES_TYPE = "ranges"
+METARANGES_TYPE = "metaranges"
+TABLE_PREFIX = "_lakefs/"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeParams:
+    """lakeFS's range-splitting parameters (its defaults)."""
+
+    min_range_size: int = 0
+    max_range_size: int = 20 * 1024 * 1024
+    raggedness: int = 50_000
+
+
+def table_key(table_id: str) -> str:
+    return TABLE_PREFIX + table_id
+
+
+class TableWriter:
+    """One range or metarange: an SSTable plus the running lakeFS ID hash."""
+
+    def __init__(self, table_type: str, metadata: dict[str, str] | None = None):
+        self.table_type = table_type
+        self.metadata = dict(metadata or {})
+        self.sst = SSTableWriter()
+        self.hasher = TableHasher()
+
+    def add(self, key: bytes, raw_value: bytes) -> None:
+        self.sst.add(key, raw_value)
+        self.hasher.add(key, raw_value)
+
+    def finish(self) -> tuple[str, bytes, RangeInfo]:
+        """Returns (ID, file bytes, the metarange record describing it)."""
+        props = dict(self.metadata)
+        props["type"] = self.table_type
+        table_id = self.hasher.finish(props)
+        estimated = self.sst.estimated_size()
+        sst = self.sst
+        min_key = sst.first_key or b""
+        max_key = sst.last_key or b""
+        count = sst.num_entries
+        sst_props: dict[str, bytes] = {k: v.encode("utf-8") for k, v in props.items()}
+        sst_props["min_key"] = min_key
+        sst_props["max_key"] = max_key
+        sst_props["count"] = str(count).encode()
+        sst_props["estimated_size_bytes"] = str(estimated).encode()
+        data = self.sst.finish(sst_props)
+        # RangeData.estimated_size is Pebble's estimate after close: file size + two empty blocks.
+        info = RangeInfo(table_id, min_key, max_key, count, len(data) + 8)
+        return table_id, data, info
+
+
+class MetaRangeWriter:
+    """Streams records into ranges and collects them into a metarange.
+
+    ``put(key, data)`` stores a finished table (the manager passes its
+    write-through cache).  Ranges copied whole from another metarange go in
+    with :meth:`copy_range`, which first closes the range being written,
+    exactly as lakeFS does.
+    """
+
+    def __init__(self, put: Callable[[str, bytes], None], params: RangeParams,
+                 metadata: dict[str, str] | None = None):
+        self._put = put
+        self.params = params
+        self.metadata = dict(metadata or {})
+        self.ranges: list[RangeInfo] = []
+        self._current: TableWriter | None = None
+        self.ranges_written = 0
+        self.ranges_copied = 0
+        self.records_written = 0
+        self._last_key: bytes | None = None
+
+    def write_batch(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Add records given as (key, encoded value), in order."""
+        if not records:
+            return
+        p = self.params
+        min_size, max_size, raggedness = p.min_range_size, p.max_range_size, p.raggedness
+        hashes = fnv1a64_batch([k for k, _ in records])
+        cur = self._current
+        prev = self._last_key
+        for (key, raw), h in zip(records, hashes):
+            if cur is None:
+                # Inside a range the SSTable writer checks order; across a break, check here.
+                if prev is not None and key <= prev:
+                    raise InvalidArgument(f"records must be sorted and unique: {key!r} after {prev!r}")
+                cur = self._current = TableWriter(RANGES_TYPE, self.metadata)
+            cur.add(key, raw)  # the SSTable writer checks that keys increase
+            est = cur.sst.estimated_size()
+            if est < min_size:
+                continue
+            if est >= max_size or h % raggedness == 0:
+                self.close_range()
+                cur = None
+                prev = key
+        self._last_key = records[-1][0]
+        self.records_written += len(records)
+
+    def write_values(self, records: Iterable[tuple[bytes, Value]], batch: int = 2048) -> None:
+        buf: list[tuple[bytes, bytes]] = []
+        for k, v in records:
+            buf.append((k, encode_value(v)))
+            if len(buf) >= batch:
+                self.write_batch(buf)
+                buf = []
+        self.write_batch(buf)
+
+    def close_range(self) -> None:
+        cur = self._current
+        if cur is None:
+            return
+        self._current = None
+        table_id, data, info = cur.finish()
+        self._put(table_key(table_id), data)
+        self.ranges.append(info)
+        self.ranges_written += 1
+
+    def copy_range(self, info: RangeInfo) -> None:
+        self.close_range()
+        if self._last_key is not None and info.min_key <= self._last_key:
+            raise InvalidArgument(f"copied range {info.id} overlaps records already written")
+        self.ranges.append(info)
+        self._last_key = info.max_key
+        self.ranges_copied += 1
+
+    def close(self) -> str:
+        """Close the last range, write the metarange; returns its ID."""
+        self.close_range()
+        mr = TableWriter(METARANGES_TYPE, self.metadata)
+        for info in self.ranges:
+            mr.add(info.max_key, encode_value(info.to_value()))
+        table_id, data, _ = mr.finish()
+        self._put(table_key(table_id), data)
+        log.debug("wrote metarange %s: %d ranges (%d new, %d reused)", table_id, len(self.ranges),
+                  self.ranges_written, self.ranges_copied)
+        return table_id

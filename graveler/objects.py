@@ -1,0 +1,171 @@
+"""Data objects: where uploads go, how they are checksummed, POSIX attributes.
+
+Physical addresses of uploads (RELATIVE to the storage namespace)::
+
+    data/<YYYYMMDDHH>/<unix-ns:019d><random:16 hex>
+
+``YYYYMMDDHH`` is the UTC hour of the upload, so objects are grouped in hourly
+prefixes that garbage collection can list in parallel slices, and names sort by
+upload time within and across prefixes; the 64 random bits make names unique
+across processes and machines. Nothing ever overwrites an address.
+
+ETag: the hex MD5 of the content (what S3 returns for a single-part upload),
+computed by graveler while uploading, whatever the store does for large files.
+
+POSIX attributes for the mount live in the entry's user metadata under ONE key
+prefix, :data:`POSIX_PREFIX` (``lakefuse-posix-``):
+
+=========================  ==========================================
+``lakefuse-posix-mode``    st_mode, octal (``100644``, ``120777``, ``40755``)
+``lakefuse-posix-uid``     owner uid, decimal
+``lakefuse-posix-gid``     owner gid, decimal
+``lakefuse-posix-symlink`` symlink target (UTF-8 text); the object is empty
+=========================  ==========================================
+
+Other metadata keys are the user's and are kept as given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from graveler.errors import InvalidArgument
+
+DATA_PREFIX = "data/"
+
+POSIX_PREFIX = "lakefuse-posix-"
+POSIX_MODE = POSIX_PREFIX + "mode"
+POSIX_UID = POSIX_PREFIX + "uid"
+POSIX_GID = POSIX_PREFIX + "gid"
+POSIX_SYMLINK = POSIX_PREFIX + "symlink"
+POSIX_KEYS = (POSIX_MODE, POSIX_UID, POSIX_GID, POSIX_SYMLINK)
+
+_CHUNK = 1 << 20
+
+
+def new_data_address(now_ns: int | None = None) -> str:
+    """A fresh, unique, time-ordered RELATIVE address under ``data/``."""
+    ns = time.time_ns() if now_ns is None else now_ns
+    hour = time.strftime("%Y%m%d%H", time.gmtime(ns // 1_000_000_000))
+    return f"{DATA_PREFIX}{hour}/{ns:019d}{secrets.token_hex(8)}"
+
+
+@dataclass(frozen=True, slots=True)
+class PosixAttrs:
+    """The POSIX attributes the mount keeps in entry metadata (None = not set)."""
+
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    symlink: str | None = None
+
+    def to_metadata(self) -> dict[str, str]:
+        md: dict[str, str] = {}
+        if self.mode is not None:
+            md[POSIX_MODE] = format(self.mode, "o")
+        if self.uid is not None:
+            md[POSIX_UID] = str(self.uid)
+        if self.gid is not None:
+            md[POSIX_GID] = str(self.gid)
+        if self.symlink is not None:
+            md[POSIX_SYMLINK] = self.symlink
+        return md
+
+    @staticmethod
+    def from_metadata(md: dict[str, str]) -> "PosixAttrs":
+        def num(key: str, base: int) -> int | None:
+            v = md.get(key)
+            if v is None:
+                return None
+            try:
+                return int(v, base)
+            except ValueError:
+                return None
+
+        return PosixAttrs(num(POSIX_MODE, 8), num(POSIX_UID, 10), num(POSIX_GID, 10), md.get(POSIX_SYMLINK))
+
+
+def user_metadata(md: dict[str, str]) -> dict[str, str]:
+    """Entry metadata without the POSIX keys."""
+    return {k: v for k, v in md.items() if not k.startswith(POSIX_PREFIX)}
+
+
+def md5_hex(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+def md5_file(path: str) -> tuple[str, int]:
+    h = hashlib.md5(usedforsecurity=False)
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def spool(fileobj: BinaryIO, spool_dir: str | None = None) -> tuple[str, str, int]:
+    """Copy a readable binary file object to a temp file: (temp path, md5 hex, size).
+    The caller removes the temp file."""
+    h = hashlib.md5(usedforsecurity=False)
+    size = 0
+    fd, tmp = tempfile.mkstemp(prefix="lakefuse-upload-", dir=spool_dir)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            while True:
+                chunk = fileobj.read(_CHUNK)
+                if not chunk:
+                    break
+                if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                    raise InvalidArgument("upload source must be opened in binary mode")
+                h.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp, h.hexdigest(), size
+
+
+def split_full_address(address: str) -> tuple[str, str]:
+    """A FULL address (a whole URI) as (store root URI, key in that store).
+
+    ``s3://bucket/a/b`` -> (``s3://bucket``, ``a/b``);
+    ``file:///dir/sub/f`` -> (``file:///dir/sub``, ``f``).
+    """
+    scheme, sep, rest = address.partition("://")
+    if not sep or not rest:
+        raise InvalidArgument(f"not a full address: {address!r}")
+    if scheme == "file":
+        root, _, key = rest.rpartition("/")
+        if not key:
+            raise InvalidArgument(f"bad file address {address!r}")
+        return f"file://{root or '/'}", key
+    bucket, _, key = rest.partition("/")
+    if not bucket or not key:
+        raise InvalidArgument(f"bad address {address!r}: expected {scheme}://bucket/key")
+    return f"{scheme}://{bucket}", key
+
+
+__all__ = [
+    "DATA_PREFIX",
+    "POSIX_GID",
+    "POSIX_KEYS",
+    "POSIX_MODE",
+    "POSIX_PREFIX",
+    "POSIX_SYMLINK",
+    "POSIX_UID",
+    "PosixAttrs",
+    "md5_file",
+    "md5_hex",
+    "new_data_address",
+    "split_full_address",
+    "spool",
+    "user_metadata",
+]

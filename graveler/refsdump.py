@@ -1,0 +1,158 @@
+"""Refs dump and restore in lakeFS's form (``DumpRefs`` / ``RestoreRefs``).
+
+A dump writes three metaranges into the storage namespace through the
+committed manager, one record per ref, in key order:
+
+* commits:  key = commit ID, value identity = commit ID, data = ``CommitData``
+* branches: key = branch name, identity = its commit ID, data = ``BranchData``
+  (ID and commit ID only: staging is not part of a dump)
+* tags:     key = tag name, identity = its commit ID, data = ``TagData``
+
+each with the metadata lakeFS puts on them (``entity``, ``schema_name``,
+``schema_definition``), and then the manifest ``_lakefs/refs_manifest.json``::
+
+    {"branches_meta_range_id": "...", "commits_meta_range_id": "...", "tags_meta_range_id": "..."}
+
+Restoring loads commits (each ID is recomputed and must match: lakeFS's
+integrity check), then branches (with fresh staging tokens), then tags, into a
+repository that has no commits yet (one created with ``bare=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from google.protobuf import descriptor_pb2, json_format
+
+from graveler.errors import Conflict, CorruptedData, InvalidArgument, NotFound
+from graveler.model import Value
+from graveler.proto import graveler_pb2
+from graveler.refs import Branch, Commit, new_staging_token
+
+if TYPE_CHECKING:
+    from graveler.graveler import Repository
+
+log = logging.getLogger(__name__)
+
+MANIFEST_KEY = "_lakefs/refs_manifest.json"
+
+ENTITY_TYPE_KEY = "entity"
+ENTITY_SCHEMA_KEY = "schema_name"
+ENTITY_SCHEMA_DEFINITION_KEY = "schema_definition"
+_ENTITIES = {
+    "commit": ("io.treeverse.lakefs.graveler.CommitData", graveler_pb2.CommitData),
+    "branch": ("io.treeverse.lakefs.graveler.BranchData", graveler_pb2.BranchData),
+    "tag": ("io.treeverse.lakefs.graveler.TagData", graveler_pb2.TagData),
+}
+
+
+def _schema_definition(msg_cls) -> str:
+    """protojson of the message's DescriptorProto, named as in lakeFS's package."""
+    d = descriptor_pb2.DescriptorProto()
+    msg_cls.DESCRIPTOR.CopyToProto(d)
+    text = json.dumps(json.loads(json_format.MessageToJson(d, indent=None)), separators=(",", ":"))
+    return text.replace(".lakefuse.graveler.", ".io.treeverse.lakefs.graveler.")
+
+
+def _metadata(entity: str) -> dict[str, str]:
+    schema, cls = _ENTITIES[entity]
+    return {
+        ENTITY_TYPE_KEY: entity,
+        ENTITY_SCHEMA_KEY: schema,
+        ENTITY_SCHEMA_DEFINITION_KEY: _schema_definition(cls),
+    }
+
+
+def dump_refs(repo: "Repository") -> dict[str, str]:
+    commits = sorted(repo.refs.list_commits(), key=lambda c: c.id)
+    commit_records = [(c.id.encode(), Value(c.id.encode(), c.to_bytes())) for c in commits]
+    branch_records = [
+        (
+            b.name.encode(),
+            Value(
+                b.commit_id.encode(),
+                graveler_pb2.BranchData(id=b.name, commit_id=b.commit_id).SerializeToString(deterministic=True),
+            ),
+        )
+        for b in repo.refs.list_branches()
+    ]
+    tag_records = [
+        (
+            t.name.encode(),
+            Value(t.commit_id.encode(), graveler_pb2.TagData(id=t.name, commit_id=t.commit_id).SerializeToString(deterministic=True)),
+        )
+        for t in repo.refs.list_tags()
+    ]
+    cm = repo.committed
+    manifest = {
+        "branches_meta_range_id": cm.write_metarange(branch_records, _metadata("branch")),
+        "commits_meta_range_id": cm.write_metarange(commit_records, _metadata("commit")),
+        "tags_meta_range_id": cm.write_metarange(tag_records, _metadata("tag")),
+    }
+    repo.store.put(MANIFEST_KEY, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    log.info(
+        "%s: dumped refs (%d commits, %d branches, %d tags)", repo.name, len(commit_records), len(branch_records), len(tag_records)
+    )
+    return manifest
+
+
+def read_manifest(repo: "Repository") -> dict[str, str]:
+    try:
+        raw = repo.store.get(MANIFEST_KEY)
+    except NotFound:
+        raise NotFound(f"no refs dump in {repo.record.storage_namespace} ({MANIFEST_KEY} missing)") from None
+    try:
+        m = json.loads(raw)
+        return {k: m[k] for k in ("branches_meta_range_id", "commits_meta_range_id", "tags_meta_range_id")}
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptedData(f"malformed refs manifest ({e})", MANIFEST_KEY) from None
+
+
+def _parse(cls, raw: bytes, what: str):
+    pb = cls()
+    try:
+        pb.ParseFromString(raw)
+    except Exception as e:
+        raise CorruptedData(f"malformed {what} record in refs dump ({e})") from None
+    return pb
+
+
+def restore_refs(repo: "Repository", manifest: dict[str, str] | None = None) -> None:
+    if manifest is None:
+        manifest = read_manifest(repo)
+    if repo.refs.iter_commit_ids() or repo.refs.list_branches():
+        raise Conflict(f"repository {repo.name!r} is not bare: refs can only be restored into an empty repository")
+    cm = repo.committed
+
+    commits: list[Commit] = []
+    for key, v in cm.iterator(manifest["commits_meta_range_id"]):
+        pb = _parse(graveler_pb2.CommitData, v.data, "commit")
+        if pb.generation == 0:
+            raise InvalidArgument(f"commit {pb.id} has no generation (dumps from lakeFS before v0.61 are not supported)")
+        c = Commit.from_proto(pb)
+        computed = c.computed_id()
+        if computed != c.id or key.decode() != c.id:
+            raise CorruptedData(f"commit ID does not match its content: {c.id} (computed {computed})")
+        commits.append(c)
+    branches = []
+    for key, v in cm.iterator(manifest["branches_meta_range_id"]):
+        pb = _parse(graveler_pb2.BranchData, v.data, "branch")
+        branches.append(Branch(pb.id, pb.commit_id, new_staging_token(), ()))
+    tags = []
+    for key, v in cm.iterator(manifest["tags_meta_range_id"]):
+        pb = _parse(graveler_pb2.TagData, v.data, "tag")
+        tags.append((pb.id, pb.commit_id))
+
+    def fn(txn):
+        for c in commits:
+            repo.refs.put_commit_txn(txn, c)
+        for b in branches:
+            repo.refs.get_commit_txn(txn, b.commit_id)
+            repo.refs.put_branch_txn(txn, b)
+        for name, cid in tags:
+            repo.refs.create_tag_txn(txn, name, cid)
+
+    repo.env.write(fn)
+    log.info("%s: restored %d commits, %d branches, %d tags", repo.name, len(commits), len(branches), len(tags))

@@ -1,0 +1,292 @@
+"""Staging areas (lakeFS's StagingManager) in the repository's LMDB environment.
+
+A staging token names one staging area: path -> staged value, or a tombstone
+(the path is deleted on the branch). A branch has a current token and sealed
+tokens (see :mod:`graveler.refs`); all staging areas of a repository live in the
+``staging`` database, keyed ``token + b"\\0" + path`` so that a token's keys are
+contiguous and in path order. An LMDB value is the record value encoding of
+:mod:`graveler.model` (``encode_value``), or empty for a tombstone.
+
+Paths are bytes (UTF-8 of the object key). :func:`as_path` checks them:
+non-empty, valid UTF-8, no NUL, no ``.`` or ``..`` component, and short enough
+that ``token + NUL + path`` fits LMDB's key limit (:data:`MAX_PATH_BYTES`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from typing import Iterable
+
+import lmdb
+
+from graveler.errors import InvalidArgument
+from graveler.kv import DB_STAGING, Env, prefix_successor
+from graveler.model import Value, decode_value, encode_value
+
+log = logging.getLogger(__name__)
+
+SEP = b"\x00"
+TOKEN_LENGTH = 16  # graveler.refs.new_staging_token
+LMDB_MAX_KEY = 511
+MAX_PATH_BYTES = LMDB_MAX_KEY - TOKEN_LENGTH - len(SEP)  # 494
+
+Staged = Value | None  # None is a tombstone
+
+
+def as_path(path: str | bytes, what: str = "path") -> bytes:
+    """Check an object path and return it as bytes (raises InvalidArgument)."""
+    if isinstance(path, str):
+        try:
+            b = path.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"invalid {what} {path!r}: not encodable as UTF-8") from None
+    elif isinstance(path, (bytes, bytearray, memoryview)):
+        b = bytes(path)
+        try:
+            b.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgument(f"invalid {what} {b!r}: not UTF-8") from None
+    else:
+        raise InvalidArgument(f"invalid {what}: expected str or bytes, got {type(path).__name__}")
+    if not b:
+        raise InvalidArgument(f"invalid {what}: empty")
+    if b"\x00" in b:
+        raise InvalidArgument(f"invalid {what} {b!r}: contains NUL")
+    for part in b.split(b"/"):
+        if part in (b".", b".."):
+            raise InvalidArgument(f"invalid {what} {b!r}: '.' and '..' components are not allowed")
+    if len(b) > MAX_PATH_BYTES:
+        raise InvalidArgument(f"invalid {what}: {len(b)} bytes, at most {MAX_PATH_BYTES} can be staged")
+    return b
+
+
+def as_prefix(prefix: str | bytes) -> bytes:
+    """A listing prefix: may be empty; otherwise the same checks as a path, except
+    that it may end in a partial component."""
+    if prefix in ("", b""):
+        return b""
+    b = prefix.encode("utf-8") if isinstance(prefix, str) else bytes(prefix)
+    if b"\x00" in b:
+        raise InvalidArgument(f"invalid prefix {b!r}: contains NUL")
+    return b
+
+
+def _encode(v: Staged) -> bytes:
+    return b"" if v is None else encode_value(v)
+
+
+def _decode(raw: bytes, key: bytes) -> Staged:
+    return None if not raw else decode_value(raw, "staging " + key.decode("utf-8", "replace"))
+
+
+class StagingManager:
+    """Per-token staging areas. ``*_txn`` methods use the caller's transaction."""
+
+    def __init__(self, env: Env):
+        self.env = env
+        self._db = env.dbs[DB_STAGING]
+
+    @staticmethod
+    def _key(token: str, path: bytes) -> bytes:
+        return token.encode("ascii") + SEP + path
+
+    # single keys
+    def set_txn(self, txn: lmdb.Transaction, token: str, path: bytes, value: Staged) -> None:
+        """Stage ``value`` (None = tombstone) for ``path`` in ``token``."""
+        txn.put(self._key(token, path), _encode(value), db=self._db)
+
+    def set_many_txn(self, txn: lmdb.Transaction, token: str, items: Iterable[tuple[bytes, Staged]]) -> int:
+        t = token.encode("ascii") + SEP
+        n = 0
+        for path, value in items:
+            txn.put(t + path, _encode(value), db=self._db)
+            n += 1
+        return n
+
+    def remove_txn(self, txn: lmdb.Transaction, token: str, path: bytes) -> bool:
+        """Forget ``path`` in ``token`` entirely (not a tombstone)."""
+        return txn.delete(self._key(token, path), db=self._db)
+
+    def get_txn(self, txn: lmdb.Transaction, tokens: Iterable[str], path: bytes) -> tuple[bool, Staged]:
+        """Look ``path`` up in ``tokens`` in order: (found, value-or-tombstone)."""
+        for token in tokens:
+            k = self._key(token, path)
+            raw = txn.get(k, db=self._db)
+            if raw is not None:
+                return True, _decode(raw, k)
+        return False, None
+
+    def get(self, tokens: Iterable[str], path: bytes) -> tuple[bool, Staged]:
+        with self.env.read() as txn:
+            return self.get_txn(txn, tokens, path)
+
+    # ranges
+    def scan_txn(
+        self, txn: lmdb.Transaction, token: str, start: bytes = b"", limit: int | None = None, end: bytes | None = None
+    ) -> list[tuple[bytes, Staged]]:
+        """Up to ``limit`` (path, staged) of ``token`` with start <= path (< end), in path order."""
+        t = token.encode("ascii") + SEP
+        lo = t + start
+        hi = t[:-1] + b"\x01" if end is None else t + end
+        out: list[tuple[bytes, Staged]] = []
+        cur = txn.cursor(db=self._db)
+        if not cur.set_range(lo):
+            return out
+        n = len(t)
+        for k, v in cur:
+            if k >= hi:
+                break
+            out.append((k[n:], _decode(v, k)))
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    def scan(self, token: str, start: bytes = b"", limit: int | None = None, end: bytes | None = None) -> list[tuple[bytes, Staged]]:
+        with self.env.read() as txn:
+            return self.scan_txn(txn, token, start, limit, end)
+
+    def iterator(self, token: str, start: bytes = b"") -> "TokenIterator":
+        """A seekable iterator over ``token`` that reads in batches, one short transaction each."""
+        it = TokenIterator(self, token)
+        if start:
+            it.seek_ge(start)
+        return it
+
+    def is_empty_txn(self, txn: lmdb.Transaction, token: str) -> bool:
+        return not self.scan_txn(txn, token, limit=1)
+
+    def count(self, token: str) -> int:
+        t = token.encode("ascii") + SEP
+        hi = t[:-1] + b"\x01"
+        n = 0
+        with self.env.read() as txn:
+            cur = txn.cursor(db=self._db)
+            if cur.set_range(t):
+                for k in cur.iternext(keys=True, values=False):
+                    if k >= hi:
+                        break
+                    n += 1
+        return n
+
+    # dropping
+    def drop_prefix_txn(self, txn: lmdb.Transaction, token: str, prefix: bytes) -> int:
+        """Forget every path starting with ``prefix`` in ``token``; return how many."""
+        t = token.encode("ascii") + SEP
+        lo = t + prefix
+        succ = prefix_successor(lo)
+        hi = succ if succ is not None else b"\xff" * LMDB_MAX_KEY
+        cur = txn.cursor(db=self._db)
+        n = 0
+        if cur.set_range(lo):
+            while cur.key() and cur.key() < hi:
+                cur.delete()
+                n += 1
+        return n
+
+    def drop(self, token: str, batch: int = 20_000) -> int:
+        """Forget a whole token, in transactions of at most ``batch`` deletes."""
+        total = 0
+        while True:
+
+            def one(txn: lmdb.Transaction) -> int:
+                t = token.encode("ascii") + SEP
+                hi = t[:-1] + b"\x01"
+                cur = txn.cursor(db=self._db)
+                n = 0
+                if cur.set_range(t):
+                    while n < batch and cur.key() and cur.key() < hi:
+                        cur.delete()
+                        n += 1
+                return n
+
+            n = self.env.write(one)
+            total += n
+            if n < batch:
+                return total
+
+    def drop_many(self, tokens: Iterable[str]) -> None:
+        for t in tokens:
+            if t:
+                self.drop(t)
+
+    def tokens_present(self) -> set[str]:
+        """Every token that has at least one staged key (for cleaning orphans)."""
+        out: set[str] = set()
+        with self.env.read() as txn:
+            cur = txn.cursor(db=self._db)
+            ok = cur.first()
+            while ok:
+                k = cur.key()
+                tok = k.split(SEP, 1)[0]
+                out.add(tok.decode("ascii", "replace"))
+                ok = cur.set_range(tok + b"\x01")
+        return out
+
+
+class TokenIterator:
+    """Seekable iterator over one token's staged entries.
+
+    ``next()`` returns ``(path, staged)`` or None at the end; ``seek_ge(key)``
+    moves to the first path >= key (within the current batch when it can).
+    Batches grow from 64 to 4096 entries, so a seek-then-few-reads (a listing
+    that skips directories) stays cheap.
+    """
+
+    __slots__ = ("_sm", "_token", "_buf", "_keys", "_i", "_resume", "_done", "_batch")
+
+    def __init__(self, sm: StagingManager, token: str):
+        self._sm = sm
+        self._token = token
+        self._buf: list[tuple[bytes, Staged]] = []
+        self._keys: list[bytes] = []
+        self._i = 0
+        self._resume: bytes | None = b""
+        self._done = False
+        self._batch = 64
+
+    def _fill(self) -> None:
+        if self._resume is None:
+            self._done = True
+            self._buf, self._keys, self._i = [], [], 0
+            return
+        self._buf = self._sm.scan(self._token, self._resume, self._batch)
+        self._keys = [k for k, _ in self._buf]
+        self._i = 0
+        if len(self._buf) < self._batch:
+            self._resume = None
+        else:
+            self._resume = self._keys[-1] + b"\x00"
+        self._batch = min(self._batch * 2, 4096)
+        if not self._buf:
+            self._done = True
+
+    def seek_ge(self, key: bytes) -> None:
+        if self._keys and self._keys[0] <= key <= self._keys[-1]:
+            self._i = bisect.bisect_left(self._keys, key)
+            return
+        if self._keys and self._resume is None and key > self._keys[-1]:
+            self._i = len(self._buf)  # past the end of the token
+            self._done = True
+            return
+        self._buf, self._keys, self._i = [], [], 0
+        self._resume = key
+        self._done = False
+        self._batch = 64
+
+    def next(self) -> tuple[bytes, Staged] | None:
+        if self._i >= len(self._buf):
+            if self._done:
+                return None
+            self._fill()
+            if not self._buf:
+                return None
+        item = self._buf[self._i]
+        self._i += 1
+        return item
+
+    def peek(self) -> tuple[bytes, Staged] | None:
+        item = self.next()
+        if item is not None:
+            self._i -= 1
+        return item

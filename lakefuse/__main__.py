@@ -1,0 +1,3 @@
+from lakefuse.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""``lakefuse sst``: inspect SSTable files (like RocksDB's sst_dump), for operators."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from graveler.errors import CorruptedData
+from graveler.ident import TableHasher
+from graveler.model import Entry, RangeInfo, decode_value
+from graveler.sstable.reader import BlockCache, SSTable
+
+# Properties lakeFS adds after hashing: not part of a table's ID.
+_NOT_HASHED = {"min_key", "max_key", "count", "estimated_size_bytes"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sst", help="inspect SSTable (range / metarange) files",
+                       description="Inspect SSTable files: lakeFS ranges and metaranges, or any RocksDB table.")
+    s = p.add_subparsers(dest="sst_command", metavar="SUBCOMMAND")
+    s.required = True
+    d = s.add_parser("dump", help="print a table's properties and records")
+    d.add_argument("file", help="path of the .sst file")
+    d.add_argument("--json", action="store_true", help="one JSON object per line: properties first, then records")
+    d.add_argument("--limit", type=int, default=None, help="print at most N records")
+    d.set_defaults(func=cmd_dump)
+    i = s.add_parser("id", help="print the table's lakeFS range / metarange ID")
+    i.add_argument("file", help="path of the .sst file")
+    i.set_defaults(func=cmd_id)
+
+
+def open_table(path: str) -> SSTable:
+    with open(path, "rb") as f:
+        data = f.read()
+    return SSTable(data, path, block_cache=BlockCache(64 << 20))
+
+
+def table_metadata(t: SSTable) -> dict[str, str]:
+    """The properties that go into the table's ID: lakeFS's own, minus the ones added after hashing."""
+    out = {}
+    for k, v in t.raw_properties.items():
+        if k.startswith("rocksdb.") or k in _NOT_HASHED:
+            continue
+        out[k] = v.decode("utf-8", "replace")
+    return out
+
+
+def table_id(t: SSTable) -> str:
+    h = TableHasher()
+    for k, v in t:
+        h.add(k, v)
+    return h.finish(table_metadata(t))
+
+
+def _text(b: bytes) -> str:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + b.hex()
+
+
+def _prop_json(v):
+    if isinstance(v, bytes):
+        return _text(v)
+    return v
+
+
+def record_json(kind: str | None, key: bytes, raw: bytes, name: str) -> dict:
+    out: dict = {"key": _text(key)}
+    if kind == "ranges":
+        v = decode_value(raw, name)
+        e = Entry.from_value(v)
+        out["identity"] = v.identity.hex()
+        out["entry"] = {
+            "address": e.address, "address_type": e.address_type.name, "size": e.size, "etag": e.etag,
+            "last_modified_ns": e.last_modified_ns, "content_type": e.content_type, "metadata": e.metadata,
+        }
+    elif kind == "metaranges":
+        v = decode_value(raw, name)
+        r = RangeInfo.from_value(v, name)
+        out["identity"] = r.id
+        out["range"] = {"min_key": _text(r.min_key), "max_key": _text(r.max_key),
+                        "count": r.count, "estimated_size": r.estimated_size}
+    else:
+        out["value"] = _text(raw)
+    return out
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    t = open_table(args.file)
+    props = {k: _prop_json(v) for k, v in sorted(t.properties.items())}
+    kind = t.raw_properties.get("type", b"").decode("utf-8", "replace") or None
+    out = sys.stdout
+    if args.json:
+        out.write(json.dumps({"file": args.file, "footer": {
+            "magic": t.footer.magic, "version": t.footer.version, "checksum_type": t.footer.checksum_type,
+            "two_level_index": t.two_level}, "properties": props}) + "\n")
+    else:
+        out.write(f"file: {args.file}\nfooter: {t.footer.magic} v{t.footer.version}, checksum type "
+                  f"{t.footer.checksum_type}, {'two-level' if t.two_level else 'one-level'} index\n")
+        out.write("properties:\n")
+        for k, v in props.items():
+            out.write(f"  {k}: {v!r}\n" if isinstance(v, str) and not v.isprintable() else f"  {k}: {v}\n")
+        out.write("records:\n")
+    n = 0
+    for key, raw in t:
+        if args.limit is not None and n >= args.limit:
+            break
+        rec = record_json(kind, key, raw, args.file)
+        if args.json:
+            out.write(json.dumps(rec) + "\n")
+        else:
+            rest = {k: v for k, v in rec.items() if k != "key"}
+            out.write(f"  {rec['key']} {json.dumps(rest)}\n")
+        n += 1
+    return 0
+
+
+def cmd_id(args: argparse.Namespace) -> int:
+    t = open_table(args.file)
+    if "type" not in t.raw_properties:
+        raise CorruptedData("not a lakeFS range or metarange (no 'type' property)", args.file)
+    print(table_id(t))
+    return 0

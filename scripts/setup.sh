@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Set up everything lakefuse needs on a Debian machine (run as root): system packages,
+# then a Python virtual environment in .venv with lakefuse installed (editable) and its
+# test extras.  Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_pkgs=()
+command -v fusermount3 >/dev/null 2>&1 || apt_pkgs+=(fuse3)
+pkg-config --exists fuse3 2>/dev/null || apt_pkgs+=(libfuse3-dev pkg-config)
+command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
+
+PY="${PYTHON:-python3}"
+py_ok() {
+    command -v "$1" >/dev/null 2>&1 &&
+        "$1" -c 'import sys, venv, ensurepip; assert sys.version_info >= (3, 11)' >/dev/null 2>&1 &&
+        [ -f "$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ]
+}
+if ! py_ok "$PY"; then
+    apt_pkgs+=(python3 python3-venv python3-dev)
+    PY=/usr/bin/python3
+fi
+
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+    echo "setup: installing ${apt_pkgs[*]} (apt)"
+    if [ "$(id -u)" != 0 ]; then
+        echo "setup: need root to install ${apt_pkgs[*]}" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
+fi
+py_ok "$PY" || { echo "setup: no Python >= 3.11 with venv and headers found" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv with $("$PY" --version)"
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.lakefuse-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing lakefuse and its dependencies into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING' || true
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[fuse,test]' 2>&1 | grep -v '^WARNING' || true
+    .venv/bin/python -c 'import graveler, lakefuse, pyfuse3, lmdb, diskcache, rocksdict' # fails loudly if the install did
+    touch "$stamp"
+fi
+echo "setup: ready (.venv/bin/lakefuse)"

@@ -1,0 +1,57 @@
+"""`lakefuse sst dump` and `lakefuse sst id`, run as a user runs them (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.test_sstable import LAKEFS, ROCKS
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lakefuse", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_sst_id_of_lakefs_range_matches_its_metarange():
+    r = run("sst", "id", str(LAKEFS / "range.sst"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "a83af763ba098c15369d9d6d723731eb9ce18b8dfac4f88c6f1287e772393d0e"
+
+
+def test_sst_dump_json_lines():
+    r = run("sst", "dump", "--json", str(LAKEFS / "ok1.sst"))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert lines[0]["properties"]["type"] == "ranges"
+    assert lines[0]["properties"]["rocksdb.num.entries"] == 105
+    recs = lines[1:]
+    spec = json.loads((LAKEFS / "lakefs-spark-sstable__ok1.sst.json").read_text())["records"]
+    assert [r["key"] for r in recs] == [s["key"] for s in spec]
+    assert [r["identity"] for r in recs] == [s["identity_hex"] for s in spec]
+    assert recs[0]["entry"]["etag"] == spec[0]["entry"]["e_tag"]
+
+
+def test_sst_dump_text_of_metarange_and_rocksdb_table():
+    r = run("sst", "dump", str(LAKEFS / "metarange.sst"))
+    assert r.returncode == 0 and "a83af763" in r.stdout and "type: metaranges" in r.stdout
+    r = run("sst", "dump", "--limit", "2", str(ROCKS / "h.sst"))
+    assert r.returncode == 0 and '"value": "97"' in r.stdout
+
+
+def test_damaged_and_missing_files_fail_cleanly(tmp_path):
+    bad = tmp_path / "trunc.sst"
+    bad.write_bytes((LAKEFS / "range.sst").read_bytes()[:500])
+    r = run("sst", "dump", str(bad))
+    assert r.returncode == 5
+    assert r.stderr.startswith("lakefuse: ") and "trunc.sst" in r.stderr and "Traceback" not in r.stderr
+    r = run("sst", "id", str(tmp_path / "absent.sst"))
+    assert r.returncode == 1 and "No such file" in r.stderr
+    r = run("sst", "id", str(ROCKS / "h.sst"))
+    assert r.returncode == 5 and "not a lakeFS range" in r.stderr
+
+
+def test_help_everywhere():
+    for args in (["--help"], ["sst", "--help"], ["sst", "dump", "--help"], ["sst", "id", "--help"]):
+        r = run(*args)
+        assert r.returncode == 0 and "usage:" in r.stdout

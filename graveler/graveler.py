@@ -27,7 +27,7 @@ import time
 from datetime import datetime, timezone
 from typing import BinaryIO, Callable, Iterable, Iterator
 
-from graveler.committed.manager import CommittedManager, StoreSource
+from graveler.committed.manager import ApplyStats, CommittedManager, StoreSource
 from graveler.errors import (
     AlreadyExists,
     Conflict,
@@ -549,14 +549,19 @@ class Repository:
             sealed = b.sealed_tokens
             if not sealed and not allow_empty:
                 raise NothingToCommit(f"nothing to commit on branch {branch!r} (committed concurrently)")
-            changes = MergedIterator([self.staging.iterator(t) for t in sealed], keep_tombstones=True)
-            mr, stats = self.committed.apply(head.meta_range_id, iter(changes))
-            if stats.changes == 0 and not allow_empty:
-                if self.env.write(lambda txn: self._unseal_txn(txn, branch, head.id, sealed)):
-                    self.staging.drop_many(sealed)
-                    raise NothingToCommit(f"nothing to commit on branch {branch!r} (staged changes match the head)")
-                self._backoff(attempt)
-                continue
+            if sealed:
+                changes = MergedIterator([self.staging.iterator(t) for t in sealed], keep_tombstones=True)
+                mr, stats = self.committed.apply(head.meta_range_id, iter(changes))
+            else:
+                mr, stats = head.meta_range_id, ApplyStats()
+            if stats.changes == 0:
+                mr = head.meta_range_id  # the same tree: keep its ID
+                if not allow_empty:
+                    if self.env.write(lambda txn: self._unseal_txn(txn, branch, head.id, sealed)):
+                        self.staging.drop_many(sealed)
+                        raise NothingToCommit(f"nothing to commit on branch {branch!r} (staged changes match the head)")
+                    self._backoff(attempt)
+                    continue
             commit = Commit.create(committer, message, mr, (head.id,), head.generation + 1, metadata, date)
             if self.env.write(lambda txn: self._move_branch_txn(txn, branch, head.id, sealed, commit)):
                 self.staging.drop_many(sealed)

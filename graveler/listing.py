@@ -96,6 +96,9 @@ class ListIterator:
         self._i = self._bisect.bisect_left(self._keys, key)
 
 
+_UNSET = object()
+
+
 class MergedIterator:
     """Sources in precedence order; per key the first source holding it wins.
 
@@ -107,7 +110,8 @@ class MergedIterator:
 
     def __init__(self, sources: list[SeekIterator], keep_tombstones: bool = False):
         self._sources = sources
-        self._heads: list[Item | None] = [s.next() for s in sources]
+        # Heads are read lazily, so that a seek right after construction costs no read.
+        self._heads: list = [_UNSET] * len(sources)
         self._keep = keep_tombstones
         self._lower = b""  # no key below this is still ahead
 
@@ -116,7 +120,9 @@ class MergedIterator:
         sources = self._sources
         while True:
             best_key = None
-            for h in heads:
+            for i, h in enumerate(heads):
+                if h is _UNSET:
+                    h = heads[i] = sources[i].next()
                 if h is not None and (best_key is None or h[0] < best_key):
                     best_key = h[0]
             if best_key is None:
@@ -126,7 +132,7 @@ class MergedIterator:
                 if h is not None and h[0] == best_key:
                     if winner is None:
                         winner = h
-                    heads[i] = sources[i].next()
+                    heads[i] = _UNSET
             self._lower = best_key + b"\x00"
             if winner[1] is None and not self._keep:
                 continue
@@ -136,10 +142,10 @@ class MergedIterator:
         forward = key >= self._lower
         for i, s in enumerate(self._sources):
             h = self._heads[i]
-            if forward and (h is None or h[0] >= key):
+            if forward and h is not _UNSET and (h is None or h[0] >= key):
                 continue  # this source is already at the first key >= key (or exhausted)
             s.seek_ge(key)
-            self._heads[i] = s.next()
+            self._heads[i] = _UNSET
         self._lower = key
 
     def __iter__(self) -> Iterator[Item]:

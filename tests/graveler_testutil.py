@@ -1,0 +1,32 @@
+"""Helpers shared by the graveler refs / staging / operations tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graveler.graveler import Graveler, Repository
+from graveler.kv import KVConfig
+from graveler.model import Entry
+from graveler.repository import GravelerConfig
+
+FAST_KV = KVConfig(map_size=1 << 26, sync=False)
+
+
+def make_graveler(tmp_path: Path, **kw) -> Graveler:
+    cfg = GravelerConfig(home=tmp_path / "home", kv=kw.pop("kv", FAST_KV), **kw)
+    return Graveler(cfg)
+
+
+def make_repo(tmp_path: Path, name: str = "repo1", **kw) -> Repository:
+    g = make_graveler(tmp_path, **kw)
+    return g.create_repository(name, f"file://{tmp_path}/ns-{name}")
+
+
+def entry(tag: str, size: int | None = None) -> Entry:
+    """A synthetic entry whose identity depends on ``tag`` (no object behind it)."""
+    return Entry(address=f"data/x/{tag}", size=len(tag) if size is None else size, etag=tag, last_modified_ns=1)
+
+
+def contents(repo: Repository, ref: str) -> dict[bytes, str]:
+    """path -> etag of everything on ``ref`` (recursive listing)."""
+    return {it.path: it.entry.etag for it in repo.list(ref, delimiter="")}

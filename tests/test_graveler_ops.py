@@ -1,0 +1,651 @@
+"""The Graveler facade: repositories, branches, tags, staging, commit, diff, merge, revert,
+reset, listing, upload / read, refs dump / restore, adopting a lakeFS metarange."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from graveler import kv
+from graveler.errors import (
+    AlreadyExists,
+    Conflict,
+    DirtyBranch,
+    InvalidArgument,
+    MergeConflict,
+    NotFound,
+    NothingToCommit,
+    PreconditionFailed,
+    ReadOnlyRef,
+)
+from graveler.ident import TableHasher
+from graveler.model import AddressType, DiffType, Entry, MergeStrategy
+from graveler.objects import POSIX_MODE, POSIX_SYMLINK, PosixAttrs, new_data_address, split_full_address, user_metadata
+from graveler.refs import Commit, RefType
+from graveler.repository import HOME_ENV, resolve_home
+from graveler.sstable.reader import SSTable
+from tests.graveler_testutil import contents, entry, make_graveler, make_repo
+
+FIXTURES = Path("/work/shared/fixtures/lakefs")
+if not FIXTURES.exists():  # pragma: no cover - a checkout elsewhere
+    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lakefs"
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = make_repo(tmp_path)
+    yield r
+    r.graveler.close()
+
+
+def etags(repo, ref):
+    return {k.decode(): v for k, v in contents(repo, ref).items()}
+
+
+# --- repositories ---------------------------------------------------------------------
+
+
+def test_home_resolution(monkeypatch, tmp_path):
+    monkeypatch.setenv(HOME_ENV, str(tmp_path / "envhome"))
+    assert resolve_home(tmp_path / "given") == tmp_path / "given"
+    assert resolve_home() == tmp_path / "envhome"
+    monkeypatch.delenv(HOME_ENV)
+    assert resolve_home() == Path("~/.local/share/lakefuse").expanduser()
+
+
+def test_repository_lifecycle(tmp_path):
+    g = make_graveler(tmp_path)
+    r = g.create_repository("alpha", f"file://{tmp_path}/ns-a", default_branch="trunk", committer="ann")
+    g.create_repository("beta", f"file://{tmp_path}/ns-b")
+    assert [x.name for x in g.list_repositories()] == ["alpha", "beta"]
+    assert (tmp_path / "home" / "repos" / "alpha" / "refs.lmdb" / "data.mdb").exists()
+    c = r.get_commit("trunk")
+    assert (c.message, c.committer, c.meta_range_id, c.generation, c.parents) == (
+        "Repository created", "ann", "", 1, ()
+    )
+    assert [b.name for b in r.list_branches()] == ["trunk"]
+    with pytest.raises(AlreadyExists):
+        g.create_repository("alpha", f"file://{tmp_path}/ns-a")
+    for bad in ["Alpha", "ab", "x_y"]:
+        with pytest.raises(InvalidArgument):
+            g.create_repository(bad, f"file://{tmp_path}/ns")
+    with pytest.raises(InvalidArgument):
+        g.create_repository("gamma", "relative/path")
+    # another Graveler (another process, say) sees the same repository
+    g2 = make_graveler(tmp_path)
+    assert g2.repository("alpha").get_commit("trunk") == c
+    g.delete_repository("beta")
+    assert [x.name for x in g.list_repositories()] == ["alpha"]
+    with pytest.raises(NotFound):
+        g.repository("beta")
+    with pytest.raises(NotFound):
+        g.delete_repository("beta")
+    g.close()
+
+
+# --- branches and tags ------------------------------------------------------------------
+
+
+def test_branches_and_tags(repo):
+    repo.stage("main", "a", entry("a1"))
+    c1 = repo.commit("main", "one")
+    b = repo.create_branch("dev", "main")
+    assert b.commit_id == c1.id
+    with pytest.raises(AlreadyExists):
+        repo.create_branch("dev")
+    with pytest.raises(InvalidArgument):
+        repo.create_branch("bad/name")
+    with pytest.raises(NotFound):
+        repo.create_branch("x", "nosuchref")
+    repo.create_branch("old", "main~1")
+    assert repo.get_branch("old").commit_id == c1.parents[0]
+    assert [b.name for b in repo.list_branches()] == ["dev", "main", "old"]
+    repo.stage("dev", "b", entry("b1"))
+    repo.delete_branch("dev")
+    assert [b.name for b in repo.list_branches()] == ["main", "old"]
+    assert repo.staging.tokens_present() == set()  # dev's staging was dropped
+    with pytest.raises(Conflict):
+        repo.delete_branch("main")
+    with pytest.raises(NotFound):
+        repo.delete_branch("dev")
+
+    t = repo.create_tag("v1", "main")
+    assert t.commit_id == c1.id
+    assert repo.resolve("v1").type is RefType.TAG
+    with pytest.raises(AlreadyExists):
+        repo.create_tag("v1", "old")
+    with pytest.raises(InvalidArgument):
+        repo.create_tag("v~1", "main")
+    assert [t.name for t in repo.list_tags()] == ["v1"]
+    assert etags(repo, "v1") == {"a": "a1"}
+    repo.delete_tag("v1")
+    with pytest.raises(NotFound):
+        repo.delete_tag("v1")
+
+
+def test_writes_to_read_only_refs(repo):
+    repo.stage("main", "a", entry("a1"))
+    c = repo.commit("main", "one")
+    repo.create_tag("v1", "main")
+    for ref in ["v1", c.id, c.id[:8], "main@", "main~1"]:
+        with pytest.raises(ReadOnlyRef):
+            repo.stage(ref, "x", entry("x"))
+        with pytest.raises(ReadOnlyRef):
+            repo.commit(ref, "m")
+    with pytest.raises(NotFound):
+        repo.stage("nobranch", "x", entry("x"))
+
+
+# --- staging, reads, listing ------------------------------------------------------------
+
+
+def test_staging_over_committed(repo):
+    repo.stage_many("main", [("a/1", entry("a1")), ("a/2", entry("a2")), ("b", entry("b1"))])
+    assert repo.has_uncommitted("main")
+    c1 = repo.commit("main", "one", metadata={"k": "v"})
+    assert c1.metadata == {"k": "v"} and c1.generation == 2
+    assert not repo.has_uncommitted("main")
+    repo.stage("main", "a/1", entry("a1-new"))
+    repo.delete("main", "b")
+    repo.stage("main", "c", entry("c1"))
+    assert etags(repo, "main") == {"a/1": "a1-new", "a/2": "a2", "c": "c1"}
+    assert etags(repo, "main@") == {"a/1": "a1", "a/2": "a2", "b": "b1"}
+    assert repo.get("main", "a/1").etag == "a1-new"
+    assert repo.get("main@", "a/1").etag == "a1"
+    with pytest.raises(NotFound):
+        repo.get("main", "b")
+    assert repo.get("main@", "b").etag == "b1"
+    with pytest.raises(NotFound):
+        repo.delete("main", "b")  # already deleted
+    with pytest.raises(NotFound):
+        repo.delete("main", "nothing")
+    diff = [(d.type, d.key) for d in repo.diff_uncommitted("main")]
+    assert diff == [(DiffType.CHANGED, b"a/1"), (DiffType.REMOVED, b"b"), (DiffType.ADDED, b"c")]
+    top = [(x.path, x.is_prefix) for x in repo.list("main")]
+    assert top == [(b"a/", True), (b"c", False)]
+    assert [x.path for x in repo.list("main", "a/", start_after="a/1")] == [b"a/2"]
+    for bad in ["", "../x", "a/./b", "a\x00"]:
+        with pytest.raises(InvalidArgument):
+            repo.stage("main", bad, entry("x"))
+        with pytest.raises(InvalidArgument):
+            repo.get("main", bad)
+
+
+def test_staged_noops_are_not_changes(repo):
+    repo.stage("main", "a", entry("a1"))
+    repo.commit("main", "one")
+    repo.stage("main", "a", entry("a1"))  # same identity
+    repo.delete("main", "zzz", must_exist=False)  # tombstone for nothing
+    assert not repo.has_uncommitted("main")
+    with pytest.raises(NothingToCommit):
+        repo.commit("main", "noop")
+    assert repo.get_branch("main").sealed_tokens == ()  # unsealed again
+    assert repo.staging.tokens_present() == set()
+    c = repo.commit("main", "empty", allow_empty=True)
+    assert c.meta_range_id == repo.get_commit("main~1").meta_range_id
+
+
+def test_nothing_to_commit(repo):
+    with pytest.raises(NothingToCommit):
+        repo.commit("main", "nothing")
+    before = repo.get_branch("main")
+    assert before.sealed_tokens == ()
+    c = repo.commit("main", "empty", allow_empty=True)
+    assert c.parents == (before.commit_id,) and c.meta_range_id == ""
+
+
+def test_listing_large_directory_skip(repo):
+    repo.stage_many("main", [(f"dir/{i:05d}", entry(str(i))) for i in range(3000)] + [("file", entry("f"))])
+    repo.commit("main", "bulk")
+    repo.stage_many("main", [(f"dir/{i:05d}x", entry("s" + str(i))) for i in range(0, 3000, 7)])
+    repo.stage_many("main", [("dir2/a", entry("d2")), ("dir/00001", None)])
+    top = [(x.path, x.is_prefix) for x in repo.list("main")]
+    assert top == [(b"dir/", True), (b"dir2/", True), (b"file", False)]
+    inner = [x.path for x in repo.list("main", "dir/")]
+    assert len(inner) == 3000 - 1 + 429
+    assert inner == sorted(inner) and b"dir/00001" not in inner
+    # paging with start_after gives the same thing
+    paged, after = [], b""
+    while True:
+        page = [x.path for x, _ in zip(repo.list("main", "dir/", start_after=after), range(500))]
+        if not page:
+            break
+        paged += page
+        after = page[-1]
+    assert paged == inner
+
+
+def test_list_ignores_other_branches_staging(repo):
+    repo.create_branch("dev")
+    repo.stage("dev", "x", entry("x"))
+    assert etags(repo, "main") == {} and etags(repo, "dev") == {"x": "x"}
+
+
+# --- commit and concurrency details -------------------------------------------------------
+
+
+def test_writes_during_commit_go_to_next_commit(repo):
+    repo.stage("main", "a", entry("a1"))
+    real_apply = repo.committed.apply
+    during = {}
+
+    def apply(base, changes):
+        # another writer arrives while the commit is being computed
+        repo.stage("main", "b", entry("b1"))
+        during["main"] = etags(repo, "main")
+        return real_apply(base, changes)
+
+    repo.committed.apply = apply
+    try:
+        c1 = repo.commit("main", "first")
+    finally:
+        del repo.committed.apply
+    assert during["main"] == {"a": "a1", "b": "b1"}  # sealed + new token both readable
+    assert etags(repo, "main@") == {"a": "a1"}
+    assert etags(repo, "main") == {"a": "a1", "b": "b1"}
+    c2 = repo.commit("main", "second")
+    assert c2.parents == (c1.id,) and etags(repo, "main@") == {"a": "a1", "b": "b1"}
+
+
+def test_commit_cas_lost_keeps_changes(tmp_path):
+    repo = make_repo(tmp_path, commit_retries=3)
+    repo.stage("main", "a", entry("a1"))
+    real_apply = repo.committed.apply
+    intruder = "f" * 16
+
+    def apply(base, changes):
+        out = real_apply(base, changes)
+        # another committer seals under us on every try: our CAS must fail
+        def add_sealed(txn):
+            b = repo.refs.get_branch_txn(txn, "main")
+            repo.refs.put_branch_txn(txn, replace(b, sealed_tokens=b.sealed_tokens + (intruder,)))
+        repo.env.write(add_sealed)
+        return out
+
+    repo.committed.apply = apply
+    try:
+        with pytest.raises(PreconditionFailed):
+            repo.commit("main", "doomed")
+    finally:
+        del repo.committed.apply
+    # nothing lost: the change is still staged (in a sealed token) and readable
+    b = repo.get_branch("main")
+    assert len(b.sealed_tokens) == 4
+    assert etags(repo, "main") == {"a": "a1"}
+    assert repo.has_uncommitted("main")
+    repo.env.write(lambda txn: repo.refs.put_branch_txn(
+        txn, replace(b, sealed_tokens=tuple(t for t in b.sealed_tokens if t != intruder))))
+    c = repo.commit("main", "finally")
+    assert etags(repo, c.id) == {"a": "a1"}
+    assert repo.get_branch("main").sealed_tokens == ()
+    assert repo.staging.tokens_present() == set()
+    repo.graveler.close()
+
+
+def test_commit_retries_after_concurrent_move(repo):
+    """The branch moves once (another commit lands): the commit re-reads and succeeds."""
+    repo.stage("main", "a", entry("a1"))
+    real_apply = repo.committed.apply
+    calls = []
+
+    def apply(base, changes):
+        changes = list(changes)
+        calls.append(base)
+        if len(calls) == 1:
+            # a concurrent merge-like move of the head, leaving sealed tokens alone
+            b = repo.get_branch("main")
+            mr, _ = real_apply(base, [(b"z", entry("z1").to_value())])
+            c = Commit.create("other", "concurrent", mr, (b.commit_id,), 2)
+            assert repo.env.write(lambda txn: repo._move_branch_txn(txn, "main", b.commit_id, b.sealed_tokens, c))
+            repo.env.write(lambda txn: repo.refs.put_branch_txn(
+                txn, b.__class__("main", c.id, repo.get_branch("main").staging_token, b.sealed_tokens)))
+        return real_apply(base, changes)
+
+    repo.committed.apply = apply
+    try:
+        c = repo.commit("main", "mine")
+    finally:
+        del repo.committed.apply
+    assert len(calls) == 2 and c.generation == 3
+    assert etags(repo, "main") == {"a": "a1", "z": "z1"}
+
+
+# --- reset -------------------------------------------------------------------------------
+
+
+def test_reset(repo):
+    repo.stage_many("main", [("a/1", entry("a1")), ("a/2", entry("a2")), ("b", entry("b1"))])
+    repo.commit("main", "base")
+    repo.stage_many("main", [("a/1", entry("x")), ("a/3", entry("y")), ("b", None), ("c", entry("z"))])
+    repo.reset("main", path="b")
+    assert etags(repo, "main") == {"a/1": "x", "a/2": "a2", "a/3": "y", "b": "b1", "c": "z"}
+    repo.reset("main", prefix="a/")
+    assert etags(repo, "main") == {"a/1": "a1", "a/2": "a2", "b": "b1", "c": "z"}
+    repo.reset("main")
+    assert etags(repo, "main") == etags(repo, "main@")
+    assert not repo.has_uncommitted("main")
+    assert repo.staging.tokens_present() == set()
+    with pytest.raises(InvalidArgument):
+        repo.reset("main", path="a", prefix="b")
+
+
+def test_reset_path_in_sealed_token(repo):
+    """A failed commit leaves sealed tokens; resetting a path in them overrides it."""
+    repo.stage("main", "keep", entry("k0"))
+    repo.commit("main", "base")
+    repo.stage_many("main", [("keep", entry("k1")), ("new", entry("n1")), ("d/x", entry("dx"))])
+    b = repo.get_branch("main")
+    sealed = b.__class__("main", b.commit_id, "e" * 16, (b.staging_token,))
+    repo.env.write(lambda txn: repo.refs.put_branch_txn(txn, sealed))
+    assert etags(repo, "main") == {"keep": "k1", "new": "n1", "d/x": "dx"}
+    repo.reset("main", path="keep")
+    repo.reset("main", prefix="d/")
+    repo.reset("main", path="new")
+    assert etags(repo, "main") == {"keep": "k0"}
+    assert not repo.has_uncommitted("main")
+
+
+# --- diff, merge, revert ------------------------------------------------------------------
+
+
+def test_diff_refs(repo):
+    repo.stage_many("main", [("a", entry("a1")), ("b", entry("b1"))])
+    c1 = repo.commit("main", "one")
+    repo.stage_many("main", [("a", entry("a2")), ("b", None), ("c", entry("c1"))])
+    c2 = repo.commit("main", "two")
+    d = [(x.type, x.key) for x in repo.diff(c1.id, "main")]
+    assert d == [(DiffType.CHANGED, b"a"), (DiffType.REMOVED, b"b"), (DiffType.ADDED, b"c")]
+    assert [(x.type, x.key) for x in repo.diff("main", "main~1")] == [
+        (DiffType.CHANGED, b"a"), (DiffType.ADDED, b"b"), (DiffType.REMOVED, b"c")
+    ]
+    assert list(repo.diff(c2.id, "main")) == []
+
+
+def test_merge(repo):
+    repo.stage_many("main", [("a", entry("a1")), ("b", entry("b1")), ("c", entry("c1"))])
+    base = repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.stage_many("dev", [("a", entry("a-dev")), ("d", entry("d-dev"))])
+    dev1 = repo.commit("dev", "dev work")
+    repo.stage_many("main", [("b", entry("b-main")), ("c", None)])
+    main1 = repo.commit("main", "main work")
+    m = repo.merge("dev", "main", committer="merger")
+    assert m.parents == (main1.id, dev1.id) and m.generation == 4 and m.committer == "merger"
+    assert m.message == "Merge 'dev' into 'main'"
+    assert m.metadata[".lakefs.merge.strategy"] == "default"
+    assert etags(repo, "main") == {"a": "a-dev", "b": "b-main", "d": "d-dev"}
+    assert etags(repo, "dev") == {"a": "a-dev", "b": "b1", "c": "c1", "d": "d-dev"}
+    with pytest.raises(NothingToCommit):
+        repo.merge("dev", "main")  # already merged
+    # dest is an ancestor of the source: still a merge commit (lakeFS style)
+    m2 = repo.merge("main", "dev")
+    assert m2.parents == (dev1.id, m.id)
+    assert etags(repo, "dev") == etags(repo, "main")
+    assert repo.refs.find_merge_base(m.id, base.id).id == base.id
+
+
+def test_merge_conflicts_and_strategies(repo):
+    repo.stage_many("main", [("a", entry("a1")), ("b", entry("b1"))])
+    repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.stage_many("dev", [("a", entry("a-dev")), ("b", None)])
+    repo.commit("dev", "dev")
+    repo.stage_many("main", [("a", entry("a-main")), ("b", entry("b-main"))])
+    repo.commit("main", "main")
+    head = repo.get_branch("main").commit_id
+    with pytest.raises(MergeConflict) as ei:
+        repo.merge("dev", "main")
+    assert sorted(ei.value.keys) == [b"a", b"b"]
+    assert repo.get_branch("main").commit_id == head
+    repo.create_branch("main2", "main")
+    m = repo.merge("dev", "main", strategy="dest-wins")
+    assert etags(repo, "main") == {"a": "a-main", "b": "b-main"}
+    assert m.metadata[".lakefs.merge.strategy"] == "dest-wins"
+    repo.merge("dev", "main2", strategy=MergeStrategy.SOURCE_WINS)
+    assert etags(repo, "main2") == {"a": "a-dev"}
+    with pytest.raises(InvalidArgument):
+        repo.merge("dev", "main", strategy="ours")
+
+
+def test_merge_refusals(repo):
+    repo.stage("main", "a", entry("a1"))
+    repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.stage("dev", "b", entry("b1"))
+    repo.commit("dev", "dev")
+    repo.stage("main", "dirty", entry("x"))
+    with pytest.raises(DirtyBranch):
+        repo.merge("dev", "main")
+    repo.reset("main")
+    repo.create_tag("t", "main")
+    with pytest.raises(ReadOnlyRef):
+        repo.merge("dev", "t")
+    with pytest.raises(NotFound):
+        repo.merge("nosuch", "main")
+    # unrelated history
+    lone = Commit.create("x", "lone", "", (), 1)
+    repo.refs.put_commit(lone)
+    with pytest.raises(Conflict, match="common ancestor"):
+        repo.merge(lone.id, "main")
+    # merging the source branch uses its committed head, not its staging
+    repo.stage("dev", "staged-only", entry("s"))
+    repo.merge("dev", "main")
+    assert "staged-only" not in etags(repo, "main")
+
+
+def test_revert(repo):
+    repo.stage_many("main", [("a", entry("a1")), ("b", entry("b1"))])
+    c1 = repo.commit("main", "one")
+    repo.stage_many("main", [("a", entry("a2")), ("b", None), ("c", entry("c1"))])
+    c2 = repo.commit("main", "two")
+    repo.stage("main", "d", entry("d1"))
+    repo.commit("main", "three")
+    r = repo.revert("main", c2.id[:10])
+    assert r.message == f"Revert {c2.id}" and r.parents[0] != c1.id
+    assert etags(repo, "main") == {"a": "a1", "b": "b1", "d": "d1"}
+    with pytest.raises(NothingToCommit):
+        repo.revert("main", c2.id)  # already reverted: nothing left to undo
+    # conflict with a later change
+    repo.stage("main", "a", entry("a3"))
+    repo.commit("main", "four")
+    with pytest.raises(MergeConflict):
+        repo.revert("main", c1.id)
+    # merge commits need a parent number
+    repo.create_branch("dev", "main~1")
+    repo.stage("dev", "e", entry("e1"))
+    repo.commit("dev", "dev")
+    m = repo.merge("dev", "main")
+    with pytest.raises(InvalidArgument, match="parent"):
+        repo.revert("main", m.id)
+    with pytest.raises(InvalidArgument):
+        repo.revert("main", m.id, parent_number=3)
+    repo.revert("main", m.id, parent_number=1)
+    assert "e" not in etags(repo, "main")
+    repo.stage("main", "x", entry("x"))
+    with pytest.raises(DirtyBranch):
+        repo.revert("main", "main~2")
+
+
+def test_log(repo):
+    ids = [repo.get_branch("main").commit_id]
+    for i in range(5):
+        repo.stage("main", f"f{i}", entry(str(i)))
+        ids.append(repo.commit("main", f"c{i}").id)
+    assert [c.id for c in repo.log("main")] == ids[::-1]
+    assert [c.message for c in repo.log("main", amount=2)] == ["c4", "c3"]
+    assert [c.id for c in repo.log("main~3")] == ids[:3][::-1]
+    assert repo.get_commit("main~5").message == "Repository created"
+
+
+# --- data objects ---------------------------------------------------------------------------
+
+
+def test_upload_and_read(repo, tmp_path):
+    e = repo.upload("main", "d/bytes.bin", b"hello world", content_type="text/plain", metadata={"owner": "me"})
+    assert e.address.startswith("data/") and e.address_type is AddressType.RELATIVE
+    assert e.etag == "5eb63bbbe01eeed093cb22bb8f5acdc3" and e.size == 11  # md5
+    assert e.content_type == "text/plain" and e.metadata == {"owner": "me"}
+    src = tmp_path / "local.bin"
+    src.write_bytes(os.urandom(300_000))
+    e2 = repo.upload("main", "d/file.bin", str(src))
+    e3 = repo.upload("main", "d/obj.bin", io.BytesIO(b"from a file object"))
+    assert len({e.address, e2.address, e3.address}) == 3
+    assert repo.read("main", "d/bytes.bin") == b"hello world"
+    assert repo.read("main", "d/file.bin") == src.read_bytes()
+    assert repo.read("main", "d/obj.bin") == b"from a file object"
+    assert repo.read("main", "d/file.bin", offset=1000, length=10) == src.read_bytes()[1000:1010]
+    c = repo.commit("main", "data")
+    assert repo.read(c.id, "d/bytes.bin") == b"hello world"
+    got = repo.get("main", "d/bytes.bin")
+    assert got == e
+    with pytest.raises(NotFound):
+        repo.read("main", "nope")
+    with pytest.raises(ReadOnlyRef):
+        repo.upload(c.id, "x", b"x")
+    assert len(list(repo.store.list("data/"))) == 3
+
+
+def test_data_addresses_are_time_ordered():
+    a = new_data_address(1_700_000_000_000_000_000)
+    b = new_data_address(1_700_000_000_000_000_001)
+    c = new_data_address(1_700_003_600_000_000_000)
+    assert a.startswith("data/2023111422/") and c.startswith("data/2023111423/")
+    assert a < b < c and len(a) == len(c)
+
+
+def test_posix_metadata(repo):
+    attrs = PosixAttrs(mode=0o120777, uid=1000, gid=100, symlink="../target")
+    md = {**attrs.to_metadata(), "user-key": "v"}
+    assert md[POSIX_MODE] == "120777" and md[POSIX_SYMLINK] == "../target"
+    e = repo.upload("main", "link", b"", metadata=md)
+    got = repo.get("main", "link")
+    assert PosixAttrs.from_metadata(got.metadata) == attrs
+    assert user_metadata(got.metadata) == {"user-key": "v"}
+    assert PosixAttrs.from_metadata({}) == PosixAttrs()
+    assert e.size == 0
+
+
+def test_full_address(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_bytes(b"imported")
+    e = Entry(address=f"file://{outside}/f.txt", size=8, etag="x", address_type=AddressType.FULL)
+    repo.stage("main", "imported", e)
+    assert repo.read("main", "imported") == b"imported"
+    assert split_full_address("s3://bucket/a/b") == ("s3://bucket", "a/b")
+    assert split_full_address("file:///d/s/f") == ("file:///d/s", "f")
+    with pytest.raises(InvalidArgument):
+        split_full_address("nope")
+
+
+# --- refs dump / restore, lakeFS metaranges --------------------------------------------------
+
+
+def test_refs_dump_restore(tmp_path):
+    g = make_graveler(tmp_path)
+    ns = f"file://{tmp_path}/ns"
+    r = g.create_repository("orig", ns)
+    r.upload("main", "a", b"A")
+    c1 = r.commit("main", "one", metadata={"k": "v"})
+    r.create_branch("dev")
+    r.upload("dev", "b", b"B")
+    r.commit("dev", "two")
+    r.merge("dev", "main")
+    r.create_tag("v1", "main~1")
+    r.upload("main", "staged", b"S")  # staging is not part of a dump
+    manifest = r.dump_refs()
+    expect = {"a": r.get("main@", "a").etag, "b": r.get("dev", "b").etag}
+    raw = r.store.get("_lakefs/refs_manifest.json")
+    assert raw.startswith(b'{\n  "branches_meta_range_id": ')
+    assert set(manifest) == {"branches_meta_range_id", "commits_meta_range_id", "tags_meta_range_id"}
+    recs = list(r.committed.iterator(manifest["commits_meta_range_id"]))
+    assert [k.decode() for k, _ in recs] == sorted(c.id for c in r.refs.list_commits())
+    # lose the LMDB files entirely, restore from the namespace alone
+    g.close()
+    shutil.rmtree(tmp_path / "home")
+    g2 = make_graveler(tmp_path)
+    r2 = g2.create_repository("orig", ns, bare=True)
+    assert r2.list_branches() == []
+    r2.restore_refs()
+    assert [b.name for b in r2.list_branches()] == ["dev", "main"]
+    assert r2.get_tag("v1").commit_id == c1.id
+    assert r2.get_commit("main").parents[1] == r2.get_commit("dev").id
+    assert etags(r2, "main") == expect
+    assert r2.read("main", "b") == b"B"
+    assert [c.message for c in r2.log("main")] == ["Merge 'dev' into 'main'", "one", "Repository created"]
+    with pytest.raises(Conflict):
+        r2.restore_refs(manifest)
+    g2.close()
+
+
+def test_restore_rejects_tampered_commit(tmp_path):
+    g = make_graveler(tmp_path)
+    r = g.create_repository("orig", f"file://{tmp_path}/ns")
+    r.stage("main", "a", entry("a"))
+    r.commit("main", "one")
+    from graveler.model import Value
+    from graveler.refsdump import _metadata
+
+    commits = sorted(r.refs.list_commits(), key=lambda c: c.id)
+    bad = commits[0].__class__(**{**{f: getattr(commits[0], f) for f in commits[0].__slots__}, "message": "forged"})
+    recs = [(c.id.encode(), Value(c.id.encode(), c.to_bytes())) for c in [bad] + commits[1:]]
+    recs.sort()
+    manifest = r.dump_refs()
+    manifest["commits_meta_range_id"] = r.committed.write_metarange(recs, _metadata("commit"))
+    r2 = g.create_repository("bare", f"file://{tmp_path}/ns", bare=True)
+    from graveler.errors import CorruptedData
+
+    with pytest.raises(CorruptedData, match="does not match"):
+        r2.restore_refs(manifest)
+    g.close()
+
+
+def _table_id(path: Path) -> str:
+    t = SSTable(path.read_bytes(), str(path))
+    h = TableHasher()
+    for k, v in t:
+        h.add(k, v)
+    props = {k: v.decode() for k, v in t.raw_properties.items() if k == "type"}
+    return h.finish(props)
+
+
+def test_adopt_lakefs_metarange(tmp_path):
+    """A real lakeFS metarange and range, adopted as a commit; RELATIVE addresses resolve
+    against the namespace."""
+    g = make_graveler(tmp_path)
+    nsdir = tmp_path / "lakefs-ns"
+    r = g.create_repository("lake", f"file://{nsdir}")
+    range_id = _table_id(FIXTURES / "range.sst")
+    assert range_id.startswith("a83af763") and range_id.endswith("3d0e")
+    mr_id = _table_id(FIXTURES / "metarange.sst")
+    (nsdir / "_lakefs").mkdir(parents=True, exist_ok=True)
+    shutil.copy(FIXTURES / "range.sst", nsdir / "_lakefs" / range_id)
+    shutil.copy(FIXTURES / "metarange.sst", nsdir / "_lakefs" / mr_id)
+    (nsdir / "fdf87fcf9ec849f98514ddb7e041ad56").write_bytes(b"yes!")
+    with pytest.raises(NotFound):
+        r.commit_metarange("main", "0" * 64, "bad")
+    c = r.commit_metarange("main", mr_id, "adopt lakeFS metarange", metadata={"source": "lakefs"})
+    assert c.meta_range_id == mr_id and c.generation == 2
+    assert [(x.path, x.entry.size) for x in r.list("main", "a/b/c/")] == [(b"a/b/c/no", 11), (b"a/b/c/yes", 4)]
+    assert [x.path for x in r.list("main")] == [b"a/"]
+    assert r.read("main", "a/b/c/yes") == b"yes!"
+    # and the usual operations work on top of it
+    r.upload("main", "a/b/c/new", b"new")
+    r.delete("main", "a/b/c/no")
+    c2 = r.commit("main", "on top")
+    assert [x.path for x in r.list(c2.id, delimiter="")] == [b"a/b/c/new", b"a/b/c/yes"]
+    r.stage("main", "dirty", entry("d"))
+    with pytest.raises(DirtyBranch):
+        r.commit_metarange("main", mr_id, "again")
+    g.close()
+
+
+def test_env_is_shared_not_reopened(tmp_path):
+    r = make_repo(tmp_path)
+    assert kv.open_env(r.env.path) is r.env
+    r.graveler.close()

@@ -1,0 +1,325 @@
+"""Refs: names, ref expressions, commits (IDs, generations), log, merge base, the LMDB helper."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+
+import pytest
+
+from graveler import kv
+from graveler.errors import AlreadyExists, AmbiguousRef, InvalidArgument, NotFound
+from graveler.refs import (
+    Branch,
+    Commit,
+    RefManager,
+    RefType,
+    parse_ref,
+    unix_seconds,
+    validate_branch_name,
+    validate_repository_name,
+    validate_tag_name,
+)
+from tests.graveler_testutil import FAST_KV
+
+# --- names ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["main", "dev-1", "feature_x", "a", "_x", "0abc", "Main"])
+def test_branch_names_ok(name):
+    assert validate_branch_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name", ["", "-x", "a/b", "a..b", "a b", "a~1", "a^", "main@", "a:b", ".x", "x.lock", "é", "a\x00", "a$"]
+)
+def test_branch_names_bad(name):
+    with pytest.raises(InvalidArgument, match="branch name"):
+        validate_branch_name(name)
+
+
+@pytest.mark.parametrize("name", ["v1.0", "release-2024", "a_b", "x.y.z", "Tag+1", "ünï"])
+def test_tag_names_ok(name):
+    assert validate_tag_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("", "empty"),
+        ("-x", "start"),
+        (".x", "start"),
+        ("x.", "end"),
+        ("x.lock", "end"),
+        ("a..b", r"\.\."),
+        ("a b", "space"),
+        ("a\tb", "control"),
+        ("a~1", "~"),
+        ("a^", r"\^"),
+        ("a@{1}", "@"),
+        ("@", "@"),
+        ("a:b", ":"),
+        ("a?", r"\?"),
+        ("a*", r"\*"),
+        ("a[", r"\["),
+        ("a\\b", r"\\"),
+        ("a/b", "/"),
+        ("a$", r"\$"),
+    ],
+)
+def test_tag_names_bad(name, reason):
+    with pytest.raises(InvalidArgument, match=reason):
+        validate_tag_name(name)
+
+
+@pytest.mark.parametrize("name", ["abc", "my-repo", "r0-0", "a" * 63])
+def test_repo_names_ok(name):
+    assert validate_repository_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["ab", "-abc", "Abc", "a_b", "a" * 64, "a.b", ""])
+def test_repo_names_bad(name):
+    with pytest.raises(InvalidArgument, match="repository name"):
+        validate_repository_name(name)
+
+
+# --- ref expressions ----------------------------------------------------------------
+
+
+def test_parse_ref():
+    assert parse_ref("main").modifiers == ()
+    r = parse_ref("main~2^2")
+    assert r.base == "main" and r.modifiers == (("~", 2), ("^", 2))
+    assert parse_ref("main~").modifiers == (("~", 1),)
+    assert parse_ref("main^").modifiers == (("^", 1),)
+    assert parse_ref("main^0").modifiers == (("^", 0),)
+    assert parse_ref("main@").modifiers == (("@", 1),)
+    for bad in ["", "~1", "main@~1", "main@1", "main~x", "ma in", "main$", "main~1@"]:
+        with pytest.raises(InvalidArgument):
+            parse_ref(bad)
+
+
+# --- commits ------------------------------------------------------------------------
+
+
+def test_commit_id_lakefs_vector():
+    """lakeFS's own test vector (pkg/graveler/ref/manager_test.go)."""
+    go_zero = datetime(1, 1, 1, tzinfo=timezone.utc)
+    assert unix_seconds(go_zero) == -62135596800
+    c = Commit.create("user1", "message1", "deadbeef123", ["deadbeef1", "deadbeef12"], 2, {"foo": "bar"}, go_zero)
+    assert c.id == "2277b5abd2d3ba6b4d35c48a0e358b0c4bcf5cd6d891c67437fb4c4af0d2fd4b"
+    assert Commit.from_bytes(c.to_bytes()) == c
+    assert c.computed_id() == c.id
+
+
+def test_unix_seconds_floor():
+    assert unix_seconds(datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=timezone.utc)) == -1
+    assert unix_seconds(datetime(1970, 1, 1, 0, 0, 1, 999999)) == 1
+
+
+@pytest.fixture
+def rm(tmp_path):
+    env = kv.open_env(tmp_path / "refs.lmdb", FAST_KV)
+    yield RefManager(env)
+    kv.close_env(tmp_path / "refs.lmdb")
+
+
+def _chain(rm: RefManager, n: int, parent: Commit | None = None, tag: str = "c") -> list[Commit]:
+    out = []
+    for i in range(n):
+        parents = (parent.id,) if parent else ()
+        gen = parent.generation + 1 if parent else 1
+        c = Commit.create("t", f"{tag}{i}", "", parents, gen, {}, datetime.fromtimestamp(1_700_000_000 + i, timezone.utc))
+        rm.put_commit(c)
+        out.append(c)
+        parent = c
+    return out
+
+
+def _merge_commit(rm: RefManager, left: Commit, right: Commit, msg: str = "m") -> Commit:
+    c = Commit.create("t", msg, "", (left.id, right.id), max(left.generation, right.generation) + 1)
+    rm.put_commit(c)
+    return c
+
+
+def test_resolve(rm):
+    cs = _chain(rm, 4)
+    env = rm.env
+    env.write(lambda txn: rm.create_branch_txn(txn, "main", cs[-1].id))
+    side = _chain(rm, 2, cs[1], "side")
+    m = _merge_commit(rm, cs[-1], side[-1])
+    env.write(lambda txn: rm.put_branch_txn(txn, Branch("main", m.id, "tok0000000000000", ("tok1111111111111",))))
+    env.write(lambda txn: rm.create_tag_txn(txn, "v1", cs[0].id))
+
+    r = rm.resolve("main")
+    assert r.type is RefType.BRANCH and r.commit_id == m.id and r.branch == "main"
+    assert r.tokens == ("tok0000000000000", "tok1111111111111") and not r.read_only
+    r = rm.resolve("main@")
+    assert r.type is RefType.COMMIT and r.commit_id == m.id and r.tokens == () and r.read_only
+    assert rm.resolve("v1").type is RefType.TAG and rm.resolve("v1").commit_id == cs[0].id
+    assert rm.resolve("main~1").commit_id == cs[-1].id
+    assert rm.resolve("main^").commit_id == cs[-1].id
+    assert rm.resolve("main^2").commit_id == side[-1].id
+    assert rm.resolve("main^2~1").commit_id == side[0].id
+    assert rm.resolve("main^2~2").commit_id == cs[1].id
+    assert rm.resolve("main~4").commit_id == cs[0].id
+    assert rm.resolve("main^0").commit_id == m.id
+    assert rm.resolve(cs[2].id).commit_id == cs[2].id
+    assert rm.resolve(cs[2].id.upper()).commit_id == cs[2].id
+    assert rm.resolve(cs[2].id[:10]).type is RefType.COMMIT
+    assert rm.resolve(cs[2].id[:10] + "~1").commit_id == cs[1].id
+    with pytest.raises(NotFound):
+        rm.resolve("main~5")
+    with pytest.raises(NotFound, match="parent"):
+        rm.resolve("main^3")
+    with pytest.raises(NotFound):
+        rm.resolve("nope")
+    with pytest.raises(NotFound):
+        rm.resolve(cs[0].id[:3])  # shorter than 4 hex digits is not a prefix
+    with pytest.raises(InvalidArgument):
+        rm.resolve("v1@")  # @ is for branches
+    with pytest.raises(InvalidArgument):
+        rm.resolve("main@~1")
+
+
+def test_ambiguous_prefix(rm):
+    seen: dict[str, Commit] = {}
+    i = 0
+    while True:  # find two commits sharing a 4-hex prefix
+        c = Commit.create("t", f"m{i}", "", (), 1)
+        i += 1
+        if c.id[:4] in seen:
+            rm.put_commit(c)
+            rm.put_commit(seen[c.id[:4]])
+            break
+        seen[c.id[:4]] = c
+    with pytest.raises(AmbiguousRef):
+        rm.resolve(c.id[:4])
+    assert rm.resolve(c.id[:20]).commit_id == c.id
+
+
+def test_resolution_order(rm):
+    """lakeFS's order: full commit ID, branch, tag, commit prefix."""
+    a, b = _chain(rm, 2)
+    rm.env.write(lambda txn: rm.create_branch_txn(txn, a.id[:8], b.id))  # a branch named like a prefix
+    rm.env.write(lambda txn: rm.create_tag_txn(txn, a.id[:6], b.id))
+    assert rm.resolve(a.id[:8]).type is RefType.BRANCH
+    assert rm.resolve(a.id[:6]).type is RefType.TAG
+    assert rm.resolve(a.id[:7]).commit_id == a.id
+    rm.env.write(lambda txn: rm.create_branch_txn(txn, a.id, b.id))  # a branch named like a full ID
+    assert rm.resolve(a.id).type is RefType.COMMIT and rm.resolve(a.id).commit_id == a.id
+
+
+def test_branch_and_tag_records(rm):
+    (c,) = _chain(rm, 1)
+    rm.env.write(lambda txn: rm.create_branch_txn(txn, "main", c.id))
+    with pytest.raises(AlreadyExists):
+        rm.env.write(lambda txn: rm.create_branch_txn(txn, "main", c.id))
+    with pytest.raises(NotFound):
+        rm.env.write(lambda txn: rm.create_branch_txn(txn, "dev", "0" * 64))
+    rm.env.write(lambda txn: rm.create_tag_txn(txn, "v1", c.id))
+    with pytest.raises(AlreadyExists):
+        rm.env.write(lambda txn: rm.create_tag_txn(txn, "v1", c.id))
+    assert [t.name for t in rm.list_tags()] == ["v1"]
+    rm.env.write(lambda txn: rm.delete_tag_txn(txn, "v1"))
+    with pytest.raises(NotFound):
+        rm.env.write(lambda txn: rm.delete_tag_txn(txn, "v1"))
+    b = rm.get_branch("main")
+    assert len(b.staging_token) == 16 and b.sealed_tokens == ()
+    assert Branch.from_bytes(b.to_bytes()) == b
+
+
+def test_log(rm):
+    base = _chain(rm, 3)
+    side = _chain(rm, 2, base[0], "s")
+    m = _merge_commit(rm, base[-1], side[-1])
+    assert [c.id for c in rm.log(m.id)] == [m.id, base[2].id, base[1].id, base[0].id]
+    assert [c.id for c in rm.log(m.id, amount=2)] == [m.id, base[2].id]
+    full = list(rm.log(m.id, first_parent=False))
+    assert len(full) == 6 and full[0].id == m.id and full[-1].id == base[0].id
+    assert len({c.id for c in full}) == 6
+    gens = [c.generation for c in full]
+    assert gens == sorted(gens, reverse=True)
+
+
+def test_log_long(rm):
+    cs = _chain(rm, 1500)
+    assert [c.id for c in rm.log(cs[-1].id)] == [c.id for c in reversed(cs)]
+    assert sum(1 for _ in rm.list_commits()) == 1500
+
+
+def test_merge_base(rm):
+    #   a0 - a1 - a2 - a3      (left)
+    #          \         \
+    #           b0 - b1 - m    (right: b1 merged with a3)
+    a = _chain(rm, 4, tag="a")
+    b = _chain(rm, 2, a[1], "b")
+    assert rm.find_merge_base(a[3].id, b[1].id).id == a[1].id
+    assert rm.find_merge_base(b[1].id, a[3].id).id == a[1].id
+    assert rm.find_merge_base(a[3].id, a[3].id).id == a[3].id
+    assert rm.find_merge_base(a[3].id, a[1].id).id == a[1].id  # ancestor
+    m = _merge_commit(rm, b[1], a[3])
+    a4 = _chain(rm, 1, a[3], "a4")[0]
+    assert rm.find_merge_base(a4.id, m.id).id == a[3].id
+    (lone,) = _chain(rm, 1, tag="lone")
+    assert rm.find_merge_base(lone.id, a[3].id) is None
+    assert rm.is_ancestor(a[1].id, m.id) and not rm.is_ancestor(m.id, a[1].id)
+    assert not rm.is_ancestor(b[0].id, a4.id)
+
+
+# --- the LMDB helper ----------------------------------------------------------------
+
+
+def test_env_registry_and_growth(tmp_path):
+    p = tmp_path / "e.lmdb"
+    env = kv.open_env(p, kv.KVConfig(map_size=1 << 16, sync=False))
+    assert kv.open_env(p) is env  # once per process
+    db = env.dbs[kv.DB_STAGING]
+    big = b"x" * 4000
+
+    def fill(txn):
+        for i in range(200):
+            txn.put(b"k%05d" % i, big, db=db)
+
+    env.write(fill)  # 800 KB into a 64 KiB map: grows
+    with env.read() as txn:
+        assert txn.get(b"k00199", db=db) == big
+    assert env.stat()["staging"] == 200
+    kv.close_env(p)
+    env2 = kv.open_env(p)
+    assert env2 is not env
+    with env2.read() as txn:
+        assert txn.get(b"k00000", db=env2.dbs[kv.DB_STAGING]) == big
+    kv.close_env(p)
+
+
+def test_env_threads(tmp_path):
+    p = tmp_path / "t.lmdb"
+    env = kv.open_env(p, kv.KVConfig(map_size=1 << 16, sync=False))
+    db = env.dbs[kv.DB_STAGING]
+    errors = []
+
+    def writer(t):
+        try:
+            for i in range(100):
+                env.write(lambda txn: txn.put(b"%d-%05d" % (t, i), b"v" * 2000, db=db))
+                with env.read() as txn:
+                    assert txn.get(b"%d-%05d" % (t, i), db=db) is not None
+        except Exception as e:  # pragma: no cover
+            errors.append(e)
+
+    ts = [threading.Thread(target=writer, args=(t,)) for t in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    assert env.stat()["staging"] == 800
+    kv.close_env(p)
+
+
+def test_prefix_successor():
+    assert kv.prefix_successor(b"a/") == b"a0"
+    assert kv.prefix_successor(b"a\xff") == b"b"
+    assert kv.prefix_successor(b"\xff\xff") is None
+    assert kv.prefix_successor(b"") is None

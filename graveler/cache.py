@@ -1,0 +1,198 @@
+"""The local cache tier for immutable objects (range and metarange files).
+
+Objects that never change once written -- they are named by the hash of their
+content -- are kept on local disk in a ``diskcache.Cache`` bounded in bytes
+(least-recently-used eviction).  diskcache keeps its index in SQLite, so one
+cache directory can be shared by the threads of a process and by several
+processes (a mount and a CLI, Spark executors on one host).
+
+On a miss the object is fetched from the store and checked by ``verify`` (for
+example: the sstable footer and checksums, or the hash in its name).  A file
+that fails verification is fetched a second time -- a damaged download should
+not fail a read -- and if it is still bad, ``CorruptedData`` is raised and
+nothing is cached.  Cache hits are not verified again; a reader that finds a
+cached file damaged calls ``evict`` and reads again.
+
+Concurrent misses on one key in one process are served by a single fetch.  If
+the cache directory itself fails (disk full, a broken SQLite file), reads and
+writes fall back to the store with a warning rather than failing.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from typing import Callable
+
+import diskcache
+
+from graveler.errors import CorruptedData, StoreUnavailable
+from graveler.objstore.base import ObjectInfo, ObjectStore
+
+log = logging.getLogger(__name__)
+
+Verifier = Callable[[str, bytes], None]
+
+# What a broken cache directory raises; the object store is still there to read from.
+_CACHE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
+
+
+class CacheStats:
+    """Thread-safe counters: ``hits`` (served from disk), ``misses`` (not on disk),
+    ``fetches`` (GETs sent to the store) and ``verify_failures``."""
+
+    __slots__ = ("_lock", "hits", "misses", "fetches", "verify_failures")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.fetches = 0
+        self.verify_failures = 0
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {"hits": self.hits, "misses": self.misses, "fetches": self.fetches,
+                    "verify_failures": self.verify_failures}
+
+    def __repr__(self) -> str:
+        return f"CacheStats({self.snapshot()})"
+
+
+class _Flight:
+    """One fetch in progress that other threads wait for."""
+
+    __slots__ = ("done", "data", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.data: bytes | None = None
+        self.error: BaseException | None = None
+
+
+class ImmutableCache:
+    """Local tier for immutable objects (range/metarange files), on diskcache, bounded in bytes.
+
+    Entries are keyed by the object's full URI, so stores with different roots
+    can share one directory.  An object larger than ``max_bytes`` is returned but
+    not cached.  ``close`` closes the cache, not the store.
+    """
+
+    def __init__(self, store: ObjectStore, directory: str, max_bytes: int = 1 << 30,
+                 verify: Verifier | None = None):
+        self.store = store
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.verify = verify
+        self.stats = CacheStats()
+        try:
+            self._cache = diskcache.Cache(directory, size_limit=max_bytes, eviction_policy="least-recently-used")
+        except _CACHE_ERRORS as exc:
+            raise StoreUnavailable(f"cannot open the cache directory {directory!r}: {exc}") from exc
+        self._lock = threading.Lock()
+        self._flights: dict[str, _Flight] = {}
+
+    def _ck(self, key: str) -> str:
+        return self.store.full_uri(key)  # also validates the key
+
+    def get(self, key: str) -> bytes:
+        ck = self._ck(key)
+        try:
+            data = self._cache.get(ck, default=None, retry=True)
+        except _CACHE_ERRORS as exc:
+            log.warning("cache read of %s failed, reading from the store: %s", ck, exc)
+            data = None
+        if data is not None:
+            self.stats.add("hits")
+            return data
+        self.stats.add("misses")
+
+        with self._lock:
+            flight = self._flights.get(ck)
+            leader = flight is None
+            if leader:
+                flight = self._flights[ck] = _Flight()
+        if not leader:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return flight.data
+
+        try:
+            data = self._fetch_verified(key)
+            flight.data = data
+            self._fill(ck, data)
+            return data
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        finally:
+            with self._lock:
+                del self._flights[ck]
+            flight.done.set()
+
+    def _fetch_verified(self, key: str) -> bytes:
+        self.stats.add("fetches")
+        data = self.store.get(key)
+        if self.verify is None:
+            return data
+        try:
+            self.verify(key, data)
+            return data
+        except CorruptedData as exc:
+            self.stats.add("verify_failures")
+            log.warning("%s failed verification (%s); fetching it again", self.store.full_uri(key), exc)
+        self.stats.add("fetches")
+        data = self.store.get(key)
+        try:
+            self.verify(key, data)
+        except CorruptedData:
+            self.stats.add("verify_failures")
+            raise  # twice: not a bad download but a bad object; nothing is cached
+        return data
+
+    def _fill(self, ck: str, data: bytes) -> None:
+        if len(data) > self.max_bytes:
+            log.debug("not caching %s: %d bytes is over the cache's %d", ck, len(data), self.max_bytes)
+            return
+        try:
+            self._cache.set(ck, bytes(data), retry=True)
+        except _CACHE_ERRORS as exc:
+            log.warning("cache write of %s failed; continuing without it: %s", ck, exc)
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        """Write-through: ``store.put``, then fill the cache (for files we just wrote)."""
+        info = self.store.put(key, data)
+        self._fill(self._ck(key), data)
+        return info
+
+    def contains(self, key: str) -> bool:
+        try:
+            return self._ck(key) in self._cache
+        except _CACHE_ERRORS as exc:
+            log.warning("cache lookup of %s failed: %s", key, exc)
+            return False
+
+    def evict(self, key: str) -> None:
+        try:
+            self._cache.delete(self._ck(key), retry=True)
+        except _CACHE_ERRORS as exc:
+            raise StoreUnavailable(f"cannot evict {key!r} from the cache in {self.directory!r}: {exc}") from exc
+
+    def volume(self) -> int:
+        """Bytes the cache directory uses (entries plus its SQLite file)."""
+        return self._cache.volume()
+
+    def close(self) -> None:
+        self._cache.close()
+
+    def __enter__(self) -> ImmutableCache:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

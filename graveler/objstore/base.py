@@ -1,0 +1,213 @@
+"""The object-store interface of graveler, its value types and its configuration.
+
+An ``ObjectStore`` is a flat namespace of immutable-by-convention byte objects
+under one root (a local directory or an S3 bucket and prefix).  Keys are
+"/"-separated paths relative to that root; ``validate_key`` is the one place
+that says what a key may look like, so every backend rejects the same inputs.
+
+Only the modules of this package talk to boto3 or to the filesystem on behalf
+of graveler; every error from underneath is wrapped into ``graveler.errors``
+where it enters.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from graveler.errors import InvalidArgument, NotFound
+
+MiB = 1 << 20
+
+# S3 refuses multipart parts smaller than this (except the last one).
+S3_MIN_PART_SIZE = 5 * MiB
+
+_ADDRESSING_STYLES = ("path", "virtual", "auto")
+_RETRY_MODES = ("standard", "adaptive")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What a store knows about one object.
+
+    ``etag`` identifies the content:
+      * S3: the ETag without its quotes (hex MD5 for single-part uploads,
+        ``<md5-of-part-md5s>-<parts>`` for multipart uploads);
+      * local: the hex MD5 of the content, whatever the size.
+    """
+
+    key: str  # relative to the store root
+    size: int
+    mtime: float  # unix seconds
+    etag: str
+
+
+def _endpoint_from_env() -> str | None:
+    return os.environ.get("LAKEFUSE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How to reach an object store; built at the edge (CLI, mount) and passed down.
+
+    Only the S3 backend reads most of these fields; the local store ignores them.
+    ``s3_endpoint_url`` defaults to ``$LAKEFUSE_S3_ENDPOINT``, then
+    ``$AWS_ENDPOINT_URL`` (read when the config is built).  ``max_attempts`` counts
+    every attempt of a request, the first one included (1 = no retries).
+    ``addressing_style`` ``None`` means "path" when an endpoint URL is set (MinIO,
+    moto, Ceph...) and "auto" otherwise.
+    """
+
+    s3_endpoint_url: str | None = field(default_factory=_endpoint_from_env)
+    region: str | None = None  # None: boto3's chain (AWS_REGION, AWS_DEFAULT_REGION, profile)
+    max_attempts: int = 8
+    retry_mode: str = "standard"  # botocore retry mode: "standard" or "adaptive"
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    multipart_threshold: int = 64 * MiB
+    multipart_chunksize: int = 16 * MiB
+    transfer_concurrency: int = 8  # parallel part uploads / ranged downloads of one file
+    max_pool_connections: int = 32  # HTTP connections kept by one S3 client
+    addressing_style: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise InvalidArgument(f"max_attempts must be >= 1, not {self.max_attempts}")
+        if self.retry_mode not in _RETRY_MODES:
+            raise InvalidArgument(f"retry_mode must be one of {_RETRY_MODES}, not {self.retry_mode!r}")
+        if self.connect_timeout <= 0 or self.read_timeout <= 0:
+            raise InvalidArgument("connect_timeout and read_timeout must be positive")
+        if self.multipart_threshold < 1:
+            raise InvalidArgument(f"multipart_threshold must be >= 1, not {self.multipart_threshold}")
+        if self.multipart_chunksize < S3_MIN_PART_SIZE:
+            raise InvalidArgument(
+                f"multipart_chunksize must be >= {S3_MIN_PART_SIZE} (S3's minimum part size), "
+                f"not {self.multipart_chunksize}"
+            )
+        if self.transfer_concurrency < 1 or self.max_pool_connections < 1:
+            raise InvalidArgument("transfer_concurrency and max_pool_connections must be >= 1")
+        if self.addressing_style is not None and self.addressing_style not in _ADDRESSING_STYLES:
+            raise InvalidArgument(
+                f"addressing_style must be one of {_ADDRESSING_STYLES}, not {self.addressing_style!r}"
+            )
+
+    @property
+    def effective_addressing_style(self) -> str:
+        if self.addressing_style is not None:
+            return self.addressing_style
+        return "path" if self.s3_endpoint_url else "auto"
+
+
+def validate_key(key: str) -> str:
+    """Return ``key`` if it is a valid object key, else raise ``InvalidArgument``.
+
+    A key is a non-empty "/"-separated relative path: no leading "/", no empty
+    segment (so no "//" and no trailing "/"), no "." or ".." segment, no NUL,
+    and encodable as UTF-8 (S3 keys are UTF-8).
+    """
+    if not isinstance(key, str):
+        raise InvalidArgument(f"object key must be a str, not {type(key).__name__}")
+    if not key:
+        raise InvalidArgument("object key is empty")
+    if "\x00" in key:
+        raise InvalidArgument(f"object key {key!r} contains a NUL byte")
+    if key.startswith("/"):
+        raise InvalidArgument(f"object key {key!r} starts with '/'; keys are relative to the store root")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(f"object key {key!r} is not valid Unicode (lone surrogate)") from exc
+    for segment in key.split("/"):
+        if segment == "":
+            raise InvalidArgument(f"object key {key!r} has an empty path segment ('//' or a trailing '/')")
+        if segment in (".", ".."):
+            raise InvalidArgument(f"object key {key!r} has a {segment!r} path segment")
+    return key
+
+
+def validate_prefix(prefix: str, what: str = "prefix") -> str:
+    """Check a listing prefix or start_after value: any string that a key could start with."""
+    if not isinstance(prefix, str):
+        raise InvalidArgument(f"{what} must be a str, not {type(prefix).__name__}")
+    if "\x00" in prefix:
+        raise InvalidArgument(f"{what} {prefix!r} contains a NUL byte")
+    if prefix.startswith("/"):
+        raise InvalidArgument(f"{what} {prefix!r} starts with '/'; keys are relative to the store root")
+    return prefix
+
+
+def check_range(start: int, length: int) -> None:
+    if start < 0 or length < 0:
+        raise InvalidArgument(f"bad byte range: start={start} length={length} (both must be >= 0)")
+
+
+class ObjectStore(abc.ABC):
+    """A flat namespace of byte objects under one root.
+
+    Implementations are thread-safe.  Every method raises only
+    ``graveler.errors`` exceptions: ``NotFound`` for a missing object,
+    ``InvalidArgument`` for a bad key or argument, ``StoreUnavailable`` when the
+    store cannot be reached or refuses access.
+    """
+
+    uri: str  # the root, e.g. "file:///abs/path" or "s3://bucket/prefix"
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """The whole object; ``NotFound`` if absent."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start``; shorter (possibly empty) at the end of the object."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        """Create or replace an object atomically: readers see the old or the new content, whole."""
+
+    @abc.abstractmethod
+    def put_file(self, key: str, path: str) -> ObjectInfo:
+        """Upload a local file (atomically, like ``put``); large files go up in parts."""
+
+    @abc.abstractmethod
+    def get_to_file(self, key: str, path: str) -> ObjectInfo:
+        """Stream an object into a local file; ``path`` appears only once complete."""
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo:
+        """Size, mtime and etag of an object; ``NotFound`` if absent."""
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.head(key)
+        except NotFound:
+            return False
+        return True
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove an object; deleting an absent object is not an error."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+        """Objects whose key starts with ``prefix`` and sorts after ``start_after``.
+
+        Sorted by key (UTF-8 byte order, as S3 lists), fetched lazily page by page.
+        """
+
+    @abc.abstractmethod
+    def full_uri(self, key: str) -> str:
+        """The URI of one object: "file:///root/key" or "s3://bucket/prefix/key"."""
+
+    def close(self) -> None:
+        """Release clients and connections; the store is unusable afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"

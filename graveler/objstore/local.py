@@ -1,0 +1,427 @@
+"""Object store on a local directory.
+
+Each object is a regular file at ``<root>/<key>``.  Writes go to a hidden temp
+file in the destination directory (``.lakefuse-tmp-<uuid hex>``), are fsynced
+and then renamed over the destination with ``os.replace``, so readers -- in this
+process or another one -- see the old content or the new content, never a part.
+Listings skip those temp files.
+
+ETag: the hex MD5 of the content.  ``put``/``put_file`` compute it while
+writing and keep it in the ``user.lakefuse.md5`` extended attribute together
+with the file's size and mtime; ``head``/``list`` read it back from there and
+hash the file again only when the attribute is missing or stale (a file placed
+or modified behind the store's back, or a filesystem without user xattrs).
+
+Limits of a directory tree compared with S3: the store cannot hold both an
+object ``a`` and an object ``a/b`` (``InvalidArgument``); a path segment may not
+be longer than 255 bytes; symlinks are followed by ``get`` but not listed.
+Deleting the last object of a directory removes the empty directories above it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import stat
+import uuid
+from typing import Callable, Iterator
+from urllib.parse import quote
+
+from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
+from graveler.objstore.base import (
+    ObjectInfo,
+    ObjectStore,
+    check_range,
+    validate_key,
+    validate_prefix,
+)
+
+log = logging.getLogger(__name__)
+
+TMP_PREFIX = ".lakefuse-tmp-"
+_TMP_NAME = re.compile(r"\.lakefuse-tmp-[0-9a-f]{32}\Z")
+ETAG_XATTR = "user.lakefuse.md5"
+_CHUNK = 1 << 20
+_NAME_MAX = 255
+# A concurrent delete may prune a directory between our mkdir and our create.
+_CREATE_ATTEMPTS = 8
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: never hang on a FIFO
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+
+def _md5():
+    return hashlib.md5(usedforsecurity=False)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _pread_exact(fd: int, length: int, offset: int) -> bytes:
+    """Up to ``length`` bytes at ``offset``; short only at end of file."""
+    parts = []
+    while length > 0:
+        chunk = os.pread(fd, min(length, 1 << 30), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+        length -= len(chunk)
+    return b"".join(parts)
+
+
+def _copy_fd(src: int, dst: int, size: int) -> None:
+    """Copy ``size`` bytes from the start of ``src`` to ``dst``, in the kernel when it can."""
+    offset = 0
+    try:
+        while offset < size:
+            n = os.copy_file_range(src, dst, size - offset, offset)
+            if n == 0:
+                break
+            offset += n
+        return
+    except OSError:
+        if offset:
+            raise
+    while True:  # copy_file_range refused (old kernel, other filesystem): plain copy
+        chunk = os.pread(src, _CHUNK, offset)
+        if not chunk:
+            return
+        os.write(dst, chunk)
+        offset += len(chunk)
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class LocalStore(ObjectStore):
+    """An ``ObjectStore`` rooted at a local directory (created if missing)."""
+
+    def __init__(self, root: str):
+        if not isinstance(root, str) or not os.path.isabs(root):
+            raise InvalidArgument(f"a local store root must be an absolute path, not {root!r}")
+        self.root = os.path.abspath(root)
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise InvalidArgument(f"local store root {self.root!r} exists and is not a directory") from exc
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create local store root {self.root!r}: {exc.strerror or exc}") from exc
+        self.uri = "file://" + quote(self.root)
+
+    # -- paths and errors ---------------------------------------------------------------
+
+    def full_uri(self, key: str) -> str:
+        validate_key(key)
+        return self.uri.rstrip("/") + "/" + quote(key)
+
+    def _path(self, key: str) -> str:
+        validate_key(key)
+        for segment in key.split("/"):
+            if len(os.fsencode(segment)) > _NAME_MAX:
+                raise InvalidArgument(
+                    f"object key {key!r} has a path segment longer than {_NAME_MAX} bytes, "
+                    "which a local directory cannot hold"
+                )
+            if _TMP_NAME.match(segment):
+                raise InvalidArgument(f"object key {key!r} uses a name reserved for the local store's temp files")
+        return os.path.join(self.root, key)
+
+    def _conflict(self, key: str) -> InvalidArgument:
+        return InvalidArgument(
+            f"object key {key!r} conflicts with an existing object or directory in {self.uri} "
+            "(a local store cannot hold both 'x' and 'x/y')"
+        )
+
+    def _os_error(self, op: str, key: str, exc: OSError, *, writing: bool = False) -> GravelerError:
+        if isinstance(exc, (NotADirectoryError, IsADirectoryError)):
+            return self._conflict(key) if writing else NotFound(f"{self.full_uri(key)} not found")
+        if isinstance(exc, FileNotFoundError) and not writing:
+            return NotFound(f"{self.full_uri(key)} not found")
+        if isinstance(exc, PermissionError):
+            return StoreUnavailable(f"{op} {self.full_uri(key)}: permission denied")
+        return StoreUnavailable(f"{op} {self.full_uri(key)} failed: {exc.strerror or exc}")
+
+    def _open_regular(self, op: str, key: str) -> tuple[int, os.stat_result]:
+        """An O_RDONLY descriptor on the object's file and its stat; NotFound unless a regular file."""
+        path = self._path(key)
+        try:
+            fd = os.open(path, _READ_FLAGS)
+        except OSError as exc:
+            raise self._os_error(op, key, exc) from exc
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise self._os_error(op, key, exc) from exc
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise NotFound(f"{self.full_uri(key)} not found (not a regular file)")
+        return fd, st
+
+    # -- etags -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _remember_etag(fd: int, st: os.stat_result, etag: str) -> None:
+        try:
+            os.setxattr(fd, ETAG_XATTR, f"{st.st_size}:{st.st_mtime_ns}:{etag}".encode("ascii"))
+        except OSError as exc:  # no user xattrs here, or no write permission: hash again next time
+            log.debug("cannot keep the etag in an xattr: %s", exc)
+
+    @staticmethod
+    def _known_etag(fd: int, st: os.stat_result) -> str | None:
+        try:
+            raw = os.getxattr(fd, ETAG_XATTR)
+        except OSError:
+            return None
+        parts = raw.decode("ascii", "replace").split(":")
+        if len(parts) == 3 and parts[0] == str(st.st_size) and parts[1] == str(st.st_mtime_ns):
+            return parts[2]
+        return None
+
+    def _etag(self, fd: int, st: os.stat_result) -> str:
+        etag = self._known_etag(fd, st)
+        if etag is None:
+            h = _md5()
+            offset = 0
+            while chunk := os.pread(fd, _CHUNK, offset):
+                h.update(chunk)
+                offset += len(chunk)
+            etag = h.hexdigest()
+            self._remember_etag(fd, st, etag)
+        return etag
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        fd, st = self._open_regular("get", key)
+        try:
+            with open(fd, "rb", closefd=False) as f:
+                return f.read()
+        except OSError as exc:
+            raise self._os_error("get", key, exc) from exc
+        finally:
+            os.close(fd)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        check_range(start, length)
+        fd, _ = self._open_regular("get_range", key)
+        try:
+            return _pread_exact(fd, length, start)
+        except OSError as exc:
+            raise self._os_error("get_range", key, exc) from exc
+        finally:
+            os.close(fd)
+
+    def head(self, key: str) -> ObjectInfo:
+        fd, st = self._open_regular("head", key)
+        try:
+            return ObjectInfo(key, st.st_size, st.st_mtime, self._etag(fd, st))
+        except OSError as exc:
+            raise self._os_error("head", key, exc) from exc
+        finally:
+            os.close(fd)
+
+    def get_to_file(self, key: str, path: str) -> ObjectInfo:
+        fd, st = self._open_regular("get_to_file", key)
+        try:
+            dest = os.path.abspath(path)
+            tmp = os.path.join(os.path.dirname(dest), TMP_PREFIX + uuid.uuid4().hex)
+            try:
+                out = os.open(tmp, _CREATE_FLAGS, 0o666)
+            except OSError as exc:
+                raise InvalidArgument(f"cannot write destination file {path!r}: {exc.strerror or exc}") from exc
+            try:
+                try:
+                    etag = self._known_etag(fd, st)
+                    if etag is None:
+                        h = _md5()
+                        offset = 0
+                        while chunk := os.pread(fd, _CHUNK, offset):
+                            h.update(chunk)
+                            _write_all(out, chunk)
+                            offset += len(chunk)
+                        etag = h.hexdigest()
+                        self._remember_etag(fd, st, etag)
+                    else:
+                        _copy_fd(fd, out, st.st_size)
+                finally:
+                    os.close(out)
+                os.replace(tmp, dest)
+            except BaseException as exc:
+                _unlink_quietly(tmp)
+                if isinstance(exc, OSError):
+                    raise self._os_error("get_to_file", key, exc) from exc
+                raise
+            return ObjectInfo(key, st.st_size, st.st_mtime, etag)
+        finally:
+            os.close(fd)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"object data must be bytes-like, not {type(data).__name__}")
+        path = self._path(key)
+
+        def fill(fd: int) -> str:
+            _write_all(fd, data)
+            return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+        return self._write_atomic(key, path, fill)
+
+    def put_file(self, key: str, path: str) -> ObjectInfo:
+        dest = self._path(key)
+        try:
+            src = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
+        try:
+
+            def fill(fd: int) -> str:
+                h = _md5()
+                while chunk := os.read(src, _CHUNK):
+                    h.update(chunk)
+                    _write_all(fd, chunk)
+                return h.hexdigest()
+
+            return self._write_atomic(key, dest, fill)
+        finally:
+            os.close(src)
+
+    def _create_tmp(self, key: str, directory: str) -> tuple[int, str]:
+        for _ in range(_CREATE_ATTEMPTS):
+            tmp = os.path.join(directory, TMP_PREFIX + uuid.uuid4().hex)
+            try:
+                os.makedirs(directory, exist_ok=True)
+                return os.open(tmp, _CREATE_FLAGS, 0o666), tmp
+            except FileNotFoundError:
+                continue  # a concurrent delete pruned the directory; make it again
+            except (FileExistsError, NotADirectoryError) as exc:
+                raise self._conflict(key) from exc
+            except OSError as exc:
+                raise self._os_error("put", key, exc, writing=True) from exc
+        raise StoreUnavailable(f"put {self.full_uri(key)}: directory {directory!r} keeps disappearing")
+
+    def _write_atomic(self, key: str, path: str, fill: Callable[[int], str]) -> ObjectInfo:
+        directory = os.path.dirname(path)
+        fd, tmp = self._create_tmp(key, directory)
+        try:
+            try:
+                etag = fill(fd)
+                st = os.fstat(fd)
+                self._remember_etag(fd, st, etag)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException as exc:
+            _unlink_quietly(tmp)
+            if isinstance(exc, OSError):
+                raise self._os_error("put", key, exc, writing=True) from exc
+            raise
+        self._fsync_dir(key, directory)
+        log.debug("put %s (%d bytes)", key, st.st_size)
+        return ObjectInfo(key, st.st_size, st.st_mtime, etag)
+
+    def _fsync_dir(self, key: str, directory: str) -> None:
+        try:
+            dfd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            raise self._os_error("put", key, exc, writing=True) from exc
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return  # no such object ("key" may name a directory of other objects)
+        except OSError as exc:
+            if os.path.isdir(path):
+                return
+            raise self._os_error("delete", key, exc, writing=True) from exc
+        log.debug("deleted %s", key)
+        directory = os.path.dirname(path)
+        while len(directory) > len(self.root):
+            try:
+                os.rmdir(directory)  # fails (and stops here) unless empty
+            except OSError:
+                return
+            directory = os.path.dirname(directory)
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+        validate_prefix(prefix)
+        validate_prefix(start_after, "start_after")
+        return self._list(prefix, start_after)
+
+    def _list(self, prefix: str, start_after: str) -> Iterator[ObjectInfo]:
+        base = prefix.rpartition("/")[0]  # the directory part of the prefix, if any
+        if base:
+            if any(s in ("", ".", "..") or _TMP_NAME.match(s) for s in base.split("/")):
+                return  # no valid key lives there
+            yield from self._walk(base + "/", prefix, start_after)
+        else:
+            yield from self._walk("", prefix, start_after)
+
+    def _walk(self, rel: str, prefix: str, start_after: str) -> Iterator[ObjectInfo]:
+        """Objects under directory ``rel`` ("" or "a/b/"), in key order.
+
+        A directory "d" sorts as "d/": every key below it starts with "d/", so
+        comparing "d/" with the file names beside it gives S3's order of the keys.
+        """
+        directory = os.path.join(self.root, rel) if rel else self.root
+        try:
+            with os.scandir(directory) as it:
+                entries = []
+                for entry in it:
+                    name = entry.name
+                    if _TMP_NAME.match(name):
+                        continue
+                    try:
+                        name.encode("utf-8")
+                    except UnicodeEncodeError:
+                        continue  # not UTF-8: cannot be a key
+                    if entry.is_dir(follow_symlinks=False):
+                        entries.append((rel + name + "/", True))
+                    elif entry.is_file(follow_symlinks=False):
+                        entries.append((rel + name, False))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot list {directory!r}: {exc.strerror or exc}") from exc
+        entries.sort()
+        for name, is_dir in entries:
+            if is_dir:
+                if not (name.startswith(prefix) or prefix.startswith(name)):
+                    if name > prefix:
+                        return  # past every key with this prefix
+                    continue
+                if start_after >= name and not start_after.startswith(name):
+                    continue  # every key below sorts before start_after
+                yield from self._walk(name, prefix, start_after)
+            else:
+                if not name.startswith(prefix):
+                    if name > prefix:
+                        return
+                    continue
+                if name <= start_after:
+                    continue
+                try:
+                    yield self.head(name)
+                except NotFound:
+                    continue  # deleted while we listed

@@ -1,0 +1,447 @@
+"""Object store on S3 (or anything that speaks its API: MinIO, Ceph, moto...).
+
+One boto3 client per store, built from the standard credential chain and a
+``StoreConfig``; botocore retries throttling, 5xx and connection errors itself
+("standard" or "adaptive" mode, ``max_attempts`` attempts in all).  Whatever
+still fails is wrapped here, where it enters graveler:
+
+  NoSuchKey / 404                                  -> NotFound
+  NoSuchBucket, AccessDenied, InvalidAccessKeyId,
+  SignatureDoesNotMatch, other 403s                -> StoreUnavailable (names the bucket/endpoint)
+  connection refused, DNS, timeouts (after retries)-> StoreUnavailable (names the endpoint)
+  missing credentials                              -> StoreUnavailable
+  KeyTooLongError, bad parameters                  -> InvalidArgument
+  anything else from S3                            -> StoreUnavailable (code and HTTP status)
+
+A HEAD has no error body, so ``head`` of a key in a missing bucket is NotFound.
+Messages name the endpoint and bucket, never credentials.
+
+Large files move in parts: ``put_file`` uploads by multipart above
+``multipart_threshold`` (parts of ``multipart_chunksize``, in parallel), and
+``get_to_file`` downloads in ranged GETs of ``multipart_chunksize`` pinned to
+the first response's ETag with ``If-Match``, so a file never mixes two versions.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import os
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Iterator
+
+import boto3
+import botocore.config
+import botocore.session
+import botocore.exceptions as bex
+
+from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
+from graveler.objstore.base import (
+    ObjectInfo,
+    ObjectStore,
+    StoreConfig,
+    check_range,
+    validate_key,
+    validate_prefix,
+)
+
+log = logging.getLogger(__name__)
+
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_ACCESS_CODES = frozenset({
+    "AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+    "InvalidToken", "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem", "InvalidSecurity",
+})
+_BAD_REQUEST_CODES = frozenset({"KeyTooLongError", "InvalidArgument", "EntityTooLarge", "InvalidObjectName"})
+_CREDENTIAL_ERRORS = (
+    bex.NoCredentialsError, bex.PartialCredentialsError, bex.CredentialRetrievalError,
+    bex.ProfileNotFound, bex.NoAuthTokenError, bex.TokenRetrievalError,
+)
+# Failures while reading a response body: botocore's retries are over by then; we retry the GET.
+_BODY_ERRORS = (bex.IncompleteReadError, bex.ResponseStreamingError, bex.ReadTimeoutError,
+                bex.ConnectionClosedError)
+_BODY_ATTEMPTS = 3
+_IO_CHUNK = 1 << 20
+_MAX_PARTS = 10_000  # S3's limit on parts per multipart upload
+_TMP_PREFIX = ".lakefuse-tmp-"  # same shape as the local store's temp files
+
+
+_loader_lock = threading.Lock()
+_shared_loader = None
+
+
+def _new_session() -> boto3.session.Session:
+    """A fresh boto3 session (its own credential resolution) sharing one botocore data loader.
+
+    Parsing the S3 service model takes ~0.1 s per session; the loader only caches
+    read-only JSON, so sessions may share it.
+    """
+    global _shared_loader
+    with _loader_lock:
+        core = botocore.session.Session()
+        if _shared_loader is None:
+            _shared_loader = core.get_component("data_loader")
+        else:
+            core.register_component("data_loader", _shared_loader)
+        return boto3.session.Session(botocore_session=core)
+
+
+class _ObjectChanged(Exception):
+    """The object was replaced during a ranged download (If-Match failed)."""
+
+
+def _error_code(exc: bex.ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _strip_etag(etag: str) -> str:
+    return etag.strip('"')
+
+
+def _response_time(resp: dict) -> float:
+    """The server's clock from a write response (``Date`` header); S3 sets LastModified from it."""
+    date = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    if date:
+        try:
+            return email.utils.parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError):
+            pass
+    return time.time()
+
+
+def _range_total(resp: dict) -> int:
+    """The object size from a ranged GET ("bytes 0-9/1234"), or the body length of a full one."""
+    content_range = resp.get("ContentRange")
+    if content_range and "/" in content_range:
+        total = content_range.rpartition("/")[2]
+        if total.isdigit():
+            return int(total)
+    return int(resp["ContentLength"])
+
+
+class S3Store(ObjectStore):
+    """An ``ObjectStore`` on ``s3://bucket[/prefix]``."""
+
+    def __init__(self, bucket: str, prefix: str = "", config: StoreConfig | None = None):
+        if not bucket or any(c.isspace() for c in bucket):
+            raise InvalidArgument(f"bad S3 bucket name {bucket!r}")
+        prefix = prefix.strip("/")
+        if prefix:
+            try:
+                validate_key(prefix)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"bad S3 store prefix {prefix!r}: {exc}") from exc
+        self.bucket = bucket
+        self.prefix = prefix
+        self.uri = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        self.config = config or StoreConfig()
+        cfg = self.config
+        client_config = botocore.config.Config(
+            region_name=cfg.region,
+            connect_timeout=cfg.connect_timeout,
+            read_timeout=cfg.read_timeout,
+            retries={"mode": cfg.retry_mode, "total_max_attempts": cfg.max_attempts},
+            max_pool_connections=max(cfg.max_pool_connections, cfg.transfer_concurrency),
+            s3={"addressing_style": cfg.effective_addressing_style},
+            user_agent_appid="lakefuse",
+        )
+        try:
+            session = _new_session()
+            self._client = session.client("s3", endpoint_url=cfg.s3_endpoint_url, config=client_config)
+        except ValueError as exc:  # a malformed endpoint URL
+            raise InvalidArgument(f"bad S3 endpoint URL {cfg.s3_endpoint_url!r}: {exc}") from exc
+        except bex.BotoCoreError as exc:
+            raise StoreUnavailable(f"cannot set up an S3 client for {self.uri}: {type(exc).__name__}") from exc
+        self._endpoint = self._client.meta.endpoint_url
+        self._part_checksums = self._client.meta.config.request_checksum_calculation == "when_supported"
+        log.debug("opened %s at %s", self.uri, self._endpoint)
+
+    # -- keys and errors -------------------------------------------------------------------
+
+    def _k(self, key: str) -> str:
+        validate_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def full_uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._k(key)}"
+
+    def _map(self, exc: Exception, op: str, key: str | None) -> GravelerError:
+        target = self.full_uri(key) if key is not None else self.uri
+        what = f"{op} {target}"
+        if isinstance(exc, bex.ClientError):
+            code = _error_code(exc)
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            message = exc.response.get("Error", {}).get("Message", "")
+            if code in _NOT_FOUND_CODES:
+                return NotFound(f"{target} not found")
+            if code == "NoSuchBucket":
+                return StoreUnavailable(f"{what}: bucket {self.bucket!r} does not exist at {self._endpoint}")
+            if code in _ACCESS_CODES or status == 403:
+                return StoreUnavailable(
+                    f"{what}: access denied by {self._endpoint} ({code}); "
+                    "check the credentials and the bucket's policy"
+                )
+            if code in _BAD_REQUEST_CODES:
+                return InvalidArgument(f"{what}: {code}: {message}")
+            return StoreUnavailable(f"{what}: S3 error {code} (HTTP {status}) from {self._endpoint}: {message}")
+        if isinstance(exc, _CREDENTIAL_ERRORS):
+            return StoreUnavailable(
+                f"{what}: no usable AWS credentials ({type(exc).__name__}); set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run with an instance/pod role"
+            )
+        if isinstance(exc, (bex.ConnectionError, bex.HTTPClientError)):
+            return StoreUnavailable(
+                f"{what}: S3 endpoint {self._endpoint} unreachable after {self.config.max_attempts} "
+                f"attempt(s) ({type(exc).__name__}: {exc})"
+            )
+        if isinstance(exc, bex.ParamValidationError):
+            return InvalidArgument(f"{what}: {exc}")
+        return StoreUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+    @contextmanager
+    def _errors(self, op: str, key: str | None):
+        try:
+            yield
+        except (bex.ClientError, bex.BotoCoreError) as exc:
+            raise self._map(exc, op, key) from exc
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _get_object(self, op: str, key: str, **kwargs) -> tuple[dict | None, bytes]:
+        """One GET with its body read whole, retried on body errors; (None, b"") for a 416."""
+        k = self._k(key)
+        for attempt in range(1, _BODY_ATTEMPTS + 1):
+            try:
+                resp = self._client.get_object(Bucket=self.bucket, Key=k, **kwargs)
+            except bex.ClientError as exc:
+                if "Range" in kwargs and _error_code(exc) == "InvalidRange":
+                    return None, b""
+                raise self._map(exc, op, key) from exc
+            except bex.BotoCoreError as exc:
+                raise self._map(exc, op, key) from exc
+            body = resp["Body"]
+            try:
+                return resp, body.read()
+            except _BODY_ERRORS as exc:
+                if attempt == _BODY_ATTEMPTS:
+                    raise self._map(exc, op, key) from exc
+                log.debug("%s %s: body read failed (%s), retrying", op, k, type(exc).__name__)
+            finally:
+                body.close()
+        raise AssertionError("unreachable")
+
+    def get(self, key: str) -> bytes:
+        return self._get_object("get", key)[1]
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        check_range(start, length)
+        if length == 0:
+            self.head(key)  # still NotFound for a missing key
+            return b""
+        resp, data = self._get_object("get_range", key, Range=f"bytes={start}-{start + length - 1}")
+        if resp is not None and not resp.get("ContentRange"):
+            data = data[start:start + length]  # a server that ignored Range sent it all
+        return data
+
+    def head(self, key: str) -> ObjectInfo:
+        with self._errors("head", key):
+            resp = self._client.head_object(Bucket=self.bucket, Key=self._k(key))
+        return ObjectInfo(key, int(resp["ContentLength"]), resp["LastModified"].timestamp(),
+                          _strip_etag(resp["ETag"]))
+
+    def get_to_file(self, key: str, path: str) -> ObjectInfo:
+        self._k(key)
+        dest = os.path.abspath(path)
+        for attempt in range(1, _BODY_ATTEMPTS + 1):
+            tmp = os.path.join(os.path.dirname(dest), _TMP_PREFIX + uuid.uuid4().hex)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            except OSError as exc:
+                raise InvalidArgument(f"cannot write destination file {path!r}: {exc.strerror or exc}") from exc
+            try:
+                try:
+                    info = self._download(key, fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, dest)
+                return info
+            except (_ObjectChanged, *_BODY_ERRORS) as exc:
+                _unlink_quietly(tmp)
+                if attempt == _BODY_ATTEMPTS:
+                    if isinstance(exc, _ObjectChanged):
+                        raise StoreUnavailable(
+                            f"get_to_file {self.full_uri(key)}: the object kept changing during the download"
+                        ) from exc
+                    raise self._map(exc, "get_to_file", key) from exc
+                log.debug("get_to_file %s: %s, starting over", key, type(exc).__name__)
+            except BaseException as exc:
+                _unlink_quietly(tmp)
+                if isinstance(exc, OSError):
+                    raise StoreUnavailable(
+                        f"get_to_file {self.full_uri(key)}: writing {path!r} failed: {exc.strerror or exc}"
+                    ) from exc
+                raise
+        raise AssertionError("unreachable")
+
+    def _download(self, key: str, fd: int) -> ObjectInfo:
+        """Fill ``fd``: the first part tells size and ETag, the others follow in parallel."""
+        k = self._k(key)
+        chunk = self.config.multipart_chunksize
+        try:
+            resp = self._client.get_object(Bucket=self.bucket, Key=k, Range=f"bytes=0-{chunk - 1}")
+        except bex.ClientError as exc:
+            if _error_code(exc) != "InvalidRange":
+                raise self._map(exc, "get_to_file", key) from exc
+            info = self.head(key)  # 416 on bytes=0-: the object is empty
+            if info.size != 0:
+                raise _ObjectChanged() from exc
+            return info
+        except bex.BotoCoreError as exc:
+            raise self._map(exc, "get_to_file", key) from exc
+        total = _range_total(resp)
+        etag = resp["ETag"]
+        self._write_body(resp["Body"], fd, 0)
+        ranges = []
+        if resp.get("ContentRange"):  # else the server ignored Range and sent it all
+            ranges = [(off, min(off + chunk, total) - 1) for off in range(chunk, total, chunk)]
+        if ranges:
+            def fetch(r: tuple[int, int]) -> None:
+                try:
+                    part = self._client.get_object(Bucket=self.bucket, Key=k, Range=f"bytes={r[0]}-{r[1]}",
+                                                   IfMatch=etag)
+                except bex.ClientError as exc:
+                    if _error_code(exc) in ("PreconditionFailed", "412"):
+                        raise _ObjectChanged() from exc
+                    raise self._map(exc, "get_to_file", key) from exc
+                except bex.BotoCoreError as exc:
+                    raise self._map(exc, "get_to_file", key) from exc
+                self._write_body(part["Body"], fd, r[0])
+
+            self._run_parallel(fetch, ranges, "s3-download")
+        log.debug("downloaded %s (%d bytes, %d parts)", k, total, len(ranges) + 1)
+        return ObjectInfo(key, total, resp["LastModified"].timestamp(), _strip_etag(etag))
+
+    @staticmethod
+    def _write_body(body, fd: int, offset: int) -> None:
+        try:
+            for piece in body.iter_chunks(_IO_CHUNK):
+                view = memoryview(piece)
+                while view:
+                    n = os.pwrite(fd, view, offset)
+                    view = view[n:]
+                    offset += n
+        finally:
+            body.close()
+
+    def _run_parallel(self, fn, items: list, name: str) -> list:
+        """``fn`` over ``items`` on up to transfer_concurrency threads; the first error cancels the rest."""
+        workers = min(self.config.transfer_concurrency, len(items))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        try:
+            futures = [pool.submit(fn, item) for item in items]
+            return [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"object data must be bytes-like, not {type(data).__name__}")
+        k = self._k(key)
+        with self._errors("put", key):
+            resp = self._client.put_object(Bucket=self.bucket, Key=k, Body=bytes(data))
+        log.debug("put %s (%d bytes)", k, len(data))
+        return ObjectInfo(key, len(data), _response_time(resp), _strip_etag(resp["ETag"]))
+
+    def put_file(self, key: str, path: str) -> ObjectInfo:
+        k = self._k(key)
+        try:
+            f = open(path, "rb")
+            size = os.fstat(f.fileno()).st_size
+        except OSError as exc:
+            raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
+        with f:
+            if size < self.config.multipart_threshold:
+                with self._errors("put_file", key):
+                    resp = self._client.put_object(Bucket=self.bucket, Key=k, Body=f)
+                log.debug("put_file %s (%d bytes)", k, size)
+                return ObjectInfo(key, size, _response_time(resp), _strip_etag(resp["ETag"]))
+            return self._multipart_upload(key, f.fileno(), size)
+
+    def _multipart_upload(self, key: str, fd: int, size: int) -> ObjectInfo:
+        k = self._k(key)
+        chunk = max(self.config.multipart_chunksize, -(-size // _MAX_PARTS))
+        nparts = -(-size // chunk)
+        # Mirror s3transfer: with botocore's default checksums the upload is CRC32 end to end.
+        extra = {"ChecksumAlgorithm": "CRC32"} if self._part_checksums else {}
+        with self._errors("put_file", key):
+            upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=k, **extra)["UploadId"]
+        try:
+            def send(number: int) -> dict:
+                offset = (number - 1) * chunk
+                body = os.pread(fd, min(chunk, size - offset), offset)
+                with self._errors("put_file", key):
+                    r = self._client.upload_part(Bucket=self.bucket, Key=k, UploadId=upload_id,
+                                                 PartNumber=number, Body=body, **extra)
+                part = {"PartNumber": number, "ETag": r["ETag"]}
+                if extra and "ChecksumCRC32" in r:
+                    part["ChecksumCRC32"] = r["ChecksumCRC32"]
+                return part
+
+            parts = self._run_parallel(send, list(range(1, nparts + 1)), "s3-upload")
+            with self._errors("put_file", key):
+                resp = self._client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=k, UploadId=upload_id, MultipartUpload={"Parts": parts})
+        except BaseException:
+            try:
+                self._client.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=upload_id)
+            except (bex.ClientError, bex.BotoCoreError) as exc:
+                log.warning("could not abort multipart upload %s of %s: %s", upload_id, self.full_uri(key),
+                            type(exc).__name__)
+            raise
+        log.debug("put_file %s (%d bytes, %d parts)", k, size, nparts)
+        return ObjectInfo(key, size, _response_time(resp), _strip_etag(resp["ETag"]))
+
+    def delete(self, key: str) -> None:
+        with self._errors("delete", key):
+            self._client.delete_object(Bucket=self.bucket, Key=self._k(key))
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ObjectInfo]:
+        validate_prefix(prefix)
+        validate_prefix(start_after, "start_after")
+        return self._list(prefix, start_after)
+
+    def _list(self, prefix: str, start_after: str) -> Iterator[ObjectInfo]:
+        root = f"{self.prefix}/" if self.prefix else ""
+        kwargs = {"Bucket": self.bucket, "Prefix": root + prefix}
+        if start_after:
+            kwargs["StartAfter"] = root + start_after
+        with self._errors("list", None):
+            pages = iter(self._client.get_paginator("list_objects_v2").paginate(**kwargs))
+        while True:
+            with self._errors("list", None):
+                page = next(pages, None)
+            if page is None:
+                return
+            for obj in page.get("Contents", ()):
+                key = obj["Key"][len(root):]
+                if key:  # skip a "prefix/" folder marker
+                    yield ObjectInfo(key, int(obj["Size"]), obj["LastModified"].timestamp(),
+                                     _strip_etag(obj["ETag"]))
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,297 @@
+"""ImmutableCache: hits and misses, the byte bound, verification and refetch, sharing between processes."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from graveler.cache import ImmutableCache
+from graveler.errors import CorruptedData, NotFound
+from graveler.objstore import LocalStore, ObjectInfo, ObjectStore
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+
+def sha_key(data: bytes) -> str:
+    """Content-addressed key, as range and metarange files are named."""
+    return "_lakefs/" + hashlib.sha256(data).hexdigest()
+
+
+def verify_sha(key: str, data: bytes) -> None:
+    if hashlib.sha256(data).hexdigest() != key.rsplit("/", 1)[-1]:
+        raise CorruptedData("content does not match its hash", name=key)
+
+
+class WrappedStore(ObjectStore):
+    """Delegates to a real store; can damage the next N downloads, slow them, or count them."""
+
+    def __init__(self, inner: ObjectStore, corrupt_next: int = 0, delay: float = 0.0):
+        self.inner = inner
+        self.uri = inner.uri
+        self.corrupt_next = corrupt_next
+        self.delay = delay
+        self.gets = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> bytes:
+        with self._lock:
+            self.gets += 1
+            corrupt = self.corrupt_next > 0
+            self.corrupt_next -= corrupt
+        if self.delay:
+            time.sleep(self.delay)
+        data = self.inner.get(key)
+        if corrupt:
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        return data
+
+    def get_range(self, key, start, length):
+        return self.inner.get_range(key, start, length)
+
+    def put(self, key, data) -> ObjectInfo:
+        return self.inner.put(key, data)
+
+    def put_file(self, key, path) -> ObjectInfo:
+        return self.inner.put_file(key, path)
+
+    def get_to_file(self, key, path) -> ObjectInfo:
+        return self.inner.get_to_file(key, path)
+
+    def head(self, key) -> ObjectInfo:
+        return self.inner.head(key)
+
+    def delete(self, key) -> None:
+        self.inner.delete(key)
+
+    def list(self, prefix="", start_after=""):
+        return self.inner.list(prefix, start_after)
+
+    def full_uri(self, key) -> str:
+        return self.inner.full_uri(key)
+
+
+@pytest.fixture
+def local(tmp_path) -> LocalStore:
+    return LocalStore(str(tmp_path / "store"))
+
+
+def test_miss_then_hit(local, tmp_path):
+    data = os.urandom(100 * KiB)
+    key = sha_key(data)
+    local.put(key, data)
+    store = WrappedStore(local)
+    with ImmutableCache(store, str(tmp_path / "cache"), verify=verify_sha) as cache:
+        assert not cache.contains(key)
+        assert cache.get(key) == data
+        assert cache.contains(key)
+        assert cache.get(key) == data
+        assert cache.get(key) == data
+        assert cache.stats.snapshot() == {"hits": 2, "misses": 1, "fetches": 1, "verify_failures": 0}
+        assert store.gets == 1
+        cache.evict(key)
+        assert not cache.contains(key)
+        cache.evict(key)  # idempotent
+        assert cache.get(key) == data
+        assert store.gets == 2
+
+
+def test_put_is_write_through(local, tmp_path):
+    data = b"a range file" * 1000
+    key = sha_key(data)
+    store = WrappedStore(local)
+    with ImmutableCache(store, str(tmp_path / "cache")) as cache:
+        info = cache.put(key, data)
+        assert info.size == len(data)
+        assert local.get(key) == data  # in the store
+        assert cache.contains(key)
+        assert cache.get(key) == data
+        assert store.gets == 0
+        assert cache.stats.hits == 1 and cache.stats.misses == 0
+
+
+def test_not_found_is_not_cached(local, tmp_path):
+    with ImmutableCache(local, str(tmp_path / "cache")) as cache:
+        with pytest.raises(NotFound):
+            cache.get("_lakefs/missing")
+        assert not cache.contains("_lakefs/missing")
+        assert cache.stats.fetches == 1
+
+
+def test_cache_entries_are_per_store(tmp_path):
+    """Two stores sharing one cache directory do not see each other's objects."""
+    a, b = LocalStore(str(tmp_path / "a")), LocalStore(str(tmp_path / "b"))
+    a.put("same/key", b"from a")
+    b.put("same/key", b"from b")
+    with ImmutableCache(a, str(tmp_path / "cache")) as ca, ImmutableCache(b, str(tmp_path / "cache")) as cb:
+        assert ca.get("same/key") == b"from a"
+        assert cb.get("same/key") == b"from b"
+
+
+def test_byte_bound_and_lru(local, tmp_path):
+    max_bytes = 4 * MiB
+    item = 256 * KiB
+    blobs = [os.urandom(item) for _ in range(40)]  # 10 MiB in all
+    keys = [sha_key(b) for b in blobs]
+    with ImmutableCache(local, str(tmp_path / "cache"), max_bytes=max_bytes) as cache:
+        cache.put(keys[0], blobs[0])
+        for i in range(1, 40):
+            cache.put(keys[i], blobs[i])
+            assert cache.get(keys[0]) == blobs[0]  # keep key 0 recently used
+            # diskcache culls after each write: the bound holds within one item
+            # (plus the SQLite index, which it counts too).
+            assert cache.volume() <= max_bytes + item + 256 * KiB
+        cached = [cache.contains(k) for k in keys]
+        assert cached[0], "the recently used entry survived"
+        assert not all(cached) and sum(cached) <= max_bytes // item
+        assert cached[-1]
+        for k, b in zip(keys, blobs):  # evicted entries come back from the store
+            assert cache.get(k) == b
+
+
+def test_object_larger_than_the_cache_is_returned_not_cached(local, tmp_path):
+    data = os.urandom(2 * MiB)
+    key = sha_key(data)
+    local.put(key, data)
+    with ImmutableCache(local, str(tmp_path / "cache"), max_bytes=1 * MiB) as cache:
+        assert cache.get(key) == data
+        assert not cache.contains(key)
+
+
+def test_corrupt_download_is_fetched_again(local, tmp_path, caplog):
+    data = os.urandom(64 * KiB)
+    key = sha_key(data)
+    local.put(key, data)
+    store = WrappedStore(local, corrupt_next=1)
+    with ImmutableCache(store, str(tmp_path / "cache"), verify=verify_sha) as cache:
+        with caplog.at_level(logging.WARNING, logger="graveler.cache"):
+            assert cache.get(key) == data
+        assert "failed verification" in caplog.text
+        assert store.gets == 2
+        assert cache.stats.snapshot() == {"hits": 0, "misses": 1, "fetches": 2, "verify_failures": 1}
+        assert cache.get(key) == data  # the good copy was cached
+        assert store.gets == 2
+
+
+def test_corrupt_twice_raises_and_caches_nothing(local, tmp_path, caplog):
+    data = os.urandom(64 * KiB)
+    key = sha_key(data)
+    local.put(key, data)
+    store = WrappedStore(local, corrupt_next=2)
+    with ImmutableCache(store, str(tmp_path / "cache"), verify=verify_sha) as cache:
+        with caplog.at_level(logging.WARNING, logger="graveler.cache"):
+            with pytest.raises(CorruptedData) as err:
+                cache.get(key)
+        assert err.value.name == key
+        assert store.gets == 2
+        assert not cache.contains(key)
+        assert cache.stats.verify_failures == 2
+        assert cache.get(key) == data  # the store heals: the next read works
+        assert store.gets == 3
+
+
+def test_concurrent_misses_fetch_once(local, tmp_path):
+    data = os.urandom(32 * KiB)
+    key = sha_key(data)
+    local.put(key, data)
+    store = WrappedStore(local, delay=0.2)
+    with ImmutableCache(store, str(tmp_path / "cache"), verify=verify_sha) as cache:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda _: cache.get(key), range(8)))
+        assert results == [data] * 8
+        assert store.gets == 1
+        assert cache.stats.fetches == 1
+
+
+def test_concurrent_misses_share_the_error(local, tmp_path):
+    store = WrappedStore(local, delay=0.2)
+    with ImmutableCache(store, str(tmp_path / "cache")) as cache:
+        def get():
+            with pytest.raises(NotFound):
+                cache.get("_lakefs/absent")
+
+        with ThreadPoolExecutor(4) as pool:
+            for f in [pool.submit(get) for _ in range(4)]:
+                f.result()
+        assert store.gets == 1
+
+
+def test_threads_fill_and_read(local, tmp_path):
+    blobs = [os.urandom(40 * KiB + i) for i in range(30)]
+    for b in blobs:
+        local.put(sha_key(b), b)
+    with ImmutableCache(local, str(tmp_path / "cache"), verify=verify_sha) as cache:
+        def work(i: int) -> None:
+            for j in range(60):
+                b = blobs[(i * 7 + j) % len(blobs)]
+                assert cache.get(sha_key(b)) == b
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(work, range(8)))
+        assert cache.stats.hits + cache.stats.misses == 8 * 60
+        assert cache.stats.fetches <= len(blobs) * 2
+
+
+# Each process fills the shared cache with its own objects (write-through) and reads
+# a shared set through misses; then readers on a store that refuses every GET must
+# find everything in the cache.
+_PROCESS = r"""
+import hashlib, sys
+from graveler.cache import ImmutableCache
+from graveler.errors import StoreUnavailable
+from graveler.objstore import LocalStore
+
+mode, root, cache_dir, name = sys.argv[1:5]
+
+def key_of(data):
+    return "_lakefs/" + hashlib.sha256(data).hexdigest()
+
+def blob(tag, i):
+    return (f"{tag}-{i}-".encode() * 4000)[: 30_000 + i]
+
+own = [blob(name, i) for i in range(40)]
+shared = [blob("shared", i) for i in range(40)]
+store = LocalStore(root)
+if mode == "fill":
+    cache = ImmutableCache(store, cache_dir)
+    for i in range(40):
+        cache.put(key_of(own[i]), own[i])
+        assert cache.get(key_of(shared[i])) == shared[i]
+else:
+    class Refusing(LocalStore):
+        def get(self, key):
+            raise StoreUnavailable("the store is not to be read in this phase")
+    cache = ImmutableCache(Refusing(root), cache_dir)
+    for tag in ("p", "q", "shared"):
+        for i in range(40):
+            b = blob(tag, i)
+            assert cache.get(key_of(b)) == b
+    assert cache.stats.hits == 120, cache.stats
+cache.close()
+"""
+
+
+def test_two_processes_share_one_cache_directory(tmp_path):
+    root, cache_dir = str(tmp_path / "store"), str(tmp_path / "cache")
+    store = LocalStore(root)
+    for i in range(40):
+        b = (f"shared-{i}-".encode() * 4000)[: 30_000 + i]
+        store.put(sha_key(b), b)
+
+    def run_both(mode: str) -> None:
+        procs = [subprocess.Popen([sys.executable, "-c", _PROCESS, mode, root, cache_dir, name],
+                                  stderr=subprocess.PIPE) for name in ("p", "q")]
+        for p in procs:
+            _, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err.decode()
+
+    run_both("fill")
+    run_both("read")

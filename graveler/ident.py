@@ -86,6 +86,9 @@ class TableHasher:
     def add(self, key: bytes, value: bytes) -> None:
         self._h.update(b"%d%s|%d%s|" % (len(key), key, len(value), value))
 
+    def add_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        self._h.update(b"".join([b"%d%s|%d%s|" % (len(k), k, len(v), v) for k, v in zip(keys, values)]))
+
     def finish(self, properties: Mapping[str, str]) -> str:
         self._h.update(enc_string_map(properties))
         return self._h.hexdigest()

@@ -75,8 +75,8 @@ def test_write_read_get_and_seek(store):
     assert [k for k, _ in m.iterator(mr, start)] == [k for k, _ in recs[1501:]]
     # every range file is a real table of type "ranges" in the namespace's _lakefs/ folder
     t = SSTable(store.get(table_key(ranges[0].id)))
-    assert t.property("type") == b"ranges"
-    assert SSTable(store.get(table_key(mr))).property("type") == b"metaranges"
+    assert t.get_property("type") == b"ranges"
+    assert SSTable(store.get(table_key(mr))).get_property("type") == b"metaranges"
 
 
 def test_get_reads_two_tables_cold(store):

@@ -11,7 +11,7 @@ import numpy as np
 OFFSET = 0xCBF29CE484222325
 PRIME = 0x100000001B3
 _MASK = 0xFFFFFFFFFFFFFFFF
-_BATCH_MIN = 32
+_BATCH_MIN = 4
 
 
 def fnv1a64(key: bytes) -> int:
@@ -36,9 +36,9 @@ def fnv1a64_batch(keys: list[bytes]) -> list[int]:
     cols_major = np.ascontiguousarray(mat[order].T).astype(np.uint64)  # one contiguous row per byte column
     neg_lens = -lens[order]
     hs = h  # same initial value everywhere; order does not matter yet
+    lives = np.searchsorted(neg_lens, -np.arange(width), side="left").tolist()  # rows with len > j
     with np.errstate(over="ignore"):
-        for j in range(width):
-            live = int(np.searchsorted(neg_lens, -j, side="left"))  # rows with len > j
+        for j, live in enumerate(lives):
             if live == 0:
                 break
             col = cols_major[j, :live]

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Protocol
 
+from graveler.committed.fnv import fnv1a64_batch
 from graveler.committed.writer import MetaRangeWriter, RangeParams, table_key
 from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.model import DiffRecord, MergeStrategy, RangeInfo, Value, decode_value, encode_value
@@ -228,28 +229,45 @@ class CommittedManager:
                 w.copy_range(info)
                 stats.ranges_reused += 1
                 continue
-            for k, raw in self.iter_range_raw(info):
-                while pending is not None and pending[0] < k:
-                    if pending[1] is not None:
-                        out.append((pending[0], encode_value(pending[1])))
-                        stats.added += 1
-                    pending = next(ch, None)
-                if pending is not None and pending[0] == k:
-                    v = pending[1]
-                    if v is None:
-                        stats.removed += 1
-                    else:
-                        old = decode_value(raw)
-                        if old.identity == v.identity:
-                            out.append((k, raw))
-                        else:
-                            out.append((k, encode_value(v)))
-                            stats.changed += 1
-                    pending = next(ch, None)
-                else:
-                    out.append((k, raw))
-                if len(out) >= 2048:
+            t = self._open(info.id)
+            blocks = list(t.iter_blocks_raw()) if t.crc32c_trailers else [(None, b) for b in t.iter_blocks()]
+            # One FNV batch for the whole range: the break check needs every key's hash.
+            all_hashes = fnv1a64_batch([k for _, b in blocks for k in b.keys])
+            hpos = 0
+            for bi, (raw_block, blk) in enumerate(blocks):
+                keys, vals = blk.keys, blk.values
+                hashes = all_hashes[hpos : hpos + len(keys)]
+                hpos += len(keys)
+                if not keys:
+                    continue
+                last_block = bi == len(blocks) - 1
+                if raw_block is not None and not last_block and (pending is None or pending[0] > keys[-1]):
+                    # An untouched block inside a touched range: carried over without re-encoding.
                     flush()
+                    w.write_block(raw_block, keys, vals, hashes)
+                    continue
+                for k, raw in zip(keys, vals):
+                    while pending is not None and pending[0] < k:
+                        if pending[1] is not None:
+                            out.append((pending[0], encode_value(pending[1])))
+                            stats.added += 1
+                        pending = next(ch, None)
+                    if pending is not None and pending[0] == k:
+                        v = pending[1]
+                        if v is None:
+                            stats.removed += 1
+                        else:
+                            old = decode_value(raw)
+                            if old.identity == v.identity:
+                                out.append((k, raw))
+                            else:
+                                out.append((k, encode_value(v)))
+                                stats.changed += 1
+                        pending = next(ch, None)
+                    else:
+                        out.append((k, raw))
+                flush()
+                w.align()
             # Changes after the range's last record but within its span (up to max_key) are added above;
             # those equal to max_key were matched; nothing else belongs to this range.
         while pending is not None:

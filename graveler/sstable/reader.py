@@ -180,7 +180,7 @@ class SSTable:
     def properties(self) -> dict[str, int | str | bytes]:
         return {k: decode_property(k, v) for k, v in self.raw_properties.items()}
 
-    def property(self, name: str) -> bytes | None:
+    def get_property(self, name: str) -> bytes | None:
         return self.raw_properties.get(name)
 
     def seek_ge(self, key: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
@@ -218,6 +218,20 @@ class SSTable:
             for h in part.values[bi:]:
                 yield self._cached_block(h, "data")
             p += 1
+
+    def iter_blocks_raw(self) -> Iterator[tuple[bytes, Block]]:
+        """Every data block as (stored bytes with trailer, decoded block), in order."""
+        for p in range(self._num_partitions()):
+            for h in self._partition(p).values:
+                blk = self._cached_block(h, "data")
+                yield bytes(self.buf[h.offset : h.offset + h.size + 5]), blk
+
+    @property
+    def crc32c_trailers(self) -> bool:
+        """Whether blocks carry CRC32C trailers (so they can be copied into our files verbatim)."""
+        from graveler.sstable.format import CHECKSUM_CRC32C
+
+        return self.footer.checksum_type == CHECKSUM_CRC32C
 
     def get(self, key: bytes) -> bytes | None:
         """The value stored under exactly ``key``, or None."""

@@ -115,6 +115,42 @@ class SSTableWriter:
         """Pebble's EstimatedSize(): bytes written + the open data block + the open index block."""
         return len(self._out) + self._data.size + self._index.size
 
+    @property
+    def block_open(self) -> bool:
+        """True while the current data block holds records."""
+        return self._data.n_entries > 0
+
+    def flush_block(self) -> None:
+        """Close the current data block now (block boundaries are the writer's choice)."""
+        self._flush_data_block()
+
+    def append_block(self, raw: bytes, keys: list[bytes], values: list[bytes]) -> None:
+        """Append a finished data block verbatim: ``raw`` is its stored bytes with trailer.
+
+        ``keys``/``values`` are its records.  The current data block must be empty.
+        Used to carry untouched blocks of a range into its rewrite without re-encoding.
+        """
+        if self._data.n_entries:
+            raise InvalidArgument("append_block needs an empty data block")
+        first = keys[0]
+        last = self._last_key
+        if last is not None and first <= last:
+            raise InvalidArgument(f"SSTable keys must be strictly increasing: {first!r} after {last!r}")
+        if self._pending is not None:
+            self._add_index_entry(_index_key(self._pending_last, separator(self._pending_last, first)))
+        h = BlockHandle(len(self._out), len(raw) - 5)
+        self._out += raw
+        self.num_data_blocks += 1
+        self._pending = h
+        self._pending_last = keys[-1]
+        if last is None:
+            self.first_key = first
+        self._last_key = keys[-1]
+        n = len(keys)
+        self.num_entries += n
+        self.raw_key_size += sum(map(len, keys)) + 8 * n
+        self.raw_value_size += sum(map(len, values))
+
     # -- internals --------------------------------------------------------------------------
     def _write_block(self, contents: bytes, compress: bool) -> BlockHandle:
         body, ctype = compress_block(contents, compress)

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Benchmark of graveler's committed storage (issue: lakeFS-compatible committed storage).
+
+Builds an N-entry commit (default 1,000,000 entries with ~100-byte deep-path keys)
+in a local storage namespace behind the on-disk cache, then measures build rate,
+cold and warm random gets, full scans, a 1-key apply (against the same on a
+10,000-entry commit), a 10-key diff, and the hourly-ingest pattern.  The same
+random gets and scan run through RocksDB itself (rocksdict) over the same records,
+in the same process, as the native anchor; the table shows ours / RocksDB's.
+
+    .venv/bin/python scripts/bench/committed.py            # full size
+    .venv/bin/python scripts/bench/committed.py -n 100000  # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from graveler.cache import ImmutableCache  # noqa: E402
+from graveler.committed.manager import CommittedManager, verify_table  # noqa: E402
+from graveler.committed.writer import RangeParams  # noqa: E402
+from graveler.model import Entry, encode_value  # noqa: E402
+from graveler.objstore import open_store  # noqa: E402
+from graveler.sstable.reader import BlockCache  # noqa: E402
+
+TEAMS = ["ads", "search", "payments", "ml-features", "growth", "infra", "risk", "maps"]
+TABLES = ["events", "sessions", "clicks", "impressions", "labels", "embeddings"]
+
+
+def make_key(i: int) -> bytes:
+    r = random.Random(i)
+    team, table = TEAMS[i % len(TEAMS)], TABLES[(i // 8) % len(TABLES)]
+    return (
+        f"datasets/{team}/{table}/year=2024/month={(i // 7919) % 12 + 1:02d}/day={(i // 311) % 28 + 1:02d}/"
+        f"hour={i % 24:02d}/part-{i % 10000:05d}-{r.getrandbits(64):016x}.c000.snappy.parquet"
+    ).encode()
+
+
+def make_value(i: int, version: int = 0):
+    return Entry(
+        address=f"data/gk{i:012x}/ck{version:08x}{i:016x}", size=1000 + i % 100000, etag=f"{i * 2654435761 % 2**128:032x}",
+        last_modified_ns=1_700_000_000_000_000_000 + i * 1_000_000_000, content_type="application/octet-stream",
+    ).to_value()
+
+
+def hourly_key(day: int, hour: int, j: int) -> bytes:
+    return f"input/2024/06/{day:02d}/{hour:02d}:00/events-{j:06d}.json.gz".encode()
+
+
+class Namespace:
+    """A local storage namespace with the on-disk cache in front, and a manager over it."""
+
+    def __init__(self, root: str, params: RangeParams):
+        self.root = root
+        self.store = open_store(f"file://{root}/ns")
+        self.params = params
+        self.fresh()
+
+    def fresh(self) -> CommittedManager:
+        """A manager with empty caches (disk tier and memory)."""
+        cache_dir = os.path.join(self.root, "cache")
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        self.cache = ImmutableCache(self.store, cache_dir, max_bytes=4 << 30, verify=verify_table)
+        self.mgr = CommittedManager(self.cache, self.params, block_cache=BlockCache(1 << 30))
+        return self.mgr
+
+
+def timed(fn, *a, **kw):
+    t = time.perf_counter()
+    r = fn(*a, **kw)
+    return r, time.perf_counter() - t
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", "--entries", type=int, default=1_000_000)
+    ap.add_argument("--gets", type=int, default=50_000, help="random gets per warm measurement")
+    ap.add_argument("--cold-gets", type=int, default=2_000)
+    ap.add_argument("--repeat", type=int, default=3, help="repetitions for medians")
+    ap.add_argument("--hours", type=int, default=24)
+    ap.add_argument("--files-per-hour", type=int, default=2_000)
+    ap.add_argument("--no-rocksdb", action="store_true")
+    ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed after)")
+    args = ap.parse_args()
+    root = args.dir or tempfile.mkdtemp(prefix="lakefuse-bench-")
+    rows: list[tuple[str, str, str]] = []
+
+    def row(name, ours, anchor=""):
+        rows.append((name, ours, anchor))
+        print(f"  {name}: {ours} {anchor}", flush=True)
+
+    try:
+        n = args.entries
+        print(f"generating {n:,} records ...", flush=True)
+        (recs, gen_s) = timed(lambda: sorted((make_key(i), make_value(i)) for i in range(n)))
+        print(f"  (entry encoding + identity: {n / gen_s:,.0f} entries/s, not counted below)")
+        ns = Namespace(root, RangeParams())
+        m = ns.mgr
+
+        # -- build
+        mr, build_s = timed(m.write_metarange, recs)
+        ranges = m.list_ranges(mr)
+        row("build 1 commit", f"{n / build_s:,.0f} entries/s ({len(ranges)} ranges, {build_s:.1f} s)")
+
+        keys = [k for k, _ in recs]
+        rnd = random.Random(42)
+
+        # -- gets, cold then warm
+        cold_rates = []
+        for _ in range(args.repeat):
+            m = ns.fresh()
+            sample = rnd.sample(keys, args.cold_gets)
+            _, s = timed(lambda: [m.get(mr, k) for k in sample])
+            cold_rates.append(len(sample) / s)
+        m = ns.fresh()
+        _, first_s = timed(m.get, mr, keys[n // 2])
+        row("get, cold (empty disk+memory caches)", f"{med(cold_rates):,.0f} gets/s over {args.cold_gets:,} gets; "
+            f"first get {first_s * 1000:.1f} ms")
+        for k in keys:  # warm everything
+            pass
+        _ = sum(1 for _ in m.iterator(mr))
+        warm = []
+        for _ in range(args.repeat):
+            sample = rnd.sample(keys, min(args.gets, n))
+            _, s = timed(lambda: [m.get(mr, k) for k in sample])
+            warm.append(len(sample) / s)
+        ours_warm = med(warm)
+
+        # -- scans
+        scans_cold, scans_warm = [], []
+        for _ in range(args.repeat):
+            m = ns.fresh()
+            _, s = timed(lambda: sum(1 for _ in m.iterator(mr)))
+            scans_cold.append(n / s)
+            _, s = timed(lambda: sum(1 for _ in m.iterator(mr)))
+            scans_warm.append(n / s)
+
+        # -- RocksDB anchor over the same records
+        rocks_get = rocks_scan = None
+        if not args.no_rocksdb:
+            import rocksdict
+
+            dbdir = os.path.join(root, "rocksdb")
+            db = rocksdict.Rdict(dbdir, rocksdict.Options(raw_mode=True))
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            for k, v in recs:
+                wb.put(k, encode_value(v))
+            db.write(wb)
+            db.flush()
+            rg, rs = [], []
+            for _ in range(args.repeat):
+                sample = rnd.sample(keys, min(args.gets, n))
+                _, s = timed(lambda: [db.get(k) for k in sample])
+                rg.append(len(sample) / s)
+                _, s = timed(lambda: sum(1 for _ in db.items()))
+                rs.append(n / s)
+            rocks_get, rocks_scan = med(rg), med(rs)
+            db.close()
+        row("get, warm", f"{ours_warm:,.0f} gets/s",
+            f"| RocksDB {rocks_get:,.0f}/s, ours/RocksDB = {ours_warm / rocks_get:.2f}" if rocks_get else "")
+        row("scan, cold caches", f"{med(scans_cold):,.0f} entries/s")
+        row("scan, warm", f"{med(scans_warm):,.0f} entries/s",
+            f"| RocksDB {rocks_scan:,.0f}/s, ours/RocksDB = {med(scans_warm) / rocks_scan:.2f}" if rocks_scan else "")
+
+        # -- apply of one changed key: 1M vs 10k
+        def apply_one(mgr, base, key, version):
+            w0, r0 = mgr.tables_written, mgr.tables_read
+            (new, stats), s = timed(mgr.apply, base, [(key, make_value(0, version))])
+            return new, stats, s, mgr.tables_written - w0, mgr.tables_read - r0
+
+        m = ns.fresh()
+        big_times, small_times = [], []
+        for rep in range(args.repeat):
+            k = keys[rnd.randrange(n)]
+            _, stats, s, written, read = apply_one(m, mr, k, rep + 1)
+            big_times.append(s)
+        small_n = 10_000
+        small_recs = recs[:: max(1, n // small_n)][:small_n]
+        small_mr = m.write_metarange(small_recs)
+        for rep in range(args.repeat):
+            k = small_recs[rnd.randrange(len(small_recs))][0]
+            _, _, s, _, _ = apply_one(m, small_mr, k, rep + 1)
+            small_times.append(s)
+        ratio = med(big_times) / med(small_times)
+        row("apply 1 changed key", f"{med(big_times) * 1000:.0f} ms on {n:,}; files written {written} "
+            f"({stats.ranges_written} range + 1 metarange), files read {read}; "
+            f"{med(small_times) * 1000:.0f} ms on 10,000: ratio {ratio:.2f}")
+
+        # -- diff of two commits differing in 10 keys
+        changed = sorted(rnd.sample(keys, 10))
+        other, _ = m.apply(mr, [(k, make_value(1, 99)) for k in changed])
+        d_times, d_reads = [], []
+        for _ in range(args.repeat):
+            m = ns.fresh()
+            r0 = m.tables_read
+            d, s = timed(lambda: list(m.diff(mr, other)))
+            assert [x.key for x in d] == changed
+            d_times.append(s)
+            d_reads.append(m.tables_read - r0)
+        row("diff, 10 keys apart", f"{med(d_times) * 1000:.0f} ms, files read {med(d_reads):.0f} "
+            f"(2 metaranges + differing ranges) of {2 + 2 * len(ranges)} (cold caches)")
+
+        # -- hourly ingest: a commit an hour over the base
+        m = ns.fresh()
+        base_hourly = m.write_metarange(sorted((hourly_key(1 + i // (24 * 2000), (i // 2000) % 24, i % 2000),
+                                                make_value(i)) for i in range(n)))
+        cur = base_hourly
+        shares, parent_shares, hour_times = [], [], []
+        for h in range(args.hours):
+            changes = [(hourly_key(28, h, j), make_value(j, h)) for j in range(args.files_per_hour)]
+            parent_ranges = {r.id for r in m.list_ranges(cur)}
+            (new, stats), s = timed(m.apply, cur, changes)
+            new_ranges = [r.id for r in m.list_ranges(new)]
+            reused = sum(1 for r in new_ranges if r in parent_ranges)
+            shares.append(reused / len(new_ranges))
+            parent_shares.append(sum(1 for r in parent_ranges if r in set(new_ranges)) / len(parent_ranges))
+            hour_times.append(s)
+            cur = new
+        row("hourly ingest, 24 commits", f"ranges of each new commit shared with its parent: median "
+            f"{med(shares) * 100:.1f}% (min {min(shares) * 100:.1f}%); parent's ranges carried over unchanged: "
+            f"median {med(parent_shares) * 100:.1f}%; commit apply {med(hour_times) * 1000:.0f} ms")
+
+        print("\nlakefuse committed storage, %s entries, %d cores" % (f"{n:,}", os.cpu_count() or 0))
+        w = max(len(r[0]) for r in rows)
+        for name, ours, anchor in rows:
+            print(f"| {name.ljust(w)} | {ours} {anchor}")
+        return 0
+    finally:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -636,9 +636,35 @@ class Repository:
 
     # ------------------------------------------------------------------ merge and revert
 
-    def _require_clean(self, branch: str) -> None:
+    def _seal_clean(self, branch: str) -> tuple[Branch, Commit]:
+        """Prepare ``branch`` for an operation that moves its head (merge, revert,
+        adopting a metarange): DirtyBranch if it has uncommitted changes. Its staged
+        no-ops (entries equal to the head, tombstones of absent paths) are sealed, so
+        that the head move can drop them: over a new head they would be changes.
+        Writes arriving meanwhile go to the fresh token and stay staged."""
         if self.has_uncommitted(branch):
             raise DirtyBranch(f"branch {branch!r} has uncommitted changes; commit or reset them first")
+
+        def seal(txn):
+            b = self._branch_txn(txn, branch)
+            if self.staging.is_empty_txn(txn, b.staging_token):
+                return b
+            nb = Branch(b.name, b.commit_id, new_staging_token(), (b.staging_token, *b.sealed_tokens))
+            self.refs.put_branch_txn(txn, nb)
+            return nb
+
+        b = self.env.write(seal)
+        head = self.refs.get_commit(b.commit_id)
+        if b.sealed_tokens and next(iter(self._diff_staged(b.sealed_tokens, head.meta_range_id)), None) is not None:
+            raise DirtyBranch(f"branch {branch!r} has uncommitted changes; commit or reset them first")
+        return b, head
+
+    def _finish_move(self, b: Branch, head: Commit, commit: Commit) -> bool:
+        """CAS the branch from ``head`` to ``commit``; drop its (no-op) sealed tokens."""
+        if self.env.write(lambda txn: self._move_branch_txn(txn, b.name, head.id, b.sealed_tokens, commit)):
+            self.staging.drop_many(b.sealed_tokens)
+            return True
+        return False
 
     def merge(
         self,
@@ -653,24 +679,26 @@ class Repository:
         """Three-way merge of the commit ``source`` resolves to into ``dest_branch``.
 
         The merge base is found through parents (lakeFS's generation walk). Always
-        makes a merge commit with parents [dest head, source]. DirtyBranch if the
-        destination has uncommitted changes; MergeConflict (with ``keys``) unless
-        the strategy decides; NothingToCommit if the source adds nothing (already
-        merged) and not ``allow_empty``.
+        makes a merge commit with parents [dest head, source] and lakeFS's
+        ``.lakefs.merge.strategy`` metadata. A source branch contributes its head
+        (not its staging). DirtyBranch if the destination has uncommitted changes;
+        MergeConflict (with ``keys``) unless the strategy decides; NothingToCommit
+        if the source has no changes since the merge base and not ``allow_empty``.
         """
         if isinstance(strategy, str):
             strategy = _parse_strategy(strategy)
         committer = committer or self.config.committer
+        with self.env.read() as txn:
+            self._branch_txn(txn, dest_branch)
+            src = self.refs.get_commit_txn(txn, self.refs.resolve_txn(txn, source).commit_id)
         for attempt in range(self.config.commit_retries):
-            with self.env.read() as txn:
-                b = self._branch_txn(txn, dest_branch)
-                dest = self.refs.get_commit_txn(txn, b.commit_id)
-                src = self.refs.get_commit_txn(txn, self.refs.resolve_txn(txn, source).commit_id)
-            self._require_clean(dest_branch)
+            b, dest = self._seal_clean(dest_branch)
             base = self.refs.find_merge_base(dest.id, src.id)
             if base is None:
                 raise Conflict(f"{source!r} and {dest_branch!r} have no common ancestor")
-            if not allow_empty and (base.id == src.id or base.meta_range_id == src.meta_range_id):
+            if not allow_empty and (
+                base.id == src.id or next(iter(self.committed.diff(base.meta_range_id, src.meta_range_id)), None) is None
+            ):
                 raise NothingToCommit(f"nothing to merge: {source!r} has no changes since its merge base with {dest_branch!r}")
             if dest.meta_range_id == base.meta_range_id:
                 mr = src.meta_range_id
@@ -686,8 +714,7 @@ class Repository:
                 max(dest.generation, src.generation) + 1,
                 md,
             )
-            if self.env.write(lambda txn: self._move_branch_txn(txn, dest_branch, dest.id, b.sealed_tokens, commit)):
-                self.staging.drop_many(b.sealed_tokens)
+            if self._finish_move(b, dest, commit):
                 log.info("%s: merged %s into %s as %s", self.name, source, dest_branch, commit.id[:12])
                 return commit
             self._backoff(attempt)
@@ -705,31 +732,28 @@ class Repository:
     ) -> Commit:
         """Commit on ``branch`` the inverse of the changes that commit ``ref`` made
         relative to its parent (``parent_number``, 1-based, is required for a merge
-        commit). Conflicts with later changes raise MergeConflict."""
+        commit). lakeFS's way: merge the parent into the branch with the commit as
+        the base. MergeConflict if later changes touched the same paths;
+        NothingToCommit if nothing would change; DirtyBranch if uncommitted changes."""
         committer = committer or self.config.committer
         _, target = self._resolve_commit(ref)
         if len(target.parents) > 1 and parent_number <= 0:
             raise InvalidArgument(f"commit {target.id[:12]} is a merge commit: give the parent number to revert against")
-        if parent_number > len(target.parents) or (parent_number > 0 and not target.parents):
+        if parent_number > len(target.parents) or parent_number < 0:
             raise InvalidArgument(f"commit {target.id[:12]} has {len(target.parents)} parent(s), not {parent_number}")
-        parent_mr = ""
         if target.parents:
             parent_mr = self.refs.get_commit(target.parents[max(parent_number, 1) - 1]).meta_range_id
         else:
             parent_mr = self.committed.empty_metarange()
         for attempt in range(self.config.commit_retries):
-            with self.env.read() as txn:
-                b = self._branch_txn(txn, branch)
-                head = self.refs.get_commit_txn(txn, b.commit_id)
-            self._require_clean(branch)
-            mr, _ = self.committed.merge(target.meta_range_id, parent_mr, head.meta_range_id, MergeStrategy.NONE)
-            if mr == head.meta_range_id and not allow_empty:
-                raise NothingToCommit(f"reverting {ref!r} changes nothing on {branch!r}")
-            commit = Commit.create(
-                committer, message or f"Revert {target.id}", mr, (head.id,), head.generation + 1, metadata
-            )
-            if self.env.write(lambda txn: self._move_branch_txn(txn, branch, head.id, b.sealed_tokens, commit)):
-                self.staging.drop_many(b.sealed_tokens)
+            b, head = self._seal_clean(branch)
+            mr, stats = self.committed.merge(target.meta_range_id, parent_mr, head.meta_range_id, MergeStrategy.NONE)
+            if stats.changes == 0:
+                if not allow_empty:
+                    raise NothingToCommit(f"reverting {ref!r} changes nothing on {branch!r}")
+                mr = head.meta_range_id
+            commit = Commit.create(committer, message or f"Revert {target.id}", mr, (head.id,), head.generation + 1, metadata)
+            if self._finish_move(b, head, commit):
                 log.info("%s: reverted %s on %s as %s", self.name, target.id[:12], branch, commit.id[:12])
                 return commit
             self._backoff(attempt)
@@ -749,13 +773,9 @@ class Repository:
         if metarange_id and not self.committed.exists(metarange_id):
             raise NotFound(f"metarange {metarange_id} not found in {self.record.storage_namespace}")
         for attempt in range(self.config.commit_retries):
-            with self.env.read() as txn:
-                b = self._branch_txn(txn, branch)
-                head = self.refs.get_commit_txn(txn, b.commit_id)
-            self._require_clean(branch)
+            b, head = self._seal_clean(branch)
             commit = Commit.create(committer, message, metarange_id, (head.id,), head.generation + 1, metadata)
-            if self.env.write(lambda txn: self._move_branch_txn(txn, branch, head.id, b.sealed_tokens, commit)):
-                self.staging.drop_many(b.sealed_tokens)
+            if self._finish_move(b, head, commit):
                 return commit
             self._backoff(attempt)
         raise PreconditionFailed(f"branch {branch!r} kept moving")

@@ -320,3 +320,28 @@ def test_model_apply_diff_merge(tmp_path_factory, base_ch, src_ch, dst_ch):
         merged, _ = m.merge(base, src, dst)
         assert dict(m.iterator(merged)) == want
     shutil.rmtree(root, ignore_errors=True)
+
+
+# -- the same over S3 (moto over HTTP), through the on-disk cache --------------------------------
+
+
+@pytest.mark.s3
+def test_committed_over_s3_through_the_cache(s3_bucket, s3_config, tmp_path):
+    from graveler.cache import ImmutableCache
+    from graveler.committed.manager import verify_table
+
+    store = open_store(f"s3://{s3_bucket}/repo-ns", s3_config)
+    cache = ImmutableCache(store, str(tmp_path / "cache"), max_bytes=64 << 20, verify=verify_table)
+    m = CommittedManager(cache, SMALL)
+    mr, recs = build(m, 1500)
+    new, stats = m.apply(mr, [(recs[700][0], value(700, 1))])
+    assert stats.ranges_written == 1
+    # a second manager with an empty disk cache reads everything back over HTTP
+    cache2 = ImmutableCache(store, str(tmp_path / "cache2"), max_bytes=64 << 20, verify=verify_table)
+    m2 = CommittedManager(cache2, SMALL)
+    assert list(m2.iterator(mr)) == recs
+    assert m2.get(new, recs[700][0]) == value(700, 1)
+    assert [d.key for d in m2.diff(mr, new)] == [recs[700][0]]
+    assert cache2.stats.snapshot()["misses"] >= 2
+    # the files are where lakeFS puts them
+    assert any(o.key == table_key(mr) for o in store.list("_lakefs/"))

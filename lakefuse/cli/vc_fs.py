@@ -1,0 +1,336 @@
+"""``fs`` commands: upload, cat, ls, stat, rm objects on a ref."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import mimetypes
+import os
+import stat as stat_mod
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from graveler.errors import InvalidArgument, NotFound
+from graveler.graveler import Repository
+from graveler.model import AddressType, Entry
+from graveler.objects import md5_file, new_data_address
+from graveler.staging import as_path
+from lakefuse.cli.vc_common import (
+    add_command,
+    add_group,
+    decode_key,
+    emit_json,
+    entry_json,
+    human_size,
+    local_time_ns,
+    note,
+    out,
+    physical_address,
+    session,
+    uri_arg,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+STAGE_BATCH = 1000  # entries staged per LMDB transaction in a recursive upload
+UPLOAD_THREADS = 8
+CAT_CHUNK = 8 << 20
+
+UPLOAD_EPILOG = """\
+With --recursive, SOURCE is a local directory and PATH a prefix: every regular
+file under SOURCE is uploaded to PATH/<its path relative to SOURCE>; the files
+are uploaded in parallel and staged in batches of %d. Symbolic links are
+skipped, not followed (following could leave the tree or loop; the mount keeps
+symlinks as symlinks), and so are other special files; each skipped one is
+reported on stderr. Paths are checked before anything is uploaded.
+
+Without --recursive, a PATH that is empty or ends in '/' gets SOURCE's file
+name appended. The content type is --content-type, else guessed from the file
+name, else %s.
+
+A progress bar is shown on stderr when it is a terminal, or with --progress.""" % (STAGE_BATCH, DEFAULT_CONTENT_TYPE)
+
+LS_EPILOG = """\
+PREFIX is a key prefix, as in lakectl: `lakefs://repo/main/data/` lists the
+contents of data/, `lakefs://repo/main/data` lists what starts with "data"
+(for instance the common prefix data/). Without --recursive, keys below the next
+'/' are folded into common prefixes (directories); names are shown relative to
+the prefix's last '/'."""
+
+
+def register(sub) -> None:
+    g = add_group(sub, "fs", "upload, read, list, inspect and delete objects")
+    p = add_command(g, "upload", "upload a local file (or a directory tree) and stage it on a branch", cmd_upload,
+                    epilog=UPLOAD_EPILOG)
+    p.add_argument("dest", metavar="lakefs://REPO/BRANCH/PATH")
+    p.add_argument("--source", "-s", metavar="LOCAL", required=True, help="local file (directory with --recursive)")
+    p.add_argument("--recursive", "-r", action="store_true", help="upload a directory tree under the PATH prefix")
+    p.add_argument("--content-type", metavar="T", help="content type of the object(s) (default: guessed)")
+    p.add_argument("--progress", action="store_true", help="show a progress bar even if stderr is not a terminal")
+    p = add_command(g, "cat", "write an object's content to stdout", cmd_cat, json_output=False)
+    p.add_argument("path", metavar="lakefs://REPO/REF/PATH")
+    p = add_command(g, "ls", "list objects and common prefixes under a prefix", cmd_ls, epilog=LS_EPILOG)
+    p.add_argument("prefix", metavar="lakefs://REPO/REF/[PREFIX]")
+    p.add_argument("--recursive", "-r", action="store_true", help="list every object under the prefix, no folding")
+    p = add_command(g, "stat", "show an object's entry: address, size, etag, mtime, content type, metadata", cmd_stat)
+    p.add_argument("path", metavar="lakefs://REPO/REF/PATH")
+    p = add_command(g, "rm", "delete an object (or every object under a prefix) on a branch", cmd_rm,
+                    epilog="With --recursive, PATH is a directory prefix ('/' is appended if missing).")
+    p.add_argument("path", metavar="lakefs://REPO/BRANCH/PATH")
+    p.add_argument("--recursive", "-r", action="store_true", help="delete every object under the PATH prefix")
+
+
+# ---------------------------------------------------------------------- upload
+
+
+@dataclass(frozen=True, slots=True)
+class _File:
+    local: str
+    path: str  # destination object path
+    size: int
+
+
+def _content_type(args, local: str) -> str:
+    if args.content_type:
+        return args.content_type
+    guessed, _ = mimetypes.guess_type(local, strict=False)
+    return guessed or DEFAULT_CONTENT_TYPE
+
+
+def _put_object(repo: Repository, local: str, content_type: str) -> Entry:
+    """Upload one local file to a new object in the namespace, unstaged.
+
+    The same as ``Repository.upload`` minus the staging (done in batches by the caller).
+    """
+    address = new_data_address()
+    etag, size = md5_file(local)
+    repo.store.put_file(address, local)
+    return Entry(address=address, size=size, etag=etag, last_modified_ns=time.time_ns(),
+                 address_type=AddressType.RELATIVE, content_type=content_type)
+
+
+def _walk(root: str, prefix: str) -> tuple[list[_File], list[tuple[str, str]]]:
+    """Regular files under ``root`` (sorted, symlinks not followed) and the skipped ones."""
+    files: list[_File] = []
+    skipped: list[tuple[str, str]] = []
+
+    def onerror(e: OSError) -> None:
+        raise e
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
+        dirnames.sort()
+        for name in list(dirnames):
+            if os.path.islink(os.path.join(dirpath, name)):
+                skipped.append((os.path.join(dirpath, name), "symlink"))
+                dirnames.remove(name)
+        for name in sorted(filenames):
+            local = os.path.join(dirpath, name)
+            st = os.lstat(local)
+            if stat_mod.S_ISLNK(st.st_mode):
+                skipped.append((local, "symlink"))
+                continue
+            if not stat_mod.S_ISREG(st.st_mode):
+                skipped.append((local, "not a regular file"))
+                continue
+            rel = os.path.relpath(local, root).replace(os.sep, "/")
+            files.append(_File(local, prefix + rel, st.st_size))
+    return files, skipped
+
+
+def _progress(args, total: int):
+    """A rich progress bar on stderr, or None when it should not show."""
+    if not (args.progress or sys.stderr.isatty()):
+        return None
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(file=sys.stderr, force_terminal=True if args.progress else None)
+    return Progress(
+        TextColumn("[progress.description]{task.description}"), BarColumn(), DownloadColumn(),
+        TransferSpeedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[files]}"),
+        console=console,
+    )
+
+
+def _upload_tree(args, repo: Repository, branch: str, root: str, prefix: str) -> dict:
+    files, skipped = _walk(root, prefix)
+    for local, why in skipped:
+        note(f"lakefuse: skipped {local} ({why})")
+    for f in files:  # every path is checked before anything is uploaded
+        as_path(f.path)
+    repo.get_branch(branch)  # a missing branch or a tag fails before the upload
+    total = sum(f.size for f in files)
+    progress = _progress(args, total)
+    done_bytes = 0
+    staged = 0
+    batch: list[tuple[str, Entry]] = []
+
+    def flush() -> None:
+        nonlocal staged, batch
+        if batch:
+            staged += repo.stage_many(branch, batch)
+            batch = []
+
+    def one(f: _File) -> tuple[_File, Entry]:
+        return f, _put_object(repo, f.local, _content_type(args, f.local))
+
+    try:
+        if progress is not None:
+            progress.start()
+            task = progress.add_task("uploading", total=total, files=f"0/{len(files)} files")
+        with ThreadPoolExecutor(max_workers=UPLOAD_THREADS, thread_name_prefix="upload") as pool:
+            for i, (f, entry) in enumerate(pool.map(one, files), 1):
+                batch.append((f.path, entry))
+                done_bytes += entry.size
+                if progress is not None:
+                    progress.update(task, completed=done_bytes, files=f"{i}/{len(files)} files")
+                if len(batch) >= STAGE_BATCH:
+                    flush()
+        flush()
+    finally:
+        if progress is not None:
+            progress.stop()
+    return {"objects": staged, "bytes": done_bytes, "skipped": [{"path": p, "reason": r} for p, r in skipped]}
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    u = uri_arg(args.dest)
+    if u.ref is None:
+        raise InvalidArgument(f"{u}: expected lakefs://REPO/BRANCH/PATH")
+    branch, path = u.ref, u.path or ""
+    src = args.source
+    if not os.path.lexists(src):
+        raise NotFound(f"local file not found: {src}")
+    with session(args) as s:
+        repo = s.repo(u)
+        if args.recursive:
+            if not os.path.isdir(src):
+                raise InvalidArgument(f"--recursive needs a directory, and {src} is not one")
+            prefix = path if not path or path.endswith("/") else path + "/"
+            res = _upload_tree(args, repo, branch, src, prefix)
+            dest = f"lakefs://{u.repository}/{branch}/{prefix}"
+            if args.json:
+                emit_json({"destination": dest, **res})
+            else:
+                out(f"Uploaded {res['objects']} objects ({human_size(res['bytes'])}) to {dest}"
+                    + (f"; skipped {len(res['skipped'])}" if res["skipped"] else ""))
+            return 0
+        if os.path.isdir(src):
+            raise InvalidArgument(f"{src} is a directory: use --recursive")
+        if not path or path.endswith("/"):
+            path += os.path.basename(src)
+        entry = repo.upload(branch, path, src, content_type=_content_type(args, src))
+        if args.json:
+            emit_json(entry_json(repo, path, entry))
+        else:
+            out(f"Uploaded {src} to lakefs://{u.repository}/{branch}/{path} ({human_size(entry.size)})")
+    return 0
+
+
+# ---------------------------------------------------------------------- reads
+
+
+def cmd_cat(args: argparse.Namespace) -> int:
+    u = uri_arg(args.path)
+    ref, path = u.with_path()
+    with session(args) as s:
+        repo = s.repo(u)
+        entry = repo.get(ref, path)
+        w = sys.stdout.buffer
+        if entry.size <= CAT_CHUNK:
+            w.write(repo.read_entry(entry))
+        else:
+            for off in range(0, entry.size, CAT_CHUNK):
+                w.write(repo.read_entry(entry, off, min(CAT_CHUNK, entry.size - off)))
+        w.flush()
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    u = uri_arg(args.prefix)
+    ref, prefix = u.with_prefix()
+    trim = prefix[: prefix.rfind("/") + 1]
+    with session(args) as s:
+        repo = s.repo(u)
+        for item in repo.list(ref, prefix, delimiter="" if args.recursive else "/"):
+            name = decode_key(item.path)
+            if item.is_prefix:
+                if args.json:
+                    emit_json({"type": "prefix", "path": name})
+                else:
+                    out(f"{'prefix':<7} {'':16} {'':>10}  {name[len(trim):]}")
+                continue
+            e = item.entry
+            if args.json:
+                emit_json({"type": "object", **entry_json(repo, name, e)})
+            else:
+                out(f"{'object':<7} {local_time_ns(e.last_modified_ns):16} {human_size(e.size):>10}  {name[len(trim):]}")
+    return 0
+
+
+def cmd_stat(args: argparse.Namespace) -> int:
+    u = uri_arg(args.path)
+    ref, path = u.with_path()
+    with session(args) as s:
+        repo = s.repo(u)
+        e = repo.get(ref, path)
+        if args.json:
+            emit_json(entry_json(repo, path, e))
+            return 0
+        out(f"Path:             {path}")
+        out(f"Modified Time:    {local_time_ns(e.last_modified_ns, zone=True)}")
+        out(f"Size:             {e.size} bytes")
+        out(f"Human Size:       {human_size(e.size)}")
+        out(f"Physical Address: {physical_address(repo, e)}")
+        out(f"Checksum:         {e.etag}")
+        out(f"Content-Type:     {e.content_type or '-'}")
+        if e.metadata:
+            out("Metadata:")
+            width = max(len(k) for k in e.metadata)
+            for k, v in sorted(e.metadata.items()):
+                out(f"  {k:<{width}} = {v}")
+    return 0
+
+
+# ---------------------------------------------------------------------- rm
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    u = uri_arg(args.path)
+    if u.ref is None:
+        raise InvalidArgument(f"{u}: expected lakefs://REPO/BRANCH/PATH")
+    branch, path = u.ref, u.path or ""
+    with session(args) as s:
+        repo = s.repo(u)
+        if not args.recursive:
+            if not path:
+                raise InvalidArgument(f"{u}: expected lakefs://REPO/BRANCH/PATH (use --recursive for a prefix)")
+            repo.delete(branch, path)
+            if args.json:
+                emit_json({"deleted": 1, "path": path})
+            else:
+                out(f"Deleted lakefs://{u.repository}/{branch}/{path}")
+            return 0
+        prefix = path if not path or path.endswith("/") else path + "/"
+        repo.get_branch(branch)  # a tag or commit is refused (ReadOnlyRef), not listed
+        paths = [item.path for item in repo.list(branch, prefix, delimiter="")]  # list first, then write
+        n = 0
+        for i in range(0, len(paths), STAGE_BATCH):
+            n += repo.stage_many(branch, [(p, None) for p in paths[i : i + STAGE_BATCH]])
+        if n == 0:
+            raise NotFound(f"no objects under lakefs://{u.repository}/{branch}/{prefix}")
+        if args.json:
+            emit_json({"deleted": n, "prefix": prefix})
+        else:
+            out(f"Deleted {n} objects under lakefs://{u.repository}/{branch}/{prefix}")
+    return 0

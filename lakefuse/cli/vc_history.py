@@ -1,0 +1,204 @@
+"""``commit``, ``log``, ``show``, ``diff``, ``merge`` and ``revert``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Iterator
+
+from graveler.errors import InvalidArgument, MergeConflict
+from graveler.graveler import Repository
+from graveler.model import DiffRecord, DiffType, Entry
+from graveler.refs import Commit
+from lakefuse.cli.vc_common import (
+    add_command,
+    commit_json,
+    decode_key,
+    emit_json,
+    entry_json,
+    local_time,
+    out,
+    parse_meta,
+    print_commit,
+    ref_arg,
+    same_repo,
+    session,
+    uri_arg,
+)
+
+log = logging.getLogger(__name__)
+
+_SIGN = {DiffType.ADDED: "+", DiffType.REMOVED: "-", DiffType.CHANGED: "~"}
+
+DIFF_EPILOG = """\
+With two refs: the committed differences from LEFT to RIGHT (a branch counts as
+its head commit; its uncommitted changes are not included). With one branch:
+its uncommitted changes against its head commit.
+
+Each line is `+ path` (added), `- path` (removed) or `~ path` (changed);
+--json prints one object per line: type, path, and the left / right entries."""
+
+
+def register(sub) -> None:
+    p = add_command(sub, "commit", "commit a branch's staged changes", cmd_commit)
+    p.add_argument("branch", metavar="lakefs://REPO/BRANCH")
+    p.add_argument("-m", "--message", required=True, help="commit message")
+    p.add_argument("--meta", metavar="KEY=VALUE", action="append", help="commit metadata (repeatable)")
+    p.add_argument("--allow-empty", action="store_true", help="commit even if nothing changed")
+
+    p = add_command(sub, "log", "show the first-parent history of a ref, newest first", cmd_log)
+    p.add_argument("ref", metavar="lakefs://REPO/REF")
+    p.add_argument("--amount", "-n", type=int, metavar="N", help="show at most N commits")
+
+    p = add_command(sub, "show", "show the commit a ref points at", cmd_show)
+    p.add_argument("ref", metavar="lakefs://REPO/REF")
+
+    p = add_command(sub, "diff", "show the differences between two refs, or a branch's uncommitted changes",
+                    cmd_diff, epilog=DIFF_EPILOG)
+    p.add_argument("left", metavar="lakefs://REPO/LEFT")
+    p.add_argument("right", metavar="lakefs://REPO/RIGHT", nargs="?")
+
+    p = add_command(
+        sub, "merge", "merge a ref into a branch (three-way, with a merge commit)", cmd_merge,
+        epilog="Without --strategy, paths changed differently on both sides fail the merge.\n"
+               "The destination branch must have no uncommitted changes.",
+    )
+    p.add_argument("source", metavar="lakefs://REPO/SOURCE")
+    p.add_argument("dest", metavar="lakefs://REPO/DEST")
+    p.add_argument("--strategy", choices=("dest-wins", "source-wins"),
+                   help="resolve conflicts in favour of the destination or the source")
+    p.add_argument("-m", "--message", help="merge commit message (default: Merge 'SOURCE' into 'DEST')")
+    p.add_argument("--meta", metavar="KEY=VALUE", action="append", help="merge commit metadata (repeatable)")
+
+    p = add_command(sub, "revert", "commit the inverse of a commit's changes on a branch", cmd_revert)
+    p.add_argument("branch", metavar="lakefs://REPO/BRANCH")
+    p.add_argument("commit", metavar="COMMIT", help="the commit to revert: a ref (commit ID, main~1, a tag) or lakefs://REPO/REF")
+    p.add_argument("--parent-number", "-p", type=int, default=0, metavar="N",
+                   help="for a merge commit: revert against its N-th parent (1-based)")
+    p.add_argument("-m", "--message", help="commit message (default: Revert <commit ID>)")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _change_counts(repo: Repository, c: Commit) -> dict[str, int]:
+    counts = {"added": 0, "removed": 0, "changed": 0}
+    if c.parents:
+        parent = repo.get_commit(c.parents[0])
+        for d in repo.committed.diff(parent.meta_range_id, c.meta_range_id):
+            counts[d.type.value] += 1
+    return counts
+
+
+def _report_commit(args, repo: Repository, branch: str, c: Commit) -> None:
+    counts = _change_counts(repo, c)
+    if args.json:
+        emit_json({**commit_json(c), "branch": branch, "changes": counts})
+        return
+    first = c.message.splitlines()[0] if c.message else ""
+    out(f"[{branch} {c.id[:12]}] {first} (+{counts['added']} -{counts['removed']} ~{counts['changed']})")
+
+
+def _entry_or_none(repo: Repository, path: str, v) -> dict | None:
+    if v is None:
+        return None
+    d = entry_json(repo, path, Entry.from_value(v))
+    del d["path"]
+    return d
+
+
+def _print_diff(args, repo: Repository, records: Iterator[DiffRecord]) -> None:
+    for d in records:
+        path = decode_key(d.key)
+        if args.json:
+            emit_json({"type": d.type.value, "path": path,
+                       "left": _entry_or_none(repo, path, d.left), "right": _entry_or_none(repo, path, d.right)})
+        else:
+            out(f"{_SIGN[d.type]} {path}")
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def cmd_commit(args: argparse.Namespace) -> int:
+    u = uri_arg(args.branch)
+    branch = u.with_ref("branch")
+    metadata = parse_meta(args.meta)
+    with session(args) as s:
+        repo = s.repo(u)
+        c = repo.commit(branch, args.message, metadata=metadata, allow_empty=args.allow_empty)
+        _report_commit(args, repo, branch, c)
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    u = uri_arg(args.ref)
+    ref = u.with_ref()
+    if args.amount is not None and args.amount < 0:
+        raise InvalidArgument(f"--amount must be >= 0, not {args.amount}")
+    with session(args) as s:
+        repo = s.repo(u)
+        for c in repo.log(ref, amount=args.amount):
+            if args.json:
+                emit_json(commit_json(c))
+            else:
+                first = c.message.splitlines()[0] if c.message else ""
+                merge = "Merge: " if len(c.parents) > 1 and not first.startswith("Merge") else ""
+                out(f"{c.id[:12]}  {local_time(c.creation_date)}  {c.committer:<12}  {merge}{first}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    u = uri_arg(args.ref)
+    ref = u.with_ref()
+    with session(args) as s:
+        c = s.repo(u).get_commit(ref)
+    if args.json:
+        emit_json(commit_json(c))
+    else:
+        print_commit(c)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    left = uri_arg(args.left)
+    lref = left.with_ref()
+    with session(args) as s:
+        repo = s.repo(left)
+        if args.right is None:
+            records = repo.diff_uncommitted(lref)
+        else:
+            right = uri_arg(args.right)
+            same_repo(left, right)
+            records = repo.diff(lref, right.with_ref())
+        _print_diff(args, repo, records)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    src = uri_arg(args.source)
+    dest = uri_arg(args.dest)
+    same_repo(src, dest)
+    sref, dbranch = src.with_ref("source"), dest.with_ref("branch")
+    metadata = parse_meta(args.meta)
+    with session(args) as s:
+        repo = s.repo(src)
+        try:
+            c = repo.merge(sref, dbranch, strategy=args.strategy or "none", message=args.message, metadata=metadata)
+        except MergeConflict as e:
+            raise MergeConflict(f"{e}; use --strategy dest-wins or source-wins to resolve", e.keys) from None
+        _report_commit(args, repo, dbranch, c)
+    return 0
+
+
+def cmd_revert(args: argparse.Namespace) -> int:
+    u = uri_arg(args.branch)
+    branch = u.with_ref("branch")
+    if args.parent_number < 0:
+        raise InvalidArgument(f"--parent-number must be >= 1, not {args.parent_number}")
+    with session(args) as s:
+        repo = s.repo(u)
+        ref = ref_arg(args.commit, u.repository, "commit")
+        c = repo.revert(branch, ref, parent_number=args.parent_number, message=args.message)
+        _report_commit(args, repo, branch, c)
+    return 0

@@ -1,0 +1,356 @@
+"""``repo``, ``branch``, ``tag`` and ``refs`` commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from graveler.errors import AlreadyExists, InvalidArgument, NotFound
+from graveler.kv import close_env
+from graveler.refsdump import MANIFEST_KEY
+from graveler.repository import refs_path
+from lakefuse.cli.vc_common import (
+    add_command,
+    add_group,
+    emit_json,
+    iso,
+    local_time,
+    note,
+    out,
+    ref_arg,
+    session,
+    table,
+    uri_arg,
+)
+
+log = logging.getLogger(__name__)
+
+_MANIFEST_FIELDS = ("branches_meta_range_id", "commits_meta_range_id", "tags_meta_range_id")
+
+
+def default_storage(home, repo: str) -> str:
+    """The storage namespace of a repository created without ``--storage``."""
+    return (home / "storage" / repo).as_uri()
+
+
+def register(sub) -> None:
+    # repo ---------------------------------------------------------------------
+    g = add_group(sub, "repo", "create, list and delete repositories")
+    p = add_command(
+        g, "create", "create a repository and its initial commit", cmd_repo_create,
+        epilog="Without --storage the namespace is a local directory under the home:\n"
+               "  file://<home>/storage/<REPO>\n"
+               "A namespace that holds a refs dump (_lakefs/refs_manifest.json) is refused:\n"
+               "bring that repository back with `lakefuse refs restore` instead.",
+    )
+    p.add_argument("repository", metavar="lakefs://REPO")
+    p.add_argument("--storage", metavar="URI",
+                   help="storage namespace: file:///abs/path or s3://bucket/prefix "
+                        "(default: file://<home>/storage/<REPO>)")
+    p.add_argument("--default-branch", metavar="NAME", default="main", help="name of the default branch (default: main)")
+    add_command(g, "list", "list the repositories of the home", cmd_repo_list)
+    p = add_command(
+        g, "delete", "forget a repository (its refs and staged changes; the storage namespace is kept)",
+        cmd_repo_delete,
+        epilog="Committed data stays in the namespace; run `lakefuse refs dump` first to be able to\n"
+               "restore the repository's commits, branches and tags later.",
+    )
+    p.add_argument("repository", metavar="lakefs://REPO")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    # branch -------------------------------------------------------------------
+    g = add_group(sub, "branch", "create, list, delete and reset branches")
+    p = add_command(g, "create", "create a branch at a ref", cmd_branch_create)
+    p.add_argument("branch", metavar="lakefs://REPO/NEW")
+    p.add_argument("--source", "-s", metavar="REF", required=True,
+                   help="where the branch starts: a ref (main, v1, main~2, a commit ID) or lakefs://REPO/REF")
+    p = add_command(g, "list", "list the branches of a repository", cmd_branch_list)
+    p.add_argument("repository", metavar="lakefs://REPO")
+    p = add_command(g, "delete", "delete a branch and its uncommitted changes", cmd_branch_delete)
+    p.add_argument("branch", metavar="lakefs://REPO/BRANCH")
+    p = add_command(g, "reset", "discard uncommitted changes: all of them, one path, or a prefix", cmd_branch_reset)
+    p.add_argument("branch", metavar="lakefs://REPO/BRANCH")
+    m = p.add_mutually_exclusive_group()
+    m.add_argument("--prefix", metavar="P", help="discard only the changes to paths under P")
+    m.add_argument("--path", metavar="P", help="discard only the change to the object at P")
+
+    # tag ----------------------------------------------------------------------
+    g = add_group(sub, "tag", "create, list and delete tags")
+    p = add_command(g, "create", "tag the commit a ref points at", cmd_tag_create)
+    p.add_argument("tag", metavar="lakefs://REPO/TAG")
+    p.add_argument("ref", metavar="REF", help="a ref (main, main~1, a commit ID) or lakefs://REPO/REF")
+    p = add_command(g, "list", "list the tags of a repository", cmd_tag_list)
+    p.add_argument("repository", metavar="lakefs://REPO")
+    p = add_command(g, "delete", "delete a tag", cmd_tag_delete)
+    p.add_argument("tag", metavar="lakefs://REPO/TAG")
+
+    # refs ---------------------------------------------------------------------
+    g = add_group(sub, "refs", "dump and restore a repository's refs (lakeFS's refs-dump form)")
+    p = add_command(
+        g, "dump", "write commits, branches and tags as metaranges plus a manifest into the namespace",
+        cmd_refs_dump,
+        epilog=f"The manifest is written to <namespace>/{MANIFEST_KEY} and printed.\n"
+               "Staged (uncommitted) changes are not part of a dump.",
+    )
+    p.add_argument("repository", metavar="lakefs://REPO")
+    p = add_command(
+        g, "restore", "load a refs dump into a new repository", cmd_refs_restore,
+        epilog="If the repository does not exist in the home it is created (bare) on --storage\n"
+               "(default: file://<home>/storage/<REPO>); an existing repository must have no commits.\n"
+               f"The manifest is read from --manifest FILE, else from <namespace>/{MANIFEST_KEY}.",
+    )
+    p.add_argument("repository", metavar="lakefs://REPO")
+    p.add_argument("--manifest", metavar="FILE", help="a local refs manifest (JSON) to restore instead of the namespace's")
+    p.add_argument("--storage", metavar="URI", help="the namespace, when the repository must be created")
+    p.add_argument("--default-branch", metavar="NAME", default="main",
+                   help="default branch, when the repository must be created (default: main)")
+
+
+# ---------------------------------------------------------------------- repo
+
+
+def _repo_json(rec) -> dict:
+    return {
+        "name": rec.name,
+        "storage_namespace": rec.storage_namespace,
+        "default_branch": rec.default_branch,
+        "creation_date": iso(rec.creation_date),
+    }
+
+
+def cmd_repo_create(args: argparse.Namespace) -> int:
+    u = uri_arg(args.repository).repo_only()
+    with session(args) as s:
+        ns = args.storage or default_storage(s.home, u.repository)
+        if refs_path(s.home, u.repository).joinpath("data.mdb").exists():
+            raise AlreadyExists(f"repository {u.repository!r} already exists")
+        if "://" in ns:
+            store = s.graveler.store_factory(ns.rstrip("/"))
+            if store.exists(MANIFEST_KEY):
+                raise AlreadyExists(
+                    f"storage namespace {ns} holds a refs dump of a repository: "
+                    f"restore it with `lakefuse refs restore {u}` or choose another --storage"
+                )
+        repo = s.graveler.create_repository(u.repository, ns, default_branch=args.default_branch)
+        head = repo.get_commit(repo.default_branch)
+        if args.json:
+            emit_json({**_repo_json(repo.record), "commit_id": head.id})
+        else:
+            out(f"Repository {u.repository!r} created")
+            out(f"  storage namespace: {repo.record.storage_namespace}")
+            out(f"  default branch:    {repo.default_branch} ({head.id[:12]} {head.message})")
+    return 0
+
+
+def cmd_repo_list(args: argparse.Namespace) -> int:
+    with session(args) as s:
+        recs = s.graveler.list_repositories()
+        for rec in recs:  # list_repositories opens each environment; close them again
+            close_env(refs_path(s.home, rec.name))
+    if args.json:
+        for rec in recs:
+            emit_json(_repo_json(rec))
+    elif recs:
+        table(
+            [(r.name, r.default_branch, local_time(r.creation_date), r.storage_namespace) for r in recs],
+            ("REPOSITORY", "DEFAULT BRANCH", "CREATED", "STORAGE NAMESPACE"),
+        )
+    else:
+        note(f"no repositories in {s.home}")
+    return 0
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        raise InvalidArgument("refusing to delete without --yes (stdin is not a terminal to ask on)")
+    sys.stderr.write(question + " [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def cmd_repo_delete(args: argparse.Namespace) -> int:
+    u = uri_arg(args.repository).repo_only()
+    with session(args) as s:
+        repo = s.repo(u)
+        ns = repo.record.storage_namespace
+        if not args.yes and not _confirm(
+            f"Delete repository {u.repository!r} (its branches, tags, commits and staged changes; "
+            f"the data in {ns} is kept)?"
+        ):
+            note("not deleted")
+            return 1
+        s.graveler.delete_repository(u.repository)
+    if args.json:
+        emit_json({"deleted": u.repository, "storage_namespace": ns})
+    else:
+        out(f"Repository {u.repository!r} deleted (its storage namespace {ns} was kept)")
+    return 0
+
+
+# ---------------------------------------------------------------------- branch
+
+
+def cmd_branch_create(args: argparse.Namespace) -> int:
+    u = uri_arg(args.branch)
+    name = u.with_ref("branch")
+    with session(args) as s:
+        repo = s.repo(u)
+        b = repo.create_branch(name, ref_arg(args.source, u.repository, "source ref"))
+    if args.json:
+        emit_json({"name": b.name, "commit_id": b.commit_id})
+    else:
+        out(f"Branch {b.name!r} created at {b.commit_id[:12]}")
+    return 0
+
+
+def cmd_branch_list(args: argparse.Namespace) -> int:
+    u = uri_arg(args.repository).repo_only()
+    with session(args) as s:
+        repo = s.repo(u)
+        branches = repo.list_branches()
+        default = repo.default_branch
+    if args.json:
+        for b in branches:
+            emit_json({"name": b.name, "commit_id": b.commit_id, "default": b.name == default})
+    else:
+        table([(("* " if b.name == default else "  ") + b.name, b.commit_id[:12]) for b in branches],
+              ("  BRANCH", "COMMIT"))
+    return 0
+
+
+def cmd_branch_delete(args: argparse.Namespace) -> int:
+    u = uri_arg(args.branch)
+    name = u.with_ref("branch")
+    with session(args) as s:
+        s.repo(u).delete_branch(name)
+    if args.json:
+        emit_json({"deleted": name})
+    else:
+        out(f"Branch {name!r} deleted")
+    return 0
+
+
+def cmd_branch_reset(args: argparse.Namespace) -> int:
+    u = uri_arg(args.branch)
+    name = u.with_ref("branch")
+    with session(args) as s:
+        s.repo(u).reset(name, path=args.path, prefix=args.prefix)
+    what = (f"path {args.path!r}" if args.path is not None
+            else f"prefix {args.prefix!r}" if args.prefix is not None else "all")
+    if args.json:
+        emit_json({"branch": name, "reset": "all" if what == "all" else (args.path or args.prefix),
+                   "kind": "path" if args.path is not None else "prefix" if args.prefix is not None else "all"})
+    else:
+        out(f"Branch {name!r}: uncommitted changes discarded ({what})")
+    return 0
+
+
+# ---------------------------------------------------------------------- tag
+
+
+def cmd_tag_create(args: argparse.Namespace) -> int:
+    u = uri_arg(args.tag)
+    name = u.with_ref("tag")
+    with session(args) as s:
+        t = s.repo(u).create_tag(name, ref_arg(args.ref, u.repository))
+    if args.json:
+        emit_json({"name": t.name, "commit_id": t.commit_id})
+    else:
+        out(f"Tag {t.name!r} created at {t.commit_id[:12]}")
+    return 0
+
+
+def cmd_tag_list(args: argparse.Namespace) -> int:
+    u = uri_arg(args.repository).repo_only()
+    with session(args) as s:
+        tags = s.repo(u).list_tags()
+    if args.json:
+        for t in tags:
+            emit_json({"name": t.name, "commit_id": t.commit_id})
+    elif tags:
+        table([(t.name, t.commit_id[:12]) for t in tags], ("TAG", "COMMIT"))
+    return 0
+
+
+def cmd_tag_delete(args: argparse.Namespace) -> int:
+    u = uri_arg(args.tag)
+    name = u.with_ref("tag")
+    with session(args) as s:
+        s.repo(u).delete_tag(name)
+    if args.json:
+        emit_json({"deleted": name})
+    else:
+        out(f"Tag {name!r} deleted")
+    return 0
+
+
+# ---------------------------------------------------------------------- refs
+
+
+def cmd_refs_dump(args: argparse.Namespace) -> int:
+    u = uri_arg(args.repository).repo_only()
+    with session(args) as s:
+        repo = s.repo(u)
+        manifest = repo.dump_refs()
+        where = repo.record.storage_namespace.rstrip("/") + "/" + MANIFEST_KEY
+    if args.json:
+        emit_json(manifest)
+    else:
+        for k in sorted(manifest):
+            out(f"{k}: {manifest[k]}")
+        note(f"refs manifest written to {where}")
+    return 0
+
+
+def _read_manifest_file(path: str) -> dict[str, str]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise NotFound(f"manifest file not found: {path}") from None
+    except IsADirectoryError:
+        raise InvalidArgument(f"manifest {path} is a directory") from None
+    try:
+        m = json.loads(raw)
+        return {k: str(m[k]) for k in _MANIFEST_FIELDS}
+    except (ValueError, KeyError, TypeError) as e:
+        raise InvalidArgument(f"{path} is not a refs manifest ({type(e).__name__}: {e})") from None
+
+
+def cmd_refs_restore(args: argparse.Namespace) -> int:
+    u = uri_arg(args.repository).repo_only()
+    manifest = _read_manifest_file(args.manifest) if args.manifest else None
+    with session(args) as s:
+        created = False
+        try:
+            repo = s.repo(u)
+            if args.storage and args.storage.rstrip("/") != repo.record.storage_namespace:
+                raise InvalidArgument(
+                    f"repository {u.repository!r} exists with namespace {repo.record.storage_namespace}, not {args.storage}"
+                )
+        except NotFound:
+            ns = args.storage or default_storage(s.home, u.repository)
+            repo = s.graveler.create_repository(u.repository, ns, default_branch=args.default_branch, bare=True)
+            created = True
+        try:
+            repo.restore_refs(manifest)
+        except BaseException:
+            if created:  # leave nothing half-made behind
+                s.graveler.delete_repository(u.repository)
+            raise
+        branches = repo.list_branches()
+        tags = repo.list_tags()
+        n_commits = len(repo.refs.iter_commit_ids())
+        if repo.default_branch not in {b.name for b in branches}:
+            note(f"lakefuse: warning: the dump has no branch {repo.default_branch!r} (the default branch); "
+                 f"branches: {', '.join(b.name for b in branches) or 'none'}")
+    if args.json:
+        emit_json({"repository": u.repository, "storage_namespace": repo.record.storage_namespace,
+                   "commits": n_commits, "branches": [b.name for b in branches], "tags": [t.name for t in tags]})
+    else:
+        out(f"Repository {u.repository!r} restored from {repo.record.storage_namespace}: "
+            f"{n_commits} commits, {len(branches)} branches, {len(tags)} tags")
+    return 0

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 
-from graveler.errors import AlreadyExists, InvalidArgument, NotFound
+from graveler.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from graveler.kv import close_env
 from graveler.refsdump import MANIFEST_KEY
 from graveler.repository import refs_path
@@ -331,6 +330,9 @@ def cmd_refs_restore(args: argparse.Namespace) -> int:
                 raise InvalidArgument(
                     f"repository {u.repository!r} exists with namespace {repo.record.storage_namespace}, not {args.storage}"
                 )
+            if repo.list_branches():  # say so before looking for a dump
+                raise Conflict(f"repository {u.repository!r} exists and is not bare: "
+                               "refs can only be restored into a new repository")
         except NotFound:
             ns = args.storage or default_storage(s.home, u.repository)
             repo = s.graveler.create_repository(u.repository, ns, default_branch=args.default_branch, bare=True)

@@ -408,10 +408,24 @@ class Repository:
         except NotFound:
             return False
 
-    def _read_sources(self, rr: ResolvedRef, mr: str, start: bytes = b""):
-        sources = [self.staging.iterator(t, start) for t in rr.tokens]
-        sources.append(CommittedIterator(self.committed, mr, start))
-        return sources
+    def _view(self, ref: str):
+        """(resolved ref, its commit, guard) read in one snapshot. For a branch, the
+        guard raises _BranchMoved inside a later staging read if the branch record
+        changed since (its tokens may be gone): the reader then starts over from
+        where it was with a fresh view, so a listing never loses an entry to a
+        concurrent commit."""
+        with self.env.read() as txn:
+            rr = self.refs.resolve_txn(txn, ref)
+            commit = self.refs.get_commit_txn(txn, rr.commit_id)
+            guard = None
+            if rr.is_branch:
+                name, raw = rr.branch, self.refs.branch_raw_txn(txn, rr.branch)
+
+                def guard(t, name=name, raw=raw):
+                    if self.refs.branch_raw_txn(t, name) != raw:
+                        raise _BranchMoved(name)
+
+        return rr, commit, guard
 
     def list(
         self,
@@ -421,14 +435,29 @@ class Repository:
         start_after: str | bytes = b"",
     ) -> Iterator[ListItem]:
         """Objects and common prefixes under ``prefix`` on ``ref``, in byte order of
-        their names, names > ``start_after``. A branch lists staging over committed
-        (tombstones hide committed keys). ``delimiter=""`` lists recursively."""
+        their names, names > ``start_after`` (a previous name: resumes a listing).
+        A branch lists staging over committed (tombstones hide committed keys). A
+        common prefix costs one seek, however much is under it. ``delimiter=""``
+        lists recursively. The iterator holds no transaction between items."""
         pfx = as_prefix(prefix)
         delim = delimiter.encode() if isinstance(delimiter, str) else bytes(delimiter)
         after = as_prefix(start_after)
-        rr, commit = self._resolve_commit(ref)
-        it = MergedIterator(self._read_sources(rr, commit.meta_range_id))
-        return list_items(it, pfx, delim, after)
+        return self._list(ref, self._view(ref), pfx, delim, after)
+
+    def _list(self, ref, view, pfx: bytes, delim: bytes, after: bytes) -> Iterator[ListItem]:
+        last = after
+        while True:
+            rr, commit, guard = view
+            sources = [self.staging.iterator(t, guard=guard) for t in rr.tokens]
+            sources.append(CommittedIterator(self.committed, commit.meta_range_id))
+            try:
+                for item in list_items(MergedIterator(sources), pfx, delim, last):
+                    yield item
+                    last = item.path
+                return
+            except _BranchMoved:
+                log.debug("%s: branch %s moved during a listing; resuming after %r", self.name, rr.branch, last)
+                view = self._view(ref)
 
     # ------------------------------------------------------------------ data
 
@@ -611,13 +640,24 @@ class Repository:
         """The uncommitted changes of ``branch`` (staging vs its head), in key order;
         left = committed value, right = staged value. Staged no-ops are skipped."""
         with self.env.read() as txn:
-            b = self._branch_txn(txn, branch)
-            head = self.refs.get_commit_txn(txn, b.commit_id)
-        return self._diff_staged(b.tokens, head.meta_range_id)
+            self._branch_txn(txn, branch)
+        return self._diff_uncommitted(branch, self._view(branch))
 
-    def _diff_staged(self, tokens: tuple[str, ...], mr: str) -> Iterator[DiffRecord]:
-        staged = MergedIterator([self.staging.iterator(t) for t in tokens], keep_tombstones=True)
-        committed = CommittedIterator(self.committed, mr)
+    def _diff_uncommitted(self, branch: str, view) -> Iterator[DiffRecord]:
+        start = b""
+        while True:
+            rr, commit, guard = view
+            try:
+                for d in self._diff_staged(rr.tokens, commit.meta_range_id, start, guard):
+                    yield d
+                    start = d.key + b"\x00"
+                return
+            except _BranchMoved:
+                view = self._view(branch)
+
+    def _diff_staged(self, tokens: tuple[str, ...], mr: str, start: bytes = b"", guard=None) -> Iterator[DiffRecord]:
+        staged = MergedIterator([self.staging.iterator(t, start, guard) for t in tokens], keep_tombstones=True)
+        committed = CommittedIterator(self.committed, mr, start)
         for key, sv in staged:
             committed.seek_ge(key)
             item = committed.next()
@@ -796,6 +836,10 @@ class Repository:
         from graveler.refsdump import restore_refs
 
         restore_refs(self, manifest)
+
+
+class _BranchMoved(Exception):
+    """Internal: a branch record changed under a multi-transaction read."""
 
 
 def _parse_strategy(s: str) -> MergeStrategy:

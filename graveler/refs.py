@@ -435,6 +435,10 @@ class RefManager:
             raise NotFound(f"branch {name!r} not found")
         return Branch.from_bytes(raw, name)
 
+    def branch_raw_txn(self, txn: lmdb.Transaction, name: str) -> bytes | None:
+        """The stored bytes of a branch record (to notice that it changed)."""
+        return txn.get(name.encode(), db=self._db_branches)
+
     def get_branch(self, name: str) -> Branch:
         with self.env.read() as txn:
             return self.get_branch_txn(txn, name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-from typing import Iterable
+from typing import Callable, Iterable
 
 import lmdb
 
@@ -142,13 +142,27 @@ class StagingManager:
                 break
         return out
 
-    def scan(self, token: str, start: bytes = b"", limit: int | None = None, end: bytes | None = None) -> list[tuple[bytes, Staged]]:
+    def scan(
+        self,
+        token: str,
+        start: bytes = b"",
+        limit: int | None = None,
+        end: bytes | None = None,
+        guard: Callable[[lmdb.Transaction], None] | None = None,
+    ) -> list[tuple[bytes, Staged]]:
+        """``scan_txn`` in its own read transaction; ``guard(txn)`` runs first in the
+        same snapshot (it may raise, e.g. when the branch moved on)."""
         with self.env.read() as txn:
+            if guard is not None:
+                guard(txn)
             return self.scan_txn(txn, token, start, limit, end)
 
-    def iterator(self, token: str, start: bytes = b"") -> "TokenIterator":
-        """A seekable iterator over ``token`` that reads in batches, one short transaction each."""
-        it = TokenIterator(self, token)
+    def iterator(
+        self, token: str, start: bytes = b"", guard: Callable[[lmdb.Transaction], None] | None = None
+    ) -> "TokenIterator":
+        """A seekable iterator over ``token`` that reads in batches, one short
+        transaction each, calling ``guard(txn)`` in each of them."""
+        it = TokenIterator(self, token, guard)
         if start:
             it.seek_ge(start)
         return it
@@ -233,11 +247,12 @@ class TokenIterator:
     that skips directories) stays cheap.
     """
 
-    __slots__ = ("_sm", "_token", "_buf", "_keys", "_i", "_resume", "_done", "_batch")
+    __slots__ = ("_sm", "_token", "_guard", "_buf", "_keys", "_i", "_resume", "_done", "_batch")
 
-    def __init__(self, sm: StagingManager, token: str):
+    def __init__(self, sm: StagingManager, token: str, guard: Callable[[lmdb.Transaction], None] | None = None):
         self._sm = sm
         self._token = token
+        self._guard = guard
         self._buf: list[tuple[bytes, Staged]] = []
         self._keys: list[bytes] = []
         self._i = 0
@@ -250,7 +265,7 @@ class TokenIterator:
             self._done = True
             self._buf, self._keys, self._i = [], [], 0
             return
-        self._buf = self._sm.scan(self._token, self._resume, self._batch)
+        self._buf = self._sm.scan(self._token, self._resume, self._batch, guard=self._guard)
         self._keys = [k for k, _ in self._buf]
         self._i = 0
         if len(self._buf) < self._batch:

@@ -85,8 +85,8 @@ def validate_tag_name(name: str) -> str:
     def bad(reason: str) -> InvalidArgument:
         return InvalidArgument(f"invalid tag name {name!r}: {reason}")
 
-    if len(name) > 255:
-        raise bad("longer than 255 characters")
+    if len(name.encode("utf-8", "surrogatepass")) > 255:
+        raise bad("longer than 255 bytes")
     if name.startswith("-") or name.startswith("."):
         raise bad("must not start with '-' or '.'")
     if name.endswith(".") or name.endswith(".lock"):

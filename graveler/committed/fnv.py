@@ -33,7 +33,7 @@ def fnv1a64_batch(keys: list[bytes]) -> list[int]:
     prime = np.uint64(PRIME)
     # Sort by length so each column step touches only the keys still running.
     order = np.argsort(-lens, kind="stable")
-    cols_major = np.ascontiguousarray(mat[order].T).astype(np.uint64)  # one contiguous row per byte column
+    cols_major = np.ascontiguousarray(mat[order].T)  # one contiguous uint8 row per byte column
     neg_lens = -lens[order]
     hs = h  # same initial value everywhere; order does not matter yet
     lives = np.searchsorted(neg_lens, -np.arange(width), side="left").tolist()  # rows with len > j

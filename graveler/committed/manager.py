@@ -242,9 +242,15 @@ class CommittedManager:
                     continue
                 last_block = bi == len(blocks) - 1
                 if raw_block is not None and not last_block and (pending is None or pending[0] > keys[-1]):
-                    # An untouched block inside a touched range: carried over without re-encoding.
+                    # An untouched block inside a touched range: carried over without re-encoding when the
+                    # record after it is the next block's first (unchanged) one.
+                    nxt = blocks[bi + 1][1]
+                    if nxt.keys and (pending is None or pending[0] > nxt.keys[0]):
+                        next_key, next_len = nxt.keys[0], len(nxt.values[0])
+                    else:
+                        next_key, next_len = None, 0
                     flush()
-                    w.write_block(raw_block, keys, vals, hashes)
+                    w.write_block(raw_block, keys, vals, blk.nbytes, hashes, next_key, next_len)
                     continue
                 for k, raw in zip(keys, vals):
                     while pending is not None and pending[0] < k:
@@ -266,8 +272,6 @@ class CommittedManager:
                         pending = next(ch, None)
                     else:
                         out.append((k, raw))
-                flush()
-                w.align()
             # Changes after the range's last record but within its span (up to max_key) are added above;
             # those equal to max_key were matched; nothing else belongs to this range.
         while pending is not None:

@@ -122,48 +122,33 @@ class MetaRangeWriter:
         self._last_key = records[-1][0]
         self.records_written += len(records)
 
-    def write_block(self, raw: bytes, keys: list[bytes], values: list[bytes],
-                    hashes: list[int] | None = None) -> None:
+    def write_block(self, raw: bytes, keys: list[bytes], values: list[bytes], nbytes: int,
+                    hashes: list[int], next_key: bytes | None, next_value_len: int) -> None:
         """Add the records of one untouched data block of an existing range.
 
-        When the range being written sits at a block boundary and no range break
-        can fall inside the block, its stored bytes are appended verbatim (no
-        re-encoding); otherwise its records are written one by one.  Either way
-        the next block starts on a fresh boundary, so later untouched blocks
-        line up again.  Range breaks and IDs come out exactly as if every record
-        had been written one by one.
+        The block's stored bytes are appended verbatim when that is exactly what
+        writing its records one by one would produce (see
+        ``SSTableWriter.append_block_canonical``) and no range break falls
+        inside it; otherwise its records are written one by one.  Either way the
+        range files, range breaks and IDs are those of a from-scratch write.
         """
         p = self.params
-        if hashes is None:
-            hashes = fnv1a64_batch(keys)
         cur = self._current
-        fits = (
-            p.min_range_size == 0
-            and not any(h % p.raggedness == 0 for h in hashes[:-1])
-            and (cur is None or not cur.sst.block_open)
-            and (0 if cur is None else cur.sst.estimated_size()) + len(raw) + len(raw) // 2 + 4096 < p.max_range_size
-            and len(raw) * 2 < p.max_range_size
-        )
-        if not fits:
-            self.write_batch(list(zip(keys, values)), hashes)
-            self.align()
-            return
-        if cur is None:
-            if self._last_key is not None and keys[0] <= self._last_key:
-                raise InvalidArgument(f"records must be sorted and unique: {keys[0]!r} after {self._last_key!r}")
-            cur = self._current = TableWriter(RANGES_TYPE, self.metadata)
-        cur.sst.append_block(raw, keys, values)
-        cur.hasher.add_many(keys, values)
-        self._last_key = keys[-1]
-        self.records_written += len(keys)
-        self.blocks_copied += 1
-        if cur.sst.estimated_size() >= p.max_range_size or hashes[-1] % p.raggedness == 0:
-            self.close_range()
-
-    def align(self) -> None:
-        """End the current data block, so the next untouched block can be copied verbatim."""
-        if self._current is not None:
-            self._current.sst.flush_block()
+        if p.min_range_size == 0 and not any(h % p.raggedness == 0 for h in hashes[:-1]):
+            if cur is None:
+                if self._last_key is not None and keys[0] <= self._last_key:
+                    raise InvalidArgument(f"records must be sorted and unique: {keys[0]!r} after {self._last_key!r}")
+                cur = self._current = TableWriter(RANGES_TYPE, self.metadata)
+            if cur.sst.append_block_canonical(raw, keys, values, nbytes, next_key, next_value_len,
+                                              p.max_range_size):
+                cur.hasher.add_many(keys, values)
+                self._last_key = keys[-1]
+                self.records_written += len(keys)
+                self.blocks_copied += 1
+                if cur.sst.estimated_size() >= p.max_range_size or hashes[-1] % p.raggedness == 0:
+                    self.close_range()
+                return
+        self.write_batch(list(zip(keys, values)), hashes)
 
     def write_values(self, records: Iterable[tuple[bytes, Value]], batch: int = 2048) -> None:
         buf: list[tuple[bytes, bytes]] = []

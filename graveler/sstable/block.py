@@ -153,17 +153,23 @@ class BlockBuilder:
 
     def should_flush(self, key_len: int, value_len: int, block_size: int, threshold: int) -> bool:
         """Pebble's rule for closing a block before adding an entry."""
-        if self.n_entries == 0:
-            return False
-        size = self.size
-        if size >= block_size:
-            return True
-        if size <= threshold:
-            return False
-        new_size = size + key_len + value_len
-        if self.n_entries % self.restart_interval == 0:
-            new_size += 4
+        return should_flush(self.n_entries, self.size, self.restart_interval, key_len, value_len,
+                            block_size, threshold)
+
+
+def should_flush(n_entries: int, size: int, restart_interval: int, key_len: int, value_len: int,
+                 block_size: int, threshold: int) -> bool:
+    """Pebble's shouldFlush: close a block of ``n_entries`` / estimated ``size`` before the next entry?"""
+    if n_entries == 0:
+        return False
+    if size >= block_size:
+        return True
+    if size <= threshold:
+        return False
+    new_size = size + key_len + value_len
+    if n_entries % restart_interval == 0:
         new_size += 4
-        new_size += uvarint_len(key_len)
-        new_size += uvarint_len(value_len)
-        return new_size > block_size
+    new_size += 4
+    new_size += uvarint_len(key_len)
+    new_size += uvarint_len(value_len)
+    return new_size > block_size

@@ -219,6 +219,21 @@ class SSTable:
                 yield self._cached_block(h, "data")
             p += 1
 
+    def data_block_handles(self) -> list[BlockHandle]:
+        """Handles of every data block, in key order (reads the index partitions, not the blocks)."""
+        out: list[BlockHandle] = []
+        for p in range(self._num_partitions()):
+            out.extend(self._partition(p).values)
+        return out
+
+    def raw_block(self, h: BlockHandle) -> bytes:
+        """A data block's stored bytes, trailer included (not verified, not decoded)."""
+        return bytes(self.buf[h.offset : h.offset + h.size + 5])
+
+    def block(self, h: BlockHandle) -> Block:
+        """A data block, verified and decoded (through the block cache)."""
+        return self._cached_block(h, "data")
+
     def iter_blocks_raw(self) -> Iterator[tuple[bytes, Block]]:
         """Every data block as (stored bytes with trailer, decoded block), in order."""
         for p in range(self._num_partitions()):

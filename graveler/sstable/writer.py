@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 from graveler.errors import InvalidArgument
-from graveler.sstable.block import BlockBuilder
+from graveler.sstable.block import BlockBuilder, should_flush
 from graveler.sstable.format import (
     INDEX_TYPE_BINARY_SEARCH,
     INDEX_TYPE_TWO_LEVEL,
@@ -86,6 +86,7 @@ class SSTableWriter:
         self.raw_value_size = 0
         self.data_size = 0
         self.first_key: bytes | None = None
+        self._verbatim: tuple[int, int] | None = None  # (stored, decoded) size of a block just copied verbatim
 
     # -- adding records ---------------------------------------------------------------------
     def add(self, key: bytes, value: bytes) -> None:
@@ -93,6 +94,7 @@ class SSTableWriter:
         if last is not None and key <= last:
             raise InvalidArgument(f"SSTable keys must be strictly increasing: {key!r} after {last!r}")
         ikey = key + SET_TRAILER
+        self._verbatim = None
         data = self._data
         if data.size > self._threshold and data.should_flush(len(ikey), len(value), self._block_size,
                                                              self._threshold):
@@ -113,43 +115,59 @@ class SSTableWriter:
 
     def estimated_size(self) -> int:
         """Pebble's EstimatedSize(): bytes written + the open data block + the open index block."""
+        v = self._verbatim
+        if v is not None:  # a verbatim block counts as still open, as it would be
+            return len(self._out) - v[0] + v[1] + self._index.size
         return len(self._out) + self._data.size + self._index.size
 
-    @property
-    def block_open(self) -> bool:
-        """True while the current data block holds records."""
-        return self._data.n_entries > 0
+    def append_block_canonical(self, raw: bytes, keys: list[bytes], values: list[bytes], nbytes: int,
+                               next_key: bytes | None, next_value_len: int, max_estimate: int) -> bool:
+        """Append a finished data block verbatim, if that is exactly what adding its records would write.
 
-    def flush_block(self) -> None:
-        """Close the current data block now (block boundaries are the writer's choice)."""
-        self._flush_data_block()
-
-    def append_block(self, raw: bytes, keys: list[bytes], values: list[bytes]) -> None:
-        """Append a finished data block verbatim: ``raw`` is its stored bytes with trailer.
-
-        ``keys``/``values`` are its records.  The current data block must be empty.
-        Used to carry untouched blocks of a range into its rewrite without re-encoding.
+        ``raw`` is the block's stored bytes with trailer, ``nbytes`` its decoded size,
+        ``keys``/``values`` its records; ``next_key``/``next_value_len`` describe
+        the record that will follow it (None: unknown).  The block is copied only
+        when Pebble's rules would start a fresh block at its first record, end it
+        right before the next record, and the size estimate stays below
+        ``max_estimate`` -- so the file comes out byte-identical to writing the
+        records one by one.  Returns False (having changed nothing observable)
+        otherwise; the caller then adds the records itself.
         """
-        if self._data.n_entries:
-            raise InvalidArgument("append_block needs an empty data block")
-        first = keys[0]
+        if next_key is None:
+            return False
+        first_ikey_len = len(keys[0]) + 8
+        data = self._data
+        # (a) the open block would be closed before this block's first record
+        if data.n_entries and not data.should_flush(first_ikey_len, len(values[0]), self._block_size,
+                                                     self._threshold):
+            return False
+        # (b) the block would be closed before the record after it
+        if not should_flush(len(keys), nbytes, 16, len(next_key) + 8, next_value_len, self._block_size,
+                            self._threshold):
+            return False
         last = self._last_key
-        if last is not None and first <= last:
-            raise InvalidArgument(f"SSTable keys must be strictly increasing: {first!r} after {last!r}")
+        if last is not None and keys[0] <= last:
+            raise InvalidArgument(f"SSTable keys must be strictly increasing: {keys[0]!r} after {last!r}")
+        self._flush_data_block()
         if self._pending is not None:
-            self._add_index_entry(_index_key(self._pending_last, separator(self._pending_last, first)))
+            self._add_index_entry(_index_key(self._pending_last, separator(self._pending_last, keys[0])))
+        # (c) no size-based range break inside the block (checked against the estimate at its end)
+        if len(self._out) + nbytes + self._index.size >= max_estimate:
+            return False  # the caller adds the records: the flush and index entry above are what it would do
         h = BlockHandle(len(self._out), len(raw) - 5)
         self._out += raw
+        self._verbatim = (len(raw), nbytes)
         self.num_data_blocks += 1
         self._pending = h
         self._pending_last = keys[-1]
         if last is None:
-            self.first_key = first
+            self.first_key = keys[0]
         self._last_key = keys[-1]
         n = len(keys)
         self.num_entries += n
         self.raw_key_size += sum(map(len, keys)) + 8 * n
         self.raw_value_size += sum(map(len, values))
+        return True
 
     # -- internals --------------------------------------------------------------------------
     def _write_block(self, contents: bytes, compress: bool) -> BlockHandle:
@@ -182,6 +200,7 @@ class SSTableWriter:
     # -- finishing --------------------------------------------------------------------------
     def finish(self, user_properties: dict[str, bytes] | None = None) -> bytes:
         """Close the table and return its bytes."""
+        self._verbatim = None
         self._flush_data_block()
         if self._pending is not None:
             self._add_index_entry(_index_key(self._pending_last, successor(self._pending_last)))

@@ -36,16 +36,9 @@ EXIT_CODES: list[tuple[type[GravelerError], int]] = [
 
 
 def _modules():
-    from lakefuse.cli import sst
+    from lakefuse.cli import sst, vc
 
-    mods = [sst]
-    try:  # the version-control commands need graveler's refs layer
-        from lakefuse.cli import vc
-    except ImportError as e:  # pragma: no cover - only while the refs layer is absent
-        log.debug("version-control commands unavailable: %s", e)
-    else:
-        mods.append(vc)
-    return mods
+    return [vc, sst]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"lakefuse {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    p.add_argument("--home", metavar="DIR", default=None,
+                   help="lakefuse home (refs, staging, default storage); else $LAKEFUSE_HOME, "
+                        "else ~/.local/share/lakefuse")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for mod in _modules():

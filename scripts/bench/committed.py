@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from graveler.cache import ImmutableCache  # noqa: E402
-from graveler.committed.manager import CommittedManager, verify_table  # noqa: E402
+from graveler.committed.manager import CommittedManager, StoreSource, verify_table  # noqa: E402
 from graveler.committed.writer import RangeParams  # noqa: E402
 from graveler.model import Entry, encode_value  # noqa: E402
 from graveler.objstore import open_store  # noqa: E402
@@ -57,20 +57,29 @@ def hourly_key(day: int, hour: int, j: int) -> bytes:
 
 
 class Namespace:
-    """A local storage namespace with the on-disk cache in front, and a manager over it."""
+    """A storage namespace and a manager over it.
 
-    def __init__(self, root: str, params: RangeParams):
+    A local namespace is read in place (as graveler does: the disk tier exists for
+    remote stores); ``--disk-cache`` puts the on-disk cache in front anyway.
+    """
+
+    def __init__(self, root: str, params: RangeParams, disk_cache: bool):
         self.root = root
-        self.store = open_store(f"file://{root}/ns")
+        os.makedirs(os.path.join(root, "ns"), exist_ok=True)
+        self.store = open_store(os.path.join(root, "ns"))
         self.params = params
+        self.disk_cache = disk_cache
         self.fresh()
 
     def fresh(self) -> CommittedManager:
-        """A manager with empty caches (disk tier and memory)."""
-        cache_dir = os.path.join(self.root, "cache")
-        shutil.rmtree(cache_dir, ignore_errors=True)
-        self.cache = ImmutableCache(self.store, cache_dir, max_bytes=4 << 30, verify=verify_table)
-        self.mgr = CommittedManager(self.cache, self.params, block_cache=BlockCache(1 << 30))
+        """A manager with empty caches (disk tier, open tables, decoded blocks)."""
+        if self.disk_cache:
+            cache_dir = os.path.join(self.root, "cache")
+            shutil.rmtree(cache_dir, ignore_errors=True)
+            source = ImmutableCache(self.store, cache_dir, max_bytes=4 << 30, verify=verify_table)
+        else:
+            source = StoreSource(self.store)
+        self.mgr = CommittedManager(source, self.params, block_cache=BlockCache(1 << 30))
         return self.mgr
 
 
@@ -93,6 +102,7 @@ def main() -> int:
     ap.add_argument("--hours", type=int, default=24)
     ap.add_argument("--files-per-hour", type=int, default=2_000)
     ap.add_argument("--no-rocksdb", action="store_true")
+    ap.add_argument("--disk-cache", action="store_true", help="put the on-disk cache tier in front of the local store")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed after)")
     args = ap.parse_args()
     root = args.dir or tempfile.mkdtemp(prefix="lakefuse-bench-")
@@ -107,7 +117,7 @@ def main() -> int:
         print(f"generating {n:,} records ...", flush=True)
         (recs, gen_s) = timed(lambda: sorted((make_key(i), make_value(i)) for i in range(n)))
         print(f"  (entry encoding + identity: {n / gen_s:,.0f} entries/s, not counted below)")
-        ns = Namespace(root, RangeParams())
+        ns = Namespace(root, RangeParams(), args.disk_cache)
         m = ns.mgr
 
         # -- build
@@ -129,9 +139,7 @@ def main() -> int:
         _, first_s = timed(m.get, mr, keys[n // 2])
         row("get, cold (empty disk+memory caches)", f"{med(cold_rates):,.0f} gets/s over {args.cold_gets:,} gets; "
             f"first get {first_s * 1000:.1f} ms")
-        for k in keys:  # warm everything
-            pass
-        _ = sum(1 for _ in m.iterator(mr))
+        _ = sum(1 for _ in m.iterator(mr))  # warm every block
         warm = []
         for _ in range(args.repeat):
             sample = rnd.sample(keys, min(args.gets, n))
@@ -218,20 +226,24 @@ def main() -> int:
         base_hourly = m.write_metarange(sorted((hourly_key(1 + i // (24 * 2000), (i // 2000) % 24, i % 2000),
                                                 make_value(i)) for i in range(n)))
         cur = base_hourly
-        shares, parent_shares, hour_times = [], [], []
+        shares, parent_shares, hour_times, byte_shares = [], [], [], []
         for h in range(args.hours):
             changes = [(hourly_key(28, h, j), make_value(j, h)) for j in range(args.files_per_hour)]
             parent_ranges = {r.id for r in m.list_ranges(cur)}
             (new, stats), s = timed(m.apply, cur, changes)
-            new_ranges = [r.id for r in m.list_ranges(new)]
+            new_infos = m.list_ranges(new)
+            new_ranges = [r.id for r in new_infos]
             reused = sum(1 for r in new_ranges if r in parent_ranges)
+            byte_shares.append(sum(r.estimated_size for r in new_infos if r.id in parent_ranges)
+                               / sum(r.estimated_size for r in new_infos))
             shares.append(reused / len(new_ranges))
             parent_shares.append(sum(1 for r in parent_ranges if r in set(new_ranges)) / len(parent_ranges))
             hour_times.append(s)
             cur = new
         row("hourly ingest, 24 commits", f"ranges of each new commit shared with its parent: median "
             f"{med(shares) * 100:.1f}% (min {min(shares) * 100:.1f}%); parent's ranges carried over unchanged: "
-            f"median {med(parent_shares) * 100:.1f}%; commit apply {med(hour_times) * 1000:.0f} ms")
+            f"median {med(parent_shares) * 100:.1f}%; bytes of each new commit in reused ranges: median "
+            f"{med(byte_shares) * 100:.2f}%; commit apply {med(hour_times) * 1000:.0f} ms")
 
         print("\nlakefuse committed storage, %s entries, %d cores" % (f"{n:,}", os.cpu_count() or 0))
         w = max(len(r[0]) for r in rows)

@@ -1,9 +1,15 @@
 """The Graveler facade: repositories and their version-control operations.
 
-``Graveler`` owns the lakefuse home (create / open / list / delete
-repositories); a ``Repository`` is one repository's operations: branches, tags,
-staging, reads and listings (staging over committed), commit, log, diff, merge,
-revert, reset, data upload / read, refs dump / restore.
+``Graveler`` (defined in :mod:`graveler.repository`, re-exported here) owns the
+lakefuse home: create / open / list / delete repositories. A ``Repository`` is
+one repository's operations: branches, tags, staging, reads and listings
+(staging over committed), commit, log, diff, merge, revert, reset, data upload /
+read, refs dump / restore, adopting a metarange::
+
+    g = Graveler(GravelerConfig.from_home(None))
+    repo = g.create_repository("demo", "file:///data/demo")   # or g.repository("demo")
+    repo.upload("main", "a/b.csv", b"x,y\n")
+    repo.commit("main", "first")
 
 Concurrency: any number of threads and processes may use the same repository.
 Refs and staging share one LMDB environment, so a staging write reads the
@@ -21,15 +27,13 @@ from __future__ import annotations
 import logging
 import os
 import random
-import shutil
 import threading
 import time
-from datetime import datetime, timezone
-from typing import BinaryIO, Callable, Iterable, Iterator
+from datetime import datetime
+from typing import BinaryIO, Iterable, Iterator
 
-from graveler.committed.manager import ApplyStats, CommittedManager, StoreSource
+from graveler.committed.manager import ApplyStats, CommittedManager
 from graveler.errors import (
-    AlreadyExists,
     Conflict,
     DirtyBranch,
     InvalidArgument,
@@ -38,13 +42,11 @@ from graveler.errors import (
     PreconditionFailed,
     ReadOnlyRef,
 )
-from graveler.kv import Env, close_env, open_env
+from graveler.kv import Env
 from graveler.listing import CommittedIterator, ListItem, MergedIterator, list_items
 from graveler.model import AddressType, DiffRecord, DiffType, Entry, MergeStrategy, Value
-from graveler.objstore import open_store
 from graveler.objects import md5_file, md5_hex, new_data_address, split_full_address, spool
 from graveler.refs import (
-    INITIAL_COMMIT_MESSAGE,
     Branch,
     Commit,
     RefManager,
@@ -54,143 +56,14 @@ from graveler.refs import (
     Tag,
     new_staging_token,
     validate_branch_name,
-    validate_repository_name,
 )
-from graveler.repository import GravelerConfig, refs_path, repo_dir, repos_root
+from graveler.repository import Graveler, GravelerConfig
 from graveler.staging import StagingManager, as_path, as_prefix
 
 log = logging.getLogger(__name__)
 
 MERGE_STRATEGY_METADATA_KEY = ".lakefs.merge.strategy"  # lakeFS's key on merge commits
 _STRATEGY_NAMES = {MergeStrategy.NONE: "default", MergeStrategy.DEST_WINS: "dest-wins", MergeStrategy.SOURCE_WINS: "source-wins"}
-
-StoreFactory = Callable[[str], object]
-CommittedFactory = Callable[[object, GravelerConfig], CommittedManager]
-
-
-def default_committed_factory(store, config: GravelerConfig) -> CommittedManager:
-    return CommittedManager(StoreSource(store), config.range_params)
-
-
-class Graveler:
-    """The lakefuse home: create, open, list and delete repositories.
-
-    ``store_factory(uri)`` opens the object store of a storage namespace (default
-    :func:`graveler.objstore.open_store` with ``config.store``); ``committed_factory(store, config)``
-    builds its CommittedManager (default: uncached, straight from the store).
-    """
-
-    def __init__(
-        self,
-        config: GravelerConfig | None = None,
-        store_factory: StoreFactory | None = None,
-        committed_factory: CommittedFactory | None = None,
-    ):
-        self.config = config or GravelerConfig()
-        self.store_factory = store_factory or (lambda uri: open_store(uri, self.config.store))
-        self.committed_factory = committed_factory or default_committed_factory
-        self._lock = threading.Lock()
-        self._repos: dict[str, Repository] = {}
-
-    def create_repository(
-        self,
-        name: str,
-        storage_namespace: str,
-        default_branch: str = "main",
-        committer: str | None = None,
-        bare: bool = False,
-    ) -> "Repository":
-        """Create a repository and its initial commit "Repository created" (empty
-        metarange, generation 1) on ``default_branch``. ``bare=True`` creates no
-        commit and no branch (for :meth:`Repository.restore_refs`)."""
-        validate_repository_name(name)
-        validate_branch_name(default_branch)
-        if not isinstance(storage_namespace, str) or "://" not in storage_namespace:
-            raise InvalidArgument(f"storage namespace must be a URI (file:///... or s3://...), not {storage_namespace!r}")
-        storage_namespace = storage_namespace.rstrip("/")
-        path = refs_path(self.config.home, name)
-        if path.exists():
-            env = open_env(path, self.config.kv)
-            try:
-                RefManager(env).get_repository()
-                raise_exists = True
-            except NotFound:
-                raise_exists = False
-            if raise_exists:
-                raise AlreadyExists(f"repository {name!r} already exists")
-        store = self.store_factory(storage_namespace)  # fails early on a bad namespace
-        committed = self.committed_factory(store, self.config)
-        empty = committed.empty_metarange()
-        env = open_env(path, self.config.kv)
-        refs = RefManager(env)
-        now = datetime.now(timezone.utc)
-        rec = RepositoryRecord(name, storage_namespace, default_branch, now)
-        initial = Commit.create(committer or self.config.committer, INITIAL_COMMIT_MESSAGE, empty, (), 1, {}, now)
-
-        def fn(txn):
-            refs.put_repository_txn(txn, rec)
-            if not bare:
-                refs.put_commit_txn(txn, initial)
-                refs.put_branch_txn(txn, Branch(default_branch, initial.id, new_staging_token(), ()))
-
-        env.write(fn)
-        log.info("created repository %s at %s", name, storage_namespace)
-        repo = Repository(self, env, rec, store, committed)
-        with self._lock:
-            self._repos[name] = repo
-        return repo
-
-    def repository(self, name: str) -> "Repository":
-        """Open an existing repository (NotFound if there is none)."""
-        with self._lock:
-            repo = self._repos.get(name)
-        if repo is not None:
-            return repo
-        validate_repository_name(name)
-        path = refs_path(self.config.home, name)
-        if not (path / "data.mdb").exists():
-            raise NotFound(f"repository {name!r} not found")
-        env = open_env(path, self.config.kv)
-        rec = RefManager(env).get_repository()
-        store = self.store_factory(rec.storage_namespace)
-        committed = self.committed_factory(store, self.config)
-        repo = Repository(self, env, rec, store, committed)
-        with self._lock:
-            return self._repos.setdefault(name, repo)
-
-    def list_repositories(self) -> list[RepositoryRecord]:
-        """Every repository in the home, by name."""
-        root = repos_root(self.config.home)
-        out = []
-        if not root.is_dir():
-            return out
-        for d in sorted(root.iterdir()):
-            if (d / "refs.lmdb" / "data.mdb").exists():
-                try:
-                    out.append(RefManager(open_env(d / "refs.lmdb", self.config.kv)).get_repository())
-                except NotFound:
-                    continue
-        return out
-
-    def delete_repository(self, name: str) -> None:
-        """Forget a repository: its refs and staging. The storage namespace is left as it is."""
-        validate_repository_name(name)
-        path = refs_path(self.config.home, name)
-        if not (path / "data.mdb").exists():
-            raise NotFound(f"repository {name!r} not found")
-        with self._lock:
-            self._repos.pop(name, None)
-        close_env(path)
-        shutil.rmtree(repo_dir(self.config.home, name))
-        log.info("deleted repository %s", name)
-
-    def close(self) -> None:
-        with self._lock:
-            repos = list(self._repos.values())
-            self._repos.clear()
-        for r in repos:
-            close_env(r.env.path)
-
 
 class Repository:
     """One repository's operations. Thread-safe; get it from :class:`Graveler`."""
@@ -417,13 +290,14 @@ class Repository:
         with self.env.read() as txn:
             rr = self.refs.resolve_txn(txn, ref)
             commit = self.refs.get_commit_txn(txn, rr.commit_id)
-            guard = None
-            if rr.is_branch:
-                name, raw = rr.branch, self.refs.branch_raw_txn(txn, rr.branch)
+            raw = self.refs.branch_raw_txn(txn, rr.branch) if rr.is_branch else None
+        if raw is None:
+            return rr, commit, None
+        name = rr.branch
 
-                def guard(t, name=name, raw=raw):
-                    if self.refs.branch_raw_txn(t, name) != raw:
-                        raise _BranchMoved(name)
+        def guard(t) -> None:
+            if self.refs.branch_raw_txn(t, name) != raw:
+                raise _BranchMoved(name)
 
         return rr, commit, guard
 

@@ -8,17 +8,43 @@ The home is ``--home`` (passed in), else ``$LAKEFUSE_HOME``, else
 ``~/.local/share/lakefuse`` (:func:`resolve_home` is the one place that decides).
 The committed data (ranges, metaranges, objects) lives in the repository's
 storage namespace, not in the home.
+
+:class:`Graveler` is the home: it creates, opens, lists and deletes
+repositories; one repository's operations are :class:`graveler.graveler.Repository`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
+from graveler.committed.manager import CommittedManager, StoreSource
 from graveler.committed.writer import RangeParams
-from graveler.kv import KVConfig
+from graveler.errors import AlreadyExists, InvalidArgument, NotFound
+from graveler.kv import KVConfig, close_env, open_env
+from graveler.objstore import open_store
 from graveler.objstore.base import StoreConfig
+from graveler.refs import (
+    INITIAL_COMMIT_MESSAGE,
+    Branch,
+    Commit,
+    RefManager,
+    RepositoryRecord,
+    new_staging_token,
+    validate_branch_name,
+    validate_repository_name,
+)
+
+if TYPE_CHECKING:
+    from graveler.graveler import Repository
+
+log = logging.getLogger(__name__)
 
 HOME_ENV = "LAKEFUSE_HOME"
 DEFAULT_HOME = "~/.local/share/lakefuse"
@@ -69,3 +95,139 @@ class GravelerConfig:
     @staticmethod
     def from_home(home: str | os.PathLike | None = None, **kw) -> "GravelerConfig":
         return GravelerConfig(home=resolve_home(home), **kw)
+
+
+StoreFactory = Callable[[str], object]
+CommittedFactory = Callable[[object, GravelerConfig], CommittedManager]
+
+
+def default_committed_factory(store, config: GravelerConfig) -> CommittedManager:
+    return CommittedManager(StoreSource(store), config.range_params)
+
+
+class Graveler:
+    """The lakefuse home: create, open, list and delete repositories.
+
+    ``store_factory(uri)`` opens the object store of a storage namespace (default
+    :func:`graveler.objstore.open_store` with ``config.store``); ``committed_factory(store, config)``
+    builds its CommittedManager (default: uncached, straight from the store).
+    """
+
+    def __init__(
+        self,
+        config: GravelerConfig | None = None,
+        store_factory: StoreFactory | None = None,
+        committed_factory: CommittedFactory | None = None,
+    ):
+        self.config = config or GravelerConfig()
+        self.store_factory = store_factory or (lambda uri: open_store(uri, self.config.store))
+        self.committed_factory = committed_factory or default_committed_factory
+        self._lock = threading.Lock()
+        self._repos: dict[str, Repository] = {}
+
+    def create_repository(
+        self,
+        name: str,
+        storage_namespace: str,
+        default_branch: str = "main",
+        committer: str | None = None,
+        bare: bool = False,
+    ) -> "Repository":
+        """Create a repository and its initial commit "Repository created" (empty
+        metarange, generation 1) on ``default_branch``. ``bare=True`` creates no
+        commit and no branch (for :meth:`Repository.restore_refs`)."""
+        validate_repository_name(name)
+        validate_branch_name(default_branch)
+        if isinstance(storage_namespace, str) and storage_namespace.startswith("/"):
+            storage_namespace = "file://" + storage_namespace
+        if not isinstance(storage_namespace, str) or "://" not in storage_namespace:
+            raise InvalidArgument(f"storage namespace must be a URI (file:///... or s3://...), not {storage_namespace!r}")
+        storage_namespace = storage_namespace.rstrip("/")
+        path = refs_path(self.config.home, name)
+        if path.exists():
+            env = open_env(path, self.config.kv)
+            try:
+                RefManager(env).get_repository()
+                raise_exists = True
+            except NotFound:
+                raise_exists = False
+            if raise_exists:
+                raise AlreadyExists(f"repository {name!r} already exists")
+        store = self.store_factory(storage_namespace)  # fails early on a bad namespace
+        committed = self.committed_factory(store, self.config)
+        empty = committed.empty_metarange()
+        env = open_env(path, self.config.kv)
+        refs = RefManager(env)
+        now = datetime.now(timezone.utc)
+        rec = RepositoryRecord(name, storage_namespace, default_branch, now)
+        initial = Commit.create(committer or self.config.committer, INITIAL_COMMIT_MESSAGE, empty, (), 1, {}, now)
+
+        def fn(txn):
+            refs.put_repository_txn(txn, rec)
+            if not bare:
+                refs.put_commit_txn(txn, initial)
+                refs.put_branch_txn(txn, Branch(default_branch, initial.id, new_staging_token(), ()))
+
+        env.write(fn)
+        log.info("created repository %s at %s", name, storage_namespace)
+        repo = _repository_class()(self, env, rec, store, committed)
+        with self._lock:
+            self._repos[name] = repo
+        return repo
+
+    def repository(self, name: str) -> "Repository":
+        """Open an existing repository (NotFound if there is none)."""
+        with self._lock:
+            repo = self._repos.get(name)
+        if repo is not None:
+            return repo
+        validate_repository_name(name)
+        path = refs_path(self.config.home, name)
+        if not (path / "data.mdb").exists():
+            raise NotFound(f"repository {name!r} not found")
+        env = open_env(path, self.config.kv)
+        rec = RefManager(env).get_repository()
+        store = self.store_factory(rec.storage_namespace)
+        committed = self.committed_factory(store, self.config)
+        repo = _repository_class()(self, env, rec, store, committed)
+        with self._lock:
+            return self._repos.setdefault(name, repo)
+
+    def list_repositories(self) -> list[RepositoryRecord]:
+        """Every repository in the home, by name."""
+        root = repos_root(self.config.home)
+        out = []
+        if not root.is_dir():
+            return out
+        for d in sorted(root.iterdir()):
+            if (d / "refs.lmdb" / "data.mdb").exists():
+                try:
+                    out.append(RefManager(open_env(d / "refs.lmdb", self.config.kv)).get_repository())
+                except NotFound:
+                    continue
+        return out
+
+    def delete_repository(self, name: str) -> None:
+        """Forget a repository: its refs and staging. The storage namespace is left as it is."""
+        validate_repository_name(name)
+        path = refs_path(self.config.home, name)
+        if not (path / "data.mdb").exists():
+            raise NotFound(f"repository {name!r} not found")
+        with self._lock:
+            self._repos.pop(name, None)
+        close_env(path)
+        shutil.rmtree(repo_dir(self.config.home, name))
+        log.info("deleted repository %s", name)
+
+    def close(self) -> None:
+        with self._lock:
+            repos = list(self._repos.values())
+            self._repos.clear()
+        for r in repos:
+            close_env(r.env.path)
+
+
+def _repository_class():
+    from graveler.graveler import Repository  # the operations; imported late (it imports this module)
+
+    return Repository

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from graveler.errors import DirtyBranch, MergeConflict, NotFound, NothingToCommit
 from graveler.model import MergeStrategy

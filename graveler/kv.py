@@ -127,6 +127,9 @@ class Env:
             if info_size < config.map_size:
                 self._env.set_mapsize(config.map_size)
             self.dbs = {name: self._env.open_db(name) for name in ALL_DBS}
+            stale = self._env.reader_check()  # reader slots of processes that died
+            if stale:
+                log.info("cleared %d stale LMDB reader slot(s) in %s", stale, self.path)
         except lmdb.Error as e:
             raise _wrap(e, str(self.path)) from None
 

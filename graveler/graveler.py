@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 MERGE_STRATEGY_METADATA_KEY = ".lakefs.merge.strategy"  # lakeFS's key on merge commits
 _STRATEGY_NAMES = {MergeStrategy.NONE: "default", MergeStrategy.DEST_WINS: "dest-wins", MergeStrategy.SOURCE_WINS: "source-wins"}
 
+
 class Repository:
     """One repository's operations. Thread-safe; get it from :class:`Graveler`."""
 
@@ -196,6 +197,25 @@ class Repository:
         if must_exist:
             self.get_value(branch, p)  # NotFound, or ReadOnlyRef-worthy refs fail below
         self.stage_many(branch, [(p, None)])
+
+    def delete_prefix(self, branch: str, prefix: str | bytes, batch: int = 1000) -> int:
+        """Delete every path under ``prefix`` on ``branch`` (tombstones, ``batch`` per
+        transaction); return how many. An empty prefix is refused."""
+        pfx = as_prefix(prefix)
+        if not pfx:
+            raise InvalidArgument("delete_prefix needs a non-empty prefix")
+        with self.env.read() as txn:
+            self._branch_txn(txn, branch)
+        n = 0
+        pending: list[tuple[bytes, None]] = []
+        for item in self.list(branch, pfx, delimiter=b""):
+            pending.append((item.path, None))
+            if len(pending) >= batch:
+                n += self.stage_many(branch, pending)
+                pending = []
+        if pending:
+            n += self.stage_many(branch, pending)
+        return n
 
     def reset(self, branch: str, path: str | bytes | None = None, prefix: str | bytes | None = None) -> None:
         """Discard uncommitted changes on ``branch``: all of them, one ``path``, or

@@ -176,6 +176,18 @@ def test_staging_over_committed(repo):
             repo.get("main", bad)
 
 
+def test_delete_prefix(repo):
+    repo.stage_many("main", [(f"d/{i:04d}", entry(str(i))) for i in range(2500)] + [("d0", entry("x")), ("e", entry("e"))])
+    repo.commit("main", "base")
+    repo.stage("main", "d/new", entry("n"))
+    assert repo.delete_prefix("main", "d/", batch=700) == 2501
+    assert etags(repo, "main") == {"d0": "x", "e": "e"}
+    with pytest.raises(InvalidArgument):
+        repo.delete_prefix("main", "")
+    c = repo.commit("main", "rm -r d/")
+    assert etags(repo, c.id) == {"d0": "x", "e": "e"}
+
+
 def test_staged_noops_are_not_changes(repo):
     repo.stage("main", "a", entry("a1"))
     repo.commit("main", "one")

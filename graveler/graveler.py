@@ -473,8 +473,11 @@ class Repository:
             if not sealed and not allow_empty:
                 raise NothingToCommit(f"nothing to commit on branch {branch!r} (committed concurrently)")
             if sealed:
-                changes = MergedIterator([self.staging.iterator(t) for t in sealed], keep_tombstones=True)
-                mr, stats = self.committed.apply(head.meta_range_id, iter(changes))
+                if len(sealed) == 1:  # the usual case: no merging needed
+                    changes = self.staging.stream(sealed[0])
+                else:
+                    changes = iter(MergedIterator([self.staging.iterator(t) for t in sealed], keep_tombstones=True))
+                mr, stats = self.committed.apply(head.meta_range_id, changes)
             else:
                 mr, stats = head.meta_range_id, ApplyStats()
             if stats.changes == 0:

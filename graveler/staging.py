@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import lmdb
 
@@ -166,6 +166,16 @@ class StagingManager:
         if start:
             it.seek_ge(start)
         return it
+
+    def stream(self, token: str, start: bytes = b"", batch: int = 8192) -> Iterator[tuple[bytes, Staged]]:
+        """Every (path, staged) of ``token`` from ``start`` on, read ``batch`` at a time
+        (one transaction each; none is held between yields)."""
+        while True:
+            items = self.scan(token, start, batch)
+            yield from items
+            if len(items) < batch:
+                return
+            start = items[-1][0] + b"\x00"
 
     def is_empty_txn(self, txn: lmdb.Transaction, token: str) -> bool:
         return not self.scan_txn(txn, token, limit=1)

@@ -594,9 +594,17 @@ class RefManager:
             yield from batch
 
     def find_merge_base(self, left_id: str, right_id: str) -> Commit | None:
-        """lakeFS's merge-base search: walk both histories by generation (highest
-        first) and return the first commit reached from both sides; None if the
-        histories never meet."""
+        """A best common ancestor of two commits (git-merge-base's sense: no other
+        common ancestor descends from it); None if the histories never meet.
+
+        lakeFS's walk: both histories from a queue ordered by generation (highest
+        first, newest first among equals), each commit marked with the sides it is
+        reached from. A commit is the answer when it is taken off the queue with
+        both marks: all its descendants have been taken off before it (they have
+        higher generations), so it has every mark it will get. (lakeFS answers as
+        soon as a parent gets its second mark, which in criss-cross histories can
+        be an ancestor of a better base.)
+        """
         LEFT, RIGHT = 1, 2
         with self.env.read() as txn:
             left = self.get_commit_txn(txn, left_id)
@@ -612,14 +620,14 @@ class RefManager:
             while heap:
                 _, _, cid, c = heapq.heappop(heap)
                 flags = reached[cid]
+                if flags == LEFT | RIGHT:
+                    return c
                 for p in c.parents:
                     if p not in reached:
                         pc = self.get_commit_txn(txn, p)
                         heapq.heappush(heap, (-pc.generation, -pc.creation_date.timestamp(), pc.id, pc))
                         reached[p] = 0
                     reached[p] |= flags
-                    if reached[p] == LEFT | RIGHT:
-                        return self.get_commit_txn(txn, p)
         return None
 
     def is_ancestor(self, ancestor_id: str, commit_id: str) -> bool:

@@ -267,6 +267,19 @@ def test_merge_base(rm):
     assert not rm.is_ancestor(b[0].id, a4.id)
 
 
+def test_merge_base_is_best_in_criss_cross(rm):
+    """Both tips also reach the old root directly (as second parents): lakeFS's check
+    at marking time would answer the root; the best common ancestor is x."""
+    (y,) = _chain(rm, 1, tag="y")
+    (x,) = _chain(rm, 1, y, "x")
+    a = _chain(rm, 3, x, "a")
+    b = _chain(rm, 3, x, "b")
+    left = _merge_commit(rm, a[-1], y, "L")
+    right = _merge_commit(rm, b[-1], y, "R")
+    assert rm.find_merge_base(left.id, right.id).id == x.id
+    assert rm.find_merge_base(right.id, left.id).id == x.id
+
+
 # --- the LMDB helper ----------------------------------------------------------------
 
 

@@ -106,11 +106,13 @@ class CommittedManager:
             self.tables_written += 1
 
     def _open(self, table_id: str) -> SSTable:
-        with self._lock:
-            t = self._tables.get(table_id)
-            if t is not None:
+        t = self._tables.get(table_id)  # lock-free hit (atomic under the GIL); LRU order is best effort
+        if t is not None:
+            try:
                 self._tables.move_to_end(table_id)
-                return t
+            except KeyError:  # evicted meanwhile
+                pass
+            return t
         key = table_key(table_id)
         try:
             data = self.source.get(key)
@@ -128,11 +130,13 @@ class CommittedManager:
         return t
 
     def _metarange(self, mr_id: str) -> _MetaRange:
-        with self._lock:
-            m = self._metaranges.get(mr_id)
-            if m is not None:
+        m = self._metaranges.get(mr_id)  # lock-free hit, as in _open
+        if m is not None:
+            try:
                 self._metaranges.move_to_end(mr_id)
-                return m
+            except KeyError:
+                pass
+            return m
         if mr_id == EMPTY_METARANGE_ID:
             m = _MetaRange(mr_id, [])
         else:

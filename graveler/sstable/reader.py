@@ -72,14 +72,18 @@ class BlockCache:
         self.misses = 0
 
     def get(self, key: tuple) -> Block | None:
-        with self._lock:
-            b = self._d.get(key)
-            if b is None:
-                self.misses += 1
-                return None
+        # Lock-free hit path: OrderedDict's C methods are atomic under the GIL; a concurrent
+        # eviction between the two calls only costs the LRU bump.  Counters are approximate.
+        b = self._d.get(key)
+        if b is None:
+            self.misses += 1
+            return None
+        try:
             self._d.move_to_end(key)
-            self.hits += 1
-            return b
+        except KeyError:
+            pass
+        self.hits += 1
+        return b
 
     def put(self, key: tuple, block: Block) -> None:
         with self._lock:

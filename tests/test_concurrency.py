@@ -166,7 +166,7 @@ def test_threads_share_one_repository(tmp_path):
 
     @guard
     def write():
-        for i in range(1500):
+        for i in range(800):
             repo.stage("main", f"t/{i:05d}", entry(f"t{i}"))
             written.append(f"t/{i:05d}")
         stop.set()
@@ -190,7 +190,7 @@ def test_threads_share_one_repository(tmp_path):
             assert seen >= n
 
     threads = [threading.Thread(target=write), threading.Thread(target=commit)]
-    threads += [threading.Thread(target=read) for _ in range(6)]
+    threads += [threading.Thread(target=read) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -200,5 +200,5 @@ def test_threads_share_one_repository(tmp_path):
         repo.commit("main", "final")
     except NothingToCommit:
         pass
-    assert sum(1 for _ in repo.list("main@", "t/")) == 1500
+    assert sum(1 for _ in repo.list("main@", "t/")) == 800
     g.close()

@@ -24,11 +24,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from graveler.committed.manager import CommittedManager, StoreSource
+from graveler.cache import ImmutableCache
+from graveler.committed.manager import CommittedManager, StoreSource, verify_table
 from graveler.committed.writer import RangeParams
 from graveler.errors import AlreadyExists, InvalidArgument, NotFound
 from graveler.kv import KVConfig, close_env, open_env
-from graveler.objstore import open_store
+from graveler.objstore import LocalStore, open_store
 from graveler.objstore.base import StoreConfig
 from graveler.refs import (
     INITIAL_COMMIT_MESSAGE,
@@ -91,6 +92,7 @@ class GravelerConfig:
     commit_retries: int = 8
     store: StoreConfig | None = None  # object stores (None: StoreConfig() defaults)
     upload_spool_dir: str | None = None  # where file-like uploads are spooled (None: the system temp dir)
+    cache_max_bytes: int = 4 << 30  # the disk tier for range/metarange files of remote namespaces
 
     @staticmethod
     def from_home(home: str | os.PathLike | None = None, **kw) -> "GravelerConfig":
@@ -102,7 +104,17 @@ CommittedFactory = Callable[[object, GravelerConfig], CommittedManager]
 
 
 def default_committed_factory(store, config: GravelerConfig) -> CommittedManager:
-    return CommittedManager(StoreSource(store), config.range_params)
+    """A local namespace is read in place; a remote one through the disk tier under ``<home>/cache``.
+
+    One cache directory serves every repository of the home (entries are keyed by full URI)
+    and every process using it (diskcache is multi-process safe); files are verified on fill.
+    """
+    if isinstance(store, LocalStore):
+        source = StoreSource(store)
+    else:
+        source = ImmutableCache(store, str(Path(config.home) / "cache"), max_bytes=config.cache_max_bytes,
+                                verify=verify_table)
+    return CommittedManager(source, config.range_params)
 
 
 class Graveler:

@@ -307,10 +307,22 @@ class LocalStore(ObjectStore):
             except FileNotFoundError:
                 continue  # a concurrent delete pruned the directory; make it again
             except (FileExistsError, NotADirectoryError) as exc:
-                raise self._conflict(key) from exc
+                # makedirs also says "exists" when a concurrent delete removes the directory between
+                # its mkdir and its isdir check: a conflict only if a path component is a file.
+                if self._file_in_path(directory):
+                    raise self._conflict(key) from exc
+                continue
             except OSError as exc:
                 raise self._os_error("put", key, exc, writing=True) from exc
         raise StoreUnavailable(f"put {self.full_uri(key)}: directory {directory!r} keeps disappearing")
+
+    def _file_in_path(self, directory: str) -> bool:
+        """Whether ``directory`` or one of its parents below the root exists as a non-directory."""
+        while len(directory) > len(self.root):
+            if os.path.lexists(directory) and not os.path.isdir(directory):
+                return True
+            directory = os.path.dirname(directory)
+        return False
 
     def _write_atomic(self, key: str, path: str, fill: Callable[[int], str]) -> ObjectInfo:
         directory = os.path.dirname(path)

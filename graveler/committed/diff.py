@@ -112,7 +112,7 @@ def diff(mgr: "CommittedManager", left_id: str, right_id: str) -> Iterator[DiffR
     """
     L = _RangeCursor(mgr, mgr._metarange(left_id).infos)
     R = _RangeCursor(mgr, mgr._metarange(right_id).infos)
-    RANGE, BLOCK, RECORD = _RangeCursor.RANGE, _RangeCursor.BLOCK, _RangeCursor.RECORD
+    RANGE, BLOCK = _RangeCursor.RANGE, _RangeCursor.BLOCK
     while True:
         if L.done or R.done:
             if L.done and R.done:
@@ -174,17 +174,6 @@ def diff(mgr: "CommittedManager", left_id: str, right_id: str) -> Iterator[DiffR
             R.advance()
 
 
-class _Seeker:
-    """Monotone point lookups in one metarange (used for dest during a merge)."""
-
-    def __init__(self, mgr: "CommittedManager", mr_id: str):
-        self.mgr = mgr
-        self.mr_id = mr_id
-
-    def get(self, key: bytes) -> Value | None:
-        return self.mgr.get(self.mr_id, key)
-
-
 def _same(a: Value | None, b: Value | None) -> bool:
     if a is None or b is None:
         return a is b
@@ -203,13 +192,12 @@ def merge(mgr: "CommittedManager", base_id: str, source_id: str, dest_id: str,
     | changed      | changed otherwise | conflict (or the strategy)   |
     Deletions count as changes; a key added on both sides with the same identity is no conflict.
     """
-    dest = _Seeker(mgr, dest_id)
     conflicts: list[bytes] = []
 
     def changes() -> Iterator[tuple[bytes, Value | None]]:
         for d in diff(mgr, base_id, source_id):
             base_v, src_v = d.left, d.right
-            dest_v = dest.get(d.key)
+            dest_v = mgr.get(dest_id, d.key)
             if _same(dest_v, base_v):
                 yield d.key, src_v  # only source changed it
             elif _same(dest_v, src_v):

@@ -234,27 +234,29 @@ class CommittedManager:
                 stats.ranges_reused += 1
                 continue
             t = self._open(info.id)
-            blocks = list(t.iter_blocks_raw()) if t.crc32c_trailers else [(None, b) for b in t.iter_blocks()]
+            handles = t.data_block_handles()
+            blocks = [t.block(h) for h in handles]
+            copyable = t.crc32c_trailers  # our trailers: a block can be carried over verbatim
             # One FNV batch for the whole range: the break check needs every key's hash.
-            all_hashes = fnv1a64_batch([k for _, b in blocks for k in b.keys])
+            all_hashes = fnv1a64_batch([k for b in blocks for k in b.keys])
             hpos = 0
-            for bi, (raw_block, blk) in enumerate(blocks):
+            for bi, blk in enumerate(blocks):
                 keys, vals = blk.keys, blk.values
                 hashes = all_hashes[hpos : hpos + len(keys)]
                 hpos += len(keys)
                 if not keys:
                     continue
                 last_block = bi == len(blocks) - 1
-                if raw_block is not None and not last_block and (pending is None or pending[0] > keys[-1]):
+                if copyable and not last_block and (pending is None or pending[0] > keys[-1]):
                     # An untouched block inside a touched range: carried over without re-encoding when the
                     # record after it is the next block's first (unchanged) one.
-                    nxt = blocks[bi + 1][1]
+                    nxt = blocks[bi + 1]
                     if nxt.keys and (pending is None or pending[0] > nxt.keys[0]):
                         next_key, next_len = nxt.keys[0], len(nxt.values[0])
                     else:
                         next_key, next_len = None, 0
                     flush()
-                    w.write_block(raw_block, keys, vals, blk.nbytes, hashes, next_key, next_len)
+                    w.write_block(t.raw_block(handles[bi]), keys, vals, blk.nbytes, hashes, next_key, next_len)
                     continue
                 for k, raw in zip(keys, vals):
                     while pending is not None and pending[0] < k:

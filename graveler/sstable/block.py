@@ -76,23 +76,6 @@ def decode_block(data: bytes, name: str, offset: int, internal_keys: bool) -> Bl
     return Block(keys, values, n)
 
 
-def decode_restart_key(data: bytes, name: str, offset: int) -> list[bytes]:
-    """The keys at the restart points only (used for cheap seeks in big blocks)."""
-    n = len(data)
-    num_restarts = _U32.unpack_from(data, n - 4)[0]
-    base = n - 4 - 4 * num_restarts
-    out = []
-    for i in range(num_restarts):
-        pos = _U32.unpack_from(data, base + 4 * i)[0]
-        shared, pos = get_uvarint(data, pos)
-        unshared, pos = get_uvarint(data, pos)
-        _, pos = get_uvarint(data, pos)
-        if shared:
-            raise CorruptedData("restart entry with a shared prefix", name, offset)
-        out.append(data[pos : pos + unshared])
-    return out
-
-
 class BlockBuilder:
     """Builds one block with prefix-compressed keys and a restart array.
 

@@ -50,11 +50,6 @@ def mask_crc(c: int) -> int:
     return (((c >> 15) | (c << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
 
-def unmask_crc(m: int) -> int:
-    rot = (m - _CRC_MASK_DELTA) & 0xFFFFFFFF
-    return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
-
-
 def put_uvarint(out: bytearray, v: int) -> None:
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
@@ -97,14 +92,6 @@ def get_uvarint(buf, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise ValueError("varint too long")
-
-
-def zigzag_encode(v: int) -> int:
-    return (v << 1) ^ (v >> 63) if v < 0 else v << 1
-
-
-def zigzag_decode(u: int) -> int:
-    return (u >> 1) ^ -(u & 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,13 +238,6 @@ class SSTable:
         """A data block, verified and decoded (through the block cache)."""
         return self._cached_block(h, "data")
 
-    def iter_blocks_raw(self) -> Iterator[tuple[bytes, Block]]:
-        """Every data block as (stored bytes with trailer, decoded block), in order."""
-        for p in range(self._num_partitions()):
-            for h in self._partition(p).values:
-                blk = self._cached_block(h, "data")
-                yield bytes(self.buf[h.offset : h.offset + h.size + 5]), blk
-
     @property
     def crc32c_trailers(self) -> bool:
         """Whether blocks carry CRC32C trailers (so they can be copied into our files verbatim)."""
@@ -270,28 +263,6 @@ class SSTable:
         if i < len(keys) and keys[i] == key:
             return blk.values[i]
         return None
-
-    def first_key(self) -> bytes | None:
-        for k, _ in self.seek_ge(b""):
-            return k
-        return None
-
-    def last_key(self) -> bytes | None:
-        nparts = self._num_partitions()
-        for p in range(nparts - 1, -1, -1):
-            part = self._partition(p)
-            for h in reversed(part.values):
-                blk = self._cached_block(h, "data")
-                if blk.keys:
-                    return blk.keys[-1]
-        return None
-
-    def verify(self) -> int:
-        """Read and check every block; returns the number of records."""
-        n = 0
-        for blk in self.iter_blocks():
-            n += len(blk.keys)
-        return n
 
     def verify_checksums(self) -> int:
         """Check every data block's checksum without decoding it; returns the number of blocks."""

@@ -26,7 +26,6 @@ from graveler.sstable.format import (
 )
 
 BLOCK_SIZE = 4096
-BLOCK_SIZE_THRESHOLD = (BLOCK_SIZE * 90 + 99) // 100
 _COMPRESSION_OPTIONS = (
     b"window_bits=-14; level=32767; strategy=0; max_dict_bytes=0; zstd_max_train_bytes=0; enabled=0; "
 )

@@ -20,9 +20,24 @@ prefix, :data:`POSIX_PREFIX` (``lakefuse-posix-``):
 ``lakefuse-posix-uid``     owner uid, decimal
 ``lakefuse-posix-gid``     owner gid, decimal
 ``lakefuse-posix-symlink`` symlink target (UTF-8 text); the object is empty
+``lakefuse-posix-mtime``   mtime set explicitly (utimens), unix nanoseconds, decimal;
+                           without it the mtime is the entry's last_modified
 =========================  ==========================================
 
 Other metadata keys are the user's and are kept as given.
+
+Directory markers: an empty directory made through the mount is the key
+``<dir>/`` (the directory's path plus a trailing ``/``; S3 consoles and lakeFS
+make the same zero-byte "folder" objects). It is a real zero-byte object whose
+metadata carries the directory's POSIX attributes. A delimited listing of the
+parent shows ``<dir>/`` as a common prefix, so the directory appears whether or
+not anything else is in it; inside the directory the marker's own name is empty,
+and the mount hides it (:func:`is_dir_marker`). A marker stays when files are
+added to its directory, so the attributes of a directory made with mkdir
+survive; rmdir removes it.
+
+``.lakefuse`` (:data:`RESERVED_NAME`) is the mount's control directory in every
+tree: no key may have it as a path component (:func:`has_reserved_component`).
 """
 
 from __future__ import annotations
@@ -44,7 +59,10 @@ POSIX_MODE = POSIX_PREFIX + "mode"
 POSIX_UID = POSIX_PREFIX + "uid"
 POSIX_GID = POSIX_PREFIX + "gid"
 POSIX_SYMLINK = POSIX_PREFIX + "symlink"
-POSIX_KEYS = (POSIX_MODE, POSIX_UID, POSIX_GID, POSIX_SYMLINK)
+POSIX_MTIME = POSIX_PREFIX + "mtime"
+POSIX_KEYS = (POSIX_MODE, POSIX_UID, POSIX_GID, POSIX_SYMLINK, POSIX_MTIME)
+
+RESERVED_NAME = ".lakefuse"
 
 _CHUNK = 1 << 20
 
@@ -64,6 +82,7 @@ class PosixAttrs:
     uid: int | None = None
     gid: int | None = None
     symlink: str | None = None
+    mtime_ns: int | None = None
 
     def to_metadata(self) -> dict[str, str]:
         md: dict[str, str] = {}
@@ -75,6 +94,8 @@ class PosixAttrs:
             md[POSIX_GID] = str(self.gid)
         if self.symlink is not None:
             md[POSIX_SYMLINK] = self.symlink
+        if self.mtime_ns is not None:
+            md[POSIX_MTIME] = str(self.mtime_ns)
         return md
 
     @staticmethod
@@ -88,12 +109,30 @@ class PosixAttrs:
             except ValueError:
                 return None
 
-        return PosixAttrs(num(POSIX_MODE, 8), num(POSIX_UID, 10), num(POSIX_GID, 10), md.get(POSIX_SYMLINK))
+        return PosixAttrs(
+            num(POSIX_MODE, 8), num(POSIX_UID, 10), num(POSIX_GID, 10), md.get(POSIX_SYMLINK), num(POSIX_MTIME, 10)
+        )
 
 
 def user_metadata(md: dict[str, str]) -> dict[str, str]:
     """Entry metadata without the POSIX keys."""
     return {k: v for k, v in md.items() if not k.startswith(POSIX_PREFIX)}
+
+
+def is_dir_marker(key: bytes | str) -> bool:
+    """True for a directory marker key (``<dir>/``)."""
+    return key.endswith(b"/" if isinstance(key, bytes) else "/")
+
+
+def dir_marker_key(directory: bytes) -> bytes:
+    """The marker key of ``directory`` (a path without a trailing slash)."""
+    return directory + b"/"
+
+
+def has_reserved_component(key: bytes | str) -> bool:
+    """True if a path component of ``key`` is the reserved ``.lakefuse``."""
+    b = key.encode("utf-8", "surrogateescape") if isinstance(key, str) else key
+    return RESERVED_NAME.encode() in b.split(b"/")
 
 
 def md5_hex(data: bytes) -> str:
@@ -158,10 +197,15 @@ __all__ = [
     "POSIX_GID",
     "POSIX_KEYS",
     "POSIX_MODE",
+    "POSIX_MTIME",
     "POSIX_PREFIX",
     "POSIX_SYMLINK",
     "POSIX_UID",
     "PosixAttrs",
+    "RESERVED_NAME",
+    "dir_marker_key",
+    "has_reserved_component",
+    "is_dir_marker",
     "md5_file",
     "md5_hex",
     "new_data_address",

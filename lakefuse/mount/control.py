@@ -1,0 +1,295 @@
+"""Control files: version control through ``<ref>/.lakefuse/`` and the mount root's ``.lakefuse/``.
+
+A program writes a request into a control file and closes it; the mount runs
+the request when the file is flushed (close) or fsynced, and close/fsync fails
+with an errno when the request fails. Reading the file back returns the last
+outcome as JSON (``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``).
+
+In every branch tree (``<branch>/.lakefuse/``):
+
+=========  =====================================================================
+``commit``  plain text (the message; trailing newlines dropped) or a JSON object
+            ``{"message": str, "metadata": {str: str}, "allow_empty": bool}``
+``merge``   ``SOURCE_REF [dest-wins|source-wins]``: merge into this branch;
+            a conflict fails and the read-back lists the conflicting paths
+``reset``   ``*`` (everything), ``PATH`` (a file; or a directory: everything
+            under it), ``PREFIX/`` (every path under it): discard staged changes
+``revert``  ``REF [PARENT_NUMBER]``: revert that commit on this branch
+``status``  read-only: uncommitted changes, ``A|M|D path`` per line
+=========  =====================================================================
+
+At the mount root (``.lakefuse/``): ``branch`` (``NEW [SOURCE_REF]``; the
+default branch's head when no source is given) and ``tag`` (``NAME REF``).
+
+Every request is one graveler operation, which is atomic: a request either
+happens entirely or not at all. Malformed input raises ``InvalidArgument``
+(EINVAL at the FUSE edge) with the reason, which is also kept for the read-back
+and logged; graveler's own errors (NotFound, Conflict, NothingToCommit, ...)
+pass through the same way. This module is plain blocking code over the graveler
+``Repository`` API.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from graveler.errors import GravelerError, InvalidArgument, MergeConflict
+from graveler.model import DiffType, MergeStrategy
+from graveler.refs import Commit
+from graveler.staging import as_path
+
+log = logging.getLogger(__name__)
+
+CONTROL_DIR = ".lakefuse"
+BRANCH_REQUESTS = ("commit", "merge", "reset", "revert")  # writable control files of a branch tree
+ROOT_REQUESTS = ("branch", "tag")  # writable control files of the mount root
+MAX_REQUEST_BYTES = 1 << 20
+_STRATEGIES = {"dest-wins": MergeStrategy.DEST_WINS, "source-wins": MergeStrategy.SOURCE_WINS}
+_STATUS_LETTER = {DiffType.ADDED: "A", DiffType.CHANGED: "M", DiffType.REMOVED: "D"}
+
+
+# ---------------------------------------------------------------- requests (parsing only)
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    message: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    allow_empty: bool = False
+
+
+@dataclass(frozen=True)
+class MergeRequest:
+    source: str
+    strategy: MergeStrategy = MergeStrategy.NONE
+
+
+@dataclass(frozen=True)
+class ResetRequest:
+    kind: str  # "all", "path" (a file or a directory) or "prefix"
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class RevertRequest:
+    ref: str
+    parent_number: int = 0
+
+
+@dataclass(frozen=True)
+class BranchRequest:
+    name: str
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class TagRequest:
+    name: str
+    ref: str
+
+
+def _text(data: bytes, what: str) -> str:
+    if len(data) > MAX_REQUEST_BYTES:
+        raise InvalidArgument(f"{what}: request of {len(data)} bytes, at most {MAX_REQUEST_BYTES}")
+    try:
+        s = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"{what}: request is not UTF-8 text") from None
+    if "\x00" in s:
+        raise InvalidArgument(f"{what}: request contains NUL")
+    return s
+
+
+def _words(data: bytes, what: str, usage: str, lo: int, hi: int) -> list[str]:
+    text = _text(data, what).strip()
+    if "\n" in text:
+        raise InvalidArgument(f"{what}: one request per write, on one line (usage: {usage})")
+    words = text.split()
+    if not lo <= len(words) <= hi:
+        raise InvalidArgument(f"{what}: expected {usage!r}, got {text!r}")
+    return words
+
+
+def parse_commit(data: bytes) -> CommitRequest:
+    text = _text(data, "commit")
+    if text.lstrip().startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            raise InvalidArgument(f"commit: malformed JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise InvalidArgument("commit: JSON request must be an object")
+        unknown = set(obj) - {"message", "metadata", "allow_empty"}
+        if unknown:
+            raise InvalidArgument(f"commit: unknown field(s) {sorted(unknown)}: use message, metadata, allow_empty")
+        message = obj.get("message")
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidArgument("commit: 'message' must be a non-empty string")
+        md = obj.get("metadata", {})
+        if md is None:
+            md = {}
+        if not isinstance(md, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in md.items()):
+            raise InvalidArgument("commit: 'metadata' must be an object of string values")
+        allow_empty = obj.get("allow_empty", False)
+        if not isinstance(allow_empty, bool):
+            raise InvalidArgument("commit: 'allow_empty' must be true or false")
+        return CommitRequest(message, dict(md), allow_empty)
+    message = text.rstrip("\r\n")
+    if not message.strip():
+        raise InvalidArgument("commit: the commit message is empty")
+    return CommitRequest(message)
+
+
+def parse_merge(data: bytes) -> MergeRequest:
+    words = _words(data, "merge", "SOURCE_REF [dest-wins|source-wins]", 1, 2)
+    strategy = MergeStrategy.NONE
+    if len(words) == 2:
+        strategy = _STRATEGIES.get(words[1].lower())
+        if strategy is None:
+            raise InvalidArgument(f"merge: unknown strategy {words[1]!r}: use dest-wins or source-wins")
+    return MergeRequest(words[0], strategy)
+
+
+def parse_reset(data: bytes) -> ResetRequest:
+    text = _text(data, "reset").strip()
+    if not text:
+        raise InvalidArgument("reset: expected '*', a path or a prefix ending in '/'")
+    if "\n" in text:
+        raise InvalidArgument("reset: one path per write")
+    if text == "*":
+        return ResetRequest("all")
+    p = text.lstrip("/")
+    if not p:
+        raise InvalidArgument("reset: use '*' to discard every change")
+    as_path(p, "reset path")  # NUL, '.', '..', UTF-8, length
+    if p.endswith("/"):
+        return ResetRequest("prefix", p)
+    return ResetRequest("path", p)
+
+
+def parse_revert(data: bytes) -> RevertRequest:
+    words = _words(data, "revert", "REF [PARENT_NUMBER]", 1, 2)
+    parent = 0
+    if len(words) == 2:
+        if not words[1].isdigit() or int(words[1]) < 1:
+            raise InvalidArgument(f"revert: parent number must be a positive integer, not {words[1]!r}")
+        parent = int(words[1])
+    return RevertRequest(words[0], parent)
+
+
+def parse_branch(data: bytes) -> BranchRequest:
+    words = _words(data, "branch", "NEW_BRANCH [SOURCE_REF]", 1, 2)
+    return BranchRequest(words[0], words[1] if len(words) == 2 else None)
+
+
+def parse_tag(data: bytes) -> TagRequest:
+    words = _words(data, "tag", "NAME REF", 2, 2)
+    return TagRequest(words[0], words[1])
+
+
+# ---------------------------------------------------------------- outcomes
+
+
+def commit_summary(c: Commit) -> dict:
+    return {
+        "id": c.id,
+        "message": c.message,
+        "committer": c.committer,
+        "creation_date": c.creation_date.astimezone(timezone.utc).isoformat(),
+        "parents": list(c.parents),
+        "metadata": dict(c.metadata),
+        "meta_range_id": c.meta_range_id,
+    }
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def status_lines(repo, branch: str) -> bytes:
+    """``A|M|D path`` per uncommitted change of ``branch``, in path order."""
+    out = []
+    for d in repo.diff_uncommitted(branch):
+        out.append(f"{_STATUS_LETTER[d.type]} {d.key.decode('utf-8', 'replace')}\n")
+    return "".join(out).encode()
+
+
+class Controls:
+    """Runs control-file requests of one repository and keeps each file's last
+    outcome (per branch, or for the root) for the read-back. Thread-safe."""
+
+    def __init__(self, repo):
+        self.repo = repo
+        self._lock = threading.Lock()
+        self._outcomes: dict[tuple[str | None, str], bytes] = {}
+
+    def outcome(self, branch: str | None, name: str) -> bytes:
+        """What reading ``name`` returns: the last outcome, or ``{}`` before any request."""
+        if branch is not None and name == "status":
+            return status_lines(self.repo, branch)
+        with self._lock:
+            return self._outcomes.get((branch, name), b"{}\n")
+
+    def _record(self, branch: str | None, name: str, obj: dict) -> None:
+        raw = (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode()
+        with self._lock:
+            self._outcomes[(branch, name)] = raw
+
+    def execute(self, branch: str | None, name: str, data: bytes) -> dict:
+        """Run the request ``data`` written to control file ``name`` of ``branch``
+        (None: the mount root). Returns the success outcome; raises the
+        GravelerError (InvalidArgument for malformed input) after recording it."""
+        try:
+            result = self._run(branch, name, data)
+        except GravelerError as e:
+            obj = {"ok": False, "operation": name, "error": str(e), "error_type": type(e).__name__, "at": _now()}
+            if isinstance(e, MergeConflict):
+                obj["conflicts"] = [k.decode("utf-8", "replace") for k in e.keys]
+            self._record(branch, name, obj)
+            where = f"branch {branch}" if branch else "the mount root"
+            log.warning("%s: %s request on %s failed: %s", self.repo.name, name, where, e)
+            raise
+        obj = {"ok": True, "operation": name, "at": _now(), **result}
+        self._record(branch, name, obj)
+        return obj
+
+    def _run(self, branch: str | None, name: str, data: bytes) -> dict:
+        repo = self.repo
+        if branch is None:
+            if name == "branch":
+                r = parse_branch(data)
+                b = repo.create_branch(r.name, r.source)
+                return {"branch": b.name, "commit_id": b.commit_id, "source": r.source or repo.default_branch}
+            if name == "tag":
+                r = parse_tag(data)
+                t = repo.create_tag(r.name, r.ref)
+                return {"tag": t.name, "commit_id": t.commit_id}
+            raise InvalidArgument(f"{name!r} is not a control file of the mount root")
+        if name == "commit":
+            r = parse_commit(data)
+            c = repo.commit(branch, r.message, metadata=r.metadata or None, allow_empty=r.allow_empty)
+            return {"commit": commit_summary(c)}
+        if name == "merge":
+            r = parse_merge(data)
+            c = repo.merge(r.source, branch, r.strategy)
+            return {"commit": commit_summary(c), "source": r.source}
+        if name == "revert":
+            r = parse_revert(data)
+            c = repo.revert(branch, r.ref, parent_number=r.parent_number)
+            return {"commit": commit_summary(c), "reverted": r.ref}
+        if name == "reset":
+            r = parse_reset(data)
+            if r.kind == "all":
+                repo.reset(branch)
+            elif r.kind == "prefix":
+                repo.reset(branch, prefix=r.value)
+            else:
+                # A file, or a directory: everything under it (and its marker).
+                repo.reset(branch, path=r.value)
+                repo.reset(branch, prefix=r.value + "/")
+            return {"reset": r.value or "*"}
+        raise InvalidArgument(f"{name!r} is not a writable control file")

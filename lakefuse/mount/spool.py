@@ -1,0 +1,487 @@
+"""The write spool of branch trees: files being written live on local disk until close/fsync.
+
+One :class:`SpoolFile` per inode being written, shared by every handle of it:
+
+* Opening an existing file for write copies nothing. Its committed (or staged)
+  content -- the *base* entry -- is copied into the spool file only when it is
+  first written or truncated to a non-zero size (lazy copy-in); ``O_TRUNC`` or a
+  truncate to zero never reads the base at all.
+* Reads of an inode whose content is in the spool come from the spool file, from
+  any handle, so a file reads back what was written to it before it is saved.
+* :meth:`SpoolFile.flush` (the mount calls it on close -- FUSE ``flush`` -- and on
+  ``fsync``) uploads the spool file to a new object in the store and stages its
+  entry in LMDB. It returns only when both are durable: the local store fsyncs
+  the object and its directory, S3 answered the PUT, and the LMDB transaction is
+  synced. Only then does close/fsync report success to the program.
+* A file unlinked while open is *detached*: later writes still work, its flush
+  stages nothing.
+
+Layout under the mount's cache directory::
+
+    <cache>/spool/<repo>/<instance>/lock        flock'ed for the life of one mount
+    <cache>/spool/<repo>/<instance>/<sid>.data  content of one file being written
+    <cache>/spool/<repo>/<instance>/<sid>.json  where it belongs: branch, key (for recovery)
+    <cache>/spool/<repo>/<instance>/<id>.intent an operation in progress (a directory rename)
+    <cache>/spool/<repo>/recovered/<stamp>/     spool leftovers a crash left behind
+
+Each mount uses its own instance directory, so two mounts of one repository with
+the same cache directory never touch each other's files. :meth:`Spool.recover`
+(run when a mount starts) takes over the instance directories whose lock no
+process holds -- a killed daemon's -- and, for each leftover file: if the branch
+already shows that exact content at its key (it was saved and the daemon died
+before deleting its spool copy) the copy is deleted; otherwise (it was never
+saved: no close or fsync returned success for that content) it is moved to
+``recovered/<stamp>/<branch>/<key>`` and listed in ``recovered/<stamp>/REPORT.json``
+and the log, for the user to look at; it is not staged behind their back.
+Unfinished intents are returned to the caller, who finishes them (a directory
+rename is idempotent, so it is simply run again).
+
+This module is plain blocking code over the graveler ``Repository`` API: the
+FUSE core calls it from worker threads.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graveler.errors import GravelerError, InvalidArgument, NotFound
+from graveler.model import Entry
+from graveler.objects import PosixAttrs
+
+log = logging.getLogger(__name__)
+
+SPOOL_DIR = "spool"
+RECOVERED_DIR = "recovered"
+LOCK_NAME = "lock"
+_COPY_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class SpoolConfig:
+    """Where the spool lives: ``<cache_dir>/spool/<repository>``."""
+
+    cache_dir: Path
+    repository: str
+
+    @property
+    def root(self) -> Path:
+        return Path(self.cache_dir) / SPOOL_DIR / self.repository
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """One spool leftover found by :meth:`Spool.recover`."""
+
+    branch: str | None
+    key: str | None
+    size: int
+    action: str  # "saved" (already staged: copy deleted) or "kept" (moved to recovered_path)
+    recovered_path: str | None = None
+
+
+@dataclass
+class RecoveryReport:
+    files: list[Recovered] = field(default_factory=list)
+    intents: list[dict] = field(default_factory=list)  # unfinished operations to run again
+    directory: str | None = None  # recovered/<stamp>, when files were kept
+
+    @property
+    def kept(self) -> list[Recovered]:
+        return [r for r in self.files if r.action == "kept"]
+
+
+def _md5_fd(fd: int) -> tuple[str, int]:
+    h = hashlib.md5(usedforsecurity=False)
+    off = 0
+    while chunk := os.pread(fd, 1 << 20, off):
+        h.update(chunk)
+        off += len(chunk)
+    return h.hexdigest(), off
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, sort_keys=True))
+    os.replace(tmp, path)
+
+
+class SpoolFile:
+    """The spooled content of one inode being written, shared by all its handles.
+
+    ``base`` is the entry the file had when it was opened (None for a new file):
+    its content is the file's content until the first write. Every method takes
+    the file's lock; :meth:`flush` holds it while uploading, so writes to the
+    same file wait for a flush in progress (never half in an upload).
+    """
+
+    def __init__(self, spool: "Spool", ino: int, branch: str, key: bytes, base: Entry | None,
+                 attrs: PosixAttrs, new: bool):
+        self.spool = spool
+        self.ino = ino
+        self.branch = branch
+        self.key: bytes | None = key  # None once unlinked (detached)
+        self.base = base
+        self.attrs = attrs
+        self.user_metadata: dict[str, str] = {}
+        self.content_type = ""
+        if base is not None:
+            from graveler.objects import user_metadata
+
+            self.user_metadata = user_metadata(base.metadata)
+            self.content_type = base.content_type
+        self.sid = f"{time.time_ns():019d}-{secrets.token_hex(4)}"
+        self.lock = threading.RLock()
+        self.handles = 0
+        self._fd: int | None = None
+        self.loaded = False  # the spool file holds the whole content
+        self.size = 0 if base is None else base.size
+        self.mtime_ns = time.time_ns() if base is None else (base.last_modified_ns or time.time_ns())
+        self._gen = 1 if new else 0  # bumped by every change of content or attributes
+        self._saved_gen = 0
+        self.saved: Entry | None = None  # the entry staged by the last successful flush
+        if new:
+            self._create()
+            self.loaded = True
+
+    # -- state
+    @property
+    def dirty(self) -> bool:
+        """True while the file has content or attributes not yet staged."""
+        return self._gen != self._saved_gen
+
+    @property
+    def detached(self) -> bool:
+        return self.key is None
+
+    @property
+    def data_path(self) -> Path:
+        return self.spool.dir / f"{self.sid}.data"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.spool.dir / f"{self.sid}.json"
+
+    def _create(self) -> None:
+        self._write_sidecar()
+        self._fd = os.open(self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+
+    def _write_sidecar(self) -> None:
+        _write_json(self.meta_path, {
+            "repository": self.spool.config.repository,
+            "branch": self.branch,
+            "key": None if self.key is None else self.key.decode("utf-8", "surrogateescape"),
+            "created_ns": time.time_ns(),
+        })
+
+    def _load(self) -> None:
+        """Copy the base content into the spool file (the lazy copy-in)."""
+        if self.loaded:
+            return
+        if self._fd is None:
+            self._create()
+        if self.base is not None and self.base.size:
+            off = 0
+            while off < self.base.size:
+                chunk = self.spool.repo.read_entry(self.base, off, min(_COPY_CHUNK, self.base.size - off))
+                if not chunk:
+                    raise GravelerError(f"object of {self.key!r} ended at {off} of {self.base.size} bytes")
+                os.pwrite(self._fd, chunk, off)
+                off += len(chunk)
+            self.spool.stats["copy_in_bytes"] += off
+        self.loaded = True
+
+    # -- content
+    def read(self, offset: int, length: int) -> bytes:
+        with self.lock:
+            if offset >= self.size or length <= 0:
+                return b""
+            length = min(length, self.size - offset)
+            if self.loaded:
+                return os.pread(self._fd, length, offset)
+            return self.spool.repo.read_entry(self.base, offset, length)
+
+    def write(self, offset: int, data: bytes) -> int:
+        with self.lock:
+            self._load()
+            n = os.pwrite(self._fd, data, offset)
+            self.size = max(self.size, offset + n)
+            self.mtime_ns = time.time_ns()
+            self.attrs = _drop_mtime(self.attrs)
+            self._gen += 1
+            return n
+
+    def truncate(self, size: int) -> None:
+        if size < 0:
+            raise InvalidArgument("negative size")
+        with self.lock:
+            if size == 0 and not self.loaded:
+                if self._fd is None:
+                    self._create()
+                self.loaded = True
+            else:
+                self._load()
+            os.ftruncate(self._fd, size)
+            self.size = size
+            self.mtime_ns = time.time_ns()
+            self.attrs = _drop_mtime(self.attrs)
+            self._gen += 1
+
+    def set_attrs(self, attrs: PosixAttrs) -> None:
+        """New POSIX attributes, staged with the next flush."""
+        with self.lock:
+            if attrs != self.attrs:
+                self.attrs = attrs
+                self._gen += 1
+
+    def move(self, branch: str, key: bytes) -> None:
+        """The file was renamed: its next flush stages it at ``key``."""
+        with self.lock:
+            self.branch, self.key = branch, key
+            if self._fd is not None:
+                self._write_sidecar()
+
+    def detach(self) -> None:
+        """The file was unlinked while open: keep serving its handles, stage nothing."""
+        with self.lock:
+            self.key = None
+            self._saved_gen = self._gen
+            if self._fd is not None:
+                self._write_sidecar()
+
+    # -- saving
+    def flush(self) -> Entry | None:
+        """Upload and stage the file if it changed since the last flush; return the
+        staged entry (None if nothing was to do). Raises a GravelerError (the file
+        stays dirty and spooled) if the store or LMDB failed."""
+        with self.lock:
+            if not self.dirty or self.key is None:
+                return None
+            gen = self._gen
+            md = dict(self.user_metadata)
+            md.update(self.attrs.to_metadata())
+            repo = self.spool.repo
+            if not self.loaded:
+                # Only attributes changed: restage the base object under new metadata.
+                entry = Entry(self.base.address, self.base.size, self.base.etag, self.base.last_modified_ns,
+                              md, self.base.address_type, self.base.content_type)
+                repo.stage(self.branch, self.key, entry)
+            else:
+                entry = repo.upload(self.branch, self.key, str(self.data_path), content_type=self.content_type,
+                                    metadata=md)
+                self.spool.stats["uploaded_bytes"] += entry.size
+                self.spool.stats["uploads"] += 1
+            self._saved_gen = gen
+            self.saved = entry
+            return entry
+
+    def close(self) -> None:
+        """Forget the spool copy (after a successful flush, or a discard)."""
+        with self.lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            for p in (self.data_path, self.meta_path):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+
+
+def _drop_mtime(a: PosixAttrs) -> PosixAttrs:
+    if a.mtime_ns is None:
+        return a
+    return PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None)
+
+
+class Spool:
+    """Every file being written through one mount of one repository."""
+
+    def __init__(self, repo, config: SpoolConfig):
+        self.repo = repo
+        self.config = config
+        self._lock = threading.Lock()
+        self._files: dict[int, SpoolFile] = {}
+        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0}
+        config.root.mkdir(parents=True, exist_ok=True)
+        self.dir = config.root / f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.dir.mkdir(mode=0o700)
+        self._lock_fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    # -- files
+    def get(self, ino: int) -> SpoolFile | None:
+        with self._lock:
+            return self._files.get(ino)
+
+    def open(self, ino: int, branch: str, key: bytes, base: Entry | None, attrs: PosixAttrs,
+             new: bool = False) -> SpoolFile:
+        """The spool file of ``ino`` (made on first open), with one more handle."""
+        with self._lock:
+            sf = self._files.get(ino)
+            if sf is None:
+                sf = SpoolFile(self, ino, branch, key, base, attrs, new)
+                self._files[ino] = sf
+            sf.handles += 1
+            return sf
+
+    def release(self, ino: int) -> None:
+        """One handle of ``ino`` closed. The last one saves the file if it is still
+        dirty (a failed flush) and drops the spool copy once the content is saved;
+        if saving fails the copy stays for recovery and the error is logged."""
+        with self._lock:
+            sf = self._files.get(ino)
+            if sf is None:
+                return
+            sf.handles -= 1
+            if sf.handles > 0:
+                return
+            del self._files[ino]
+        try:
+            sf.flush()
+        except Exception:
+            log.error("could not save %s on branch %s after its last close; its content stays in %s",
+                      sf.key, sf.branch, sf.data_path, exc_info=True)
+            return
+        sf.close()
+
+    def detach(self, ino: int) -> None:
+        sf = self.get(ino)
+        if sf is not None:
+            sf.detach()
+
+    def open_files(self) -> list[SpoolFile]:
+        with self._lock:
+            return list(self._files.values())
+
+    # -- intents (operations that span several transactions)
+    def begin_intent(self, record: dict) -> Path:
+        path = self.dir / f"{time.time_ns():019d}-{secrets.token_hex(4)}.intent"
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(record, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return path
+
+    def end_intent(self, path: Path) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    # -- crash recovery
+    def recover(self) -> RecoveryReport:
+        """Take over what killed mounts of this repository left in the spool (see the
+        module docstring). Safe to run while other mounts are live: their instance
+        directories are locked and left alone."""
+        report = RecoveryReport()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        out_dir = self.config.root / RECOVERED_DIR / stamp
+        for inst in sorted(self.config.root.iterdir()):
+            if inst == self.dir or inst.name == RECOVERED_DIR or not inst.is_dir():
+                continue
+            try:
+                fd = os.open(inst / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as e:
+                log.warning("spool: cannot open %s: %s", inst, e)
+                continue
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live mount
+                self._recover_instance(inst, out_dir, report)
+            finally:
+                os.close(fd)
+            shutil.rmtree(inst, ignore_errors=True)
+        if report.kept:
+            report.directory = str(out_dir)
+            _write_json(out_dir / "REPORT.json", {
+                "recovered_at": stamp,
+                "repository": self.config.repository,
+                "note": "content written through the mount whose close/fsync never returned success "
+                        "(the daemon died first); nothing here was staged",
+                "files": [r.__dict__ for r in report.kept],
+            })
+            log.warning("spool: %d unsaved file(s) from a previous mount were kept in %s (see REPORT.json)",
+                        len(report.kept), out_dir)
+        return report
+
+    def _recover_instance(self, inst: Path, out_dir: Path, report: RecoveryReport) -> None:
+        for p in sorted(inst.glob("*.intent")):
+            try:
+                report.intents.append(json.loads(p.read_text()))
+            except (OSError, ValueError) as e:
+                log.warning("spool: unreadable intent %s (%s); ignored", p, e)
+        for data in sorted(inst.glob("*.data")):
+            meta_path = data.with_suffix(".json")
+            branch = key = None
+            meta: dict = {}
+            try:
+                meta = json.loads(meta_path.read_text())
+                branch, key = meta.get("branch"), meta.get("key")
+            except (OSError, ValueError):
+                pass
+            fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                etag, size = _md5_fd(fd)
+            finally:
+                os.close(fd)
+            if branch and meta.get("key", "") is None:
+                os.unlink(data)  # unlinked while open: nothing to save
+                continue
+            if branch and key and self._already_saved(branch, key, etag, size):
+                os.unlink(data)
+                report.files.append(Recovered(branch, key, size, "saved"))
+                log.info("spool: %s on %s was saved before the crash; dropped its spool copy", key, branch)
+                continue
+            rel = Path(branch or "unknown-branch") / (key if key else data.stem)
+            dest = out_dir / rel
+            if dest.exists() or not _inside(out_dir, dest):
+                dest = out_dir / "unknown-branch" / data.stem
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(data), dest)
+            report.files.append(Recovered(branch, key, size, "kept", str(dest)))
+            log.warning("spool: unsaved content of %s on branch %s (%d bytes) kept in %s", key, branch, size, dest)
+
+    def _already_saved(self, branch: str, key: str, etag: str, size: int) -> bool:
+        try:
+            e = self.repo.get(branch, key)
+        except (NotFound, GravelerError):
+            return False
+        return e.etag == etag and e.size == size
+
+    def close(self) -> None:
+        """Unmount: every file must have been released (a still-dirty one stays for recovery)."""
+        with self._lock:
+            left = list(self._files.values())
+            self._files.clear()
+        for sf in left:
+            try:
+                sf.flush()
+                sf.close()
+            except Exception:
+                log.error("could not save %s on branch %s at unmount; its content stays in %s",
+                          sf.key, sf.branch, sf.data_path, exc_info=True)
+        if not left or all(not sf.data_path.exists() for sf in left):
+            shutil.rmtree(self.dir, ignore_errors=True)
+        os.close(self._lock_fd)
+
+
+def _inside(root: Path, p: Path) -> bool:
+    try:
+        p.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False

@@ -1,0 +1,182 @@
+"""Control-file requests (lakefuse.mount.control), without a kernel: real LMDB and store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graveler.errors import (
+    AlreadyExists,
+    DirtyBranch,
+    InvalidArgument,
+    MergeConflict,
+    NotFound,
+    NothingToCommit,
+)
+from graveler.model import MergeStrategy
+from lakefuse.mount import control as ctl
+from tests.graveler_testutil import make_repo
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path)
+
+
+@pytest.fixture
+def controls(repo):
+    return ctl.Controls(repo)
+
+
+@pytest.mark.parametrize(
+    "data, want",
+    [
+        (b"first commit\n", ctl.CommitRequest("first commit")),
+        (b"multi\nline\n\n", ctl.CommitRequest("multi\nline")),
+        (b'{"message": "m", "metadata": {"k": "v"}, "allow_empty": true}',
+         ctl.CommitRequest("m", {"k": "v"}, True)),
+        (b'  {"message": "m"}\n', ctl.CommitRequest("m")),
+    ],
+)
+def test_parse_commit(data, want):
+    assert ctl.parse_commit(data) == want
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"\n\n", "empty"),
+        (b"{not json", "malformed JSON"),
+        (b'{"message": ""}', "non-empty"),
+        (b'{"message": "m", "metadata": {"k": 1}}', "string values"),
+        (b'{"message": "m", "allow_empty": "yes"}', "true or false"),
+        (b'{"message": "m", "extra": 1}', "unknown field"),
+        (b"\xff\xfe", "UTF-8"),
+        (b"a\x00b", "NUL"),
+        (b"x" * (ctl.MAX_REQUEST_BYTES + 1), "at most"),
+    ],
+)
+def test_parse_commit_rejects(data, reason):
+    with pytest.raises(InvalidArgument, match=reason):
+        ctl.parse_commit(data)
+
+
+def test_parse_other_requests():
+    assert ctl.parse_merge(b"dev\n") == ctl.MergeRequest("dev")
+    assert ctl.parse_merge(b"dev source-wins") == ctl.MergeRequest("dev", MergeStrategy.SOURCE_WINS)
+    assert ctl.parse_reset(b"*\n") == ctl.ResetRequest("all")
+    assert ctl.parse_reset(b"/a/b\n") == ctl.ResetRequest("path", "a/b")
+    assert ctl.parse_reset(b"a/") == ctl.ResetRequest("prefix", "a/")
+    assert ctl.parse_revert(b"main~1") == ctl.RevertRequest("main~1")
+    assert ctl.parse_revert(b"abc 2") == ctl.RevertRequest("abc", 2)
+    assert ctl.parse_branch(b"dev main~2\n") == ctl.BranchRequest("dev", "main~2")
+    assert ctl.parse_branch(b"dev") == ctl.BranchRequest("dev", None)
+    assert ctl.parse_tag(b"v1 main") == ctl.TagRequest("v1", "main")
+    for fn, data in [
+        (ctl.parse_merge, b"dev sideways"), (ctl.parse_merge, b""), (ctl.parse_merge, b"a b c"),
+        (ctl.parse_merge, b"a\nb"), (ctl.parse_reset, b""), (ctl.parse_reset, b"a/../b"),
+        (ctl.parse_reset, b"/"), (ctl.parse_revert, b"x 0"), (ctl.parse_revert, b"x y"),
+        (ctl.parse_tag, b"v1"), (ctl.parse_branch, b"a b c"),
+    ]:
+        with pytest.raises(InvalidArgument):
+            fn(data)
+
+
+def test_commit_success_and_read_back(repo, controls):
+    repo.upload("main", "a.txt", b"A")
+    out = controls.execute("main", "commit", b'{"message": "add a", "metadata": {"who": "me"}}')
+    assert out["ok"]
+    head = repo.get_commit("main")
+    assert out["commit"]["id"] == head.id and head.message == "add a" and head.metadata == {"who": "me"}
+    back = json.loads(controls.outcome("main", "commit"))
+    assert back["ok"] and back["commit"]["id"] == head.id
+
+
+def test_failed_requests_change_nothing_and_keep_the_reason(repo, controls):
+    head = repo.get_commit("main").id
+    with pytest.raises(NothingToCommit):
+        controls.execute("main", "commit", b"empty\n")
+    back = json.loads(controls.outcome("main", "commit"))
+    assert not back["ok"] and back["error_type"] == "NothingToCommit" and "nothing to commit" in back["error"]
+    with pytest.raises(InvalidArgument):
+        controls.execute("main", "commit", b"{bad")
+    assert "malformed JSON" in json.loads(controls.outcome("main", "commit"))["error"]
+    assert repo.get_commit("main").id == head
+    controls.execute("main", "commit", b'{"message": "empty ok", "allow_empty": true}')
+    assert repo.get_commit("main").parents == (head,)
+    with pytest.raises(NotFound):
+        controls.execute("main", "merge", b"no-such-branch")
+    with pytest.raises(InvalidArgument):
+        controls.execute(None, "commit", b"x")  # not a root control file
+
+
+def test_status_lines(repo, controls):
+    repo.upload("main", "keep", b"1")
+    repo.upload("main", "change", b"1")
+    repo.upload("main", "gone", b"1")
+    repo.commit("main", "base")
+    repo.upload("main", "change", b"2")
+    repo.upload("main", "new/file", b"3")
+    repo.delete("main", "gone")
+    assert controls.outcome("main", "status") == b"M change\nD gone\nA new/file\n"
+
+
+def test_merge_conflict_lists_paths(repo, controls):
+    repo.upload("main", "x", b"0")
+    repo.commit("main", "base")
+    controls.execute(None, "branch", b"dev main")
+    repo.upload("dev", "x", b"dev")
+    repo.commit("dev", "dev change")
+    repo.upload("main", "x", b"main")
+    repo.commit("main", "main change")
+    with pytest.raises(MergeConflict):
+        controls.execute("main", "merge", b"dev")
+    back = json.loads(controls.outcome("main", "merge"))
+    assert back["conflicts"] == ["x"]
+    out = controls.execute("main", "merge", b"dev source-wins")
+    assert repo.read("main", "x") == b"dev" and out["commit"]["parents"][1] == repo.get_commit("dev").id
+
+
+def test_merge_refuses_dirty_branch(repo, controls):
+    controls.execute(None, "branch", b"dev")
+    repo.upload("dev", "y", b"1")
+    repo.commit("dev", "y")
+    repo.upload("main", "dirty", b"1")
+    with pytest.raises(DirtyBranch):
+        controls.execute("main", "merge", b"dev")
+    assert not repo.exists("main", "y")
+
+
+def test_reset_all_path_prefix(repo, controls):
+    repo.upload("main", "d/a", b"1")
+    repo.upload("main", "d/b", b"1")
+    repo.upload("main", "e", b"1")
+    repo.upload("main", "f", b"1")
+    controls.execute("main", "reset", b"e")
+    assert not repo.exists("main", "e") and repo.exists("main", "f")
+    controls.execute("main", "reset", b"d")  # a directory by its name
+    assert not repo.exists("main", "d/a") and repo.exists("main", "f")
+    controls.execute("main", "reset", b"*")
+    assert controls.outcome("main", "status") == b""
+
+
+def test_revert(repo, controls):
+    repo.upload("main", "r", b"1")
+    c = repo.commit("main", "add r")
+    controls.execute("main", "revert", c.id[:12].encode())
+    assert not repo.exists("main", "r")
+
+
+def test_root_branch_and_tag(repo, controls):
+    out = controls.execute(None, "branch", b"feature main")
+    assert out["branch"] == "feature" and repo.get_branch("feature").commit_id == repo.get_commit("main").id
+    with pytest.raises(AlreadyExists):
+        controls.execute(None, "branch", b"feature")
+    with pytest.raises(InvalidArgument):
+        controls.execute(None, "branch", b"bad/name?")
+    controls.execute(None, "tag", b"v1 main")
+    assert repo.get_tag("v1").commit_id == repo.get_commit("main").id
+    assert json.loads(controls.outcome(None, "tag"))["tag"] == "v1"
+    with pytest.raises(NotFound):
+        controls.execute(None, "tag", b"v2 nosuchref")

@@ -1,0 +1,164 @@
+"""The write spool (lakefuse.mount.spool), without a kernel: real LMDB, real local store."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from graveler.errors import StoreUnavailable
+from graveler.objects import PosixAttrs
+from lakefuse.mount.spool import Spool, SpoolConfig
+from tests.graveler_testutil import make_repo
+
+ATTRS = PosixAttrs(mode=0o100644, uid=0, gid=0)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path)
+
+
+@pytest.fixture
+def spool(repo, tmp_path):
+    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    yield sp
+    sp.close()
+
+
+def test_new_file_is_staged_on_flush_and_spool_copy_dropped_on_release(repo, spool):
+    sf = spool.open(1, "main", b"a/new.txt", None, ATTRS, new=True)
+    sf.write(0, b"hello ")
+    sf.write(6, b"world")
+    assert sf.read(0, 100) == b"hello world"
+    assert not repo.exists("main", "a/new.txt")  # nothing staged before close/fsync
+    e = sf.flush()
+    assert e is not None and repo.read("main", "a/new.txt") == b"hello world"
+    assert PosixAttrs.from_metadata(repo.get("main", "a/new.txt").metadata).mode == 0o100644
+    data = sf.data_path
+    spool.release(1)
+    assert not data.exists() and spool.get(1) is None
+
+
+def test_empty_new_file_is_staged(repo, spool):
+    sf = spool.open(1, "main", b"empty", None, ATTRS, new=True)
+    sf.flush()
+    spool.release(1)
+    assert repo.get("main", "empty").size == 0
+
+
+def test_lazy_copy_in_only_on_first_write(repo, spool):
+    repo.upload("main", "f", b"0123456789")
+    base = repo.get("main", "f")
+    sf = spool.open(7, "main", b"f", base, ATTRS)
+    assert not sf.loaded and sf.read(2, 3) == b"234" and spool.stats["copy_in_bytes"] == 0
+    assert sf.flush() is None  # nothing changed: nothing uploaded
+    sf.write(4, b"XY")
+    assert sf.loaded and spool.stats["copy_in_bytes"] == 10
+    # a second handle of the same inode reads what the first wrote
+    other = spool.open(7, "main", b"f", base, ATTRS)
+    assert other is sf and other.read(0, 100) == b"0123XY6789"
+    sf.flush()
+    assert repo.read("main", "f") == b"0123XY6789"
+    spool.release(7)
+    spool.release(7)
+
+
+def test_truncate_to_zero_never_reads_the_base(repo, spool):
+    repo.upload("main", "big", b"x" * 100_000)
+    sf = spool.open(2, "main", b"big", repo.get("main", "big"), ATTRS)
+    sf.truncate(0)
+    assert spool.stats["copy_in_bytes"] == 0
+    sf.write(0, b"new")
+    sf.truncate(5)
+    assert sf.read(0, 10) == b"new\0\0"
+    sf.flush()
+    spool.release(2)
+    assert repo.read("main", "big") == b"new\0\0"
+
+
+def test_attribute_only_change_restages_the_same_object(repo, spool):
+    e0 = repo.upload("main", "f", b"abc")
+    sf = spool.open(3, "main", b"f", repo.get("main", "f"), ATTRS)
+    sf.set_attrs(PosixAttrs(mode=0o100600, uid=5, gid=6, mtime_ns=123))
+    e1 = sf.flush()
+    spool.release(3)
+    assert e1.address == e0.address and spool.stats["uploads"] == 0
+    got = PosixAttrs.from_metadata(repo.get("main", "f").metadata)
+    assert (got.mode, got.uid, got.gid, got.mtime_ns) == (0o100600, 5, 6, 123)
+
+
+def test_writes_during_and_after_flush_are_not_lost(repo, spool):
+    sf = spool.open(4, "main", b"g", None, ATTRS, new=True)
+    sf.write(0, b"one")
+    sf.flush()
+    sf.write(3, b"two")
+    assert sf.dirty
+    spool.release(4)  # last close saves what the earlier flush did not
+    assert repo.read("main", "g") == b"onetwo"
+
+
+def test_rename_and_unlink_while_open(repo, spool):
+    sf = spool.open(5, "main", b"old", None, ATTRS, new=True)
+    sf.write(0, b"x")
+    sf.move("main", b"new")
+    assert json.loads(sf.meta_path.read_text())["key"] == "new"
+    sf.flush()
+    assert repo.read("main", "new") == b"x" and not repo.exists("main", "old")
+    sf.write(1, b"y")
+    spool.detach(5)
+    sf.write(2, b"z")  # still writable, but saved nowhere
+    assert sf.flush() is None
+    spool.release(5)
+    assert repo.read("main", "new") == b"x"
+
+
+def test_failed_upload_keeps_the_file_dirty_and_spooled(repo, spool, monkeypatch):
+    sf = spool.open(6, "main", b"h", None, ATTRS, new=True)
+    sf.write(0, b"precious")
+
+    def boom(*a, **k):
+        raise StoreUnavailable("store down")
+
+    monkeypatch.setattr(repo.store, "put_file", boom)
+    with pytest.raises(StoreUnavailable):
+        sf.flush()
+    assert sf.dirty and not repo.exists("main", "h")
+    monkeypatch.undo()
+    sf.flush()
+    spool.release(6)
+    assert repo.read("main", "h") == b"precious"
+
+
+def test_recovery_after_a_crash(repo, tmp_path):
+    cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    dead = Spool(repo, cfg)
+    saved = dead.open(1, "main", b"dir/saved", None, ATTRS, new=True)
+    saved.write(0, b"safe")
+    saved.flush()  # acknowledged: staged; the daemon dies before dropping the copy
+    lost = dead.open(2, "main", b"dir/unsaved", None, ATTRS, new=True)
+    lost.write(0, b"never closed")
+    intent = dead.begin_intent({"op": "rename", "branch": "main", "src": "a/", "dst": "b/"})
+    assert intent.exists()
+    os.close(dead._lock_fd)  # what kill -9 does to the flock: it goes away
+
+    live = Spool(repo, cfg)
+    report = live.recover()
+    assert {(r.key, r.action) for r in report.files} == {("dir/saved", "saved"), ("dir/unsaved", "kept")}
+    kept = report.kept[0]
+    assert open(kept.recovered_path, "rb").read() == b"never closed"
+    assert kept.recovered_path.endswith("main/dir/unsaved")
+    rep = json.loads(open(os.path.join(report.directory, "REPORT.json")).read())
+    assert rep["files"][0]["key"] == "dir/unsaved"
+    assert report.intents == [{"op": "rename", "branch": "main", "src": "a/", "dst": "b/"}]
+    assert not dead.dir.exists()
+    assert repo.read("main", "dir/saved") == b"safe" and not repo.exists("main", "dir/unsaved")
+    # a second recovery finds nothing; a live mount's spool is never taken
+    other = Spool(repo, cfg)
+    f = other.open(1, "main", b"busy", None, ATTRS, new=True)
+    f.write(0, b"in use")
+    assert live.recover().files == []
+    assert f.data_path.exists()
+    other.close()
+    live.close()

@@ -220,6 +220,14 @@ class Env:
                 self._closed = True
                 self._env.close()
 
+    def last_txn_id(self) -> int:
+        """The ID of the last committed write transaction, by any process: it changes
+        whenever anything in the environment changes (no transaction needed)."""
+        try:
+            return self._env.info()["last_txnid"]
+        except lmdb.Error as e:
+            raise _wrap(e, str(self.path)) from None
+
     def stat(self) -> dict[str, int]:
         """Entry counts per named database (for tests and ``status``)."""
         with self.read() as txn:

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# A short, narrated tour of lakefuse's version control, lakectl-style:
-# set up (.venv), then create a repository on local storage, upload a small
-# generated dataset, branch, change, diff, commit, merge, log, tag, read through
-# a ref expression, and look inside one of the lakeFS range files written.
+# The lakefuse demo: set up (.venv), create a repository on local storage with a
+# small generated dataset and a few commits (branch, change, diff, commit, merge,
+# tag), then MOUNT it on a real mount point and read a branch, a tag and main~1
+# through plain ls/cat. The mount is left running; the last lines say how to
+# unmount it and how to remove what the demo made.
 #
 #   bash scripts/demo.sh
 #
-# Runs on a fresh temporary home (LAKEFUSE_HOME=$(mktemp -d)) unless
-# LAKEFUSE_HOME is set; the temporary one is removed at the end
-# (KEEP_DEMO=1 keeps it). Exits non-zero if any step fails.
+# Runs on a fresh temporary home (LAKEFUSE_HOME=$(mktemp -d)) unless LAKEFUSE_HOME
+# is set; the mount point is a fresh temporary directory unless DEMO_MOUNTPOINT is
+# set. Exits non-zero if any step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,10 +23,9 @@ if [ -z "${LAKEFUSE_HOME:-}" ]; then
 fi
 export LAKEFUSE_HOME
 work="$(mktemp -d "${TMPDIR:-/tmp}/lakefuse-demo-data.XXXXXX")"
-cleanup() {
-    rm -rf "$work"
-    if [ "$own_home" = 1 ] && [ -z "${KEEP_DEMO:-}" ]; then rm -rf "$LAKEFUSE_HOME"; fi
-}
+mnt="${DEMO_MOUNTPOINT:-$(mktemp -d "${TMPDIR:-/tmp}/lakefuse-demo-mnt.XXXXXX")}"
+mkdir -p "$mnt"
+cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 
 # A fresh home gets the repository "demo"; a given home gets a new name, so nothing there is touched.
@@ -45,6 +45,10 @@ run() { # show the command (quoted as a shell would need it), then run it
     printf ' %q' "$@"
     printf '\n'
     "$LAKEFUSE" "$@"
+}
+sh_run() { # show a shell command, then run it
+    printf '$ %s\n' "$*"
+    bash -c "$*"
 }
 
 start=$(date +%s)
@@ -109,20 +113,34 @@ echo "-- March on v1.0:"
 run fs cat "$R/v1.0/dataset/sales/2024/03.csv"
 run fs stat "$R/v1.0/dataset/sales/2024/03.csv"
 
-step "Inside the storage: main's metarange lists its ranges; dump one range file (lakeFS's SSTable format)"
-ns_dir="$LAKEFUSE_HOME/storage/$repo"
-metarange=$("$LAKEFUSE" show "$R/main" --json | sed -n 's/.*"meta_range_id": "\([0-9a-f]*\)".*/\1/p')
-range=$("$LAKEFUSE" sst dump --json --limit 1 "$ns_dir/_lakefs/$metarange" |
-    sed -n 's/.*"identity": "\([0-9a-f]*\)".*/\1/p' | head -n 1)
-echo "metarange $metarange -> first range $range"
-echo "(rocksdb.* table properties hidden)"
-run sst dump "$ns_dir/_lakefs/$range" | grep -v '^  rocksdb\.'
-echo "A range's ID is the hash of its records and properties, which is also its file name:"
-run sst id "$ns_dir/_lakefs/$range"
+step "Mount the repository: every branch and tag is a directory (FUSE, read-only trees)"
+run mount "$R" "$mnt"
+sh_run "ls -l '$mnt'"
 
-printf '\n%sDone in %ds.%s\n' "$bold" "$(( $(date +%s) - start ))" "$plain"
-if [ "$own_home" = 1 ] && [ -z "${KEEP_DEMO:-}" ]; then
-    echo "The temporary home is removed now; KEEP_DEMO=1 bash scripts/demo.sh keeps it."
-else
-    echo "Explore: LAKEFUSE_HOME=$LAKEFUSE_HOME .venv/bin/lakefuse log $R/main"
+step "A branch: ls and cat through the mount"
+sh_run "ls -lR '$mnt/main/dataset' | head -n 20"
+sh_run "cat '$mnt/main/dataset/sales/2024/03.csv'"
+
+step "A tag: the same file as tagged"
+sh_run "cat '$mnt/v1.0/dataset/sales/2024/03.csv'"
+
+step "Any ref expression is a path too: main~1 is main before the merge (README.txt is still there)"
+sh_run "ls '$mnt/main~1/dataset'"
+sh_run "cat '$mnt/main~1/dataset/sales/2024/03.csv'"
+sh_run "cat '$mnt/main~1/.lakefuse/head'"
+
+step "Commits and tags are immutable: writes fail with EROFS"
+sh_run "touch '$mnt/v1.0/dataset/new.txt' 2>&1 || true"
+
+step "Object metadata as extended attributes"
+f="$mnt/main~1/dataset/README.txt"
+printf '$ getfattr -d %q   # (python3 here: getfattr may not be installed)\n' "$f"
+python3 -c 'import os, sys; [print(f"{n}={os.getxattr(sys.argv[1], n).decode()}") for n in os.listxattr(sys.argv[1])]' "$f"
+
+printf '\n%sDone in %ds. The mount stays up.%s\n' "$bold" "$(( $(date +%s) - start ))" "$plain"
+echo "  browse:    ls $mnt/main   cat $mnt/v1.0/dataset/sales/2024/03.csv   ls $mnt/main~1/"
+echo "  CLI:       LAKEFUSE_HOME=$LAKEFUSE_HOME $LAKEFUSE log $R/main"
+echo "  unmount:   LAKEFUSE_HOME=$LAKEFUSE_HOME $LAKEFUSE umount $mnt"
+if [ "$own_home" = 1 ]; then
+    echo "  clean up:  (after unmounting) rm -rf $LAKEFUSE_HOME $mnt"
 fi

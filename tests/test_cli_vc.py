@@ -394,7 +394,7 @@ def _leaf_parsers(parser, path=()):
 
 def test_help_everywhere():
     parser = build_parser()
-    leaves = [(p, sp) for p, sp in _leaf_parsers(parser) if p[0] != "sst"]
+    leaves = [(p, sp) for p, sp in _leaf_parsers(parser) if p[0] not in ("sst", "mount", "umount")]
     names = {" ".join(p) for p, _ in leaves}
     assert {"repo create", "repo list", "repo delete", "branch create", "branch list", "branch delete",
             "branch reset", "tag create", "tag list", "tag delete", "fs upload", "fs cat", "fs ls", "fs stat",

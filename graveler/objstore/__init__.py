@@ -12,10 +12,10 @@ import os
 from urllib.parse import unquote, urlsplit
 
 from graveler.errors import InvalidArgument
-from graveler.objstore.base import ObjectInfo, ObjectStore, StoreConfig, validate_key
+from graveler.objstore.base import ObjectInfo, ObjectReader, ObjectStore, StoreConfig, validate_key
 from graveler.objstore.local import LocalStore
 
-__all__ = ["ObjectInfo", "ObjectStore", "StoreConfig", "LocalStore", "open_store", "validate_key"]
+__all__ = ["ObjectInfo", "ObjectReader", "ObjectStore", "StoreConfig", "LocalStore", "open_store", "validate_key"]
 
 
 def open_store(uri: str, config: StoreConfig | None = None) -> ObjectStore:

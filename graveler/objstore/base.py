@@ -143,6 +143,36 @@ def check_range(start: int, length: int) -> None:
         raise InvalidArgument(f"bad byte range: start={start} length={length} (both must be >= 0)")
 
 
+class ObjectReader:
+    """A read handle on one object, for many positional reads (``read(offset, length)``).
+
+    The default reads each range from the store; a backend may keep a descriptor
+    open (local) or read ahead (S3). ``size`` is the object's size when opened.
+    Thread-safe: reads may run in parallel.
+    """
+
+    def __init__(self, store: "ObjectStore", key: str, size: int):
+        self.store = store
+        self.key = key
+        self.size = size
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``offset`` (shorter only at the end of the object)."""
+        check_range(offset, length)
+        if offset >= self.size or length == 0:
+            return b""
+        return self.store.get_range(self.key, offset, min(length, self.size - offset))
+
+    def close(self) -> None:
+        """Release what the handle keeps; reads afterwards are not allowed."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class ObjectStore(abc.ABC):
     """A flat namespace of byte objects under one root.
 
@@ -177,6 +207,10 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def head(self, key: str) -> ObjectInfo:
         """Size, mtime and etag of an object; ``NotFound`` if absent."""
+
+    def open_reader(self, key: str) -> ObjectReader:
+        """A read handle on one object; ``NotFound`` if absent."""
+        return ObjectReader(self, key, self.head(key).size)
 
     def exists(self, key: str) -> bool:
         try:

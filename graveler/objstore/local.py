@@ -32,6 +32,7 @@ from urllib.parse import quote
 from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.objstore.base import (
     ObjectInfo,
+    ObjectReader,
     ObjectStore,
     check_range,
     validate_key,
@@ -221,6 +222,11 @@ class LocalStore(ObjectStore):
             raise self._os_error("get_range", key, exc) from exc
         finally:
             os.close(fd)
+
+    def open_reader(self, key: str) -> "LocalReader":
+        """A read handle that keeps the object's file open: every read is one ``pread``."""
+        fd, st = self._open_regular("open", key)
+        return LocalReader(self, key, fd, st.st_size)
 
     def head(self, key: str) -> ObjectInfo:
         fd, st = self._open_regular("head", key)
@@ -437,3 +443,29 @@ class LocalStore(ObjectStore):
                     yield self.head(name)
                 except NotFound:
                     continue  # deleted while we listed
+
+
+class LocalReader(ObjectReader):
+    """An open descriptor on a local object's file (no copy through any cache)."""
+
+    def __init__(self, store: LocalStore, key: str, fd: int, size: int):
+        super().__init__(store, key, size)
+        self._fd = fd
+
+    def read(self, offset: int, length: int) -> bytes:
+        check_range(offset, length)
+        fd = self._fd
+        if fd < 0:
+            raise InvalidArgument(f"read of {self.key!r} after close")
+        try:
+            data = os.pread(fd, length, offset)  # one call, no copy, in the usual case
+            if len(data) == length or not data:
+                return data
+            return data + _pread_exact(fd, length - len(data), offset + len(data))
+        except OSError as exc:
+            raise self.store._os_error("read", self.key, exc) from exc
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)

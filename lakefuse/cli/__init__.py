@@ -36,9 +36,9 @@ EXIT_CODES: list[tuple[type[GravelerError], int]] = [
 
 
 def _modules():
-    from lakefuse.cli import sst, vc
+    from lakefuse.cli import mount, sst, vc
 
-    return [vc, sst]
+    return [vc, sst, mount]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,201 @@
+"""``lakefuse mount`` and ``lakefuse umount``: a repository as a filesystem.
+
+::
+
+    lakefuse mount lakefs://REPO MOUNTPOINT [-f] [--cache-dir D] [--cache-size BYTES] [-o OPT,...]
+    lakefuse umount MOUNTPOINT [--lazy]
+
+Without ``-f`` the mount daemonizes and the command returns once the mount
+answers (or fails with the reason). With ``-f`` this process is the daemon
+(systemd, tests); it logs to stderr and stops on SIGTERM / SIGINT or unmount.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from graveler.errors import GravelerError, InvalidArgument
+from lakefuse.cli.uri import parse_uri
+
+log = logging.getLogger(__name__)
+
+MOUNT_EPILOG = """\
+The mount root lists every branch and tag as a directory; any other ref expression
+(main~1, v1^2, a commit-ID prefix, main@) is reachable by path. Trees of commits,
+tags and expressions are immutable (EROFS on writes); branch trees show staging over
+the head and are read-only for now. Each ref has .lakefuse/head and .lakefuse/log;
+the root's .lakefuse/stats holds counters (JSON). See docs/SEMANTICS.md.
+
+examples:
+  lakefuse mount lakefs://sales /mnt/sales
+  ls /mnt/sales/main/raw/   cat /mnt/sales/v1/raw/a.csv   ls /mnt/sales/main~1/
+  lakefuse umount /mnt/sales
+"""
+
+
+def _size(text: str) -> int:
+    t = text.strip().upper().removesuffix("B")
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("T", 1 << 40)):
+        if t.endswith(suffix) or t.endswith(suffix + "I"):
+            t = t.removesuffix("I").removesuffix(suffix)
+            mult = m
+            break
+    try:
+        v = int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or with K/M/G/T)") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return v
+
+
+def _home_option() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS,
+                   help="lakefuse home (default: $LAKEFUSE_HOME, else ~/.local/share/lakefuse)")
+    return p
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "mount", help="mount a repository: every branch and tag as a directory",
+        description="Mount every ref of a repository as a read-only directory tree (FUSE).",
+        parents=[_home_option()], epilog=MOUNT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("repository", metavar="lakefs://REPO")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT")
+    p.add_argument("-f", "--foreground", action="store_true",
+                   help="stay in the foreground: this process is the daemon (systemd, tests)")
+    p.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="disk cache of range/metarange files for remote stores (default: <home>/cache)")
+    p.add_argument("--cache-size", metavar="BYTES", type=_size, default=None,
+                   help="bound of the disk cache, e.g. 10G (default: 4G)")
+    p.add_argument("-o", dest="options", metavar="OPT[,OPT...]", action="append", default=[],
+                   help="FUSE mount options, e.g. allow_other (not set unless asked)")
+    p.add_argument("--log", metavar="FILE", default=None,
+                   help="the daemon's log file (default: <home>/logs/mount-REPO.log; with -f: stderr)")
+    p.add_argument("--branch-timeout", metavar="SECONDS", type=float, default=1.0,
+                   help="how long the kernel keeps names and attributes of branch trees (default 1)")
+    p.add_argument("--ready-timeout", metavar="SECONDS", type=float, default=60.0, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_mount)
+
+    u = sub.add_parser("umount", help="unmount a lakefuse mount and wait for its daemon to exit",
+                       description="Unmount a lakefuse mount (also one left behind by a killed daemon) "
+                                   "and wait for its daemon to exit.")
+    u.add_argument("mountpoint", metavar="MOUNTPOINT")
+    u.add_argument("-z", "--lazy", action="store_true", help="detach now even if files are open there")
+    u.add_argument("--timeout", metavar="SECONDS", type=float, default=30.0,
+                   help="how long to wait for the daemon to exit (default 30)")
+    u.set_defaults(func=cmd_umount)
+
+
+def _fuse_options(args) -> frozenset[str]:
+    out = set()
+    for group in args.options:
+        for opt in group.split(","):
+            opt = opt.strip()
+            if opt:
+                out.add(opt)
+    return frozenset(out)
+
+
+def _graveler(args):
+    from graveler.cache import ImmutableCache
+    from graveler.committed.manager import CommittedManager, StoreSource, verify_table
+    from graveler.graveler import Graveler
+    from graveler.objstore import LocalStore
+    from graveler.repository import GravelerConfig
+
+    cfg = GravelerConfig.from_home(getattr(args, "home", None))
+    if args.cache_size:
+        cfg = GravelerConfig(**{**cfg.__dict__, "cache_max_bytes": args.cache_size})
+    cache_dir = Path(args.cache_dir).absolute() if args.cache_dir else Path(cfg.home) / "cache"
+
+    def committed_factory(store, config):
+        if isinstance(store, LocalStore):
+            return CommittedManager(StoreSource(store), config.range_params)
+        cache = ImmutableCache(store, str(cache_dir), max_bytes=config.cache_max_bytes, verify=verify_table)
+        return CommittedManager(cache, config.range_params)
+
+    return Graveler(cfg, committed_factory=committed_factory)
+
+
+def cmd_mount(args) -> int:
+    from lakefuse.mount import daemon
+
+    uri = parse_uri(args.repository).repo_only()
+    mp = os.path.abspath(args.mountpoint)
+    if not args.foreground:
+        daemon.check_mountpoint(mp)  # the usual mistakes are reported before forking
+        home = getattr(args, "home", None)
+        from graveler.repository import resolve_home
+
+        home_dir = resolve_home(home)
+        log_path = os.path.abspath(args.log) if args.log else str(home_dir / "logs" / f"mount-{uri.repository}.log")
+        argv = [sys.executable, "-m", "lakefuse", "--home", str(home_dir)]
+        argv += ["-v"] * max(args.verbose, 1)
+        argv += ["mount", str(uri), mp, "-f", "--log", log_path, "--branch-timeout", str(args.branch_timeout)]
+        if args.cache_dir:
+            argv += ["--cache-dir", os.path.abspath(args.cache_dir)]
+        if args.cache_size:
+            argv += ["--cache-size", str(args.cache_size)]
+        for o in args.options:
+            argv += ["-o", o]
+        try:
+            pid = daemon.start_daemon(argv, log_path, args.ready_timeout)
+        except daemon.MountError as e:
+            print(f"lakefuse: {e}", file=sys.stderr)
+            return 1
+        print(f"mounted {uri} on {mp} (daemon pid {pid}, log {log_path}); unmount with: lakefuse umount {mp}",
+              file=sys.stderr)
+        return 0
+
+    if args.log:
+        os.makedirs(os.path.dirname(os.path.abspath(args.log)), exist_ok=True)
+        handler = logging.FileHandler(args.log)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        root.addHandler(handler)
+    return serve_foreground(args, uri.repository, mp)
+
+
+def serve_foreground(args, repository: str, mp: str) -> int:
+    from lakefuse.mount import daemon
+    from lakefuse.mount.fs import FsConfig
+
+    g = None
+    try:
+        g = _graveler(args)
+        repo = g.repository(repository)
+        fs_config = FsConfig(branch_timeout=args.branch_timeout)
+        daemon.serve(repo, daemon.MountConfig(repository, mp, _fuse_options(args)), fs_config)
+        return 0
+    except (daemon.MountError, GravelerError) as e:
+        reason = str(e)
+        if isinstance(e, GravelerError) and not isinstance(e, InvalidArgument):
+            reason = f"cannot mount lakefs://{repository}: {e}"
+        daemon.sd_notify(f"STATUS={reason}\nERRNO=1")
+        print(f"lakefuse: {reason}", file=sys.stderr)
+        log.error("%s", reason)
+        return 1
+    finally:
+        if g is not None:
+            g.close()
+
+
+def cmd_umount(args) -> int:
+    from lakefuse.mount import daemon
+
+    try:
+        daemon.umount(args.mountpoint, lazy=args.lazy, timeout=args.timeout)
+    except daemon.MountError as e:
+        print(f"lakefuse: {e}", file=sys.stderr)
+        return 1
+    return 0

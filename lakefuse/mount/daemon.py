@@ -1,0 +1,305 @@
+"""Mount, serve, unmount: the life of a lakefuse mount daemon.
+
+:func:`serve` is the daemon (``lakefuse mount -f``): it opens the repository,
+checks the store answers, mounts with pyfuse3, runs the main loop under trio and
+sends ``READY=1`` to ``$NOTIFY_SOCKET`` once the mount answers a ``stat``
+(systemd's ``Type=notify``). SIGTERM and SIGINT end the loop and unmount
+cleanly; a failure before the mount answers is reported as ``STATUS=...`` on the
+same socket and a non-zero exit.
+
+:func:`start_daemon` is ``lakefuse mount`` without ``-f``: it starts the same
+command with ``-f`` in a new session (stdin/stdout detached, logs to a file) with
+a ``NOTIFY_SOCKET`` of its own, and returns once ``READY=1`` arrives -- or fails
+with the daemon's reason.
+
+:func:`umount` is ``lakefuse umount``: it asks the mount for its daemon's pid,
+unmounts with ``fusermount3 -u`` and waits for the daemon to exit. A mount left
+behind by a killed daemon ("transport endpoint is not connected") is cleared the
+same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+FS_TYPE = "fuse.lakefuse"
+
+
+class MountError(Exception):
+    """A mount or unmount that cannot happen, with the reason for the user."""
+
+
+@dataclass(frozen=True)
+class MountConfig:
+    """One mount, built at the edge (the CLI) and passed down."""
+
+    repository: str
+    mountpoint: str
+    fuse_options: frozenset[str] = frozenset()
+    limits: dict = field(default_factory=dict)  # offload limiter sizes by name (defaults when empty)
+
+
+# ---------------------------------------------------------------------- notify socket
+
+
+def sd_notify(message: str) -> bool:
+    """Send ``message`` to ``$NOTIFY_SOCKET`` (systemd's protocol); False if there is none."""
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return False
+    if path.startswith("@"):
+        path = "\0" + path[1:]  # an abstract socket
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+            s.connect(path)
+            s.sendall(message.encode())
+        return True
+    except OSError as e:
+        log.warning("cannot notify %s: %s", path, e)
+        return False
+
+
+# ---------------------------------------------------------------------- mount table
+
+
+def _unescape(field_: str) -> str:
+    out, i = [], 0
+    while i < len(field_):
+        if field_[i] == "\\" and i + 3 < len(field_) and field_[i + 1:i + 4].isdigit():
+            out.append(chr(int(field_[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field_[i])
+            i += 1
+    return "".join(out)
+
+
+def mount_type(mountpoint: str) -> str | None:
+    """The filesystem type mounted exactly at ``mountpoint`` (None: nothing is)."""
+    mp = os.path.abspath(mountpoint)
+    found = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                parts = left.split()
+                if len(parts) >= 5 and _unescape(parts[4]) == mp:
+                    found = right.split()[0] if right else "?"
+    except OSError:
+        return None
+    return found  # the last one listed is the one on top
+
+
+def check_mountpoint(mountpoint: str) -> str:
+    """The absolute mount point, or MountError when nothing can be mounted there."""
+    mp = os.path.abspath(mountpoint)
+    if not os.path.exists("/dev/fuse"):
+        raise MountError("no /dev/fuse: FUSE is not available here (load the fuse module; "
+                         "in a container, pass --device /dev/fuse)")
+    if mount_type(mp) is not None:
+        raise MountError(f"mount point {mp} is busy: something is already mounted there")
+    try:
+        st = os.stat(mp)
+    except FileNotFoundError:
+        raise MountError(f"mount point {mp} does not exist") from None
+    except OSError as e:
+        raise MountError(f"mount point {mp}: {e.strerror}") from None
+    import stat as stat_
+
+    if not stat_.S_ISDIR(st.st_mode):
+        raise MountError(f"mount point {mp} is not a directory")
+    return mp
+
+
+# ---------------------------------------------------------------------- the daemon
+
+
+def serve(repo, config: MountConfig, fs_config=None) -> None:
+    """Mount ``repo`` and serve it until unmounted or signalled (the ``-f`` daemon).
+
+    Raises MountError (after sending ``STATUS=``) when it cannot mount."""
+    import pyfuse3
+    import trio
+
+    from graveler.view import View
+    from lakefuse.mount.fs import Filesystem
+    from lakefuse.mount.fuse import Operations
+    from lakefuse.mount.offload import Offload
+
+    mp = check_mountpoint(config.mountpoint)
+    # The store must answer before we mount: read the default branch's tree once.
+    View(repo, repo.default_branch).list_page(b"", b"", 1)
+    fs = Filesystem(repo, fs_config)
+    ops = Operations(fs, Offload(config.limits or None))
+    options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
+    if "allow_other" not in options:
+        options.discard("allow_root")
+    try:
+        pyfuse3.init(ops, mp, options)
+    except RuntimeError as e:
+        raise MountError(f"cannot mount on {mp}: {e}") from None
+    log.info("mounted lakefs://%s on %s (pid %d)", repo.name, mp, os.getpid())
+    try:
+        trio.run(_main, mp)
+    finally:
+        try:
+            pyfuse3.close(unmount=True)
+        except Exception:  # already unmounted from outside
+            log.debug("pyfuse3.close", exc_info=True)
+        log.info("unmounted %s", mp)
+
+
+async def _main(mountpoint: str) -> None:
+    import pyfuse3
+    import trio
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_on_signals)
+        nursery.start_soon(_announce_ready, mountpoint)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()
+
+
+async def _on_signals() -> None:
+    import pyfuse3
+    import trio
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("%s: unmounting", signal.Signals(signum).name)
+            pyfuse3.terminate()
+            return
+
+
+async def _announce_ready(mountpoint: str) -> None:
+    import trio
+
+    # The stat goes through the kernel to our own main loop: when it returns, the mount answers.
+    await trio.to_thread.run_sync(os.stat, mountpoint)
+    if sd_notify(f"READY=1\nSTATUS=serving {mountpoint}\nMAINPID={os.getpid()}"):
+        log.debug("READY=1 sent")
+
+
+# ---------------------------------------------------------------------- daemonizing
+
+
+def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0) -> int:
+    """Run ``argv`` (a ``lakefuse mount ... -f`` command line) as a daemon in a new
+    session and wait for its ``READY=1``. Returns its pid; MountError with the
+    daemon's reason if it exits or stays silent."""
+    tmp = tempfile.mkdtemp(prefix="lakefuse-notify-")
+    sock_path = os.path.join(tmp, "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind(sock_path)
+        sock.settimeout(0.1)
+        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+        with open(log_path, "ab") as logf:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd="/", start_new_session=True,
+                env={**os.environ, "NOTIFY_SOCKET": sock_path}, close_fds=True,
+            )
+        status = ""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = sock.recv(4096).decode(errors="replace")
+            except socket.timeout:
+                msg = ""
+            for line in msg.splitlines():
+                if line.startswith("STATUS="):
+                    status = line[len("STATUS="):]
+                if line == "READY=1":
+                    return proc.pid
+            if proc.poll() is not None:
+                # drain what it said before exiting
+                try:
+                    while True:
+                        for line in sock.recv(4096).decode(errors="replace").splitlines():
+                            if line.startswith("STATUS="):
+                                status = line[len("STATUS="):]
+                except (socket.timeout, OSError):
+                    pass
+                raise MountError(status or f"the mount daemon exited with status {proc.returncode} (see {log_path})")
+        proc.terminate()
+        raise MountError(f"the mount did not answer within {timeout:.0f} s (see {log_path})")
+    finally:
+        sock.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- unmounting
+
+
+def daemon_pid(mountpoint: str, timeout: float = 5.0) -> int | None:
+    """The pid of the daemon serving ``mountpoint``, read from its ``.lakefuse/stats``
+    (None when the daemon is gone or does not answer in time)."""
+    import json
+
+    result: list = []
+
+    def read() -> None:
+        try:
+            with open(os.path.join(mountpoint, ".lakefuse", "stats"), "rb") as f:
+                result.append(json.loads(f.read())["pid"])
+        except (OSError, ValueError, KeyError):
+            pass
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(timeout)
+    return result[0] if result else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (our own child in tests) counts as gone
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().split(b") ", 1)[1][:1] != b"Z"
+    except OSError:
+        return False
+
+
+def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
+    """Unmount a lakefuse mount and wait for its daemon to exit (see the module docstring)."""
+    mp = os.path.abspath(mountpoint)
+    kind = mount_type(mp)
+    if kind is None:
+        raise MountError(f"{mp} is not mounted")
+    if kind != FS_TYPE:
+        raise MountError(f"{mp} is a {kind} mount, not a lakefuse one")
+    pid = daemon_pid(mp)
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    if tool is None:
+        raise MountError("fusermount3 not found (install the fuse3 package)")
+    cmd = [tool, "-u"] + (["-z"] if lazy else []) + [mp]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        msg = (r.stderr or r.stdout).strip()
+        hint = " (files are open there; close them, or use --lazy)" if "busy" in msg.lower() else ""
+        raise MountError(f"cannot unmount {mp}: {msg}{hint}")
+    if pid is None:
+        log.info("unmounted %s (its daemon was not answering)", mp)
+        return
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise MountError(f"unmounted {mp}, but its daemon (pid {pid}) has not exited after {timeout:.0f} s")
+        time.sleep(0.05)
+    log.info("unmounted %s; daemon %d exited", mp, pid)

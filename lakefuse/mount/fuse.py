@@ -1,0 +1,276 @@
+"""The pyfuse3 ``Operations`` adapter: thin, on purpose.
+
+Each handler counts the request, calls the filesystem core (blocking calls go
+through :class:`lakefuse.mount.offload.Offload`), converts plain data into
+pyfuse3's types, and sits behind one error boundary: pyfuse3 ends its main loop
+(and the mount) on any exception that is not ``FUSEError``, so every failure is
+mapped through :func:`lakefuse.mount.errors.errno_for`, and an unexpected one is
+logged with its traceback and answered EIO. The mount stays up.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+
+import pyfuse3
+from pyfuse3 import FUSEError
+
+from graveler.errors import GravelerError
+from lakefuse.mount.errors import FsError, errno_for
+from lakefuse.mount.fs import Attr, Filesystem
+from lakefuse.mount.offload import DATA, META, Offload
+
+log = logging.getLogger(__name__)
+
+BLKSIZE = 128 * 1024  # st_blksize: the I/O size tools should prefer (FUSE reads 128 KiB at a time)
+
+
+def _entry(attr: Attr) -> pyfuse3.EntryAttributes:
+    e = pyfuse3.EntryAttributes()
+    e.st_ino = attr.ino
+    e.generation = 0
+    e.entry_timeout = attr.entry_timeout
+    e.attr_timeout = attr.attr_timeout
+    e.st_mode = attr.mode
+    e.st_nlink = attr.nlink
+    e.st_uid = attr.uid
+    e.st_gid = attr.gid
+    e.st_rdev = 0
+    e.st_size = attr.size
+    e.st_blksize = BLKSIZE
+    e.st_blocks = (attr.size + 511) // 512
+    e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = attr.mtime_ns
+    return e
+
+
+def _negative(timeout: float) -> pyfuse3.EntryAttributes:
+    e = pyfuse3.EntryAttributes()
+    e.st_ino = 0  # pyfuse3: an entry with inode 0 is a negative entry the kernel caches
+    e.entry_timeout = timeout
+    return e
+
+
+def boundary(op: str):
+    """The error boundary around one handler (see the module docstring)."""
+
+    def deco(fn):
+        @functools.wraps(fn)
+        async def handler(self: "Operations", *args):
+            self.stats.request(op)
+            try:
+                return await fn(self, *args)
+            except FUSEError as e:
+                self.stats.error(errno.errorcode.get(e.errno, str(e.errno)))
+                raise
+            except FsError as e:
+                if op == "lookup" and e.errno == errno.ENOENT and e.cache_timeout > 0:
+                    return _negative(e.cache_timeout)
+                self._count_error(e.errno)
+                if e.errno == errno.EIO:
+                    log.debug("%s%r: %s", op, args[:2], e)
+                raise FUSEError(e.errno) from None
+            except GravelerError as e:
+                code = errno_for(e)
+                self._count_error(code)
+                if code in (errno.EIO, errno.EBUSY, errno.EAGAIN):
+                    self.fs._log_once(logging.WARNING, (type(e), str(e)), "%s: %s: %s (answered %s)",
+                                      op, type(e).__name__, e, errno.errorcode.get(code, code))
+                else:
+                    log.debug("%s%r: %s: %s", op, args[:2], type(e).__name__, e)
+                raise FUSEError(code) from None
+            except Exception:
+                self._count_error(errno.EIO)
+                log.exception("%s%r: unexpected error, answered EIO (the mount stays up)", op, args[:2])
+                raise FUSEError(errno.EIO) from None
+
+        return handler
+
+    return deco
+
+
+class Operations(pyfuse3.Operations):
+    """pyfuse3's entry points, delegating to a :class:`Filesystem`."""
+
+    supports_dot_lookup = True
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(self, fs: Filesystem, offload: Offload | None = None):
+        super().__init__()
+        self.fs = fs
+        self.stats = fs.stats
+        self.offload = offload or Offload()
+
+    def _count_error(self, code: int) -> None:
+        self.stats.error(errno.errorcode.get(code, str(code)))
+
+    async def _meta(self, fn, *args):
+        return await self.offload.run(META, fn, *args)
+
+    # -- names and attributes -------------------------------------------------------------
+
+    @boundary("lookup")
+    async def lookup(self, parent_inode, name, ctx=None):
+        log.debug("lookup %d %r", parent_inode, name)
+        return _entry(await self._meta(self.fs.lookup, parent_inode, bytes(name)))
+
+    async def forget(self, inode_list):
+        try:  # must not raise
+            self.fs.forget(list(inode_list))
+        except Exception:
+            log.exception("forget failed")
+
+    @boundary("getattr")
+    async def getattr(self, inode, ctx=None):
+        attr = self.fs.getattr_fast(inode)
+        if attr is None:
+            attr = await self._meta(self.fs.getattr, inode)
+        return _entry(attr)
+
+    @boundary("readlink")
+    async def readlink(self, inode, ctx):
+        return await self._meta(self.fs.readlink, inode)
+
+    @boundary("statfs")
+    async def statfs(self, ctx):
+        s = self.fs.statfs()
+        out = pyfuse3.StatvfsData()
+        out.f_bsize = out.f_frsize = s.block_size
+        out.f_blocks = out.f_bfree = out.f_bavail = s.blocks
+        out.f_files = s.files
+        out.f_ffree = out.f_favail = 0
+        out.f_namemax = s.name_max
+        return out
+
+    # -- directories ---------------------------------------------------------------------
+
+    @boundary("opendir")
+    async def opendir(self, inode, ctx):
+        return self.fs.opendir(inode)
+
+    @boundary("readdir")
+    async def readdir(self, fh, start_id, token):
+        fs = self.fs
+        off = start_id
+        while True:
+            entries = fs.readdir_fast(fh, off)
+            if entries is None:
+                await self._meta(fs.readdir_fill, fh, off)
+                entries = fs.readdir_fast(fh, off)
+                if entries is None:
+                    return
+            if not entries:
+                return
+            for e in entries:
+                attr = fs.accept(fh, e)
+                if not pyfuse3.readdir_reply(token, e.name, _entry(attr), e.offset):
+                    fs.forget([(attr.ino, 1)])
+                    return
+                off = e.offset
+
+    @boundary("releasedir")
+    async def releasedir(self, fh):
+        self.fs.releasedir(fh)
+
+    async def fsyncdir(self, fh, datasync):
+        return None
+
+    # -- files ---------------------------------------------------------------------------
+
+    @boundary("open")
+    async def open(self, inode, flags, ctx):
+        o = await self._meta(self.fs.open, inode, flags)
+        return pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io)
+
+    @boundary("read")
+    async def read(self, fh, off, size):
+        return await self.offload.run(DATA, self.fs.read, fh, off, size)
+
+    @boundary("flush")
+    async def flush(self, fh):
+        return None
+
+    @boundary("fsync")
+    async def fsync(self, fh, datasync):
+        return None
+
+    @boundary("release")
+    async def release(self, fh):
+        await self.offload.run(DATA, self.fs.release, fh)
+
+    # -- extended attributes -------------------------------------------------------------
+
+    @boundary("getxattr")
+    async def getxattr(self, inode, name, ctx):
+        return await self._meta(self.fs.getxattr, inode, bytes(name))
+
+    @boundary("listxattr")
+    async def listxattr(self, inode, ctx):
+        return await self._meta(self.fs.listxattr, inode)
+
+    # -- every write-type call: the core decides (EROFS on read-only trees) ---------------
+
+    @boundary("setattr")
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        self.fs.check_writable(inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("setxattr")
+    async def setxattr(self, inode, name, value, ctx):
+        self.fs.check_writable(inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("removexattr")
+    async def removexattr(self, inode, name, ctx):
+        self.fs.check_writable(inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("mknod")
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        self.fs.check_writable(parent_inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("mkdir")
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        self.fs.check_writable(parent_inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("unlink")
+    async def unlink(self, parent_inode, name, ctx):
+        self.fs.check_writable(parent_inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("rmdir")
+    async def rmdir(self, parent_inode, name, ctx):
+        self.fs.check_writable(parent_inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("symlink")
+    async def symlink(self, parent_inode, name, target, ctx):
+        self.fs.check_writable(parent_inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("rename")
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        self.fs.check_writable(parent_inode_old)
+        self.fs.check_writable(parent_inode_new)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("link")
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        self.fs.check_writable(new_parent_inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("create")
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        self.fs.check_writable(parent_inode)
+        raise FUSEError(errno.ENOSYS)
+
+    @boundary("write")
+    async def write(self, fh, off, buf):
+        raise FUSEError(errno.EBADF)
+
+
+__all__ = ["Operations"]

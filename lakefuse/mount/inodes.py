@@ -1,0 +1,141 @@
+"""The inode table: numbers for what the kernel knows, and lookup counts.
+
+Every successful ``lookup`` (and every entry a READDIRPLUS reply hands over)
+raises a node's lookup count by one; ``forget`` lowers it. A node at zero with
+no open handle is dropped, so memory follows what the kernel keeps, however many
+files a walk touches. Inode numbers are never reused (a 64-bit counter), so the
+generation is always 0.
+
+A node is keyed by what it shows (its tree and path, or a fixed name); looking
+the same thing up again gives the same inode while the kernel still knows it.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import threading
+from typing import Callable, Hashable
+
+from lakefuse.mount.errors import FsError
+
+ROOT_INO = 1
+
+
+class Kind(enum.IntEnum):
+    ROOT = 1  # the mount root: one directory per branch and tag
+    INFO_DIR = 2  # a .lakefuse directory (the root's or a tree's)
+    INFO_FILE = 3  # a generated read-only file in a .lakefuse directory
+    DIR = 4  # a directory of a ref's tree (the tree's root when path == b"")
+    FILE = 5  # an object of a ref's tree (a regular file or a symlink)
+
+
+class Node:
+    """One inode. ``tree`` is the ref tree it belongs to (None for the root and the
+    root's .lakefuse); ``path`` is the directory path or object key in that tree
+    (for INFO nodes, the file name). ``attr`` and ``value`` are what the core last
+    read, valid while ``stamp`` equals the tree's change stamp."""
+
+    __slots__ = ("ino", "key", "kind", "tree", "path", "parent_ino", "nlookup", "opens",
+                 "attr", "value", "stamp", "opened_identity")
+
+    def __init__(self, ino: int, key: Hashable, kind: Kind, tree, path: bytes, parent_ino: int):
+        self.ino = ino
+        self.key = key
+        self.kind = kind
+        self.tree = tree
+        self.path = path
+        self.parent_ino = parent_ino
+        self.nlookup = 0
+        self.opens = 0
+        self.attr = None
+        self.value = None
+        self.stamp = -1
+        self.opened_identity: bytes | None = None
+
+    def __repr__(self) -> str:
+        return f"Node({self.ino}, {self.kind.name}, {self.path!r}, nlookup={self.nlookup})"
+
+
+class InodeTable:
+    """Thread-safe map of inode numbers to nodes (and keys to inode numbers)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[int, Node] = {}
+        self._by_key: dict[Hashable, int] = {}
+        self._next = ROOT_INO + 1
+        self.on_drop: Callable[[Node], None] | None = None
+        root = Node(ROOT_INO, ("root",), Kind.ROOT, None, b"", ROOT_INO)
+        root.nlookup = 1  # the kernel never forgets the root
+        self._nodes[ROOT_INO] = root
+        self._by_key[root.key] = ROOT_INO
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def get(self, ino: int) -> Node:
+        node = self._nodes.get(ino)
+        if node is None:
+            raise FsError(errno.ESTALE, f"inode {ino} is not known")
+        return node
+
+    def find(self, key: Hashable) -> Node | None:
+        ino = self._by_key.get(key)
+        return self._nodes.get(ino) if ino is not None else None
+
+    def acquire(self, key: Hashable, make: Callable[[int], Node], lookups: int = 1) -> tuple[Node, bool]:
+        """The node for ``key`` (made by ``make(ino)`` if there is none), its lookup
+        count raised by ``lookups``; and whether it is new."""
+        with self._lock:
+            ino = self._by_key.get(key)
+            node = self._nodes.get(ino) if ino is not None else None
+            new = node is None
+            if new:
+                node = make(self._next)
+                self._next += 1
+                self._nodes[node.ino] = node
+                self._by_key[key] = node.ino
+            node.nlookup += lookups
+            return node, new
+
+    def incref(self, node: Node, n: int = 1) -> None:
+        """One more lookup of a node the kernel already holds (``.`` / ``..``)."""
+        with self._lock:
+            node.nlookup += n
+
+    def replace(self, node: Node) -> None:
+        """Detach ``node`` from its key (what it showed is gone or changed kind): the next
+        lookup of the key makes a new inode; this one lives until forgotten."""
+        with self._lock:
+            if self._by_key.get(node.key) == node.ino:
+                del self._by_key[node.key]
+
+    def forget(self, ino: int, n: int) -> None:
+        with self._lock:
+            node = self._nodes.get(ino)
+            if node is None or ino == ROOT_INO:
+                return
+            node.nlookup = max(node.nlookup - n, 0)
+            dropped = self._maybe_drop(node)
+        if dropped and self.on_drop is not None:
+            self.on_drop(node)
+
+    def open(self, node: Node) -> None:
+        with self._lock:
+            node.opens += 1
+
+    def close(self, node: Node) -> None:
+        with self._lock:
+            node.opens = max(node.opens - 1, 0)
+            dropped = self._maybe_drop(node)
+        if dropped and self.on_drop is not None:
+            self.on_drop(node)
+
+    def _maybe_drop(self, node: Node) -> bool:
+        if node.nlookup > 0 or node.opens > 0 or self._nodes.get(node.ino) is not node:
+            return False
+        del self._nodes[node.ino]
+        if self._by_key.get(node.key) == node.ino:
+            del self._by_key[node.key]
+        return True

@@ -1,0 +1,115 @@
+"""Real mounts for tests: a ``lakefuse mount -f`` daemon in a subprocess, always unmounted.
+
+:class:`MountProc` starts the daemon with a ``NOTIFY_SOCKET`` it listens on and
+returns once ``READY=1`` arrives (the same path systemd uses); ``stop()`` unmounts
+with ``fusermount3 -u`` (lazily if busy) and reaps the daemon, whatever state it is in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+FUSE_AVAILABLE = os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
+needs_fuse = pytest.mark.skipif(not FUSE_AVAILABLE, reason="no /dev/fuse or fusermount3 here")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def lakefuse_cmd(home: Path | str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "lakefuse", "--home", str(home), *args]
+
+
+def is_mounted(mountpoint: Path | str) -> bool:
+    from lakefuse.mount.daemon import mount_type
+
+    return mount_type(str(mountpoint)) is not None
+
+
+def force_unmount(mountpoint: Path | str) -> None:
+    mp = str(mountpoint)
+    for args in (["-u"], ["-u", "-z"]):
+        if not is_mounted(mp):
+            return
+        subprocess.run(["fusermount3", *args, mp], capture_output=True)
+        time.sleep(0.05)
+
+
+class MountProc:
+    """One ``lakefuse mount -f`` daemon; a context manager."""
+
+    def __init__(self, home: Path | str, repo: str, mountpoint: Path | str, *extra: str, log_dir: Path | None = None,
+                 env: dict | None = None):
+        self.home = Path(home)
+        self.repo = repo
+        self.mountpoint = Path(mountpoint)
+        self.extra = list(extra)
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="lakefuse-mountlog-")) / f"mount-{repo}.log"
+        self.messages: list[str] = []
+
+    def start(self, timeout: float = 60.0) -> "MountProc":
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix="lakefuse-test-notify-")
+        sock_path = os.path.join(tmp, "notify")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(sock_path)
+        sock.settimeout(0.1)
+        env = {**os.environ, **(self.env or {}), "NOTIFY_SOCKET": sock_path}
+        cmd = lakefuse_cmd(self.home, "-v", "mount", f"lakefs://{self.repo}", str(self.mountpoint), "-f", *self.extra)
+        self._logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._logf, stderr=self._logf, env=env,
+                                     cwd=str(REPO_ROOT))
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    msg = sock.recv(4096).decode()
+                    self.messages += msg.splitlines()
+                    if "READY=1" in msg.splitlines():
+                        return self
+                except socket.timeout:
+                    pass
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"mount daemon exited with {self.proc.returncode}: {self.log()}")
+            raise RuntimeError(f"mount daemon not ready after {timeout} s: {self.log()}")
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            sock.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        force_unmount(self.mountpoint)
+        if self.proc is not None:
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+                force_unmount(self.mountpoint)
+        if getattr(self, "_logf", None) is not None:
+            self._logf.close()
+            self._logf = None
+
+    def __enter__(self) -> "MountProc":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,409 @@
+"""Real FUSE mounts of a repository: a ``lakefuse mount -f`` daemon per module, driven
+through the kernel with the tools a user runs (ls, cat, stat, find, du, cmp)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from graveler.graveler import Graveler
+from graveler.repository import GravelerConfig
+from tests.graveler_testutil import FAST_KV
+from tests.mount_testutil import MountProc, force_unmount, is_mounted, lakefuse_cmd, needs_fuse
+
+pytestmark = needs_fuse
+
+BIG = os.urandom(1_500_000)
+DATA1 = {
+    "raw/2024/01.csv": b"day,amount\n1,10\n2,20\n",
+    "raw/2024/02.csv": b"day,amount\n1,11\n",
+    "raw/big.bin": BIG,
+    "docs/readme.txt": b"read me\n",
+    "docs/empty.txt": b"",
+    "names/with space.txt": b"spaces\n",
+    "names/\u00fcn\u00efc\u00f6d\u00e9.txt": "unicode \u2713\n".encode(),
+    "deep/a/b/c/d/e/f.txt": b"deep\n",
+}
+DATA2 = {**DATA1, "raw/2024/01.csv": b"day,amount\n1,10\n2,21\n3,30\n", "raw/2024/03.csv": b"day,amount\n"}
+del DATA2["docs/readme.txt"]
+DEV = {**DATA1, "dev-only.txt": b"staged on dev\n"}
+
+
+def walk(root: Path) -> dict[str, bytes]:
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for f in files:
+            p = Path(d) / f
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A repository with two commits, a tag and a branch with staged changes, mounted."""
+    base = tmp_path_factory.mktemp("mountfuse")
+    home = base / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV))
+    r = g.create_repository("demo", f"file://{base}/ns")
+    for k, v in DATA1.items():
+        r.upload("main", k, v, content_type="text/csv" if k.endswith(".csv") else "",
+                 metadata={"origin": "test"} if k == "docs/readme.txt" else None)
+    c1 = r.commit("main", "first")
+    r.create_tag("v1", "main")
+    r.create_branch("dev")
+    r.upload("dev", "dev-only.txt", DEV["dev-only.txt"])
+    r.upload("main", "raw/2024/01.csv", DATA2["raw/2024/01.csv"])
+    r.upload("main", "raw/2024/03.csv", DATA2["raw/2024/03.csv"])
+    r.delete("main", "docs/readme.txt")
+    c2 = r.commit("main", "second")
+    mp = base / "mnt"
+    m = MountProc(home, "demo", mp, "--branch-timeout", "0.2")
+    m.start()
+    try:
+        yield {"home": home, "mp": mp, "repo": r, "c1": c1, "c2": c2, "mount": m, "base": base}
+    finally:
+        m.stop()
+        g.close()
+    assert not is_mounted(mp)
+
+
+def test_root_lists_branches_and_tags_only(world):
+    assert sorted(os.listdir(world["mp"])) == ["dev", "main", "v1"]
+
+
+@pytest.mark.parametrize("ref,model", [
+    ("main", DATA2), ("v1", DATA1), ("main~1", DATA1), ("main^", DATA1), ("dev", DEV), ("C1PREFIX", DATA1),
+    ("C2FULL", DATA2), ("main@", DATA2),
+])
+def test_tree_contents_match_the_model(world, ref, model):
+    ref = ref.replace("C1PREFIX", world["c1"].id[:12]).replace("C2FULL", world["c2"].id)
+    root = world["mp"] / ref
+    assert walk(root) == model
+    found = subprocess.run(["find", str(root), "-type", "f"], capture_output=True, text=True, check=True).stdout
+    assert sorted(Path(p).relative_to(root).as_posix() for p in found.split("\n") if p) == sorted(model)
+    du = subprocess.run(["du", "-sb", str(root)], capture_output=True, text=True, check=True).stdout
+    assert int(du.split()[0]) == sum(len(v) for v in model.values())
+    for k, v in model.items():
+        st = os.stat(root / k)
+        assert st.st_size == len(v)
+        assert oct(st.st_mode & 0o777) == oct(0o444)
+
+
+def test_cat_cmp_and_ls_through_the_tools(world, tmp_path):
+    mp = world["mp"]
+    src = tmp_path / "big.bin"
+    src.write_bytes(BIG)
+    subprocess.run(["cmp", str(src), str(mp / "v1" / "raw" / "big.bin")], check=True)
+    out = subprocess.run(["cat", str(mp / "main" / "raw" / "2024" / "01.csv")], capture_output=True, check=True)
+    assert out.stdout == DATA2["raw/2024/01.csv"]
+    ls = subprocess.run(["ls", "-la", str(mp / "main~1" / "docs")], capture_output=True, text=True, check=True)
+    assert "readme.txt" in ls.stdout and "empty.txt" in ls.stdout
+    st = subprocess.run(["stat", "-c", "%s %F", str(mp / "v1" / "raw" / "big.bin")], capture_output=True,
+                        text=True, check=True)
+    assert st.stdout.split()[0] == str(len(BIG))
+    # reads at odd offsets
+    with open(mp / "v1" / "raw" / "big.bin", "rb") as f:
+        f.seek(1_000_003)
+        assert f.read(70_001) == BIG[1_000_003:1_070_004]
+
+
+def test_unknown_and_invalid_refs_are_enoent(world):
+    mp = world["mp"]
+    for name in ("nope", "main~99", "v1^3", "0000000000", "main@@", "a:b"):
+        with pytest.raises(FileNotFoundError):
+            os.stat(mp / name)
+    with pytest.raises(FileNotFoundError):
+        os.stat(mp / "main" / "no" / "such")
+    with pytest.raises(OSError) as ei:
+        os.stat(mp / "main" / ("n" * 256))
+    assert ei.value.errno == errno.ENAMETOOLONG
+
+
+@pytest.mark.parametrize("ref", ["v1", "main~1", "main"])
+def test_every_write_type_call_is_erofs(world, ref):
+    root = world["mp"] / ref
+    f = root / "raw" / "2024" / "02.csv"
+    d = root / "docs"
+    calls = {
+        "open-w": lambda: open(f, "wb"),
+        "open-a": lambda: open(f, "ab"),
+        "open-rw": lambda: open(f, "r+b"),
+        "create": lambda: open(d / "new.txt", "xb"),
+        "mkdir": lambda: os.mkdir(d / "newdir"),
+        "unlink": lambda: os.unlink(f),
+        "rmdir": lambda: os.rmdir(root / "deep" / "a" / "b" / "c" / "d" / "e"),
+        "rename": lambda: os.rename(f, d / "moved.csv"),
+        "chmod": lambda: os.chmod(f, 0o644),
+        "chown": lambda: os.chown(f, 1, 1),
+        "truncate": lambda: os.truncate(f, 0),
+        "utime": lambda: os.utime(f, (1, 1)),
+        "setxattr": lambda: os.setxattr(f, "user.x", b"1"),
+        "removexattr": lambda: os.removexattr(f, "user.lakefs.etag"),
+        "symlink": lambda: os.symlink("x", d / "link"),
+        "link": lambda: os.link(f, d / "hard"),
+        "mknod": lambda: os.mknod(d / "fifo", 0o600 | 0o010000),
+    }
+    for name, call in calls.items():
+        with pytest.raises(OSError) as ei:
+            call()
+        assert ei.value.errno == errno.EROFS, name
+    assert walk(root).get("raw/2024/02.csv") == DATA1["raw/2024/02.csv"]
+
+
+def test_xattrs(world):
+    mp = world["mp"]
+    f = mp / "v1" / "docs" / "readme.txt"
+    names = set(os.listxattr(f))
+    assert {"user.lakefs.etag", "user.lakefs.physical_address", "user.lakefs.commit",
+            "user.lakefs.meta.origin"} <= names
+    e = world["repo"].get("v1", "docs/readme.txt")
+    assert os.getxattr(f, "user.lakefs.etag") == e.etag.encode()
+    assert os.getxattr(f, "user.lakefs.commit") == world["c1"].id.encode()
+    assert os.getxattr(f, "user.lakefs.meta.origin") == b"test"
+    assert os.getxattr(mp / "v1" / "raw" / "2024" / "01.csv", "user.lakefs.content_type") == b"text/csv"
+    assert os.getxattr(mp / "main" / "raw", "user.lakefs.commit") == world["c2"].id.encode()
+    assert os.getxattr(mp / "main~1", "user.lakefs.commit") == world["c1"].id.encode()
+    with pytest.raises(OSError) as ei:
+        os.getxattr(f, "user.nope")
+    assert ei.value.errno == errno.ENODATA
+
+
+def test_info_files(world):
+    mp = world["mp"]
+    assert (mp / "main" / ".lakefuse" / "head").read_text() == world["c2"].id + "\n"
+    assert (mp / "main~1" / ".lakefuse" / "head").read_text() == world["c1"].id + "\n"
+    log = (mp / "main" / ".lakefuse" / "log").read_text().splitlines()
+    assert [ln.split()[0] for ln in log] == [world["c2"].id, world["c1"].id, world["repo"].log("main~1").__next__().parents[0]]
+    stats = json.loads((mp / ".lakefuse" / "stats").read_text())
+    assert stats["pid"] == world["mount"].proc.pid
+    assert stats["requests"]["lookup"] > 0 and stats["bytes_from_store"] > 0
+    assert ".lakefuse" not in os.listdir(mp / "main")  # reserved: reachable by path, never listed
+
+
+def _read_everything(root: str) -> dict[str, str]:
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def test_concurrent_readers_in_several_processes(world):
+    root = str(world["mp"] / "v1")
+    expect = {k: hashlib.sha256(v).hexdigest() for k, v in DATA1.items()}
+    with ProcessPoolExecutor(4) as pool:
+        results = list(pool.map(_read_everything, [root] * 8))
+    assert all(r == expect for r in results)
+
+
+def test_branch_tree_shows_changes_made_behind_the_mount(world):
+    r = world["repo"]
+    mp = world["mp"]
+    f = mp / "dev" / "late.txt"
+    assert not f.exists()
+    r.upload("dev", "late.txt", b"late\n")
+    deadline = time.monotonic() + 5
+    while not f.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f.read_bytes() == b"late\n"
+    r.upload("dev", "late.txt", b"later, and longer\n")
+    time.sleep(0.3)  # the branch timeout
+    assert f.read_bytes() == b"later, and longer\n"
+    r.commit("dev", "late")
+    time.sleep(0.3)
+    assert (mp / "dev" / ".lakefuse" / "head").read_text().strip() == r.get_commit("dev").id
+    assert f.read_bytes() == b"later, and longer\n"
+    r.delete("dev", "late.txt")
+    time.sleep(0.3)
+    assert not f.exists()
+
+
+def test_readdir_restarts_and_seeks(world):
+    # os.scandir in two interleaved iterators of the same directory: offsets are per handle
+    d = world["mp"] / "v1" / "raw" / "2024"
+    a = os.scandir(d)
+    b = os.scandir(d)
+    first_a = next(a).name
+    names_b = [e.name for e in b]
+    names_a = [first_a] + [e.name for e in a]
+    a.close()
+    b.close()
+    assert names_a == names_b == ["01.csv", "02.csv"]
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+def test_daemonized_mount_and_umount(world, tmp_path):
+    mp = tmp_path / "mnt2"
+    mp.mkdir()
+    r = subprocess.run(lakefuse_cmd(world["home"], "mount", "lakefs://demo", str(mp), "--log",
+                                    str(tmp_path / "d.log")), capture_output=True, text=True, timeout=60)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "lakefuse umount" in r.stderr
+        assert (mp / "v1" / "docs" / "readme.txt").read_bytes() == DATA1["docs/readme.txt"]
+        pid = json.loads((mp / ".lakefuse" / "stats").read_text())["pid"]
+        u = subprocess.run(lakefuse_cmd(world["home"], "umount", str(mp)), capture_output=True, text=True,
+                           timeout=60)
+        assert u.returncode == 0, u.stderr
+        assert not is_mounted(mp)
+        from lakefuse.mount.daemon import _alive
+
+        assert not _alive(pid)  # gone (or a zombie nobody reaps in this container)
+    finally:
+        force_unmount(mp)
+    u = subprocess.run(lakefuse_cmd(world["home"], "umount", str(mp)), capture_output=True, text=True)
+    assert u.returncode == 1 and "not mounted" in u.stderr
+
+
+def test_mount_failures_say_why(world, tmp_path):
+    home = world["home"]
+
+    def mount(*args):
+        return subprocess.run(lakefuse_cmd(home, "mount", *args), capture_output=True, text=True, timeout=60)
+
+    r = mount("lakefs://nosuchrepo", str(tmp_path))
+    assert r.returncode != 0 and "not found" in r.stderr
+    r = mount("lakefs://demo", str(tmp_path / "missing"))
+    assert r.returncode != 0 and "does not exist" in r.stderr
+    r = mount("lakefs://demo", str(world["mp"]))
+    assert r.returncode != 0 and "busy" in r.stderr
+    r = mount("lakefs://demo", str(world["mp"]), "-f")
+    assert r.returncode != 0 and "busy" in r.stderr
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = mount("lakefs://demo", str(f))
+    assert r.returncode != 0 and "not a directory" in r.stderr
+
+
+def test_sigterm_unmounts_cleanly(world, tmp_path):
+    mp = tmp_path / "mnt3"
+    m = MountProc(world["home"], "demo", mp).start()
+    try:
+        assert os.listdir(mp / "v1")
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(15) == 0
+        assert not is_mounted(mp)
+    finally:
+        m.stop()
+
+
+def test_killed_daemon_is_cleared_by_umount(world, tmp_path):
+    mp = tmp_path / "mnt4"
+    m = MountProc(world["home"], "demo", mp).start()
+    try:
+        m.proc.kill()
+        m.proc.wait(10)
+        assert is_mounted(mp)
+        with pytest.raises(OSError) as ei:
+            os.listdir(mp)
+        assert ei.value.errno == errno.ENOTCONN
+        u = subprocess.run(lakefuse_cmd(world["home"], "umount", str(mp)), capture_output=True, text=True,
+                           timeout=60)
+        assert u.returncode == 0, u.stderr
+        assert not is_mounted(mp)
+        # and the mount point is usable again
+        with MountProc(world["home"], "demo", mp):
+            assert os.listdir(mp / "v1")
+    finally:
+        m.stop()
+
+
+# --- a repository adopted from lakeFS ------------------------------------------------------------
+
+FIXTURES = Path("/work/shared/fixtures/lakefs")
+if not FIXTURES.exists():  # pragma: no cover - a checkout elsewhere
+    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lakefs"
+
+
+def test_restored_lakefs_refs_dump_mounts(tmp_path):
+    """lakeFS's own range and metarange files, adopted, dumped as a refs dump, restored into a
+    fresh home and mounted: ls and stat work; the object lakeFS kept elsewhere is EIO on read."""
+    from tests.test_graveler_ops import _table_id
+
+    nsdir = tmp_path / "lakefs-ns"
+    (nsdir / "_lakefs").mkdir(parents=True)
+    range_id, mr_id = _table_id(FIXTURES / "range.sst"), _table_id(FIXTURES / "metarange.sst")
+    shutil.copy(FIXTURES / "range.sst", nsdir / "_lakefs" / range_id)
+    shutil.copy(FIXTURES / "metarange.sst", nsdir / "_lakefs" / mr_id)
+    (nsdir / "fdf87fcf9ec849f98514ddb7e041ad56").write_bytes(b"yes!")
+    g = Graveler(GravelerConfig(home=tmp_path / "old", kv=FAST_KV))
+    r = g.create_repository("lake", f"file://{nsdir}")
+    r.commit_metarange("main", mr_id, "adopt lakeFS metarange")
+    r.create_tag("adopted", "main")
+    r.dump_refs()
+    g.close()
+    home = tmp_path / "new"
+    subprocess.run(lakefuse_cmd(home, "refs", "restore", "lakefs://lake", "--storage", f"file://{nsdir}"),
+                   check=True, capture_output=True)
+    mp = tmp_path / "mnt"
+    with MountProc(home, "lake", mp):
+        assert sorted(os.listdir(mp)) == ["adopted", "main"]
+        assert sorted(os.listdir(mp / "adopted" / "a" / "b" / "c")) == ["no", "yes"]
+        assert (mp / "main" / "a" / "b" / "c" / "yes").read_bytes() == b"yes!"
+        assert os.stat(mp / "main" / "a" / "b" / "c" / "no").st_size == 11
+        with pytest.raises(OSError) as ei:
+            (mp / "main" / "a" / "b" / "c" / "no").read_bytes()
+        assert ei.value.errno == errno.EIO
+        assert os.listdir(mp / "main" / "a")  # the daemon is still there
+
+
+def test_corrupt_range_is_eio_for_its_paths_only(tmp_path):
+    """A damaged range file in the store: the paths it covers are EIO (one log line), every
+    other path still reads, and the daemon stays up."""
+    from graveler.committed.writer import RangeParams
+
+    home = tmp_path / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV,
+                                range_params=RangeParams(min_range_size=0, max_range_size=2048, raggedness=5)))
+    r = g.create_repository("corrupt", f"file://{tmp_path}/ns")
+    keys = [f"d{i:02d}/f{j:02d}" for i in range(8) for j in range(8)]
+    for k in keys:
+        r.upload("main", k, k.encode())
+    r.commit("main", "many ranges")
+    infos = r.committed.list_ranges(r.get_commit("main").meta_range_id)
+    assert len(infos) >= 3
+    victim = infos[1]
+    path = tmp_path / "ns" / "_lakefs" / victim.id
+    data = bytearray(path.read_bytes())
+    data[10:40] = b"\x00" * 30
+    path.write_bytes(bytes(data))
+    g.close()
+    mp = tmp_path / "mnt"
+    with MountProc(home, "corrupt", mp) as m:
+        ok, bad = 0, 0
+        for k in keys:
+            p = mp / "main" / k
+            inside = victim.min_key <= k.encode() <= victim.max_key
+            try:
+                assert p.read_bytes() == k.encode()
+                ok += 1
+                assert not inside
+            except OSError as e:
+                assert e.errno in (errno.EIO,), k
+                bad += 1
+        assert ok > 0 and bad > 0
+        for i in range(8):  # a directory whose keys avoid the damaged range still lists
+            lo, hi = f"d{i:02d}/".encode(), f"d{i:02d}0".encode()
+            if hi <= victim.min_key or lo > victim.max_key:
+                assert len(os.listdir(mp / "main" / f"d{i:02d}")) == 8
+            else:
+                with pytest.raises(OSError) as ei:
+                    os.listdir(mp / "main" / f"d{i:02d}")
+                assert ei.value.errno == errno.EIO
+        assert (mp / "main" / "d07" / "f07").read_bytes() == b"d07/f07"  # the daemon is still up
+    assert m.log().count("CorruptedData") >= 1

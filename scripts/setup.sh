@@ -9,6 +9,9 @@ apt_pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || apt_pkgs+=(fuse3)
 pkg-config --exists fuse3 2>/dev/null || apt_pkgs+=(libfuse3-dev pkg-config)
 command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
+# Spark (graveler.spark) needs a Java 17+ runtime; Debian's headless JRE is enough.
+java_ok() { command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; }
+java_ok || apt_pkgs+=(openjdk-17-jre-headless)
 
 PY="${PYTHON:-python3}"
 py_ok() {
@@ -40,8 +43,8 @@ stamp=.venv/.lakefuse-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing lakefuse and its dependencies into .venv"
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING' || true
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[fuse,test]' 2>&1 | grep -v '^WARNING' || true
-    .venv/bin/python -c 'import graveler, lakefuse, pyfuse3, lmdb, diskcache, rocksdict' # fails loudly if the install did
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[fuse,spark,test]' 2>&1 | grep -v '^WARNING' || true
+    .venv/bin/python -c 'import graveler, lakefuse, pyfuse3, lmdb, diskcache, rocksdict, pyspark, pyarrow, pandas' # fails loudly if the install did
     touch "$stamp"
 fi
 echo "setup: ready (.venv/bin/lakefuse)"

@@ -83,3 +83,23 @@ def s3_bucket(s3_client) -> str:
     name = f"test-{uuid.uuid4().hex[:16]}"
     s3_client.create_bucket(Bucket=name)
     return name
+
+
+# =====================================================================================
+# Spark: one local[2] SparkSession for the whole session (graveler.spark tests)
+#
+# Real Spark in local mode, workers on this interpreter.  It depends on the moto
+# server so that the AWS test environment is in place before the JVM (and the Python
+# workers it forks) start: executors then reach S3 exactly as the driver does.
+# =====================================================================================
+
+
+@pytest.fixture(scope="session")
+def spark(s3_endpoint):
+    from graveler.spark.session import SparkConfig, get_session
+
+    session = get_session(SparkConfig(master="local[2]", app_name="lakefuse-tests", shuffle_partitions=4))
+    try:
+        yield session
+    finally:
+        session.stop()

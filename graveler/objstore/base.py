@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from graveler.errors import InvalidArgument, NotFound
+from graveler.errors import GravelerError, InvalidArgument, NotFound
 
 MiB = 1 << 20
 
@@ -138,6 +138,14 @@ def validate_prefix(prefix: str, what: str = "prefix") -> str:
     return prefix
 
 
+def check_level_prefix(prefix: str) -> str:
+    """A ``list_level`` prefix: ``""`` or a valid key prefix ending in ``/``."""
+    validate_prefix(prefix)
+    if prefix and (not prefix.endswith("/") or "//" in prefix):
+        raise InvalidArgument(f"level prefix {prefix!r} must be empty or end in a single '/'")
+    return prefix
+
+
 def check_range(start: int, length: int) -> None:
     if start < 0 or length < 0:
         raise InvalidArgument(f"bad byte range: start={start} length={length} (both must be >= 0)")
@@ -229,6 +237,37 @@ class ObjectStore(abc.ABC):
 
         Sorted by key (UTF-8 byte order, as S3 lists), fetched lazily page by page.
         """
+
+    def list_level(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str]]:
+        """One level of the key hierarchy under ``prefix`` (``""`` or ending in ``/``):
+        the objects directly there and the sub-prefixes (each ending in ``/``), both sorted.
+
+        Lets a parallel job list a big prefix by sub-prefix.  This default walks the
+        full listing; the backends read one directory / one delimited listing.
+        """
+        check_level_prefix(prefix)
+        objs: list[ObjectInfo] = []
+        subs: list[str] = []
+        for o in self.list(prefix):
+            head, sep, _ = o.key[len(prefix):].partition("/")
+            if sep:
+                sub = prefix + head + "/"
+                if not subs or subs[-1] != sub:
+                    subs.append(sub)
+            else:
+                objs.append(o)
+        return objs, subs
+
+    def delete_many(self, keys: list[str]) -> list[tuple[str, str]]:
+        """Delete several objects (absent ones are not an error); returns ``(key, reason)``
+        for each one that could not be deleted.  S3 sends them 1000 to a request."""
+        failed: list[tuple[str, str]] = []
+        for k in keys:
+            try:
+                self.delete(k)
+            except GravelerError as exc:
+                failed.append((k, str(exc)))
+        return failed
 
     @abc.abstractmethod
     def full_uri(self, key: str) -> str:

@@ -34,6 +34,7 @@ from graveler.objstore.base import (
     ObjectInfo,
     ObjectReader,
     ObjectStore,
+    check_level_prefix,
     check_range,
     validate_key,
     validate_prefix,
@@ -386,6 +387,39 @@ class LocalStore(ObjectStore):
         validate_prefix(prefix)
         validate_prefix(start_after, "start_after")
         return self._list(prefix, start_after)
+
+    def list_level(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str]]:
+        check_level_prefix(prefix)
+        if prefix and any(s in (".", "..") or _TMP_NAME.match(s) for s in prefix[:-1].split("/")):
+            return [], []
+        directory = os.path.join(self.root, prefix) if prefix else self.root
+        files: list[str] = []
+        subs: list[str] = []
+        try:
+            with os.scandir(directory) as it:
+                for entry in it:
+                    name = entry.name
+                    if _TMP_NAME.match(name):
+                        continue
+                    try:
+                        name.encode("utf-8")
+                    except UnicodeEncodeError:
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        subs.append(prefix + name + "/")
+                    elif entry.is_file(follow_symlinks=False):
+                        files.append(prefix + name)
+        except (FileNotFoundError, NotADirectoryError):
+            return [], []
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot list {directory!r}: {exc.strerror or exc}") from exc
+        objs = []
+        for name in sorted(files):
+            try:
+                objs.append(self.head(name))
+            except NotFound:
+                continue  # deleted while we listed
+        return objs, sorted(subs)
 
     def _list(self, prefix: str, start_after: str) -> Iterator[ObjectInfo]:
         base = prefix.rpartition("/")[0]  # the directory part of the prefix, if any

@@ -44,6 +44,7 @@ from graveler.objstore.base import (
     ObjectInfo,
     ObjectStore,
     StoreConfig,
+    check_level_prefix,
     check_range,
     validate_key,
     validate_prefix,
@@ -442,6 +443,39 @@ class S3Store(ObjectStore):
                 if key:  # skip a "prefix/" folder marker
                     yield ObjectInfo(key, int(obj["Size"]), obj["LastModified"].timestamp(),
                                      _strip_etag(obj["ETag"]))
+
+    def list_level(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str]]:
+        check_level_prefix(prefix)
+        root = f"{self.prefix}/" if self.prefix else ""
+        objs: list[ObjectInfo] = []
+        subs: list[str] = []
+        with self._errors("list", None):
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=root + prefix, Delimiter="/"):
+                for obj in page.get("Contents", ()):
+                    key = obj["Key"][len(root):]
+                    if key and not key.endswith("/"):  # skip folder markers
+                        objs.append(ObjectInfo(key, int(obj["Size"]), obj["LastModified"].timestamp(),
+                                               _strip_etag(obj["ETag"])))
+                for cp in page.get("CommonPrefixes", ()):
+                    sub = cp["Prefix"][len(root):]
+                    if sub != prefix + "/":  # "a//b" keys: no valid key lives there
+                        subs.append(sub)
+        return objs, subs
+
+    def delete_many(self, keys: list[str]) -> list[tuple[str, str]]:
+        for k in keys:
+            validate_key(k)
+        failed: list[tuple[str, str]] = []
+        for i in range(0, len(keys), 1000):
+            chunk = keys[i : i + 1000]
+            with self._errors("delete", None):
+                resp = self._client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": self._k(k)} for k in chunk], "Quiet": True})
+            root = f"{self.prefix}/" if self.prefix else ""
+            for err in resp.get("Errors", ()):
+                failed.append((err.get("Key", "")[len(root):], f"{err.get('Code')}: {err.get('Message')}"))
+        return failed
 
     def close(self) -> None:
         self._client.close()

@@ -1,0 +1,160 @@
+"""A commit's entries and the difference of two commits as DataFrames.
+
+``entries_df`` runs one task per range of the commit's metarange; ``diff_df``
+reads only the ranges whose IDs differ between the two sides (a range ID names
+its content, and a key lives in one range per side, so a range present on both
+sides holds the same records on both).  The columns are those of lakeFS's Spark
+client: key, address, etag, last_modified, size, range_id, user_metadata,
+address_type (``RELATIVE``, ``FULL``, ``BY_PREFIX_DEPRECATED``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from graveler.model import AddressType, Entry, decode_value
+from graveler.spark.tables import (
+    RECORD_SCHEMA,
+    Namespace,
+    fault_point,
+    iter_range_records,
+    read_metarange,
+    worker_store,
+)
+
+log = logging.getLogger(__name__)
+
+ENTRY_FIELDS = (
+    "key string, address string, etag string, last_modified timestamp, size long, range_id string, "
+    "user_metadata map<string,string>, address_type string"
+)
+ENTRY_SCHEMA_WITH_IDENTITY = ENTRY_FIELDS + ", identity binary"
+ENTRY_COLUMNS = ("key", "address", "etag", "last_modified", "size", "range_id", "user_metadata", "address_type")
+_ADDRESS_TYPES = {t: t.name for t in AddressType}
+
+
+def namespace_of(repo) -> Namespace:
+    """How executors reach ``repo``'s storage namespace."""
+    return Namespace(repo.record.storage_namespace, repo.config.store)
+
+
+def metarange_of(repo, ref: str) -> str:
+    return repo.get_commit(ref).meta_range_id
+
+
+def _range_ids_df(spark, range_ids: list[str]):
+    """One row and one partition per range ID."""
+    if not range_ids:
+        return spark.createDataFrame([], "range_id string")
+    rdd = spark.sparkContext.parallelize([(r,) for r in range_ids], len(range_ids))
+    return spark.createDataFrame(rdd, "range_id string")
+
+
+def _entries_task(ns: Namespace, with_identity: bool):
+    import pyarrow as pa
+
+    ts_type = pa.timestamp("us", tz="UTC")
+    md_type = pa.map_(pa.string(), pa.string())
+
+    def fn(batches):
+        store = worker_store(ns)
+        for b in batches:
+            for rid in b.column(0).to_pylist():
+                for keys, values in iter_range_records(store, rid):
+                    cols: dict[str, list] = {c: [] for c in ENTRY_COLUMNS}
+                    idents = []
+                    for k, raw in zip(keys, values):
+                        v = decode_value(raw, rid)
+                        e = Entry.from_proto_bytes(v.data)
+                        cols["key"].append(k.decode("utf-8", "surrogateescape"))
+                        cols["address"].append(e.address)
+                        cols["etag"].append(e.etag)
+                        cols["last_modified"].append(e.last_modified_ns // 1000 if e.last_modified_ns else None)
+                        cols["size"].append(e.size)
+                        cols["user_metadata"].append(list(e.metadata.items()))
+                        cols["address_type"].append(_ADDRESS_TYPES[e.address_type])
+                        idents.append(v.identity)
+                    n = len(keys)
+                    arrays = [
+                        pa.array(cols["key"], pa.string()),
+                        pa.array(cols["address"], pa.string()),
+                        pa.array(cols["etag"], pa.string()),
+                        pa.array(cols["last_modified"], pa.int64()).cast(ts_type),
+                        pa.array(cols["size"], pa.int64()),
+                        pa.array([rid] * n, pa.string()),
+                        pa.array(cols["user_metadata"], md_type),
+                        pa.array(cols["address_type"], pa.string()),
+                    ]
+                    names = list(ENTRY_COLUMNS)
+                    if with_identity:
+                        arrays.append(pa.array(idents, pa.binary()))
+                        names.append("identity")
+                    yield pa.RecordBatch.from_arrays(arrays, names=names)
+        fault_point("entries")
+
+    return fn
+
+
+def ranges_entries_df(spark, ns: Namespace, range_ids: list[str], with_identity: bool = False):
+    """The entries of the given ranges, one task per range."""
+    schema = ENTRY_SCHEMA_WITH_IDENTITY if with_identity else ENTRY_FIELDS
+    return _range_ids_df(spark, range_ids).mapInArrow(_entries_task(ns, with_identity), schema)
+
+
+def entries_df(spark, repo, ref: str):
+    """Every entry of the commit ``ref`` resolves to (a branch: its head; staged changes are not included)."""
+    ns = namespace_of(repo)
+    ranges = read_metarange(ns.open(), metarange_of(repo, ref))
+    return ranges_entries_df(spark, ns, [r.id for r in ranges])
+
+
+def _records_task(ns: Namespace, exclude_prefix: bytes | None):
+    import pyarrow as pa
+
+    def fn(batches):
+        store = worker_store(ns)
+        for b in batches:
+            for rid in b.column(0).to_pylist():
+                for keys, values in iter_range_records(store, rid):
+                    if exclude_prefix is not None:
+                        kv = [(k, v) for k, v in zip(keys, values) if not k.startswith(exclude_prefix)]
+                        keys, values = [k for k, _ in kv], [v for _, v in kv]
+                    yield pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
+                                                     names=["key", "value"])
+        fault_point("records")
+
+    return fn
+
+
+def records_df(spark, ns: Namespace, metarange_id: str, exclude_prefix: bytes | None = None):
+    """The raw ``key binary, value binary`` records of a metarange (minus a key prefix), one task per range."""
+    ranges = read_metarange(ns.open(), metarange_id)
+    return _range_ids_df(spark, [r.id for r in ranges]).mapInArrow(_records_task(ns, exclude_prefix), RECORD_SCHEMA)
+
+
+def diff_df(spark, repo, left: str, right: str):
+    """The committed differences from ``left`` to ``right``: one row per changed key with
+    ``diff_type`` (added / removed / changed), ``key``, and the ``left`` and ``right`` entries
+    (structs of the entry columns; null on the side where the key is absent)."""
+    from pyspark.sql import functions as F
+
+    ns = namespace_of(repo)
+    store = ns.open()
+    lr = read_metarange(store, metarange_of(repo, left))
+    rr = read_metarange(store, metarange_of(repo, right))
+    common = {r.id for r in lr} & {r.id for r in rr}
+    l_ids = [r.id for r in lr if r.id not in common]
+    r_ids = [r.id for r in rr if r.id not in common]
+    log.info("diff %s..%s: %d ranges in common, %d + %d to read", left, right, len(common), len(l_ids), len(r_ids))
+    ldf = ranges_entries_df(spark, ns, l_ids, with_identity=True)
+    rdf = ranges_entries_df(spark, ns, r_ids, with_identity=True)
+    fields = [c for c in ENTRY_COLUMNS if c != "key"]
+    lcols = ldf.select("key", F.struct(*[F.col(c) for c in fields]).alias("left"), F.col("identity").alias("li"))
+    rcols = rdf.select("key", F.struct(*[F.col(c) for c in fields]).alias("right"), F.col("identity").alias("ri"))
+    j = lcols.join(rcols, on="key", how="full_outer")
+    diff_type = (
+        F.when(F.col("li").isNull(), F.lit("added"))
+        .when(F.col("ri").isNull(), F.lit("removed"))
+        .when(F.col("li") != F.col("ri"), F.lit("changed"))
+    )
+    return j.select(diff_type.alias("diff_type"), "key", "left", "right").where(F.col("diff_type").isNotNull())

@@ -1,0 +1,242 @@
+"""Zero-copy import: an object-store prefix (or a listing DataFrame) becomes one commit.
+
+The new commit's tree is the branch head's tree with everything under the
+destination prefix replaced by the listed objects; entries point at the
+existing objects by FULL address (nothing is copied).  The records (the head's
+records outside the prefix, plus one per listed object) go through
+:func:`graveler.spark.tables.write_metarange`, so the metarange ID is the one
+the single-process writer gives for the same input, and re-running the same
+import gives the same ID (then no new commit is made).
+
+A listing DataFrame has the columns of :data:`LISTING_SCHEMA`: ``key`` (the
+path under the destination prefix), ``address`` (the object's full URI),
+``size``, ``etag`` and ``last_modified`` (timestamp).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+from graveler.errors import DirtyBranch, InvalidArgument
+from graveler.model import AddressType, Entry, encode_value
+from graveler.objstore import open_store
+from graveler.objstore.base import ObjectInfo, StoreConfig
+from graveler.spark.entries import namespace_of, records_df
+from graveler.spark.tables import RECORD_SCHEMA, Namespace, fault_point, write_metarange, write_metarange_local
+
+log = logging.getLogger(__name__)
+
+LISTING_SCHEMA = "key string, address string, size long, etag string, last_modified timestamp"
+IMPORT_SOURCE_KEY = "lakefuse.import.source"
+IMPORT_PREFIX_KEY = "lakefuse.import.prefix"
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    commit_id: str | None  # None: the tree did not change, no commit was made
+    metarange_id: str
+    imported: int  # listed objects
+    records: int  # records of the new tree
+    ranges: int
+    parts: int
+
+
+def check_dest_prefix(prefix: str) -> str:
+    """"" (the whole branch) or a path prefix ending in "/"."""
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    if prefix.startswith("/") or "\x00" in prefix or any(p in (".", "..") for p in prefix.split("/")[:-1]):
+        raise InvalidArgument(f"invalid destination prefix {prefix!r}")
+    if "//" in prefix:
+        raise InvalidArgument(f"invalid destination prefix {prefix!r}: empty path component")
+    return prefix
+
+
+def encode_listing(dest_prefix: str, keys: list[str], addresses: list[str], sizes: list[int], etags: list[str],
+                   mtimes_us: list[int | None]) -> list[tuple[bytes, bytes]]:
+    """(key, encoded value) records of imported objects (FULL addresses, no user metadata)."""
+    out = []
+    for k, a, s, e, m in zip(keys, addresses, sizes, etags, mtimes_us):
+        if not k or k.startswith("/") or "\x00" in k:
+            raise InvalidArgument(f"invalid listed key {k!r}")
+        entry = Entry(address=a, size=s, etag=e, last_modified_ns=(m or 0) * 1000, address_type=AddressType.FULL)
+        out.append(((dest_prefix + k).encode("utf-8"), encode_value(entry.to_value())))
+    return out
+
+
+def _encode_task(dest_prefix: str):
+    import pyarrow as pa
+
+    def fn(batches):
+        for b in batches:
+            recs = encode_listing(
+                dest_prefix,
+                b.column("key").to_pylist(),
+                b.column("address").to_pylist(),
+                b.column("size").to_pylist(),
+                b.column("etag").to_pylist(),
+                b.column("last_modified").cast(pa.int64()).to_pylist(),
+            )
+            yield pa.RecordBatch.from_arrays([pa.array([k for k, _ in recs], pa.binary()),
+                                              pa.array([v for _, v in recs], pa.binary())], names=["key", "value"])
+        fault_point("encode_listing")
+
+    return fn
+
+
+def _mtime_us(o: ObjectInfo) -> int:
+    return int(round(o.mtime * 1_000_000))
+
+
+def _listing_rows(store, objs: Iterable[ObjectInfo]) -> list[tuple]:
+    from datetime import datetime, timezone
+
+    return [(o.key, store.full_uri(o.key), o.size, o.etag,
+             datetime.fromtimestamp(_mtime_us(o) / 1_000_000, tz=timezone.utc)) for o in objs]
+
+
+def _list_task(source_uri: str, store_config: StoreConfig | None):
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+
+    def fn(batches):
+        store = open_store(source_uri, store_config)
+        try:
+            for b in batches:
+                for prefix in b.column(0).to_pylist():
+                    objs = []
+                    for o in store.list(prefix):
+                        objs.append(o)
+                        if len(objs) >= 8192:
+                            yield _objs_batch(store, objs, pa, ts)
+                            objs = []
+                    if objs:
+                        yield _objs_batch(store, objs, pa, ts)
+            fault_point("list")
+        finally:
+            store.close()
+
+    return fn
+
+
+def _objs_batch(store, objs, pa, ts):
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([o.key for o in objs], pa.string()),
+            pa.array([store.full_uri(o.key) for o in objs], pa.string()),
+            pa.array([o.size for o in objs], pa.int64()),
+            pa.array([o.etag for o in objs], pa.string()),
+            pa.array([_mtime_us(o) for o in objs], pa.int64()).cast(ts),
+        ],
+        names=["key", "address", "size", "etag", "last_modified"],
+    )
+
+
+def listing_df(spark, source_uri: str, store_config: StoreConfig | None = None, min_tasks: int | None = None):
+    """The objects under ``source_uri`` (keys relative to it) as a listing DataFrame, listed in
+    parallel by sub-prefix: the driver reads the top levels (descending while there are fewer
+    sub-prefixes than ``min_tasks``), each task lists one sub-prefix."""
+    min_tasks = min_tasks or 2 * spark.sparkContext.defaultParallelism
+    store = open_store(source_uri, store_config)
+    try:
+        top: list[ObjectInfo] = []
+        prefixes = [""]
+        for _ in range(3):  # at most three levels deep on the driver
+            if len(prefixes) >= min_tasks:
+                break
+            nxt: list[str] = []
+            for p in prefixes:
+                objs, subs = store.list_level(p)
+                top.extend(objs)
+                nxt.extend(subs)
+            prefixes = nxt
+            if not prefixes:
+                break
+        rows = _listing_rows(store, top)
+    finally:
+        store.close()
+    log.info("listing %s: %d objects on the driver, %d sub-prefixes in parallel", source_uri, len(rows), len(prefixes))
+    df = spark.createDataFrame(rows, LISTING_SCHEMA)
+    if prefixes:
+        rdd = spark.sparkContext.parallelize([(p,) for p in prefixes], len(prefixes))
+        listed = spark.createDataFrame(rdd, "prefix string").mapInArrow(_list_task(source_uri, store_config),
+                                                                       LISTING_SCHEMA)
+        df = df.unionByName(listed)
+    return df
+
+
+def _check_clean(repo, branch: str) -> None:
+    if repo.has_uncommitted(branch):
+        raise DirtyBranch(f"branch {branch!r} has uncommitted changes: commit or reset them before importing")
+
+
+def import_listing(repo, branch: str, listing, dest_prefix: str, message: str | None = None,
+                   partitions: int | None = None, metadata: dict[str, str] | None = None,
+                   source: str = "") -> ImportResult:
+    """Import a listing DataFrame under ``dest_prefix`` of ``branch`` as one commit."""
+    spark = listing.sparkSession
+    dest_prefix = check_dest_prefix(dest_prefix)
+    _check_clean(repo, branch)
+    head = repo.get_commit(branch)
+    ns = namespace_of(repo)
+    new = listing.select("key", "address", "size", "etag", "last_modified").mapInArrow(
+        _encode_task(dest_prefix), RECORD_SCHEMA)
+    old = records_df(spark, ns, head.meta_range_id, dest_prefix.encode("utf-8"))  # b"": the whole tree goes
+    t0 = time.monotonic()
+    res = write_metarange(new.unionByName(old), ns, repo.config.range_params, partitions)
+    mr = res.metarange_id if res.records else ""
+    log.info("import into %s/%s: %d records in %.1f s", branch, dest_prefix, res.records, time.monotonic() - t0)
+    return _finish(repo, branch, head, mr, res.records, res.ranges, res.parts, dest_prefix, message, metadata,
+                   source, listing.count())
+
+
+def _finish(repo, branch, head, mr, records, ranges, parts, dest_prefix, message, metadata, source,
+            imported: int) -> ImportResult:
+    if mr == head.meta_range_id:
+        log.info("import into %s: the tree is unchanged (%s), no commit", branch, mr[:12])
+        return ImportResult(None, mr, imported, records, ranges, parts)
+    md = {IMPORT_PREFIX_KEY: dest_prefix}
+    if source:
+        md[IMPORT_SOURCE_KEY] = source
+    md.update(metadata or {})
+    cur = repo.get_commit(branch)
+    if cur.id != head.id:
+        from graveler.errors import PreconditionFailed
+
+        raise PreconditionFailed(f"branch {branch!r} moved during the import; nothing was committed")
+    c = repo.commit_metarange(branch, mr, message or f"Import {source or 'listing'} into {dest_prefix or '/'}",
+                              metadata=md)
+    return ImportResult(c.id, mr, imported, records, ranges, parts)
+
+
+def import_prefix(spark, repo, branch: str, source_uri: str, dest_prefix: str, message: str | None = None,
+                  partitions: int | None = None, store_config: StoreConfig | None = None) -> ImportResult:
+    """Import every object under ``source_uri`` (a local directory or ``s3://bucket/prefix``)."""
+    cfg = store_config if store_config is not None else repo.config.store
+    listing = listing_df(spark, source_uri, cfg).persist()
+    try:
+        return import_listing(repo, branch, listing, dest_prefix, message, partitions, source=source_uri)
+    finally:
+        listing.unpersist()
+
+
+# -- the single-process path (benchmarks, equivalence tests, small imports) --------------------------------------
+
+
+def import_records_local(repo, branch: str, records: list[tuple[bytes, bytes]], dest_prefix: str,
+                         message: str | None = None, source: str = "") -> ImportResult:
+    """The same import in this process: ``records`` are the encoded listing (see :func:`encode_listing`)."""
+    dest_prefix = check_dest_prefix(dest_prefix)
+    _check_clean(repo, branch)
+    head = repo.get_commit(branch)
+    ns: Namespace = namespace_of(repo)
+    store = ns.open()
+    pb = dest_prefix.encode("utf-8")
+    old = [(k, encode_value(v)) for k, v in repo.committed.iterator(head.meta_range_id) if not k.startswith(pb)]
+    allrecs = old + list(records)
+    mr = write_metarange_local(store, allrecs, repo.config.range_params) if allrecs else ""
+    return _finish(repo, branch, head, mr, len(allrecs), 0, 1, dest_prefix, message, None, source, len(records))

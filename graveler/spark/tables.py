@@ -1,0 +1,265 @@
+"""Range and metarange files in Spark: reading ranges in tasks, writing a metarange in parallel.
+
+Writing: lakeFS's break rule closes a range after a record whose key's FNV-1a
+hash is 0 modulo the raggedness (``min_range_size`` 0, the default), or when the
+range reaches the size guard.  A range that starts right after a hash break is
+therefore written the same way whatever came before it: the size guard only
+counts records since the last break.  So the records are cut into *parts* only
+at hash-break keys (found by a first, cheap pass that hashes the keys), each
+part goes to one task, which sorts it by key bytes and writes its ranges with
+the ordinary :class:`~graveler.committed.writer.MetaRangeWriter`; the driver
+collects the range descriptions, orders them by key and writes the metarange.
+The ranges, their IDs and the metarange ID are exactly those of the
+single-process writer (:func:`write_metarange_local`) for any partitioning.
+
+With ``min_range_size > 0`` a hash break only counts once the range is big
+enough, so breaks depend on everything before them: the records then go
+through one task (still on an executor).
+
+Tasks write range files only if absent (content-addressed: a retried or
+speculative task writes the same bytes under the same name, or nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from graveler.committed.fnv import fnv1a64_batch
+from graveler.committed.writer import MetaRangeWriter, RangeParams, table_key
+from graveler.errors import CorruptedData, InvalidArgument, NotFound
+from graveler.model import RangeInfo, decode_value
+from graveler.objstore import ObjectStore, open_store
+from graveler.objstore.base import StoreConfig
+from graveler.sstable.reader import BlockCache, SSTable
+
+log = logging.getLogger(__name__)
+
+RECORD_SCHEMA = "key binary, value binary"
+# Fault injection for tests: "first-attempt" makes the first attempt of every task fail once it has
+# done its work (written its files), so that the retry must cope with what the failed attempt left.
+FAULT_ENV = "LAKEFUSE_SPARK_FAULT"
+RANGE_SCHEMA = "id string, min_key binary, max_key binary, count long, estimated_size long"
+_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """A storage namespace as executors reach it: its URI and how to open its store."""
+
+    uri: str
+    store: StoreConfig | None = None
+
+    def open(self) -> ObjectStore:
+        return worker_store(self)
+
+
+_stores: dict[Namespace, ObjectStore] = {}
+_stores_lock = threading.Lock()
+
+
+def worker_store(ns: Namespace) -> ObjectStore:
+    """The store of ``ns``, opened once per Python worker process (workers are reused)."""
+    with _stores_lock:
+        st = _stores.get(ns)
+        if st is None:
+            st = _stores[ns] = open_store(ns.uri, ns.store)
+        return st
+
+
+def fault_point(where: str) -> None:
+    """Raise in a task's first attempt when fault injection is on (see FAULT_ENV)."""
+    if os.environ.get(FAULT_ENV) != "first-attempt":
+        return
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is not None and ctx.attemptNumber() == 0:
+        raise RuntimeError(f"injected failure at the end of {where} (stage {ctx.stageId()}, "
+                           f"partition {ctx.partitionId()}, attempt 0)")
+
+
+def put_if_absent(store: ObjectStore, key: str, data: bytes) -> bool:
+    """Store an immutable, content-addressed object unless it is there already; True if written."""
+    if store.exists(key):
+        return False
+    store.put(key, data)
+    return True
+
+
+def open_table(store: ObjectStore, table_id: str) -> SSTable:
+    key = table_key(table_id)
+    try:
+        data = store.get(key)
+    except NotFound:
+        raise NotFound(f"table {table_id} not found in the namespace ({key})") from None
+    return SSTable(data, key, cache_key=table_id, block_cache=BlockCache(0))
+
+
+def iter_range_records(store: ObjectStore, range_id: str) -> Iterator[tuple[list[bytes], list[bytes]]]:
+    """The (keys, encoded values) of one range, a data block at a time."""
+    t = open_table(store, range_id)
+    for blk in t.iter_blocks():
+        if blk.keys:
+            yield blk.keys, blk.values
+
+
+def read_metarange(store: ObjectStore, metarange_id: str) -> list[RangeInfo]:
+    """The ranges of a metarange (``""``: the empty tree)."""
+    if metarange_id == "":
+        return []
+    t = open_table(store, metarange_id)
+    kind = t.raw_properties.get("type")
+    if kind not in (None, b"metaranges"):
+        raise CorruptedData(f"table {metarange_id} is not a metarange")
+    return [RangeInfo.from_value(decode_value(raw, t.name), t.name) for _, raw in t]
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    metarange_id: str
+    records: int
+    ranges: int
+    parts: int
+
+
+def write_metarange_local(store: ObjectStore, records: Iterable[tuple[bytes, bytes]],
+                          params: RangeParams = RangeParams(), metadata: dict[str, str] | None = None) -> str:
+    """The single-process writer: sort (key, encoded value) records by key bytes, write ranges and
+    the metarange; returns the metarange ID."""
+    recs = sorted(records)
+    w = MetaRangeWriter(lambda k, d: put_if_absent(store, k, d), params, metadata)
+    for i in range(0, len(recs), _BATCH):
+        w.write_batch(recs[i : i + _BATCH])
+    return w.close()
+
+
+def _break_keys_task(raggedness: int):
+    import pyarrow as pa
+
+    def fn(batches):
+        for b in batches:
+            keys = b.column(0).to_pylist()
+            hs = fnv1a64_batch(keys)
+            sel = [k for k, h in zip(keys, hs) if h % raggedness == 0]
+            yield pa.RecordBatch.from_arrays([pa.array(sel, pa.binary())], names=["key"])
+
+    return fn
+
+
+def _assign_part_task(bounds: list[bytes]):
+    import pyarrow as pa
+
+    def fn(batches):
+        for b in batches:
+            keys = b.column("key").to_pylist()
+            parts = [bisect_left(bounds, k) for k in keys] if bounds else [0] * len(keys)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(parts, pa.int32()), b.column("key"), b.column("value")], names=["part", "key", "value"])
+
+    return fn
+
+
+def _write_ranges_task(ns: Namespace, params: RangeParams, metadata: dict[str, str] | None):
+    import pyarrow as pa
+
+    def fn(batches):
+        store = worker_store(ns)
+        w = MetaRangeWriter(lambda k, d: put_if_absent(store, k, d), params, metadata)
+        prev = None
+        for b in batches:
+            keys = b.column("key").to_pylist()
+            if not keys:
+                continue
+            for k in keys:  # sorted by the shuffle: duplicates are neighbours
+                if k == prev:
+                    raise InvalidArgument(f"duplicate key {k!r} in the records")
+                prev = k
+            w.write_batch(list(zip(keys, b.column("value").to_pylist())))
+        w.close_range()
+        fault_point("write_ranges")
+        rs = w.ranges
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([r.id for r in rs], pa.string()),
+                pa.array([r.min_key for r in rs], pa.binary()),
+                pa.array([r.max_key for r in rs], pa.binary()),
+                pa.array([r.count for r in rs], pa.int64()),
+                pa.array([r.estimated_size for r in rs], pa.int64()),
+            ],
+            names=["id", "min_key", "max_key", "count", "estimated_size"],
+        )
+
+    return fn
+
+
+def choose_bounds(break_keys: list[bytes], parts: int) -> list[bytes]:
+    """Up to ``parts - 1`` cut keys among the sorted break keys, spread evenly; a part is
+    ``(previous cut, cut]``, so every part but the last ends on a break key."""
+    n = len(break_keys)
+    if parts <= 1 or n == 0:
+        return []
+    if n <= parts - 1:
+        return list(break_keys)
+    out = [break_keys[(i * n) // parts - 1] for i in range(1, parts)]
+    return sorted(set(out))
+
+
+def spark_error_message(exc: BaseException) -> str:
+    """The graveler error inside a failed Spark job's Python traceback, else the exception text."""
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("graveler.errors."):
+            return line[len("graveler.errors."):]
+    return text.strip().splitlines()[-1] if text.strip() else type(exc).__name__
+
+
+def write_metarange(records, ns: Namespace, params: RangeParams = RangeParams(), partitions: int | None = None,
+                    metadata: dict[str, str] | None = None) -> WriteResult:
+    """Write ranges and a metarange from a DataFrame of ``key binary, value binary`` records
+    (unique keys, any order, any partitioning); returns the metarange ID and counts.
+
+    ``partitions``: how many parts to cut the records into (default: the default parallelism).
+    """
+    spark = records.sparkSession
+    recs = records.select("key", "value")
+    parts = partitions or spark.sparkContext.defaultParallelism
+    if params.min_range_size > 0:
+        parts = 1
+    bounds: list[bytes] = []
+    persisted = False
+    try:
+        if parts > 1:
+            recs = recs.persist()
+            persisted = True
+            rows = recs.select("key").mapInArrow(_break_keys_task(params.raggedness), "key binary").collect()
+            bounds = choose_bounds(sorted(bytes(r.key) for r in rows), parts)
+        nparts = len(bounds) + 1
+        parted = recs.mapInArrow(_assign_part_task(bounds), "part int, " + RECORD_SCHEMA)
+        parted = parted.repartitionByRange(nparts, "part").sortWithinPartitions("key")
+        rows = parted.mapInArrow(_write_ranges_task(ns, params, metadata), RANGE_SCHEMA).collect()
+    except Exception as e:
+        if type(e).__module__.startswith(("pyspark", "py4j")):
+            raise InvalidArgument(f"writing ranges failed: {spark_error_message(e)}") from e
+        raise
+    finally:
+        if persisted:
+            recs.unpersist()
+    infos = sorted((RangeInfo(r.id, bytes(r.min_key), bytes(r.max_key), r["count"], r.estimated_size) for r in rows),
+                   key=lambda i: i.min_key)
+    store = ns.open()
+    w = MetaRangeWriter(lambda k, d: put_if_absent(store, k, d), params, metadata)
+    for info in infos:
+        w.copy_range(info)  # checks that ranges do not overlap (duplicate keys across parts)
+    mr_id = w.close()
+    n = sum(i.count for i in infos)
+    log.info("wrote metarange %s: %d records, %d ranges, %d parts", mr_id, n, len(infos), nparts)
+    return WriteResult(mr_id, n, len(infos), nparts)

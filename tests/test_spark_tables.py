@@ -1,0 +1,232 @@
+"""graveler.spark: parallel metarange writing, import, entries_df / diff_df (real Spark, local[2])."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timezone
+
+import pytest
+
+from graveler.committed.fnv import fnv1a64_batch
+from graveler.committed.writer import RangeParams
+from graveler.errors import DirtyBranch, InvalidArgument
+from graveler.model import AddressType
+from graveler.objstore import open_store
+from graveler.spark.entries import diff_df, entries_df, namespace_of
+from graveler.spark.importer import (
+    encode_listing,
+    import_listing,
+    import_prefix,
+    import_records_local,
+    listing_df,
+)
+from graveler.spark.tables import (
+    RECORD_SCHEMA,
+    Namespace,
+    read_metarange,
+    write_metarange,
+    write_metarange_local,
+)
+from tests.graveler_testutil import entry, make_repo
+
+# Small ranges so that a few thousand records make many ranges: ~1 hash break per 61 keys,
+# and a 6 KiB size guard that closes some ranges between hash breaks.
+SMALL = RangeParams(max_range_size=6 * 1024, raggedness=61)
+
+
+def _keys(n: int, seed: int = 7) -> list[str]:
+    rnd = random.Random(seed)
+    words = ["a", "b", "data", "Zeta", "é", "日本", "x-y", "0", "~"]
+    out = set()
+    while len(out) < n:
+        depth = rnd.randint(1, 4)
+        out.add("/".join(rnd.choice(words) + str(rnd.randint(0, 999)) for _ in range(depth)) + ".parquet")
+    return sorted(out)
+
+
+def _listing(n: int, seed: int = 7) -> tuple[list, list[tuple[bytes, bytes]]]:
+    """Listing rows (key, address, size, etag, last_modified) and their encoded records."""
+    rows = []
+    for i, k in enumerate(_keys(n, seed)):
+        us = 1_700_000_000_000_000 + i * 1_000_003
+        rows.append((k, f"s3://bucket/src/{k}", 100 + i, f"{i:032x}", datetime.fromtimestamp(us / 1e6, tz=timezone.utc)))
+    recs = encode_listing("", [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                          [r[3] for r in rows], [int(round(r[4].timestamp() * 1e6)) for r in rows])
+    return rows, recs
+
+
+def test_same_metarange_id_for_1_3_8_partitions(spark, tmp_path):
+    _, recs = _listing(4000)
+    store = open_store(str(tmp_path / "single"))
+    expected = write_metarange_local(store, recs, SMALL)
+    ranges = read_metarange(store, expected)
+    # The fixture is meaningful: many ranges, some closed by the size guard (not at a hash break).
+    hashes = dict(zip((k for k, _ in recs), fnv1a64_batch([k for k, _ in recs])))
+    by_size = [r for r in ranges if hashes[r.max_key] % SMALL.raggedness != 0]
+    assert len(ranges) > 40 and len(by_size) >= 3, (len(ranges), len(by_size))
+
+    shuffled = recs[:]
+    random.Random(1).shuffle(shuffled)  # listing order is not trusted
+    for parts in (1, 3, 8):
+        ns = Namespace(f"file://{tmp_path}/ns{parts}")
+        df = spark.createDataFrame(shuffled, RECORD_SCHEMA).repartition(parts)
+        res = write_metarange(df, ns, SMALL, partitions=parts)
+        assert res.metarange_id == expected, parts
+        assert res.parts == parts and res.records == len(recs) and res.ranges == len(ranges)
+        # Every range file the single-process writer made exists, byte for byte, in the Spark namespace.
+        other = ns.open()
+        for r in ranges[:: max(1, len(ranges) // 10)]:
+            assert other.get(f"_lakefs/{r.id}") == store.get(f"_lakefs/{r.id}")
+
+
+def test_same_metarange_id_default_params_and_min_range_size(spark, tmp_path):
+    _, recs = _listing(1500, seed=3)
+    for params in (RangeParams(), RangeParams(min_range_size=2048, max_range_size=8192, raggedness=31)):
+        store = open_store(str(tmp_path / f"s-{params.min_range_size}"))
+        expected = write_metarange_local(store, recs, params)
+        ns = Namespace(f"file://{tmp_path}/p-{params.min_range_size}")
+        res = write_metarange(spark.createDataFrame(recs[::-1], RECORD_SCHEMA), ns, params, partitions=3)
+        assert res.metarange_id == expected
+
+
+def test_binary_key_order_is_byte_order(spark, tmp_path):
+    # Spark must sort keys as unsigned bytes: "é" (0xC3...) after "z", "~" (0x7E) after "Z".
+    keys = ["z", "é", "~", "Z", "a/b", "a", "a0", "日本/x"]
+    recs = [(k.encode(), b"\x02v\x02d") for k in keys]
+    params = RangeParams(raggedness=2)
+    store = open_store(str(tmp_path / "s"))
+    expected = write_metarange_local(store, recs, params)
+    res = write_metarange(spark.createDataFrame(recs, RECORD_SCHEMA), Namespace(f"file://{tmp_path}/p"), params,
+                          partitions=4)
+    assert res.metarange_id == expected
+
+
+def test_duplicate_keys_are_a_clear_error(spark, tmp_path):
+    recs = [(b"a", b"\x02v\x02d"), (b"b", b"\x02v\x02d"), (b"a", b"\x02w\x02e")]
+    with pytest.raises(InvalidArgument, match="duplicate key b'a'"):
+        write_metarange(spark.createDataFrame(recs, RECORD_SCHEMA), Namespace(f"file://{tmp_path}/p"),
+                        RangeParams(), partitions=1)
+
+
+def _tree(root, files: dict[str, bytes]) -> None:
+    for k, v in files.items():
+        p = root / k
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(v)
+
+
+def test_import_prefix_replaces_destination_and_is_idempotent(spark, tmp_path):
+    repo = make_repo(tmp_path, range_params=SMALL)
+    repo.upload("main", "raw/old.txt", b"old")  # under the destination: replaced
+    repo.upload("main", "other/keep.txt", b"keep")  # outside: kept
+    repo.commit("main", "before")
+    src = tmp_path / "source"
+    files = {f"d{i % 7}/sub{i % 3}/f{i:04d}.csv": f"row {i}\n".encode() for i in range(300)}
+    files["top.txt"] = b"top level"
+    _tree(src, files)
+
+    res = import_prefix(spark, repo, "main", str(src), "raw/")
+    assert res.commit_id is not None and res.imported == len(files)
+    c = repo.get_commit("main")
+    assert c.id == res.commit_id and c.meta_range_id == res.metarange_id
+    assert c.metadata["lakefuse.import.prefix"] == "raw/"
+    listed = {it.path.decode(): it.entry for it in repo.list("main", delimiter="")}
+    assert set(listed) == {"other/keep.txt"} | {"raw/" + k for k in files}
+    for k, data in list(files.items())[:20]:
+        e = listed["raw/" + k]
+        assert e.address_type == AddressType.FULL and e.address.startswith("file://")
+        assert repo.read("main", "raw/" + k) == data  # zero-copy: read from the source directory
+        assert e.size == len(data)
+    assert repo.read("main", "other/keep.txt") == b"keep"
+
+    # The same import again: the same tree, no new commit.
+    again = import_prefix(spark, repo, "main", str(src), "raw/", partitions=3)
+    assert again.commit_id is None and again.metarange_id == res.metarange_id
+    assert repo.get_commit("main").id == c.id
+
+    # The single-process path gives the same metarange for the same listing.
+    repo2 = make_repo(tmp_path, "repo2", range_params=SMALL)
+    repo2.upload("main", "raw/old.txt", b"old")
+    repo2.upload("main", "other/keep.txt", b"keep")
+    repo2.commit("main", "before")
+    rows = listing_df(spark, str(src)).collect()
+    recs = encode_listing("raw/", [r.key for r in rows], [r.address for r in rows], [r.size for r in rows],
+                          [r.etag for r in rows], [int(round(r.last_modified.timestamp() * 1e6)) for r in rows])
+    # repo2's "other/keep.txt" has another address: compare trees only through the imported part.
+    local = import_records_local(repo2, "main", recs, "raw/")
+    spark_entries = {r.key: (r.address, r.etag, r.size) for r in entries_df(spark, repo, "main").collect()}
+    local_entries = {r.key: (r.address, r.etag, r.size) for r in entries_df(spark, repo2, "main").collect()}
+    assert {k: v for k, v in spark_entries.items() if k.startswith("raw/")} == \
+        {k: v for k, v in local_entries.items() if k.startswith("raw/")}
+    assert local.commit_id is not None
+
+
+def test_import_listing_equals_single_process(spark, tmp_path):
+    rows, recs = _listing(2500, seed=11)
+    repo_a = make_repo(tmp_path, "repo-a", range_params=SMALL)
+    repo_b = make_repo(tmp_path, "repo-b", range_params=SMALL)
+    df = spark.createDataFrame(rows, "key string, address string, size long, etag string, last_modified timestamp")
+    ra = import_listing(repo_a, "main", df.repartition(5), "in/", partitions=8)
+    rb = import_records_local(repo_b, "main", [(b"in/" + k, v) for k, v in recs], "in/")
+    assert ra.metarange_id == rb.metarange_id and ra.imported == len(rows)
+    e = repo_a.get("main", "in/" + rows[0][0])
+    assert e.address == rows[0][1] and e.etag == rows[0][3] and e.address_type == AddressType.FULL
+    assert e.last_modified_ns == int(round(rows[0][4].timestamp() * 1e6)) * 1000
+
+
+def test_import_refuses_a_dirty_branch(spark, tmp_path):
+    repo = make_repo(tmp_path)
+    repo.stage("main", "x", entry("x"))
+    df = spark.createDataFrame([], "key string, address string, size long, etag string, last_modified timestamp")
+    with pytest.raises(DirtyBranch):
+        import_listing(repo, "main", df, "in/")
+    with pytest.raises(InvalidArgument):
+        import_listing(repo, "main", df, "../x/")
+
+
+def test_entries_df_one_task_per_range(spark, tmp_path):
+    repo = make_repo(tmp_path, range_params=SMALL)
+    for i in range(400):
+        repo.stage("main", f"k/{i:04d}", entry(f"e{i}"))
+    repo.commit("main", "c1")
+    mr = repo.get_commit("main").meta_range_id
+    nranges = len(read_metarange(namespace_of(repo).open(), mr))
+    df = entries_df(spark, repo, "main")
+    assert nranges > 3 and df.rdd.getNumPartitions() == nranges
+    rows = df.collect()
+    assert len(rows) == 400
+    assert list(df.columns) == ["key", "address", "etag", "last_modified", "size", "range_id", "user_metadata",
+                                "address_type"]
+    got = {r.key: r for r in rows}
+    for it in repo.list("main", delimiter=""):
+        r = got[it.path.decode()]
+        assert (r.address, r.etag, r.size, r.address_type) == (it.entry.address, it.entry.etag, it.entry.size,
+                                                               "RELATIVE")
+
+
+def test_diff_df_matches_diff_and_reads_only_differing_ranges(spark, tmp_path):
+    repo = make_repo(tmp_path, range_params=SMALL)
+    for i in range(600):
+        repo.stage("main", f"k/{i:04d}", entry(f"e{i}"))
+    c1 = repo.commit("main", "c1")
+    repo.stage("main", "k/0005", entry("changed"))
+    repo.delete("main", "k/0300")
+    repo.stage("main", "k/0300a", entry("added"))
+    c2 = repo.commit("main", "c2")
+    expected = {(d.type.value, d.key.decode()) for d in repo.diff(c1.id, c2.id)}
+    assert expected == {("changed", "k/0005"), ("removed", "k/0300"), ("added", "k/0300a")}
+
+    # Ranges present on both sides are never opened: remove their files and diff still works.
+    store = namespace_of(repo).open()
+    left = {r.id for r in read_metarange(store, c1.meta_range_id)}
+    right = {r.id for r in read_metarange(store, c2.meta_range_id)}
+    common = left & right
+    assert len(common) >= 5
+    for rid in common:
+        store.delete(f"_lakefs/{rid}")
+    rows = diff_df(spark, repo, c1.id, c2.id).collect()
+    assert {(r.diff_type, r.key) for r in rows} == expected
+    ch = next(r for r in rows if r.diff_type == "changed")
+    assert ch.left.etag == "e5" and ch.right.etag == "changed"
+    rm = next(r for r in rows if r.diff_type == "removed")
+    assert rm.right is None and rm.left.etag == "e300"

@@ -209,6 +209,24 @@ def test_list_order_prefix_start_after(store):
         store.list(start_after="nul\x00")
 
 
+def test_list_level_and_delete_many(store):
+    keys = ["top", "a/1", "a/2", "a/b/3", "b/4", "b-c/5", "é/6"]
+    put_many(store, {k: k.encode() for k in keys})
+    objs, subs = store.list_level()
+    assert [o.key for o in objs] == ["top"] and objs[0].etag == md5(b"top") and objs[0].size == 3
+    assert subs == ["a/", "b-c/", "b/", "é/"]
+    objs, subs = store.list_level("a/")
+    assert [o.key for o in objs] == ["a/1", "a/2"] and subs == ["a/b/"]
+    assert store.list_level("nope/") == ([], [])
+    for bad in ("a", "/a/", "a//", "nul\x00/"):
+        with pytest.raises(InvalidArgument):
+            store.list_level(bad)
+    assert store.delete_many(["a/1", "b/4", "missing/x"]) == []
+    assert [i.key for i in store.list()] == sorted(set(keys) - {"a/1", "b/4"}, key=lambda k: k.encode())
+    with pytest.raises(InvalidArgument):
+        store.delete_many(["ok", "../bad"])
+
+
 def test_list_pagination(make_store):
     """More than one S3 page (1000 keys); resuming with start_after."""
     store = make_store()

@@ -261,6 +261,8 @@ class ObjectStore(abc.ABC):
     def delete_many(self, keys: list[str]) -> list[tuple[str, str]]:
         """Delete several objects (absent ones are not an error); returns ``(key, reason)``
         for each one that could not be deleted.  S3 sends them 1000 to a request."""
+        for k in keys:
+            validate_key(k)  # a bad key fails the whole call, before anything is deleted
         failed: list[tuple[str, str]] = []
         for k in keys:
             try:

@@ -37,9 +37,10 @@ class Conflict(GravelerError):
 class MergeConflict(Conflict):
     """A three-way merge found keys changed differently on both sides."""
 
-    def __init__(self, message: str, keys: list[bytes] | None = None):
+    def __init__(self, message: str, keys: list[bytes] | None = None, count: int | None = None):
         super().__init__(message)
-        self.keys = list(keys or [])
+        self.keys = list(keys or [])  # the first conflicting keys (a bounded number of them)
+        self.count = len(self.keys) if count is None else count  # every conflicting key
 
 
 class PreconditionFailed(Conflict):

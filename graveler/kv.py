@@ -27,12 +27,12 @@ import contextlib
 import logging
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 import lmdb
 
+from graveler.config import KVConfig
 from graveler.errors import CorruptedData, GravelerError, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -46,16 +46,6 @@ DB_TAGS = b"tags"  # tag name -> graveler_pb2.TagData
 DB_COMMITS = b"commits"  # commit ID (hex) -> graveler_pb2.CommitData
 DB_STAGING = b"staging"  # token + b"\0" + path -> staged value or tombstone
 ALL_DBS = (DB_REPO, DB_BRANCHES, DB_TAGS, DB_COMMITS, DB_STAGING)
-
-
-@dataclass(frozen=True, slots=True)
-class KVConfig:
-    """How a repository's LMDB environment is opened."""
-
-    map_size: int = 1 << 30  # initial map size; doubles on demand (virtual, sparse on disk)
-    max_map_size: int = 1 << 40
-    max_readers: int = 1024
-    sync: bool = True  # fsync on commit (False only for benchmarks / tests)
 
 
 class _Gate:
@@ -256,6 +246,24 @@ def close_env(path: Path | str) -> None:
         env = _registry.pop(key, None)
     if env is not None:
         env.close()
+
+
+@contextlib.contextmanager
+def borrowed_env(path: Path | str, config: KVConfig = KVConfig()) -> Iterator[Env]:
+    """The process-wide ``Env`` for ``path`` if it is open; else one opened for the
+    ``with`` block and closed after it (a quick look that leaves nothing open)."""
+    key = (os.getpid(), os.path.realpath(path))
+    with _registry_lock:
+        env = _registry.get(key)
+        was_open = env is not None and not env._closed
+    if was_open:
+        yield env
+        return
+    env = open_env(path, config)
+    try:
+        yield env
+    finally:
+        close_env(path)
 
 
 def prefix_successor(prefix: bytes) -> bytes | None:

@@ -15,19 +15,12 @@ from typing import NamedTuple
 from graveler import ident
 from graveler.errors import CorruptedData
 from graveler.proto import catalog_pb2, committed_pb2
+from graveler.varint import get_varint, put_varint
 
 
 class Value(NamedTuple):
     identity: bytes
     data: bytes
-
-
-def _put_varint(out: bytearray, v: int) -> None:
-    u = (v << 1) ^ (v >> 63) if v < 0 else v << 1  # Go's binary.PutVarint (zigzag)
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
 
 
 def encode_value(v: Value) -> bytes:
@@ -40,26 +33,11 @@ def encode_value(v: Value) -> bytes:
             u = ld << 1
             return b"".join((bytes((li << 1,)), ident_, bytes(((u & 0x7F) | 0x80, u >> 7)), data))
     out = bytearray()
-    _put_varint(out, li)
+    put_varint(out, li)
     out += ident_
-    _put_varint(out, ld)
+    put_varint(out, ld)
     out += data
     return bytes(out)
-
-
-def _get_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-    return (result >> 1) ^ -(result & 1), pos
 
 
 def decode_value(raw: bytes, name: str | None = None) -> Value:
@@ -80,12 +58,12 @@ def decode_value(raw: bytes, name: str | None = None) -> Value:
                     if b2 < 0x80 and not u & 1 and end + 2 + (u >> 1) == n:
                         return Value(raw[1:end], raw[end + 2 :])
     try:
-        li, pos = _get_varint(raw, 0)
+        li, pos = get_varint(raw, 0)
         end = pos + li
         if li < 0 or end > len(raw):
             raise ValueError("identity overruns the value")
         identity = raw[pos:end]
-        ld, pos = _get_varint(raw, end)
+        ld, pos = get_varint(raw, end)
         end = pos + ld
         if ld < 0 or end != len(raw):
             raise ValueError("data length does not match the value")

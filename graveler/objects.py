@@ -46,11 +46,16 @@ import hashlib
 import os
 import secrets
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from graveler.errors import InvalidArgument
+from graveler.model import AddressType, Entry
+from graveler.objstore.uri import StorageURI
+
+UploadSource = bytes | bytearray | memoryview | str | os.PathLike | BinaryIO
 
 DATA_PREFIX = "data/"
 
@@ -178,21 +183,89 @@ def split_full_address(address: str) -> tuple[str, str]:
     ``s3://bucket/a/b`` -> (``s3://bucket``, ``a/b``);
     ``file:///dir/sub/f`` -> (``file:///dir/sub``, ``f``).
     """
-    scheme, sep, rest = address.partition("://")
-    if not sep or not rest:
-        raise InvalidArgument(f"not a full address: {address!r}")
-    if scheme == "file":
-        root, _, key = rest.rpartition("/")
-        if not key:
-            raise InvalidArgument(f"bad file address {address!r}")
-        return f"file://{root or '/'}", key
-    bucket, _, key = rest.partition("/")
-    if not bucket or not key:
-        raise InvalidArgument(f"bad address {address!r}: expected {scheme}://bucket/key")
-    return f"{scheme}://{bucket}", key
+    root, key = StorageURI.split_object(address)
+    return str(root), key
+
+
+def put_object(store, source: UploadSource, content_type: str = "", metadata: dict[str, str] | None = None,
+               spool_dir: str | None = None) -> Entry:
+    """Upload bytes, a local file (path) or a readable binary file object to a new
+    RELATIVE address under ``data/`` of ``store``; return its entry (md5 etag), unstaged.
+    A file object is spooled to a temp file in ``spool_dir`` first (removed after)."""
+    address = new_data_address()
+    tmp = None
+    try:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            data = bytes(source)
+            etag, size = md5_hex(data), len(data)
+            store.put(address, data)
+        elif isinstance(source, (str, os.PathLike)):
+            fname = os.fspath(source)
+            etag, size = md5_file(fname)
+            store.put_file(address, fname)
+        elif hasattr(source, "read"):
+            tmp, etag, size = spool(source, spool_dir)
+            store.put_file(address, tmp)
+        else:
+            raise InvalidArgument(f"cannot upload a {type(source).__name__}")
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
+    return Entry(
+        address=address,
+        size=size,
+        etag=etag,
+        last_modified_ns=time.time_ns(),
+        metadata=dict(metadata or {}),
+        address_type=AddressType.RELATIVE,
+        content_type=content_type,
+    )
+
+
+class EntryReader:
+    """Reads the objects entries point at: RELATIVE addresses in the namespace's
+    store, FULL ones (whole URIs) in the store of their root, opened once by
+    ``store_factory(root_uri)`` and kept."""
+
+    def __init__(self, namespace: str, store, store_factory: Callable[[str], object]):
+        self._namespace = StorageURI.parse(namespace)
+        self._store = store
+        self._factory = store_factory
+        self._lock = threading.Lock()
+        self._stores: dict[StorageURI, object] = {}
+
+    def locate(self, entry: Entry) -> tuple[object, str]:
+        """(store, key) of an entry's object."""
+        addr = entry.address
+        if entry.address_type == AddressType.FULL or (
+            entry.address_type == AddressType.BY_PREFIX_DEPRECATED and "://" in addr
+        ):
+            root, key = StorageURI.split_object(addr)
+            if root == self._namespace:
+                return self._store, key
+            with self._lock:
+                st = self._stores.get(root)
+            if st is None:
+                st = self._factory(str(root))
+                with self._lock:
+                    st = self._stores.setdefault(root, st)
+            return st, key
+        return self._store, addr
+
+    def read(self, entry: Entry, offset: int = 0, length: int | None = None) -> bytes:
+        """The bytes of an entry's object (or ``length`` bytes from ``offset``)."""
+        st, key = self.locate(entry)
+        if offset == 0 and length is None:
+            return st.get(key)
+        if length is None:
+            length = max(entry.size - offset, 0)
+        return st.get_range(key, offset, length)
 
 
 __all__ = [
+    "EntryReader",
+    "UploadSource",
+    "put_object",
     "DATA_PREFIX",
     "POSIX_GID",
     "POSIX_KEYS",

@@ -22,17 +22,13 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING
-
 from google.protobuf import descriptor_pb2, json_format
 
 from graveler.errors import Conflict, CorruptedData, InvalidArgument, NotFound
 from graveler.model import Value
 from graveler.proto import graveler_pb2
-from graveler.refs import Branch, Commit, new_staging_token
-
-if TYPE_CHECKING:
-    from graveler.graveler import Repository
+from graveler.committed.manager import CommittedManager
+from graveler.refs import Branch, Commit, RefManager, new_staging_token
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +61,10 @@ def _metadata(entity: str) -> dict[str, str]:
     }
 
 
-def dump_refs(repo: "Repository") -> dict[str, str]:
-    commits = sorted(repo.refs.list_commits(), key=lambda c: c.id)
+def dump_refs(refs: RefManager, committed: CommittedManager, store) -> dict[str, str]:
+    """Dump the refs of ``refs`` as metaranges through ``committed`` and the manifest into ``store``."""
+    name = refs.get_repository().name
+    commits = sorted(refs.list_commits(), key=lambda c: c.id)
     commit_records = [(c.id.encode(), Value(c.id.encode(), c.to_bytes())) for c in commits]
     branch_records = [
         (
@@ -76,33 +74,34 @@ def dump_refs(repo: "Repository") -> dict[str, str]:
                 graveler_pb2.BranchData(id=b.name, commit_id=b.commit_id).SerializeToString(deterministic=True),
             ),
         )
-        for b in repo.refs.list_branches()
+        for b in refs.list_branches()
     ]
     tag_records = [
         (
             t.name.encode(),
             Value(t.commit_id.encode(), graveler_pb2.TagData(id=t.name, commit_id=t.commit_id).SerializeToString(deterministic=True)),
         )
-        for t in repo.refs.list_tags()
+        for t in refs.list_tags()
     ]
-    cm = repo.committed
+    cm = committed
     manifest = {
         "branches_meta_range_id": cm.write_metarange(branch_records, _metadata("branch")),
         "commits_meta_range_id": cm.write_metarange(commit_records, _metadata("commit")),
         "tags_meta_range_id": cm.write_metarange(tag_records, _metadata("tag")),
     }
-    repo.store.put(MANIFEST_KEY, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    store.put(MANIFEST_KEY, json.dumps(manifest, indent=2, sort_keys=True).encode())
     log.info(
-        "%s: dumped refs (%d commits, %d branches, %d tags)", repo.name, len(commit_records), len(branch_records), len(tag_records)
+        "%s: dumped refs (%d commits, %d branches, %d tags)", name, len(commit_records), len(branch_records), len(tag_records)
     )
     return manifest
 
 
-def read_manifest(repo: "Repository") -> dict[str, str]:
+def read_manifest(store) -> dict[str, str]:
+    """The refs manifest of the namespace ``store`` is rooted at."""
     try:
-        raw = repo.store.get(MANIFEST_KEY)
+        raw = store.get(MANIFEST_KEY)
     except NotFound:
-        raise NotFound(f"no refs dump in {repo.record.storage_namespace} ({MANIFEST_KEY} missing)") from None
+        raise NotFound(f"no refs dump in {store.uri} ({MANIFEST_KEY} missing)") from None
     try:
         m = json.loads(raw)
         return {k: m[k] for k in ("branches_meta_range_id", "commits_meta_range_id", "tags_meta_range_id")}
@@ -119,12 +118,14 @@ def _parse(cls, raw: bytes, what: str):
     return pb
 
 
-def restore_refs(repo: "Repository", manifest: dict[str, str] | None = None) -> None:
+def restore_refs(refs: RefManager, committed: CommittedManager, store, manifest: dict[str, str] | None = None) -> None:
+    """Load a refs dump (``manifest``, default: the one in ``store``) into the bare repository of ``refs``."""
+    name = refs.get_repository().name
     if manifest is None:
-        manifest = read_manifest(repo)
-    if repo.refs.iter_commit_ids() or repo.refs.list_branches():
-        raise Conflict(f"repository {repo.name!r} is not bare: refs can only be restored into an empty repository")
-    cm = repo.committed
+        manifest = read_manifest(store)
+    if refs.count_commits() or refs.list_branches():
+        raise Conflict(f"repository {name!r} is not bare: refs can only be restored into an empty repository")
+    cm = committed
 
     commits: list[Commit] = []
     for key, v in cm.iterator(manifest["commits_meta_range_id"]):
@@ -147,12 +148,12 @@ def restore_refs(repo: "Repository", manifest: dict[str, str] | None = None) -> 
 
     def fn(txn):
         for c in commits:
-            repo.refs.put_commit_txn(txn, c)
+            refs.put_commit_txn(txn, c)
         for b in branches:
-            repo.refs.get_commit_txn(txn, b.commit_id)
-            repo.refs.put_branch_txn(txn, b)
-        for name, cid in tags:
-            repo.refs.create_tag_txn(txn, name, cid)
+            refs.get_commit_txn(txn, b.commit_id)
+            refs.put_branch_txn(txn, b)
+        for tag, cid in tags:
+            refs.create_tag_txn(txn, tag, cid)
 
-    repo.env.write(fn)
-    log.info("%s: restored %d commits, %d branches, %d tags", repo.name, len(commits), len(branches), len(tags))
+    refs.env.write(fn)
+    log.info("%s: restored %d commits, %d branches, %d tags", name, len(commits), len(branches), len(tags))

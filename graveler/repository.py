@@ -1,245 +1,473 @@
-"""Where repositories live, and the configuration of graveler.
+"""``Repository``: one repository's operations, the API the CLI and the mount build on.
 
-Layout under the lakefuse home::
+Branches and tags, staging writes (stage, delete, reset), reads and listings
+(staging over committed), data (upload, read), history and diff; commit,
+merge, revert and adopting a metarange are :mod:`graveler.commits`'s, behind
+the same object. Get one from :class:`graveler.home.Graveler`::
 
-    <home>/repos/<name>/refs.lmdb/     the repository's LMDB environment (refs + staging)
+    g = Graveler(GravelerConfig.from_home(None))
+    repo = g.create_repository("demo", "file:///data/demo")   # or g.repository("demo")
+    repo.upload("main", "a/b.csv", b"x,y\\n")
+    repo.commit("main", "first")
 
-The home is ``--home`` (passed in), else ``$LAKEFUSE_HOME``, else
-``~/.local/share/lakefuse`` (:func:`resolve_home` is the one place that decides).
-The committed data (ranges, metaranges, objects) lives in the repository's
-storage namespace, not in the home.
-
-:class:`Graveler` is the home: it creates, opens, lists and deletes
-repositories; one repository's operations are :class:`graveler.graveler.Repository`.
+Thread-safe; any number of threads and processes may use the same repository
+(see :mod:`graveler.core` for how writes and commits stay consistent). The
+managers are private: everything a caller needs is a method here.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import threading
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-from graveler.cache import ImmutableCache
-from graveler.committed.manager import CommittedManager, StoreSource, verify_table
-from graveler.committed.writer import RangeParams
-from graveler.errors import AlreadyExists, InvalidArgument, NotFound
-from graveler.kv import KVConfig, close_env, open_env
-from graveler.objstore import LocalStore, open_store
-from graveler.objstore.base import StoreConfig
-from graveler.refs import (
-    INITIAL_COMMIT_MESSAGE,
-    Branch,
-    Commit,
-    RefManager,
-    RepositoryRecord,
-    new_staging_token,
-    validate_branch_name,
-    validate_repository_name,
-)
+from graveler.commits import Commits
+from graveler.committed.manager import CommittedManager
+from graveler.config import GravelerConfig
+from graveler.core import BranchMoved, RepoCore
+from graveler.errors import Conflict, InvalidArgument, NotFound
+from graveler.kv import Env
+from graveler.listing import CommittedIterator, ListItem, MergedIterator, list_items
+from graveler.model import AddressType, DiffRecord, Entry, MergeStrategy, Value
+from graveler.objects import EntryReader, UploadSource, put_object
+from graveler.objstore.uri import StorageURI
+from graveler.refs import Branch, Commit, RepositoryRecord, ResolvedRef, Tag, new_staging_token, validate_branch_name
+from graveler.refsdump import dump_refs, restore_refs
+from graveler.staging import as_path, as_prefix
 
 if TYPE_CHECKING:
-    from graveler.graveler import Repository
+    from graveler.home import Graveler
 
 log = logging.getLogger(__name__)
 
-HOME_ENV = "LAKEFUSE_HOME"
-DEFAULT_HOME = "~/.local/share/lakefuse"
-REPOS_DIR = "repos"
-REFS_DIR = "refs.lmdb"
-DEFAULT_COMMITTER = "lakefuse"
 
+class Repository:
+    """One repository's operations. Thread-safe; get it from :class:`graveler.home.Graveler`."""
 
-def resolve_home(home: str | os.PathLike | None = None) -> Path:
-    """The lakefuse home: ``home`` if given, else ``$LAKEFUSE_HOME``, else ``~/.local/share/lakefuse``."""
-    if home:
-        return Path(home).expanduser().absolute()
-    env = os.environ.get(HOME_ENV)
-    if env:
-        return Path(env).expanduser().absolute()
-    return Path(DEFAULT_HOME).expanduser().absolute()
+    def __init__(self, graveler: "Graveler", env: Env, record: RepositoryRecord, store, committed: CommittedManager):
+        self.graveler = graveler  # the home that opened it
+        self._core = core = RepoCore(graveler.config, env, record, store, committed)
+        self._commits = Commits(core)
+        self._env = env
+        self._refs = core.refs
+        self._staging = core.staging
+        self._committed = committed
+        self._store = store
+        self._entries = EntryReader(record.storage_namespace, store, graveler.store_factory)
 
+    @property
+    def config(self) -> GravelerConfig:
+        return self._core.config
 
-def repos_root(home: Path) -> Path:
-    return home / REPOS_DIR
+    @property
+    def record(self) -> RepositoryRecord:
+        return self._core.record
 
+    @property
+    def name(self) -> str:
+        return self._core.record.name
 
-def repo_dir(home: Path, name: str) -> Path:
-    return home / REPOS_DIR / name
+    @property
+    def default_branch(self) -> str:
+        return self._core.record.default_branch
 
+    @property
+    def storage_namespace(self) -> str:
+        return self._core.record.storage_namespace
 
-def refs_path(home: Path, name: str) -> Path:
-    return home / REPOS_DIR / name / REFS_DIR
+    # ------------------------------------------------------------------ refs
 
+    def resolve(self, ref: str) -> ResolvedRef:
+        """Resolve a ref expression (branch, tag, commit ID or prefix, ``~N``, ``^N``, ``BRANCH@``)."""
+        return self._refs.resolve(ref)
 
-@dataclass(frozen=True)
-class GravelerConfig:
-    """Everything graveler needs to know, built at the edge (CLI, mount) and passed down.
+    def get_commit(self, ref: str) -> Commit:
+        """The commit a ref expression points at (a branch's head)."""
+        return self._core.resolve_commit(ref)[1]
 
-    ``commit_retries``: how many times a commit / merge / revert re-reads the
-    branch and tries again when its compare-and-set loses a race before it
-    gives up with PreconditionFailed.
-    """
+    def count_commits(self) -> int:
+        """How many commits the repository holds (all of them, reachable or not)."""
+        return self._refs.count_commits()
 
-    home: Path = field(default_factory=resolve_home)
-    kv: KVConfig = KVConfig()
-    range_params: RangeParams = RangeParams()
-    committer: str = DEFAULT_COMMITTER
-    commit_retries: int = 8
-    store: StoreConfig | None = None  # object stores (None: StoreConfig() defaults)
-    upload_spool_dir: str | None = None  # where file-like uploads are spooled (None: the system temp dir)
-    cache_max_bytes: int = 4 << 30  # the disk tier for range/metarange files of remote namespaces
+    def get_branch(self, name: str) -> Branch:
+        """A branch record (head commit, staging token, sealed tokens)."""
+        with self._env.read() as txn:
+            return self._core.branch_txn(txn, name)
 
-    @staticmethod
-    def from_home(home: str | os.PathLike | None = None, **kw) -> "GravelerConfig":
-        return GravelerConfig(home=resolve_home(home), **kw)
+    def list_branches(self) -> list[Branch]:
+        """All branches, by name."""
+        return self._refs.list_branches()
 
-
-StoreFactory = Callable[[str], object]
-CommittedFactory = Callable[[object, GravelerConfig], CommittedManager]
-
-
-def default_committed_factory(store, config: GravelerConfig) -> CommittedManager:
-    """A local namespace is read in place; a remote one through the disk tier under ``<home>/cache``.
-
-    One cache directory serves every repository of the home (entries are keyed by full URI)
-    and every process using it (diskcache is multi-process safe); files are verified on fill.
-    """
-    if isinstance(store, LocalStore):
-        source = StoreSource(store)
-    else:
-        source = ImmutableCache(store, str(Path(config.home) / "cache"), max_bytes=config.cache_max_bytes,
-                                verify=verify_table)
-    return CommittedManager(source, config.range_params)
-
-
-class Graveler:
-    """The lakefuse home: create, open, list and delete repositories.
-
-    ``store_factory(uri)`` opens the object store of a storage namespace (default
-    :func:`graveler.objstore.open_store` with ``config.store``); ``committed_factory(store, config)``
-    builds its CommittedManager (default: uncached, straight from the store).
-    """
-
-    def __init__(
-        self,
-        config: GravelerConfig | None = None,
-        store_factory: StoreFactory | None = None,
-        committed_factory: CommittedFactory | None = None,
-    ):
-        self.config = config or GravelerConfig()
-        self.store_factory = store_factory or (lambda uri: open_store(uri, self.config.store))
-        self.committed_factory = committed_factory or default_committed_factory
-        self._lock = threading.Lock()
-        self._repos: dict[str, Repository] = {}
-
-    def create_repository(
-        self,
-        name: str,
-        storage_namespace: str,
-        default_branch: str = "main",
-        committer: str | None = None,
-        bare: bool = False,
-    ) -> "Repository":
-        """Create a repository and its initial commit "Repository created" (empty
-        metarange, generation 1) on ``default_branch``. ``bare=True`` creates no
-        commit and no branch (for :meth:`Repository.restore_refs`)."""
-        validate_repository_name(name)
-        validate_branch_name(default_branch)
-        if isinstance(storage_namespace, str) and storage_namespace.startswith("/"):
-            storage_namespace = "file://" + storage_namespace
-        if not isinstance(storage_namespace, str) or "://" not in storage_namespace:
-            raise InvalidArgument(f"storage namespace must be a URI (file:///... or s3://...), not {storage_namespace!r}")
-        storage_namespace = storage_namespace.rstrip("/")
-        path = refs_path(self.config.home, name)
-        if path.exists():
-            env = open_env(path, self.config.kv)
-            try:
-                RefManager(env).get_repository()
-                raise_exists = True
-            except NotFound:
-                raise_exists = False
-            if raise_exists:
-                raise AlreadyExists(f"repository {name!r} already exists")
-        store = self.store_factory(storage_namespace)  # fails early on a bad namespace
-        committed = self.committed_factory(store, self.config)
-        empty = committed.empty_metarange()
-        env = open_env(path, self.config.kv)
-        refs = RefManager(env)
-        now = datetime.now(timezone.utc)
-        rec = RepositoryRecord(name, storage_namespace, default_branch, now)
-        initial = Commit.create(committer or self.config.committer, INITIAL_COMMIT_MESSAGE, empty, (), 1, {}, now)
+    def create_branch(self, name: str, source: str | None = None) -> Branch:
+        """Create branch ``name`` at the commit ``source`` resolves to (default: the
+        default branch's head). Staged changes of a source branch are not copied."""
+        validate_branch_name(name)
 
         def fn(txn):
-            refs.put_repository_txn(txn, rec)
-            if not bare:
-                refs.put_commit_txn(txn, initial)
-                refs.put_branch_txn(txn, Branch(default_branch, initial.id, new_staging_token(), ()))
+            rr = self._refs.resolve_txn(txn, source or self.default_branch)
+            return self._refs.create_branch_txn(txn, name, rr.commit_id)
 
-        env.write(fn)
-        log.info("created repository %s at %s", name, storage_namespace)
-        repo = _repository_class()(self, env, rec, store, committed)
-        with self._lock:
-            self._repos[name] = repo
-        return repo
+        b = self._env.write(fn)
+        log.info("%s: created branch %s at %s", self.name, name, b.commit_id[:12])
+        return b
 
-    def repository(self, name: str) -> "Repository":
-        """Open an existing repository (NotFound if there is none)."""
-        with self._lock:
-            repo = self._repos.get(name)
-        if repo is not None:
-            return repo
-        validate_repository_name(name)
-        path = refs_path(self.config.home, name)
-        if not (path / "data.mdb").exists():
-            raise NotFound(f"repository {name!r} not found")
-        env = open_env(path, self.config.kv)
-        rec = RefManager(env).get_repository()
-        store = self.store_factory(rec.storage_namespace)
-        committed = self.committed_factory(store, self.config)
-        repo = _repository_class()(self, env, rec, store, committed)
-        with self._lock:
-            return self._repos.setdefault(name, repo)
+    def delete_branch(self, name: str) -> None:
+        """Delete a branch and its staged changes (not the default branch)."""
+        if name == self.default_branch:
+            raise Conflict(f"cannot delete the default branch {name!r}")
+        b = self._env.write(lambda txn: self._refs.delete_branch_txn(txn, name))
+        self._staging.drop_many(b.tokens)
+        log.info("%s: deleted branch %s", self.name, name)
 
-    def list_repositories(self) -> list[RepositoryRecord]:
-        """Every repository in the home, by name."""
-        root = repos_root(self.config.home)
-        out = []
-        if not root.is_dir():
-            return out
-        for d in sorted(root.iterdir()):
-            if (d / "refs.lmdb" / "data.mdb").exists():
-                try:
-                    out.append(RefManager(open_env(d / "refs.lmdb", self.config.kv)).get_repository())
-                except NotFound:
-                    continue
+    def get_tag(self, name: str) -> Tag:
+        with self._env.read() as txn:
+            return self._refs.get_tag_txn(txn, name)
+
+    def list_tags(self) -> list[Tag]:
+        """All tags, by name."""
+        return self._refs.list_tags()
+
+    def create_tag(self, name: str, ref: str) -> Tag:
+        """Tag the commit ``ref`` resolves to (a branch's head: staging is not part of it)."""
+
+        def fn(txn):
+            rr = self._refs.resolve_txn(txn, ref)
+            return self._refs.create_tag_txn(txn, name, rr.commit_id)
+
+        return self._env.write(fn)
+
+    def delete_tag(self, name: str) -> None:
+        self._env.write(lambda txn: self._refs.delete_tag_txn(txn, name))
+
+    # ------------------------------------------------------------------ staging writes
+
+    def stage(self, branch: str, path: str | bytes, entry: Entry | Value) -> None:
+        """Stage an entry (or raw record value) at ``path`` on ``branch``."""
+        self.stage_many(branch, [(path, entry)])
+
+    def stage_many(self, branch: str, items: Iterable[tuple[str | bytes, Entry | Value | None]]) -> int:
+        """Stage many entries (None = delete) in one transaction; return how many."""
+        prepared = [(as_path(p), e.to_value() if isinstance(e, Entry) else e) for p, e in items]
+
+        def fn(txn):
+            b = self._core.branch_txn(txn, branch)
+            return self._staging.set_many_txn(txn, b.staging_token, prepared)
+
+        return self._env.write(fn)
+
+    def delete(self, branch: str, path: str | bytes, must_exist: bool = True) -> None:
+        """Delete ``path`` on ``branch`` (stages a tombstone). NotFound if the
+        path does not exist on the branch and ``must_exist``."""
+        p = as_path(path)
+        if must_exist:
+            self.get_value(branch, p)  # NotFound, or ReadOnlyRef-worthy refs fail below
+        self.stage_many(branch, [(p, None)])
+
+    def delete_prefix(self, branch: str, prefix: str | bytes, batch: int = 1000, allow_all: bool = False) -> int:
+        """Delete every path under ``prefix`` on ``branch`` (tombstones, ``batch`` per
+        transaction); return how many. An empty prefix (everything) needs ``allow_all``."""
+        pfx = as_prefix(prefix)
+        if not pfx and not allow_all:
+            raise InvalidArgument("delete_prefix needs a non-empty prefix")
+        with self._env.read() as txn:
+            self._core.branch_txn(txn, branch)
+        n = 0
+        pending: list[tuple[bytes, None]] = []
+        for item in self.list(branch, pfx, delimiter=b""):
+            pending.append((item.path, None))
+            if len(pending) >= batch:
+                n += self.stage_many(branch, pending)
+                pending = []
+        if pending:
+            n += self.stage_many(branch, pending)
+        return n
+
+    def reset(self, branch: str, path: str | bytes | None = None, prefix: str | bytes | None = None) -> None:
+        """Discard uncommitted changes on ``branch``: all of them, one ``path``, or
+        every path under ``prefix``."""
+        if path is not None and prefix is not None:
+            raise InvalidArgument("reset takes a path or a prefix, not both")
+        core = self._core
+        if path is None and prefix is None:
+            b = self._env.write(lambda txn: self._reset_all_txn(txn, branch))
+            self._staging.drop_many(b.tokens)
+            log.info("%s: reset branch %s", self.name, branch)
+            return
+        is_prefix = prefix is not None
+        key = as_prefix(prefix) if is_prefix else as_path(path)
+
+        def attempt(n: int) -> bool | None:
+            b, head = core.branch_head(branch)
+            # Paths that sealed tokens (an unfinished commit) change: override them in the
+            # current token with the committed value. Sealed tokens themselves never change.
+            sealed_keys: list[bytes] = []
+            if b.sealed_tokens:
+                if is_prefix:
+                    it = MergedIterator([self._staging.iterator(t, key) for t in b.sealed_tokens], keep_tombstones=True)
+                    for k, _ in it:
+                        if not k.startswith(key):
+                            break
+                        sealed_keys.append(k)
+                else:
+                    found, _ = self._staging.get(b.sealed_tokens, key)
+                    if found:
+                        sealed_keys.append(key)
+            overrides = [(k, self._committed.get(head.meta_range_id, k)) for k in sealed_keys]
+
+            def fn(txn) -> bool | None:
+                b2 = core.branch_txn(txn, branch)
+                if b2.commit_id != b.commit_id or b2.sealed_tokens != b.sealed_tokens:
+                    return None
+                if is_prefix:
+                    self._staging.drop_prefix_txn(txn, b2.staging_token, key)
+                else:
+                    self._staging.remove_txn(txn, b2.staging_token, key)
+                self._staging.set_many_txn(txn, b2.staging_token, overrides)
+                return True
+
+            return self._env.write(fn)
+
+        core.retry(attempt, f"branch {branch!r} kept changing during reset; try again")
+
+    def _reset_all_txn(self, txn, branch: str) -> Branch:
+        b = self._core.branch_txn(txn, branch)
+        self._refs.put_branch_txn(txn, Branch(b.name, b.commit_id, new_staging_token(), ()))
+        return b
+
+    # ------------------------------------------------------------------ reads
+
+    def get_value(self, ref: str, path: str | bytes) -> Value:
+        """The record value at ``path`` (staging over committed for a branch); NotFound if none."""
+        p = as_path(path)
+        with self._env.read() as txn:
+            rr = self._refs.resolve_txn(txn, ref)
+            if rr.tokens:
+                found, v = self._staging.get_txn(txn, rr.tokens, p)
+                if found:
+                    if v is None:
+                        raise NotFound(f"{p.decode()!r} not found on {ref!r} (deleted)")
+                    return v
+            mr = self._refs.get_commit_txn(txn, rr.commit_id).meta_range_id
+        v = self._committed.get(mr, p)
+        if v is None:
+            raise NotFound(f"{p.decode()!r} not found on {ref!r}")
+        return v
+
+    def get(self, ref: str, path: str | bytes) -> Entry:
+        """The entry at ``path`` on ``ref``; NotFound if none."""
+        return Entry.from_value(self.get_value(ref, path))
+
+    def exists(self, ref: str, path: str | bytes) -> bool:
+        """Whether ``path`` exists on ``ref`` (staging over committed for a branch)."""
+        try:
+            self.get_value(ref, path)
+            return True
+        except NotFound:
+            return False
+
+    def iter_committed(self, ref: str, start: str | bytes = b"") -> Iterator[tuple[bytes, Value]]:
+        """Every (path, value) of the commit ``ref`` points at (a branch's head, without
+        its staging), path >= ``start``, in path order, straight from the committed tree."""
+        _, commit = self._core.resolve_commit(ref)
+        return self._committed.iterator(commit.meta_range_id, as_prefix(start))
+
+    def list(
+        self,
+        ref: str,
+        prefix: str | bytes = b"",
+        delimiter: str | bytes = b"/",
+        start_after: str | bytes = b"",
+    ) -> Iterator[ListItem]:
+        """Objects and common prefixes under ``prefix`` on ``ref``, in byte order of
+        their names, names > ``start_after`` (a previous name: resumes a listing).
+        A branch lists staging over committed (tombstones hide committed keys). A
+        common prefix costs one seek, however much is under it. ``delimiter=""``
+        lists recursively. The iterator holds no transaction between items."""
+        pfx = as_prefix(prefix)
+        delim = delimiter.encode() if isinstance(delimiter, str) else bytes(delimiter)
+        after = as_prefix(start_after)
+        return self._list(ref, self._core.view(ref), pfx, delim, after)
+
+    def _list(self, ref, view, pfx: bytes, delim: bytes, after: bytes) -> Iterator[ListItem]:
+        last = after
+        while True:
+            rr, commit, guard = view
+            sources = [self._staging.iterator(t, guard=guard) for t in rr.tokens]
+            sources.append(CommittedIterator(self._committed, commit.meta_range_id))
+            try:
+                for item in list_items(MergedIterator(sources), pfx, delim, last):
+                    yield item
+                    last = item.path
+                return
+            except BranchMoved:
+                log.debug("%s: branch %s moved during a listing; resuming after %r", self.name, rr.branch, last)
+                view = self._core.view(ref)
+
+    # ------------------------------------------------------------------ data
+
+    def put_object(self, source: UploadSource, content_type: str = "", metadata: dict[str, str] | None = None) -> Entry:
+        """Upload bytes, a local file (path) or a binary file object to a new object
+        under ``data/`` in the namespace, WITHOUT staging it: the entry (RELATIVE
+        address, md5 etag) is the caller's to stage (e.g. many at once with
+        :meth:`stage_many`)."""
+        return put_object(self._store, source, content_type, metadata, self.config.upload_spool_dir)
+
+    def upload(
+        self,
+        branch: str,
+        path: str | bytes,
+        source: UploadSource,
+        content_type: str = "",
+        metadata: dict[str, str] | None = None,
+    ) -> Entry:
+        """Upload (see :meth:`put_object`), then stage the entry at ``path`` on ``branch``.
+        Returns the staged entry."""
+        p = as_path(path)
+        with self._env.read() as txn:
+            self._core.branch_txn(txn, branch)  # fail before uploading
+        entry = self.put_object(source, content_type, metadata)
+        self.stage(branch, p, entry)
+        return entry
+
+    def physical_address(self, entry: Entry) -> str:
+        """Where an entry's object is: its URI (FULL), or the namespace URI joined with its address."""
+        if entry.address_type == AddressType.FULL or "://" in entry.address:
+            return entry.address
+        return StorageURI.parse(self.storage_namespace).object_uri(entry.address)
+
+    def read_entry(self, entry: Entry, offset: int = 0, length: int | None = None) -> bytes:
+        """The bytes of an entry's object (RELATIVE: in the namespace; FULL: the URI)."""
+        return self._entries.read(entry, offset, length)
+
+    def read(self, ref: str, path: str | bytes, offset: int = 0, length: int | None = None) -> bytes:
+        """The content of ``path`` on ``ref`` (or ``length`` bytes from ``offset``)."""
+        return self.read_entry(self.get(ref, path), offset, length)
+
+    # ------------------------------------------------------------------ history and diff
+
+    def log(self, ref: str, amount: int | None = None, first_parent: bool = True) -> Iterator[Commit]:
+        """Commits from ``ref`` back, newest first: first parents only (default), or
+        the whole history ordered by generation."""
+        rr = self.resolve(ref)
+        return self._refs.log(rr.commit_id, first_parent=first_parent, amount=amount)
+
+    def find_merge_base(self, left: str, right: str) -> Commit | None:
+        """A best common ancestor of the commits two refs point at (None: unrelated)."""
+        return self._refs.find_merge_base(self.resolve(left).commit_id, self.resolve(right).commit_id)
+
+    def diff(self, left: str, right: str) -> Iterator[DiffRecord]:
+        """Committed differences between two refs (branches as their heads), in key
+        order: ADDED = only in right, REMOVED = only in left."""
+        _, lc = self._core.resolve_commit(left)
+        _, rc = self._core.resolve_commit(right)
+        return self._committed.diff(lc.meta_range_id, rc.meta_range_id)
+
+    def diff_uncommitted(self, branch: str) -> Iterator[DiffRecord]:
+        """The uncommitted changes of ``branch`` (staging vs its head), in key order;
+        left = committed value, right = staged value. Staged no-ops are skipped."""
+        return self._core.diff_uncommitted(branch)
+
+    def has_uncommitted(self, branch: str) -> bool:
+        """True if ``branch`` has staged changes that differ from its head."""
+        return self._core.has_uncommitted(branch)
+
+    # ------------------------------------------------------------------ commit, merge, revert
+
+    def commit(
+        self,
+        branch: str,
+        message: str,
+        committer: str | None = None,
+        metadata: dict[str, str] | None = None,
+        allow_empty: bool = False,
+        date: datetime | None = None,
+    ) -> Commit:
+        """Commit the staged changes of ``branch``.
+
+        Seals the staging token (later writes go to the next commit), applies the
+        sealed changes to the head's metarange, writes the commit and moves the
+        branch by compare-and-set, retrying on a lost race. NothingToCommit when
+        there are no changes and not ``allow_empty``; PreconditionFailed when the
+        branch kept moving (the sealed changes stay staged and readable).
+        """
+        return self._commits.commit(branch, message, committer, metadata, allow_empty, date)
+
+    def merge(
+        self,
+        source: str,
+        dest_branch: str,
+        strategy: MergeStrategy | str = MergeStrategy.NONE,
+        message: str | None = None,
+        committer: str | None = None,
+        metadata: dict[str, str] | None = None,
+        allow_empty: bool = False,
+    ) -> Commit:
+        """Three-way merge of the commit ``source`` resolves to into ``dest_branch``.
+
+        The merge base is found through parents (lakeFS's generation walk). Always
+        makes a merge commit with parents [dest head, source] and lakeFS's
+        ``.lakefs.merge.strategy`` metadata. A source branch contributes its head
+        (not its staging). DirtyBranch if the destination has uncommitted changes;
+        MergeConflict (with ``keys`` and ``count``) unless the strategy decides;
+        NothingToCommit if the source has no changes since the merge base and not
+        ``allow_empty``.
+        """
+        return self._commits.merge(source, dest_branch, strategy, message, committer, metadata, allow_empty)
+
+    def revert(
+        self,
+        branch: str,
+        ref: str,
+        parent_number: int = 0,
+        message: str | None = None,
+        committer: str | None = None,
+        metadata: dict[str, str] | None = None,
+        allow_empty: bool = False,
+    ) -> Commit:
+        """Commit on ``branch`` the inverse of the changes that commit ``ref`` made
+        relative to its parent (``parent_number``, 1-based, is required for a merge
+        commit). lakeFS's way: merge the parent into the branch with the commit as
+        the base. MergeConflict if later changes touched the same paths;
+        NothingToCommit if nothing would change; DirtyBranch if uncommitted changes."""
+        return self._commits.revert(branch, ref, parent_number, message, committer, metadata, allow_empty)
+
+    def commit_metarange(
+        self,
+        branch: str,
+        metarange_id: str,
+        message: str,
+        committer: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> Commit:
+        """Adopt an existing metarange of the namespace (e.g. one lakeFS wrote) as a
+        new commit on ``branch`` (parent: its head). The branch must be clean."""
+        return self._commits.commit_metarange(branch, metarange_id, message, committer, metadata)
+
+    # ------------------------------------------------------------------ caches
+
+    def cache_stats(self) -> dict:
+        """Counters of the committed layer's caches: ``tables_read`` (table files fetched),
+        ``block_cache`` hits / misses, and ``table_disk_cache`` (the disk tier's, if any)."""
+        cm = self._committed
+        out = {"tables_read": cm.tables_read,
+               "block_cache": {"hits": cm.block_cache.hits, "misses": cm.block_cache.misses}}
+        src_stats = getattr(cm.source, "stats", None)
+        if src_stats is not None:
+            out["table_disk_cache"] = src_stats.snapshot()
         return out
 
-    def delete_repository(self, name: str) -> None:
-        """Forget a repository: its refs and staging. The storage namespace is left as it is."""
-        validate_repository_name(name)
-        path = refs_path(self.config.home, name)
-        if not (path / "data.mdb").exists():
-            raise NotFound(f"repository {name!r} not found")
-        with self._lock:
-            self._repos.pop(name, None)
-        close_env(path)
-        shutil.rmtree(repo_dir(self.config.home, name))
-        log.info("deleted repository %s", name)
+    # ------------------------------------------------------------------ refs dump
 
-    def close(self) -> None:
-        with self._lock:
-            repos = list(self._repos.values())
-            self._repos.clear()
-        for r in repos:
-            close_env(r.env.path)
+    def dump_refs(self) -> dict[str, str]:
+        """Write commits, tags and branches as metaranges in the namespace plus the
+        manifest ``_lakefs/refs_manifest.json`` (lakeFS's refs-dump form); return the
+        manifest."""
+        return dump_refs(self._refs, self._committed, self._store)
+
+    def restore_refs(self, manifest: dict[str, str] | None = None) -> None:
+        """Load a refs dump (default: the namespace's ``_lakefs/refs_manifest.json``)
+        into this repository, which must have no commits yet (create it bare)."""
+        restore_refs(self._refs, self._committed, self._store, manifest)
 
 
-def _repository_class():
-    from graveler.graveler import Repository  # the operations; imported late (it imports this module)
-
-    return Repository
+__all__ = ["ListItem", "Repository"]

@@ -76,17 +76,18 @@ class View:
 
     def __init__(self, repo, ref: str):
         self.repo = repo
+        self._core = repo._core  # the repository's managers (graveler-internal)
         self.ref = ref
         self._pin = self._resolve()
 
     # -- what the view shows ---------------------------------------------------------------
 
     def _resolve(self) -> _Pin:
-        repo = self.repo
-        with repo.env.read() as txn:
-            rr = repo.refs.resolve_txn(txn, self.ref)
-            commit = repo.refs.get_commit_txn(txn, rr.commit_id)
-            raw = repo.refs.branch_raw_txn(txn, rr.branch) if rr.is_branch else None
+        core = self._core
+        with core.env.read() as txn:
+            rr = core.refs.resolve_txn(txn, self.ref)
+            commit = core.refs.get_commit_txn(txn, rr.commit_id)
+            raw = core.refs.branch_raw_txn(txn, rr.branch) if rr.is_branch else None
         return _Pin(rr, commit, raw)
 
     @property
@@ -116,7 +117,7 @@ class View:
         (staged writes, commits, head moves); constant for an immutable view."""
         if not self.is_branch:
             return 0
-        return self.repo.env.last_txn_id()
+        return self._core.env.last_txn_id()
 
     def refresh(self) -> bool:
         """Re-pin a branch view now; True if what it shows moved to another head."""
@@ -129,18 +130,18 @@ class View:
     # -- reads -------------------------------------------------------------------------------
 
     def _iterator(self, pin: _Pin, start: bytes):
-        committed = CommittedIterator(self.repo.committed, pin.commit.meta_range_id, start)
+        committed = CommittedIterator(self._core.committed, pin.commit.meta_range_id, start)
         if not pin.resolved.tokens:
             return committed
         raw = pin.raw
-        refs = self.repo.refs
+        refs = self._core.refs
         name = pin.resolved.branch
 
         def guard(txn) -> None:
             if refs.branch_raw_txn(txn, name) != raw:
                 raise _BranchMoved(name)
 
-        staging = self.repo.staging
+        staging = self._core.staging
         sources = [staging.iterator(t, start, guard) for t in pin.resolved.tokens]
         sources.append(committed)
         return MergedIterator(sources)
@@ -160,7 +161,7 @@ class View:
     def get(self, path: bytes) -> Value | None:
         """The value at ``path`` exactly (None: no object there)."""
         if not self.is_branch:
-            return self.repo.committed.get(self._pin.commit.meta_range_id, path)
+            return self._core.committed.get(self._pin.commit.meta_range_id, path)
         return self.stat(path).value
 
     def stat(self, path: bytes) -> PathStat:
@@ -210,7 +211,7 @@ class View:
 
     def open(self, entry: Entry):
         """A read handle on ``entry``'s object (``NotFound`` if the object is missing)."""
-        store, key = self.repo._store_for(entry)
+        store, key = self.repo._entries.locate(entry)
         return store.open_reader(key)
 
     def __repr__(self) -> str:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graveler.graveler import Graveler, Repository
-from graveler.kv import KVConfig
+from graveler import Graveler, GravelerConfig, KVConfig, Repository
 from graveler.model import Entry
-from graveler.repository import GravelerConfig
 
 FAST_KV = KVConfig(map_size=1 << 26, sync=False)
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from graveler.errors import NothingToCommit, PreconditionFailed
-from graveler.graveler import Graveler
+from graveler import Graveler
 from graveler.model import DiffType
-from graveler.repository import GravelerConfig
+from graveler.config import GravelerConfig
 from tests.graveler_testutil import FAST_KV, entry
 
 WRITERS = 3
@@ -143,7 +143,7 @@ def test_writers_and_committers_in_processes(tmp_path):
     assert len(added) == len(expect) and set(added.values()) == {1}
     # no orphan staging data left behind
     live = {t for b in repo.list_branches() for t in b.tokens}
-    assert repo.staging.tokens_present() <= live
+    assert repo._staging.tokens_present() <= live
     print(f"\n{WRITERS * PER_WRITER} writes, {len(history) - 1} commits, {rd[1]} listings in {elapsed:.1f}s; {results}")
 
 

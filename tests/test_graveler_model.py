@@ -199,7 +199,7 @@ class GravelerModel(RuleBasedStateMachine):
                 return
         bases = self.best_bases(s, d)
         assert bases, "histories always share the first commit"
-        base = self.repo.refs.find_merge_base(d, s).id
+        base = self.repo._refs.find_merge_base(d, s).id
         assert base in bases, "graveler's merge base is a best common ancestor"
         expect, conflicts = three_way(self.commits[base], self.commits[s], self.commits[d], strategy)
         nothing = base == s or self.commits[base] == self.commits[s]

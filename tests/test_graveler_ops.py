@@ -27,7 +27,7 @@ from graveler.ident import TableHasher
 from graveler.model import AddressType, DiffType, Entry, MergeStrategy
 from graveler.objects import POSIX_MODE, POSIX_SYMLINK, PosixAttrs, new_data_address, split_full_address, user_metadata
 from graveler.refs import Commit, RefType
-from graveler.repository import HOME_ENV, resolve_home
+from graveler.config import HOME_ENV, resolve_home
 from graveler.sstable.reader import SSTable
 from tests.graveler_testutil import contents, entry, make_graveler, make_repo
 
@@ -108,7 +108,7 @@ def test_branches_and_tags(repo):
     repo.stage("dev", "b", entry("b1"))
     repo.delete_branch("dev")
     assert [b.name for b in repo.list_branches()] == ["main", "old"]
-    assert repo.staging.tokens_present() == set()  # dev's staging was dropped
+    assert repo._staging.tokens_present() == set()  # dev's staging was dropped
     with pytest.raises(Conflict):
         repo.delete_branch("main")
     with pytest.raises(NotFound):
@@ -197,7 +197,7 @@ def test_staged_noops_are_not_changes(repo):
     with pytest.raises(NothingToCommit):
         repo.commit("main", "noop")
     assert repo.get_branch("main").sealed_tokens == ()  # unsealed again
-    assert repo.staging.tokens_present() == set()
+    assert repo._staging.tokens_present() == set()
     c = repo.commit("main", "empty", allow_empty=True)
     assert c.meta_range_id == repo.get_commit("main~1").meta_range_id
 
@@ -243,7 +243,7 @@ def test_list_ignores_other_branches_staging(repo):
 
 def test_writes_during_commit_go_to_next_commit(repo):
     repo.stage("main", "a", entry("a1"))
-    real_apply = repo.committed.apply
+    real_apply = repo._committed.apply
     during = {}
 
     def apply(base, changes):
@@ -252,11 +252,11 @@ def test_writes_during_commit_go_to_next_commit(repo):
         during["main"] = etags(repo, "main")
         return real_apply(base, changes)
 
-    repo.committed.apply = apply
+    repo._committed.apply = apply
     try:
         c1 = repo.commit("main", "first")
     finally:
-        del repo.committed.apply
+        del repo._committed.apply
     assert during["main"] == {"a": "a1", "b": "b1"}  # sealed + new token both readable
     assert etags(repo, "main@") == {"a": "a1"}
     assert etags(repo, "main") == {"a": "a1", "b": "b1"}
@@ -267,42 +267,42 @@ def test_writes_during_commit_go_to_next_commit(repo):
 def test_commit_cas_lost_keeps_changes(tmp_path):
     repo = make_repo(tmp_path, commit_retries=3)
     repo.stage("main", "a", entry("a1"))
-    real_apply = repo.committed.apply
+    real_apply = repo._committed.apply
     intruder = "f" * 16
 
     def apply(base, changes):
         out = real_apply(base, changes)
         # another committer seals under us on every try: our CAS must fail
         def add_sealed(txn):
-            b = repo.refs.get_branch_txn(txn, "main")
-            repo.refs.put_branch_txn(txn, replace(b, sealed_tokens=b.sealed_tokens + (intruder,)))
-        repo.env.write(add_sealed)
+            b = repo._refs.get_branch_txn(txn, "main")
+            repo._refs.put_branch_txn(txn, replace(b, sealed_tokens=b.sealed_tokens + (intruder,)))
+        repo._env.write(add_sealed)
         return out
 
-    repo.committed.apply = apply
+    repo._committed.apply = apply
     try:
         with pytest.raises(PreconditionFailed):
             repo.commit("main", "doomed")
     finally:
-        del repo.committed.apply
+        del repo._committed.apply
     # nothing lost: the change is still staged (in a sealed token) and readable
     b = repo.get_branch("main")
     assert len(b.sealed_tokens) == 4
     assert etags(repo, "main") == {"a": "a1"}
     assert repo.has_uncommitted("main")
-    repo.env.write(lambda txn: repo.refs.put_branch_txn(
+    repo._env.write(lambda txn: repo._refs.put_branch_txn(
         txn, replace(b, sealed_tokens=tuple(t for t in b.sealed_tokens if t != intruder))))
     c = repo.commit("main", "finally")
     assert etags(repo, c.id) == {"a": "a1"}
     assert repo.get_branch("main").sealed_tokens == ()
-    assert repo.staging.tokens_present() == set()
+    assert repo._staging.tokens_present() == set()
     repo.graveler.close()
 
 
 def test_commit_retries_after_concurrent_move(repo):
     """The branch moves once (another commit lands): the commit re-reads and succeeds."""
     repo.stage("main", "a", entry("a1"))
-    real_apply = repo.committed.apply
+    real_apply = repo._committed.apply
     calls = []
 
     def apply(base, changes):
@@ -313,16 +313,16 @@ def test_commit_retries_after_concurrent_move(repo):
             b = repo.get_branch("main")
             mr, _ = real_apply(base, [(b"z", entry("z1").to_value())])
             c = Commit.create("other", "concurrent", mr, (b.commit_id,), 2)
-            assert repo.env.write(lambda txn: repo._move_branch_txn(txn, "main", b.commit_id, b.sealed_tokens, c))
-            repo.env.write(lambda txn: repo.refs.put_branch_txn(
+            assert repo._env.write(lambda txn: repo._core.move_branch_txn(txn, "main", b.commit_id, b.sealed_tokens, c))
+            repo._env.write(lambda txn: repo._refs.put_branch_txn(
                 txn, b.__class__("main", c.id, repo.get_branch("main").staging_token, b.sealed_tokens)))
         return real_apply(base, changes)
 
-    repo.committed.apply = apply
+    repo._committed.apply = apply
     try:
         c = repo.commit("main", "mine")
     finally:
-        del repo.committed.apply
+        del repo._committed.apply
     assert len(calls) == 2 and c.generation == 3
     assert etags(repo, "main") == {"a": "a1", "z": "z1"}
 
@@ -341,7 +341,7 @@ def test_reset(repo):
     repo.reset("main")
     assert etags(repo, "main") == etags(repo, "main@")
     assert not repo.has_uncommitted("main")
-    assert repo.staging.tokens_present() == set()
+    assert repo._staging.tokens_present() == set()
     with pytest.raises(InvalidArgument):
         repo.reset("main", path="a", prefix="b")
 
@@ -353,7 +353,7 @@ def test_reset_path_in_sealed_token(repo):
     repo.stage_many("main", [("keep", entry("k1")), ("new", entry("n1")), ("d/x", entry("dx"))])
     b = repo.get_branch("main")
     sealed = b.__class__("main", b.commit_id, "e" * 16, (b.staging_token,))
-    repo.env.write(lambda txn: repo.refs.put_branch_txn(txn, sealed))
+    repo._env.write(lambda txn: repo._refs.put_branch_txn(txn, sealed))
     assert etags(repo, "main") == {"keep": "k1", "new": "n1", "d/x": "dx"}
     repo.reset("main", path="keep")
     repo.reset("main", prefix="d/")
@@ -398,7 +398,7 @@ def test_merge(repo):
     m2 = repo.merge("main", "dev")
     assert m2.parents == (dev1.id, m.id)
     assert etags(repo, "dev") == etags(repo, "main")
-    assert repo.refs.find_merge_base(m.id, base.id).id == base.id
+    assert repo._refs.find_merge_base(m.id, base.id).id == base.id
 
 
 def test_merge_conflicts_and_strategies(repo):
@@ -441,7 +441,7 @@ def test_merge_refusals(repo):
         repo.merge("nosuch", "main")
     # unrelated history
     lone = Commit.create("x", "lone", "", (), 1)
-    repo.refs.put_commit(lone)
+    repo._refs.put_commit(lone)
     with pytest.raises(Conflict, match="common ancestor"):
         repo.merge(lone.id, "main")
     # merging the source branch uses its committed head, not its staging
@@ -519,7 +519,7 @@ def test_upload_and_read(repo, tmp_path):
         repo.read("main", "nope")
     with pytest.raises(ReadOnlyRef):
         repo.upload(c.id, "x", b"x")
-    assert len(list(repo.store.list("data/"))) == 3
+    assert len(list(repo._store.list("data/"))) == 3
 
 
 def test_data_addresses_are_time_ordered():
@@ -572,11 +572,11 @@ def test_refs_dump_restore(tmp_path):
     r.upload("main", "staged", b"S")  # staging is not part of a dump
     manifest = r.dump_refs()
     expect = {"a": r.get("main@", "a").etag, "b": r.get("dev", "b").etag}
-    raw = r.store.get("_lakefs/refs_manifest.json")
+    raw = r._store.get("_lakefs/refs_manifest.json")
     assert raw.startswith(b'{\n  "branches_meta_range_id": ')
     assert set(manifest) == {"branches_meta_range_id", "commits_meta_range_id", "tags_meta_range_id"}
-    recs = list(r.committed.iterator(manifest["commits_meta_range_id"]))
-    assert [k.decode() for k, _ in recs] == sorted(c.id for c in r.refs.list_commits())
+    recs = list(r._committed.iterator(manifest["commits_meta_range_id"]))
+    assert [k.decode() for k, _ in recs] == sorted(c.id for c in r._refs.list_commits())
     # lose the LMDB files entirely, restore from the namespace alone
     g.close()
     shutil.rmtree(tmp_path / "home")
@@ -603,12 +603,12 @@ def test_restore_rejects_tampered_commit(tmp_path):
     from graveler.model import Value
     from graveler.refsdump import _metadata
 
-    commits = sorted(r.refs.list_commits(), key=lambda c: c.id)
+    commits = sorted(r._refs.list_commits(), key=lambda c: c.id)
     bad = commits[0].__class__(**{**{f: getattr(commits[0], f) for f in commits[0].__slots__}, "message": "forged"})
     recs = [(c.id.encode(), Value(c.id.encode(), c.to_bytes())) for c in [bad] + commits[1:]]
     recs.sort()
     manifest = r.dump_refs()
-    manifest["commits_meta_range_id"] = r.committed.write_metarange(recs, _metadata("commit"))
+    manifest["commits_meta_range_id"] = r._committed.write_metarange(recs, _metadata("commit"))
     r2 = g.create_repository("bare", f"file://{tmp_path}/ns", bare=True)
     from graveler.errors import CorruptedData
 
@@ -659,5 +659,5 @@ def test_adopt_lakefs_metarange(tmp_path):
 
 def test_env_is_shared_not_reopened(tmp_path):
     r = make_repo(tmp_path)
-    assert kv.open_env(r.env.path) is r.env
+    assert kv.open_env(r._env.path) is r._env
     r.graveler.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from graveler.cache import ImmutableCache
-from graveler.graveler import Graveler
-from graveler.repository import GravelerConfig
+from graveler import Graveler
+from graveler.config import GravelerConfig
 
 pytestmark = pytest.mark.s3
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.s3
 def test_repository_on_s3_reads_tables_through_the_disk_tier(s3_bucket, s3_config, s3_client, tmp_path):
     g = Graveler(GravelerConfig.from_home(tmp_path / "home", store=s3_config))
     repo = g.create_repository("s3-repo", f"s3://{s3_bucket}/ns")
-    assert isinstance(repo.committed.source, ImmutableCache)
+    assert isinstance(repo._committed.source, ImmutableCache)
     for i in range(50):
         repo.upload("main", f"tables/t/part-{i:03d}.csv", f"row,{i}\n".encode(), content_type="text/csv")
     c1 = repo.commit("main", "first load")
@@ -34,6 +34,6 @@ def test_repository_on_s3_reads_tables_through_the_disk_tier(s3_bucket, s3_confi
     r2 = g2.create_repository("s3-repo", f"s3://{s3_bucket}/ns", bare=True)
     r2.restore_refs(repo.dump_refs())
     assert [i.path for i in r2.list("main", "tables/t/", "")] == [i.path for i in repo.list("main", "tables/t/", "")]
-    assert r2.committed.source.stats.snapshot()["misses"] >= 1
+    assert r2._committed.source.stats.snapshot()["misses"] >= 1
     g.close()
     g2.close()

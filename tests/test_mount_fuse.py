@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from graveler.graveler import Graveler
-from graveler.repository import GravelerConfig
+from graveler import Graveler, GravelerConfig
 from tests.graveler_testutil import FAST_KV
 from tests.mount_testutil import MountProc, force_unmount, is_mounted, lakefuse_cmd, needs_fuse
 
@@ -375,7 +374,7 @@ def test_corrupt_range_is_eio_for_its_paths_only(tmp_path):
     for k in keys:
         r.upload("main", k, k.encode())
     r.commit("main", "many ranges")
-    infos = r.committed.list_ranges(r.get_commit("main").meta_range_id)
+    infos = r._committed.list_ranges(r.get_commit("main").meta_range_id)
     assert len(infos) >= 3
     victim = infos[1]
     path = tmp_path / "ns" / "_lakefs" / victim.id

@@ -121,7 +121,7 @@ def test_failed_upload_keeps_the_file_dirty_and_spooled(repo, spool, monkeypatch
     def boom(*a, **k):
         raise StoreUnavailable("store down")
 
-    monkeypatch.setattr(repo.store, "put_file", boom)
+    monkeypatch.setattr(repo._store, "put_file", boom)
     with pytest.raises(StoreUnavailable):
         sf.flush()
     assert sf.dirty and not repo.exists("main", "h")

@@ -1,23 +1,18 @@
-"""Diff and three-way merge of metaranges, at range granularity where possible.
+"""Diff of two metaranges, at range and block granularity where possible.
 
 A diff walks the two range lists side by side: two ranges with the same ID are
-skipped without being opened, and a range is opened only when its key span can
-hold the next difference.  A merge applies the base->source diff onto dest,
-deciding each key with the three-way table, so dest's untouched ranges are
-reused by ID and the cost follows the changes, not the tree.
+skipped without being opened, a range is opened only when its key span can
+hold the next difference, and inside two differing ranges data blocks with
+identical stored bytes are skipped undecoded. Three-way merge
+(:mod:`graveler.committed.merge`) is built on it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
-from graveler.errors import MergeConflict
-from graveler.model import DiffRecord, DiffType, MergeStrategy, RangeInfo, Value, decode_value
-
-if TYPE_CHECKING:
-    from graveler.committed.manager import ApplyStats, CommittedManager
-
-MAX_CONFLICTS_REPORTED = 1000
+from graveler.committed.reader import TableReader
+from graveler.model import DiffRecord, DiffType, RangeInfo, decode_value
 
 
 class _RangeCursor:
@@ -28,11 +23,11 @@ class _RangeCursor:
     """
 
     RANGE, BLOCK, RECORD = 0, 1, 2
-    __slots__ = ("mgr", "infos", "ri", "state", "table", "handles", "bi", "keys", "vals", "ei", "key", "raw",
+    __slots__ = ("reader", "infos", "ri", "state", "table", "handles", "bi", "keys", "vals", "ei", "key", "raw",
                  "blocks_skipped")
 
-    def __init__(self, mgr: "CommittedManager", infos: list[RangeInfo]):
-        self.mgr = mgr
+    def __init__(self, reader: TableReader, infos: list[RangeInfo]):
+        self.reader = reader
         self.infos = infos
         self.ri = 0
         self.state = self.RANGE
@@ -58,7 +53,7 @@ class _RangeCursor:
 
     def enter(self) -> None:
         """Open the current range: move to the start of its first block."""
-        self.table = self.mgr._open(self.range.id)
+        self.table = self.reader.open(self.range.id)
         self.handles = self.table.data_block_handles()
         self.bi = -1
         self._next_block()
@@ -103,15 +98,15 @@ class _RangeCursor:
                 self.load()
 
 
-def diff(mgr: "CommittedManager", left_id: str, right_id: str) -> Iterator[DiffRecord]:
+def diff(reader: TableReader, left_id: str, right_id: str) -> Iterator[DiffRecord]:
     """Records that differ between two metaranges, in key order (identity decides 'changed').
 
     Equal range IDs are skipped unopened; inside two differing ranges, data
     blocks with identical stored bytes are skipped undecoded (apply carries
     untouched blocks over byte for byte wherever Pebble's rules allow).
     """
-    L = _RangeCursor(mgr, mgr._metarange(left_id).infos)
-    R = _RangeCursor(mgr, mgr._metarange(right_id).infos)
+    L = _RangeCursor(reader, reader.metarange(left_id).infos)
+    R = _RangeCursor(reader, reader.metarange(right_id).infos)
     RANGE, BLOCK = _RangeCursor.RANGE, _RangeCursor.BLOCK
     while True:
         if L.done or R.done:
@@ -174,45 +169,4 @@ def diff(mgr: "CommittedManager", left_id: str, right_id: str) -> Iterator[DiffR
             R.advance()
 
 
-def _same(a: Value | None, b: Value | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return a.identity == b.identity
-
-
-def merge(mgr: "CommittedManager", base_id: str, source_id: str, dest_id: str,
-          strategy: MergeStrategy, metadata: dict[str, str] | None = None) -> tuple[str, "ApplyStats"]:
-    """Three-way merge of source into dest over their common base.
-
-    | base->source | dest vs base      | result                       |
-    |--------------|-------------------|------------------------------|
-    | unchanged    | anything          | dest                         |
-    | changed/added/deleted | unchanged | source                      |
-    | changed      | changed the same  | either (same identity)       |
-    | changed      | changed otherwise | conflict (or the strategy)   |
-    Deletions count as changes; a key added on both sides with the same identity is no conflict.
-    """
-    conflicts: list[bytes] = []
-
-    def changes() -> Iterator[tuple[bytes, Value | None]]:
-        for d in diff(mgr, base_id, source_id):
-            base_v, src_v = d.left, d.right
-            dest_v = mgr.get(dest_id, d.key)
-            if _same(dest_v, base_v):
-                yield d.key, src_v  # only source changed it
-            elif _same(dest_v, src_v):
-                continue  # both made the same change
-            elif strategy is MergeStrategy.SOURCE_WINS:
-                yield d.key, src_v
-            elif strategy is MergeStrategy.DEST_WINS:
-                continue
-            else:
-                if len(conflicts) < MAX_CONFLICTS_REPORTED:
-                    conflicts.append(d.key)
-
-    change_list = list(changes())
-    if conflicts:
-        shown = ", ".join(k.decode("utf-8", "replace") for k in conflicts[:10])
-        more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
-        raise MergeConflict(f"merge conflict on {len(conflicts)} key(s): {shown}{more}", conflicts)
-    return mgr.apply(dest_id, change_list, metadata)
+__all__ = ["diff"]

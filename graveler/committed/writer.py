@@ -10,10 +10,10 @@ whatever wrote them: this process, another commit, a Spark executor.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from graveler.committed.fnv import fnv1a64_batch
+from graveler.config import RangeParams
 from graveler.errors import InvalidArgument
 from graveler.ident import TableHasher
 from graveler.model import RangeInfo, Value, encode_value
@@ -24,15 +24,6 @@ log = logging.getLogger(__name__)
 RANGES_TYPE = "ranges"
 METARANGES_TYPE = "metaranges"
 TABLE_PREFIX = "_lakefs/"
-
-
-@dataclass(frozen=True, slots=True)
-class RangeParams:
-    """lakeFS's range-splitting parameters (its defaults)."""
-
-    min_range_size: int = 0
-    max_range_size: int = 20 * 1024 * 1024
-    raggedness: int = 50_000
 
 
 def table_key(table_id: str) -> str:

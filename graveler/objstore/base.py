@@ -13,19 +13,12 @@ where it enters.
 from __future__ import annotations
 
 import abc
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
+from graveler.config import S3_MIN_PART_SIZE, MiB, StoreConfig  # noqa: F401 (re-exported)
 from graveler.errors import GravelerError, InvalidArgument, NotFound
 
-MiB = 1 << 20
-
-# S3 refuses multipart parts smaller than this (except the last one).
-S3_MIN_PART_SIZE = 5 * MiB
-
-_ADDRESSING_STYLES = ("path", "virtual", "auto")
-_RETRY_MODES = ("standard", "adaptive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,62 +35,6 @@ class ObjectInfo:
     size: int
     mtime: float  # unix seconds
     etag: str
-
-
-def _endpoint_from_env() -> str | None:
-    return os.environ.get("LAKEFUSE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """How to reach an object store; built at the edge (CLI, mount) and passed down.
-
-    Only the S3 backend reads most of these fields; the local store ignores them.
-    ``s3_endpoint_url`` defaults to ``$LAKEFUSE_S3_ENDPOINT``, then
-    ``$AWS_ENDPOINT_URL`` (read when the config is built).  ``max_attempts`` counts
-    every attempt of a request, the first one included (1 = no retries).
-    ``addressing_style`` ``None`` means "path" when an endpoint URL is set (MinIO,
-    moto, Ceph...) and "auto" otherwise.
-    """
-
-    s3_endpoint_url: str | None = field(default_factory=_endpoint_from_env)
-    region: str | None = None  # None: boto3's chain (AWS_REGION, AWS_DEFAULT_REGION, profile)
-    max_attempts: int = 8
-    retry_mode: str = "standard"  # botocore retry mode: "standard" or "adaptive"
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-    multipart_threshold: int = 64 * MiB
-    multipart_chunksize: int = 16 * MiB
-    transfer_concurrency: int = 8  # parallel part uploads / ranged downloads of one file
-    max_pool_connections: int = 32  # HTTP connections kept by one S3 client
-    addressing_style: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise InvalidArgument(f"max_attempts must be >= 1, not {self.max_attempts}")
-        if self.retry_mode not in _RETRY_MODES:
-            raise InvalidArgument(f"retry_mode must be one of {_RETRY_MODES}, not {self.retry_mode!r}")
-        if self.connect_timeout <= 0 or self.read_timeout <= 0:
-            raise InvalidArgument("connect_timeout and read_timeout must be positive")
-        if self.multipart_threshold < 1:
-            raise InvalidArgument(f"multipart_threshold must be >= 1, not {self.multipart_threshold}")
-        if self.multipart_chunksize < S3_MIN_PART_SIZE:
-            raise InvalidArgument(
-                f"multipart_chunksize must be >= {S3_MIN_PART_SIZE} (S3's minimum part size), "
-                f"not {self.multipart_chunksize}"
-            )
-        if self.transfer_concurrency < 1 or self.max_pool_connections < 1:
-            raise InvalidArgument("transfer_concurrency and max_pool_connections must be >= 1")
-        if self.addressing_style is not None and self.addressing_style not in _ADDRESSING_STYLES:
-            raise InvalidArgument(
-                f"addressing_style must be one of {_ADDRESSING_STYLES}, not {self.addressing_style!r}"
-            )
-
-    @property
-    def effective_addressing_style(self) -> str:
-        if self.addressing_style is not None:
-            return self.addressing_style
-        return "path" if self.s3_endpoint_url else "auto"
 
 
 def validate_key(key: str) -> str:

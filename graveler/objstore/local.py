@@ -27,7 +27,6 @@ import re
 import stat
 import uuid
 from typing import Callable, Iterator
-from urllib.parse import quote
 
 from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.objstore.base import (
@@ -39,6 +38,7 @@ from graveler.objstore.base import (
     validate_key,
     validate_prefix,
 )
+from graveler.objstore.uri import FILE, StorageURI
 
 log = logging.getLogger(__name__)
 
@@ -118,13 +118,14 @@ class LocalStore(ObjectStore):
             raise InvalidArgument(f"local store root {self.root!r} exists and is not a directory") from exc
         except OSError as exc:
             raise StoreUnavailable(f"cannot create local store root {self.root!r}: {exc.strerror or exc}") from exc
-        self.uri = "file://" + quote(self.root)
+        self._root_uri = StorageURI(FILE, "", self.root)
+        self.uri = str(self._root_uri)
 
     # -- paths and errors ---------------------------------------------------------------
 
     def full_uri(self, key: str) -> str:
         validate_key(key)
-        return self.uri.rstrip("/") + "/" + quote(key)
+        return self._root_uri.object_uri(key)
 
     def _path(self, key: str) -> str:
         validate_key(key)

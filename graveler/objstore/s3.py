@@ -49,6 +49,7 @@ from graveler.objstore.base import (
     validate_key,
     validate_prefix,
 )
+from graveler.objstore.uri import S3, StorageURI
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,8 @@ class S3Store(ObjectStore):
                 raise InvalidArgument(f"bad S3 store prefix {prefix!r}: {exc}") from exc
         self.bucket = bucket
         self.prefix = prefix
-        self.uri = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        self._root_uri = StorageURI(S3, bucket, prefix)
+        self.uri = str(self._root_uri)
         self.config = config or StoreConfig()
         cfg = self.config
         client_config = botocore.config.Config(
@@ -175,7 +177,8 @@ class S3Store(ObjectStore):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def full_uri(self, key: str) -> str:
-        return f"s3://{self.bucket}/{self._k(key)}"
+        validate_key(key)
+        return self._root_uri.object_uri(key)
 
     def _map(self, exc: Exception, op: str, key: str | None) -> GravelerError:
         target = self.full_uri(key) if key is not None else self.uri

@@ -236,7 +236,7 @@ def import_records_local(repo, branch: str, records: list[tuple[bytes, bytes]], 
     ns: Namespace = namespace_of(repo)
     store = ns.open()
     pb = dest_prefix.encode("utf-8")
-    old = [(k, encode_value(v)) for k, v in repo.committed.iterator(head.meta_range_id) if not k.startswith(pb)]
+    old = [(k, encode_value(v)) for k, v in repo.iter_committed(head.id) if not k.startswith(pb)]
     allrecs = old + list(records)
     mr = write_metarange_local(store, allrecs, repo.config.range_params) if allrecs else ""
     return _finish(repo, branch, head, mr, len(allrecs), 0, 1, dest_prefix, message, None, source, len(records))

@@ -13,6 +13,7 @@ import cramjam
 import google_crc32c
 
 from graveler.errors import CorruptedData
+from graveler.varint import get_uvarint, put_uvarint, uvarint_bytes, uvarint_len  # noqa: F401 (the sstable package's names)
 
 ROCKSDB_MAGIC = bytes.fromhex("f7cff485b741e288")
 LEVELDB_MAGIC = bytes.fromhex("57fb808b247547db")
@@ -48,50 +49,6 @@ crc32c_extend = google_crc32c.extend
 
 def mask_crc(c: int) -> int:
     return (((c >> 15) | (c << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
-
-
-def put_uvarint(out: bytearray, v: int) -> None:
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def uvarint_bytes(v: int) -> bytes:
-    out = bytearray()
-    put_uvarint(out, v)
-    return bytes(out)
-
-
-def uvarint_len(v: int) -> int:
-    n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
-
-
-def get_uvarint(buf, pos: int) -> tuple[int, int]:
-    """Decode an unsigned varint at ``pos``; returns (value, next position).
-
-    Raises ValueError on a varint longer than 10 bytes and IndexError when the
-    buffer ends inside it; callers turn both into CorruptedData.
-    """
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    result = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import itertools
 import struct
-import threading
 from bisect import bisect_left
-from collections import OrderedDict
 from typing import Iterator
 
 from graveler.errors import CorruptedData
+from graveler.lru import LRU
 from graveler.sstable.block import Block, decode_block
 from graveler.sstable.format import (
     INDEX_TYPE_TWO_LEVEL,
@@ -60,50 +59,17 @@ def decode_property(name: str, raw: bytes) -> int | str | bytes:
         return raw
 
 
-class BlockCache:
+def _block_weight(b: Block) -> int:
+    return b.nbytes
+
+
+class BlockCache(LRU[tuple, Block]):
     """A thread-safe LRU of decoded blocks, bounded by their encoded size in bytes."""
 
+    __slots__ = ()
+
     def __init__(self, max_bytes: int = 256 << 20):
-        self.max_bytes = max_bytes
-        self._d: OrderedDict[tuple, Block] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: tuple) -> Block | None:
-        # Lock-free hit path: OrderedDict's C methods are atomic under the GIL; a concurrent
-        # eviction between the two calls only costs the LRU bump.  Counters are approximate.
-        b = self._d.get(key)
-        if b is None:
-            self.misses += 1
-            return None
-        try:
-            self._d.move_to_end(key)
-        except KeyError:
-            pass
-        self.hits += 1
-        return b
-
-    def put(self, key: tuple, block: Block) -> None:
-        with self._lock:
-            old = self._d.pop(key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            self._d[key] = block
-            self._bytes += block.nbytes
-            while self._bytes > self.max_bytes and len(self._d) > 1:
-                _, ev = self._d.popitem(last=False)
-                self._bytes -= ev.nbytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self._d.clear()
-            self._bytes = 0
-
-    @property
-    def size_bytes(self) -> int:
-        return self._bytes
+        super().__init__(max_bytes, _block_weight)
 
 
 DEFAULT_BLOCK_CACHE = BlockCache()

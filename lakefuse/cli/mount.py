@@ -105,24 +105,16 @@ def _fuse_options(args) -> frozenset[str]:
 
 
 def _graveler(args):
-    from graveler.cache import ImmutableCache
-    from graveler.committed.manager import CommittedManager, StoreSource, verify_table
-    from graveler.graveler import Graveler
-    from graveler.objstore import LocalStore
-    from graveler.repository import GravelerConfig
+    from dataclasses import replace
 
-    cfg = GravelerConfig.from_home(getattr(args, "home", None))
+    from graveler import CacheConfig, Graveler, GravelerConfig
+
+    cache = CacheConfig()
     if args.cache_size:
-        cfg = GravelerConfig(**{**cfg.__dict__, "cache_max_bytes": args.cache_size})
-    cache_dir = Path(args.cache_dir).absolute() if args.cache_dir else Path(cfg.home) / "cache"
-
-    def committed_factory(store, config):
-        if isinstance(store, LocalStore):
-            return CommittedManager(StoreSource(store), config.range_params)
-        cache = ImmutableCache(store, str(cache_dir), max_bytes=config.cache_max_bytes, verify=verify_table)
-        return CommittedManager(cache, config.range_params)
-
-    return Graveler(cfg, committed_factory=committed_factory)
+        cache = replace(cache, disk_bytes=args.cache_size)
+    if args.cache_dir:
+        cache = replace(cache, disk_dir=str(Path(args.cache_dir).absolute()))
+    return Graveler(GravelerConfig.from_home(getattr(args, "home", None), cache=cache))
 
 
 def cmd_mount(args) -> int:
@@ -133,7 +125,7 @@ def cmd_mount(args) -> int:
     if not args.foreground:
         daemon.check_mountpoint(mp)  # the usual mistakes are reported before forking
         home = getattr(args, "home", None)
-        from graveler.repository import resolve_home
+        from graveler.config import resolve_home
 
         home_dir = resolve_home(home)
         log_path = os.path.abspath(args.log) if args.log else str(home_dir / "logs" / f"mount-{uri.repository}.log")

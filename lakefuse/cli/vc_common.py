@@ -22,10 +22,9 @@ from datetime import datetime, timezone
 from typing import Iterable, Iterator, Sequence
 
 from graveler.errors import InvalidArgument
-from graveler.graveler import Graveler, Repository
-from graveler.model import AddressType, Entry
+from graveler import Graveler, GravelerConfig, Repository
+from graveler.model import Entry
 from graveler.refs import Commit
-from graveler.repository import GravelerConfig
 from lakefuse.cli.uri import LakeFSURI, is_uri, parse_uri
 
 log = logging.getLogger(__name__)
@@ -236,9 +235,7 @@ def print_commit(c: Commit) -> None:
 
 
 def physical_address(repo: Repository, e: Entry) -> str:
-    if e.address_type == AddressType.FULL or "://" in e.address:
-        return e.address
-    return repo.record.storage_namespace.rstrip("/") + "/" + e.address
+    return repo.physical_address(e)
 
 
 def entry_json(repo: Repository, path: str, e: Entry) -> dict:

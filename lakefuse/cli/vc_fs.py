@@ -8,14 +8,12 @@ import mimetypes
 import os
 import stat as stat_mod
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from graveler.errors import InvalidArgument, NotFound
-from graveler.graveler import Repository
-from graveler.model import AddressType, Entry
-from graveler.objects import md5_file, new_data_address
+from graveler import Repository
+from graveler.model import Entry
 from graveler.staging import as_path
 from lakefuse.cli.vc_common import (
     add_command,
@@ -100,18 +98,6 @@ def _content_type(args, local: str) -> str:
     return guessed or DEFAULT_CONTENT_TYPE
 
 
-def _put_object(repo: Repository, local: str, content_type: str) -> Entry:
-    """Upload one local file to a new object in the namespace, unstaged.
-
-    The same as ``Repository.upload`` minus the staging (done in batches by the caller).
-    """
-    address = new_data_address()
-    etag, size = md5_file(local)
-    repo.store.put_file(address, local)
-    return Entry(address=address, size=size, etag=etag, last_modified_ns=time.time_ns(),
-                 address_type=AddressType.RELATIVE, content_type=content_type)
-
-
 def _walk(root: str, prefix: str) -> tuple[list[_File], list[tuple[str, str]]]:
     """Regular files under ``root`` (sorted, symlinks not followed) and the skipped ones."""
     files: list[_File] = []
@@ -182,7 +168,7 @@ def _upload_tree(args, repo: Repository, branch: str, root: str, prefix: str) ->
             batch = []
 
     def one(f: _File) -> tuple[_File, Entry]:
-        return f, _put_object(repo, f.local, _content_type(args, f.local))
+        return f, repo.put_object(f.local, _content_type(args, f.local))  # staged in batches below
 
     try:
         if progress is not None:
@@ -322,11 +308,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
                 out(f"Deleted lakefs://{u.repository}/{branch}/{path}")
             return 0
         prefix = path if not path or path.endswith("/") else path + "/"
-        repo.get_branch(branch)  # a tag or commit is refused (ReadOnlyRef), not listed
-        paths = [item.path for item in repo.list(branch, prefix, delimiter="")]  # list first, then write
-        n = 0
-        for i in range(0, len(paths), STAGE_BATCH):
-            n += repo.stage_many(branch, [(p, None) for p in paths[i : i + STAGE_BATCH]])
+        n = repo.delete_prefix(branch, prefix, batch=STAGE_BATCH, allow_all=True)  # a tag or commit: ReadOnlyRef
         if n == 0:
             raise NotFound(f"no objects under lakefs://{u.repository}/{branch}/{prefix}")
         if args.json:

@@ -7,7 +7,7 @@ import logging
 from typing import Iterator
 
 from graveler.errors import InvalidArgument, MergeConflict
-from graveler.graveler import Repository
+from graveler import Repository
 from graveler.model import DiffRecord, DiffType, Entry
 from graveler.refs import Commit
 from lakefuse.cli.vc_common import (
@@ -84,8 +84,7 @@ def register(sub) -> None:
 def _change_counts(repo: Repository, c: Commit) -> dict[str, int]:
     counts = {"added": 0, "removed": 0, "changed": 0}
     if c.parents:
-        parent = repo.get_commit(c.parents[0])
-        for d in repo.committed.diff(parent.meta_range_id, c.meta_range_id):
+        for d in repo.diff(c.parents[0], c.id):
             counts[d.type.value] += 1
     return counts
 

@@ -8,9 +8,8 @@ import logging
 import sys
 
 from graveler.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
-from graveler.kv import close_env
+from graveler.objstore.uri import StorageURI
 from graveler.refsdump import MANIFEST_KEY
-from graveler.repository import refs_path
 from lakefuse.cli.vc_common import (
     add_command,
     add_group,
@@ -124,11 +123,10 @@ def cmd_repo_create(args: argparse.Namespace) -> int:
     u = uri_arg(args.repository).repo_only()
     with session(args) as s:
         ns = args.storage or default_storage(s.home, u.repository)
-        if refs_path(s.home, u.repository).joinpath("data.mdb").exists():
+        if s.graveler.has_repository(u.repository):
             raise AlreadyExists(f"repository {u.repository!r} already exists")
         if "://" in ns:
-            store = s.graveler.store_factory(ns.rstrip("/"))
-            if store.exists(MANIFEST_KEY):
+            if s.graveler.has_refs_dump(ns):
                 raise AlreadyExists(
                     f"storage namespace {ns} holds a refs dump of a repository: "
                     f"restore it with `lakefuse refs restore {u}` or choose another --storage"
@@ -147,8 +145,6 @@ def cmd_repo_create(args: argparse.Namespace) -> int:
 def cmd_repo_list(args: argparse.Namespace) -> int:
     with session(args) as s:
         recs = s.graveler.list_repositories()
-        for rec in recs:  # list_repositories opens each environment; close them again
-            close_env(refs_path(s.home, rec.name))
     if args.json:
         for rec in recs:
             emit_json(_repo_json(rec))
@@ -294,7 +290,7 @@ def cmd_refs_dump(args: argparse.Namespace) -> int:
     with session(args) as s:
         repo = s.repo(u)
         manifest = repo.dump_refs()
-        where = repo.record.storage_namespace.rstrip("/") + "/" + MANIFEST_KEY
+        where = StorageURI.parse(repo.record.storage_namespace).object_uri(MANIFEST_KEY)
     if args.json:
         emit_json(manifest)
     else:
@@ -326,7 +322,7 @@ def cmd_refs_restore(args: argparse.Namespace) -> int:
         created = False
         try:
             repo = s.repo(u)
-            if args.storage and args.storage.rstrip("/") != repo.record.storage_namespace:
+            if args.storage and StorageURI.parse(args.storage) != StorageURI.parse(repo.record.storage_namespace):
                 raise InvalidArgument(
                     f"repository {u.repository!r} exists with namespace {repo.record.storage_namespace}, not {args.storage}"
                 )
@@ -345,7 +341,7 @@ def cmd_refs_restore(args: argparse.Namespace) -> int:
             raise
         branches = repo.list_branches()
         tags = repo.list_tags()
-        n_commits = len(repo.refs.iter_commit_ids())
+        n_commits = repo.count_commits()
         if repo.default_branch not in {b.name for b in branches}:
             note(f"lakefuse: warning: the dump has no branch {repo.default_branch!r} (the default branch); "
                  f"branches: {', '.join(b.name for b in branches) or 'none'}")

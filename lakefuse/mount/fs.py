@@ -699,12 +699,7 @@ class Filesystem:
         snap["inodes"] = len(self.inodes)
         snap["trees"] = len(self._trees)
         snap["open_handles"] = len(self._handles)
-        cm = self.repo.committed
-        snap["tables_read"] = cm.tables_read
-        snap["block_cache"] = {"hits": cm.block_cache.hits, "misses": cm.block_cache.misses}
-        src_stats = getattr(cm.source, "stats", None)
-        if src_stats is not None:
-            snap["table_disk_cache"] = src_stats.snapshot()
+        snap.update(self.repo.cache_stats())
         if self.config.extra_stats is not None:
             snap.update(self.config.extra_stats())
         return (json.dumps(snap, indent=1, sort_keys=True) + "\n").encode()

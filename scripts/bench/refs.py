@@ -25,9 +25,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from graveler.graveler import Graveler  # noqa: E402
+from graveler import Graveler  # noqa: E402
 from graveler.model import Entry  # noqa: E402
-from graveler.repository import GravelerConfig  # noqa: E402
+from graveler.config import GravelerConfig  # noqa: E402
 
 
 def key(i: int) -> bytes:
@@ -68,7 +68,7 @@ def main() -> int:
         print(f"building a {n:,}-entry base commit ...", flush=True)
         recs = [(key(i), entry(i).to_value()) for i in range(n)]
         recs.sort()
-        mr = repo.committed.write_metarange(recs)
+        mr = repo._committed.write_metarange(recs)
         repo.commit_metarange("main", mr, "import base")
 
         # -- staging writes

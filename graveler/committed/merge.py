@@ -1,0 +1,75 @@
+"""Three-way merge of metaranges, as a stream of changes onto the destination.
+
+The base->source diff (:mod:`graveler.committed.diff`, which skips ranges and
+blocks the two share) is walked together with a seekable cursor over the
+destination; each differing key is decided with the three-way table and the
+decision is yielded at once, so ``CommittedManager.apply`` writes the result
+while the walk goes on: nothing is held in memory but the current blocks, and
+dest's untouched ranges are reused by ID. The cost follows the changes on the
+source side, not the size of the trees.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from graveler.committed.diff import diff
+from graveler.committed.reader import RecordIterator, TableReader
+from graveler.errors import MergeConflict
+from graveler.model import MergeStrategy, Value, decode_value
+
+MAX_CONFLICTS_REPORTED = 1000  # conflicting keys kept for the error; all of them are counted
+
+
+def _same(a: Value | None, b: Value | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.identity == b.identity
+
+
+def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: str,
+                  strategy: MergeStrategy) -> Iterator[tuple[bytes, Value | None]]:
+    """The changes that merge source into dest over their common base, in key order.
+
+    | base->source          | dest vs base      | result                     |
+    |-----------------------|-------------------|----------------------------|
+    | unchanged             | anything          | dest                       |
+    | changed/added/deleted | unchanged         | source                     |
+    | changed               | changed the same  | either (same identity)     |
+    | changed               | changed otherwise | conflict (or the strategy) |
+
+    Deletions count as changes; a key added on both sides with the same identity is
+    no conflict. After the first conflict nothing more is yielded (the merge fails)
+    but the walk goes on to count every conflict; at the end MergeConflict is raised
+    with the count and up to MAX_CONFLICTS_REPORTED keys.
+    """
+    conflicts: list[bytes] = []
+    n_conflicts = 0
+    dest = RecordIterator(reader, dest_id)
+    for d in diff(reader, base_id, source_id):
+        key, base_v, src_v = d.key, d.left, d.right
+        dest.seek_ge(key)
+        item = dest.next()
+        dest_v = decode_value(item[1]) if item is not None and item[0] == key else None
+        if _same(dest_v, base_v):
+            change = src_v  # only source changed it
+        elif _same(dest_v, src_v):
+            continue  # both made the same change
+        elif strategy is MergeStrategy.SOURCE_WINS:
+            change = src_v
+        elif strategy is MergeStrategy.DEST_WINS:
+            continue
+        else:
+            n_conflicts += 1
+            if len(conflicts) < MAX_CONFLICTS_REPORTED:
+                conflicts.append(key)
+            continue
+        if not n_conflicts:
+            yield key, change
+    if n_conflicts:
+        shown = ", ".join(k.decode("utf-8", "replace") for k in conflicts[:10])
+        more = f" and {n_conflicts - 10} more" if n_conflicts > 10 else ""
+        raise MergeConflict(f"merge conflict on {n_conflicts} key(s): {shown}{more}", conflicts, n_conflicts)
+
+
+__all__ = ["MAX_CONFLICTS_REPORTED", "merge_changes"]

@@ -1,0 +1,228 @@
+"""Reading committed trees: the table LRU, metaranges, two-hop gets and range iterators.
+
+A lookup goes metarange -> range -> block: a metarange is parsed once and its
+range list kept (an LRU by file size), a range file is opened only when a
+lookup or an iterator enters it (an LRU of open tables by file size), and its
+decoded blocks live in the shared block cache of :mod:`graveler.sstable.reader`.
+The empty metarange ID ``""`` is the empty tree, as in lakeFS's first commit.
+
+:class:`TableReader` is used by the committed manager (gets, scans, apply) and
+by diff and merge (:mod:`graveler.committed.diff`, :mod:`graveler.committed.merge`).
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_left
+from typing import Iterator, Protocol
+
+from graveler.committed.writer import table_key
+from graveler.config import CacheConfig
+from graveler.errors import CorruptedData, NotFound
+from graveler.lru import LRU
+from graveler.model import RangeInfo, Value, decode_value
+from graveler.sstable.reader import BlockCache, SSTable
+
+log = logging.getLogger(__name__)
+
+EMPTY_METARANGE_ID = ""
+
+
+class TableSource(Protocol):
+    """Where table files come from: an ImmutableCache, or a store wrapped by StoreSource."""
+
+    def get(self, key: str) -> bytes: ...
+    def put(self, key: str, data: bytes) -> None: ...
+
+
+class StoreSource:
+    """Tables straight from an object store, uncached (tests, one-shot tools)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def get(self, key: str) -> bytes:
+        return self.store.get(key)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.store.put(key, data)
+
+
+def verify_table(key: str, data: bytes) -> None:
+    """Cache-fill check: the table parses and every block's checksum holds."""
+    SSTable(data, key, block_cache=BlockCache(0)).verify_checksums()
+
+
+class MetaRange:
+    """A parsed metarange: its ranges in key order and their max keys (for bisecting)."""
+
+    __slots__ = ("id", "infos", "max_keys", "nbytes")
+
+    def __init__(self, mr_id: str, infos: list[RangeInfo], nbytes: int = 0):
+        self.id = mr_id
+        self.infos = infos
+        self.max_keys = [r.max_key for r in infos]
+        self.nbytes = nbytes
+
+
+def _table_weight(t: SSTable) -> int:
+    return t.size
+
+
+def _metarange_weight(m: MetaRange) -> int:
+    return m.nbytes
+
+
+class TableReader:
+    """Thread-safe reads of the committed trees of one storage namespace."""
+
+    def __init__(self, source: TableSource, block_cache: BlockCache | None = None,
+                 cache: CacheConfig = CacheConfig()):
+        self.source = source
+        self.block_cache = block_cache if block_cache is not None else BlockCache(cache.block_bytes)
+        self._tables: LRU[str, SSTable] = LRU(cache.table_bytes, _table_weight)
+        self._metaranges: LRU[str, MetaRange] = LRU(cache.metarange_bytes, _metarange_weight)
+        self.tables_read = 0  # table files fetched from the source (benchmarks, tests)
+
+    # -- files -----------------------------------------------------------------------------
+    def open(self, table_id: str) -> SSTable:
+        """The open table ``table_id`` (a range or a metarange)."""
+        t = self._tables.get(table_id)
+        if t is not None:
+            return t
+        key = table_key(table_id)
+        try:
+            data = self.source.get(key)
+        except NotFound:
+            raise NotFound(f"table {table_id} not found in the namespace ({key})") from None
+        t = SSTable(data, key, cache_key=table_id, block_cache=self.block_cache)
+        self.tables_read += 1
+        return self._tables.setdefault(table_id, t)
+
+    def metarange(self, mr_id: str) -> MetaRange:
+        """The parsed metarange ``mr_id`` (CorruptedData if the table is a range)."""
+        m = self._metaranges.get(mr_id)
+        if m is not None:
+            return m
+        if mr_id == EMPTY_METARANGE_ID:
+            m = MetaRange(mr_id, [])
+        else:
+            t = self.open(mr_id)
+            kind = t.raw_properties.get("type")
+            if kind not in (None, b"metaranges"):
+                raise CorruptedData(f"table {mr_id} is a {kind.decode(errors='replace')} table, not a metarange")
+            infos = [RangeInfo.from_value(decode_value(raw, t.name), t.name) for _, raw in t]
+            m = MetaRange(mr_id, infos, t.size)
+        self._metaranges.put(mr_id, m)
+        return m
+
+    # -- reading ---------------------------------------------------------------------------
+    def list_ranges(self, metarange_id: str) -> list[RangeInfo]:
+        return list(self.metarange(metarange_id).infos)
+
+    def exists(self, metarange_id: str) -> bool:
+        try:
+            self.metarange(metarange_id)
+            return True
+        except NotFound:
+            return False
+
+    def get(self, metarange_id: str, key: bytes) -> Value | None:
+        """The record ``key`` of a metarange (two hops: its range, then the key), or None."""
+        m = self.metarange(metarange_id)
+        i = bisect_left(m.max_keys, key)
+        if i == len(m.infos):
+            return None
+        info = m.infos[i]
+        if key < info.min_key:
+            return None
+        t = self.open(info.id)
+        raw = t.get(key)
+        return decode_value(raw, t.name) if raw is not None else None
+
+    def iter_range_raw(self, info: RangeInfo, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """(key, encoded value) of one range from ``start`` on."""
+        t = self.open(info.id)
+        first = True
+        for blk in t.iter_blocks(start):
+            keys, vals = blk.keys, blk.values
+            i = bisect_left(keys, start) if first else 0
+            first = False
+            for j in range(i, len(keys)):
+                yield keys[j], vals[j]
+
+    def iterator(self, metarange_id: str, start: bytes = b"") -> Iterator[tuple[bytes, Value]]:
+        """All records with key >= ``start``, in order; ranges are opened as they are entered."""
+        m = self.metarange(metarange_id)
+        i = bisect_left(m.max_keys, start)
+        for info in m.infos[i:]:
+            name = self.open(info.id).name
+            for k, raw in self.iter_range_raw(info, start):
+                yield k, decode_value(raw, name)
+            start = b""
+
+
+class RecordIterator:
+    """A seekable iterator over a metarange's records, values still encoded.
+
+    ``next()`` returns ``(key, raw value)`` or None at the end; ``seek_ge(key)``
+    moves to the first key >= ``key``: within the current block by bisection,
+    else through the metarange and the range's index (one range opened at most).
+    Ranges are opened only when entered.
+    """
+
+    __slots__ = ("_reader", "_m", "_ri", "_blocks", "_keys", "_vals", "_ei")
+
+    def __init__(self, reader: TableReader, metarange_id: str, start: bytes = b""):
+        self._reader = reader
+        self._m = reader.metarange(metarange_id)
+        self._keys: list[bytes] = []
+        self._vals: list[bytes] = []
+        self._ei = 0
+        self._position(start)
+
+    def _position(self, key: bytes) -> None:
+        m = self._m
+        self._ri = bisect_left(m.max_keys, key)
+        self._keys, self._vals, self._ei = [], [], 0
+        if self._ri < len(m.infos):
+            self._blocks = self._reader.open(m.infos[self._ri].id).iter_blocks(key)
+            self._next_block()
+            self._ei = bisect_left(self._keys, key)
+        else:
+            self._blocks = None
+
+    def _next_block(self) -> bool:
+        """Load the next block (entering the next range when one ends); False at the end."""
+        while self._blocks is not None:
+            blk = next(self._blocks, None)
+            if blk is not None:
+                self._keys, self._vals, self._ei = blk.keys, blk.values, 0
+                if blk.keys:
+                    return True
+                continue
+            self._ri += 1
+            infos = self._m.infos
+            self._blocks = self._reader.open(infos[self._ri].id).iter_blocks() if self._ri < len(infos) else None
+        self._keys, self._vals, self._ei = [], [], 0
+        return False
+
+    def next(self) -> tuple[bytes, bytes] | None:
+        ei = self._ei
+        if ei >= len(self._keys):
+            if not self._next_block():
+                return None
+            ei = 0
+        self._ei = ei + 1
+        return self._keys[ei], self._vals[ei]
+
+    def seek_ge(self, key: bytes) -> None:
+        keys = self._keys
+        if keys and keys[0] <= key <= keys[-1]:
+            self._ei = bisect_left(keys, key)
+        else:
+            self._position(key)
+
+
+__all__ = ["EMPTY_METARANGE_ID", "MetaRange", "RecordIterator", "StoreSource", "TableReader", "TableSource",
+           "verify_table"]

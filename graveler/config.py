@@ -1,0 +1,180 @@
+"""graveler's configuration: frozen dataclasses built at the edge (CLI, mount) and passed down.
+
+This module owns every tunable of graveler and where the lakefuse home is:
+
+* :class:`KVConfig`      how a repository's LMDB environment is opened (:mod:`graveler.kv`)
+* :class:`RangeParams`   lakeFS's range-splitting parameters (:mod:`graveler.committed.writer`)
+* :class:`StoreConfig`   how to reach an object store (:mod:`graveler.objstore`)
+* :class:`CacheConfig`   memory and disk budgets of the committed layer, in bytes
+* :class:`GravelerConfig` (alias ``Config``) all of the above plus the home and commit policy
+
+It imports nothing of graveler but its errors, so every other module may import it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graveler.errors import InvalidArgument
+
+HOME_ENV = "LAKEFUSE_HOME"
+DEFAULT_HOME = "~/.local/share/lakefuse"
+DEFAULT_COMMITTER = "lakefuse"
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+# S3 refuses multipart parts smaller than this (except the last one).
+S3_MIN_PART_SIZE = 5 * MiB
+
+_ADDRESSING_STYLES = ("path", "virtual", "auto")
+_RETRY_MODES = ("standard", "adaptive")
+
+
+def resolve_home(home: str | os.PathLike | None = None) -> Path:
+    """The lakefuse home: ``home`` if given, else ``$LAKEFUSE_HOME``, else ``~/.local/share/lakefuse``."""
+    if home:
+        return Path(home).expanduser().absolute()
+    env = os.environ.get(HOME_ENV)
+    if env:
+        return Path(env).expanduser().absolute()
+    return Path(DEFAULT_HOME).expanduser().absolute()
+
+
+@dataclass(frozen=True, slots=True)
+class KVConfig:
+    """How a repository's LMDB environment is opened."""
+
+    map_size: int = 1 << 30  # initial map size; doubles on demand (virtual, sparse on disk)
+    max_map_size: int = 1 << 40
+    max_readers: int = 1024
+    sync: bool = True  # fsync on commit (False only for benchmarks / tests)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeParams:
+    """lakeFS's range-splitting parameters (its defaults)."""
+
+    min_range_size: int = 0
+    max_range_size: int = 20 * 1024 * 1024
+    raggedness: int = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """Budgets of the committed layer's caches, in bytes.
+
+    ``table_bytes``: open table files kept in memory (LRU, by file size);
+    ``block_bytes``: decoded data / index blocks (LRU, by encoded block size);
+    ``metarange_bytes``: parsed metaranges (LRU, by metarange file size);
+    ``disk_bytes``: the disk tier for range and metarange files of remote (S3) namespaces,
+    in ``disk_dir`` (None: ``<home>/cache``). A local namespace is read in place and uses
+    no disk tier.
+    """
+
+    table_bytes: int = 512 * MiB
+    block_bytes: int = 256 * MiB
+    metarange_bytes: int = 64 * MiB
+    disk_bytes: int = 4 * GiB
+    disk_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("table_bytes", "block_bytes", "metarange_bytes", "disk_bytes"):
+            if getattr(self, name) < 0:
+                raise InvalidArgument(f"{name} must be >= 0, not {getattr(self, name)}")
+
+
+def _endpoint_from_env() -> str | None:
+    return os.environ.get("LAKEFUSE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How to reach an object store; built at the edge (CLI, mount) and passed down.
+
+    Only the S3 backend reads most of these fields; the local store ignores them.
+    ``s3_endpoint_url`` defaults to ``$LAKEFUSE_S3_ENDPOINT``, then
+    ``$AWS_ENDPOINT_URL`` (read when the config is built).  ``max_attempts`` counts
+    every attempt of a request, the first one included (1 = no retries).
+    ``addressing_style`` ``None`` means "path" when an endpoint URL is set (MinIO,
+    moto, Ceph...) and "auto" otherwise.
+    """
+
+    s3_endpoint_url: str | None = field(default_factory=_endpoint_from_env)
+    region: str | None = None  # None: boto3's chain (AWS_REGION, AWS_DEFAULT_REGION, profile)
+    max_attempts: int = 8
+    retry_mode: str = "standard"  # botocore retry mode: "standard" or "adaptive"
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    multipart_threshold: int = 64 * MiB
+    multipart_chunksize: int = 16 * MiB
+    transfer_concurrency: int = 8  # parallel part uploads / ranged downloads of one file
+    max_pool_connections: int = 32  # HTTP connections kept by one S3 client
+    addressing_style: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise InvalidArgument(f"max_attempts must be >= 1, not {self.max_attempts}")
+        if self.retry_mode not in _RETRY_MODES:
+            raise InvalidArgument(f"retry_mode must be one of {_RETRY_MODES}, not {self.retry_mode!r}")
+        if self.connect_timeout <= 0 or self.read_timeout <= 0:
+            raise InvalidArgument("connect_timeout and read_timeout must be positive")
+        if self.multipart_threshold < 1:
+            raise InvalidArgument(f"multipart_threshold must be >= 1, not {self.multipart_threshold}")
+        if self.multipart_chunksize < S3_MIN_PART_SIZE:
+            raise InvalidArgument(
+                f"multipart_chunksize must be >= {S3_MIN_PART_SIZE} (S3's minimum part size), "
+                f"not {self.multipart_chunksize}"
+            )
+        if self.transfer_concurrency < 1 or self.max_pool_connections < 1:
+            raise InvalidArgument("transfer_concurrency and max_pool_connections must be >= 1")
+        if self.addressing_style is not None and self.addressing_style not in _ADDRESSING_STYLES:
+            raise InvalidArgument(
+                f"addressing_style must be one of {_ADDRESSING_STYLES}, not {self.addressing_style!r}"
+            )
+
+    @property
+    def effective_addressing_style(self) -> str:
+        if self.addressing_style is not None:
+            return self.addressing_style
+        return "path" if self.s3_endpoint_url else "auto"
+
+
+@dataclass(frozen=True)
+class GravelerConfig:
+    """Everything graveler needs to know, built at the edge (CLI, mount) and passed down.
+
+    ``commit_retries``: how many times a commit / merge / revert re-reads the
+    branch and tries again when its compare-and-set loses a race before it
+    gives up with PreconditionFailed.
+    """
+
+    home: Path = field(default_factory=resolve_home)
+    kv: KVConfig = KVConfig()
+    range_params: RangeParams = RangeParams()
+    committer: str = DEFAULT_COMMITTER
+    commit_retries: int = 8
+    store: StoreConfig | None = None  # object stores (None: StoreConfig() defaults)
+    upload_spool_dir: str | None = None  # where file-like uploads are spooled (None: the system temp dir)
+    cache: CacheConfig = CacheConfig()
+
+    @staticmethod
+    def from_home(home: str | os.PathLike | None = None, **kw) -> "GravelerConfig":
+        return GravelerConfig(home=resolve_home(home), **kw)
+
+
+Config = GravelerConfig
+
+__all__ = [
+    "CacheConfig",
+    "Config",
+    "DEFAULT_COMMITTER",
+    "GravelerConfig",
+    "HOME_ENV",
+    "KVConfig",
+    "RangeParams",
+    "StoreConfig",
+    "resolve_home",
+]

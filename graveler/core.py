@@ -1,0 +1,181 @@
+"""One repository's managers, and the primitives its reads and its head moves share.
+
+:class:`RepoCore` holds the repository's LMDB environment, its RefManager,
+StagingManager and CommittedManager, its store and its record. It is private
+to :class:`graveler.repository.Repository` (reads, staging writes, listings)
+and :class:`graveler.commits.Commits` (commit, merge, revert: operations that
+move a branch head). What both need lives here: a branch by name (ReadOnlyRef
+for anything else), a consistent view of a ref for multi-transaction reads, the
+staged-vs-committed diff, the seal step and the compare-and-set retry loop.
+
+Concurrency: refs and staging share one LMDB environment, so a staging write
+reads the branch and writes to its current token in one write transaction, and
+sealing a token is one transaction too: a write lands either in the commit or
+in the next one, never in between. Object-store I/O always happens outside
+LMDB transactions; a head move ends with a compare-and-set of the branch and is
+retried (re-reading the branch) when another operation moved it first.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Callable, Iterator, TypeVar
+
+from graveler.committed.manager import CommittedManager
+from graveler.config import GravelerConfig
+from graveler.errors import InvalidArgument, NotFound, PreconditionFailed, ReadOnlyRef
+from graveler.kv import Env
+from graveler.listing import CommittedIterator, MergedIterator
+from graveler.model import DiffRecord, DiffType
+from graveler.refs import Branch, Commit, RefManager, RepositoryRecord, ResolvedRef, new_staging_token
+from graveler.staging import StagingManager
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# (resolved ref, its commit, guard) read in one snapshot; see RepoCore.view.
+View = tuple[ResolvedRef, Commit, "Callable[[object], None] | None"]
+
+
+class BranchMoved(Exception):
+    """Internal: a branch record changed under a multi-transaction read."""
+
+
+class RepoCore:
+    """The managers of one repository and the primitives built on them (not public API)."""
+
+    def __init__(self, config: GravelerConfig, env: Env, record: RepositoryRecord, store,
+                 committed: CommittedManager):
+        self.config = config
+        self.env = env
+        self.record = record
+        self.store = store
+        self.committed = committed
+        self.refs = RefManager(env)
+        self.staging = StagingManager(env)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    # -- refs ----------------------------------------------------------------------------------
+    def branch_txn(self, txn, name: str) -> Branch:
+        """The branch ``name``; ReadOnlyRef if ``name`` is a tag / commit / expression."""
+        try:
+            return self.refs.get_branch_txn(txn, name)
+        except NotFound:
+            try:
+                rr = self.refs.resolve_txn(txn, name)
+            except (NotFound, InvalidArgument):
+                raise NotFound(f"branch {name!r} not found") from None
+            raise ReadOnlyRef(f"{name!r} is a {rr.type.value}, not a branch: it cannot be changed") from None
+
+    def resolve_commit(self, ref: str) -> tuple[ResolvedRef, Commit]:
+        with self.env.read() as txn:
+            rr = self.refs.resolve_txn(txn, ref)
+            return rr, self.refs.get_commit_txn(txn, rr.commit_id)
+
+    def branch_head(self, branch: str) -> tuple[Branch, Commit]:
+        """A branch and its head commit, read in one snapshot."""
+        with self.env.read() as txn:
+            b = self.branch_txn(txn, branch)
+            return b, self.refs.get_commit_txn(txn, b.commit_id)
+
+    def view(self, ref: str) -> View:
+        """(resolved ref, its commit, guard) read in one snapshot. For a branch, the
+        guard raises BranchMoved inside a later staging read if the branch record
+        changed since (its tokens may be gone): the reader then starts over from
+        where it was with a fresh view, so a listing never loses an entry to a
+        concurrent commit."""
+        with self.env.read() as txn:
+            rr = self.refs.resolve_txn(txn, ref)
+            commit = self.refs.get_commit_txn(txn, rr.commit_id)
+            raw = self.refs.branch_raw_txn(txn, rr.branch) if rr.is_branch else None
+        if raw is None:
+            return rr, commit, None
+        name = rr.branch
+
+        def guard(t) -> None:
+            if self.refs.branch_raw_txn(t, name) != raw:
+                raise BranchMoved(name)
+
+        return rr, commit, guard
+
+    # -- staging vs committed ---------------------------------------------------------------
+    def diff_staged(self, tokens: tuple[str, ...], mr: str, start: bytes = b"", guard=None) -> Iterator[DiffRecord]:
+        """Staged changes of ``tokens`` (in precedence order) against metarange ``mr``;
+        staged no-ops (same identity, tombstones of absent keys) are skipped."""
+        staged = MergedIterator([self.staging.iterator(t, start, guard) for t in tokens], keep_tombstones=True)
+        committed = CommittedIterator(self.committed, mr, start)
+        for key, sv in staged:
+            committed.seek_ge(key)
+            item = committed.next()
+            cv = item[1] if item is not None and item[0] == key else None
+            if sv is None:
+                if cv is not None:
+                    yield DiffRecord(DiffType.REMOVED, key, cv, None)
+            elif cv is None:
+                yield DiffRecord(DiffType.ADDED, key, None, sv)
+            elif cv.identity != sv.identity:
+                yield DiffRecord(DiffType.CHANGED, key, cv, sv)
+
+    def diff_uncommitted(self, branch: str) -> Iterator[DiffRecord]:
+        """The uncommitted changes of ``branch`` in key order, resuming over a fresh
+        view when the branch moves meanwhile."""
+        with self.env.read() as txn:
+            self.branch_txn(txn, branch)
+        return self._diff_uncommitted(branch, self.view(branch))
+
+    def _diff_uncommitted(self, branch: str, view: View) -> Iterator[DiffRecord]:
+        start = b""
+        while True:
+            rr, commit, guard = view
+            try:
+                for d in self.diff_staged(rr.tokens, commit.meta_range_id, start, guard):
+                    yield d
+                    start = d.key + b"\x00"
+                return
+            except BranchMoved:
+                view = self.view(branch)
+
+    def has_uncommitted(self, branch: str) -> bool:
+        return next(iter(self.diff_uncommitted(branch)), None) is not None
+
+    # -- head moves ------------------------------------------------------------------------
+    def seal_txn(self, txn, branch: str) -> tuple[Branch, bool]:
+        """Seal the current staging token of ``branch`` if it holds anything: it joins
+        the sealed tokens (newest first) and a fresh token takes its place, so later
+        writes go to the next commit. Returns (the branch now, whether it sealed)."""
+        b = self.branch_txn(txn, branch)
+        if self.staging.is_empty_txn(txn, b.staging_token):
+            return b, False
+        nb = Branch(b.name, b.commit_id, new_staging_token(), (b.staging_token, *b.sealed_tokens))
+        self.refs.put_branch_txn(txn, nb)
+        return nb, True
+
+    def move_branch_txn(self, txn, branch: str, head_id: str, sealed: tuple[str, ...] | None, commit: Commit) -> bool:
+        """CAS: if ``branch`` is still at ``head_id`` with these sealed tokens (None: any),
+        store ``commit`` and point the branch at it, dropping the sealed tokens from it."""
+        b = self.branch_txn(txn, branch)
+        if b.commit_id != head_id or (sealed is not None and b.sealed_tokens != sealed):
+            return False
+        self.refs.put_commit_txn(txn, commit)
+        self.refs.put_branch_txn(txn, Branch(b.name, commit.id, b.staging_token, ()))
+        return True
+
+    def retry(self, attempt: Callable[[int], T | None], gave_up: str) -> T:
+        """The compare-and-set loop: call ``attempt(n)`` until it returns a result (not
+        None), backing off between tries; PreconditionFailed(``gave_up``) after
+        ``config.commit_retries`` tries."""
+        for n in range(self.config.commit_retries):
+            result = attempt(n)
+            if result is not None:
+                return result
+            time.sleep(min(0.005 * (2**n), 0.5) * (0.5 + random.random()))
+        raise PreconditionFailed(gave_up)
+
+
+__all__ = ["BranchMoved", "RepoCore"]

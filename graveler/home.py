@@ -1,0 +1,211 @@
+"""``Graveler``, the lakefuse home: where repositories live; create, open, list, delete them.
+
+Layout under the home::
+
+    <home>/repos/<name>/refs.lmdb/     the repository's LMDB environment (refs + staging)
+    <home>/cache/                      the disk tier of range/metarange files of remote namespaces
+
+The home is ``--home`` (passed in), else ``$LAKEFUSE_HOME``, else
+``~/.local/share/lakefuse`` (:func:`graveler.config.resolve_home` decides).
+The committed data (ranges, metaranges, objects) lives in the repository's
+storage namespace, not in the home. One repository's operations are
+:class:`graveler.repository.Repository`.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from graveler.cache import ImmutableCache
+from graveler.committed.manager import CommittedManager, StoreSource, verify_table
+from graveler.config import HOME_ENV, GravelerConfig, resolve_home  # noqa: F401 (re-exported)
+from graveler.errors import AlreadyExists, InvalidArgument, NotFound
+from graveler.kv import borrowed_env, close_env, open_env
+from graveler.objstore import LocalStore, StorageURI, open_store
+from graveler.refs import (
+    INITIAL_COMMIT_MESSAGE,
+    Branch,
+    Commit,
+    RefManager,
+    RepositoryRecord,
+    new_staging_token,
+    validate_branch_name,
+    validate_repository_name,
+)
+from graveler.refsdump import MANIFEST_KEY
+from graveler.repository import Repository
+
+log = logging.getLogger(__name__)
+
+REPOS_DIR = "repos"
+REFS_DIR = "refs.lmdb"
+CACHE_DIR = "cache"
+
+
+def repos_root(home: Path) -> Path:
+    return home / REPOS_DIR
+
+
+def repo_dir(home: Path, name: str) -> Path:
+    return home / REPOS_DIR / name
+
+
+def refs_path(home: Path, name: str) -> Path:
+    return home / REPOS_DIR / name / REFS_DIR
+
+
+StoreFactory = Callable[[str], object]
+CommittedFactory = Callable[[object, GravelerConfig], CommittedManager]
+
+
+def default_committed_factory(store, config: GravelerConfig) -> CommittedManager:
+    """A local namespace is read in place; a remote one through the disk tier under ``<home>/cache``.
+
+    One cache directory serves every repository of the home (entries are keyed by full URI)
+    and every process using it (diskcache is multi-process safe); files are verified on fill.
+    """
+    if isinstance(store, LocalStore):
+        source = StoreSource(store)
+    else:
+        disk_dir = config.cache.disk_dir or str(Path(config.home) / CACHE_DIR)
+        source = ImmutableCache(store, disk_dir, max_bytes=config.cache.disk_bytes,
+                                verify=verify_table)
+    return CommittedManager(source, config.range_params, cache=config.cache)
+
+
+class Graveler:
+    """The lakefuse home: create, open, list and delete repositories.
+
+    ``store_factory(uri)`` opens the object store of a storage namespace (default
+    :func:`graveler.objstore.open_store` with ``config.store``); ``committed_factory(store, config)``
+    builds its CommittedManager (default: uncached, straight from the store).
+    """
+
+    def __init__(
+        self,
+        config: GravelerConfig | None = None,
+        store_factory: StoreFactory | None = None,
+        committed_factory: CommittedFactory | None = None,
+    ):
+        self.config = config or GravelerConfig()
+        self.store_factory = store_factory or (lambda uri: open_store(uri, self.config.store))
+        self.committed_factory = committed_factory or default_committed_factory
+        self._lock = threading.Lock()
+        self._repos: dict[str, Repository] = {}
+
+    def create_repository(
+        self,
+        name: str,
+        storage_namespace: str,
+        default_branch: str = "main",
+        committer: str | None = None,
+        bare: bool = False,
+    ) -> "Repository":
+        """Create a repository and its initial commit "Repository created" (empty
+        metarange, generation 1) on ``default_branch``. ``bare=True`` creates no
+        commit and no branch (for :meth:`Repository.restore_refs`)."""
+        validate_repository_name(name)
+        validate_branch_name(default_branch)
+        try:
+            storage_namespace = str(StorageURI.parse(storage_namespace))  # canonical
+        except InvalidArgument:
+            raise InvalidArgument(f"storage namespace must be a URI (file:///... or s3://...), not {storage_namespace!r}") from None
+        path = refs_path(self.config.home, name)
+        if path.exists():
+            env = open_env(path, self.config.kv)
+            try:
+                RefManager(env).get_repository()
+                raise_exists = True
+            except NotFound:
+                raise_exists = False
+            if raise_exists:
+                raise AlreadyExists(f"repository {name!r} already exists")
+        store = self.store_factory(storage_namespace)  # fails early on a bad namespace
+        committed = self.committed_factory(store, self.config)
+        empty = committed.empty_metarange()
+        env = open_env(path, self.config.kv)
+        refs = RefManager(env)
+        now = datetime.now(timezone.utc)
+        rec = RepositoryRecord(name, storage_namespace, default_branch, now)
+        initial = Commit.create(committer or self.config.committer, INITIAL_COMMIT_MESSAGE, empty, (), 1, {}, now)
+
+        def fn(txn):
+            refs.put_repository_txn(txn, rec)
+            if not bare:
+                refs.put_commit_txn(txn, initial)
+                refs.put_branch_txn(txn, Branch(default_branch, initial.id, new_staging_token(), ()))
+
+        env.write(fn)
+        log.info("created repository %s at %s", name, storage_namespace)
+        repo = Repository(self, env, rec, store, committed)
+        with self._lock:
+            self._repos[name] = repo
+        return repo
+
+    def repository(self, name: str) -> "Repository":
+        """Open an existing repository (NotFound if there is none)."""
+        with self._lock:
+            repo = self._repos.get(name)
+        if repo is not None:
+            return repo
+        validate_repository_name(name)
+        path = refs_path(self.config.home, name)
+        if not (path / "data.mdb").exists():
+            raise NotFound(f"repository {name!r} not found")
+        env = open_env(path, self.config.kv)
+        rec = RefManager(env).get_repository()
+        store = self.store_factory(rec.storage_namespace)
+        committed = self.committed_factory(store, self.config)
+        repo = Repository(self, env, rec, store, committed)
+        with self._lock:
+            return self._repos.setdefault(name, repo)
+
+    def has_repository(self, name: str) -> bool:
+        """Whether the home holds a repository ``name`` (its refs database exists)."""
+        validate_repository_name(name)
+        return (refs_path(self.config.home, name) / "data.mdb").exists()
+
+    def has_refs_dump(self, storage_namespace: str) -> bool:
+        """Whether a storage namespace holds a refs dump (``_lakefs/refs_manifest.json``)."""
+        return self.store_factory(str(StorageURI.parse(storage_namespace))).exists(MANIFEST_KEY)
+
+    def list_repositories(self) -> list[RepositoryRecord]:
+        """Every repository in the home, by name (environments not open already are
+        opened only for the look)."""
+        root = repos_root(self.config.home)
+        out = []
+        if not root.is_dir():
+            return out
+        for d in sorted(root.iterdir()):
+            if (d / REFS_DIR / "data.mdb").exists():
+                with borrowed_env(d / REFS_DIR, self.config.kv) as env:
+                    try:
+                        out.append(RefManager(env).get_repository())
+                    except NotFound:
+                        continue
+        return out
+
+    def delete_repository(self, name: str) -> None:
+        """Forget a repository: its refs and staging. The storage namespace is left as it is."""
+        validate_repository_name(name)
+        path = refs_path(self.config.home, name)
+        if not (path / "data.mdb").exists():
+            raise NotFound(f"repository {name!r} not found")
+        with self._lock:
+            self._repos.pop(name, None)
+        close_env(path)
+        shutil.rmtree(repo_dir(self.config.home, name))
+        log.info("deleted repository %s", name)
+
+    def close(self) -> None:
+        with self._lock:
+            repos = list(self._repos.values())
+            self._repos.clear()
+        for r in repos:
+            close_env(r._env.path)
+

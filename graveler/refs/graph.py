@@ -1,0 +1,124 @@
+"""Walks of the commit graph: logs, the merge base, ancestry.
+
+They read commits through anything with an LMDB ``env`` and ``get_commit_txn``
+(the RefManager), in transactions of a bounded number of commits, none held
+across a ``yield``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Iterator, Protocol
+
+from graveler.refs.records import Commit
+
+
+class CommitReader(Protocol):
+    env: object
+
+    def get_commit_txn(self, txn, commit_id: str) -> Commit: ...
+
+
+def log(refs: CommitReader, commit_id: str, first_parent: bool = True, amount: int | None = None) -> Iterator[Commit]:
+    """Commits from ``commit_id`` back: first parents only, or the full history
+    (every ancestor once, highest generation first, newest first among equals)."""
+    if first_parent:
+        yield from _log_first_parent(refs, commit_id, amount)
+    else:
+        yield from _log_by_generation(refs, commit_id, amount)
+
+
+def _log_first_parent(refs: CommitReader, commit_id: str, amount: int | None) -> Iterator[Commit]:
+    remaining = amount if amount is not None else -1
+    cid: str | None = commit_id
+    while cid is not None and remaining != 0:
+        batch: list[Commit] = []
+        with refs.env.read() as txn:
+            while cid is not None and remaining != 0 and len(batch) < 512:
+                c = refs.get_commit_txn(txn, cid)
+                batch.append(c)
+                remaining -= 1
+                cid = c.parents[0] if c.parents else None
+        yield from batch
+
+
+def _log_by_generation(refs: CommitReader, commit_id: str, amount: int | None) -> Iterator[Commit]:
+    remaining = amount if amount is not None else -1
+    with refs.env.read() as txn:
+        first = refs.get_commit_txn(txn, commit_id)
+    heap: list[tuple[int, float, str, Commit]] = [(-first.generation, -first.creation_date.timestamp(), first.id, first)]
+    seen = {first.id}
+    while heap and remaining != 0:
+        batch: list[Commit] = []
+        with refs.env.read() as txn:
+            while heap and remaining != 0 and len(batch) < 512:
+                _, _, _, c = heapq.heappop(heap)
+                batch.append(c)
+                remaining -= 1
+                for p in c.parents:
+                    if p not in seen:
+                        seen.add(p)
+                        pc = refs.get_commit_txn(txn, p)
+                        heapq.heappush(heap, (-pc.generation, -pc.creation_date.timestamp(), pc.id, pc))
+        yield from batch
+
+
+def find_merge_base(refs: CommitReader, left_id: str, right_id: str) -> Commit | None:
+    """A best common ancestor of two commits (git-merge-base's sense: no other
+    common ancestor descends from it); None if the histories never meet.
+
+    lakeFS's walk: both histories from a queue ordered by generation (highest
+    first, newest first among equals), each commit marked with the sides it is
+    reached from. A commit is the answer when it is taken off the queue with
+    both marks: all its descendants have been taken off before it (they have
+    higher generations), so it has every mark it will get. (lakeFS answers as
+    soon as a parent gets its second mark, which in criss-cross histories can
+    be an ancestor of a better base.)
+    """
+    LEFT, RIGHT = 1, 2
+    with refs.env.read() as txn:
+        left = refs.get_commit_txn(txn, left_id)
+        if left_id == right_id:
+            return left
+        right = refs.get_commit_txn(txn, right_id)
+        reached = {left_id: LEFT, right_id: RIGHT}
+        heap = [
+            (-left.generation, -left.creation_date.timestamp(), left.id, left),
+            (-right.generation, -right.creation_date.timestamp(), right.id, right),
+        ]
+        heapq.heapify(heap)
+        while heap:
+            _, _, cid, c = heapq.heappop(heap)
+            flags = reached[cid]
+            if flags == LEFT | RIGHT:
+                return c
+            for p in c.parents:
+                if p not in reached:
+                    pc = refs.get_commit_txn(txn, p)
+                    heapq.heappush(heap, (-pc.generation, -pc.creation_date.timestamp(), pc.id, pc))
+                    reached[p] = 0
+                reached[p] |= flags
+    return None
+
+
+def is_ancestor(refs: CommitReader, ancestor_id: str, commit_id: str) -> bool:
+    """True if ``ancestor_id`` is ``commit_id`` or one of its ancestors."""
+    with refs.env.read() as txn:
+        target = refs.get_commit_txn(txn, ancestor_id)
+        stack = [commit_id]
+        seen = set()
+        while stack:
+            cid = stack.pop()
+            if cid == ancestor_id:
+                return True
+            if cid in seen:
+                continue
+            seen.add(cid)
+            c = refs.get_commit_txn(txn, cid)
+            if c.generation <= target.generation and c.generation > 0 and target.generation > 0:
+                continue
+            stack.extend(c.parents)
+    return False
+
+
+__all__ = ["CommitReader", "find_merge_base", "is_ancestor", "log"]

@@ -1,0 +1,262 @@
+"""The RefManager (lakeFS's): the repository record, branches, tags and commits in LMDB.
+
+Records (:mod:`graveler.refs.records`) are stored in the named databases of
+the repository's environment (see :mod:`graveler.kv`). Resolution of a ref
+expression (:mod:`graveler.refs.expr`) follows lakeFS's order: a full 64-hex
+commit ID, then a branch, then a tag, then a commit-ID prefix; anything with a
+modifier resolves to a read-only commit.
+
+Every public method opens and closes its own transaction; the ``*_txn``
+methods take the caller's transaction so that graveler can read a branch and
+write staging (or seal, or compare-and-set) atomically.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import lmdb
+
+from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
+from graveler.kv import DB_BRANCHES, DB_COMMITS, DB_REPO, DB_TAGS, Env
+from graveler.proto import graveler_pb2
+from graveler.refs import graph
+from graveler.refs.expr import RefType, ResolvedRef, parse_ref
+from graveler.refs.names import (
+    BRANCH_RE,
+    COMMIT_ID_LENGTH,
+    HEX_RE,
+    MIN_COMMIT_PREFIX,
+    validate_branch_name,
+    validate_tag_name,
+)
+from graveler.refs.records import Branch, Commit, RepositoryRecord, Tag, new_staging_token
+
+_RECORD_KEY = b"record"
+
+
+class RefManager:
+    """Repository record, branches, tags and commits in one LMDB environment."""
+
+    def __init__(self, env: Env):
+        self.env = env
+        self._db_repo = env.dbs[DB_REPO]
+        self._db_branches = env.dbs[DB_BRANCHES]
+        self._db_tags = env.dbs[DB_TAGS]
+        self._db_commits = env.dbs[DB_COMMITS]
+
+    # repository record
+    def get_repository_txn(self, txn: lmdb.Transaction) -> RepositoryRecord:
+        raw = txn.get(_RECORD_KEY, db=self._db_repo)
+        if raw is None:
+            raise NotFound(f"repository record missing in {self.env.path}")
+        return RepositoryRecord.from_bytes(raw)
+
+    def get_repository(self) -> RepositoryRecord:
+        with self.env.read() as txn:
+            return self.get_repository_txn(txn)
+
+    def put_repository_txn(self, txn: lmdb.Transaction, rec: RepositoryRecord, overwrite: bool = False) -> None:
+        if not txn.put(_RECORD_KEY, rec.to_bytes(), db=self._db_repo, overwrite=overwrite):
+            raise AlreadyExists(f"repository {rec.name!r} already exists")
+
+    # commits
+    def get_commit_txn(self, txn: lmdb.Transaction, commit_id: str) -> Commit:
+        raw = txn.get(commit_id.encode("ascii", "replace"), db=self._db_commits)
+        if raw is None:
+            raise NotFound(f"commit {commit_id} not found")
+        return Commit.from_bytes(raw, commit_id)
+
+    def get_commit(self, commit_id: str) -> Commit:
+        """The commit with this full ID (NotFound if absent)."""
+        with self.env.read() as txn:
+            return self.get_commit_txn(txn, commit_id)
+
+    def put_commit_txn(self, txn: lmdb.Transaction, commit: Commit) -> None:
+        """Store a commit; storing the same ID again is a no-op (commits are content addressed)."""
+        txn.put(commit.id.encode("ascii"), commit.to_bytes(), db=self._db_commits, overwrite=False)
+
+    def put_commit(self, commit: Commit) -> None:
+        self.env.write(lambda txn: self.put_commit_txn(txn, commit))
+
+    def commit_by_prefix_txn(self, txn: lmdb.Transaction, prefix: str) -> Commit | None:
+        """The one commit whose ID starts with ``prefix``; None if none; AmbiguousRef if several."""
+        p = prefix.lower().encode("ascii")
+        cur = txn.cursor(db=self._db_commits)
+        found: list[bytes] = []
+        if cur.set_range(p):
+            for k in cur.iternext(keys=True, values=False):
+                if not k.startswith(p):
+                    break
+                found.append(k)
+                if len(found) > 1:
+                    raise AmbiguousRef(f"commit prefix {prefix!r} is ambiguous (matches {len(found)}+ commits)")
+        if not found:
+            return None
+        return self.get_commit_txn(txn, found[0].decode())
+
+    def count_commits(self) -> int:
+        """How many commits are stored (LMDB's entry count: no commit is read)."""
+        with self.env.read() as txn:
+            return txn.stat(self._db_commits)["entries"]
+
+    def iter_commit_ids(self) -> list[str]:
+        with self.env.read() as txn:
+            return [k.decode() for k in txn.cursor(db=self._db_commits).iternext(keys=True, values=False)]
+
+    def list_commits(self) -> Iterator[Commit]:
+        """Every commit, in commit-ID order (read in batches of 1000, one transaction each)."""
+        start = b""
+        while True:
+            batch: list[Commit] = []
+            with self.env.read() as txn:
+                cur = txn.cursor(db=self._db_commits)
+                if cur.set_range(start):
+                    for k, v in cur:
+                        batch.append(Commit.from_bytes(v, k.decode()))
+                        if len(batch) >= 1000:
+                            break
+            yield from batch
+            if len(batch) < 1000:
+                return
+            start = batch[-1].id.encode() + b"\x00"
+
+    # branches
+    def get_branch_txn(self, txn: lmdb.Transaction, name: str) -> Branch:
+        raw = txn.get(name.encode(), db=self._db_branches)
+        if raw is None:
+            raise NotFound(f"branch {name!r} not found")
+        return Branch.from_bytes(raw, name)
+
+    def branch_raw_txn(self, txn: lmdb.Transaction, name: str) -> bytes | None:
+        """The stored bytes of a branch record (to notice that it changed)."""
+        return txn.get(name.encode(), db=self._db_branches)
+
+    def get_branch(self, name: str) -> Branch:
+        with self.env.read() as txn:
+            return self.get_branch_txn(txn, name)
+
+    def put_branch_txn(self, txn: lmdb.Transaction, branch: Branch) -> None:
+        txn.put(branch.name.encode(), branch.to_bytes(), db=self._db_branches)
+
+    def create_branch_txn(self, txn: lmdb.Transaction, name: str, commit_id: str) -> Branch:
+        validate_branch_name(name)
+        self.get_commit_txn(txn, commit_id)
+        b = Branch(name, commit_id, new_staging_token(), ())
+        if not txn.put(name.encode(), b.to_bytes(), db=self._db_branches, overwrite=False):
+            raise AlreadyExists(f"branch {name!r} already exists")
+        return b
+
+    def delete_branch_txn(self, txn: lmdb.Transaction, name: str) -> Branch:
+        b = self.get_branch_txn(txn, name)
+        txn.delete(name.encode(), db=self._db_branches)
+        return b
+
+    def list_branches(self) -> list[Branch]:
+        """All branches, by name."""
+        with self.env.read() as txn:
+            return [Branch.from_bytes(v, k.decode()) for k, v in txn.cursor(db=self._db_branches)]
+
+    # tags
+    def get_tag_txn(self, txn: lmdb.Transaction, name: str) -> Tag:
+        raw = txn.get(name.encode(), db=self._db_tags)
+        if raw is None:
+            raise NotFound(f"tag {name!r} not found")
+        pb = graveler_pb2.TagData()
+        try:
+            pb.ParseFromString(raw)
+        except Exception as e:
+            raise CorruptedData(f"malformed tag record ({e})", name) from None
+        return Tag(pb.id, pb.commit_id)
+
+    def create_tag_txn(self, txn: lmdb.Transaction, name: str, commit_id: str) -> Tag:
+        validate_tag_name(name)
+        self.get_commit_txn(txn, commit_id)
+        raw = graveler_pb2.TagData(id=name, commit_id=commit_id).SerializeToString(deterministic=True)
+        if not txn.put(name.encode(), raw, db=self._db_tags, overwrite=False):
+            raise AlreadyExists(f"tag {name!r} already exists")
+        return Tag(name, commit_id)
+
+    def delete_tag_txn(self, txn: lmdb.Transaction, name: str) -> None:
+        if not txn.delete(name.encode(), db=self._db_tags):
+            raise NotFound(f"tag {name!r} not found")
+
+    def list_tags(self) -> list[Tag]:
+        """All tags, by name."""
+        out = []
+        with self.env.read() as txn:
+            for k, v in txn.cursor(db=self._db_tags):
+                pb = graveler_pb2.TagData()
+                pb.ParseFromString(v)
+                out.append(Tag(pb.id, pb.commit_id))
+        return out
+
+    # resolution
+    def resolve_txn(self, txn: lmdb.Transaction, expr: str) -> ResolvedRef:
+        raw = parse_ref(expr)
+        rr = self._resolve_base(txn, raw.base)
+        if not raw.modifiers:
+            return rr
+        if raw.modifiers[0][0] == "@":
+            if rr.type is not RefType.BRANCH:
+                raise InvalidArgument(f"invalid ref {expr!r}: '@' applies to branches only")
+            return ResolvedRef(RefType.COMMIT, rr.commit_id, branch=rr.branch)
+        cid = rr.commit_id
+        for kind, n in raw.modifiers:
+            if kind == "~":
+                for _ in range(n):
+                    c = self.get_commit_txn(txn, cid)
+                    if not c.parents:
+                        raise NotFound(f"ref {expr!r}: commit {cid[:12]} has no parent")
+                    cid = c.parents[0]
+            else:  # "^"
+                if n == 0:
+                    continue
+                c = self.get_commit_txn(txn, cid)
+                if n > len(c.parents):
+                    raise NotFound(f"ref {expr!r}: commit {cid[:12]} has {len(c.parents)} parent(s), not {n}")
+                cid = c.parents[n - 1]
+        return ResolvedRef(RefType.COMMIT, cid, branch=rr.branch)
+
+    def resolve(self, expr: str) -> ResolvedRef:
+        """Resolve a ref expression (see the module docstring)."""
+        with self.env.read() as txn:
+            return self.resolve_txn(txn, expr)
+
+    def _resolve_base(self, txn: lmdb.Transaction, base: str) -> ResolvedRef:
+        is_hex = bool(HEX_RE.match(base))
+        if is_hex and len(base) == COMMIT_ID_LENGTH:
+            raw = txn.get(base.lower().encode(), db=self._db_commits)
+            if raw is not None:
+                return ResolvedRef(RefType.COMMIT, base.lower())
+        raw = txn.get(base.encode(), db=self._db_branches) if BRANCH_RE.match(base) else None
+        if raw is not None:
+            b = Branch.from_bytes(raw, base)
+            return ResolvedRef(RefType.BRANCH, b.commit_id, branch=b.name, tokens=b.tokens)
+        raw = txn.get(base.encode(), db=self._db_tags)
+        if raw is not None:
+            pb = graveler_pb2.TagData()
+            pb.ParseFromString(raw)
+            return ResolvedRef(RefType.TAG, pb.commit_id)
+        if is_hex and MIN_COMMIT_PREFIX <= len(base) < COMMIT_ID_LENGTH:
+            c = self.commit_by_prefix_txn(txn, base)
+            if c is not None:
+                return ResolvedRef(RefType.COMMIT, c.id)
+        raise NotFound(f"ref {base!r} not found (no such branch, tag or commit)")
+
+    # history (graveler.refs.graph)
+    def log(self, commit_id: str, first_parent: bool = True, amount: int | None = None) -> Iterator[Commit]:
+        """Commits from ``commit_id`` back: first parents only, or the full history
+        (every ancestor once, highest generation first, newest first among equals)."""
+        return graph.log(self, commit_id, first_parent, amount)
+
+    def find_merge_base(self, left_id: str, right_id: str) -> Commit | None:
+        """A best common ancestor of two commits; None if the histories never meet."""
+        return graph.find_merge_base(self, left_id, right_id)
+
+    def is_ancestor(self, ancestor_id: str, commit_id: str) -> bool:
+        """True if ``ancestor_id`` is ``commit_id`` or one of its ancestors."""
+        return graph.is_ancestor(self, ancestor_id, commit_id)
+
+
+__all__ = ["RefManager"]

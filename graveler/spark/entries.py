@@ -42,12 +42,17 @@ def metarange_of(repo, ref: str) -> str:
     return repo.get_commit(ref).meta_range_id
 
 
-def _range_ids_df(spark, range_ids: list[str]):
-    """One row and one partition per range ID."""
-    if not range_ids:
-        return spark.createDataFrame([], "range_id string")
-    rdd = spark.sparkContext.parallelize([(r,) for r in range_ids], len(range_ids))
-    return spark.createDataFrame(rdd, "range_id string")
+def per_task_df(spark, items: list[str]):
+    """One row ``item`` and one partition (one task) per item: range IDs, listing prefixes, report parts.
+
+    Built on the JVM side (a range of row numbers indexing an array literal), so no Python
+    RDD is needed to start the tasks."""
+    from pyspark.sql import functions as F
+
+    if not items:
+        return spark.createDataFrame([], "item string")
+    n = len(items)
+    return spark.range(0, n, 1, n).select(F.element_at(F.lit(list(items)), (F.col("id") + 1).cast("int")).alias("item"))
 
 
 def _entries_task(ns: Namespace, with_identity: bool):
@@ -98,7 +103,7 @@ def _entries_task(ns: Namespace, with_identity: bool):
 def ranges_entries_df(spark, ns: Namespace, range_ids: list[str], with_identity: bool = False):
     """The entries of the given ranges, one task per range."""
     schema = ENTRY_SCHEMA_WITH_IDENTITY if with_identity else ENTRY_FIELDS
-    return _range_ids_df(spark, range_ids).mapInArrow(_entries_task(ns, with_identity), schema)
+    return per_task_df(spark, range_ids).mapInArrow(_entries_task(ns, with_identity), schema)
 
 
 def entries_df(spark, repo, ref: str):
@@ -129,7 +134,7 @@ def _records_task(ns: Namespace, exclude_prefix: bytes | None):
 def records_df(spark, ns: Namespace, metarange_id: str, exclude_prefix: bytes | None = None):
     """The raw ``key binary, value binary`` records of a metarange (minus a key prefix), one task per range."""
     ranges = read_metarange(ns.open(), metarange_id)
-    return _range_ids_df(spark, [r.id for r in ranges]).mapInArrow(_records_task(ns, exclude_prefix), RECORD_SCHEMA)
+    return per_task_df(spark, [r.id for r in ranges]).mapInArrow(_records_task(ns, exclude_prefix), RECORD_SCHEMA)
 
 
 def diff_df(spark, repo, left: str, right: str):

@@ -24,7 +24,7 @@ from graveler.errors import DirtyBranch, InvalidArgument
 from graveler.model import AddressType, Entry, encode_value
 from graveler.objstore import open_store
 from graveler.objstore.base import ObjectInfo, StoreConfig
-from graveler.spark.entries import namespace_of, records_df
+from graveler.spark.entries import namespace_of, per_task_df, records_df
 from graveler.spark.tables import RECORD_SCHEMA, Namespace, fault_point, write_metarange, write_metarange_local
 
 log = logging.getLogger(__name__)
@@ -162,8 +162,7 @@ def listing_df(spark, source_uri: str, store_config: StoreConfig | None = None, 
     log.info("listing %s: %d objects on the driver, %d sub-prefixes in parallel", source_uri, len(rows), len(prefixes))
     df = spark.createDataFrame(rows, LISTING_SCHEMA)
     if prefixes:
-        rdd = spark.sparkContext.parallelize([(p,) for p in prefixes], len(prefixes))
-        listed = spark.createDataFrame(rdd, "prefix string").mapInArrow(_list_task(source_uri, store_config),
+        listed = per_task_df(spark, prefixes).mapInArrow(_list_task(source_uri, store_config),
                                                                        LISTING_SCHEMA)
         df = df.unionByName(listed)
     return df

@@ -50,6 +50,7 @@ def get_session(config: SparkConfig = SparkConfig()):
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
         .config("spark.python.worker.reuse", "true")
+        .config("spark.ui.showConsoleProgress", "false")
     )
     for k, v in config.extra:
         b = b.config(k, v)

@@ -1,0 +1,548 @@
+"""Garbage collection of a storage namespace's ``data/`` objects, lakeFS's way, in two steps.
+
+**Rules** (:class:`GCRules`) are kept in the namespace, in lakeFS's JSON form
+(``default_retention_days`` and per-branch ``retention_days``), at
+``_lakefs/retention/gc/rules.json``.  Without rules every commit is kept and only
+objects that nothing references (uploads that were never committed or whose
+staging was reset) are collected.
+
+**Active commits** (:func:`active_commits`, on the driver, lakeFS's rules): from
+every branch head, walking first parents, a commit is active if it is the head,
+or if its child on that walk is newer than the branch's retention threshold (so
+the newest commit at or before the threshold is active too); a commit reached
+from several branches keeps the longest retention.  Commits that are no branch's
+ancestor-by-first-parent and have no child (dangling) start a walk with the
+default retention, as in lakeFS; tagged commits are always active (our choice:
+a tag is a promise to be able to read that version).
+
+**Mark** (:func:`mark`): live addresses = the entries of every range of every
+active commit's metarange (one task per distinct range) + every staged address
+of every branch; the namespace's ``data/`` is listed in parallel by its hourly
+slices; candidates = listed objects older than the minimum age (default 24 h)
+that no live address names.  FULL addresses outside the namespace are never
+listed, so imported objects are never candidates.  Before the report is
+written the refs are read again, and the live set is extended with any head or
+staging token that appeared meanwhile (a branch created during the run).  The
+report is Parquet under ``_lakefs/retention/gc/<run_id>/deleted/`` plus
+``summary.json`` written last; a dry run writes nothing and returns the
+candidates.
+
+**Sweep** (:func:`sweep`) deletes the objects of a complete report, after
+checking the refs once more against the report's snapshot (a new or moved
+branch head, or a new staging token, makes its addresses live again), with bulk
+deletes and exponential backoff on failures, in parallel by report part.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound
+from graveler.model import AddressType, decode_value
+from graveler.model import Entry as _Entry
+from graveler.objects import DATA_PREFIX
+from graveler.spark.tables import Namespace, fault_point, iter_range_records, read_metarange, worker_store
+
+log = logging.getLogger(__name__)
+
+GC_PREFIX = "_lakefs/retention/gc/"
+RULES_KEY = GC_PREFIX + "rules.json"
+DEFAULT_MIN_AGE = timedelta(hours=24)
+REPORT_SCHEMA = "address string, size long, last_modified timestamp"
+_ADDR_SCHEMA = "address string"
+
+
+# -- rules -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GCRules:
+    default_retention_days: int
+    branches: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.default_retention_days < 0 or any(d < 0 for d in self.branches.values()):
+            raise InvalidArgument("retention days must be >= 0")
+
+    def retention_days(self, branch: str) -> int:
+        return self.branches.get(branch, self.default_retention_days)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "default_retention_days": self.default_retention_days,
+            "branches": [{"branch_id": b, "retention_days": d} for b, d in sorted(self.branches.items())],
+        }, indent=2)
+
+    @staticmethod
+    def from_json(text: str | bytes) -> "GCRules":
+        try:
+            d = json.loads(text)
+            branches = {str(b["branch_id"]): int(b["retention_days"]) for b in d.get("branches") or []}
+            return GCRules(int(d["default_retention_days"]), branches)
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptedData(f"malformed GC rules ({e})", RULES_KEY) from None
+
+
+def get_rules(repo) -> GCRules | None:
+    try:
+        return GCRules.from_json(repo.store.get(RULES_KEY))
+    except NotFound:
+        return None
+
+
+def set_rules(repo, rules: GCRules) -> None:
+    repo.store.put(RULES_KEY, rules.to_json().encode())
+
+
+def delete_rules(repo) -> None:
+    repo.store.delete(RULES_KEY)
+
+
+# -- refs snapshot and active commits ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefsSnapshot:
+    branches: dict[str, str]  # name -> head commit ID
+    tokens: dict[str, tuple[str, ...]]  # name -> staging tokens (current and sealed)
+    tags: dict[str, str]
+
+    def to_json(self) -> dict:
+        return {"branches": self.branches, "tokens": {k: list(v) for k, v in self.tokens.items()}, "tags": self.tags}
+
+    @staticmethod
+    def from_json(d: dict) -> "RefsSnapshot":
+        return RefsSnapshot(dict(d["branches"]), {k: tuple(v) for k, v in d["tokens"].items()}, dict(d["tags"]))
+
+
+def snapshot_refs(repo) -> RefsSnapshot:
+    branches = repo.list_branches()
+    return RefsSnapshot({b.name: b.commit_id for b in branches}, {b.name: tuple(b.tokens) for b in branches},
+                        {t.name: t.commit_id for t in repo.list_tags()})
+
+
+def _main_parent(c) -> str | None:
+    if not c.parents:
+        return None
+    return c.parents[0] if c.version >= 1 else c.parents[-1]  # lakeFS's CommitVersionParentSwitch
+
+
+def active_commits(repo, rules: GCRules | None, now: datetime | None = None,
+                   refs: RefsSnapshot | None = None) -> dict[str, str]:
+    """commit ID -> metarange ID of every commit whose objects must be kept."""
+    commits = {c.id: c for c in repo.refs.list_commits()}
+    refs = refs or snapshot_refs(repo)
+    if rules is None:
+        return {cid: c.meta_range_id for cid, c in commits.items()}
+    now = now or datetime.now(timezone.utc)
+    has_child = {p for c in commits.values() if (p := _main_parent(c))}
+    heads = set(refs.branches.values())
+    starts: list[tuple[str, str | None]] = sorted(refs.branches.items(), key=lambda kv: kv[1])
+    starts = [(cid, name) for name, cid in starts]
+    starts += [(cid, None) for cid in sorted(commits) if cid not in has_child and cid not in heads]
+    active: set[str] = set(refs.tags.values()) & set(commits)
+    processed: dict[str, datetime] = {}
+
+    def get(cid: str):
+        c = commits.get(cid)
+        if c is None:  # committed after the listing: read it
+            c = commits[cid] = repo.get_commit(cid)
+        return c
+
+    for cid, branch in starts:
+        node = get(cid)
+        days = rules.default_retention_days if branch is None else rules.retention_days(branch)
+        threshold = now - timedelta(days=days)
+        if branch is not None:
+            active.add(cid)
+            processed[cid] = threshold
+            created, parent = node.creation_date, _main_parent(node)
+        else:  # a dangling commit: walk from a hypothetical head just as old as it
+            created, parent = node.creation_date, cid
+        while parent:
+            prev = processed.get(parent)
+            if prev is not None and prev <= threshold:
+                break  # reached before with a longer (or equal) retention: that walk decides
+            if created > threshold:
+                active.add(parent)
+            node = get(parent)
+            processed[parent] = threshold
+            created, parent = node.creation_date, _main_parent(node)
+    return {cid: commits[cid].meta_range_id for cid in active}
+
+
+# -- live addresses ----------------------------------------------------------------------------------------------
+
+
+def relative_address(ns_uri: str, address: str, address_type: AddressType) -> str | None:
+    """The namespace key an entry's object lives at, or None when it is outside the namespace."""
+    if address_type == AddressType.RELATIVE or (address_type == AddressType.BY_PREFIX_DEPRECATED
+                                                and "://" not in address):
+        return address
+    root = ns_uri.rstrip("/") + "/"
+    if address.startswith(root):
+        return address[len(root):]
+    return None
+
+
+def _live_task(ns: Namespace):
+    import pyarrow as pa
+
+    def fn(batches):
+        store = worker_store(ns)
+        for b in batches:
+            for rid in b.column(0).to_pylist():
+                for keys, values in iter_range_records(store, rid):
+                    out = []
+                    for raw in values:
+                        e = _Entry.from_proto_bytes(decode_value(raw, rid).data)
+                        a = relative_address(ns.uri, e.address, e.address_type)
+                        if a is not None and a.startswith(DATA_PREFIX):
+                            out.append(a)
+                    yield pa.RecordBatch.from_arrays([pa.array(out, pa.string())], names=["address"])
+        fault_point("gc_live")
+
+    return fn
+
+
+def _ranges_of(store, metarange_ids) -> list[str]:
+    seen: dict[str, None] = {}
+    for mr in sorted(set(metarange_ids)):
+        for r in read_metarange(store, mr):
+            seen.setdefault(r.id, None)
+    return list(seen)
+
+
+def _staged_addresses(repo, ns_uri: str, tokens) -> list[str]:
+    out = []
+    for tok in sorted(set(tokens)):
+        for _, v in repo.staging.stream(tok):
+            if v is None:
+                continue
+            e = _Entry.from_value(v)
+            a = relative_address(ns_uri, e.address, e.address_type)
+            if a is not None and a.startswith(DATA_PREFIX):
+                out.append(a)
+    return out
+
+
+def live_df(spark, ns: Namespace, metarange_ids):
+    """Addresses (namespace keys under data/) that the given metaranges reference; and how many ranges."""
+    from graveler.spark.entries import per_task_df
+
+    rids = _ranges_of(ns.open(), metarange_ids)
+    return per_task_df(spark, rids).mapInArrow(_live_task(ns), _ADDR_SCHEMA), len(rids)
+
+
+def moved_since(spark, repo, ns: Namespace, before: RefsSnapshot, known_mrs: set[str]):
+    """What became live since ``before``: the trees of heads and tags that were not there (a branch
+    created or moved, a tag), plus every address staged now.  Returns (DataFrame, snapshot now,
+    their metarange IDs)."""
+    now = snapshot_refs(repo)
+    new_heads = (set(now.branches.values()) | set(now.tags.values())) - set(before.branches.values()) - set(
+        before.tags.values())
+    mrs = {repo.get_commit(c).meta_range_id for c in sorted(new_heads)} - known_mrs
+    if mrs:
+        log.info("gc: %d heads appeared or moved since the refs were read: their objects are kept", len(new_heads))
+    tokens = {t for ts in now.tokens.values() for t in ts}
+    staged = spark.createDataFrame([(a,) for a in _staged_addresses(repo, ns.uri, tokens)], _ADDR_SCHEMA)
+    if mrs:
+        committed, _ = live_df(spark, ns, mrs)
+        staged = staged.unionByName(committed)
+    return staged, now, mrs
+
+
+# -- listing data/ -------------------------------------------------------------------------------------------------
+
+
+def _slice_start(prefix: str) -> datetime | None:
+    """The hour a ``data/YYYYMMDDHH/`` slice starts at (None for any other name)."""
+    name = prefix[len(DATA_PREFIX):].rstrip("/")
+    if len(name) != 10 or not name.isdigit():
+        return None
+    try:
+        return datetime.strptime(name, "%Y%m%d%H").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def _list_task(ns: Namespace, cutoff_us: int):
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+
+    def fn(batches):
+        store = worker_store(ns)
+        for b in batches:
+            for prefix in b.column(0).to_pylist():
+                objs = [o for o in store.list(prefix) if int(o.mtime * 1e6) < cutoff_us]
+                for i in range(0, len(objs), 8192):
+                    chunk = objs[i : i + 8192]
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array([o.key for o in chunk], pa.string()), pa.array([o.size for o in chunk], pa.int64()),
+                         pa.array([int(o.mtime * 1e6) for o in chunk], pa.int64()).cast(ts)],
+                        names=["address", "size", "last_modified"])
+        fault_point("gc_list")
+
+    return fn
+
+
+def old_objects_df(spark, ns: Namespace, cutoff: datetime):
+    """Objects under the namespace's data/ last modified before ``cutoff``, listed by hourly slice.
+    A slice that starts after the cutoff holds only younger objects and is not listed."""
+    store = ns.open()
+    top, subs = store.list_level(DATA_PREFIX)
+    slices = [p for p in subs if (s := _slice_start(p)) is None or s <= cutoff]
+    cutoff_us = int(cutoff.timestamp() * 1e6)
+    rows = [(o.key, o.size, datetime.fromtimestamp(o.mtime, tz=timezone.utc)) for o in top
+            if int(o.mtime * 1e6) < cutoff_us]
+    df = spark.createDataFrame(rows, REPORT_SCHEMA)
+    if slices:
+        from graveler.spark.entries import per_task_df
+
+        listed = per_task_df(spark, slices).mapInArrow(_list_task(ns, cutoff_us), REPORT_SCHEMA)
+        df = df.unionByName(listed)
+    log.info("gc: listing %d slices of data/ (%d skipped as too young)", len(slices), len(subs) - len(slices))
+    return df
+
+
+# -- mark ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MarkResult:
+    run_id: str
+    candidates: int
+    bytes: int
+    active_commits: int
+    ranges_read: int
+    report_prefix: str | None  # None for a dry run
+    sample: list[str]  # up to 100 candidate addresses, sorted
+    seconds: float = 0.0
+    addresses: list[str] | None = None  # every candidate, when asked for (dry run, tests)
+
+
+def new_run_id(now: datetime) -> str:
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+
+
+def _write_report_task(ns: Namespace, prefix: str):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def fn(batches):
+        from pyspark import TaskContext
+
+        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+        part = TaskContext.get().partitionId()
+        n = 0
+        if tables:
+            t = pa.concat_tables(tables)
+            n = t.num_rows
+            buf = io.BytesIO()
+            pq.write_table(t, buf)
+            worker_store(ns).put(f"{prefix}part-{part:05d}.parquet", buf.getvalue())  # same content on a retry
+        fault_point("gc_report")
+        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["n"])
+
+    return fn
+
+
+def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None = None, dry_run: bool = False,
+         run_id: str | None = None, collect: bool = False) -> MarkResult:
+    """Find the objects of ``data/`` that nothing active references; write the report (unless a dry run)."""
+    from pyspark.sql import functions as F
+
+    t0 = time.monotonic()
+    if min_age < timedelta(0):
+        raise InvalidArgument("the minimum age must be >= 0")
+    now = now or datetime.now(timezone.utc)
+    run_id = run_id or new_run_id(now)
+    cutoff = now - min_age
+    ns = Namespace(repo.record.storage_namespace, repo.config.store)
+    rules = get_rules(repo)
+    refs = snapshot_refs(repo)
+    active = active_commits(repo, rules, now, refs)
+    log.info("gc %s: %d active commits (rules: %s)", run_id, len(active), "none" if rules is None else "set")
+    mrs = set(active.values())
+    live, nranges = live_df(spark, ns, mrs)
+    old = old_objects_df(spark, ns, cutoff)
+    cands = old.join(live, on="address", how="left_anti").persist()
+    try:
+        cands.count()
+        # Read the refs and staging again now: a branch created or moved during the run, and whatever is
+        # staged (uploads staged during the run are younger than the cutoff anyway), keep their objects.
+        extra, again, extra_mrs = moved_since(spark, repo, ns, refs, mrs)
+        prev = cands
+        cands = prev.join(extra, on="address", how="left_anti").persist()
+        cands.count()
+        prev.unpersist()
+        refs = RefsSnapshot({**refs.branches, **again.branches}, {**refs.tokens, **again.tokens},
+                            {**refs.tags, **again.tags})
+        agg = cands.agg(F.count("*").alias("n"), F.sum("size").alias("b")).collect()[0]
+        n, nbytes = int(agg["n"]), int(agg["b"] or 0)
+        if collect:
+            addresses = sorted(r.address for r in cands.select("address").collect())
+            sample = addresses[:100]
+        else:
+            addresses = None
+            sample = [r.address for r in cands.select("address").orderBy("address").limit(100).collect()] \
+                if dry_run else []
+        prefix = None
+        if not dry_run:
+            prefix = f"{GC_PREFIX}{run_id}/"
+            parts = max(1, min(64, n // 200_000 + 1))
+            written = cands.repartition(parts).mapInArrow(_write_report_task(ns, prefix + "deleted/"),
+                                                          "n long").collect()
+            if sum(r.n for r in written) != n:
+                raise CorruptedData(f"GC report of run {run_id} holds {sum(r.n for r in written)} rows, not {n}")
+            summary = {
+                "run_id": run_id,
+                "repository": repo.name,
+                "storage_namespace": ns.uri,
+                "created": now.isoformat(),
+                "cutoff": cutoff.isoformat(),
+                "min_age_seconds": int(min_age.total_seconds()),
+                "rules": None if rules is None else json.loads(rules.to_json()),
+                "active_commits": sorted(active),
+                "refs": refs.to_json(),
+                "candidates": n,
+                "bytes": nbytes,
+                "report": prefix + "deleted/",
+            }
+            ns.open().put(prefix + "summary.json", json.dumps(summary, indent=1).encode())  # last: the run is complete
+    finally:
+        cands.unpersist()
+    res = MarkResult(run_id, n, nbytes, len(active), nranges, prefix, sample, time.monotonic() - t0, addresses)
+    log.info("gc %s: %d candidates (%d bytes) in %.1f s%s", run_id, n, nbytes, res.seconds,
+             " (dry run)" if dry_run else "")
+    return res
+
+
+# -- sweep ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepResult:
+    run_id: str
+    deleted: int
+    kept: int  # candidates that became live again since the mark
+    failed: int
+    dry_run: bool
+    seconds: float = 0.0
+
+
+def read_summary(repo, run_id: str) -> dict:
+    if not run_id or "/" in run_id or run_id in (".", ".."):
+        raise InvalidArgument(f"invalid GC run ID {run_id!r}")
+    key = f"{GC_PREFIX}{run_id}/summary.json"
+    try:
+        raw = repo.store.get(key)
+    except NotFound:
+        raise NotFound(f"GC run {run_id!r} has no complete report (no {key})") from None
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise CorruptedData(f"malformed GC summary ({e})", key) from None
+
+
+def list_runs(repo) -> list[dict]:
+    """The summaries of the complete mark runs, oldest first."""
+    _, subs = repo.store.list_level(GC_PREFIX)
+    out = []
+    for p in subs:
+        try:
+            out.append(read_summary(repo, p[len(GC_PREFIX):].rstrip("/")))
+        except NotFound:
+            continue
+    return out
+
+
+def _report_task(ns: Namespace):
+    import pyarrow.parquet as pq
+
+    def fn(batches):
+        store = worker_store(ns)
+        for b in batches:
+            for key in b.column(0).to_pylist():
+                t = pq.read_table(io.BytesIO(store.get(key)), columns=["address"])
+                for rb in t.to_batches():
+                    yield rb
+        fault_point("gc_read_report")
+
+    return fn
+
+
+def _delete_task(ns: Namespace, dry_run: bool, max_attempts: int = 6):
+    import pyarrow as pa
+
+    def fn(batches):
+        store = worker_store(ns)
+        deleted = failed = 0
+        for b in batches:
+            keys = [k for k in b.column(0).to_pylist() if k.startswith(DATA_PREFIX)]  # never outside data/
+            for i in range(0, len(keys), 1000):
+                chunk = keys[i : i + 1000]
+                if dry_run:
+                    deleted += len(chunk)
+                    continue
+                pending = chunk
+                for attempt in range(max_attempts):
+                    try:
+                        bad = store.delete_many(pending)
+                    except GravelerError as e:  # unreachable / throttled: back off, retry the chunk
+                        bad = [(k, str(e)) for k in pending]
+                    pending = [k for k, _ in bad]
+                    if not pending or attempt == max_attempts - 1:
+                        break
+                    time.sleep(min(0.1 * 2**attempt, 5.0) * (0.5 + random.random()))
+                if pending:
+                    log.warning("gc sweep: %d objects could not be deleted (%s)", len(pending), bad[0][1])
+                failed += len(pending)
+                deleted += len(chunk) - len(pending)
+        fault_point("gc_delete")
+        yield pa.RecordBatch.from_arrays([pa.array([deleted], pa.int64()), pa.array([failed], pa.int64())],
+                                         names=["deleted", "failed"])
+
+    return fn
+
+
+def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
+    """Delete the candidates of a complete mark run, except those that became live since."""
+    from graveler.spark.entries import per_task_df
+
+    t0 = time.monotonic()
+    summary = read_summary(repo, run_id)
+    ns = Namespace(repo.record.storage_namespace, repo.config.store)
+    if summary.get("storage_namespace") != ns.uri:
+        raise InvalidArgument(f"GC run {run_id} was made for {summary.get('storage_namespace')}, not {ns.uri}")
+    marked = RefsSnapshot.from_json(summary["refs"])
+    parts = [o.key for o in ns.open().list(summary["report"]) if o.key.endswith(".parquet")]
+    report = per_task_df(spark, parts).mapInArrow(_report_task(ns), _ADDR_SCHEMA) if parts else \
+        spark.createDataFrame([], _ADDR_SCHEMA)
+    report = report.persist()
+    total = report.count()
+    # Whatever became live since the mark (new or moved heads, tags, staged addresses) is kept.
+    extra, _, _ = moved_since(spark, repo, ns, marked, set())
+    todo = report.join(extra, on="address", how="left_anti")
+    nparts = max(1, min(len(parts) * 4, 64))
+    rows = todo.repartition(nparts).mapInArrow(_delete_task(ns, dry_run), "deleted long, failed long").collect()
+    deleted = sum(r.deleted for r in rows)
+    failed = sum(r.failed for r in rows)
+    kept = total - deleted - failed
+    report.unpersist()
+    res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0)
+    if not dry_run:
+        ns.open().put(f"{GC_PREFIX}{run_id}/swept.json", json.dumps({
+            "run_id": run_id, "swept": datetime.now(timezone.utc).isoformat(), "deleted": deleted, "kept": kept,
+            "failed": failed}).encode())
+    log.info("gc sweep %s: %d deleted, %d kept, %d failed%s", run_id, deleted, kept, failed,
+             " (dry run)" if dry_run else "")
+    return res

@@ -36,9 +36,9 @@ EXIT_CODES: list[tuple[type[GravelerError], int]] = [
 
 
 def _modules():
-    from lakefuse.cli import mount, sst, vc
+    from lakefuse.cli import mount, spark_cmds, sst, vc
 
-    return [vc, sst, mount]
+    return [vc, sst, mount, spark_cmds]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,248 @@
+"""``import``, ``gc`` and ``export``: the Spark jobs of :mod:`graveler.spark` on the command line.
+
+Each runs Spark: ``--spark MASTER`` picks the master (``local[4]``,
+``spark://host:7077``...); without it, an active session (``spark-submit``) or
+``local[*]``.  The ``scripts/spark_*.py`` entries run the same commands under
+``spark-submit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import asdict
+from datetime import timedelta
+
+from graveler.errors import InvalidArgument
+from lakefuse.cli.vc_common import add_command, add_group, emit_json, note, out, session, uri_arg
+
+log = logging.getLogger(__name__)
+
+SPARK_HELP = "Spark master (local[N], spark://HOST:PORT ...); default: spark-submit's, else local[*]"
+
+
+def _spark(args):
+    from graveler.spark.session import SparkConfig, get_session
+
+    return get_session(SparkConfig(master=getattr(args, "spark", None), app_name=f"lakefuse {args.command}"))
+
+
+def _add_spark(p) -> None:
+    p.add_argument("--spark", metavar="MASTER", help=SPARK_HELP)
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {n}")
+    return n
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "import", "import an object-store prefix as one commit (zero-copy, Spark)", cmd_import,
+        epilog="Every object under SOURCE (a local directory or s3://BUCKET/PREFIX) becomes an entry under\n"
+               "PREFIX on BRANCH that points at the object where it is (nothing is copied); whatever was\n"
+               "under PREFIX before is replaced.  The branch must have no uncommitted changes.  Running the\n"
+               "same import again gives the same tree and makes no commit.",
+    )
+    p.add_argument("source", metavar="SOURCE", help="a local directory or s3://BUCKET/PREFIX")
+    p.add_argument("dest", metavar="lakefs://REPO/BRANCH/PREFIX/")
+    p.add_argument("-m", "--message", help="commit message (default: Import SOURCE into PREFIX)")
+    p.add_argument("--partitions", type=_positive, metavar="N", help="how many tasks write the ranges")
+    _add_spark(p)
+
+    g = add_group(sub, "gc", "garbage collection of a repository's data objects (Spark)")
+    p = add_command(g, "rules", "show or set the retention rules (lakeFS's form)", cmd_gc_rules,
+                    epilog="Without options, prints the rules as JSON.  --default-days sets the default\n"
+                           "retention; --branch NAME=DAYS (repeatable) a branch's; --delete removes the rules\n"
+                           "(then every commit is kept and only unreferenced objects are collected).")
+    p.add_argument("repo", metavar="lakefs://REPO")
+    p.add_argument("--default-days", type=int, metavar="DAYS")
+    p.add_argument("--branch", action="append", metavar="NAME=DAYS")
+    p.add_argument("--delete", action="store_true")
+
+    for name, func, help_ in (
+        ("mark", cmd_gc_mark, "find the objects to delete and write a report (or only print them: --dry-run)"),
+        ("run", cmd_gc_run, "mark, then sweep the report"),
+    ):
+        p = add_command(g, name, help_, func)
+        p.add_argument("repo", metavar="lakefs://REPO")
+        p.add_argument("--min-age", type=float, default=24.0, metavar="HOURS",
+                       help="objects younger than this are never deleted (default 24)")
+        p.add_argument("--dry-run", action="store_true", help="print what would be deleted, write and delete nothing")
+        _add_spark(p)
+    p = add_command(g, "sweep", "delete the objects of a mark run's report", cmd_gc_sweep)
+    p.add_argument("repo", metavar="lakefs://REPO")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
+    _add_spark(p)
+    p = add_command(g, "runs", "list the complete mark runs", cmd_gc_runs)
+    p.add_argument("repo", metavar="lakefs://REPO")
+
+    p = add_command(
+        sub, "export", "copy a commit's objects to a plain prefix (Spark)", cmd_export,
+        epilog="DEST is a local directory or s3://BUCKET/PREFIX.  _SUCCESS is written last and names the\n"
+               "commit; exporting onto a destination whose _SUCCESS names a commit of this repository only\n"
+               "copies and deletes the difference.",
+    )
+    p.add_argument("ref", metavar="lakefs://REPO/REF")
+    p.add_argument("dest", metavar="DEST")
+    p.add_argument("--previous", metavar="REF", help="the commit the destination holds (default: from its _SUCCESS)")
+    p.add_argument("--full", action="store_true", help="copy everything, even if the destination has a _SUCCESS")
+    p.add_argument("--partitions", type=_positive, metavar="N", help="how many copy tasks")
+    _add_spark(p)
+
+
+def _print(args, obj: dict, human: str) -> None:
+    if args.json:
+        emit_json(obj)
+    else:
+        out(human)
+
+
+def cmd_import(args) -> int:
+    from graveler.spark.importer import import_prefix
+
+    u = uri_arg(args.dest)
+    branch, prefix = u.with_prefix()
+    if not prefix:
+        raise InvalidArgument(f"{u}: give a destination prefix, lakefs://REPO/BRANCH/PREFIX/ (it is replaced)")
+    with session(args) as s:
+        repo = s.repo(u)
+        repo.get_branch(branch)  # fail before starting Spark
+        spark = _spark(args)
+        res = import_prefix(spark, repo, branch, args.source, prefix, args.message, args.partitions)
+    what = f"commit {res.commit_id[:12]}" if res.commit_id else "no commit (the tree is unchanged)"
+    _print(args, asdict(res), f"imported {res.imported} objects into {branch}/{prefix}: {what}, "
+                              f"metarange {res.metarange_id[:12]} ({res.records} entries, {res.ranges} ranges)")
+    return 0
+
+
+def cmd_gc_rules(args) -> int:
+    from graveler.spark.gc import GCRules, delete_rules, get_rules, set_rules
+
+    u = uri_arg(args.repo).repo_only()
+    with session(args) as s:
+        repo = s.repo(u)
+        if args.delete:
+            delete_rules(repo)
+            note("rules deleted: every commit is kept")
+            return 0
+        rules = get_rules(repo)
+        if args.default_days is not None or args.branch:
+            branches = dict(rules.branches) if rules else {}
+            for item in args.branch or ():
+                name, sep, days = item.partition("=")
+                if not sep or not name or not days.strip().isdigit():
+                    raise InvalidArgument(f"invalid --branch {item!r}: expected NAME=DAYS")
+                branches[name] = int(days)
+            default = args.default_days if args.default_days is not None else (
+                rules.default_retention_days if rules else None)
+            if default is None:
+                raise InvalidArgument("no rules yet: give --default-days")
+            rules = GCRules(default, branches)
+            set_rules(repo, rules)
+        if rules is None:
+            note(f"{u.repository}: no retention rules (every commit is kept)")
+            return 0
+        sys.stdout.write(rules.to_json() + "\n")
+    return 0
+
+
+def _mark(args, repo):
+    from graveler.spark.gc import mark
+
+    if args.min_age < 0:
+        raise InvalidArgument(f"--min-age must be >= 0, not {args.min_age}")
+    spark = _spark(args)
+    return spark, mark(spark, repo, min_age=timedelta(hours=args.min_age), dry_run=args.dry_run,
+                       collect=args.dry_run)
+
+
+def _report_mark(args, m) -> None:
+    if args.json:
+        d = asdict(m)
+        d.pop("sample")
+        emit_json(d)
+        return
+    if args.dry_run:
+        for a in m.addresses or ():
+            out(a)
+        note(f"dry run: {m.candidates} objects ({m.bytes} bytes) would be deleted; nothing was written")
+    else:
+        out(f"run {m.run_id}: {m.candidates} objects ({m.bytes} bytes) to delete; report {m.report_prefix}")
+
+
+def cmd_gc_mark(args) -> int:
+    with session(args) as s:
+        repo = s.repo(uri_arg(args.repo).repo_only())
+        _, m = _mark(args, repo)
+    _report_mark(args, m)
+    return 0
+
+
+def cmd_gc_run(args) -> int:
+    from graveler.spark.gc import sweep
+
+    with session(args) as s:
+        repo = s.repo(uri_arg(args.repo).repo_only())
+        spark, m = _mark(args, repo)
+        _report_mark(args, m)
+        if not args.dry_run:
+            r = sweep(spark, repo, m.run_id)
+            _print(args, asdict(r), f"run {r.run_id}: {r.deleted} deleted, {r.kept} kept (live again), "
+                                    f"{r.failed} failed")
+            return 1 if r.failed else 0
+    return 0
+
+
+def cmd_gc_sweep(args) -> int:
+    from graveler.spark.gc import sweep
+
+    with session(args) as s:
+        repo = s.repo(uri_arg(args.repo).repo_only())
+        r = sweep(_spark(args), repo, args.run_id, dry_run=args.dry_run)
+    verb = "would be deleted" if args.dry_run else "deleted"
+    _print(args, asdict(r), f"run {r.run_id}: {r.deleted} {verb}, {r.kept} kept (live again), {r.failed} failed")
+    return 1 if r.failed else 0
+
+
+def cmd_gc_runs(args) -> int:
+    from graveler.spark.gc import list_runs
+
+    with session(args) as s:
+        runs = list_runs(s.repo(uri_arg(args.repo).repo_only()))
+    for r in runs:
+        if args.json:
+            emit_json({k: r[k] for k in ("run_id", "created", "cutoff", "candidates", "bytes", "report")})
+        else:
+            out(f"{r['run_id']}  {r['candidates']} objects  {r['bytes']} bytes")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from graveler.spark.export import export
+
+    u = uri_arg(args.ref)
+    ref = u.with_ref()
+    with session(args) as s:
+        repo = s.repo(u)
+        repo.get_commit(ref)  # fail before starting Spark
+        res = export(_spark(args), repo, ref, args.dest, previous=args.previous, full=args.full,
+                     partitions=args.partitions)
+    how = f"incremental from {res.previous[:12]}" if res.previous else "full"
+    _print(args, asdict(res), f"exported {res.commit_id[:12]} to {args.dest}: {res.copied} copied, "
+                              f"{res.deleted} deleted ({how})")
+    return 0
+
+
+def submit_main(command: str, argv: list[str]) -> int:
+    """The entry of ``scripts/spark_<command>.py`` under spark-submit: ``lakefuse <command> ARGS``."""
+    from lakefuse.cli import main
+
+    return main([command, *argv])
+
+
+__all__ = ["register", "submit_main"]

@@ -75,6 +75,11 @@ class Repository:
     def storage_namespace(self) -> str:
         return self._core.record.storage_namespace
 
+    @property
+    def store(self):
+        """The object store of the storage namespace (data objects, ranges, metaranges, reports)."""
+        return self._store
+
     # ------------------------------------------------------------------ refs
 
     def resolve(self, ref: str) -> ResolvedRef:
@@ -88,6 +93,15 @@ class Repository:
     def count_commits(self) -> int:
         """How many commits the repository holds (all of them, reachable or not)."""
         return self._refs.count_commits()
+
+    def list_commits(self) -> Iterator[Commit]:
+        """Every commit of the repository, reachable or not, in commit-ID order (for GC)."""
+        return self._refs.list_commits()
+
+    def iter_staged(self, token: str) -> Iterator[tuple[bytes, Value | None]]:
+        """Every (path, value) staged under one staging token (``None``: a tombstone), in path
+        order; a branch's tokens are ``get_branch(name).tokens`` (for GC)."""
+        return self._staging.stream(token)
 
     def get_branch(self, name: str) -> Branch:
         """A branch record (head commit, staging token, sealed tokens)."""

@@ -137,7 +137,7 @@ def _main_parent(c) -> str | None:
 def active_commits(repo, rules: GCRules | None, now: datetime | None = None,
                    refs: RefsSnapshot | None = None) -> dict[str, str]:
     """commit ID -> metarange ID of every commit whose objects must be kept."""
-    commits = {c.id: c for c in repo.refs.list_commits()}
+    commits = {c.id: c for c in repo.list_commits()}
     refs = refs or snapshot_refs(repo)
     if rules is None:
         return {cid: c.meta_range_id for cid, c in commits.items()}
@@ -223,7 +223,7 @@ def _ranges_of(store, metarange_ids) -> list[str]:
 def _staged_addresses(repo, ns_uri: str, tokens) -> list[str]:
     out = []
     for tok in sorted(set(tokens)):
-        for _, v in repo.staging.stream(tok):
+        for _, v in repo.iter_staged(tok):
             if v is None:
                 continue
             e = _Entry.from_value(v)
@@ -327,6 +327,7 @@ class MarkResult:
     sample: list[str]  # up to 100 candidate addresses, sorted
     seconds: float = 0.0
     addresses: list[str] | None = None  # every candidate, when asked for (dry run, tests)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
 
 def new_run_id(now: datetime) -> str:
@@ -356,8 +357,13 @@ def _write_report_task(ns: Namespace, prefix: str):
 
 
 def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None = None, dry_run: bool = False,
-         run_id: str | None = None, collect: bool = False) -> MarkResult:
-    """Find the objects of ``data/`` that nothing active references; write the report (unless a dry run)."""
+         run_id: str | None = None, collect: bool = False, inventory=None) -> MarkResult:
+    """Find the objects of ``data/`` that nothing active references; write the report (unless a dry run).
+
+    ``inventory``: a DataFrame of the namespace's objects (``REPORT_SCHEMA``: address relative to the
+    namespace, size, last_modified) to use instead of listing ``data/`` -- an S3 Inventory report, as
+    lakeFS accepts, or a benchmark's synthetic listing.  Its rows outside ``data/`` are ignored.
+    """
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
@@ -370,13 +376,21 @@ def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None
     rules = get_rules(repo)
     refs = snapshot_refs(repo)
     active = active_commits(repo, rules, now, refs)
+    phases = {"active_commits": time.monotonic() - t0}
     log.info("gc %s: %d active commits (rules: %s)", run_id, len(active), "none" if rules is None else "set")
     mrs = set(active.values())
     live, nranges = live_df(spark, ns, mrs)
-    old = old_objects_df(spark, ns, cutoff)
+    if inventory is None:
+        old = old_objects_df(spark, ns, cutoff)
+    else:
+        old = inventory.select("address", "size", "last_modified").where(
+            F.col("address").startswith(DATA_PREFIX) & (F.col("last_modified") < F.lit(cutoff)))
     cands = old.join(live, on="address", how="left_anti").persist()
     try:
+        t1 = time.monotonic()
         cands.count()
+        phases["live_list_antijoin"] = time.monotonic() - t1
+        t1 = time.monotonic()
         # Read the refs and staging again now: a branch created or moved during the run, and whatever is
         # staged (uploads staged during the run are younger than the cutoff anyway), keep their objects.
         extra, again, extra_mrs = moved_since(spark, repo, ns, refs, mrs)
@@ -386,6 +400,8 @@ def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None
         prev.unpersist()
         refs = RefsSnapshot({**refs.branches, **again.branches}, {**refs.tokens, **again.tokens},
                             {**refs.tags, **again.tags})
+        phases["recheck_refs"] = time.monotonic() - t1
+        t1 = time.monotonic()
         agg = cands.agg(F.count("*").alias("n"), F.sum("size").alias("b")).collect()[0]
         n, nbytes = int(agg["n"]), int(agg["b"] or 0)
         if collect:
@@ -418,9 +434,11 @@ def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None
                 "report": prefix + "deleted/",
             }
             ns.open().put(prefix + "summary.json", json.dumps(summary, indent=1).encode())  # last: the run is complete
+        phases["report"] = time.monotonic() - t1
     finally:
         cands.unpersist()
-    res = MarkResult(run_id, n, nbytes, len(active), nranges, prefix, sample, time.monotonic() - t0, addresses)
+    res = MarkResult(run_id, n, nbytes, len(active), nranges, prefix, sample, time.monotonic() - t0, addresses,
+                     phases)
     log.info("gc %s: %d candidates (%d bytes) in %.1f s%s", run_id, n, nbytes, res.seconds,
              " (dry run)" if dry_run else "")
     return res

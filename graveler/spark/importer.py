@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from graveler.errors import DirtyBranch, InvalidArgument
@@ -42,6 +42,7 @@ class ImportResult:
     records: int  # records of the new tree
     ranges: int
     parts: int
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def check_dest_prefix(prefix: str) -> str:
@@ -189,8 +190,10 @@ def import_listing(repo, branch: str, listing, dest_prefix: str, message: str | 
     res = write_metarange(new.unionByName(old), ns, repo.config.range_params, partitions)
     mr = res.metarange_id if res.records else ""
     log.info("import into %s/%s: %d records in %.1f s", branch, dest_prefix, res.records, time.monotonic() - t0)
-    return _finish(repo, branch, head, mr, res.records, res.ranges, res.parts, dest_prefix, message, metadata,
-                   source, listing.count())
+    out = _finish(repo, branch, head, mr, res.records, res.ranges, res.parts, dest_prefix, message, metadata,
+                  source, listing.count())
+    out.seconds.update(res.seconds)
+    return out
 
 
 def _finish(repo, branch, head, mr, records, ranges, parts, dest_prefix, message, metadata, source,

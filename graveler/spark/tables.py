@@ -25,8 +25,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from graveler.committed.fnv import fnv1a64_batch
@@ -128,6 +129,7 @@ class WriteResult:
     records: int
     ranges: int
     parts: int
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase: break_keys, write_ranges, metarange
 
 
 def write_metarange_local(store: ObjectStore, records: Iterable[tuple[bytes, bytes]],
@@ -236,16 +238,21 @@ def write_metarange(records, ns: Namespace, params: RangeParams = RangeParams(),
         parts = 1
     bounds: list[bytes] = []
     persisted = False
+    secs: dict[str, float] = {}
+    t0 = time.monotonic()
     try:
         if parts > 1:
             recs = recs.persist()
             persisted = True
             rows = recs.select("key").mapInArrow(_break_keys_task(params.raggedness), "key binary").collect()
             bounds = choose_bounds(sorted(bytes(r.key) for r in rows), parts)
+            secs["break_keys"] = time.monotonic() - t0  # includes computing (and caching) the input
         nparts = len(bounds) + 1
+        t1 = time.monotonic()
         parted = recs.mapInArrow(_assign_part_task(bounds), "part int, " + RECORD_SCHEMA)
         parted = parted.repartitionByRange(nparts, "part").sortWithinPartitions("key")
         rows = parted.mapInArrow(_write_ranges_task(ns, params, metadata), RANGE_SCHEMA).collect()
+        secs["write_ranges"] = time.monotonic() - t1
     except Exception as e:
         if type(e).__module__.startswith(("pyspark", "py4j")):
             raise InvalidArgument(f"writing ranges failed: {spark_error_message(e)}") from e
@@ -255,11 +262,13 @@ def write_metarange(records, ns: Namespace, params: RangeParams = RangeParams(),
             recs.unpersist()
     infos = sorted((RangeInfo(r.id, bytes(r.min_key), bytes(r.max_key), r["count"], r.estimated_size) for r in rows),
                    key=lambda i: i.min_key)
+    t2 = time.monotonic()
     store = ns.open()
     w = MetaRangeWriter(lambda k, d: put_if_absent(store, k, d), params, metadata)
     for info in infos:
         w.copy_range(info)  # checks that ranges do not overlap (duplicate keys across parts)
     mr_id = w.close()
+    secs["metarange"] = time.monotonic() - t2
     n = sum(i.count for i in infos)
     log.info("wrote metarange %s: %d records, %d ranges, %d parts", mr_id, n, len(infos), nparts)
-    return WriteResult(mr_id, n, len(infos), nparts)
+    return WriteResult(mr_id, n, len(infos), nparts, secs)

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Benchmark of graveler.spark (issue: Spark pipelines), each job beside its single-process path.
+
+On one Spark master (default local[2]), in one run:
+
+* import of N listing entries (Parquet listing -> one commit): entries/s, Spark vs the
+  single-process writer over the same listing, and whether the metarange IDs are identical;
+  where the Spark time goes (input + break-key pass, range writing, metarange);
+* entries_df scan of the imported commit: entries/s, vs iterating the commit in this process;
+* GC mark over S stored / L live objects: the live set is the entries of a real L-entry commit
+  (read from its ranges by the executors), the stored objects are an inventory DataFrame
+  (as with an S3 Inventory report: S data/ objects, L of them live); the seconds of each phase;
+  and a mark that lists a real namespace of --gc-files small files by hourly slice;
+* export of E objects to a local directory: objects/s, vs a copy loop in this process.
+
+    .venv/bin/python scripts/bench/spark.py                       # defaults (see --help)
+    .venv/bin/python scripts/bench/spark.py --import 1000000 10000000 --gc-stored 10000000 --gc-live 5000000
+
+Figures are medians of --repeat runs where a run is cheap enough to repeat; the machine is
+shared: compare the same-run ratios, not the absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from graveler import Graveler, GravelerConfig, KVConfig  # noqa: E402
+from graveler.model import Entry, encode_value  # noqa: E402
+from graveler.objects import new_data_address  # noqa: E402
+from graveler.spark.entries import entries_df  # noqa: E402
+from graveler.spark.export import export  # noqa: E402
+from graveler.spark.gc import GCRules, mark, set_rules  # noqa: E402
+from graveler.spark.importer import encode_listing, import_listing, import_records_local  # noqa: E402
+from graveler.spark.session import SparkConfig, get_session  # noqa: E402
+from graveler.spark.tables import write_metarange_local  # noqa: E402
+
+TEAMS = ["ads", "search", "payments", "ml-features", "growth", "infra", "risk", "maps"]
+
+
+def listing_table(n: int, seed: int = 0):
+    import pyarrow as pa
+
+    keys = [f"{TEAMS[i % 8]}/events/date=2024-{(i // 50000) % 12 + 1:02d}-{(i // 2000) % 28 + 1:02d}/"
+            f"part-{(i * 2654435761 + seed) % 2**32:08x}-{i:09d}.snappy.parquet" for i in range(n)]
+    return pa.table({
+        "key": pa.array(keys, pa.string()),
+        "address": pa.array([f"s3://landing-bucket/raw/{k}" for k in keys], pa.string()),
+        "size": pa.array([1000 + i % 100000 for i in range(n)], pa.int64()),
+        "etag": pa.array([f"{(i * 0x9E3779B97F4A7C15) % 2**128:032x}" for i in range(n)], pa.string()),
+        "last_modified": pa.array([1_700_000_000_000_000 + i * 1000 for i in range(n)],
+                                  pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+    })
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="lakefuse-bench-spark-", dir=args.tmp))
+        self.g = Graveler(GravelerConfig(home=self.tmp / "home", kv=KVConfig(map_size=1 << 34, sync=False)))
+        self.spark = get_session(SparkConfig(master=args.master, app_name="lakefuse-bench",
+                                             shuffle_partitions=args.shuffle_partitions))
+        self.rows: list[tuple[str, str, str, str]] = []
+        self.nrepo = 0
+
+    def repo(self, tag: str):
+        self.nrepo += 1
+        name = f"b{self.nrepo}-{tag}"
+        return self.g.create_repository(name, f"file://{self.tmp}/ns-{name}")
+
+    def report(self, what: str, spark: str, single: str, ratio: str) -> None:
+        self.rows.append((what, spark, single, ratio))
+        print(f"  {what}: spark {spark} | single {single} | {ratio}", flush=True)
+
+    # ---------------------------------------------------------------- import + scan
+    def bench_import(self, n: int) -> None:
+        import pyarrow.parquet as pq
+
+        path = self.tmp / f"listing-{n}.parquet"
+        t = listing_table(n)
+        pq.write_table(t, path)
+        print(f"import of {n:,} listing entries (Parquet listing, {path.stat().st_size >> 20} MiB)", flush=True)
+        times, res = [], None
+        for _ in range(self.args.repeat):
+            repo = self.repo("imp")
+            df = self.spark.read.parquet(str(path))
+            t0 = time.monotonic()
+            res = import_listing(repo, "main", df, "in/", partitions=self.args.partitions)
+            times.append(time.monotonic() - t0)
+        spark_s = statistics.median(times)
+        single_s = None
+        if n <= self.args.single_max:
+            repo1 = self.repo("imp1")
+            t0 = time.monotonic()
+            tbl = pq.read_table(path)
+            recs = encode_listing("in/", tbl.column("key").to_pylist(), tbl.column("address").to_pylist(),
+                                  tbl.column("size").to_pylist(), tbl.column("etag").to_pylist(),
+                                  tbl.column("last_modified").cast("int64").to_pylist())
+            t_enc = time.monotonic() - t0
+            single = import_records_local(repo1, "main", recs, "in/")
+            single_s = time.monotonic() - t0
+            same = single.metarange_id == res.metarange_id
+            print(f"    single: encode {t_enc:.1f} s, sort+write {single_s - t_enc:.1f} s", flush=True)
+        phases = ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items())
+        print(f"    spark phases: {phases}; {res.ranges} ranges, {res.parts} parts", flush=True)
+        self.report(f"import {n:,} entries", f"{n / spark_s:,.0f} entries/s ({spark_s:.1f} s)",
+                    f"{n / single_s:,.0f} entries/s ({single_s:.1f} s)" if single_s else "-",
+                    (f"x{single_s / spark_s:.2f}, IDs {'identical' if same else 'DIFFER'}") if single_s else "-")
+        if single_s and not same:
+            raise SystemExit("metarange IDs differ")
+        self.scan_repo = repo
+        self.scan_n = n
+
+    def bench_scan(self) -> None:
+        repo, n = self.scan_repo, self.scan_n
+        print(f"entries_df scan of a {n:,}-entry commit", flush=True)
+        times = []
+        for _ in range(self.args.repeat):
+            t0 = time.monotonic()
+            cnt = entries_df(self.spark, repo, "main").where("size >= 0").count()
+            times.append(time.monotonic() - t0)
+            assert cnt == n
+        s = statistics.median(times)
+        t0 = time.monotonic()
+        k = 0
+        for _, v in repo.iter_committed("main"):
+            Entry.from_value(v)
+            k += 1
+        single = time.monotonic() - t0
+        self.report(f"entries_df scan {n:,}", f"{n / s:,.0f} entries/s ({s:.1f} s)",
+                    f"{n / single:,.0f} entries/s ({single:.1f} s)", f"x{single / s:.2f}")
+
+    # ---------------------------------------------------------------- gc
+    def bench_gc(self, stored: int, live: int) -> None:
+        from pyspark.sql import functions as F
+
+        print(f"gc mark over {stored:,} stored / {live:,} live objects (inventory listing)", flush=True)
+        repo = self.repo("gc")
+        old_ns = 1_600_000_000 * 10**9
+        t0 = time.monotonic()
+        # The live commit: `live` entries whose RELATIVE addresses are data/ objects (not written: an inventory
+        # stands for the listing), committed with the single-process writer.
+        addr = [f"data/2020091312/{old_ns + i:019d}{i:016x}" for i in range(stored)]
+        recs = [(f"t/{i:010d}".encode(), encode_value(Entry(addr[2 * i], 100, f"{i:032x}", old_ns).to_value()))
+                for i in range(live)]
+        mr = write_metarange_local(repo.store, recs, repo.config.range_params)
+        repo.commit_metarange("main", mr, "live")
+        del recs
+        build = time.monotonic() - t0
+        set_rules(repo, GCRules(7))
+        inv = self.spark.range(0, stored, 1, max(2, stored // 500_000)).select(
+            F.concat(F.lit("data/2020091312/"), F.lpad((F.col("id") + F.lit(old_ns)).cast("string"), 19, "0"),
+                     F.lpad(F.lower(F.hex("id")), 16, "0")).alias("address"),
+            F.lit(100).cast("long").alias("size"),
+            F.lit(datetime(2020, 9, 13, 12, tzinfo=timezone.utc)).alias("last_modified"))
+        times, m = [], None
+        for _ in range(self.args.repeat):
+            t0 = time.monotonic()
+            m = mark(self.spark, repo, inventory=inv, dry_run=self.args.gc_dry_run)
+            times.append(time.monotonic() - t0)
+        expect = stored - live if stored >= 2 * live else None
+        assert expect is None or m.candidates == expect, (m.candidates, expect)
+        s = statistics.median(times)
+        phases = ", ".join(f"{k} {v:.1f} s" for k, v in m.phases.items())
+        print(f"    (built the {live:,}-entry commit in {build:.1f} s; phases: {phases}; {m.ranges_read} ranges)",
+              flush=True)
+        # The single-process anchor: the same anti-join as Python sets over the same addresses.
+        t0 = time.monotonic()
+        livec = {Entry.from_value(v).address for _, v in repo.iter_committed("main")}
+        cand = sum(1 for a in addr if a not in livec)
+        single = time.monotonic() - t0
+        assert cand == m.candidates
+        self.report(f"gc mark {stored:,}/{live:,}", f"{s:.1f} s ({m.candidates:,} candidates)",
+                    f"{single:.1f} s (python set)", f"x{single / s:.2f}")
+
+    def bench_gc_files(self, files: int) -> None:
+        print(f"gc mark listing a real namespace of {files:,} files in hourly slices", flush=True)
+        repo = self.repo("gcf")
+        base = time.time_ns() - 10 * 86400 * 10**9
+        addrs = []
+        for i in range(files):
+            t = base + (i % 48) * 3600 * 10**9 + i
+            a = new_data_address(t)
+            p = os.path.join(repo.store.root, a)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "wb") as f:
+                f.write(b"x")
+            os.utime(p, ns=(t, t))
+            addrs.append(a)
+        recs = [(f"f/{i:09d}".encode(), encode_value(Entry(a, 1, "x", base).to_value()))
+                for i, a in enumerate(addrs[::2])]
+        repo.commit_metarange("main", write_metarange_local(repo.store, recs, repo.config.range_params), "live")
+        t0 = time.monotonic()
+        m = mark(self.spark, repo, dry_run=True)
+        s = time.monotonic() - t0
+        assert m.candidates == files - len(recs)
+        self.report(f"gc mark listing {files:,} files", f"{s:.1f} s ({files / s:,.0f} objects/s)", "-", "-")
+
+    # ---------------------------------------------------------------- export
+    def bench_export(self, n: int) -> None:
+        print(f"export of {n:,} objects (4 KiB each) to a local directory", flush=True)
+        repo = self.repo("exp")
+        data = os.urandom(4096)
+        etag = hashlib.md5(data).hexdigest()
+        recs = []
+        for i in range(n):
+            a = new_data_address()
+            repo.store.put(a, data)
+            recs.append((f"e/{i % 100:02d}/{i:08d}.bin".encode(),
+                         encode_value(Entry(a, len(data), etag, time.time_ns()).to_value())))
+        repo.commit_metarange("main", write_metarange_local(repo.store, recs, repo.config.range_params), "objs")
+        dest = self.tmp / "export-spark"
+        t0 = time.monotonic()
+        r = export(self.spark, repo, "main", str(dest), partitions=self.args.partitions)
+        s = time.monotonic() - t0
+        assert r.copied == n
+        # The single-process path: the same copies in one loop.
+        from graveler.objstore import open_store
+
+        out = open_store(str(self.tmp / "export-single"))
+        t0 = time.monotonic()
+        for k, v in repo.iter_committed("main"):
+            out.put(k.decode(), repo.store.get(Entry.from_value(v).address))
+        single = time.monotonic() - t0
+        self.report(f"export {n:,} objects", f"{n / s:,.0f} objects/s ({s:.1f} s)",
+                    f"{n / single:,.0f} objects/s ({single:.1f} s)", f"x{single / s:.2f}")
+
+    def close(self) -> None:
+        self.spark.stop()
+        self.g.close()
+        if not self.args.keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--import", dest="imports", type=int, nargs="*", default=[1_000_000],
+                    help="listing sizes to import (default 1,000,000)")
+    ap.add_argument("--single-max", type=int, default=2_000_000, help="skip the single-process import above this")
+    ap.add_argument("--gc-stored", type=int, default=2_000_000)
+    ap.add_argument("--gc-live", type=int, default=1_000_000)
+    ap.add_argument("--gc-files", type=int, default=50_000, help="files for the real-listing mark (0: skip)")
+    ap.add_argument("--gc-dry-run", action="store_true", help="mark without writing the report")
+    ap.add_argument("--export", type=int, default=100_000, help="objects to export (0: skip)")
+    ap.add_argument("--partitions", type=int, default=None)
+    ap.add_argument("--shuffle-partitions", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--tmp", default=None, help="where to put the namespaces (default: the system temp dir)")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    b = Bench(args)
+    print(f"master {args.master}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
+    try:
+        for n in args.imports:
+            b.bench_import(n)
+        if args.imports:
+            b.bench_scan()
+        if args.gc_stored:
+            b.bench_gc(args.gc_stored, args.gc_live)
+        if args.gc_files:
+            b.bench_gc_files(args.gc_files)
+        if args.export:
+            b.bench_export(args.export)
+    finally:
+        b.close()
+    print()
+    print(f"{'what':<34} {'spark':<40} {'single process':<36} ratio")
+    for r in b.rows:
+        print(f"{r[0]:<34} {r[1]:<40} {r[2]:<36} {r[3]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

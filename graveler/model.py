@@ -178,3 +178,19 @@ class MergeStrategy(enum.Enum):
     NONE = "none"  # conflicts fail the merge
     DEST_WINS = "dest-wins"
     SOURCE_WINS = "source-wins"
+
+
+_STAT_PB = catalog_pb2.Entry
+
+
+def entry_stat(v: Value) -> tuple[int, int, dict[str, str] | None]:
+    """(size, last-modified unix ns, metadata or None when there is none) of a range record's
+    catalog entry, without building an :class:`Entry` (listings that only need ``stat``)."""
+    pb = _STAT_PB()
+    try:
+        pb.ParseFromString(v.data)
+    except Exception as e:  # protobuf's DecodeError
+        raise CorruptedData(f"malformed catalog entry ({e})") from None
+    ts = pb.last_modified
+    md = pb.metadata
+    return pb.size, ts.seconds * 1_000_000_000 + ts.nanos, (dict(md) if len(md) else None)

@@ -459,6 +459,11 @@ class Repository:
 
     # ------------------------------------------------------------------ caches
 
+    def check_store(self) -> None:
+        """Reach the storage namespace once (one listing request): StoreUnavailable if it
+        does not answer, whatever is cached locally."""
+        next(iter(self._store.list("_lakefs/")), None)
+
     def cache_stats(self) -> dict:
         """Counters of the committed layer's caches: ``tables_read`` (table files fetched),
         ``block_cache`` hits / misses, and ``table_disk_cache`` (the disk tier's, if any)."""

@@ -209,10 +209,19 @@ class View:
 
         return self._run(run)
 
-    def open(self, entry: Entry):
-        """A read handle on ``entry``'s object (``NotFound`` if the object is missing)."""
+    def open(self, entry: Entry, cache=None):
+        """A read handle on ``entry``'s object. On a local store: the object's file, kept
+        open (``NotFound`` now if it is missing). On a remote store: chunked ranged reads
+        with sequential read-ahead through ``cache`` (a
+        :class:`graveler.objstore.chunked.DataCache`, optional); a missing object is
+        ``NotFound`` at the first read."""
+        from graveler.objstore import LocalStore
+        from graveler.objstore.chunked import ChunkedReader
+
         store, key = self.repo._entries.locate(entry)
-        return store.open_reader(key)
+        if isinstance(store, LocalStore):
+            return store.open_reader(key)
+        return ChunkedReader(store, key, entry.size, store.full_uri(key), entry.etag, cache)
 
     def __repr__(self) -> str:
         return f"View({self.repo.name}:{self.ref} -> {self._pin.commit.id[:12]})"

@@ -72,9 +72,11 @@ def register(sub) -> None:
     p.add_argument("-f", "--foreground", action="store_true",
                    help="stay in the foreground: this process is the daemon (systemd, tests)")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
-                   help="disk cache of range/metarange files for remote stores (default: <home>/cache)")
+                   help="disk caches for remote (S3) stores: DIR/tables (range/metarange files) and DIR/data "
+                        "(object data) (default: <home>/cache and <home>/data-cache)")
     p.add_argument("--cache-size", metavar="BYTES", type=_size, default=None,
-                   help="bound of the disk cache, e.g. 10G (default: 4G)")
+                   help="bound of the disk caches together, e.g. 10G: a quarter for tables, the rest for "
+                        "data (default: 16G)")
     p.add_argument("-o", dest="options", metavar="OPT[,OPT...]", action="append", default=[],
                    help="FUSE mount options, e.g. allow_other (not set unless asked)")
     p.add_argument("--log", metavar="FILE", default=None,
@@ -104,16 +106,23 @@ def _fuse_options(args) -> frozenset[str]:
     return frozenset(out)
 
 
+DEFAULT_CACHE_SIZE = 16 << 30
+
+
+def _cache_budget(args) -> tuple[Path | None, int, int]:
+    """(cache directory or None for the default, table bytes, data bytes)."""
+    total = args.cache_size or DEFAULT_CACHE_SIZE
+    return (Path(args.cache_dir).absolute() if args.cache_dir else None), total // 4, total - total // 4
+
+
 def _graveler(args):
     from dataclasses import replace
 
     from graveler import CacheConfig, Graveler, GravelerConfig
 
-    cache = CacheConfig()
-    if args.cache_size:
-        cache = replace(cache, disk_bytes=args.cache_size)
-    if args.cache_dir:
-        cache = replace(cache, disk_dir=str(Path(args.cache_dir).absolute()))
+    cache_dir, table_bytes, _ = _cache_budget(args)
+    # the tables' disk tier is shared with the CLI (<home>/cache) unless --cache-dir is given
+    cache = CacheConfig(disk_bytes=table_bytes, disk_dir=str(cache_dir / "tables") if cache_dir else None)
     return Graveler(GravelerConfig.from_home(getattr(args, "home", None), cache=cache))
 
 
@@ -167,7 +176,14 @@ def serve_foreground(args, repository: str, mp: str) -> int:
         g = _graveler(args)
         repo = g.repository(repository)
         fs_config = FsConfig(branch_timeout=args.branch_timeout)
-        daemon.serve(repo, daemon.MountConfig(repository, mp, _fuse_options(args)), fs_config)
+        data_cache = None
+        if not repo.storage_namespace.startswith("file:"):
+            from graveler.objstore.chunked import DataCache
+
+            cache_dir, _, data_bytes = _cache_budget(args)
+            cache_dir = cache_dir / "data" if cache_dir else Path(g.config.home) / "data-cache"
+            data_cache = DataCache(str(cache_dir), data_bytes)
+        daemon.serve(repo, daemon.MountConfig(repository, mp, _fuse_options(args)), fs_config, data_cache)
         return 0
     except (daemon.MountError, GravelerError) as e:
         reason = str(e)

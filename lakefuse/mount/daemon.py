@@ -125,7 +125,7 @@ def check_mountpoint(mountpoint: str) -> str:
 # ---------------------------------------------------------------------- the daemon
 
 
-def serve(repo, config: MountConfig, fs_config=None) -> None:
+def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     """Mount ``repo`` and serve it until unmounted or signalled (the ``-f`` daemon).
 
     Raises MountError (after sending ``STATUS=``) when it cannot mount."""
@@ -138,9 +138,11 @@ def serve(repo, config: MountConfig, fs_config=None) -> None:
     from lakefuse.mount.offload import Offload
 
     mp = check_mountpoint(config.mountpoint)
-    # The store must answer before we mount: read the default branch's tree once.
+    # The store must answer before we mount (a cached tree would not tell): list it once,
+    # then read the default branch's tree.
+    repo.check_store()
     View(repo, repo.default_branch).list_page(b"", b"", 1)
-    fs = Filesystem(repo, fs_config)
+    fs = Filesystem(repo, fs_config, data_cache=data_cache)
     ops = Operations(fs, Offload(config.limits or None))
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:

@@ -28,12 +28,12 @@ import os
 import stat
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 from graveler import paths
 from graveler.errors import InvalidArgument, NotFound
-from graveler.model import Entry, Value
+from graveler.model import Entry, Value, entry_stat
 from graveler.objects import POSIX_KEYS, PosixAttrs, user_metadata
 from graveler.view import View
 from lakefuse.mount.errors import FsError
@@ -59,6 +59,7 @@ class FsConfig:
     branch_timeout: float = 1.0  # kernel entry/attr cache of branch trees and of the root's names
     immutable_timeout: float = 3600.0  # kernel entry/attr cache of commit, tag and expression trees
     readdir_page: int = 1000  # directory entries read from graveler per call
+    small_file_bytes: int = 128 * 1024  # local files up to this size are read whole at open
     log_commits: int = 100  # lines of .lakefuse/log
     extra_stats: Callable[[], dict] | None = None  # more counters for .lakefuse/stats
 
@@ -190,12 +191,14 @@ class _LogOnce:
 class Filesystem:
     """The semantics of the mount over one repository (see the module docstring)."""
 
-    def __init__(self, repo, config: FsConfig | None = None, stats: Stats | None = None):
+    def __init__(self, repo, config: FsConfig | None = None, stats: Stats | None = None, data_cache=None):
         self.repo = repo
         self.config = config or FsConfig()
         self.stats = stats or Stats()
+        self.data_cache = data_cache  # graveler.objstore.chunked.DataCache for remote stores (or None)
         self.inodes = InodeTable()
         self.inodes.on_drop = self._dropped
+        self.inodes.on_new = self._made
         self.started_ns = time.time_ns()
         self._trees: dict[tuple, _Tree] = {}
         self._trees_lock = threading.Lock()
@@ -217,11 +220,11 @@ class Filesystem:
         return t, t
 
     def _file_attr(self, value: Value, tree: _Tree) -> Attr:
-        e = Entry.from_value(value)
+        size, mtime_ns, metadata = entry_stat(value)
         c = self.config
-        mode, uid, gid, size = FILE_MODE, c.uid, c.gid, e.size
-        if e.metadata:
-            pa = PosixAttrs.from_metadata(e.metadata)
+        mode, uid, gid = FILE_MODE, c.uid, c.gid
+        if metadata:
+            pa = PosixAttrs.from_metadata(metadata)
             if pa.symlink is not None:
                 mode, size = stat.S_IFLNK | 0o777, len(pa.symlink.encode())
             elif pa.mode is not None and stat.S_IFMT(pa.mode) in (0, stat.S_IFREG):
@@ -230,7 +233,7 @@ class Filesystem:
             gid = pa.gid if pa.gid is not None else gid
             if pa.mtime_ns is not None:
                 return Attr(0, mode, size, pa.mtime_ns, uid, gid, 1, *self._timeouts(tree))
-        mtime = e.last_modified_ns or tree.mtime_ns
+        mtime = mtime_ns or tree.mtime_ns
         et, at = self._timeouts(tree)
         return Attr(0, mode, size, mtime, uid, gid, 1, et, at)
 
@@ -262,7 +265,8 @@ class Filesystem:
 
     @staticmethod
     def _with_ino(attr: Attr, ino: int) -> Attr:
-        return replace(attr, ino=ino)
+        attr.ino = ino  # every Attr handed in here is fresh: set in place (no copy on the hot path)
+        return attr
 
     # ------------------------------------------------------------------ trees and nodes
 
@@ -280,15 +284,12 @@ class Filesystem:
         with self._trees_lock:
             return self._trees.setdefault(tree.key, tree)
 
-    def _make(self, key, kind: Kind, tree, path: bytes, parent_ino: int) -> Callable[[int], Node]:
-        def make(ino: int) -> Node:
-            if tree is not None:
-                with self._trees_lock:
-                    tree.nodes += 1
-                    self._trees.setdefault(tree.key, tree)
-            return Node(ino, key, kind, tree, path, parent_ino)
-
-        return make
+    def _made(self, node: Node) -> None:
+        tree = node.tree
+        if tree is not None:
+            with self._trees_lock:
+                tree.nodes += 1
+                self._trees.setdefault(tree.key, tree)
 
     def _dropped(self, node: Node) -> None:
         tree = node.tree
@@ -301,9 +302,10 @@ class Filesystem:
 
     def _acquire(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                  value: Value | None = None, stamp: int = 0, lookups: int = 1) -> Attr:
-        node, new = self.inodes.acquire(key, self._make(key, kind, tree, path, parent_ino), lookups)
+        node, new = self.inodes.acquire(key, kind, tree, path, parent_ino, lookups)
         if new or tree is None or not tree.immutable or node.attr is None:
-            node.attr = self._with_ino(attr, node.ino)
+            attr.ino = node.ino
+            node.attr = attr
             node.value = value
             node.stamp = stamp
         return node.attr
@@ -627,13 +629,20 @@ class Filesystem:
             reader = self._open_object(tree, node.path, entry)
         keep = tree.immutable or node.opened_identity == value.identity
         node.opened_identity = value.identity
+        content = None
+        if reader is not None and entry.size <= self.config.small_file_bytes and not hasattr(reader, "bytes_from_store"):
+            # a small local file is read whole now, in the same thread call: its reads need no other
+            data = reader.read(0, entry.size)
+            if len(data) == entry.size:
+                content = data
+                self.stats.add("bytes_from_store", len(data))
         self.inodes.open(node)
         self.stats.add("opens")
-        return Opened(self._new_fh(_FileHandle(node, reader, entry.size, None)), keep, False)
+        return Opened(self._new_fh(_FileHandle(node, reader, entry.size, content)), keep, False)
 
     def _open_object(self, tree: _Tree, path: bytes, entry: Entry):
         try:
-            reader = tree.view.open(entry)
+            reader = tree.view.open(entry, self.data_cache)
         except NotFound:
             self._log_once(logging.WARNING, ("missing", entry.address),
                            "%s/%s: %r: its object %s is missing from the store",
@@ -648,6 +657,15 @@ class Filesystem:
             raise FsError(errno.EIO, "object size differs from the entry")
         return reader
 
+    def read_fast(self, fh: int, offset: int, size: int) -> bytes | None:
+        """The bytes when they are in memory already (a small file read at open), else None."""
+        h: _FileHandle = self._handle(fh)
+        if h.content is not None:
+            data = h.content[offset:offset + size]
+            self.stats.add("bytes_read", len(data))
+            return data
+        return None
+
     def read(self, fh: int, offset: int, size: int) -> bytes:
         h: _FileHandle = self._handle(fh)
         if h.content is not None:
@@ -659,7 +677,9 @@ class Filesystem:
             data = h.reader.read(offset, n)
         except NotFound:
             raise FsError(errno.EIO, "object missing") from None
-        self.stats.add("bytes_from_store", len(data))
+        self.stats.add("bytes_read", len(data))
+        if not hasattr(h.reader, "bytes_from_store"):  # a local object file: every byte is from the store
+            self.stats.add("bytes_from_store", len(data))
         if len(data) < n:
             self._log_once(logging.WARNING, ("short", h.reader.key),
                            "%s: object %s ended at %d bytes, the entry says %d",
@@ -672,6 +692,7 @@ class Filesystem:
             h = self._handles.pop(fh, None)
         if isinstance(h, _FileHandle):
             if h.reader is not None:
+                self.stats.add("bytes_from_store", getattr(h.reader, "bytes_from_store", 0))
                 h.reader.close()
             self.inodes.close(h.node)
 
@@ -700,6 +721,8 @@ class Filesystem:
         snap["trees"] = len(self._trees)
         snap["open_handles"] = len(self._handles)
         snap.update(self.repo.cache_stats())
+        if self.data_cache is not None:
+            snap["data_cache"] = self.data_cache.stats()
         if self.config.extra_stats is not None:
             snap.update(self.config.extra_stats())
         return (json.dumps(snap, indent=1, sort_keys=True) + "\n").encode()
@@ -725,9 +748,7 @@ class Filesystem:
         return out
 
     def _physical_address(self, e: Entry) -> str:
-        if "://" in e.address:
-            return e.address
-        return self.repo.record.storage_namespace.rstrip("/") + "/" + e.address
+        return self.repo.physical_address(e)
 
     def getxattr(self, ino: int, name: bytes) -> bytes:
         v = self._xattrs(ino).get(name)

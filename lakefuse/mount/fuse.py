@@ -186,7 +186,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary("read")
     async def read(self, fh, off, size):
-        return await self.offload.run(DATA, self.fs.read, fh, off, size)
+        data = self.fs.read_fast(fh, off, size)
+        if data is None:
+            data = await self.offload.run(DATA, self.fs.read, fh, off, size)
+        return data
 
     @boundary("flush")
     async def flush(self, fh):
@@ -198,7 +201,7 @@ class Operations(pyfuse3.Operations):
 
     @boundary("release")
     async def release(self, fh):
-        await self.offload.run(DATA, self.fs.release, fh)
+        self.fs.release(fh)  # closes a descriptor or drops buffers: nothing that waits
 
     # -- extended attributes -------------------------------------------------------------
 

@@ -66,6 +66,7 @@ class InodeTable:
         self._by_key: dict[Hashable, int] = {}
         self._next = ROOT_INO + 1
         self.on_drop: Callable[[Node], None] | None = None
+        self.on_new: Callable[[Node], None] | None = None
         root = Node(ROOT_INO, ("root",), Kind.ROOT, None, b"", ROOT_INO)
         root.nlookup = 1  # the kernel never forgets the root
         self._nodes[ROOT_INO] = root
@@ -84,20 +85,23 @@ class InodeTable:
         ino = self._by_key.get(key)
         return self._nodes.get(ino) if ino is not None else None
 
-    def acquire(self, key: Hashable, make: Callable[[int], Node], lookups: int = 1) -> tuple[Node, bool]:
-        """The node for ``key`` (made by ``make(ino)`` if there is none), its lookup
+    def acquire(self, key: Hashable, kind: Kind, tree, path: bytes, parent_ino: int,
+                lookups: int = 1) -> tuple[Node, bool]:
+        """The node for ``key`` (a new one of these fields if there is none), its lookup
         count raised by ``lookups``; and whether it is new."""
         with self._lock:
             ino = self._by_key.get(key)
             node = self._nodes.get(ino) if ino is not None else None
             new = node is None
             if new:
-                node = make(self._next)
+                node = Node(self._next, key, kind, tree, path, parent_ino)
                 self._next += 1
                 self._nodes[node.ino] = node
                 self._by_key[key] = node.ino
             node.nlookup += lookups
-            return node, new
+        if new and self.on_new is not None:
+            self.on_new(node)
+        return node, new
 
     def incref(self, node: Node, n: int = 1) -> None:
         """One more lookup of a node the kernel already holds (``.`` / ``..``)."""

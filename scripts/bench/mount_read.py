@@ -1,0 +1,481 @@
+#!/usr/bin/env python3
+"""Reading through the lakefuse mount, against the store itself, a native copy and the peers.
+
+On a local-directory store and on S3 (a moto server on 127.0.0.1, started here as a
+separate process), with data generated here:
+
+* one big file (default 1 GiB): cold sequential read through the mount (page caches
+  dropped with posix_fadvise, data cache empty) against reading the same object
+  straight from the store with the same client (Python reads of the object file /
+  one boto3 GET stream); warm re-read against a native copy on local disk;
+* a flat directory (default 100,000 entries): ``ls -f`` cold (fresh mount) and warm;
+* a nested tree (default 10,000 files of 100 KB): ``find -type f | xargs stat`` cold
+  and warm; then N processes (default 8) reading every file, against the native copy;
+* on S3 the same listing, stat and cold read through ``rclone mount`` and ``s3fs`` over
+  the same objects (installed with apt if missing); lakefuse reads them as imported
+  (FULL-address) entries of a repository whose metadata lives in the same bucket.
+
+Every figure is a median of ``--reps`` runs; ratios are measured in the same run.
+The machine may be shared: read the ratios more than the absolute figures.
+
+    .venv/bin/python scripts/bench/mount_read.py                      # everything, full size
+    .venv/bin/python scripts/bench/mount_read.py --store local --big-mib 256 --flat 20000 --nested 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+MiB = 1 << 20
+PY = sys.executable
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def drop_file_cache(path: Path | str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def drop_tree_cache(root: Path) -> None:
+    for d, _, files in os.walk(root):
+        for f in files:
+            drop_file_cache(os.path.join(d, f))
+
+
+def read_file(path: Path | str, bufsize: int = MiB) -> int:
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(bufsize)
+        while True:
+            k = f.readinto(buf)
+            if not k:
+                return n
+            n += k
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def med(xs) -> float:
+    return statistics.median(xs)
+
+
+def sh(cmd: str) -> None:
+    subprocess.run(["bash", "-c", cmd], check=True, stdout=subprocess.DEVNULL)
+
+
+def count_ls(path: Path) -> int:
+    out = subprocess.run(["ls", "-f", str(path)], check=True, capture_output=True).stdout
+    return out.count(b"\n")
+
+
+def stat_tree(path: Path) -> int:
+    out = subprocess.run(["bash", "-c", f"find '{path}' -type f -print0 | xargs -0 -r stat --format=%s | wc -l"],
+                         check=True, capture_output=True, text=True).stdout
+    return int(out.strip())
+
+
+def _read_list(paths: list[str]) -> int:
+    return sum(read_file(p, 256 * 1024) for p in paths)
+
+
+def parallel_read(paths: list[str], procs: int) -> tuple[float, int]:
+    from multiprocessing import Pool
+
+    chunks = [paths[i::procs] for i in range(procs)]
+    with Pool(procs) as pool:
+        t0 = time.perf_counter()
+        total = sum(pool.map(_read_list, chunks))
+        return time.perf_counter() - t0, total
+
+
+def is_mounted(mp: Path) -> bool:
+    mp = os.path.abspath(mp)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == mp for line in f)
+
+
+def wait_mounted(mp: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not is_mounted(mp):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{mp} did not mount")
+        time.sleep(0.1)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.listdir(mp)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def unmount(mp: Path) -> None:
+    for args in (["-u"], ["-uz"]):
+        if not is_mounted(mp):
+            return
+        subprocess.run(["fusermount3", *args, str(mp)], capture_output=True)
+        time.sleep(0.2)
+
+
+class LakefuseMount:
+    def __init__(self, home: Path, repo: str, mp: Path, env: dict | None = None, extra: list[str] | None = None):
+        self.home, self.repo, self.mp, self.env, self.extra = home, repo, mp, env, extra or []
+
+    def __enter__(self):
+        self.mp.mkdir(parents=True, exist_ok=True)
+        cmd = [PY, "-m", "lakefuse", "--home", str(self.home), "mount", f"lakefs://{self.repo}", str(self.mp),
+               "--log", str(self.home / "mount.log"), *self.extra]
+        subprocess.run(cmd, check=True, env={**os.environ, **(self.env or {})}, cwd=str(ROOT),
+                       stderr=subprocess.DEVNULL)
+        return self
+
+    def stats(self) -> dict:
+        return json.loads((self.mp / ".lakefuse" / "stats").read_text())
+
+    def __exit__(self, *exc):
+        r = subprocess.run([PY, "-m", "lakefuse", "umount", str(self.mp)], cwd=str(ROOT), capture_output=True)
+        if r.returncode != 0:
+            unmount(self.mp)
+
+
+# ------------------------------------------------------------------------------------ data
+
+
+def make_big(path: Path, mib: int) -> None:
+    block = os.urandom(64 * MiB)
+    with open(path, "wb") as f:
+        left = mib * MiB
+        while left > 0:
+            n = min(left, len(block))
+            f.write(block[:n])
+            left -= n
+
+
+def nested_names(n: int) -> list[str]:
+    per_dir = 100
+    return [f"n{(i // per_dir) // 10:02d}/m{(i // per_dir) % 10}/f{i:06d}.bin" for i in range(n)]
+
+
+def small_content(i: int, size: int) -> bytes:
+    seed = hashlib.sha256(str(i).encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+# ------------------------------------------------------------------------------------ local
+
+
+def bench_local(args, work: Path) -> dict:
+    from graveler.graveler import Graveler
+    from graveler.model import Entry
+    from graveler.objects import md5_hex
+    from graveler.repository import GravelerConfig
+
+    home = work / "home"
+    native = work / "native"
+    native.mkdir(parents=True)
+    g = Graveler(GravelerConfig(home=home))
+    r = g.create_repository("bench", f"file://{work}/ns")
+    log(f"local: generating data in {work}")
+    make_big(native / "big.bin", args.big_mib)
+    big_entry = r.upload("main", "big.bin", str(native / "big.bin"))
+    one = r.upload("main", "flat-object", b"x")
+    r.stage_many("main", ((f"flat/e{i:07d}", one) for i in range(args.flat)))
+    names = nested_names(args.nested)
+    for i, name in enumerate(names):
+        data = small_content(i, args.nested_kb * 1000)
+        p = native / "nested" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        r.upload("main", "nested/" + name, data)
+    r.commit("main", "bench data")
+    g.close()
+    obj = work / "ns" / big_entry.address
+    mp = work / "mnt"
+    res: dict = {}
+
+    # cold sequential read of the big file vs the object file, same client (Python reads of 1 MiB)
+    mount_cold, direct_cold, mount_warm, native_warm = [], [], [], []
+    size = args.big_mib * MiB
+    for _ in range(args.reps):
+        drop_file_cache(obj)
+        direct_cold.append(size / timed(lambda: read_file(obj)))
+        drop_file_cache(obj)
+        with LakefuseMount(home, "bench", mp) as m:
+            mount_cold.append(size / timed(lambda: read_file(mp / "main" / "big.bin")))
+            mount_warm.append(size / timed(lambda: read_file(mp / "main" / "big.bin")))
+        read_file(native / "big.bin")
+        native_warm.append(size / timed(lambda: read_file(native / "big.bin")))
+    res["big_cold_MBps"] = med(mount_cold) / 1e6
+    res["big_cold_direct_MBps"] = med(direct_cold) / 1e6
+    res["big_warm_MBps"] = med(mount_warm) / 1e6
+    res["big_warm_native_MBps"] = med(native_warm) / 1e6
+
+    # listing and stat, cold (fresh mount) and warm
+    ls_cold, ls_warm, st_cold, st_warm = [], [], [], []
+    for _ in range(args.reps):
+        with LakefuseMount(home, "bench", mp):  # a fresh mount: nothing cached in the kernel or the daemon
+            t = timed(lambda: count_ls(mp / "main" / "flat"))
+            ls_cold.append(args.flat / t)
+            ls_warm.append(args.flat / timed(lambda: count_ls(mp / "main" / "flat")))
+            assert count_ls(mp / "main" / "flat") >= args.flat
+            st_cold.append(args.nested / timed(lambda: stat_tree(mp / "main" / "nested")))
+            st_warm.append(args.nested / timed(lambda: stat_tree(mp / "main" / "nested")))
+            assert stat_tree(mp / "main" / "nested") == args.nested
+    native_stat = med([args.nested / timed(lambda: stat_tree(native / "nested")) for _ in range(args.reps)])
+    res["ls_cold_entries_per_s"] = med(ls_cold)
+    res["ls_warm_entries_per_s"] = med(ls_warm)
+    res["stat_cold_files_per_s"] = med(st_cold)
+    res["stat_warm_files_per_s"] = med(st_warm)
+    res["stat_native_files_per_s"] = native_stat
+
+    # N processes reading the nested files: through the mount (cold) vs the native copy (cold)
+    paths_m = [str(mp / "main" / "nested" / n) for n in names]
+    paths_n = [str(native / "nested" / n) for n in names]
+    total = args.nested * args.nested_kb * 1000
+    par_m, par_n = [], []
+    for _ in range(args.reps):
+        drop_tree_cache(work / "ns" / "data")
+        with LakefuseMount(home, "bench", mp):
+            os.listdir(mp / "main" / "nested")
+            t, n = parallel_read(paths_m, args.procs)
+            assert n == total, (n, total)
+            par_m.append(t)
+        drop_tree_cache(native / "nested")
+        t, n = parallel_read(paths_n, args.procs)
+        par_n.append(t)
+    res["parallel_files_per_s"] = args.nested / med(par_m)
+    res["parallel_MBps"] = total / med(par_m) / 1e6
+    res["parallel_native_files_per_s"] = args.nested / med(par_n)
+    return res
+
+
+# ------------------------------------------------------------------------------------ s3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_peers() -> list[str]:
+    missing = [p for p in ("rclone", "s3fs") if shutil.which(p) is None]
+    if missing:
+        log(f"installing {' '.join(missing)} with apt")
+        subprocess.run(["apt-get", "update", "-qq"], check=False, capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True)
+    return [p for p in ("rclone", "s3fs") if shutil.which(p)]
+
+
+class Peer:
+    def __init__(self, kind: str, endpoint: str, bucket: str, prefix: str, mp: Path, work: Path):
+        self.kind, self.endpoint, self.bucket, self.prefix, self.mp, self.work = kind, endpoint, bucket, prefix, mp, work
+        self.proc = None
+
+    def __enter__(self):
+        self.mp.mkdir(parents=True, exist_ok=True)
+        if self.kind == "rclone":
+            remote = (f":s3,provider=Other,endpoint='{self.endpoint}',access_key_id=testing,"
+                      f"secret_access_key=testing:{self.bucket}/{self.prefix}")
+            self.proc = subprocess.Popen(["rclone", "mount", remote, str(self.mp), "--read-only"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        else:
+            pw = self.work / "s3fs.passwd"
+            pw.write_text("testing:testing\n")
+            pw.chmod(0o600)
+            subprocess.run(["s3fs", f"{self.bucket}:/{self.prefix}", str(self.mp), "-o", f"url={self.endpoint}",
+                            "-o", "use_path_request_style", "-o", f"passwd_file={pw}", "-o", "ro"], check=True)
+        wait_mounted(self.mp)
+        return self
+
+    def __exit__(self, *exc):
+        unmount(self.mp)
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def bench_s3(args, work: Path) -> dict:
+    import boto3
+
+    from graveler.graveler import Graveler
+    from graveler.model import AddressType, Entry
+    from graveler.objstore import StoreConfig
+    from graveler.repository import GravelerConfig
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "LAKEFUSE_S3_ENDPOINT": endpoint, "AWS_EC2_METADATA_DISABLED": "true"}
+    os.environ.update(env)
+    moto = subprocess.Popen([PY, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    res: dict = {}
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        bucket = "bench"
+        s3.create_bucket(Bucket=bucket)
+        log(f"s3: uploading data to {endpoint}/{bucket}/plain (the peers' view) and importing it")
+        big = work / "big.bin"
+        make_big(big, args.big_mib)
+        from boto3.s3.transfer import TransferConfig
+
+        s3.upload_file(str(big), bucket, "plain/big.bin", Config=TransferConfig(multipart_threshold=1 << 40))
+        entries = []
+        head = s3.head_object(Bucket=bucket, Key="plain/big.bin")
+        entries.append(("big.bin", "plain/big.bin", args.big_mib * MiB, head["ETag"].strip('"')))
+        names = nested_names(args.nested)
+
+        def put_small(i_name):
+            i, name = i_name
+            data = small_content(i, args.nested_kb * 1000)
+            key = f"plain/nested/{name}"
+            resp = s3.put_object(Bucket=bucket, Key=key, Body=data)
+            return ("nested/" + name, key, len(data), resp["ETag"].strip('"'))
+
+        def put_flat(i):
+            key = f"plain/flat/e{i:07d}"
+            resp = s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+            return (f"flat/e{i:07d}", key, 1, resp["ETag"].strip('"'))
+
+        with ThreadPoolExecutor(16) as pool:
+            entries += list(pool.map(put_small, enumerate(names)))
+            entries += list(pool.map(put_flat, range(args.flat)))
+        home = work / "home"
+        cfg = StoreConfig(s3_endpoint_url=endpoint, region="us-east-1")
+        g = Graveler(GravelerConfig(home=home, store=cfg))
+        r = g.create_repository("bench", f"s3://{bucket}/ns")
+        now = time.time_ns()
+        r.stage_many("main", ((p, Entry(f"s3://{bucket}/{k}", size, etag, now, address_type=AddressType.FULL))
+                              for p, k, size, etag in sorted(entries)))
+        r.commit("main", "imported")
+        g.close()
+        shutil.rmtree(home / "cache", ignore_errors=True)  # the mount starts with cold caches
+        size = args.big_mib * MiB
+
+        # direct: one boto3 GET stream of the object (the same client graveler uses)
+        def direct():
+            body = s3.get_object(Bucket=bucket, Key="plain/big.bin")["Body"]
+            while body.read(MiB):
+                pass
+
+        res["big_cold_direct_MBps"] = med([size / timed(direct) for _ in range(args.reps)]) / 1e6
+
+        def run_suite(tag: str, root: Path, mount_ctx):
+            ls, st, rd = [], [], []
+            for _ in range(args.reps):
+                with mount_ctx():
+                    ls.append(args.flat / timed(lambda: count_ls(root / "flat")))
+                with mount_ctx():
+                    st.append(args.nested / timed(lambda: stat_tree(root / "nested")))
+                with mount_ctx():
+                    rd.append(size / timed(lambda: read_file(root / "big.bin")))
+            res[f"{tag}_ls_entries_per_s"] = med(ls)
+            res[f"{tag}_stat_files_per_s"] = med(st)
+            res[f"{tag}_big_cold_MBps"] = med(rd) / 1e6
+
+        mp = work / "mnt"
+        counter = [0]
+
+        def lf_ctx():
+            counter[0] += 1
+            cache = work / f"cache{counter[0]}"  # an empty data cache each time: cold reads
+            return LakefuseMount(home, "bench", mp, env, ["--cache-dir", str(cache)])
+
+        log("s3: lakefuse")
+        run_suite("lakefuse", mp / "main", lf_ctx)
+        with lf_ctx() as m:  # warm: data cache and page cache
+            read_file(mp / "main" / "big.bin")
+            drop_file_cache(mp / "main" / "big.bin")
+            res["lakefuse_big_datacache_MBps"] = size / timed(lambda: read_file(mp / "main" / "big.bin")) / 1e6
+            res["lakefuse_stats"] = {k: m.stats().get(k) for k in ("data_cache", "bytes_from_store")}
+        for peer in ensure_peers():
+            log(f"s3: {peer}")
+            pmp = work / f"mnt-{peer}"
+            run_suite(peer, pmp, lambda peer=peer, pmp=pmp: Peer(peer, endpoint, bucket, "plain", pmp, work))
+    finally:
+        moto.terminate()
+        moto.wait(10)
+    return res
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--store", choices=("local", "s3", "both"), default="both")
+    p.add_argument("--big-mib", type=int, default=1024)
+    p.add_argument("--flat", type=int, default=100_000)
+    p.add_argument("--nested", type=int, default=10_000)
+    p.add_argument("--nested-kb", type=int, default=100)
+    p.add_argument("--procs", type=int, default=8)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--workdir", default=None, help="where to put the data (default: a temp dir, removed)")
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lakefuse-bench-", dir=args.workdir))
+    out: dict = {"params": vars(args)}
+    try:
+        if args.store in ("local", "both"):
+            r = bench_local(args, work / "local")
+            r["ratio_big_cold_vs_direct"] = r["big_cold_MBps"] / r["big_cold_direct_MBps"]
+            r["ratio_big_warm_vs_native"] = r["big_warm_MBps"] / r["big_warm_native_MBps"]
+            r["ratio_parallel_vs_native"] = r["parallel_files_per_s"] / r["parallel_native_files_per_s"]
+            out["local"] = r
+            print(json.dumps({"local": r}, indent=1), flush=True)
+        if args.store in ("s3", "both"):
+            r = bench_s3(args, work / "s3")
+            peers = [k.split("_")[0] for k in r if k.endswith("_ls_entries_per_s") and not k.startswith("lakefuse")]
+            for metric in ("ls_entries_per_s", "stat_files_per_s", "big_cold_MBps"):
+                best = max((r[f"{p}_{metric}"] for p in peers), default=None)
+                if best:
+                    r[f"ratio_{metric}_vs_best_peer"] = r[f"lakefuse_{metric}"] / best
+            r["ratio_big_cold_vs_direct"] = r["lakefuse_big_cold_MBps"] / r["big_cold_direct_MBps"]
+            out["s3"] = r
+            print(json.dumps({"s3": r}, indent=1), flush=True)
+    finally:
+        for mp in work.rglob("mnt*"):
+            unmount(mp)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

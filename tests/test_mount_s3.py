@@ -1,0 +1,96 @@
+"""The mount over S3 (a moto server on 127.0.0.1): chunked reads with read-ahead, the data
+cache on disk, and the faults the issue names."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+from graveler.graveler import Graveler
+from graveler.objstore import StoreConfig
+from graveler.repository import GravelerConfig
+from tests.graveler_testutil import FAST_KV
+from tests.mount_testutil import MountProc, needs_fuse
+
+pytestmark = [needs_fuse, pytest.mark.s3]
+
+BIG = os.urandom(20 * 1024 * 1024 + 12345)  # several 8 MiB chunks and a short last one
+SMALL = {f"small/s{i:02d}.txt": f"small file {i}\n".encode() * (i + 1) for i in range(20)}
+
+
+@pytest.fixture
+def s3world(tmp_path, s3_endpoint, s3_config, s3_bucket):
+    home = tmp_path / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    r = g.create_repository("s3demo", f"s3://{s3_bucket}/ns")
+    r.upload("main", "big.bin", BIG)
+    for k, v in SMALL.items():
+        r.upload("main", k, v)
+    r.upload("main", "gone.txt", b"soon missing")
+    c = r.commit("main", "data on s3")
+    r.create_tag("v1", "main")
+    env = {"LAKEFUSE_S3_ENDPOINT": s3_endpoint}
+    yield {"home": home, "repo": r, "commit": c, "env": env, "bucket": s3_bucket, "tmp": tmp_path, "g": g}
+    g.close()
+
+
+def _stats(mp):
+    return json.loads((mp / ".lakefuse" / "stats").read_text())
+
+
+def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
+    w = s3world
+    mp = w["tmp"] / "mnt"
+    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=w["env"]):
+        assert sorted(os.listdir(mp)) == ["main", "v1"]
+        assert (mp / "v1" / "big.bin").read_bytes() == BIG
+        for k, v in SMALL.items():
+            assert (mp / "main" / k).read_bytes() == v
+        with open(mp / "v1" / "big.bin", "rb") as f:  # random access
+            f.seek(17_000_000)
+            assert f.read(3_000_000) == BIG[17_000_000:20_000_000]
+        s1 = _stats(mp)
+        assert s1["data_cache"]["misses"] >= 3 and s1["bytes_from_store"] >= len(BIG)
+        # the object is gone from the store: stat and ls still work, reads are EIO, the daemon stays up
+        e = w["repo"].get("main", "gone.txt")
+        s3_client.delete_object(Bucket=w["bucket"], Key=f"ns/{e.address}")
+        assert os.stat(mp / "main" / "gone.txt").st_size == len(b"soon missing")
+        with pytest.raises(OSError) as ei:
+            (mp / "main" / "gone.txt").read_bytes()
+        assert ei.value.errno == errno.EIO
+        assert "gone.txt" in os.listdir(mp / "main")
+    # a new daemon reads the same objects from the data cache on disk, through another ref;
+    # a damaged cache entry is fetched again, never returned
+    cache_files = [p for p in (w["tmp"] / "cache" / "data").rglob("*.val")]
+    assert cache_files
+    victim = max(cache_files, key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=w["env"]):
+        c = w["commit"].id[:10]
+        assert (mp / c / "big.bin").read_bytes() == BIG
+        s2 = _stats(mp)
+        assert s2["data_cache"]["hits"] >= 1
+        assert s2["data_cache"]["damaged"] == 1
+        assert s2["bytes_from_store"] < len(BIG)  # most of it came from the disk cache
+
+
+def test_s3_unreachable_store_fails_the_mount_with_a_reason(s3world, tmp_path):
+    import subprocess
+
+    from tests.mount_testutil import lakefuse_cmd
+
+    w = s3world
+    env = {**os.environ, "LAKEFUSE_S3_ENDPOINT": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
+    (tmp_path / "m").mkdir()
+    r = subprocess.run(lakefuse_cmd(w["home"], "mount", "lakefs://s3demo", str(tmp_path / "m")), env=env,
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode == 0:  # do not leave it behind
+        subprocess.run(["fusermount3", "-u", str(tmp_path / "m")])
+    assert r.returncode != 0
+    assert "s3demo" in r.stderr and ("unavailable" in r.stderr.lower() or "connect" in r.stderr.lower()
+                                     or "reach" in r.stderr.lower()), r.stderr

@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    from lakefuse.cli.mount import from_mount_helper
+
+    argv = from_mount_helper(argv)  # `lakefuse lakefs://REPO MOUNTPOINT -o ...` (mount -t fuse.lakefuse)
     parser = build_parser()
     args = parser.parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]

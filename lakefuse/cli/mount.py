@@ -96,6 +96,45 @@ def register(sub) -> None:
     u.set_defaults(func=cmd_umount)
 
 
+# mount(8) / fstab options that are not FUSE's: dropped when called as a mount helper
+_FSTAB_ONLY = frozenset({"defaults", "auto", "noauto", "user", "nouser", "users", "nofail", "_netdev", "owner"})
+# lakefuse's own options in an fstab line (name=value), as command-line options
+_FSTAB_OWN = {"home": "--home", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
+              "branch_timeout": "--branch-timeout", "log": "--log"}
+
+
+def from_mount_helper(argv: list[str]) -> list[str]:
+    """``lakefuse lakefs://REPO MOUNTPOINT [-o OPTS]`` -- how mount.fuse3 runs us for an fstab
+    line of type ``fuse.lakefuse`` -- as ``lakefuse [--home H] mount lakefs://REPO MOUNTPOINT ...``.
+    Any other command line is returned as it is."""
+    if len(argv) < 2 or not argv[0].startswith("lakefs://"):
+        return argv
+    source, mountpoint, rest = argv[0], argv[1], argv[2:]
+    head: list[str] = []
+    tail: list[str] = []
+    fuse: list[str] = []
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        if a == "-o" and i + 1 < len(rest):
+            for opt in rest[i + 1].split(","):
+                name, eq, value = opt.partition("=")
+                if not opt or opt in _FSTAB_ONLY or name.startswith("x-") or name == "comment":
+                    continue
+                if name in _FSTAB_OWN and eq:
+                    (head if name == "home" else tail).extend([_FSTAB_OWN[name], value])
+                else:
+                    fuse.append(opt)
+            i += 2
+        else:
+            tail.append(a)
+            i += 1
+    out = head + ["mount", source, mountpoint] + tail
+    if fuse:
+        out += ["-o", ",".join(fuse)]
+    return out
+
+
 def _fuse_options(args) -> frozenset[str]:
     out = set()
     for group in args.options:

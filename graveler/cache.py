@@ -10,8 +10,10 @@ On a miss the object is fetched from the store and checked by ``verify`` (for
 example: the sstable footer and checksums, or the hash in its name).  A file
 that fails verification is fetched a second time -- a damaged download should
 not fail a read -- and if it is still bad, ``CorruptedData`` is raised and
-nothing is cached.  Cache hits are not verified again; a reader that finds a
-cached file damaged calls ``evict`` and reads again.
+nothing is cached.  A hit is verified again too (the verify of a table is a CRC
+pass, far cheaper than a fetch, and a hit is rare: readers keep open tables in
+memory): a cached file damaged on disk is dropped and fetched again, never
+returned.
 
 Concurrent misses on one key in one process are served by a single fetch.  If
 the cache directory itself fails (disk full, a broken SQLite file), reads and
@@ -107,6 +109,17 @@ class ImmutableCache:
         except _CACHE_ERRORS as exc:
             log.warning("cache read of %s failed, reading from the store: %s", ck, exc)
             data = None
+        if data is not None and self.verify is not None:
+            try:
+                self.verify(key, data)
+            except CorruptedData as exc:
+                self.stats.add("verify_failures")
+                log.warning("cached copy of %s is damaged (%s); fetching it again", ck, exc)
+                try:
+                    self._cache.delete(ck, retry=True)
+                except _CACHE_ERRORS:
+                    pass
+                data = None
         if data is not None:
             self.stats.add("hits")
             return data

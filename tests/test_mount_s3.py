@@ -70,6 +70,18 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
     data = bytearray(victim.read_bytes())
     data[100] ^= 0xFF
     victim.write_bytes(bytes(data))
+    # and damage every range/metarange file in the tables' disk cache: they are fetched again
+    import diskcache
+
+    tables = diskcache.Cache(str(w["tmp"] / "cache" / "tables"))
+    damaged = 0
+    for k in list(tables):
+        raw = tables.get(k)
+        if isinstance(raw, bytes) and "/_lakefs/" in k:
+            tables.set(k, raw[:-20] + bytes(20))
+            damaged += 1
+    tables.close()
+    assert damaged >= 1
     with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=w["env"]):
         c = w["commit"].id[:10]
         assert (mp / c / "big.bin").read_bytes() == BIG
@@ -77,6 +89,9 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
         assert s2["data_cache"]["hits"] >= 1
         assert s2["data_cache"]["damaged"] == 1
         assert s2["bytes_from_store"] < len(BIG)  # most of it came from the disk cache
+        assert s2["table_disk_cache"]["verify_failures"] >= 1
+        for k, v in SMALL.items():
+            assert (mp / "v1" / k).read_bytes() == v
 
 
 def test_s3_unreachable_store_fails_the_mount_with_a_reason(s3world, tmp_path):

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _test_names() -> set[str]:
     names = set()
-    for path in (ROOT / "tests").glob("test_mount*.py"):
+    for path in (ROOT / "tests").glob("test_*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_"):
                 names.add(node.name)

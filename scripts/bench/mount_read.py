@@ -356,6 +356,7 @@ def bench_s3(args, work: Path) -> dict:
         bucket = "bench"
         s3.create_bucket(Bucket=bucket)
         log(f"s3: uploading data to {endpoint}/{bucket}/plain (the peers' view) and importing it")
+        work.mkdir(parents=True, exist_ok=True)
         big = work / "big.bin"
         make_big(big, args.big_mib)
         from boto3.s3.transfer import TransferConfig

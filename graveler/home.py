@@ -24,7 +24,7 @@ from typing import Callable
 from graveler.cache import ImmutableCache
 from graveler.committed.manager import CommittedManager, StoreSource, verify_table
 from graveler.config import HOME_ENV, GravelerConfig, resolve_home  # noqa: F401 (re-exported)
-from graveler.errors import AlreadyExists, InvalidArgument, NotFound
+from graveler.errors import AlreadyExists, InvalidArgument, NotFound, StoreUnavailable
 from graveler.kv import borrowed_env, close_env, open_env
 from graveler.objstore import LocalStore, StorageURI, open_store
 from graveler.refs import (
@@ -199,7 +199,11 @@ class Graveler:
         with self._lock:
             self._repos.pop(name, None)
         close_env(path)
-        shutil.rmtree(repo_dir(self.config.home, name))
+        try:
+            shutil.rmtree(repo_dir(self.config.home, name))
+        except OSError as e:
+            raise StoreUnavailable(f"cannot remove repository {name!r} from {self.config.home}: "
+                                   f"{e.strerror or e}") from None
         log.info("deleted repository %s", name)
 
     def close(self) -> None:

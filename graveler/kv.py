@@ -45,7 +45,8 @@ DB_BRANCHES = b"branches"  # branch name -> graveler_pb2.BranchData
 DB_TAGS = b"tags"  # tag name -> graveler_pb2.TagData
 DB_COMMITS = b"commits"  # commit ID (hex) -> graveler_pb2.CommitData
 DB_STAGING = b"staging"  # token + b"\0" + path -> staged value or tombstone
-ALL_DBS = (DB_REPO, DB_BRANCHES, DB_TAGS, DB_COMMITS, DB_STAGING)
+DB_STAMPS = b"stamps"  # branch name -> change stamp (u64 big-endian), bumped by every change of the branch
+ALL_DBS = (DB_REPO, DB_BRANCHES, DB_TAGS, DB_COMMITS, DB_STAGING, DB_STAMPS)
 
 
 class _Gate:
@@ -209,14 +210,6 @@ class Env:
             if not self._closed:
                 self._closed = True
                 self._env.close()
-
-    def last_txn_id(self) -> int:
-        """The ID of the last committed write transaction, by any process: it changes
-        whenever anything in the environment changes (no transaction needed)."""
-        try:
-            return self._env.info()["last_txnid"]
-        except lmdb.Error as e:
-            raise _wrap(e, str(self.path)) from None
 
     def stat(self) -> dict[str, int]:
         """Entry counts per named database (for tests and ``status``)."""

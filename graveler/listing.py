@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Protocol
 
+from graveler.errors import InvalidArgument
 from graveler.kv import prefix_successor
 from graveler.model import Entry, Value
 
@@ -171,7 +172,7 @@ class ListItem:
     def entry(self) -> Entry:
         """The decoded catalog entry of an object."""
         if self.value is None:
-            raise ValueError(f"{self.path!r} is a common prefix, not an object")
+            raise InvalidArgument(f"{self.path!r} is a common prefix, not an object")
         return Entry.from_value(self.value)
 
 

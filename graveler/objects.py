@@ -51,7 +51,7 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
-from graveler.errors import InvalidArgument
+from graveler.errors import InvalidArgument, NotFound, StoreUnavailable
 from graveler.model import AddressType, Entry
 from graveler.objstore.uri import StorageURI
 
@@ -201,10 +201,18 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
             store.put(address, data)
         elif isinstance(source, (str, os.PathLike)):
             fname = os.fspath(source)
-            etag, size = md5_file(fname)
+            try:
+                etag, size = md5_file(fname)
+            except FileNotFoundError:
+                raise NotFound(f"upload source {fname!r} not found") from None
+            except OSError as e:
+                raise InvalidArgument(f"cannot read upload source {fname!r}: {e.strerror or e}") from None
             store.put_file(address, fname)
         elif hasattr(source, "read"):
-            tmp, etag, size = spool(source, spool_dir)
+            try:
+                tmp, etag, size = spool(source, spool_dir)
+            except OSError as e:
+                raise StoreUnavailable(f"cannot spool the upload ({e.strerror or e})") from None
             store.put_file(address, tmp)
         else:
             raise InvalidArgument(f"cannot upload a {type(source).__name__}")

@@ -37,6 +37,7 @@ from graveler.staging import as_path, as_prefix
 
 if TYPE_CHECKING:
     from graveler.home import Graveler
+    from graveler.view import View
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,7 @@ class Repository:
 
         def fn(txn):
             b = self._core.branch_txn(txn, branch)
+            self._refs.bump_stamp_txn(txn, branch)
             return self._staging.set_many_txn(txn, b.staging_token, prepared)
 
         return self._env.write(fn)
@@ -237,6 +239,7 @@ class Repository:
                 else:
                     self._staging.remove_txn(txn, b2.staging_token, key)
                 self._staging.set_many_txn(txn, b2.staging_token, overrides)
+                self._refs.bump_stamp_txn(txn, branch)
                 return True
 
             return self._env.write(fn)
@@ -458,6 +461,21 @@ class Repository:
         return self._commits.commit_metarange(branch, metarange_id, message, committer, metadata)
 
     # ------------------------------------------------------------------ caches
+
+    def change_stamp(self, branch: str) -> int:
+        """A counter that changes (in the same LMDB transaction) with every staging write,
+        commit, head move, creation and deletion of ``branch``: a reader that cached what
+        the branch showed at one stamp knows it is still valid while the stamp is equal.
+        0 for a name that never was a branch. One short read transaction."""
+        with self._env.read() as txn:
+            return self._refs.stamp_txn(txn, branch)
+
+    def view(self, ref: str) -> "View":
+        """A pinned read handle on ``ref`` (resolved once): see :class:`graveler.view.View`.
+        NotFound / InvalidArgument for a ref that does not resolve."""
+        from graveler.view import View
+
+        return View(self, ref)
 
     def check_store(self) -> None:
         """Reach the storage namespace once (one listing request): StoreUnavailable if it

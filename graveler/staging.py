@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator
 
 import lmdb
 
-from graveler.errors import InvalidArgument
+from graveler import paths
 from graveler.kv import DB_STAGING, Env, prefix_successor
 from graveler.model import Value, decode_value, encode_value
 
@@ -35,41 +35,15 @@ Staged = Value | None  # None is a tombstone
 
 
 def as_path(path: str | bytes, what: str = "path") -> bytes:
-    """Check an object path and return it as bytes (raises InvalidArgument)."""
-    if isinstance(path, str):
-        try:
-            b = path.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidArgument(f"invalid {what} {path!r}: not encodable as UTF-8") from None
-    elif isinstance(path, (bytes, bytearray, memoryview)):
-        b = bytes(path)
-        try:
-            b.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidArgument(f"invalid {what} {b!r}: not UTF-8") from None
-    else:
-        raise InvalidArgument(f"invalid {what}: expected str or bytes, got {type(path).__name__}")
-    if not b:
-        raise InvalidArgument(f"invalid {what}: empty")
-    if b"\x00" in b:
-        raise InvalidArgument(f"invalid {what} {b!r}: contains NUL")
-    for part in b.split(b"/"):
-        if part in (b".", b".."):
-            raise InvalidArgument(f"invalid {what} {b!r}: '.' and '..' components are not allowed")
-    if len(b) > MAX_PATH_BYTES:
-        raise InvalidArgument(f"invalid {what}: {len(b)} bytes, at most {MAX_PATH_BYTES} can be staged")
-    return b
+    """Check an object path and return it as bytes (raises InvalidArgument): the one
+    rule of :func:`graveler.paths.check_path`, within the staging key limit."""
+    return paths.check_path(path, what, MAX_PATH_BYTES)
 
 
 def as_prefix(prefix: str | bytes) -> bytes:
-    """A listing prefix: may be empty; otherwise the same checks as a path, except
-    that it may end in a partial component."""
-    if prefix in ("", b""):
-        return b""
-    b = prefix.encode("utf-8") if isinstance(prefix, str) else bytes(prefix)
-    if b"\x00" in b:
-        raise InvalidArgument(f"invalid prefix {b!r}: contains NUL")
-    return b
+    """A listing prefix (:func:`graveler.paths.check_prefix`): may be empty or end in a
+    partial component."""
+    return paths.check_prefix(prefix)
 
 
 def _encode(v: Staged) -> bytes:

@@ -117,7 +117,7 @@ class View:
         (staged writes, commits, head moves); constant for an immutable view."""
         if not self.is_branch:
             return 0
-        return self._core.env.last_txn_id()
+        return self.repo.change_stamp(self._pin.resolved.branch)
 
     def refresh(self) -> bool:
         """Re-pin a branch view now; True if what it shows moved to another head."""

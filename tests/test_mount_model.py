@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graveler import paths
-from graveler.graveler import Graveler
-from graveler.repository import GravelerConfig
+from graveler import Graveler
+from graveler import GravelerConfig
 from tests.graveler_testutil import FAST_KV
 from tests.mount_testutil import MountProc, needs_fuse
 

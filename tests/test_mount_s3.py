@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from graveler.graveler import Graveler
+from graveler import Graveler
 from graveler.objstore import StoreConfig
-from graveler.repository import GravelerConfig
+from graveler import GravelerConfig
 from tests.graveler_testutil import FAST_KV
 from tests.mount_testutil import MountProc, needs_fuse
 

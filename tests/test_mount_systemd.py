@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from graveler.graveler import Graveler
-from graveler.repository import GravelerConfig
+from graveler import Graveler
+from graveler import GravelerConfig
 from lakefuse.mount.daemon import mount_type
 from tests.graveler_testutil import FAST_KV
 from tests.mount_testutil import force_unmount, needs_fuse

@@ -18,7 +18,7 @@ from typing import Iterator
 import lmdb
 
 from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
-from graveler.kv import DB_BRANCHES, DB_COMMITS, DB_REPO, DB_TAGS, Env
+from graveler.kv import DB_BRANCHES, DB_COMMITS, DB_REPO, DB_STAMPS, DB_TAGS, Env
 from graveler.proto import graveler_pb2
 from graveler.refs import graph
 from graveler.refs.expr import RefType, ResolvedRef, parse_ref
@@ -44,6 +44,7 @@ class RefManager:
         self._db_branches = env.dbs[DB_BRANCHES]
         self._db_tags = env.dbs[DB_TAGS]
         self._db_commits = env.dbs[DB_COMMITS]
+        self._db_stamps = env.dbs[DB_STAMPS]
 
     # repository record
     def get_repository_txn(self, txn: lmdb.Transaction) -> RepositoryRecord:
@@ -138,6 +139,20 @@ class RefManager:
 
     def put_branch_txn(self, txn: lmdb.Transaction, branch: Branch) -> None:
         txn.put(branch.name.encode(), branch.to_bytes(), db=self._db_branches)
+        self.bump_stamp_txn(txn, branch.name)
+
+    # change stamps: one counter per branch name, bumped in the same transaction as every
+    # change of what the branch shows (head moves, seals, staging writes, creation, deletion)
+    def bump_stamp_txn(self, txn: lmdb.Transaction, name: str) -> int:
+        k = name.encode()
+        raw = txn.get(k, db=self._db_stamps)
+        n = (int.from_bytes(raw, "big") if raw else 0) + 1
+        txn.put(k, n.to_bytes(8, "big"), db=self._db_stamps)
+        return n
+
+    def stamp_txn(self, txn: lmdb.Transaction, name: str) -> int:
+        raw = txn.get(name.encode(), db=self._db_stamps)
+        return int.from_bytes(raw, "big") if raw else 0
 
     def create_branch_txn(self, txn: lmdb.Transaction, name: str, commit_id: str) -> Branch:
         validate_branch_name(name)
@@ -145,11 +160,13 @@ class RefManager:
         b = Branch(name, commit_id, new_staging_token(), ())
         if not txn.put(name.encode(), b.to_bytes(), db=self._db_branches, overwrite=False):
             raise AlreadyExists(f"branch {name!r} already exists")
+        self.bump_stamp_txn(txn, name)
         return b
 
     def delete_branch_txn(self, txn: lmdb.Transaction, name: str) -> Branch:
         b = self.get_branch_txn(txn, name)
         txn.delete(name.encode(), db=self._db_branches)
+        self.bump_stamp_txn(txn, name)  # kept: a branch made again later goes on counting
         return b
 
     def list_branches(self) -> list[Branch]:
@@ -187,7 +204,10 @@ class RefManager:
         with self.env.read() as txn:
             for k, v in txn.cursor(db=self._db_tags):
                 pb = graveler_pb2.TagData()
-                pb.ParseFromString(v)
+                try:
+                    pb.ParseFromString(v)
+                except Exception as e:  # protobuf's DecodeError
+                    raise CorruptedData(f"malformed tag record ({e})", k.decode(errors="replace")) from None
                 out.append(Tag(pb.id, pb.commit_id))
         return out
 
@@ -236,7 +256,10 @@ class RefManager:
         raw = txn.get(base.encode(), db=self._db_tags)
         if raw is not None:
             pb = graveler_pb2.TagData()
-            pb.ParseFromString(raw)
+            try:
+                pb.ParseFromString(raw)
+            except Exception as e:  # protobuf's DecodeError
+                raise CorruptedData(f"malformed tag record ({e})", base) from None
             return ResolvedRef(RefType.TAG, pb.commit_id)
         if is_hex and MIN_COMMIT_PREFIX <= len(base) < COMMIT_ID_LENGTH:
             c = self.commit_by_prefix_txn(txn, base)

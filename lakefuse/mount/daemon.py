@@ -141,7 +141,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     # The store must answer before we mount (a cached tree would not tell): list it once,
     # then read the default branch's tree.
     repo.check_store()
-    View(repo, repo.default_branch).list_page(b"", b"", 1)
+    repo.view(repo.default_branch).list_page(b"", b"", 1)
     fs = Filesystem(repo, fs_config, data_cache=data_cache)
     ops = Operations(fs, Offload(config.limits or None))
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}

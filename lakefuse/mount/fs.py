@@ -277,7 +277,7 @@ class Filesystem:
         except UnicodeDecodeError:
             raise FsError(errno.ENOENT, f"{name!r} is not a ref") from None
         try:
-            view = View(self.repo, ref)
+            view = self.repo.view(ref)
         except (NotFound, InvalidArgument) as e:
             raise FsError(errno.ENOENT, str(e)) from None
         tree = _Tree(ref, view)

@@ -195,10 +195,10 @@ def small_content(i: int, size: int) -> bytes:
 
 
 def bench_local(args, work: Path) -> dict:
-    from graveler.graveler import Graveler
+    from graveler import Graveler
     from graveler.model import Entry
     from graveler.objects import md5_hex
-    from graveler.repository import GravelerConfig
+    from graveler import GravelerConfig
 
     home = work / "home"
     native = work / "native"
@@ -332,10 +332,10 @@ class Peer:
 def bench_s3(args, work: Path) -> dict:
     import boto3
 
-    from graveler.graveler import Graveler
+    from graveler import Graveler
     from graveler.model import AddressType, Entry
     from graveler.objstore import StoreConfig
-    from graveler.repository import GravelerConfig
+    from graveler import GravelerConfig
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"

@@ -1,0 +1,101 @@
+"""graveler's side of the mount: Repository.view, per-branch change stamps, and failures that
+must stay inside the error tree (every one a GravelerError)."""
+
+from __future__ import annotations
+
+import pytest
+
+from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
+from graveler.kv import DB_TAGS
+from tests.graveler_testutil import entry, make_repo
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = make_repo(tmp_path, "stamps")
+    yield r
+    r.graveler.close() if hasattr(r, "graveler") else None
+
+
+def test_change_stamp_moves_with_every_change_of_its_branch(repo):
+    stamps = []
+
+    def changed(op) -> bool:
+        before = repo.change_stamp("main")
+        op()
+        after = repo.change_stamp("main")
+        stamps.append(after)
+        return after != before
+
+    assert repo.change_stamp("nope") == 0
+    assert changed(lambda: repo.stage("main", "a", entry("a")))
+    assert changed(lambda: repo.stage_many("main", [("b", entry("b")), ("c", entry("c"))]))
+    assert changed(lambda: repo.delete("main", "c"))
+    assert changed(lambda: repo.commit("main", "one"))
+    assert changed(lambda: repo.stage("main", "d", entry("d")))
+    assert changed(lambda: repo.reset("main", path="d"))
+    repo.create_branch("dev")
+    assert not changed(lambda: repo.stage("dev", "x", entry("x")))  # another branch
+    assert not changed(lambda: repo.commit("dev", "dev"))
+    assert not changed(lambda: repo.create_tag("v1", "main"))
+    assert changed(lambda: repo.merge("dev", "main"))
+    assert changed(lambda: repo.reset("main"))
+    assert stamps == sorted(stamps)  # never goes back
+    s = repo.change_stamp("dev")
+    repo.delete_branch("dev")
+    assert repo.change_stamp("dev") > s
+    repo.create_branch("dev")
+    assert repo.change_stamp("dev") > s + 1
+
+
+def test_view_is_the_repositorys_read_handle(repo):
+    repo.stage("main", "a/b", entry("b"))
+    v = repo.view("main")
+    assert v.is_branch and v.branch == "main"
+    assert v.stat(b"a").is_dir and v.stat(b"a/b").value is not None
+    assert [it.path for it in v.list_page(b"", b"", 10)] == [b"a/"]
+    with pytest.raises(NotFound):
+        repo.view("nope")
+    with pytest.raises(InvalidArgument):
+        repo.view("main~x")
+
+
+def test_upload_of_a_missing_source_is_not_found(repo, tmp_path):
+    with pytest.raises(NotFound, match="not found"):
+        repo.upload("main", "x", str(tmp_path / "no-such-file"))
+    with pytest.raises(InvalidArgument):
+        repo.upload("main", "x", str(tmp_path))  # a directory
+
+
+def test_list_item_of_a_prefix_has_no_entry(repo):
+    repo.stage("main", "d/x", entry("x"))
+    (item,) = list(repo.list("main"))
+    assert item.is_prefix
+    with pytest.raises(InvalidArgument):
+        item.entry
+
+
+def test_damaged_tag_record_is_corrupted_data(repo):
+    repo.create_tag("v1", "main")
+    env = repo._env
+    env.write(lambda txn: txn.put(b"v1", b"\xff\xff\xff not a protobuf", db=env.dbs[DB_TAGS]))
+    for call in (repo.list_tags, lambda: repo.resolve("v1"), lambda: repo.get_tag("v1")):
+        with pytest.raises(CorruptedData):
+            call()
+
+
+def test_repository_deletion_failure_is_store_unavailable(tmp_path, monkeypatch):
+    import shutil
+
+    from tests.graveler_testutil import make_graveler
+
+    g = make_graveler(tmp_path)
+    g.create_repository("gone", f"file://{tmp_path}/ns")
+
+    def fail(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(shutil, "rmtree", fail)
+    with pytest.raises(StoreUnavailable):
+        g.delete_repository("gone")
+    assert issubclass(StoreUnavailable, GravelerError)

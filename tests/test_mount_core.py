@@ -454,3 +454,25 @@ def test_unreachable_store_is_eio_and_recovers(tmp_path):
     assert fs.read(o.fh, 0, 10) == b"data"
     fs.release(o.fh)
     g.close()
+
+
+def test_sequential_reads_fetch_ahead_in_one_call(fs, repo):
+    data = bytes(range(256)) * 20_000  # 5 MB
+    repo.upload("main", "seq.bin", data)
+    attr = lookup_path(fs, "main/seq.bin")
+    o = fs.open(attr.ino, 0)
+    chunk = 128 * 1024
+    out, off, calls = [], 0, 0
+    while off < len(data):
+        piece = fs.read_fast(o.fh, off, chunk)
+        if piece is None:
+            piece = fs.read(o.fh, off, chunk)
+            calls += 1
+        out.append(piece)
+        off += len(piece)
+    fs.release(o.fh)
+    assert b"".join(out) == data
+    assert calls <= len(data) // (1 << 20) + 3  # about one thread call per MiB, not per 128 KiB
+    o = fs.open(attr.ino, 0)  # random reads are exact
+    assert fs.read(o.fh, 3_000_001, 10) == data[3_000_001:3_000_011]
+    fs.release(o.fh)

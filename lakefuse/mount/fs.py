@@ -60,6 +60,7 @@ class FsConfig:
     immutable_timeout: float = 3600.0  # kernel entry/attr cache of commit, tag and expression trees
     readdir_page: int = 1000  # directory entries read from graveler per call
     small_file_bytes: int = 128 * 1024  # local files up to this size are read whole at open
+    sequential_chunk: int = 1 << 20  # a sequential read of a local file fetches this much at once
     log_commits: int = 100  # lines of .lakefuse/log
     extra_stats: Callable[[], dict] | None = None  # more counters for .lakefuse/stats
 
@@ -161,13 +162,16 @@ class _DirHandle:
 
 
 class _FileHandle:
-    __slots__ = ("node", "reader", "size", "content")
+    __slots__ = ("node", "reader", "size", "content", "buf", "buf_off", "next_off")
 
     def __init__(self, node: Node, reader, size: int, content: bytes | None):
         self.node = node
         self.reader = reader
         self.size = size
         self.content = content
+        self.buf = b""  # what the last sequential read fetched beyond what it was asked for
+        self.buf_off = 0
+        self.next_off = 0
 
 
 class _LogOnce:
@@ -658,10 +662,17 @@ class Filesystem:
         return reader
 
     def read_fast(self, fh: int, offset: int, size: int) -> bytes | None:
-        """The bytes when they are in memory already (a small file read at open), else None."""
+        """The bytes when they are in memory already (a small file read at open, or what a
+        sequential read fetched ahead), else None."""
         h: _FileHandle = self._handle(fh)
         if h.content is not None:
             data = h.content[offset:offset + size]
+            self.stats.add("bytes_read", len(data))
+            return data
+        buf, lo = h.buf, h.buf_off
+        if buf and lo <= offset and (offset + size <= lo + len(buf) or lo + len(buf) >= h.size):
+            data = buf[offset - lo:offset - lo + size]
+            h.next_off = offset + len(data)
             self.stats.add("bytes_read", len(data))
             return data
         return None
@@ -673,13 +684,23 @@ class Filesystem:
         if offset >= h.size or h.reader is None:
             return b""
         n = min(size, h.size - offset)
+        want = n
+        local = not hasattr(h.reader, "bytes_from_store")
+        if local and offset == h.next_off and offset > 0:
+            # sequential: fetch a larger piece in this one thread call; the next reads of the
+            # kernel's read-ahead are then served from memory on the trio thread (read_fast)
+            want = min(max(n, self.config.sequential_chunk), h.size - offset)
         try:
-            data = h.reader.read(offset, n)
+            data = h.reader.read(offset, want)
         except NotFound:
             raise FsError(errno.EIO, "object missing") from None
-        self.stats.add("bytes_read", len(data))
-        if not hasattr(h.reader, "bytes_from_store"):  # a local object file: every byte is from the store
+        if local:  # a local object file: every byte is from the store
             self.stats.add("bytes_from_store", len(data))
+        if want > n and len(data) == want:
+            h.buf, h.buf_off = data, offset
+            data = data[:n]
+        h.next_off = offset + len(data)
+        self.stats.add("bytes_read", len(data))
         if len(data) < n:
             self._log_once(logging.WARNING, ("short", h.reader.key),
                            "%s: object %s ended at %d bytes, the entry says %d",

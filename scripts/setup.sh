@@ -12,6 +12,10 @@ command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
 # Spark (graveler.spark) needs a Java 17+ runtime; Debian's headless JRE is enough.
 java_ok() { command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; }
 java_ok || apt_pkgs+=(openjdk-17-jre-headless)
+# pjdfstest (the POSIX suite run on a branch tree by the slow mount tests) is built from source
+command -v autoreconf >/dev/null 2>&1 || apt_pkgs+=(autoconf automake libtool)
+command -v make >/dev/null 2>&1 || apt_pkgs+=(make)
+command -v prove >/dev/null 2>&1 || apt_pkgs+=(perl)
 
 PY="${PYTHON:-python3}"
 py_ok() {

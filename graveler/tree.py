@@ -1,0 +1,67 @@
+"""Filesystem-shaped changes to a branch: renames that restage entries without copying data.
+
+A rename never touches the object store: the entry (same physical address,
+etag, metadata) is staged under its new path and a tombstone under the old one.
+
+* :func:`rename_path` moves one key in ONE LMDB transaction.
+* :func:`rename_prefix` moves every key under a directory in transactions of at
+  most ``batch`` keys (each moves a batch: new paths and tombstones of the old
+  ones together), so a huge directory never holds LMDB's writer lock for long.
+  The branch shows both halves in between; the mount makes the rename atomic
+  for its own readers by holding the branch's tree lock exclusively meanwhile
+  (see ``docs/SEMANTICS.md``). No key is ever lost between batches: each key is
+  at its old or at its new path. Running it again after an interruption
+  finishes it (it moves whatever is still under the old path), which is how the
+  mount recovers a rename a crash cut short.
+
+Directory markers (``d/``, see :mod:`graveler.objects`) move with their
+directory like any other key.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from graveler.errors import InvalidArgument, NotFound
+
+log = logging.getLogger(__name__)
+
+RENAME_BATCH = 5000
+
+
+def rename_path(repo, branch: str, src: bytes, dst: bytes) -> None:
+    """Move the object at ``src`` to ``dst`` on ``branch`` (replacing what is at ``dst``)."""
+    if src == dst:
+        return
+    value = repo.get_value(branch, src)  # NotFound if absent
+    repo.stage_many(branch, [(dst, value), (src, None)])
+
+
+def rename_prefix(repo, branch: str, src_dir: bytes, dst_dir: bytes, batch: int = RENAME_BATCH) -> int:
+    """Move every key under ``src_dir/`` to the same name under ``dst_dir/``; return
+    how many keys moved. ``dst_dir`` must not lie inside ``src_dir``."""
+    src_dir, dst_dir = src_dir.rstrip(b"/"), dst_dir.rstrip(b"/")
+    if not src_dir or not dst_dir:
+        raise InvalidArgument("rename_prefix needs non-empty directories")
+    if dst_dir == src_dir:
+        return 0
+    if dst_dir.startswith(src_dir + b"/"):
+        raise InvalidArgument(f"cannot move {src_dir!r} into itself ({dst_dir!r})")
+    src_pfx, dst_pfx = src_dir + b"/", dst_dir + b"/"
+    n = 0
+    pending: list = []
+    for item in repo.list(branch, src_pfx, delimiter=b""):
+        rest = item.path[len(src_pfx):]
+        pending.append((dst_pfx + rest, item.value))
+        pending.append((item.path, None))
+        if len(pending) >= 2 * batch:
+            repo.stage_many(branch, pending)
+            n += len(pending) // 2
+            pending = []
+    if pending:
+        repo.stage_many(branch, pending)
+        n += len(pending) // 2
+    if n == 0:
+        raise NotFound(f"nothing under {src_pfx.decode('utf-8', 'replace')!r} on {branch!r}")
+    log.debug("%s: renamed %d keys %r -> %r on %s", repo.name, n, src_dir, dst_dir, branch)
+    return n

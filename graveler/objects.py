@@ -16,12 +16,15 @@ POSIX attributes for the mount live in the entry's user metadata under ONE key
 prefix, :data:`POSIX_PREFIX` (``lakefuse-posix-``):
 
 =========================  ==========================================
-``lakefuse-posix-mode``    st_mode, octal (``100644``, ``120777``, ``40755``)
+``lakefuse-posix-mode``    st_mode, octal (``100644``, ``120777``, ``40755``; ``10644`` a FIFO,
+                           ``140755`` a socket: empty objects, like symlinks)
 ``lakefuse-posix-uid``     owner uid, decimal
 ``lakefuse-posix-gid``     owner gid, decimal
 ``lakefuse-posix-symlink`` symlink target (UTF-8 text); the object is empty
 ``lakefuse-posix-mtime``   mtime set explicitly (utimens), unix nanoseconds, decimal;
                            without it the mtime is the entry's last_modified
+``lakefuse-posix-atime``   atime set explicitly (utimens), unix nanoseconds, decimal;
+                           without it the atime is the mtime (reads never update it)
 =========================  ==========================================
 
 Other metadata keys are the user's and are kept as given.
@@ -65,7 +68,8 @@ POSIX_UID = POSIX_PREFIX + "uid"
 POSIX_GID = POSIX_PREFIX + "gid"
 POSIX_SYMLINK = POSIX_PREFIX + "symlink"
 POSIX_MTIME = POSIX_PREFIX + "mtime"
-POSIX_KEYS = (POSIX_MODE, POSIX_UID, POSIX_GID, POSIX_SYMLINK, POSIX_MTIME)
+POSIX_ATIME = POSIX_PREFIX + "atime"
+POSIX_KEYS = (POSIX_MODE, POSIX_UID, POSIX_GID, POSIX_SYMLINK, POSIX_MTIME, POSIX_ATIME)
 
 RESERVED_NAME = ".lakefuse"
 
@@ -88,6 +92,7 @@ class PosixAttrs:
     gid: int | None = None
     symlink: str | None = None
     mtime_ns: int | None = None
+    atime_ns: int | None = None
 
     def to_metadata(self) -> dict[str, str]:
         md: dict[str, str] = {}
@@ -101,6 +106,8 @@ class PosixAttrs:
             md[POSIX_SYMLINK] = self.symlink
         if self.mtime_ns is not None:
             md[POSIX_MTIME] = str(self.mtime_ns)
+        if self.atime_ns is not None:
+            md[POSIX_ATIME] = str(self.atime_ns)
         return md
 
     @staticmethod
@@ -115,7 +122,8 @@ class PosixAttrs:
                 return None
 
         return PosixAttrs(
-            num(POSIX_MODE, 8), num(POSIX_UID, 10), num(POSIX_GID, 10), md.get(POSIX_SYMLINK), num(POSIX_MTIME, 10)
+            num(POSIX_MODE, 8), num(POSIX_UID, 10), num(POSIX_GID, 10), md.get(POSIX_SYMLINK), num(POSIX_MTIME, 10),
+            num(POSIX_ATIME, 10),
         )
 
 
@@ -278,6 +286,7 @@ __all__ = [
     "POSIX_GID",
     "POSIX_KEYS",
     "POSIX_MODE",
+    "POSIX_ATIME",
     "POSIX_MTIME",
     "POSIX_PREFIX",
     "POSIX_SYMLINK",

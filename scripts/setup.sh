@@ -16,6 +16,9 @@ java_ok || apt_pkgs+=(openjdk-17-jre-headless)
 command -v autoreconf >/dev/null 2>&1 || apt_pkgs+=(autoconf automake libtool)
 command -v make >/dev/null 2>&1 || apt_pkgs+=(make)
 command -v prove >/dev/null 2>&1 || apt_pkgs+=(perl)
+# tools the writable-mount tests drive through a branch tree
+command -v rsync >/dev/null 2>&1 || apt_pkgs+=(rsync)
+command -v git >/dev/null 2>&1 || apt_pkgs+=(git)
 
 PY="${PYTHON:-python3}"
 py_ok() {

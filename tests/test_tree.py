@@ -34,7 +34,7 @@ def test_rename_prefix_moves_committed_and_staged_keys_without_copying(repo):
     repo.upload("main", "src/staged", b"s")
     repo.upload("main", "src-sibling", b"not moved")
     before = addresses(repo, "main", b"src/")
-    objects_before = sorted(o.key for o in repo.store.list("data/"))
+    objects_before = sorted(o.key for o in repo._store.list("data/"))
     calls = []
     orig = repo.stage_many
     repo.stage_many = lambda b, items: calls.append(len(items)) or orig(b, items)
@@ -46,7 +46,7 @@ def test_rename_prefix_moves_committed_and_staged_keys_without_copying(repo):
         b"dst/inner/" + p[4:]: a for p, a in before.items()
     }
     assert not any(p.startswith(b"src/") for p in after) and b"src-sibling" in after
-    assert sorted(o.key for o in repo.store.list("data/")) == objects_before  # no object written
+    assert sorted(o.key for o in repo._store.list("data/")) == objects_before  # no object written
 
 
 def test_interrupted_rename_finishes_when_run_again(repo):

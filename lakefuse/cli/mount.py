@@ -222,7 +222,9 @@ def serve_foreground(args, repository: str, mp: str) -> int:
             cache_dir, _, data_bytes = _cache_budget(args)
             cache_dir = cache_dir / "data" if cache_dir else Path(g.config.home) / "data-cache"
             data_cache = DataCache(str(cache_dir), data_bytes)
-        daemon.serve(repo, daemon.MountConfig(repository, mp, _fuse_options(args)), fs_config, data_cache)
+        spool_dir = os.path.abspath(args.cache_dir) if args.cache_dir else None  # the write spool's home
+        daemon.serve(repo, daemon.MountConfig(repository, mp, _fuse_options(args), cache_dir=spool_dir), fs_config,
+                     data_cache)
         return 0
     except (daemon.MountError, GravelerError) as e:
         reason = str(e)

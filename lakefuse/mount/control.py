@@ -211,9 +211,13 @@ def _now() -> str:
 
 
 def status_lines(repo, branch: str) -> bytes:
-    """``A|M|D path`` per uncommitted change of ``branch``, in path order."""
+    """``A|M|D path`` per uncommitted change of ``branch``, in path order. Directory
+    markers (``dir/``) are listed when added or removed, not when only their
+    attributes changed (every change inside a directory updates its mtime)."""
     out = []
     for d in repo.diff_uncommitted(branch):
+        if d.type == DiffType.CHANGED and d.key.endswith(b"/"):
+            continue  # a directory marker whose attributes (mtime) changed: not a change to list
         out.append(f"{_STATUS_LETTER[d.type]} {d.key.decode('utf-8', 'replace')}\n")
     return "".join(out).encode()
 

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class MountConfig:
     mountpoint: str
     fuse_options: frozenset[str] = frozenset()
     limits: dict = field(default_factory=dict)  # offload limiter sizes by name (defaults when empty)
+    cache_dir: str | None = None  # where the write spool lives (<cache_dir>/spool/<repo>); None: <home>/cache
 
 
 # ---------------------------------------------------------------------- notify socket
@@ -133,16 +135,20 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     import trio
 
     from graveler.view import View
-    from lakefuse.mount.fs import Filesystem
     from lakefuse.mount.fuse import Operations
     from lakefuse.mount.offload import Offload
+    from lakefuse.mount.spool import Spool, SpoolConfig
+    from lakefuse.mount.writes import WritableFilesystem
 
     mp = check_mountpoint(config.mountpoint)
     # The store must answer before we mount (a cached tree would not tell): list it once,
     # then read the default branch's tree.
     repo.check_store()
     repo.view(repo.default_branch).list_page(b"", b"", 1)
-    fs = Filesystem(repo, fs_config, data_cache=data_cache)
+    cache_dir = config.cache_dir or os.path.join(str(repo.config.home), "cache")
+    spool = Spool(repo, SpoolConfig(Path(cache_dir), repo.name))
+    fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
+    fs.recover()  # spool leftovers and unfinished renames of a killed daemon
     ops = Operations(fs, Offload(config.limits or None))
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
@@ -159,6 +165,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
             pyfuse3.close(unmount=True)
         except Exception:  # already unmounted from outside
             log.debug("pyfuse3.close", exc_info=True)
+        spool.close()
         log.info("unmounted %s", mp)
 
 

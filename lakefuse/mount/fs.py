@@ -78,6 +78,8 @@ class Attr:
     nlink: int = 1
     entry_timeout: float = 0.0
     attr_timeout: float = 0.0
+    atime_ns: int = 0  # 0: the mtime
+    ctime_ns: int = 0  # 0: the mtime
 
     @property
     def is_dir(self) -> bool:

@@ -20,7 +20,8 @@ from pyfuse3 import FUSEError
 from graveler.errors import GravelerError
 from lakefuse.mount.errors import FsError, errno_for
 from lakefuse.mount.fs import Attr, Filesystem
-from lakefuse.mount.offload import DATA, META, Offload
+from lakefuse.mount.writes import Caller, SetAttr
+from lakefuse.mount.offload import DATA, META, WRITE, Offload
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,9 @@ def _entry(attr: Attr) -> pyfuse3.EntryAttributes:
     e.st_size = attr.size
     e.st_blksize = BLKSIZE
     e.st_blocks = (attr.size + 511) // 512
-    e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = attr.mtime_ns
+    e.st_mtime_ns = attr.mtime_ns
+    e.st_atime_ns = attr.atime_ns or attr.mtime_ns
+    e.st_ctime_ns = attr.ctime_ns or attr.mtime_ns
     return e
 
 
@@ -193,11 +196,13 @@ class Operations(pyfuse3.Operations):
 
     @boundary("flush")
     async def flush(self, fh):
-        return None
+        if self.fs.pending(fh):
+            await self.offload.run(WRITE, self.fs.flush, fh)
 
     @boundary("fsync")
     async def fsync(self, fh, datasync):
-        return None
+        if self.fs.pending(fh):
+            await self.offload.run(WRITE, self.fs.fsync, fh)
 
     @boundary("release")
     async def release(self, fh):
@@ -213,67 +218,80 @@ class Operations(pyfuse3.Operations):
     async def listxattr(self, inode, ctx):
         return await self._meta(self.fs.listxattr, inode)
 
-    # -- every write-type call: the core decides (EROFS on read-only trees) ---------------
+    # -- writes: branch trees are writable, every other tree answers EROFS (the core decides) --
+
+    @staticmethod
+    def _caller(ctx) -> Caller:
+        return Caller(uid=ctx.uid, gid=ctx.gid, umask=ctx.umask)
 
     @boundary("setattr")
     async def setattr(self, inode, attr, fields, fh, ctx):
-        self.fs.check_writable(inode)
-        raise FUSEError(errno.ENOSYS)
+        log.debug("setattr %d", inode)
+        mtime = None
+        if fields.update_mtime:
+            mtime = attr.st_mtime_ns
+        changes = SetAttr(
+            mode=attr.st_mode if fields.update_mode else None,
+            uid=attr.st_uid if fields.update_uid else None,
+            gid=attr.st_gid if fields.update_gid else None,
+            size=attr.st_size if fields.update_size else None,
+            mtime_ns=mtime,
+            atime_ns=attr.st_atime_ns if fields.update_atime else None,
+        )
+        if changes == SetAttr():  # ctime only: nothing is kept for it
+            self.fs.check_writable(inode)
+            return _entry(await self._meta(self.fs.getattr, inode))
+        return _entry(await self.offload.run(DATA, self.fs.setattr, inode, changes, fh))
 
     @boundary("setxattr")
     async def setxattr(self, inode, name, value, ctx):
-        self.fs.check_writable(inode)
-        raise FUSEError(errno.ENOSYS)
+        self.fs.setxattr(inode, bytes(name), bytes(value))
 
     @boundary("removexattr")
     async def removexattr(self, inode, name, ctx):
-        self.fs.check_writable(inode)
-        raise FUSEError(errno.ENOSYS)
+        self.fs.setxattr(inode, bytes(name), b"")
 
     @boundary("mknod")
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        self.fs.check_writable(parent_inode)
-        raise FUSEError(errno.ENOSYS)
+        return _entry(await self.offload.run(DATA, self.fs.mknod, parent_inode, bytes(name), mode, self._caller(ctx)))
 
     @boundary("mkdir")
     async def mkdir(self, parent_inode, name, mode, ctx):
-        self.fs.check_writable(parent_inode)
-        raise FUSEError(errno.ENOSYS)
+        log.debug("mkdir %d %r", parent_inode, name)
+        return _entry(await self._meta(self.fs.mkdir, parent_inode, bytes(name), mode, self._caller(ctx)))
 
     @boundary("unlink")
     async def unlink(self, parent_inode, name, ctx):
-        self.fs.check_writable(parent_inode)
-        raise FUSEError(errno.ENOSYS)
+        log.debug("unlink %d %r", parent_inode, name)
+        await self._meta(self.fs.unlink, parent_inode, bytes(name))
 
     @boundary("rmdir")
     async def rmdir(self, parent_inode, name, ctx):
-        self.fs.check_writable(parent_inode)
-        raise FUSEError(errno.ENOSYS)
+        log.debug("rmdir %d %r", parent_inode, name)
+        await self._meta(self.fs.rmdir, parent_inode, bytes(name))
 
     @boundary("symlink")
     async def symlink(self, parent_inode, name, target, ctx):
-        self.fs.check_writable(parent_inode)
-        raise FUSEError(errno.ENOSYS)
+        log.debug("symlink %d %r", parent_inode, name)
+        return _entry(await self._meta(self.fs.symlink, parent_inode, bytes(name), bytes(target), self._caller(ctx)))
 
     @boundary("rename")
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
-        self.fs.check_writable(parent_inode_old)
-        self.fs.check_writable(parent_inode_new)
-        raise FUSEError(errno.ENOSYS)
+        log.debug("rename %d %r -> %d %r (%#x)", parent_inode_old, name_old, parent_inode_new, name_new, flags)
+        await self._meta(self.fs.rename, parent_inode_old, bytes(name_old), parent_inode_new, bytes(name_new), flags)
 
     @boundary("link")
     async def link(self, inode, new_parent_inode, new_name, ctx):
-        self.fs.check_writable(new_parent_inode)
-        raise FUSEError(errno.ENOSYS)
+        return _entry(self.fs.link(inode, new_parent_inode, bytes(new_name)))
 
     @boundary("create")
     async def create(self, parent_inode, name, mode, flags, ctx):
-        self.fs.check_writable(parent_inode)
-        raise FUSEError(errno.ENOSYS)
+        log.debug("create %d %r", parent_inode, name)
+        o, attr = await self._meta(self.fs.create, parent_inode, bytes(name), mode, flags, self._caller(ctx))
+        return pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io), _entry(attr)
 
     @boundary("write")
     async def write(self, fh, off, buf):
-        raise FUSEError(errno.EBADF)
-
+        return await self.offload.run(WRITE, self.fs.write, fh, off, bytes(buf))
 
 __all__ = ["Operations"]

@@ -115,6 +115,37 @@ class InodeTable:
             if self._by_key.get(node.key) == node.ino:
                 del self._by_key[node.key]
 
+    def rekey(self, node: Node, key: Hashable, path: bytes) -> None:
+        """``node`` now shows ``path`` (a rename): it answers to ``key`` from now on."""
+        with self._lock:
+            if self._by_key.get(node.key) == node.ino:
+                del self._by_key[node.key]
+            node.key = key
+            node.path = path
+            self._by_key[key] = node.ino
+
+    def rekey_prefix(self, tree_key: Hashable, src: bytes, dst: bytes) -> int:
+        """Every node of the tree ``tree_key`` at ``src`` or below now shows the same
+        name under ``dst`` (a directory rename); keys are ``(kind, tree_key, path)``.
+        Returns how many nodes moved."""
+        below = src + b"/"
+        n = 0
+        with self._lock:
+            for node in list(self._nodes.values()):
+                k = node.key
+                if not (isinstance(k, tuple) and len(k) == 3 and k[1] == tree_key):
+                    continue
+                p = node.path
+                if p != src and not p.startswith(below):
+                    continue
+                if self._by_key.get(k) == node.ino:
+                    del self._by_key[k]
+                node.path = dst + p[len(src):]
+                node.key = (k[0], k[1], node.path)
+                self._by_key[node.key] = node.ino
+                n += 1
+        return n
+
     def forget(self, ino: int, n: int) -> None:
         with self._lock:
             node = self._nodes.get(ino)

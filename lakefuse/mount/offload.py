@@ -19,7 +19,8 @@ T = TypeVar("T")
 
 META = "meta"  # lookups, listings, ref resolution, LMDB reads
 DATA = "data"  # object reads
-DEFAULT_LIMITS = {META: 8, DATA: 16}
+WRITE = "write"  # spool writes, uploads and staging of written files, control requests
+DEFAULT_LIMITS = {META: 8, DATA: 16, WRITE: 8}
 
 
 class Offload:

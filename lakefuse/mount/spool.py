@@ -146,6 +146,9 @@ class SpoolFile:
         self.loaded = False  # the spool file holds the whole content
         self.size = 0 if base is None else base.size
         self.mtime_ns = time.time_ns() if base is None else (base.last_modified_ns or time.time_ns())
+        if base is not None and attrs.mtime_ns is not None:
+            self.mtime_ns = attrs.mtime_ns
+        self.ctime_ns = self.mtime_ns
         self._gen = 1 if new else 0  # bumped by every change of content or attributes
         self._saved_gen = 0
         self.saved: Entry | None = None  # the entry staged by the last successful flush
@@ -215,7 +218,7 @@ class SpoolFile:
             self._load()
             n = os.pwrite(self._fd, data, offset)
             self.size = max(self.size, offset + n)
-            self.mtime_ns = time.time_ns()
+            self.mtime_ns = self.ctime_ns = time.time_ns()
             self.attrs = _drop_mtime(self.attrs)
             self._gen += 1
             return n
@@ -232,7 +235,7 @@ class SpoolFile:
                 self._load()
             os.ftruncate(self._fd, size)
             self.size = size
-            self.mtime_ns = time.time_ns()
+            self.mtime_ns = self.ctime_ns = time.time_ns()
             self.attrs = _drop_mtime(self.attrs)
             self._gen += 1
 
@@ -241,6 +244,9 @@ class SpoolFile:
         with self.lock:
             if attrs != self.attrs:
                 self.attrs = attrs
+                if attrs.mtime_ns is not None:
+                    self.mtime_ns = attrs.mtime_ns
+                self.ctime_ns = time.time_ns()
                 self._gen += 1
 
     def move(self, branch: str, key: bytes) -> None:
@@ -271,8 +277,11 @@ class SpoolFile:
             md.update(self.attrs.to_metadata())
             repo = self.spool.repo
             if not self.loaded:
-                # Only attributes changed: restage the base object under new metadata.
-                entry = Entry(self.base.address, self.base.size, self.base.etag, self.base.last_modified_ns,
+                # Only attributes changed: restage the base object under new metadata. The
+                # entry's last_modified is the change time (ctime); the mtime stays as it was.
+                if self.attrs.mtime_ns is None:
+                    md.update(PosixAttrs(mtime_ns=self.mtime_ns).to_metadata())
+                entry = Entry(self.base.address, self.base.size, self.base.etag, time.time_ns(),
                               md, self.base.address_type, self.base.content_type)
                 repo.stage(self.branch, self.key, entry)
             else:
@@ -298,9 +307,10 @@ class SpoolFile:
 
 
 def _drop_mtime(a: PosixAttrs) -> PosixAttrs:
-    if a.mtime_ns is None:
+    """Attributes after a content change: the mtime (and atime) become the write time."""
+    if a.mtime_ns is None and a.atime_ns is None:
         return a
-    return PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None)
+    return PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None, None)
 
 
 class Spool:
@@ -332,6 +342,15 @@ class Spool:
                 sf = SpoolFile(self, ino, branch, key, base, attrs, new)
                 self._files[ino] = sf
             sf.handles += 1
+            return sf
+
+    def hold(self, ino: int) -> SpoolFile | None:
+        """The spool file of ``ino`` with one more handle (None if it has none): a
+        change made through it is saved by whoever releases the last handle."""
+        with self._lock:
+            sf = self._files.get(ino)
+            if sf is not None:
+                sf.handles += 1
             return sf
 
     def release(self, ino: int) -> None:

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""Writes through a lakefuse branch tree, against a native local directory in the same run.
+
+Work (each timed ``--reps`` times; medians reported):
+
+* sequential write of one file (``--seq-mib``, default 1024) in 1 MiB writes, closed
+  (for lakefuse the close returns once the object is uploaded and staged);
+* create + write (1 KiB) + close of ``--files`` small files (default 10,000) in 10 directories;
+* ``cp -r`` of a tree of ``--files`` small files;
+* commit of the ``--files`` staged files through ``.lakefuse/commit`` (lakefuse only);
+* rename (``mv``) of a directory holding ``--files`` files.
+
+The peer for every figure is the same work on a native directory of the same
+filesystem (no fsync, as ``cp`` does), in the same run; close on lakefuse is
+durable (the object and the staging entry are fsynced), so the native figure
+with an fsync before each close is printed too. With ``--s3`` the sequential and
+small-file work also runs on S3 (a moto server on 127.0.0.1): lakefuse with an
+S3 storage namespace, ``rclone mount`` and ``s3fs`` on the same server (installed
+with apt when missing; skipped with a note if that fails).
+
+    .venv/bin/python scripts/bench/mount_write.py
+    .venv/bin/python scripts/bench/mount_write.py --seq-mib 256 --files 2000 --reps 1 --s3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 1 << 20
+
+
+def lakefuse(home: Path, *args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lakefuse", "--home", str(home), *args], check=True,
+                          capture_output=True, text=True, cwd=ROOT, env=env)
+
+
+def is_mount(p: Path) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == str(p) for line in f)
+
+
+def wait_mount(p: Path, proc: subprocess.Popen | None = None, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if is_mount(p):
+            try:
+                os.listdir(p)
+                return
+            except OSError:
+                pass
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"mount exited with {proc.returncode}")
+        time.sleep(0.1)
+    raise RuntimeError(f"{p} not mounted after {timeout} s")
+
+
+def unmount(p: Path, proc: subprocess.Popen | None = None) -> None:
+    for args in (["-u"], ["-uz"]):
+        if is_mount(p):
+            subprocess.run(["fusermount3", *args, str(p)], capture_output=True)
+            time.sleep(0.2)
+    if proc is not None:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def drop_caches() -> None:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------ the work
+
+
+def seq_write(path: Path, mib: int, fsync: bool = False) -> float:
+    buf = os.urandom(MiB)
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for _ in range(mib):
+        os.write(fd, buf)
+    if fsync:
+        os.fsync(fd)
+    os.close(fd)
+    return time.perf_counter() - t0
+
+
+def small_files(root: Path, n: int, fsync: bool = False) -> float:
+    data = os.urandom(1024)
+    t0 = time.perf_counter()
+    for d in range(10):
+        os.makedirs(root / f"d{d}", exist_ok=True)
+    for i in range(n):
+        fd = os.open(root / f"d{i % 10}" / f"f{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
+        os.close(fd)
+    return time.perf_counter() - t0
+
+
+def make_tree(root: Path, n: int) -> None:
+    data = os.urandom(1024)
+    for i in range(n):
+        d = root / f"a{i % 10}" / f"b{i % 7}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}").write_bytes(data)
+
+
+def timed_cmd(*cmd: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    return time.perf_counter() - t0
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+class Report:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str]] = []
+
+    def add(self, what: str, value: str, ratio: str = "") -> None:
+        self.rows.append((what, value, ratio))
+        print(f"  {what:<58} {value:>16} {ratio}", flush=True)
+
+
+# ------------------------------------------------------------------ lakefuse mounts
+
+
+class LakefuseMount:
+    def __init__(self, work: Path, storage: str | None = None, env: dict | None = None):
+        self.home = work / "home"
+        self.mp = work / "mnt"
+        self.mp.mkdir(parents=True, exist_ok=True)
+        (work / "cache").mkdir(exist_ok=True)
+        self.env = {**os.environ, **(env or {})}
+        args = ["repo", "create", "lakefs://bench"]
+        if storage:
+            args += ["--storage", storage]
+        lakefuse(self.home, *args, env=self.env)
+        self.log = open(work / "mount.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lakefuse", "--home", str(self.home), "mount", "lakefs://bench", str(self.mp),
+             "-f", "--cache-dir", str(work / "cache")], stdout=self.log, stderr=self.log, cwd=ROOT, env=self.env)
+        wait_mount(self.mp, self.proc)
+        self.branch = self.mp / "main"
+
+    def close(self) -> None:
+        unmount(self.mp, self.proc)
+        self.log.close()
+
+
+def bench_local(args, work: Path, rep: Report) -> None:
+    native = work / "native"
+    native.mkdir(parents=True)
+    lf = LakefuseMount(work / "lf")
+    try:
+        b = lf.branch
+        print(f"local store; {args.reps} rep(s); medians", flush=True)
+        # sequential
+        nat = [seq_write(native / f"seq{r}", args.seq_mib) for r in range(args.reps)]
+        nat_f = [seq_write(native / f"seqf{r}", args.seq_mib, fsync=True) for r in range(args.reps)]
+        ours = [seq_write(b / f"seq{r}", args.seq_mib) for r in range(args.reps)]
+        mb = args.seq_mib * MiB / 1e6
+        rep.add(f"sequential write {args.seq_mib} MiB: lakefuse", f"{mb / median(ours):.0f} MB/s",
+                f"x{median(nat) / median(ours):.2f} of native ({mb / median(nat):.0f} MB/s), "
+                f"x{median(nat_f) / median(ours):.2f} of native+fsync ({mb / median(nat_f):.0f} MB/s)")
+        for r in range(args.reps):
+            os.unlink(native / f"seq{r}")
+            os.unlink(native / f"seqf{r}")
+        # small files
+        nat = [small_files(native / f"small{r}", args.files) for r in range(args.reps)]
+        nat_f = [small_files(native / f"smallf{r}", args.files, fsync=True) for r in range(args.reps)]
+        ours = [small_files(b / f"small{r}", args.files) for r in range(args.reps)]
+        rep.add(f"create+write+close {args.files} x 1 KiB: lakefuse", f"{args.files / median(ours):.0f} files/s",
+                f"x{median(nat) / median(ours):.2f} of native ({args.files / median(nat):.0f}/s), "
+                f"x{median(nat_f) / median(ours):.2f} of native+fsync ({args.files / median(nat_f):.0f}/s)")
+        # commit of the staged files (the first rep's set plus the big files)
+        t0 = time.perf_counter()
+        (b / ".lakefuse" / "commit").write_text("bench: small files\n")
+        commit_s = time.perf_counter() - t0
+        n_staged = args.files * args.reps + args.reps
+        rep.add(f"commit of {n_staged} staged files via .lakefuse/commit", f"{commit_s:.2f} s")
+        # cp -r
+        src = work / "tree"
+        make_tree(src, args.files)
+        drop_caches()
+        nat = [timed_cmd("cp", "-r", str(src), str(native / f"cp{r}")) for r in range(args.reps)]
+        ours = [timed_cmd("cp", "-r", str(src), str(b / f"cp{r}")) for r in range(args.reps)]
+        rep.add(f"cp -r of {args.files} files: lakefuse", f"{median(ours):.2f} s",
+                f"x{median(nat) / median(ours):.2f} of native ({median(nat):.2f} s)")
+        # rename of a directory of files
+        nat = [timed_cmd("mv", str(native / f"cp{r}"), str(native / f"mv{r}")) for r in range(args.reps)]
+        ours = [timed_cmd("mv", str(b / f"cp{r}"), str(b / f"mv{r}")) for r in range(args.reps)]
+        rep.add(f"rename of a directory of {args.files} files: lakefuse", f"{median(ours):.3f} s",
+                f"native {median(nat) * 1000:.1f} ms")
+    finally:
+        lf.close()
+
+
+# ------------------------------------------------------------------ S3 peers
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def ensure_tool(tool: str, package: str) -> bool:
+    if shutil.which(tool):
+        return True
+    if os.geteuid() != 0:
+        return False
+    r = subprocess.run(["bash", "-c", f"apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+                                      f"{package} >/dev/null"], capture_output=True)
+    return r.returncode == 0 and shutil.which(tool) is not None
+
+
+def bench_s3(args, work: Path, rep: Report) -> None:
+    import boto3
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
+           "LAKEFUSE_S3_ENDPOINT": endpoint}
+    os.environ.update(env)
+    moto = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        for bucket in ("lakefuse", "rclone", "s3fs"):
+            s3.create_bucket(Bucket=bucket)
+        print(f"S3 (moto on 127.0.0.1:{port}); {args.reps} rep(s); medians", flush=True)
+        mb = args.s3_seq_mib * MiB / 1e6
+        results: dict[str, tuple[float, float]] = {}
+
+        def run(name: str, root: Path) -> None:
+            seq = [seq_write(root / f"seq{r}", args.s3_seq_mib) for r in range(args.reps)]
+            small = [small_files(root / f"small{r}", args.s3_files) for r in range(args.reps)]
+            results[name] = (median(seq), median(small))
+            rep.add(f"S3 {name}: sequential {args.s3_seq_mib} MiB", f"{mb / median(seq):.0f} MB/s")
+            rep.add(f"S3 {name}: {args.s3_files} small files", f"{args.s3_files / median(small):.0f} files/s")
+
+        lf = LakefuseMount(work / "lf-s3", storage="s3://lakefuse/repo", env=env)
+        try:
+            run("lakefuse", lf.branch)
+        finally:
+            lf.close()
+        if ensure_tool("rclone", "rclone"):
+            mp = work / "rclone"
+            mp.mkdir(parents=True)
+            renv = {**os.environ, "RCLONE_CONFIG_MOTO_TYPE": "s3", "RCLONE_CONFIG_MOTO_PROVIDER": "Other",
+                    "RCLONE_CONFIG_MOTO_ENDPOINT": endpoint, "RCLONE_CONFIG_MOTO_ACCESS_KEY_ID": "bench",
+                    "RCLONE_CONFIG_MOTO_SECRET_ACCESS_KEY": "bench", "RCLONE_CONFIG_MOTO_FORCE_PATH_STYLE": "true"}
+            p = subprocess.Popen(["rclone", "mount", "moto:rclone", str(mp), "--vfs-cache-mode", "writes",
+                                  "--cache-dir", str(work / "rclone-cache")], env=renv,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                wait_mount(mp, p)
+                run("rclone mount (--vfs-cache-mode writes)", mp)
+            finally:
+                unmount(mp, p)
+        else:
+            print("  rclone: not installed and apt could not install it; skipped")
+        if ensure_tool("s3fs", "s3fs"):
+            mp = work / "s3fs"
+            mp.mkdir(parents=True)
+            pw = work / "s3fs.passwd"
+            pw.write_text("bench:bench\n")
+            pw.chmod(0o600)
+            subprocess.run(["s3fs", "s3fs", str(mp), "-o", f"url={endpoint}", "-o", "use_path_request_style",
+                            "-o", f"passwd_file={pw}"], check=True)
+            try:
+                wait_mount(mp)
+                run("s3fs", mp)
+            finally:
+                unmount(mp)
+        else:
+            print("  s3fs: not installed and apt could not install it; skipped")
+        lf_seq, lf_small = results["lakefuse"]
+        for name, (seq, small) in results.items():
+            if name != "lakefuse":
+                rep.add(f"S3 lakefuse vs {name}", f"seq x{seq / lf_seq:.2f}", f"small files x{small / lf_small:.2f}")
+    finally:
+        moto.terminate()
+        moto.wait()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seq-mib", type=int, default=1024)
+    ap.add_argument("--files", type=int, default=10_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--s3", action="store_true", help="also run on S3 (moto) with rclone and s3fs as peers")
+    ap.add_argument("--s3-seq-mib", type=int, default=256)
+    ap.add_argument("--s3-files", type=int, default=1000)
+    ap.add_argument("--dir", default=None, help="work directory (default: a temp dir; same filesystem as native)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lakefuse-bench-write-", dir=args.dir))
+    rep = Report()
+    try:
+        bench_local(args, work / "local", rep)
+        if args.s3:
+            bench_s3(args, work / "s3", rep)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""Writable branch trees in the filesystem core, driven directly (no kernel): real LMDB, real store."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+
+import pytest
+
+from graveler.errors import InvalidArgument, NothingToCommit
+from graveler.objects import PosixAttrs
+from lakefuse.mount.errors import FsError, errno_for
+from lakefuse.mount.fs import FsConfig
+from lakefuse.mount.inodes import ROOT_INO
+from lakefuse.mount.spool import Spool, SpoolConfig
+from lakefuse.mount.writes import RENAME_EXCHANGE, RENAME_NOREPLACE, Caller, SetAttr, WritableFilesystem
+from tests.graveler_testutil import make_repo
+
+ME = Caller(uid=1000, gid=100)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = make_repo(tmp_path, "wrt")
+    r.upload("main", "data/a.csv", b"a,b\n1,2\n")
+    r.upload("main", "data/sub/x", b"x")
+    r.upload("main", "top", b"top")
+    r.commit("main", "base")
+    r.create_tag("v1", "main")
+    yield r
+    r.graveler.close()
+
+
+@pytest.fixture
+def fs(repo, tmp_path):
+    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    f = WritableFilesystem(repo, FsConfig(uid=1000, gid=100), spool=sp)
+    yield f
+    sp.close()
+
+
+def ino_of(fs, path: str) -> int:
+    ino = ROOT_INO
+    for part in path.strip("/").split("/"):
+        ino = fs.lookup(ino, part.encode()).ino
+    return ino
+
+
+def fs_errno(fn, *args) -> int:
+    with pytest.raises(Exception) as ei:
+        fn(*args)
+    return errno_for(ei.value)
+
+
+def write_file(fs, parent: str, name: str, data: bytes, mode: int = 0o640) -> int:
+    opened, attr = fs.create(ino_of(fs, parent), name.encode(), stat.S_IFREG | mode, os.O_WRONLY, ME)
+    fs.write(opened.fh, 0, data)
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    return attr.ino
+
+
+def read_path(fs, path: str) -> bytes:
+    o = fs.open(ino_of(fs, path), os.O_RDONLY)
+    try:
+        return fs.read(o.fh, 0, 1 << 20)
+    finally:
+        fs.release(o.fh)
+
+
+def control(fs, tree: str | None, name: str, data: bytes):
+    base = f"{tree}/.lakefuse" if tree else ".lakefuse"
+    o = fs.open(ino_of(fs, f"{base}/{name}"), os.O_WRONLY | os.O_TRUNC)
+    try:
+        fs.write(o.fh, 0, data)
+        fs.flush(o.fh)
+    finally:
+        fs.release(o.fh)
+
+
+def read_control(fs, tree, name) -> bytes:
+    base = f"{tree}/.lakefuse" if tree else ".lakefuse"
+    o = fs.open(ino_of(fs, f"{base}/{name}"), os.O_RDONLY)
+    try:
+        return fs.read(o.fh, 0, 1 << 20)
+    finally:
+        fs.release(o.fh)
+
+
+def test_create_write_close_stages_with_posix_attrs(fs, repo):
+    write_file(fs, "main/data", "new.txt", b"hello")
+    assert repo.read("main", "data/new.txt") == b"hello"
+    pa = PosixAttrs.from_metadata(repo.get("main", "data/new.txt").metadata)
+    assert (pa.mode, pa.uid, pa.gid) == (stat.S_IFREG | 0o640, 1000, 100)
+    a = fs.getattr(ino_of(fs, "main/data/new.txt"))
+    assert a.size == 5 and stat.S_IMODE(a.mode) == 0o640 and a.uid == 1000
+
+
+def test_created_file_is_visible_before_close_and_reads_back(fs, repo):
+    opened, attr = fs.create(ino_of(fs, "main"), b"f", stat.S_IFREG | 0o644, os.O_RDWR, ME)
+    assert repo.exists("main", "f")  # staged empty at once: every lookup sees it
+    fs.write(opened.fh, 0, b"abc")
+    assert fs.read(opened.fh, 0, 10) == b"abc"
+    assert fs.getattr(attr.ino).size == 3
+    o2 = fs.open(attr.ino, os.O_RDONLY)  # another handle reads what the first wrote
+    assert fs.read(o2.fh, 0, 10) == b"abc"
+    fs.release(o2.fh)
+    assert repo.get("main", "f").size == 0  # not saved before close
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert repo.read("main", "f") == b"abc"
+
+
+def test_overwrite_append_and_random_writes_on_committed_file(fs, repo):
+    ino = ino_of(fs, "main/data/a.csv")
+    o = fs.open(ino, os.O_WRONLY)
+    assert fs.spool.get(ino).loaded is False  # lazy copy-in: nothing read yet
+    fs.write(o.fh, 4, b"X")
+    fs.write(o.fh, 8, b"3,4\n")
+    fs.flush(o.fh)
+    fs.release(o.fh)
+    assert repo.read("main", "data/a.csv") == b"a,b\nX,2\n3,4\n"
+    o = fs.open(ino, os.O_WRONLY | os.O_TRUNC)
+    fs.write(o.fh, 0, b"new")
+    fs.release(o.fh)  # release saves what flush did not
+    assert repo.read("main", "data/a.csv") == b"new"
+
+
+def test_truncate_without_open(fs, repo):
+    ino = ino_of(fs, "main/top")
+    a = fs.setattr(ino, SetAttr(size=1))
+    assert a.size == 1 and repo.read("main", "top") == b"t"
+    fs.setattr(ino, SetAttr(size=4))
+    assert repo.read("main", "top") == b"t\0\0\0"
+
+
+def test_chmod_chown_utimens_keep_the_object(fs, repo):
+    ino = ino_of(fs, "main/top")
+    addr = repo.get("main", "top").address
+    a = fs.setattr(ino, SetAttr(mode=0o600, uid=7, gid=8, mtime_ns=1_600_000_000_000_000_000))
+    assert stat.S_IMODE(a.mode) == 0o600 and (a.uid, a.gid) == (7, 8) and a.mtime_ns == 1_600_000_000_000_000_000
+    e = repo.get("main", "top")
+    assert e.address == addr
+    pa = PosixAttrs.from_metadata(e.metadata)
+    assert pa.mode == stat.S_IFREG | 0o600 and pa.mtime_ns == 1_600_000_000_000_000_000
+    fs.setattr(ino, SetAttr(mode=0o644))  # mtime stays what utimens set
+    assert fs.getattr(ino).mtime_ns == 1_600_000_000_000_000_000
+
+
+def test_mkdir_marker_rmdir_and_notempty(fs, repo):
+    a = fs.mkdir(ino_of(fs, "main"), b"empty", stat.S_IFDIR | 0o750, ME)
+    assert stat.S_IMODE(a.mode) == 0o750 and a.uid == 1000
+    assert repo.exists("main", "empty/")
+    names = [it.path for it in repo.list("main", "", delimiter="/")]
+    assert b"empty/" in names
+    assert fs.lookup(ino_of(fs, "main"), b"empty").ino == a.ino
+    write_file(fs, "main/empty", "f", b"1")
+    assert fs_errno(fs.rmdir, ino_of(fs, "main"), b"empty") == errno.ENOTEMPTY
+    fs.unlink(ino_of(fs, "main/empty"), b"f")
+    fs.rmdir(ino_of(fs, "main"), b"empty")
+    assert not repo.exists("main", "empty/")
+    assert fs_errno(fs.lookup, ino_of(fs, "main"), b"empty") == errno.ENOENT
+
+
+def test_unlinking_last_file_keeps_an_implicit_directory(fs, repo):
+    fs.unlink(ino_of(fs, "main/data/sub"), b"x")
+    assert repo.exists("main", "data/sub/")  # a marker keeps it
+    fs.rmdir(ino_of(fs, "main/data"), b"sub")
+    assert not any(p.startswith(b"data/sub") for p in (it.path for it in repo.list("main", "", delimiter="")))
+
+
+def test_rename_file_and_directory_without_copying(fs, repo):
+    fs.empty_entry()  # the mount's one shared empty object (markers point at it)
+    objects = sorted(o.key for o in repo._store.list("data/"))
+    main = ino_of(fs, "main")
+    fs.rename(ino_of(fs, "main/data"), b"a.csv", main, b"moved.csv", 0)
+    assert repo.read("main", "moved.csv") == b"a,b\n1,2\n" and not repo.exists("main", "data/a.csv")
+    fs.rename(main, b"data", main, b"renamed", 0)
+    assert repo.read("main", "renamed/sub/x") == b"x"
+    assert not any(it.path.startswith(b"data/") for it in repo.list("main", "", delimiter=""))
+    assert sorted(o.key for o in repo._store.list("data/")) == objects
+    assert read_path(fs, "main/renamed/sub/x") == b"x"
+
+
+def test_rename_rules(fs, repo):
+    main = ino_of(fs, "main")
+    write_file(fs, "main", "f1", b"1")
+    write_file(fs, "main", "f2", b"2")
+    assert fs_errno(fs.rename, main, b"f1", main, b"f2", RENAME_NOREPLACE) == errno.EEXIST
+    assert fs_errno(fs.rename, main, b"f1", main, b"f2", RENAME_EXCHANGE) == errno.EINVAL
+    assert fs_errno(fs.rename, main, b"f1", main, b"data", 0) == errno.EISDIR
+    assert fs_errno(fs.rename, main, b"data", main, b"f1", 0) == errno.ENOTDIR
+    assert fs_errno(fs.rename, main, b"data", ino_of(fs, "main/data/sub"), b"in", 0) == errno.EINVAL
+    assert fs_errno(fs.rename, main, b"f1", main, b".lakefuse", 0) == errno.EPERM
+    fs.mkdir(main, b"d2", stat.S_IFDIR | 0o755, ME)
+    write_file(fs, "main/d2", "x", b"x")
+    assert fs_errno(fs.rename, main, b"data", main, b"d2", 0) == errno.ENOTEMPTY
+    assert fs_errno(fs.rename, main, b"f1", ino_of(fs, "v1"), b"f1", 0) in (errno.EXDEV, errno.EROFS)
+    fs.lookup(ROOT_INO, b"main")
+    fs.rename(main, b"f1", main, b"f2", 0)  # replace
+    assert repo.read("main", "f2") == b"1"
+
+
+def test_rename_exdev_across_branches(fs, repo):
+    repo.create_branch("dev")
+    assert fs_errno(fs.rename, ino_of(fs, "main"), b"top", ino_of(fs, "dev"), b"top", 0) == errno.EXDEV
+
+
+def test_symlink_and_readlink(fs, repo):
+    a = fs.symlink(ino_of(fs, "main"), b"ln", b"data/a.csv", ME)
+    assert stat.S_ISLNK(a.mode)
+    assert fs.readlink(a.ino) == b"data/a.csv"
+    assert PosixAttrs.from_metadata(repo.get("main", "ln").metadata).symlink == "data/a.csv"
+
+
+def test_link_mknod_reserved_and_erofs(fs, repo):
+    main = ino_of(fs, "main")
+    assert fs_errno(fs.link, ino_of(fs, "main/top"), main, b"hard") == errno.EPERM
+    assert fs_errno(fs.mknod, main, b"dev", stat.S_IFCHR | 0o644, ME) == errno.EPERM
+    fifo = fs.mknod(main, b"fifo", stat.S_IFIFO | 0o640, ME)  # kept as an entry, like a symlink
+    assert stat.S_ISFIFO(fifo.mode) and stat.S_IMODE(fifo.mode) == 0o640
+    assert PosixAttrs.from_metadata(repo.get("main", "fifo").metadata).mode == stat.S_IFIFO | 0o640
+    a = fs.mknod(main, b"reg", stat.S_IFREG | 0o600, ME)
+    assert a.size == 0 and repo.exists("main", "reg")
+    assert fs_errno(fs.create, ino_of(fs, "main/data"), b".lakefuse", 0o644, os.O_WRONLY, ME) == errno.EPERM
+    assert fs_errno(fs.mkdir, ino_of(fs, "main/data"), b".lakefuse", 0o755, ME) == errno.EPERM
+    v1 = ino_of(fs, "v1")
+    assert fs_errno(fs.create, v1, b"n", 0o644, os.O_WRONLY, ME) == errno.EROFS
+    assert fs_errno(fs.mkdir, v1, b"n", 0o755, ME) == errno.EROFS
+    assert fs_errno(fs.unlink, v1, b"top") == errno.EROFS
+    assert fs_errno(fs.open, ino_of(fs, "v1/top"), os.O_WRONLY) == errno.EROFS
+    assert fs_errno(fs.setattr, ino_of(fs, "v1/top"), SetAttr(mode=0o600)) == errno.EROFS
+    commit = repo.get_commit("main").id
+    assert fs_errno(fs.create, ino_of(fs, commit[:10]), b"n", 0o644, os.O_WRONLY, ME) == errno.EROFS
+
+
+def test_unlink_open_file_detaches_it(fs, repo):
+    opened, attr = fs.create(ino_of(fs, "main"), b"tmp", stat.S_IFREG | 0o644, os.O_RDWR, ME)
+    fs.write(opened.fh, 0, b"data")
+    fs.unlink(ino_of(fs, "main"), b"tmp")
+    fs.write(opened.fh, 4, b"more")
+    assert fs.read(opened.fh, 0, 100) == b"datamore"
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert not repo.exists("main", "tmp")
+
+
+def test_mkdir_at_root_makes_a_branch_and_rmdir_is_eperm(fs, repo):
+    fs.mkdir(ROOT_INO, b"feature", stat.S_IFDIR | 0o755, ME)
+    assert repo.get_branch("feature").commit_id == repo.get_commit("main").id
+    assert fs_errno(fs.mkdir, ROOT_INO, b"feature", 0o755, ME) == errno.EEXIST
+    assert fs_errno(fs.rmdir, ROOT_INO, b"feature") == errno.EPERM
+
+
+def test_commit_control_file(fs, repo):
+    write_file(fs, "main", "c.txt", b"c")
+    assert read_control(fs, "main", "status") == b"A c.txt\n"
+    control(fs, "main", "commit", b"add c\n")
+    out = json.loads(read_control(fs, "main", "commit"))
+    assert out["ok"] and out["commit"]["id"] == repo.get_commit("main").id
+    assert read_control(fs, "main", "status") == b""
+    head = read_control(fs, "main", "head").decode().strip()
+    assert head == out["commit"]["id"]
+    with pytest.raises(NothingToCommit):
+        control(fs, "main", "commit", b"nothing\n")
+    assert json.loads(read_control(fs, "main", "commit"))["error_type"] == "NothingToCommit"
+    with pytest.raises(InvalidArgument):
+        control(fs, "main", "commit", b"{broken")
+    # the commit is readable by its ID
+    assert read_path(fs, f"{head}/c.txt") == b"c"
+
+
+def test_control_files_listed_and_immutable_trees_refuse(fs, repo):
+    fh = fs.opendir(ino_of(fs, "main/.lakefuse"))
+    fs.readdir_fill(fh, 0)
+    names = [e.name for e in fs.readdir_fast(fh, 0)]
+    fs.releasedir(fh)
+    assert {b"head", b"log", b"commit", b"status", b"merge", b"reset", b"revert"} <= set(names)
+    assert fs_errno(fs.lookup, ino_of(fs, "v1/.lakefuse"), b"commit") == errno.ENOENT
+    assert fs_errno(fs.open, ino_of(fs, "main/.lakefuse/status"), os.O_WRONLY) == errno.EACCES
+    control(fs, None, "branch", b"dev main")
+    control(fs, None, "tag", b"v2 dev")
+    assert repo.get_tag("v2").commit_id == repo.get_commit("main").id
+
+
+def test_writes_during_commit_go_to_the_next_one(fs, repo):
+    opened, _ = fs.create(ino_of(fs, "main"), b"open.txt", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    fs.write(opened.fh, 0, b"unsaved")
+    write_file(fs, "main", "saved.txt", b"saved")
+    control(fs, "main", "commit", b"with an open file")
+    c = repo.get_commit("main")
+    # the open file is in the commit as it was last saved: empty (created, never closed)
+    assert repo.read(c.id, "open.txt") == b"" and repo.read(c.id, "saved.txt") == b"saved"
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert repo.read("main", "open.txt") == b"unsaved"
+    assert read_control(fs, "main", "status") == b"M open.txt\n"

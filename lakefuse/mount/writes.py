@@ -320,9 +320,8 @@ class WritableFilesystem(Filesystem):
                 _BRANCH_CONTROLS if not parent.tree.immutable else ())
             if name in names:
                 tree = parent.tree
-                node, _ = self.inodes.acquire(("ic", tree.key if tree else None, name),
-                                              self._make(("ic", tree.key if tree else None, name),
-                                                         Kind.INFO_FILE, tree, name, parent_ino))
+                node, _ = self.inodes.acquire(("ic", tree.key if tree else None, name), Kind.INFO_FILE, tree, name,
+                                              parent_ino)
                 return self._control_attr(node)
             return super().lookup(parent_ino, name)
         if parent.kind == Kind.DIR and not parent.tree.immutable:
@@ -405,6 +404,16 @@ class WritableFilesystem(Filesystem):
             gid=pa.gid if pa.gid is not None else (a.gid if a is not None else self.config.gid),
             mtime_ns=pa.mtime_ns,
         )
+
+    def read_fast(self, fh: int, offset: int, size: int) -> bytes | None:
+        h = self._handle(fh)
+        if isinstance(h, _ControlHandle):
+            return h.content[offset:offset + size]
+        if isinstance(h, _WriteHandle):
+            return None  # the spool file: read in a worker thread
+        if self.spool is not None and h.node.kind == Kind.FILE and self.spool.get(h.node.ino) is not None:
+            return None  # another handle is writing it: no read-ahead buffer is current
+        return super().read_fast(fh, offset, size)
 
     def read(self, fh: int, offset: int, size: int) -> bytes:
         h = self._handle(fh)
@@ -532,7 +541,7 @@ class WritableFilesystem(Filesystem):
         old = self.inodes.find(key)
         if old is not None and old.kind != kind:
             self.inodes.replace(old)
-        node, _ = self.inodes.acquire(key, self._make(key, kind, tree, path, parent_ino))
+        node, _ = self.inodes.acquire(key, kind, tree, path, parent_ino)
         node.attr = replace(attr, ino=node.ino)
         node.value = value
         node.stamp = stamp

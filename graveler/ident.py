@@ -10,6 +10,8 @@ import hashlib
 import struct
 from typing import Iterable, Mapping
 
+from graveler import native
+
 _I64 = struct.Struct(">q")
 
 
@@ -40,7 +42,7 @@ def enc_identifiable(identity: bytes) -> bytes:
     return b"\x05" + enc_bytes(identity)
 
 
-def entry_identity(size: int, etag: str, metadata: Mapping[str, str], content_type: str = "") -> bytes:
+def py_entry_identity(size: int, etag: str, metadata: Mapping[str, str], content_type: str = "") -> bytes:
     """The 32-byte identity of a catalog entry, as lakeFS computes it since April 2021."""
     parts = enc_int64(size) + enc_string(etag) + enc_string_map(metadata)
     if content_type:
@@ -87,8 +89,24 @@ class TableHasher:
         self._h.update(b"%d%s|%d%s|" % (len(key), key, len(value), value))
 
     def add_many(self, keys: list[bytes], values: list[bytes]) -> None:
-        self._h.update(b"".join([b"%d%s|%d%s|" % (len(k), k, len(v), v) for k, v in zip(keys, values)]))
+        self._h.update(hasher_input(keys, values))
+
+    def add_input(self, data: bytes) -> None:
+        """Records already in their hashed form (``hasher_input``)."""
+        self._h.update(data)
 
     def finish(self, properties: Mapping[str, str]) -> str:
         self._h.update(enc_string_map(properties))
         return self._h.hexdigest()
+
+
+def py_hasher_input(keys: list[bytes], values: list[bytes]) -> bytes:
+    """What a table ID hashes for these records (the reference of the compiled one)."""
+    return b"".join([b"%d%s|%d%s|" % (len(k), k, len(v), v) for k, v in zip(keys, values)])
+
+
+if native.PURE_PYTHON:
+    entry_identity, hasher_input = py_entry_identity, py_hasher_input
+else:
+    _c = native.load("graveler._crecord")
+    entry_identity, hasher_input = _c.entry_identity, _c.hasher_input

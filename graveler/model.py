@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from graveler import ident
+from graveler import ident, native
 from graveler.errors import CorruptedData
 from graveler.proto import catalog_pb2, committed_pb2
 from graveler.varint import get_varint, put_varint
@@ -23,7 +23,7 @@ class Value(NamedTuple):
     data: bytes
 
 
-def encode_value(v: Value) -> bytes:
+def py_encode_value(v: Value) -> bytes:
     ident_, data = v
     li, ld = len(ident_), len(data)
     if li < 64:  # zigzag length of the identity fits one byte
@@ -40,7 +40,7 @@ def encode_value(v: Value) -> bytes:
     return bytes(out)
 
 
-def decode_value(raw: bytes, name: str | None = None) -> Value:
+def py_decode_value(raw: bytes, name: str | None = None) -> Value:
     # Fast path: one-byte identity length, one- or two-byte data length (every lakeFS record).
     n = len(raw)
     if n >= 2:
@@ -94,6 +94,13 @@ class Entry:
         return ident.entry_identity(self.size, self.etag, self.metadata, self.content_type)
 
     def to_proto_bytes(self) -> bytes:
+        if _entry_proto is None:
+            return self.py_to_proto_bytes()
+        return _entry_proto(self.address, self.size, self.etag, self.last_modified_ns, self.metadata,
+                            int(self.address_type), self.content_type)
+
+    def py_to_proto_bytes(self) -> bytes:
+        """The pure-Python reference of ``to_proto_bytes`` (protobuf's deterministic serialization)."""
         pb = catalog_pb2.Entry(
             address=self.address,
             size=self.size,
@@ -108,7 +115,12 @@ class Entry:
         return pb.SerializeToString(deterministic=True)
 
     def to_value(self) -> Value:
-        return Value(self.identity(), self.to_proto_bytes())
+        return _entry_to_value(self)
+
+    def py_to_value(self) -> Value:
+        """The pure-Python reference of ``to_value``."""
+        return Value(ident.py_entry_identity(self.size, self.etag, self.metadata, self.content_type),
+                     self.py_to_proto_bytes())
 
     @staticmethod
     def from_proto_bytes(data: bytes) -> "Entry":
@@ -131,6 +143,17 @@ class Entry:
     @staticmethod
     def from_value(v: Value) -> "Entry":
         return Entry.from_proto_bytes(v.data)
+
+
+if native.PURE_PYTHON:
+    encode_value, decode_value = py_encode_value, py_decode_value
+    _entry_to_value = Entry.py_to_value
+    _entry_proto = None
+else:
+    _c = native.load("graveler._crecord")
+    _c.bind(Value)
+    encode_value, decode_value = _c.encode_value, _c.decode_value
+    _entry_to_value, _entry_proto = _c.entry_to_value, _c.entry_proto
 
 
 @dataclass(frozen=True, slots=True)

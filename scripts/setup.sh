@@ -47,11 +47,17 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 stamp=.venv/.lakefuse-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing lakefuse and its dependencies into .venv"
+# The compiled hot path (graveler/**/*.pyx, built in place by `pip install -e .`): rebuild when a .pyx or
+# setup.py changed since the last install, or when the built modules are missing (a fresh clone, git clean).
+compiled_check='import graveler._crecord, graveler.sstable._cblock'
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] ||
+    [ -n "$(find graveler -name '*.pyx' -newer "$stamp" -print -quit)" ] ||
+    ! .venv/bin/python -c "$compiled_check" >/dev/null 2>&1; then
+    echo "setup: installing lakefuse (building its compiled hot path) and its dependencies into .venv"
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING' || true
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[fuse,spark,test]' 2>&1 | grep -v '^WARNING' || true
-    .venv/bin/python -c 'import graveler, lakefuse, pyfuse3, lmdb, diskcache, rocksdict, pyspark, pyarrow, pandas' # fails loudly if the install did
+    # fails loudly if the install (or the build of the compiled modules) did
+    .venv/bin/python -c "import graveler, lakefuse, pyfuse3, lmdb, diskcache, rocksdict, pyspark, pyarrow, pandas; $compiled_check"
     touch "$stamp"
 fi
 echo "setup: ready (.venv/bin/lakefuse)"

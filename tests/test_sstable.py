@@ -235,7 +235,7 @@ def test_bad_magic_and_unknown_compression():
     from graveler.sstable.format import block_trailer
 
     t = SSTable(bytes(data))
-    h = t._single.values[0]
+    h = t._single.handle(0)
     body = bytes(data[h.offset : h.offset + h.size])
     data[h.offset + h.size : h.offset + h.size + 5] = block_trailer(body, 9)
     with pytest.raises(CorruptedData, match="unknown compression type 9") as ei:
@@ -248,7 +248,7 @@ def test_bad_varint_in_block_is_reported(tmp_path):
 
     data = bytearray((LAKEFS / "range.sst").read_bytes())
     t = SSTable(bytes(data))
-    h = t._single.values[0]
+    h = t._single.handle(0)
     body = bytearray(data[h.offset : h.offset + h.size])
     body[0:3] = b"\xff\xff\xff"  # an endless varint where the first entry's lengths are
     data[h.offset : h.offset + h.size] = body

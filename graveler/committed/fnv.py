@@ -1,12 +1,15 @@
 """FNV-1a 64-bit, the hash behind lakeFS's range breaks.
 
-The per-byte loop is slow in Python, so batches of keys are hashed with numpy
-(one vectorised step per byte column); short batches use the plain loop.
+The compiled loop (graveler._crecord) is the default; the pure-Python reference
+hashes batches of keys with numpy (one vectorised step per byte column) and short
+batches with the plain loop.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from graveler import native
 
 OFFSET = 0xCBF29CE484222325
 PRIME = 0x100000001B3
@@ -14,17 +17,17 @@ _MASK = 0xFFFFFFFFFFFFFFFF
 _BATCH_MIN = 4
 
 
-def fnv1a64(key: bytes) -> int:
+def py_fnv1a64(key: bytes) -> int:
     h = OFFSET
     for b in key:
         h = ((h ^ b) * PRIME) & _MASK
     return h
 
 
-def fnv1a64_batch(keys: list[bytes]) -> list[int]:
+def py_fnv1a64_batch(keys: list[bytes]) -> list[int]:
     n = len(keys)
     if n < _BATCH_MIN:
-        return [fnv1a64(k) for k in keys]
+        return [py_fnv1a64(k) for k in keys]
     lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
     width = max(int(lens.max()), 1)
     # Pad every key to the same width; the padding is never hashed (rows stop at their length).
@@ -48,3 +51,10 @@ def fnv1a64_batch(keys: list[bytes]) -> list[int]:
     out = np.empty(n, dtype=np.uint64)
     out[order] = hs
     return out.tolist()
+
+
+if native.PURE_PYTHON:
+    fnv1a64, fnv1a64_batch = py_fnv1a64, py_fnv1a64_batch
+else:
+    _c = native.load("graveler._crecord")
+    fnv1a64, fnv1a64_batch = _c.fnv1a64, _c.fnv1a64_batch

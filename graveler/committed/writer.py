@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
+from graveler import native
 from graveler.committed.fnv import fnv1a64_batch
 from graveler.config import RangeParams
 from graveler.errors import InvalidArgument
@@ -73,6 +74,8 @@ class MetaRangeWriter:
     exactly as lakeFS does.
     """
 
+    compiled = True  # False: the pure-Python record loop (the reference; tests compare the two)
+
     def __init__(self, put: Callable[[str, bytes], None], params: RangeParams,
                  metadata: dict[str, str] | None = None):
         self._put = put
@@ -89,6 +92,9 @@ class MetaRangeWriter:
     def write_batch(self, records: list[tuple[bytes, bytes]], hashes: list[int] | None = None) -> None:
         """Add records given as (key, encoded value), in order (``hashes``: their keys' FNV, if known)."""
         if not records:
+            return
+        if _add_records is not None and self.compiled:
+            self._write_batch_compiled(records)
             return
         p = self.params
         min_size, max_size, raggedness = p.min_range_size, p.max_range_size, p.raggedness
@@ -112,6 +118,27 @@ class MetaRangeWriter:
                 prev = key
         self._last_key = records[-1][0]
         self.records_written += len(records)
+
+    def _write_batch_compiled(self, records: list[tuple[bytes, bytes]]) -> None:
+        """write_batch's loop, compiled: the same ranges, bytes and IDs."""
+        p = self.params
+        if not isinstance(records, list):
+            records = list(records)
+        i, n = 0, len(records)
+        while i < n:
+            cur = self._current
+            if cur is None:
+                prev = records[i - 1][0] if i else self._last_key
+                key = records[i][0]
+                if prev is not None and key <= prev:
+                    raise InvalidArgument(f"records must be sorted and unique: {key!r} after {prev!r}")
+                cur = self._current = TableWriter(RANGES_TYPE, self.metadata)
+            i, broke = _add_records(cur.sst, records, i, p.min_range_size, p.max_range_size, p.raggedness,
+                                    cur.hasher)
+            if broke:
+                self.close_range()
+        self._last_key = records[-1][0]
+        self.records_written += n
 
     def write_block(self, raw: bytes, keys: list[bytes], values: list[bytes], nbytes: int,
                     hashes: list[int], next_key: bytes | None, next_value_len: int) -> None:
@@ -179,3 +206,9 @@ class MetaRangeWriter:
         log.debug("wrote metarange %s: %d ranges (%d new, %d reused)", table_id, len(self.ranges),
                   self.ranges_written, self.ranges_copied)
         return table_id
+
+
+if native.PURE_PYTHON:
+    _add_records = None
+else:
+    _add_records = native.load("graveler.sstable._cblock").add_records

@@ -1,35 +1,81 @@
-"""Encoding and decoding of one table block (data, index, metaindex, properties)."""
+"""Encoding and decoding of one table block (data, index, metaindex, properties).
+
+Two implementations with one behaviour: the compiled one in ``_cblock.pyx``
+(the default) and the pure-Python reference here (``PyBlock``,
+``py_decode_block``, ``PyBlockBuilder``), selected by ``graveler.native``.
+``Block``, ``decode_block``, ``BlockBuilder`` and ``should_flush`` are the
+selected ones.
+"""
 
 from __future__ import annotations
 
 import struct
 from bisect import bisect_left
 
+from graveler import native
 from graveler.errors import CorruptedData
-from graveler.sstable.format import get_uvarint, put_uvarint, uvarint_len
+from graveler.sstable.format import BlockHandle, get_uvarint, put_uvarint, uvarint_len
 
 _U32 = struct.Struct("<I")
 
 
-class Block:
+class PyBlock:
     """A decoded block: parallel lists of keys and values, in file order.
 
     Internal-key trailers are already stripped from the keys of data and index
     blocks (lakeFS keys are unique user keys, so ordering by user key is exact).
     """
 
-    __slots__ = ("keys", "values", "nbytes")
+    __slots__ = ("keys", "values", "nbytes", "_handles")
 
     def __init__(self, keys: list[bytes], values: list[bytes], nbytes: int):
         self.keys = keys
         self.values = values
         self.nbytes = nbytes
+        self._handles: list[BlockHandle] | None = None
 
-    def seek_ge(self, key: bytes) -> int:
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def find(self, key: bytes) -> int:
+        """Index of the first record whose key is >= ``key``."""
         return bisect_left(self.keys, key)
 
+    seek_ge = find
 
-def decode_block(data: bytes, name: str, offset: int, internal_keys: bool) -> Block:
+    def get(self, key: bytes) -> bytes | None:
+        keys = self.keys
+        i = bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key:
+            return self.values[i]
+        return None
+
+    def key_at(self, i: int) -> bytes:
+        return self.keys[i]
+
+    def value_at(self, i: int) -> bytes:
+        return self.values[i]
+
+    def handle(self, i: int) -> BlockHandle:
+        """Record ``i``'s value as a BlockHandle (index blocks); ValueError if it is not one."""
+        hs = self._handles
+        if hs is None:
+            hs = self._handles = [None] * len(self.values)
+        h = hs[i]
+        if h is None:
+            try:
+                h, _ = BlockHandle.decode(self.values[i], 0)
+            except (IndexError, ValueError):
+                raise ValueError("malformed block handle") from None
+            hs[i] = h
+        return h
+
+    def iter_from(self, i: int = 0):
+        """(key, value) of the records from index ``i`` on."""
+        return zip(self.keys[i:], self.values[i:])
+
+
+def py_decode_block(data: bytes, name: str, offset: int, internal_keys: bool) -> PyBlock:
     """Decode a whole block.  Any inconsistency raises CorruptedData at ``offset``."""
     n = len(data)
     try:
@@ -73,10 +119,10 @@ def decode_block(data: bytes, name: str, offset: int, internal_keys: bool) -> Bl
         keys = [k[:-8] for k in keys]
         if keys != sorted(keys):
             raise CorruptedData("keys out of order", name, offset)
-    return Block(keys, values, n)
+    return PyBlock(keys, values, n)
 
 
-class BlockBuilder:
+class PyBlockBuilder:
     """Builds one block with prefix-compressed keys and a restart array.
 
     ``size`` is Pebble's estimatedSize(), kept up to date on every add.
@@ -136,11 +182,11 @@ class BlockBuilder:
 
     def should_flush(self, key_len: int, value_len: int, block_size: int, threshold: int) -> bool:
         """Pebble's rule for closing a block before adding an entry."""
-        return should_flush(self.n_entries, self.size, self.restart_interval, key_len, value_len,
+        return py_should_flush(self.n_entries, self.size, self.restart_interval, key_len, value_len,
                             block_size, threshold)
 
 
-def should_flush(n_entries: int, size: int, restart_interval: int, key_len: int, value_len: int,
+def py_should_flush(n_entries: int, size: int, restart_interval: int, key_len: int, value_len: int,
                  block_size: int, threshold: int) -> bool:
     """Pebble's shouldFlush: close a block of ``n_entries`` / estimated ``size`` before the next entry?"""
     if n_entries == 0:
@@ -156,3 +202,10 @@ def should_flush(n_entries: int, size: int, restart_interval: int, key_len: int,
     new_size += uvarint_len(key_len)
     new_size += uvarint_len(value_len)
     return new_size > block_size
+
+
+if native.PURE_PYTHON:
+    Block, decode_block, BlockBuilder, should_flush = PyBlock, py_decode_block, PyBlockBuilder, py_should_flush
+else:
+    _c = native.load("graveler.sstable._cblock")
+    Block, decode_block, BlockBuilder, should_flush = _c.Block, _c.decode_block, _c.BlockBuilder, _c.should_flush

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import itertools
 import struct
-from bisect import bisect_left
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
+from graveler import native
 from graveler.errors import CorruptedData
 from graveler.lru import LRU
 from graveler.sstable.block import Block, decode_block
@@ -24,6 +24,9 @@ from graveler.sstable.format import (
     get_uvarint,
     read_block,
 )
+
+if TYPE_CHECKING:
+    from graveler.model import Value
 
 PROPERTIES_BLOCK = b"rocksdb.properties"
 
@@ -73,6 +76,11 @@ class BlockCache(LRU[tuple, Block]):
 
 
 DEFAULT_BLOCK_CACHE = BlockCache()
+if native.PURE_PYTHON:
+    _cblock = _compiled_decode_block = None
+else:
+    _cblock = native.load("graveler.sstable._cblock")
+    _compiled_decode_block = _cblock.decode_block
 _anon_ids = itertools.count()
 
 
@@ -82,6 +90,9 @@ class SSTable:
     ``cache_key`` names the table in the block cache; pass the range or
     metarange ID so reopening the same immutable file reuses its blocks.
     """
+
+    # The block codec (compiled or the pure-Python reference, see graveler.native).
+    decode_block = staticmethod(decode_block)
 
     def __init__(self, buf, name: str = "<sstable>", cache_key: str | None = None,
                  block_cache: BlockCache | None = None):
@@ -108,10 +119,15 @@ class SSTable:
             raise CorruptedData("delta-encoded index values are not supported", name, self.footer.index.offset)
         self.two_level = idx_type == INDEX_TYPE_TWO_LEVEL
         top = self._decode(self.footer.index, internal_keys=True)
-        self._top_keys = top.keys
-        self._top_handles = [self._handle(v, self.footer.index.offset) for v in top.values]
+        self._top = top
+        self._top_handles = [self._handle_at(top, i, self.footer.index.offset) for i in range(len(top))]
         # For a single-level index the top index *is* the one partition.
-        self._single = Block(top.keys, self._top_handles, top.nbytes) if not self.two_level else None
+        self._single = top if not self.two_level else None
+        # The compiled lookup and scan path, when the blocks are compiled ones.
+        self._core = None
+        if self.decode_block is _compiled_decode_block:
+            self._core = _cblock.TableCore(top, self.two_level, self._cache, self._cache_id, self._load_block,
+                                           self.name, self.footer.index.offset)
 
     # -- plumbing -------------------------------------------------------------------------
     def _handle(self, raw: bytes, at: int) -> BlockHandle:
@@ -121,26 +137,43 @@ class SSTable:
             raise CorruptedData("malformed block handle", self.name, at) from None
         return h
 
+    def _handle_at(self, blk: Block, i: int, at: int) -> BlockHandle:
+        try:
+            return blk.handle(i)
+        except ValueError:
+            raise CorruptedData("malformed block handle", self.name, at) from None
+
     def _decode(self, handle: BlockHandle, internal_keys: bool) -> Block:
         data = read_block(self.buf, handle, self.footer.checksum_type, self.name)
-        return decode_block(data, self.name, handle.offset, internal_keys)
+        return self.decode_block(data, self.name, handle.offset, internal_keys)
 
-    def _cached_block(self, handle: BlockHandle, kind: str) -> Block:
+    def _load_block(self, offset: int, size: int) -> Block:
+        """A data block or index partition from the buffer (a block-cache miss)."""
+        b = self._decode(BlockHandle(offset, size), internal_keys=True)
+        self.blocks_read += 1
+        return b
+
+    def _cached_block(self, handle: BlockHandle) -> Block:
         ck = (self._cache_id, handle.offset)
         b = self._cache.get(ck)
         if b is None:
             b = self._decode(handle, internal_keys=True)
             self.blocks_read += 1
-            if kind == "index":
-                b.values = [self._handle(v, handle.offset) for v in b.values]
             self._cache.put(ck, b)
         return b
 
     def _partition(self, i: int) -> Block:
-        """Index partition ``i``: (separator keys, data-block handles)."""
+        """Index partition ``i``: separator keys -> data-block handles."""
         if self._single is not None:
             return self._single
-        return self._cached_block(self._top_handles[i], "index")
+        return self._cached_block(self._top_handles[i])
+
+    def _partition_offset(self, i: int) -> int:
+        return self.footer.index.offset if self._single is not None else self._top_handles[i].offset
+
+    def _partition_handles(self, i: int) -> list[BlockHandle]:
+        part, at = self._partition(i), self._partition_offset(i)
+        return [self._handle_at(part, j, at) for j in range(len(part))]
 
     def _num_partitions(self) -> int:
         return 1 if self._single is not None else len(self._top_handles)
@@ -155,20 +188,33 @@ class SSTable:
 
     def seek_ge(self, key: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Records with key >= ``key`` in order, as (user key, value bytes)."""
+        if self._core is not None:
+            return self._core.scan(key)
+        return self._py_seek_ge(key)
+
+    def scan_records(self, start: bytes = b"") -> Iterator[tuple[bytes, Value]]:
+        """Like ``seek_ge``, with each value split into a graveler ``Value`` (identity, data)."""
+        if self._core is not None:
+            return self._core.scan(start, True)
+        from graveler.model import py_decode_value
+
+        name = self.name
+        return ((k, py_decode_value(v, name)) for k, v in self._py_seek_ge(start))
+
+    def _py_seek_ge(self, key: bytes) -> Iterator[tuple[bytes, bytes]]:
         nparts = self._num_partitions()
-        p = 0 if self._single is not None else bisect_left(self._top_keys, key)
+        p = 0 if self._single is not None else self._top.find(key)
         first = True
         while p < nparts:
             part = self._partition(p)
-            bi = bisect_left(part.keys, key) if first else 0
-            handles = part.values
-            while bi < len(handles):
-                blk = self._cached_block(handles[bi], "data")
-                ei = bisect_left(blk.keys, key) if first else 0
+            at = self._partition_offset(p)
+            bi = part.find(key) if first else 0
+            n = len(part)
+            while bi < n:
+                blk = self._cached_block(self._handle_at(part, bi, at))
+                ei = blk.find(key) if first else 0
                 first = False
-                keys, vals = blk.keys, blk.values
-                for j in range(ei, len(keys)):
-                    yield keys[j], vals[j]
+                yield from blk.iter_from(ei)
                 bi += 1
             first = False
             p += 1
@@ -179,21 +225,22 @@ class SSTable:
     def iter_blocks(self, start: bytes = b"") -> Iterator[Block]:
         """Decoded data blocks from the one that may hold ``start`` on (fast scans)."""
         nparts = self._num_partitions()
-        p = 0 if self._single is not None else bisect_left(self._top_keys, start)
+        p = 0 if self._single is not None else self._top.find(start)
         first = True
         while p < nparts:
             part = self._partition(p)
-            bi = bisect_left(part.keys, start) if first else 0
+            at = self._partition_offset(p)
+            bi = part.find(start) if first else 0
             first = False
-            for h in part.values[bi:]:
-                yield self._cached_block(h, "data")
+            for j in range(bi, len(part)):
+                yield self._cached_block(self._handle_at(part, j, at))
             p += 1
 
     def data_block_handles(self) -> list[BlockHandle]:
         """Handles of every data block, in key order (reads the index partitions, not the blocks)."""
         out: list[BlockHandle] = []
         for p in range(self._num_partitions()):
-            out.extend(self._partition(p).values)
+            out.extend(self._partition_handles(p))
         return out
 
     def raw_block(self, h: BlockHandle) -> bytes:
@@ -202,7 +249,7 @@ class SSTable:
 
     def block(self, h: BlockHandle) -> Block:
         """A data block, verified and decoded (through the block cache)."""
-        return self._cached_block(h, "data")
+        return self._cached_block(h)
 
     @property
     def crc32c_trailers(self) -> bool:
@@ -213,22 +260,21 @@ class SSTable:
 
     def get(self, key: bytes) -> bytes | None:
         """The value stored under exactly ``key``, or None."""
+        if self._core is not None:
+            return self._core.get(key)
         if self._single is not None:
             part = self._single
+            at = self.footer.index.offset
         else:
-            p = bisect_left(self._top_keys, key)
+            p = self._top.find(key)
             if p >= len(self._top_handles):
                 return None
             part = self._partition(p)
-        bi = bisect_left(part.keys, key)
-        if bi >= len(part.values):
+            at = self._top_handles[p].offset
+        bi = part.find(key)
+        if bi >= len(part):
             return None
-        blk = self._cached_block(part.values[bi], "data")
-        keys = blk.keys
-        i = bisect_left(keys, key)
-        if i < len(keys) and keys[i] == key:
-            return blk.values[i]
-        return None
+        return self._cached_block(self._handle_at(part, bi, at)).get(key)
 
     def verify_checksums(self) -> int:
         """Check every data block's checksum without decoding it; returns the number of blocks."""
@@ -236,7 +282,7 @@ class SSTable:
 
         n = 0
         for p in range(self._num_partitions()):
-            for h in self._partition(p).values:
+            for h in self._partition_handles(p):
                 end = h.offset + h.size
                 if end + 5 > self.size:
                     raise CorruptedData("block handle points past the end of the file", self.name, h.offset)

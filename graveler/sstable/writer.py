@@ -68,13 +68,17 @@ def _index_key(last: bytes, sep: bytes) -> bytes:
 class SSTableWriter:
     """Builds one table in memory.  Keys must be strictly increasing user keys."""
 
+    # The block codec (compiled or the pure-Python reference, see graveler.native).
+    block_builder = BlockBuilder
+    should_flush = staticmethod(should_flush)
+
     def __init__(self, compression: bool = True, block_size: int = BLOCK_SIZE):
         self._compress = compression
         self._block_size = block_size
         self._threshold = (block_size * 90 + 99) // 100
         self._out = bytearray()
-        self._data = BlockBuilder(16)
-        self._index = BlockBuilder(1)
+        self._data = self.block_builder(16)
+        self._index = self.block_builder(1)
         self._partitions: list[tuple[bytes, bytes]] = []  # (last index key, finished partition bytes)
         self._pending: BlockHandle | None = None  # the last data block, waiting for its separator
         self._pending_last = b""
@@ -141,7 +145,7 @@ class SSTableWriter:
                                                      self._threshold):
             return False
         # (b) the block would be closed before the record after it
-        if not should_flush(len(keys), nbytes, 16, len(next_key) + 8, next_value_len, self._block_size,
+        if not self.should_flush(len(keys), nbytes, 16, len(next_key) + 8, next_value_len, self._block_size,
                             self._threshold):
             return False
         last = self._last_key
@@ -207,7 +211,7 @@ class SSTableWriter:
         two_level = bool(self._partitions)
         if two_level:
             self._finish_partition()
-            top = BlockBuilder(1)
+            top = self.block_builder(1)
             index_size = 0
             # Pebble counts index sizes uncompressed, plus one trailer.
             for last_key, part in self._partitions:
@@ -259,11 +263,11 @@ class SSTableWriter:
             props[b"rocksdb.top-level.index.size"] = uvarint_bytes(len(top_contents))
         for k, v in (user_properties or {}).items():
             props[k.encode("utf-8") if isinstance(k, str) else k] = v
-        pb = BlockBuilder(_PROPS_RESTART_INTERVAL)
+        pb = self.block_builder(_PROPS_RESTART_INTERVAL)
         for k in sorted(props):
             pb.add(k, props[k])
         props_handle = self._write_block(pb.finish(), False)
-        mb = BlockBuilder(1)
+        mb = self.block_builder(1)
         mb.add(b"rocksdb.properties", props_handle.encode())
         meta_handle = self._write_block(mb.finish(), False)
         self._out += encode_footer_v2(meta_handle, index_handle)

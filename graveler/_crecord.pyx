@@ -1,0 +1,385 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled per-record work outside the table format: record values, entries, identities, FNV-1a.
+
+Each function here has a pure-Python reference (``graveler.model``,
+``graveler.ident``, ``graveler.committed.fnv``) with the same results, bytes
+and errors; the tests feed both the same random inputs.  Hashing stays in
+hashlib (OpenSSL): this module only builds the bytes it is fed.
+"""
+
+import hashlib
+
+from libc.stdint cimport uint64_t, int64_t, uint32_t
+from libc.string cimport memcpy, memcmp
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.tuple cimport PyTuple_SET_ITEM
+from cpython.ref cimport Py_INCREF
+from cpython.long cimport PyLong_FromUnsignedLongLong
+
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(type t, Py_ssize_t n)
+
+from graveler.errors import CorruptedData
+
+cdef type _Value = None        # graveler.model.Value, set by bind()
+cdef bint _value_fast = False  # Value instances can be allocated as 2-item tuples
+cdef object _tuple_new = tuple.__new__
+cdef object _sha256 = hashlib.sha256
+
+cdef uint64_t FNV_OFFSET = 0xCBF29CE484222325ULL
+cdef uint64_t FNV_PRIME = 0x100000001B3ULL
+
+
+def bind(value_type):
+    """Register graveler.model.Value (model imports this module, so it cannot be imported from here)."""
+    global _Value, _value_fast
+    _Value = value_type
+    _value_fast = (value_type.__base__ is tuple and value_type.__basicsize__ == tuple.__basicsize__
+                   and value_type.__itemsize__ == tuple.__itemsize__ and value_type.__slots__ == ())
+
+
+cdef inline object make_value(object identity, object data):
+    cdef object t
+    if _Value is None:
+        import graveler.model  # binds Value
+    if _value_fast:
+        # What tuple.__new__(Value, ...) does: the subtype's allocation, then the two items.
+        t = PyType_GenericAlloc(_Value, 2)
+        Py_INCREF(identity)
+        Py_INCREF(data)
+        PyTuple_SET_ITEM(t, 0, identity)
+        PyTuple_SET_ITEM(t, 1, data)
+        return t
+    return _tuple_new(_Value, (identity, data))
+
+
+cdef inline bytes as_bytes(object b):
+    if type(b) is bytes:
+        return <bytes>b
+    return bytes(b)
+
+
+# --- record values: zigzag-varint length-prefixed identity and data -----------------------------
+
+cdef inline Py_ssize_t put_uvarint(unsigned char* p, uint64_t v) noexcept nogil:
+    cdef Py_ssize_t i = 0
+    while v >= 0x80:
+        p[i] = <unsigned char>((v & 0x7F) | 0x80)
+        v >>= 7
+        i += 1
+    p[i] = <unsigned char>v
+    return i + 1
+
+
+cdef inline int uvarint_len(uint64_t v) noexcept nogil:
+    cdef int n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline int read_varint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos, int64_t* out) noexcept nogil:
+    """Go's binary.Varint (zigzag).  0: ok; -1: truncated; -2: too long / over 64 bits."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    cdef Py_ssize_t i = pos[0]
+    while True:
+        if i >= n:
+            return -1
+        b = p[i]
+        i += 1
+        if shift == 63 and b > 1:
+            return -2
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            pos[0] = i
+            out[0] = <int64_t>(result >> 1) ^ -(<int64_t>(result & 1))
+            return 0
+        shift += 7
+
+
+cdef bytes encode_raw(const unsigned char* ident, Py_ssize_t li, const unsigned char* data, Py_ssize_t ld):
+    cdef Py_ssize_t total = uvarint_len(<uint64_t>li << 1) + li + uvarint_len(<uint64_t>ld << 1) + ld
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(out)
+    p += put_uvarint(p, <uint64_t>li << 1)
+    if li:
+        memcpy(p, ident, li)
+        p += li
+    p += put_uvarint(p, <uint64_t>ld << 1)
+    if ld:
+        memcpy(p, data, ld)
+    return out
+
+
+def encode_value(v):
+    """A record value's bytes: zigzag varint len + identity, zigzag varint len + data."""
+    cdef bytes ident = as_bytes(v[0])
+    cdef bytes data = as_bytes(v[1])
+    return encode_raw(<const unsigned char*>PyBytes_AS_STRING(ident), PyBytes_GET_SIZE(ident),
+                      <const unsigned char*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+
+
+cdef object decode_c(bytes raw, object name):
+    return decode_ptr(<const unsigned char*>PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), name)
+
+
+cdef object decode_ptr(const unsigned char* p, Py_ssize_t n, object name):
+    """Value(identity, data) of the record value at ``p`` (for graveler.sstable._cblock too)."""
+    cdef Py_ssize_t pos = 0, istart, iend
+    cdef int64_t li, ld
+    cdef int r
+    cdef str err
+    r = read_varint(p, n, &pos, &li)
+    if r == 0:
+        if li < 0 or li > n - pos:
+            err = "identity overruns the value"
+        else:
+            istart = pos
+            iend = pos + li
+            pos = iend
+            r = read_varint(p, n, &pos, &ld)
+            if r == 0:
+                if ld < 0 or ld != n - pos:
+                    err = "data length does not match the value"
+                else:
+                    return make_value(PyBytes_FromStringAndSize(<char*>p + istart, li),
+                                      PyBytes_FromStringAndSize(<char*>p + pos, ld))
+    if r == -1:
+        err = "index out of range"
+    elif r == -2:
+        err = "varint too long"
+    raise CorruptedData(f"malformed record value ({err})", name)
+
+
+def decode_value(raw, name=None):
+    """Split a record value into Value(identity, data); CorruptedData (naming ``name``) if malformed."""
+    return decode_c(as_bytes(raw), name)
+
+
+# --- FNV-1a 64 ----------------------------------------------------------------------------------
+
+cdef inline uint64_t fnv_c(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t h = FNV_OFFSET
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ p[i]) * FNV_PRIME
+    return h
+
+
+def fnv1a64(key):
+    cdef bytes k = as_bytes(key)
+    return PyLong_FromUnsignedLongLong(fnv_c(<const unsigned char*>PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k)))
+
+
+def fnv1a64_batch(keys):
+    cdef list ks = keys if type(keys) is list else list(keys)
+    cdef Py_ssize_t i, n = len(ks)
+    cdef list out = PyList_New(n)
+    cdef bytes k
+    for i in range(n):
+        k = as_bytes(ks[i])
+        h = PyLong_FromUnsignedLongLong(fnv_c(<const unsigned char*>PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k)))
+        Py_INCREF(h)
+        PyList_SET_ITEM(out, i, h)
+    return out
+
+
+# --- range / metarange ID input ------------------------------------------------------------------
+
+cdef inline Py_ssize_t dec_len(Py_ssize_t v) noexcept nogil:
+    cdef Py_ssize_t n = 1
+    while v >= 10:
+        v //= 10
+        n += 1
+    return n
+
+
+cdef inline Py_ssize_t put_dec(unsigned char* p, Py_ssize_t v) noexcept nogil:
+    cdef Py_ssize_t n = dec_len(v), i = n
+    while i > 0:
+        i -= 1
+        p[i] = <unsigned char>(48 + v % 10)
+        v //= 10
+    return n
+
+
+def hasher_input(keys, values):
+    """b"".join(b"%d%s|%d%s|" % (len(k), k, len(v), v)): what a table ID hashes per record."""
+    cdef list ks = keys if type(keys) is list else list(keys)
+    cdef list vs = values if type(values) is list else list(values)
+    cdef Py_ssize_t i, n = min(len(ks), len(vs)), total = 0, lk, lv
+    cdef bytes k, v, out
+    cdef unsigned char* p
+    for i in range(n):
+        lk = len(ks[i])
+        lv = len(vs[i])
+        total += dec_len(lk) + lk + dec_len(lv) + lv + 2
+    out = PyBytes_FromStringAndSize(NULL, total)
+    p = <unsigned char*>PyBytes_AS_STRING(out)
+    for i in range(n):
+        k = as_bytes(ks[i])
+        v = as_bytes(vs[i])
+        lk = PyBytes_GET_SIZE(k)
+        lv = PyBytes_GET_SIZE(v)
+        p += put_dec(p, lk)
+        memcpy(p, PyBytes_AS_STRING(k), lk)
+        p += lk
+        p[0] = 124  # '|'
+        p += 1
+        p += put_dec(p, lv)
+        memcpy(p, PyBytes_AS_STRING(v), lv)
+        p += lv
+        p[0] = 124
+        p += 1
+    return out
+
+
+# --- catalog entries: identity input and protobuf bytes ------------------------------------------
+
+cdef inline void put_i64be(bytearray out, int64_t v):
+    cdef uint64_t u = <uint64_t>v
+    cdef unsigned char tmp[10]
+    cdef int i
+    tmp[0] = 2
+    tmp[1] = 8
+    for i in range(8):
+        tmp[9 - i] = <unsigned char>(u & 0xFF)
+        u >>= 8
+    out += (<char*>tmp)[:10]
+
+
+cdef inline void enc_string(bytearray out, bytes s):
+    out.append(1)
+    put_i64be(out, PyBytes_GET_SIZE(s))
+    out += s
+
+
+cdef inline bytes utf8(object s):
+    if type(s) is bytes:
+        return <bytes>s
+    return (<str>s).encode("utf-8")
+
+
+cdef list sorted_items(object metadata):
+    cdef list items = [(utf8(k), utf8(v)) for k, v in metadata.items()]
+    items.sort()
+    return items
+
+
+cdef inline int proto_key_cmp(bytes a, bytes b) noexcept:
+    cdef Py_ssize_t la = PyBytes_GET_SIZE(a), lb = PyBytes_GET_SIZE(b)
+    cdef int c = memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), la if la < lb else lb)
+    if c != 0:
+        return c
+    return <int>(lb - la) if la != lb else 0
+
+
+cdef list proto_map_order(object metadata):
+    """Map entries in the order protobuf (upb) writes them with deterministic=True.
+
+    Bytewise by key, except that a key that is a prefix of another comes after it.
+    """
+    cdef list items = [(utf8(k), utf8(v)) for k, v in metadata.items()]
+    cdef Py_ssize_t i, j, n = len(items)
+    for i in range(1, n):
+        it = items[i]
+        j = i - 1
+        while j >= 0 and proto_key_cmp(<bytes>(<tuple>items[j])[0], <bytes>(<tuple>it)[0]) > 0:
+            items[j + 1] = items[j]
+            j -= 1
+        items[j + 1] = it
+    return items
+
+
+def entry_identity_input(size, etag, metadata, content_type=""):
+    """The bytes lakeFS hashes for an entry's identity (size, etag, sorted metadata, content type)."""
+    cdef bytearray out = bytearray()
+    cdef list items
+    put_i64be(out, size)
+    enc_string(out, utf8(etag))
+    out.append(4)
+    if metadata:
+        items = sorted_items(metadata)
+        put_i64be(out, len(items))
+        for k, v in items:
+            enc_string(out, k)
+            enc_string(out, v)
+    else:
+        put_i64be(out, 0)
+    if content_type:
+        enc_string(out, utf8(content_type))
+    return bytes(out)
+
+
+def entry_identity(size, etag, metadata, content_type=""):
+    return _sha256(entry_identity_input(size, etag, metadata, content_type)).digest()
+
+
+cdef inline void pb_tag_varint(bytearray out, int field, uint64_t v):
+    cdef unsigned char tmp[11]
+    cdef Py_ssize_t n
+    tmp[0] = <unsigned char>(field << 3)
+    n = 1 + put_uvarint(tmp + 1, v)
+    out += (<char*>tmp)[:n]
+
+
+cdef inline void pb_bytes(bytearray out, int field, bytes b):
+    cdef unsigned char tmp[11]
+    cdef Py_ssize_t n
+    tmp[0] = <unsigned char>((field << 3) | 2)
+    n = 1 + put_uvarint(tmp + 1, PyBytes_GET_SIZE(b))
+    out += (<char*>tmp)[:n]
+    out += b
+
+
+def entry_proto(address, int64_t size, etag, int64_t last_modified_ns, metadata, int address_type, content_type):
+    """catalog.Entry serialized as protobuf does with deterministic=True (fields in number order)."""
+    cdef bytearray out = bytearray()
+    cdef bytearray ts, me
+    cdef bytes a = utf8(address), e = utf8(etag), c = utf8(content_type)
+    cdef int64_t secs, nanos
+    if PyBytes_GET_SIZE(a):
+        pb_bytes(out, 1, a)
+    if last_modified_ns:
+        secs = last_modified_ns // 1000000000
+        nanos = last_modified_ns - secs * 1000000000
+        if nanos < 0:  # floor division, as Python's divmod
+            nanos += 1000000000
+            secs -= 1
+        ts = bytearray()
+        if secs:
+            pb_tag_varint(ts, 1, <uint64_t>secs)
+        if nanos:
+            pb_tag_varint(ts, 2, <uint64_t>nanos)
+        pb_bytes(out, 2, bytes(ts))
+    if size:
+        pb_tag_varint(out, 3, <uint64_t>size)
+    if PyBytes_GET_SIZE(e):
+        pb_bytes(out, 4, e)
+    if metadata:
+        for k, v in proto_map_order(metadata):
+            me = bytearray()  # protobuf writes both fields of a map entry, empty or not
+            pb_bytes(me, 1, k)
+            pb_bytes(me, 2, v)
+            pb_bytes(out, 5, bytes(me))
+    if address_type:
+        pb_tag_varint(out, 6, <uint64_t><int64_t>address_type)
+    if PyBytes_GET_SIZE(c):
+        pb_bytes(out, 7, c)
+    return bytes(out)
+
+
+def entry_to_value(entry):
+    """Value(identity, protobuf bytes) of a graveler.model.Entry."""
+    size = entry.size
+    etag = entry.etag
+    metadata = entry.metadata
+    content_type = entry.content_type
+    identity = _sha256(entry_identity_input(size, etag, metadata, content_type)).digest()
+    data = entry_proto(entry.address, size, etag, entry.last_modified_ns, metadata, int(entry.address_type),
+                       content_type)
+    return make_value(identity, data)

@@ -1,0 +1,329 @@
+"""The compiled hot path against its pure-Python reference: same bytes, same records, same errors.
+
+Both implementations are fed the same random records (shared prefixes, empty
+and large values, 0xff bytes); blocks, files, IDs and decoded records must be
+identical.  The real lakeFS fixtures and the byte-for-byte writer checks run on
+both (``PySSTable`` / ``PySSTableWriter`` below, and the whole committed
+layer under ``LAKEFUSE_PURE_PYTHON=1`` in a subprocess).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from graveler import ident, native
+from graveler.committed import fnv
+from graveler.errors import CorruptedData
+from graveler.model import AddressType, Entry, Value, py_decode_value, py_encode_value
+from graveler.sstable import _cblock, block
+from graveler.sstable.reader import BlockCache, SSTable
+from graveler.sstable.writer import SSTableWriter
+
+_crecord = native.load("graveler._crecord")
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+if not FIXTURES.exists():
+    FIXTURES = Path(os.environ.get("LAKEFUSE_FIXTURES", "/work/shared/fixtures"))
+LAKEFS = FIXTURES / "lakefs"
+
+
+class PySSTable(SSTable):
+    decode_block = staticmethod(block.py_decode_block)
+
+
+class CSSTable(SSTable):
+    decode_block = staticmethod(_cblock.decode_block)
+
+
+class PySSTableWriter(SSTableWriter):
+    block_builder = block.PyBlockBuilder
+    should_flush = staticmethod(block.py_should_flush)
+
+
+class CSSTableWriter(SSTableWriter):
+    block_builder = _cblock.BlockBuilder
+    should_flush = staticmethod(_cblock.should_flush)
+
+
+def test_compiled_is_the_default():
+    if os.environ.get("LAKEFUSE_PURE_PYTHON"):
+        pytest.skip("this run selects the pure-Python reference")
+    assert native.implementation() == "compiled"
+    assert block.decode_block is _cblock.decode_block
+    assert block.BlockBuilder is _cblock.BlockBuilder
+
+
+# -- records ------------------------------------------------------------------------------------
+
+_prefixes = st.sampled_from([b"", b"a", b"data/", b"data/year=2024/", b"\xff", b"\xff\xff\x00", b"x" * 130, b"y" * 600])
+_keys = st.builds(lambda p, s: p + s, _prefixes, st.binary(max_size=40))
+_values = st.one_of(st.just(b""), st.binary(max_size=60), st.binary(min_size=120, max_size=300),
+                    st.builds(lambda n, c: bytes([c]) * n, st.integers(0, 20_000), st.sampled_from([0, 0xFF, 0x61])))
+_records = st.dictionaries(_keys, _values, max_size=200).map(lambda d: sorted(d.items()))
+
+
+def _block_bytes(builder_cls, recs, interval, trailer):
+    b = builder_cls(interval)
+    sizes = []
+    for k, v in recs:
+        b.add(k + trailer, v)
+        sizes.append((b.size, b.n_entries, b.last_key))
+    return b.finish(), sizes
+
+
+@settings(max_examples=300, deadline=None)
+@given(recs=_records, interval=st.sampled_from([1, 2, 16, 1 << 31]), internal=st.booleans(),
+       probes=st.lists(_keys, max_size=20))
+def test_blocks_are_byte_identical_and_decode_the_same(recs, interval, internal, probes):
+    trailer = b"\x01\0\0\0\0\0\0\0" if internal else b""
+    py_bytes, py_sizes = _block_bytes(block.PyBlockBuilder, recs, interval, trailer)
+    c_bytes, c_sizes = _block_bytes(_cblock.BlockBuilder, recs, interval, trailer)
+    assert c_bytes == py_bytes
+    assert c_sizes == py_sizes
+    pyb = block.py_decode_block(py_bytes, "b", 0, internal)
+    cb = _cblock.decode_block(c_bytes, "b", 0, internal)
+    assert cb.keys == pyb.keys == [k for k, _ in recs]
+    assert cb.values == pyb.values == [v for _, v in recs]
+    assert cb.nbytes == pyb.nbytes == len(py_bytes)
+    assert len(cb) == len(pyb) == len(recs)
+    for i in range(len(recs)):
+        assert cb.key_at(i) == recs[i][0] and cb.value_at(i) == recs[i][1]
+    for p in probes + [k for k, _ in recs[::7]] + [k + b"\0" for k, _ in recs[::5]] + [b""]:
+        assert cb.find(p) == pyb.find(p)
+        assert cb.get(p) == pyb.get(p)
+        i = pyb.find(p)
+        assert list(cb.iter_from(i)) == list(pyb.iter_from(i))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=200), internal=st.booleans())
+def test_damaged_blocks_never_decode_differently(data, internal):
+    try:
+        c = _cblock.decode_block(data, "d", 7, internal)
+    except CorruptedData as e:
+        assert e.offset == 7
+        return
+    # the compiled decoder also checks restart points, so it may refuse what the reference takes -- never the reverse
+    p = block.py_decode_block(data, "d", 7, internal)
+    assert (c.keys, c.values) == (p.keys, p.values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(recs=_records, compression=st.booleans(), block_size=st.sampled_from([64, 512, 4096]),
+       probes=st.lists(_keys, max_size=10))
+def test_files_are_byte_identical_and_read_the_same(recs, compression, block_size, probes):
+    files = []
+    for cls in (PySSTableWriter, CSSTableWriter):
+        w = cls(compression=compression, block_size=block_size)
+        for k, v in recs:
+            w.add(k, v)
+        est = w.estimated_size()
+        files.append((w.finish({"type": b"ranges", "estimated_size_bytes": str(est).encode()}), est))
+    assert files[0] == files[1]
+    data = files[0][0]
+    py_t, c_t = PySSTable(data, block_cache=BlockCache()), CSSTable(data, block_cache=BlockCache())
+    assert list(c_t) == list(py_t) == recs
+    assert c_t.raw_properties == py_t.raw_properties
+    assert c_t.data_block_handles() == py_t.data_block_handles()
+    for k, v in recs[::3]:
+        assert c_t.get(k) == py_t.get(k) == v
+        assert list(c_t.seek_ge(k + b"\0")) == list(py_t.seek_ge(k + b"\0"))
+    for p in probes + [b"", b"\xff" * 700]:
+        assert c_t.get(p) == py_t.get(p)
+        assert list(c_t.seek_ge(p)) == list(py_t.seek_ge(p))
+    h_py, h_c = ident.TableHasher(), ident.TableHasher()
+    h_py._h.update(ident.py_hasher_input([k for k, _ in recs], [v for _, v in recs]))
+    h_c.add_many([k for k, _ in recs], [v for _, v in recs])
+    assert h_c.finish({"type": "ranges"}) == h_py.finish({"type": "ranges"})
+
+
+@settings(max_examples=100, deadline=None)
+@given(recs=st.dictionaries(_keys, st.tuples(st.binary(max_size=40), _values), max_size=150),
+       block_size=st.sampled_from([64, 4096]), probe=_keys)
+def test_record_scans_decode_values_the_same(recs, block_size, probe):
+    recs = sorted((k, Value(i, d)) for k, (i, d) in recs.items())
+    w = CSSTableWriter(block_size=block_size)
+    for k, v in recs:
+        w.add(k, py_encode_value(v))
+    data = w.finish()
+    py_t, c_t = PySSTable(data, block_cache=BlockCache()), CSSTable(data, block_cache=BlockCache())
+    got = list(c_t.scan_records(probe))
+    assert got == list(py_t.scan_records(probe)) == [(k, v) for k, v in recs if k >= probe]
+    assert all(type(v) is Value for _, v in got)
+
+
+@pytest.mark.parametrize("cls", [PySSTable, CSSTable], ids=["pure", "compiled"])
+@pytest.mark.parametrize("name", ["range", "metarange", "ok1"])
+def test_lakefs_fixtures_read_and_rewrite_byte_for_byte(cls, name):
+    raw = (LAKEFS / f"{name}.sst").read_bytes()
+    t = cls(raw, block_cache=BlockCache())
+    recs = list(t)
+    assert recs and [k for k, _ in recs] == sorted(k for k, _ in recs)
+    for k, v in recs:
+        assert t.get(k) == v
+    w = (PySSTableWriter if cls is PySSTable else CSSTableWriter)()
+    for k, v in recs:
+        w.add(k, v)
+    props = {k: t.raw_properties[k] for k in ("count", "min_key", "max_key", "type")}
+    props["estimated_size_bytes"] = str(w.estimated_size()).encode()
+    assert w.finish(props) == raw
+    h = ident.TableHasher()
+    h.add_many([k for k, _ in recs], [v for _, v in recs])
+    if name == "range":
+        assert h.finish({"type": "ranges"}).startswith("a83af763")
+
+
+# -- record values, entries, identities, FNV ------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(identity=st.binary(max_size=100), data=st.one_of(st.binary(max_size=100), st.binary(min_size=8000, max_size=9000)))
+def test_values_encode_and_decode_the_same(identity, data):
+    v = Value(identity, data)
+    raw = py_encode_value(v)
+    assert _crecord.encode_value(v) == raw
+    got = _crecord.decode_value(raw)
+    assert got == py_decode_value(raw) == v
+    assert type(got) is Value and got.identity == identity and got.data == data
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.binary(max_size=40))
+def test_malformed_values_fail_alike(raw):
+    try:
+        want = py_decode_value(raw, "n")
+    except CorruptedData:
+        with pytest.raises(CorruptedData) as ei:
+            _crecord.decode_value(raw, "n")
+        assert ei.value.name == "n"
+        return
+    assert _crecord.decode_value(raw, "n") == want
+
+
+_text = st.text(max_size=30)
+_entries = st.builds(
+    Entry,
+    address=_text,
+    size=st.integers(-(2**63), 2**63 - 1),
+    etag=_text,
+    last_modified_ns=st.one_of(st.just(0), st.integers(-(2**62), 2**62), st.integers(1, 10**9)),
+    metadata=st.dictionaries(_text, _text, max_size=5),
+    address_type=st.sampled_from(list(AddressType)),
+    content_type=_text,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(e=_entries)
+def test_entries_encode_and_identify_the_same(e):
+    assert e.to_proto_bytes() == e.py_to_proto_bytes()
+    assert e.to_value() == e.py_to_value()
+    assert ident.entry_identity(e.size, e.etag, e.metadata, e.content_type) == \
+        ident.py_entry_identity(e.size, e.etag, e.metadata, e.content_type)
+    assert Entry.from_value(e.to_value()) == e
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(_keys, max_size=50))
+def test_fnv_and_hasher_input_are_the_same(keys):
+    assert _crecord.fnv1a64_batch(keys) == fnv.py_fnv1a64_batch(keys) == [fnv.py_fnv1a64(k) for k in keys]
+    vals = [k[::-1] for k in keys]
+    assert _crecord.hasher_input(keys, vals) == ident.py_hasher_input(keys, vals)
+
+
+# -- selection -----------------------------------------------------------------------------------
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+def test_pure_python_is_selected_by_the_environment():
+    r = _run("from graveler import native, model; from graveler.sstable import block;"
+             "print(native.implementation(), block.decode_block.__module__, model.decode_value.__module__)",
+             LAKEFUSE_PURE_PYTHON="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["pure-python", "graveler.sstable.block", "graveler.model"]
+
+
+def test_a_missing_build_is_a_clear_import_error():
+    r = _run("import sys; sys.modules['graveler.sstable._cblock'] = None; import graveler.sstable.reader",
+             LAKEFUSE_PURE_PYTHON="")
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "is not built" in r.stderr and "LAKEFUSE_PURE_PYTHON=1" in r.stderr
+
+
+@pytest.mark.skipif(bool(os.environ.get("LAKEFUSE_PURE_PYTHON")), reason="already the pure-Python run")
+def test_fixture_and_committed_suites_pass_on_the_pure_python_reference():
+    """The lakeFS fixture tests, the byte-for-byte writer tests and the committed layer, on the reference."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_sstable.py",
+         "tests/test_committed.py", "-k", "not s3 and not fuzz", "--hypothesis-seed=0"],
+        cwd=REPO, capture_output=True, text=True, env={**os.environ, "LAKEFUSE_PURE_PYTHON": "1"}, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_entry_metadata_in_protobufs_map_order():
+    """upb writes a key that is a prefix of another after it; the compiled encoder must too."""
+    e = Entry(address="a", size=1, etag="e", metadata={"": "", "0": "", "a": "1", "ab": "", "B": "x", "b": "2"})
+    assert e.to_proto_bytes() == e.py_to_proto_bytes()
+    assert Entry.from_value(e.to_value()) == e
+
+
+# -- ranges: the compiled record loop of MetaRangeWriter -------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(a=_keys, b=_keys)
+def test_index_keys_follow_pebble_like_the_reference(a, b):
+    from graveler.sstable.writer import _index_key, separator
+
+    assert _cblock.index_key_for(a, b) == _index_key(a, separator(a, b))
+
+
+class _Dict:
+    def __init__(self):
+        self.files = {}
+
+    def put(self, key, data):
+        self.files[key] = data
+
+
+@settings(max_examples=60, deadline=None)
+@given(recs=st.dictionaries(_keys, _values, max_size=400).map(lambda d: sorted(d.items())),
+       ragged=st.sampled_from([3, 50, 50_000]), max_size=st.sampled_from([2_000, 20_000, 20 << 20]),
+       min_size=st.sampled_from([0, 1_000]), cuts=st.lists(st.integers(0, 400), max_size=4))
+def test_range_writer_compiled_loop_writes_what_the_reference_writes(recs, ragged, max_size, min_size, cuts):
+    from graveler.committed.writer import MetaRangeWriter, RangeParams
+
+    params = RangeParams(min_range_size=min_size, max_range_size=max_size, raggedness=ragged)
+    out = []
+    for compiled in (False, True):
+        store = _Dict()
+        w = MetaRangeWriter(store.put, params, {"k": "v"})
+        w.compiled = compiled
+        bounds = sorted({0, len(recs), *[c for c in cuts if c <= len(recs)]})
+        for lo, hi in zip(bounds, bounds[1:]):
+            w.write_batch(recs[lo:hi])
+        mr = w.close()
+        out.append((mr, store.files, [(r.id, r.min_key, r.max_key, r.count, r.estimated_size) for r in w.ranges]))
+    assert out[0] == out[1]
+
+
+def test_range_writer_compiled_loop_refuses_unsorted_records():
+    from graveler.committed.writer import MetaRangeWriter, RangeParams
+    from graveler.errors import InvalidArgument
+
+    for compiled in (False, True):
+        w = MetaRangeWriter(_Dict().put, RangeParams())
+        w.compiled = compiled
+        w.write_batch([(b"a", b"1"), (b"c", b"2")])
+        with pytest.raises(InvalidArgument):
+            w.write_batch([(b"b", b"3")])
+        with pytest.raises(InvalidArgument):
+            w.write_batch([(b"d", b"3"), (b"d", b"4")])

@@ -2,7 +2,9 @@
 # The lakefuse demo: set up (.venv), create a repository on local storage with a
 # small generated dataset and a few commits (branch, change, diff, commit, merge,
 # tag), then MOUNT it on a real mount point and read a branch, a tag and main~1
-# through plain ls/cat. The mount is left running; the last lines say how to
+# through plain ls/cat, write into a branch through the mount, look at
+# .lakefuse/status, commit with echo and read the new commit by its ID.
+# The mount is left running; the last lines say how to
 # unmount it and how to remove what the demo made.
 #
 #   bash scripts/demo.sh
@@ -113,7 +115,7 @@ echo "-- March on v1.0:"
 run fs cat "$R/v1.0/dataset/sales/2024/03.csv"
 run fs stat "$R/v1.0/dataset/sales/2024/03.csv"
 
-step "Mount the repository: every branch and tag is a directory (FUSE, read-only trees)"
+step "Mount the repository: every branch and tag is a directory (FUSE; commits and tags are read-only)"
 run mount "$R" "$mnt"
 sh_run "ls -l '$mnt'"
 
@@ -136,6 +138,23 @@ step "Object metadata as extended attributes"
 f="$mnt/main~1/dataset/README.txt"
 printf '$ getfattr -d %q   # (python3 here: getfattr may not be installed)\n' "$f"
 python3 -c 'import os, sys; [print(f"{n}={os.getxattr(sys.argv[1], n).decode()}") for n in os.listxattr(sys.argv[1])]' "$f"
+
+step "Branch trees are writable: write into main through the mount"
+sh_run "mkdir -p '$mnt/main/dataset/sales/2025' && printf 'day,store,amount\\n1,store-1,42\\n' > '$mnt/main/dataset/sales/2025/01.csv'"
+sh_run "cp '$mnt/main/dataset/sales/2024/01.csv' '$mnt/main/dataset/sales/2024/01-copy.csv'"
+sh_run "rm '$mnt/main/dataset/customers/customers.json'"
+
+step "What is uncommitted, as git status --porcelain would say it"
+sh_run "cat '$mnt/main/.lakefuse/status'"
+
+step "Commit with echo; reading the control file back gives the outcome"
+sh_run "echo 'Add January 2025 through the mount' > '$mnt/main/.lakefuse/commit'"
+sh_run "cat '$mnt/main/.lakefuse/commit'"
+commit_id="$(cat "$mnt/main/.lakefuse/head")"
+
+step "The new commit is a tree of its own, by its ID"
+sh_run "ls '$mnt/$commit_id/dataset/sales'"
+sh_run "cat '$mnt/$commit_id/dataset/sales/2025/01.csv'"
 
 printf '\n%sDone in %ds. The mount stays up.%s\n' "$bold" "$(( $(date +%s) - start ))" "$plain"
 echo "  browse:    ls $mnt/main   cat $mnt/v1.0/dataset/sales/2024/03.csv   ls $mnt/main~1/"

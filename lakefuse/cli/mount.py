@@ -27,12 +27,18 @@ MOUNT_EPILOG = """\
 The mount root lists every branch and tag as a directory; any other ref expression
 (main~1, v1^2, a commit-ID prefix, main@) is reachable by path. Trees of commits,
 tags and expressions are immutable (EROFS on writes); branch trees show staging over
-the head and are read-only for now. Each ref has .lakefuse/head and .lakefuse/log;
-the root's .lakefuse/stats holds counters (JSON). See docs/SEMANTICS.md.
+the head and are writable: a file is uploaded and staged when it is closed (or
+fsynced), and close returns once both are durable. Each ref has .lakefuse/head and
+.lakefuse/log; a branch also has .lakefuse/commit, status, merge, reset and revert
+(write a request, read back the outcome); the root has .lakefuse/branch and tag, and
+.lakefuse/stats (JSON counters); mkdir at the root makes a branch. Files being written
+are spooled under --cache-dir (spool/REPO/). See docs/SEMANTICS.md.
 
 examples:
   lakefuse mount lakefs://sales /mnt/sales
   ls /mnt/sales/main/raw/   cat /mnt/sales/v1/raw/a.csv   ls /mnt/sales/main~1/
+  cp -r data/ /mnt/sales/main/raw/ && cat /mnt/sales/main/.lakefuse/status
+  echo "Add raw data" > /mnt/sales/main/.lakefuse/commit
   lakefuse umount /mnt/sales
 """
 
@@ -64,7 +70,8 @@ def _home_option() -> argparse.ArgumentParser:
 def register(sub) -> None:
     p = sub.add_parser(
         "mount", help="mount a repository: every branch and tag as a directory",
-        description="Mount every ref of a repository as a read-only directory tree (FUSE).",
+        description="Mount every ref of a repository as a directory tree (FUSE): branches writable, "
+                    "commits and tags read-only.",
         parents=[_home_option()], epilog=MOUNT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("repository", metavar="lakefs://REPO")

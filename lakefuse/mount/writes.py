@@ -236,11 +236,14 @@ class WritableFilesystem(Filesystem):
         tree.sync()
         return tree.view.stat(path)
 
-    def _touch_parent(self, tree: _Tree, parent_path: bytes, now: int) -> list[tuple[bytes, Value]]:
-        """The marker of directory ``parent_path`` with mtime and ctime ``now`` (an entry
-        was added, removed or renamed in it), staged in the same transaction as the
-        change. The marker also keeps the directory when its last entry goes. The tree
-        root has no marker (its times are the head commit's)."""
+    def _touch_parent(self, tree: _Tree, parent_path: bytes, now: int,
+                      leaving: frozenset[bytes] = frozenset()) -> list[tuple[bytes, Value]]:
+        """What to stage, in the same transaction as a change in directory ``parent_path``:
+        its marker with mtime/ctime ``now`` if it has one (made with mkdir, or kept
+        before); a new marker if the change takes its last entries away (``leaving``), so
+        the directory stays, as POSIX says. A directory that only exists through the keys
+        under it gets no marker while it has entries. The tree root has no marker (its
+        times are the head commit's)."""
         if not parent_path:
             return []
         key = parent_path + b"/"
@@ -250,6 +253,11 @@ class WritableFilesystem(Filesystem):
             pa = PosixAttrs.from_metadata(e.metadata)
             md = user_metadata(e.metadata)
         else:
+            if not leaving:
+                return []
+            page = tree.view.list_page(key, b"", len(leaving) + 2)
+            if any(it.path not in leaving and it.path.rstrip(b"/") + b"/" not in leaving for it in page):
+                return []  # entries remain: the directory stays without a marker
             e = self.empty_entry()
             pa = PosixAttrs(mode=stat.S_IFDIR | BRANCH_DIR_MODE, uid=self.config.uid, gid=self.config.gid)
             md = {}
@@ -637,7 +645,8 @@ class WritableFilesystem(Filesystem):
                 raise FsError(errno.EISDIR)
             if st.value is None:
                 raise FsError(errno.ENOENT)
-            self._stage(tree, [(path, None)] + self._touch_parent(tree, parent.path, time.time_ns()))
+            self._stage(tree, [(path, None)] + self._touch_parent(tree, parent.path, time.time_ns(),
+                                                                  frozenset({path})))
             self._forget_path(tree, path, Kind.FILE)
         self.stats.add("unlinks")
 
@@ -666,7 +675,8 @@ class WritableFilesystem(Filesystem):
             page = tree.view.list_page(marker, b"", 2)
             if any(it.path != marker for it in page):
                 raise FsError(errno.ENOTEMPTY)
-            self._stage(tree, [(marker, None)] + self._touch_parent(tree, parent.path, time.time_ns()))
+            self._stage(tree, [(marker, None)] + self._touch_parent(tree, parent.path, time.time_ns(),
+                                                                    frozenset({marker})))
             self._forget_path(tree, path, Kind.DIR)
         self.stats.add("rmdirs")
 
@@ -724,7 +734,7 @@ class WritableFilesystem(Filesystem):
         if pa.mtime_ns is None:  # the entry's last_modified becomes the ctime: keep the mtime
             md.update(PosixAttrs(mtime_ns=e.last_modified_ns).to_metadata())
         moved = replace(e, metadata=md, last_modified_ns=now).to_value()
-        items = [(dst, moved), (src, None)] + self._touch_parent(tree, op.path, now)
+        items = [(dst, moved), (src, None)] + self._touch_parent(tree, op.path, now, frozenset({src}))
         if np_.path != op.path:
             items += self._touch_parent(tree, np_.path, now)
         self._stage(tree, items)
@@ -748,9 +758,7 @@ class WritableFilesystem(Filesystem):
             pre = []
             if dst_exists:
                 pre.append((dst + b"/", None))  # the empty target's marker (src's own moves over it)
-            if tree.view.get(src + b"/") is None:  # give the moved directory a marker: it moves along
-                pre += self._touch_parent(tree, src, now)
-            pre += self._touch_parent(tree, op.path, now)
+            pre += self._touch_parent(tree, op.path, now, frozenset({src + b"/"}))
             if np_.path != op.path:
                 pre += self._touch_parent(tree, np_.path, now)
             if pre:

@@ -9,9 +9,7 @@ import os
 
 import pytest
 
-from graveler import Graveler
-from graveler.objstore import StoreConfig
-from graveler import GravelerConfig
+from graveler import Graveler, GravelerConfig
 from tests.graveler_testutil import FAST_KV
 from tests.mount_testutil import MountProc, needs_fuse
 

@@ -162,8 +162,6 @@ def _cache_budget(args) -> tuple[Path | None, int, int]:
 
 
 def _graveler(args):
-    from dataclasses import replace
-
     from graveler import CacheConfig, Graveler, GravelerConfig
 
     cache_dir, table_bytes, _ = _cache_budget(args)

@@ -134,7 +134,6 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     import pyfuse3
     import trio
 
-    from graveler.view import View
     from lakefuse.mount.fuse import Operations
     from lakefuse.mount.offload import Offload
     from lakefuse.mount.spool import Spool, SpoolConfig

@@ -196,8 +196,6 @@ def small_content(i: int, size: int) -> bytes:
 
 def bench_local(args, work: Path) -> dict:
     from graveler import Graveler
-    from graveler.model import Entry
-    from graveler.objects import md5_hex
     from graveler import GravelerConfig
 
     home = work / "home"

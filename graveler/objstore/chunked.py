@@ -118,66 +118,108 @@ class ChunkedReader(ObjectReader):
 
     ``size`` is trusted (the entry's): a store that returns fewer bytes makes the
     read short, which the caller reports. ``address``/``etag`` key the data cache.
+
+    A sequential reader is served by read-ahead *windows*: runs of consecutive chunks
+    fetched with one ranged GET each (1 chunk, then 2, 4... up to ``max_window``),
+    several windows in flight, up to ``read_ahead`` chunks ahead; a random reader
+    fetches single chunks. At most ``keep`` chunks stay in memory per reader.
     """
 
     def __init__(self, store, key: str, size: int, address: str, etag: str, cache: DataCache | None = None,
-                 chunk_size: int = 8 * MiB, read_ahead: int = 4, keep: int = 8):
+                 chunk_size: int = 8 * MiB, read_ahead: int = 8, max_window: int = 8, keep: int = 0):
         super().__init__(store, key, size)
         self.address = address
         self.etag = etag
         self.cache = cache
         self.chunk_size = chunk_size
         self.read_ahead = read_ahead
-        self._keep = max(keep, read_ahead + 2)
+        self.max_window = max(1, max_window)
+        self._keep = max(keep, read_ahead + self.max_window + 2)
         self._lock = threading.Lock()
         self._chunks: OrderedDict[int, Future] = OrderedDict()
         self._next_offset = -1
+        self._window = 1
         self.bytes_from_store = 0
+        self.gets = 0
 
     def _nchunks(self) -> int:
         return (self.size + self.chunk_size - 1) // self.chunk_size
 
-    def _fetch(self, index: int) -> bytes:
-        ck = DataCache.key(self.address, self.etag, index) if self.cache is not None else None
-        if ck is not None:
-            data = self.cache.get(ck)
-            if data is not None:
-                return data
-        start = index * self.chunk_size
-        length = min(self.chunk_size, self.size - start)
-        data = self.store.get_range(self.key, start, length)
-        with self._lock:
-            self.bytes_from_store += len(data)
-        if len(data) == length and ck is not None:
-            self.cache.put(ck, data)
-        return data
+    def _ck(self, index: int) -> str:
+        return DataCache.key(self.address, self.etag, index)
 
-    def _chunk(self, index: int, background: bool = False) -> Future:
+    def _fetch_run(self, first: int, futures: list[Future]) -> None:
+        """Fill the futures of chunks ``first``, ``first + 1``...: from the data cache where
+        it has them, the rest with one ranged GET."""
+        n = len(futures)
+        results: list[bytes | None] = [None] * n
+        try:
+            if self.cache is not None:
+                for k in range(n):
+                    results[k] = self.cache.get(self._ck(first + k))
+            missing = [k for k in range(n) if results[k] is None]
+            if missing:
+                lo, hi = missing[0], missing[-1]
+                cs = self.chunk_size
+                start = (first + lo) * cs
+                end = min((first + hi + 1) * cs, self.size)
+                data = self.store.get_range(self.key, start, end - start)
+                with self._lock:
+                    self.bytes_from_store += len(data)
+                    self.gets += 1
+                view = memoryview(data)
+                for k in range(lo, hi + 1):
+                    if results[k] is not None:
+                        continue
+                    piece = bytes(view[(k - lo) * cs:(k - lo + 1) * cs]) if hi > lo else data
+                    results[k] = piece
+                    expected = min(cs, self.size - (first + k) * cs)
+                    if len(piece) == expected and self.cache is not None:
+                        self.cache.put(self._ck(first + k), piece)
+        except BaseException as e:  # every reader waiting on these chunks sees it
+            for k, f in enumerate(futures):
+                if results[k] is not None:
+                    f.set_result(results[k])
+                else:
+                    f.set_exception(e)
+            return
+        for f, r in zip(futures, results):
+            f.set_result(r)
+
+    def _request(self, first: int, count: int, background: bool) -> None:
+        """Make sure chunks ``first`` .. ``first + count - 1`` are present or on their way;
+        the missing ones are fetched as consecutive runs (one GET each)."""
+        runs: list[tuple[int, list[Future]]] = []
         with self._lock:
-            f = self._chunks.get(index)
-            if f is not None:
-                self._chunks.move_to_end(index)
-                return f
-            f = Future()
-            self._chunks[index] = f
+            for i in range(first, min(first + count, self._nchunks())):
+                f = self._chunks.get(i)
+                if f is not None:
+                    self._chunks.move_to_end(i)
+                    continue
+                f = Future()
+                self._chunks[i] = f
+                if runs and runs[-1][0] + len(runs[-1][1]) == i:
+                    runs[-1][1].append(f)
+                else:
+                    runs.append((i, [f]))
             while len(self._chunks) > self._keep:
                 self._chunks.popitem(last=False)
-        if background:
-            def run():
-                try:
-                    f.set_result(self._fetch(index))
-                except BaseException as e:  # the reader that needs it raises it
-                    f.set_exception(e)
+        for start, futures in runs:
+            if background:
+                _executor().submit(self._fetch_run, start, futures)
+            else:
+                self._fetch_run(start, futures)
 
-            _executor().submit(run)
-        else:
-            try:
-                f.set_result(self._fetch(index))
-            except BaseException as e:
-                f.set_exception(e)
-                with self._lock:
-                    if self._chunks.get(index) is f:
-                        del self._chunks[index]
+    def _chunk(self, index: int, window: int = 1) -> Future:
+        with self._lock:
+            f = self._chunks.get(index)
+        if f is None:
+            self._request(index, window, background=False)
+            with self._lock:
+                f = self._chunks.get(index)
+            if f is None:  # evicted at once by a burst of other reads: fetch it alone
+                f = Future()
+                self._fetch_run(index, [f])
         return f
 
     def read(self, offset: int, length: int) -> bytes:
@@ -189,11 +231,22 @@ class ChunkedReader(ObjectReader):
         sequential = offset == self._next_offset or offset == 0
         self._next_offset = end
         if sequential:
-            for i in range(last + 1, min(last + 1 + self.read_ahead, self._nchunks())):
-                self._chunk(i, background=True)
+            # read-ahead: when the first chunk not yet requested is within ``read_ahead`` of
+            # the reader, request a whole window from there (windows double while the
+            # reader stays sequential), so a steady stream costs one GET per window
+            nchunks = self._nchunks()
+            start, stop = last + 1, min(last + 1 + self.read_ahead, nchunks)
+            with self._lock:
+                while start < stop and start in self._chunks:
+                    start += 1
+            if start < stop:
+                self._request(start, self._window, background=True)
+                self._window = min(self._window * 2, self.max_window)
+        else:
+            self._window = 1
         parts = []
         for i in range(first, last + 1):
-            f = self._chunk(i)
+            f = self._chunk(i, self._window if sequential else 1)
             try:
                 data = f.result()
             except BaseException:

@@ -14,9 +14,22 @@ Rules kept here:
   a ``yield`` to their own caller.
 * An LMDB file is opened at most once per process (opening it twice breaks
   LMDB's locking): :func:`open_env` keeps a per-process registry.
+* A thread holds at most one transaction of an environment at a time.  A
+  :meth:`Env.read` inside a read or write of the same thread reuses the open
+  transaction; a :meth:`Env.write` inside one raises :class:`NestedTransaction`
+  at once.  (A nested write could never grow the map -- LMDB resizes only when
+  the process has no transaction open, and the caller's own is one -- so it
+  used to hang; refusing it up front shows the bug on the first call, not on
+  the day the map fills.)
 * The map size starts at ``KVConfig.map_size`` and doubles when full; a grow (or
   adopting a size another process grew to) waits until this process has no
-  transaction open.
+  transaction open.  Another process growing the map (``MDB_MAP_RESIZED``) is
+  never an error here: opening, reading and writing adopt the new size and
+  try again.
+* Before LMDB maps ``data.mdb`` the file is checked against its own meta pages
+  (:func:`check_data_file`): a file shorter than the pages its newest meta page
+  uses would be a SIGBUS on first touch, an empty file would silently become a
+  new, empty database.  Both are ``CorruptedData`` naming the repository.
 * ``lmdb.Error`` never escapes: it becomes ``StoreUnavailable`` (or
   ``CorruptedData`` for a damaged file).
 """
@@ -26,18 +39,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
+import struct
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 import lmdb
 
 from graveler.config import KVConfig
-from graveler.errors import CorruptedData, GravelerError, StoreUnavailable
+from graveler.errors import CorruptedData, GravelerError, NotFound, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_RESIZE_ATTEMPTS = 20  # adopt-and-retry rounds when other processes keep growing the map
 
 # The named sub-databases of a repository environment.
 DB_REPO = b"repo"  # b"record" -> repository record (JSON)
@@ -87,21 +105,129 @@ class _Gate:
                 self._cond.notify_all()
 
 
-def _wrap(e: lmdb.Error, path: str) -> GravelerError:
-    if isinstance(e, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.VersionMismatchError)):
-        return CorruptedData(f"refs database is damaged ({e})", path)
-    return StoreUnavailable(f"refs database {path}: {e}")
+class NestedTransaction(GravelerError):
+    """A thread asked for a transaction while it holds one of the same environment (a bug in the caller)."""
+
+
+# What LMDB says about a damaged file.  MDB_BAD_TXN is what every later call of a
+# transaction answers once a page read inside it failed (a damaged page); our own
+# code never uses a transaction after an error, so here it means damage too.
+_DAMAGE_ERRORS = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.VersionMismatchError,
+                  lmdb.BadTxnError, lmdb.BadDbiError, lmdb.BadValsizeError)
+
+
+def _label(path: Path) -> str:
+    """How messages name an environment: the repository when the path is ``.../repos/<name>/refs.lmdb``."""
+    if path.name == "refs.lmdb" and path.parent.name:
+        return f"repository {path.parent.name!r}: refs database {path}"
+    return f"refs database {path}"
+
+
+def _wrap(e: lmdb.Error, path: Path) -> GravelerError:
+    if isinstance(e, _DAMAGE_ERRORS):
+        return CorruptedData(f"{_label(path)} is damaged ({type(e).__name__}: {e})")
+    return StoreUnavailable(f"{_label(path)}: {e}")
+
+
+# --- LMDB's file header ------------------------------------------------------------------
+# data.mdb starts with two meta pages (0 and 1).  In LMDB 0.9 (the version py-lmdb
+# bundles) a meta page is a 16-byte page header, then MDB_meta: magic u32, version u32,
+# address u64, mapsize u64, two MDB_db records of 48 bytes (the first one's u32 pad holds
+# the page size), last_pg u64, txnid u64.  LMDB reads the meta with the higher txnid; every
+# page up to its last_pg has been written, so the file holds at least last_pg + 1 pages.
+_META_MAGIC = 0xBEEFC0DE
+_META_HEAD = struct.Struct("<II")  # magic, version at offset 16
+_META_PSIZE = struct.Struct("<I")  # at offset 40
+_META_TAIL = struct.Struct("<QQ")  # last_pg, txnid at offset 136
+_META_BYTES = 152
+_EMPTY_GRACE_S = 1.0  # a creator writes the meta pages right after creating the file
+
+
+def _read_metas(fd: int) -> list[tuple[int, int, int, int]] | str:
+    """(version, psize, last_pg, txnid) of both meta pages, or why they are unreadable."""
+    first = os.pread(fd, _META_BYTES, 0)
+    if len(first) < _META_BYTES:
+        return f"shorter ({len(first)} bytes) than one meta page"
+    (psize,) = _META_PSIZE.unpack_from(first, 40)
+    if psize < 512 or psize > 1 << 16 or psize & (psize - 1):
+        return f"bad page size {psize} in meta page 0"
+    metas = []
+    for i, buf in enumerate((first, os.pread(fd, _META_BYTES, psize))):
+        if len(buf) < _META_BYTES:
+            return f"has no meta page {i} (file shorter than {psize + _META_BYTES} bytes)"
+        magic, version = _META_HEAD.unpack_from(buf, 16)
+        if magic != _META_MAGIC:
+            return f"bad magic {magic:#x} in meta page {i}"
+        last_pg, txnid = _META_TAIL.unpack_from(buf, 136)
+        metas.append((version, psize, last_pg, txnid))
+    return metas
+
+
+def check_data_file(path: Path | str) -> None:
+    """Refuse an environment whose ``data.mdb`` LMDB must not map: ``CorruptedData`` naming it.
+
+    A missing file is fine (LMDB creates it).  An empty or short file, bad meta
+    pages, or a file shorter than the pages its newest meta page uses (a
+    truncated copy: mapping it would kill the process with SIGBUS) is refused.
+    An empty file gets a short grace period, since a process creating the
+    environment writes the meta pages right after creating the file.
+    """
+    path = Path(path)
+    data = path / "data.mdb"
+    deadline = time.monotonic() + _EMPTY_GRACE_S
+    while True:
+        try:
+            fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise StoreUnavailable(f"{_label(path)}: cannot open {data}: {e.strerror or e}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise CorruptedData(f"{_label(path)} is damaged: {data} is not a regular file")
+            metas = _read_metas(fd)
+            size = os.fstat(fd).st_size  # after the metas: a concurrent commit only makes it longer
+        except OSError as e:
+            raise StoreUnavailable(f"{_label(path)}: cannot read {data}: {e.strerror or e}") from None
+        finally:
+            os.close(fd)
+        if st.st_size == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            continue
+        break
+    if size == 0:
+        raise CorruptedData(f"{_label(path)} is damaged: {data} is empty (0 bytes)")
+    if isinstance(metas, str):
+        raise CorruptedData(f"{_label(path)} is damaged: {data} {metas}")
+    version, psize, last_pg, _ = max(metas, key=lambda m: m[3])
+    need = (last_pg + 1) * psize
+    if size < need:
+        raise CorruptedData(
+            f"{_label(path)} is damaged: {data} is truncated ({size} bytes; its meta page uses {need})")
 
 
 class Env:
     """One open LMDB environment with the repository's named databases."""
 
-    def __init__(self, path: Path, config: KVConfig = KVConfig()):
+    def __init__(self, path: Path, config: KVConfig = KVConfig(), create: bool = True):
+        """Open (``create``: or create) the environment at ``path``.
+
+        ``create=False``: ``NotFound`` when there is no ``data.mdb``.  An existing
+        file is checked before it is mapped (:func:`check_data_file`).
+        """
         self.path = Path(path)
         self.config = config
         self._gate = _Gate()
+        self._local = threading.local()
         self._closed = False
-        self.path.mkdir(parents=True, exist_ok=True)
+        if not create and not (self.path / "data.mdb").exists():
+            raise NotFound(f"{_label(self.path)} does not exist")
+        check_data_file(self.path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreUnavailable(f"{_label(self.path)}: cannot create {self.path}: {e.strerror or e}") from None
         try:
             self._env = lmdb.open(
                 str(self.path),
@@ -113,40 +239,78 @@ class Env:
                 metasync=config.sync,
                 readahead=False,
             )
-            # Adopt a larger size another process may already have grown to.
-            info_size = self._env.info()["map_size"]
-            if info_size < config.map_size:
+        except lmdb.Error as e:
+            raise _wrap(e, self.path) from None
+        except OSError as e:  # py-lmdb reports some open failures as OSError
+            raise StoreUnavailable(f"{_label(self.path)}: cannot open: {e.strerror or e}") from None
+        try:
+            if self._env.info()["map_size"] < config.map_size:
                 self._env.set_mapsize(config.map_size)
-            self.dbs = {name: self._env.open_db(name) for name in ALL_DBS}
+            self.dbs = self._open_dbs()
             stale = self._env.reader_check()  # reader slots of processes that died
             if stale:
                 log.info("cleared %d stale LMDB reader slot(s) in %s", stale, self.path)
         except lmdb.Error as e:
-            raise _wrap(e, str(self.path)) from None
+            self._env.close()
+            raise _wrap(e, self.path) from None
+        except BaseException:
+            self._env.close()
+            raise
+
+    def _open_dbs(self) -> dict[bytes, object]:
+        """The named databases; opening one runs a transaction, which meets another process's grow."""
+        for _ in range(_RESIZE_ATTEMPTS):
+            try:
+                return {name: self._env.open_db(name) for name in ALL_DBS}
+            except lmdb.MapResizedError:
+                self._env.set_mapsize(0)  # adopt the size another process grew the map to
+        raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
+
+    @contextlib.contextmanager
+    def _holding(self, txn: lmdb.Transaction) -> Iterator[None]:
+        """Record ``txn`` as this thread's open transaction while the body runs."""
+        self._local.txn = txn
+        try:
+            yield
+        finally:
+            self._local.txn = None
+
+    def _held(self) -> lmdb.Transaction | None:
+        return getattr(self._local, "txn", None)
 
     # -- transactions -------------------------------------------------------
 
     @contextlib.contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
-        """A read-only snapshot. Keep the ``with`` body short and free of I/O."""
-        for attempt in range(3):
+        """A read-only snapshot. Keep the ``with`` body short and free of I/O.
+
+        Nested: inside a ``read`` or ``write`` of the same thread, this is the
+        transaction already open (a read inside a write sees that write's changes);
+        a second transaction could not be resized under the first one.
+        """
+        held = self._held()
+        if held is not None:
+            yield held
+            return
+        for attempt in range(_RESIZE_ATTEMPTS):
             with self._gate.shared():
                 try:
                     txn = self._env.begin(write=False, buffers=False)
                 except lmdb.MapResizedError:
                     txn = None
                 except lmdb.Error as e:
-                    raise _wrap(e, str(self.path)) from None
+                    raise _wrap(e, self.path) from None
                 if txn is not None:
                     try:
-                        yield txn
+                        with self._holding(txn):
+                            yield txn
                     except lmdb.Error as e:
-                        raise _wrap(e, str(self.path)) from None
+                        raise _wrap(e, self.path) from None
                     finally:
                         txn.abort()
                     return
             self._adopt_size()
-        raise StoreUnavailable(f"refs database {self.path}: map keeps being resized")
+        raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
 
     def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
         """Run ``fn(txn)`` in one write transaction and commit it; return its result.
@@ -154,7 +318,17 @@ class Env:
         ``fn`` may run more than once (after the map grew), so it must not have
         side effects outside the transaction. An exception from ``fn`` aborts the
         transaction and propagates.
+
+        Nested: ``NestedTransaction`` if this thread holds a transaction of this
+        environment already (inside a ``read``, or inside ``fn``): the write may
+        have to grow the map, which LMDB allows only with no transaction open in
+        the process, so it would wait for itself forever.  Reads inside ``fn`` are
+        fine (they use ``fn``'s transaction).
         """
+        if self._held() is not None:
+            raise NestedTransaction(
+                f"{_label(self.path)}: a write was asked for inside another transaction of the same thread; "
+                "finish that one first (a nested write could never grow the map)")
         for attempt in range(40):
             grow = False
             with self._gate.shared():
@@ -163,10 +337,11 @@ class Env:
                 except lmdb.MapResizedError:
                     txn = None
                 except lmdb.Error as e:
-                    raise _wrap(e, str(self.path)) from None
+                    raise _wrap(e, self.path) from None
                 if txn is not None:
                     try:
-                        result = fn(txn)
+                        with self._holding(txn):
+                            result = fn(txn)
                         txn.commit()
                         return result
                     except lmdb.MapFullError:
@@ -174,7 +349,7 @@ class Env:
                         grow = True
                     except lmdb.Error as e:
                         txn.abort()
-                        raise _wrap(e, str(self.path)) from None
+                        raise _wrap(e, self.path) from None
                     except BaseException:
                         txn.abort()
                         raise
@@ -182,7 +357,7 @@ class Env:
                 self._grow()
             else:
                 self._adopt_size()
-        raise StoreUnavailable(f"refs database {self.path}: could not get a write transaction")
+        raise StoreUnavailable(f"{_label(self.path)}: could not get a write transaction")
 
     def _grow(self) -> None:
         with self._gate.exclusive():
@@ -190,18 +365,18 @@ class Env:
                 size = self._env.info()["map_size"]
                 new = min(size * 2, self.config.max_map_size)
                 if new <= size:
-                    raise StoreUnavailable(f"refs database {self.path} is full ({size} bytes)")
+                    raise StoreUnavailable(f"{_label(self.path)} is full ({size} bytes, the configured maximum)")
                 log.info("growing LMDB map of %s from %d to %d bytes", self.path, size, new)
                 self._env.set_mapsize(new)
             except lmdb.Error as e:
-                raise _wrap(e, str(self.path)) from None
+                raise _wrap(e, self.path) from None
 
     def _adopt_size(self) -> None:
         with self._gate.exclusive():
             try:
                 self._env.set_mapsize(0)  # adopt the size another process set
             except lmdb.Error as e:
-                raise _wrap(e, str(self.path)) from None
+                raise _wrap(e, self.path) from None
 
     # -- lifetime ------------------------------------------------------------
 
@@ -221,13 +396,13 @@ _registry_lock = threading.Lock()
 _registry: dict[tuple[int, str], Env] = {}
 
 
-def open_env(path: Path | str, config: KVConfig = KVConfig()) -> Env:
-    """The process-wide ``Env`` for ``path`` (opened on first use)."""
+def open_env(path: Path | str, config: KVConfig = KVConfig(), create: bool = True) -> Env:
+    """The process-wide ``Env`` for ``path`` (opened on first use; see :class:`Env` for ``create``)."""
     key = (os.getpid(), os.path.realpath(path))
     with _registry_lock:
         env = _registry.get(key)
         if env is None or env._closed:
-            env = Env(Path(path), config)
+            env = Env(Path(path), config, create)
             _registry[key] = env
         return env
 
@@ -242,7 +417,7 @@ def close_env(path: Path | str) -> None:
 
 
 @contextlib.contextmanager
-def borrowed_env(path: Path | str, config: KVConfig = KVConfig()) -> Iterator[Env]:
+def borrowed_env(path: Path | str, config: KVConfig = KVConfig(), create: bool = True) -> Iterator[Env]:
     """The process-wide ``Env`` for ``path`` if it is open; else one opened for the
     ``with`` block and closed after it (a quick look that leaves nothing open)."""
     key = (os.getpid(), os.path.realpath(path))
@@ -252,7 +427,7 @@ def borrowed_env(path: Path | str, config: KVConfig = KVConfig()) -> Iterator[En
     if was_open:
         yield env
         return
-    env = open_env(path, config)
+    env = open_env(path, config, create)
     try:
         yield env
     finally:

@@ -137,6 +137,16 @@ class ObjectStore(abc.ABC):
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """``length`` bytes from ``start``; shorter (possibly empty) at the end of the object."""
 
+    def get_range_sized(self, key: str, start: int, length: int) -> tuple[bytes, int]:
+        """``get_range`` plus the object's size now: ``(bytes, size)``.
+
+        Backends answer both from one request (the local store's ``fstat``, S3's
+        ``Content-Range``), so a reader can check the object against its entry at
+        no extra cost (see :mod:`graveler.objects`).  This default asks twice.
+        """
+        info = self.head(key)
+        return self.get_range(key, start, length), info.size
+
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Create or replace an object atomically: readers see the old or the new content, whole."""

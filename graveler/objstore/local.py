@@ -230,6 +230,16 @@ class LocalStore(ObjectStore):
         fd, st = self._open_regular("open", key)
         return LocalReader(self, key, fd, st.st_size)
 
+    def get_range_sized(self, key: str, start: int, length: int) -> tuple[bytes, int]:
+        check_range(start, length)
+        fd, st = self._open_regular("get_range", key)
+        try:
+            return _pread_exact(fd, length, start), st.st_size
+        except OSError as exc:
+            raise self._os_error("get_range", key, exc) from exc
+        finally:
+            os.close(fd)
+
     def head(self, key: str) -> ObjectInfo:
         fd, st = self._open_regular("head", key)
         try:

@@ -258,6 +258,17 @@ class S3Store(ObjectStore):
             data = data[start:start + length]  # a server that ignored Range sent it all
         return data
 
+    def get_range_sized(self, key: str, start: int, length: int) -> tuple[bytes, int]:
+        check_range(start, length)
+        if length == 0:
+            return b"", self.head(key).size
+        resp, data = self._get_object("get_range", key, Range=f"bytes={start}-{start + length - 1}")
+        if resp is None:  # 416: the object ends before ``start``
+            return b"", self.head(key).size
+        if not resp.get("ContentRange"):
+            data = data[start:start + length]  # a server that ignored Range sent it all
+        return data, _range_total(resp)
+
     def head(self, key: str) -> ObjectInfo:
         with self._errors("head", key):
             resp = self._client.head_object(Bucket=self.bucket, Key=self._k(key))

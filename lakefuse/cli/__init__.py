@@ -60,9 +60,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _escape_arg(arg: str) -> str:
+    """An argument for an error message: undecodable bytes and control characters as \\xNN."""
+    text = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 else c for c in text)
+
+
+def check_argv(argv: list[str]) -> None:
+    """Refuse an argument that is not valid UTF-8 (``InvalidArgument``), once, before parsing.
+
+    Python hands undecodable argument bytes over as lone surrogates; every name
+    lakefuse takes (repositories, refs, paths, messages, metadata, URIs) is UTF-8
+    text, so such an argument is refused here rather than deep inside a command.
+    """
+    for i, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"argument {i} is not valid UTF-8: '{_escape_arg(arg)}'") from None
+
+
+def _fail(e: GravelerError) -> int:
+    for cls, code in EXIT_CODES:
+        if isinstance(e, cls):
+            break
+    else:
+        code = 1
+    print(f"lakefuse: {e}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
+    try:
+        check_argv(argv)
+    except InvalidArgument as e:
+        return _fail(e)
     from lakefuse.cli.mount import from_mount_helper
 
     argv = from_mount_helper(argv)  # `lakefuse lakefs://REPO MOUNTPOINT -o ...` (mount -t fuse.lakefuse)
@@ -73,13 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except GravelerError as e:
-        for cls, code in EXIT_CODES:
-            if isinstance(e, cls):
-                break
-        else:
-            code = 1
-        print(f"lakefuse: {e}", file=sys.stderr)
-        return code
+        return _fail(e)
     except BrokenPipeError:  # `lakefuse sst dump x | head`
         sys.stderr.close()
         return 0

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 
-from graveler.errors import CorruptedData
+from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.ident import TableHasher
 from graveler.model import Entry, RangeInfo, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
@@ -30,10 +32,29 @@ def register(sub) -> None:
     i.set_defaults(func=cmd_id)
 
 
+def read_regular_file(path: str) -> bytes:
+    """The bytes of a regular file: ``NotFound`` if missing, ``InvalidArgument`` for anything else
+    (a FIFO or a device would block or never end; a directory is no table)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO must not hang open()
+    except FileNotFoundError:
+        raise NotFound(f"no such file: {path}") from None
+    except OSError as e:
+        raise InvalidArgument(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidArgument(f"{path} is not a regular file")
+        with open(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError as e:
+        raise InvalidArgument(f"cannot read {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
 def open_table(path: str) -> SSTable:
-    with open(path, "rb") as f:
-        data = f.read()
-    return SSTable(data, path, block_cache=BlockCache(64 << 20))
+    return SSTable(read_regular_file(path), path, block_cache=BlockCache(64 << 20))
 
 
 def table_metadata(t: SSTable) -> dict[str, str]:

@@ -13,6 +13,7 @@ It imports nothing of graveler but its errors, so every other module may import 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,24 +91,55 @@ def _endpoint_from_env() -> str | None:
     return os.environ.get("LAKEFUSE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
+ENV_CONNECT_TIMEOUT = "LAKEFUSE_S3_CONNECT_TIMEOUT"
+ENV_READ_TIMEOUT = "LAKEFUSE_S3_READ_TIMEOUT"
+ENV_MAX_ATTEMPTS = "LAKEFUSE_S3_MAX_ATTEMPTS"
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 8.0
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+def _env_number(name: str, default, kind=float):
+    def factory():
+        raw = os.environ.get(name)
+        if raw is None or raw.strip() == "":
+            return default
+        try:
+            return kind(raw)
+        except ValueError:
+            raise InvalidArgument(f"${name} must be a {'whole ' if kind is int else ''}number, not {raw!r}") from None
+    return factory
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """How to reach an object store; built at the edge (CLI, mount) and passed down.
 
     Only the S3 backend reads most of these fields; the local store ignores them.
     ``s3_endpoint_url`` defaults to ``$LAKEFUSE_S3_ENDPOINT``, then
-    ``$AWS_ENDPOINT_URL`` (read when the config is built).  ``max_attempts`` counts
-    every attempt of a request, the first one included (1 = no retries).
-    ``addressing_style`` ``None`` means "path" when an endpoint URL is set (MinIO,
-    moto, Ceph...) and "auto" otherwise.
+    ``$AWS_ENDPOINT_URL`` (read when the config is built).  ``addressing_style``
+    ``None`` means "path" when an endpoint URL is set (MinIO, moto, Ceph...) and
+    "auto" otherwise.
+
+    How long a request may take, and how often it is tried: ``connect_timeout``
+    (seconds to open a connection), ``read_timeout`` (seconds the server may stay
+    silent, before the answer or in the middle of a body), ``max_attempts`` (every
+    attempt of a request, the first one included; 1 = no retries).  A hung or
+    unreachable endpoint is ``StoreUnavailable`` after about
+    :attr:`worst_case_seconds` (attempts x timeouts, plus backoff): with the
+    defaults (5 s, 8 s, 3 attempts) under 45 s, typically ~25 s for a server that
+    accepts connections and never answers.  The defaults come from
+    ``$LAKEFUSE_S3_CONNECT_TIMEOUT``, ``$LAKEFUSE_S3_READ_TIMEOUT`` and
+    ``$LAKEFUSE_S3_MAX_ATTEMPTS`` when set; the CLI's ``--timeout`` and
+    ``--max-attempts`` (and a mount's options, through :meth:`with_timeout`) override them.
     """
 
     s3_endpoint_url: str | None = field(default_factory=_endpoint_from_env)
     region: str | None = None  # None: boto3's chain (AWS_REGION, AWS_DEFAULT_REGION, profile)
-    max_attempts: int = 8
+    max_attempts: int = field(default_factory=_env_number(ENV_MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, int))
     retry_mode: str = "standard"  # botocore retry mode: "standard" or "adaptive"
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
+    connect_timeout: float = field(default_factory=_env_number(ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT))
+    read_timeout: float = field(default_factory=_env_number(ENV_READ_TIMEOUT, DEFAULT_READ_TIMEOUT))
     multipart_threshold: int = 64 * MiB
     multipart_chunksize: int = 16 * MiB
     transfer_concurrency: int = 8  # parallel part uploads / ranged downloads of one file
@@ -134,6 +166,21 @@ class StoreConfig:
             raise InvalidArgument(
                 f"addressing_style must be one of {_ADDRESSING_STYLES}, not {self.addressing_style!r}"
             )
+
+    @property
+    def worst_case_seconds(self) -> float:
+        """About the longest one request can take against a dead endpoint before it fails."""
+        return self.max_attempts * (self.connect_timeout + self.read_timeout) + 2.0 * (self.max_attempts - 1)
+
+    def with_timeout(self, timeout: float | None = None, max_attempts: int | None = None) -> "StoreConfig":
+        """A copy with ``read_timeout = timeout`` (and ``connect_timeout`` at most that) and/or ``max_attempts``."""
+        changes: dict = {}
+        if timeout is not None:
+            changes["read_timeout"] = timeout
+            changes["connect_timeout"] = min(self.connect_timeout, timeout)
+        if max_attempts is not None:
+            changes["max_attempts"] = max_attempts
+        return dataclasses.replace(self, **changes)
 
     @property
     def effective_addressing_style(self) -> str:

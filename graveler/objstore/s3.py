@@ -39,7 +39,7 @@ import botocore.config
 import botocore.session
 import botocore.exceptions as bex
 
-from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
+from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.objstore.base import (
     ObjectInfo,
     ObjectStore,
@@ -64,8 +64,10 @@ _CREDENTIAL_ERRORS = (
     bex.ProfileNotFound, bex.NoAuthTokenError, bex.TokenRetrievalError,
 )
 # Failures while reading a response body: botocore's retries are over by then; we retry the GET.
+# A body that fails botocore's response checksum (FlexibleChecksumError) is fetched again too; if
+# every attempt fails it, the store's copy is damaged: CorruptedData.
 _BODY_ERRORS = (bex.IncompleteReadError, bex.ResponseStreamingError, bex.ReadTimeoutError,
-                bex.ConnectionClosedError)
+                bex.ConnectionClosedError, bex.FlexibleChecksumError)
 _BODY_ATTEMPTS = 3
 _IO_CHUNK = 1 << 20
 _MAX_PARTS = 10_000  # S3's limit on parts per multipart upload
@@ -203,6 +205,14 @@ class S3Store(ObjectStore):
             return StoreUnavailable(
                 f"{what}: no usable AWS credentials ({type(exc).__name__}); set AWS_ACCESS_KEY_ID and "
                 "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run with an instance/pod role"
+            )
+        if isinstance(exc, bex.FlexibleChecksumError):
+            return CorruptedData(f"{what}: the object's content fails its S3 checksum ({exc})", target)
+        if isinstance(exc, (bex.ReadTimeoutError, bex.ConnectTimeoutError)):
+            limit = self.config.read_timeout if isinstance(exc, bex.ReadTimeoutError) else self.config.connect_timeout
+            return StoreUnavailable(
+                f"{what}: S3 endpoint {self._endpoint} did not answer within {limit:g} s "
+                f"({self.config.max_attempts} attempt(s); see --timeout / $LAKEFUSE_S3_READ_TIMEOUT)"
             )
         if isinstance(exc, (bex.ConnectionError, bex.HTTPClientError)):
             return StoreUnavailable(

@@ -1,0 +1,114 @@
+"""S3 under injected faults (tests/faultproxy.py in front of the moto server): bounded, retried, verified."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import pytest
+
+from graveler.errors import CorruptedData, StoreUnavailable
+from graveler.objects import read_verified
+from graveler.objstore import StoreConfig, open_store
+from graveler.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_READ_TIMEOUT
+from tests.faultproxy import Fault, FaultProxy
+
+pytestmark = pytest.mark.s3
+
+
+@pytest.fixture
+def proxy(s3_endpoint):
+    with FaultProxy(s3_endpoint) as p:
+        yield p
+
+
+@pytest.fixture
+def store(proxy, s3_bucket, s3_config):
+    cfg = StoreConfig(s3_endpoint_url=proxy.url, region=s3_config.region, max_attempts=3, connect_timeout=1,
+                      read_timeout=1, multipart_threshold=s3_config.multipart_threshold,
+                      multipart_chunksize=s3_config.multipart_chunksize)
+    s = open_store(f"s3://{s3_bucket}/ns", cfg)
+    yield s
+    s.close()
+
+
+def test_proxy_passes_everything_through(store, proxy):
+    data = os.urandom(300_000)
+    store.put("a/b", data)
+    assert store.get("a/b") == data
+    assert store.get_range("a/b", 10, 20) == data[10:30]
+    assert [i.key for i in store.list("a/")] == ["a/b"]
+    assert store.head("a/b").size == len(data)
+    store.delete("a/b")
+    assert proxy.requests >= 6 and proxy.faults == 0
+
+
+def test_transient_errors_and_short_reads_are_retried(store, proxy):
+    data = os.urandom(100_000)
+    store.put("o", data)
+    proxy.add(Fault("error", method="GET", status=503, times=2))
+    assert store.get("o") == data
+    proxy.add(Fault("short", method="GET", after=1000, times=1))
+    assert store.get("o") == data
+    proxy.add(Fault("latency", method="GET", delay=0.3, times=1))
+    assert store.get_range("o", 0, 10) == data[:10]
+    assert proxy.faults == 4
+
+
+def test_corrupted_body_is_refetched_then_refused(store, proxy):
+    """botocore checks S3's checksum of the body: a damaged transfer is fetched again, a damaged copy refused."""
+    data = os.urandom(50_000)
+    store.put("o", data)
+    proxy.add(Fault("corrupt", method="GET", after=777, times=1))
+    assert store.get("o") == data
+    proxy.add(Fault("corrupt", method="GET", after=777))
+    with pytest.raises(CorruptedData, match="checksum"):
+        store.get("o")
+
+
+def test_object_without_s3_checksum_is_caught_by_the_md5(store, proxy, s3_endpoint, s3_bucket):
+    """An object written without a checksum (older clients, lakeFS imports): graveler's MD5 check catches it."""
+    import boto3
+    import botocore.config
+
+    data = os.urandom(50_000)
+    raw = boto3.client("s3", endpoint_url=s3_endpoint, config=botocore.config.Config(
+        request_checksum_calculation="when_required"))
+    raw.put_object(Bucket=s3_bucket, Key="ns/plain", Body=data)
+    raw.close()
+    proxy.add(Fault("corrupt", method="GET", after=777, times=1))
+    with pytest.raises(CorruptedData, match="etag"):
+        read_verified(store, "plain", len(data), hashlib.md5(data).hexdigest())
+    assert read_verified(store, "plain", len(data), hashlib.md5(data).hexdigest()) == data
+
+
+@pytest.mark.parametrize("after", [0, 100], ids=["before-headers", "mid-body"])
+def test_hung_endpoint_fails_within_the_configured_bound(store, proxy, after):
+    store.put("o", os.urandom(10_000))
+    proxy.add(Fault("hang", method="GET", after=after))
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="did not answer within 1 s"):
+        store.get("o")
+    elapsed = time.monotonic() - t0
+    assert elapsed < store.config.worst_case_seconds + 3, elapsed  # ~3 attempts x 1 s, not minutes
+
+
+def test_default_bounds_fail_a_cli_within_about_30_seconds(monkeypatch):
+    for name in ("LAKEFUSE_S3_CONNECT_TIMEOUT", "LAKEFUSE_S3_READ_TIMEOUT", "LAKEFUSE_S3_MAX_ATTEMPTS"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = StoreConfig()
+    assert (cfg.read_timeout, cfg.max_attempts) == (DEFAULT_READ_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
+    assert cfg.max_attempts * cfg.read_timeout <= 30  # a server that accepts and never answers
+    assert cfg.worst_case_seconds < 45  # nothing answers at all
+    monkeypatch.setenv("LAKEFUSE_S3_READ_TIMEOUT", "2.5")
+    monkeypatch.setenv("LAKEFUSE_S3_MAX_ATTEMPTS", "2")
+    cfg = StoreConfig()
+    assert (cfg.read_timeout, cfg.max_attempts) == (2.5, 2)
+    short = cfg.with_timeout(1)
+    assert (short.read_timeout, short.connect_timeout, short.max_attempts) == (1, 1, 2)
+    monkeypatch.setenv("LAKEFUSE_S3_MAX_ATTEMPTS", "many")
+    from graveler.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="LAKEFUSE_S3_MAX_ATTEMPTS"):
+        StoreConfig()

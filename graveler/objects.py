@@ -371,13 +371,21 @@ class EntryReader:
         return self._store, addr
 
     def read(self, entry: Entry, offset: int = 0, length: int | None = None) -> bytes:
-        """The bytes of an entry's object (or ``length`` bytes from ``offset``)."""
+        """The bytes of an entry's object (or ``length`` bytes from ``offset``), checked
+        against the entry: a whole read by size and MD5 (:func:`read_verified`), a
+        part by the object's size (:func:`read_range_checked`). ``CorruptedData`` on
+        any difference."""
         st, key = self.locate(entry)
-        if offset == 0 and length is None:
-            return st.get(key)
+        if offset == 0 and (length is None or length >= entry.size):
+            return read_verified(st, key, entry.size, entry.etag)
         if length is None:
             length = max(entry.size - offset, 0)
-        return st.get_range(key, offset, length)
+        return read_range_checked(st, key, entry.size, offset, length)
+
+    def iter(self, entry: Entry, chunk: int = READ_CHUNK) -> Iterator[bytes]:
+        """The whole object in chunks, checked as :func:`iter_verified` says."""
+        st, key = self.locate(entry)
+        return iter_verified(st, key, entry.size, entry.etag, chunk)
 
 
 __all__ = [

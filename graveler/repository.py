@@ -353,8 +353,16 @@ class Repository:
         return StorageURI.parse(self.storage_namespace).object_uri(entry.address)
 
     def read_entry(self, entry: Entry, offset: int = 0, length: int | None = None) -> bytes:
-        """The bytes of an entry's object (RELATIVE: in the namespace; FULL: the URI)."""
+        """The bytes of an entry's object (RELATIVE: in the namespace; FULL: the URI),
+        never other bytes than the entry describes: a whole read is checked by size
+        and MD5 etag, a part by the object's size; ``CorruptedData`` otherwise
+        (:class:`graveler.objects.EntryReader`)."""
         return self._entries.read(entry, offset, length)
+
+    def iter_entry(self, entry: Entry, chunk: int = 8 << 20) -> Iterator[bytes]:
+        """An entry's whole object in chunks: the size checked with every chunk, the
+        MD5 etag before the last one is handed out (``CorruptedData``)."""
+        return self._entries.iter(entry, chunk)
 
     def read(self, ref: str, path: str | bytes, offset: int = 0, length: int | None = None) -> bytes:
         """The content of ``path`` on ``ref`` (or ``length`` bytes from ``offset``)."""

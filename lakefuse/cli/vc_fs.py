@@ -233,11 +233,8 @@ def cmd_cat(args: argparse.Namespace) -> int:
         repo = s.repo(u)
         entry = repo.get(ref, path)
         w = sys.stdout.buffer
-        if entry.size <= CAT_CHUNK:
-            w.write(repo.read_entry(entry))
-        else:
-            for off in range(0, entry.size, CAT_CHUNK):
-                w.write(repo.read_entry(entry, off, min(CAT_CHUNK, entry.size - off)))
+        for chunk in repo.iter_entry(entry, CAT_CHUNK):  # checked: a damaged object is exit 5
+            w.write(chunk)
         w.flush()
     return 0
 

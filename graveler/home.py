@@ -24,7 +24,7 @@ from typing import Callable
 from graveler.cache import ImmutableCache
 from graveler.committed.manager import CommittedManager, StoreSource, verify_table
 from graveler.config import HOME_ENV, GravelerConfig, resolve_home  # noqa: F401 (re-exported)
-from graveler.errors import AlreadyExists, InvalidArgument, NotFound, StoreUnavailable
+from graveler.errors import AlreadyExists, CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.kv import borrowed_env, close_env, open_env
 from graveler.objstore import LocalStore, StorageURI, open_store
 from graveler.refs import (
@@ -157,7 +157,7 @@ class Graveler:
         path = refs_path(self.config.home, name)
         if not (path / "data.mdb").exists():
             raise NotFound(f"repository {name!r} not found")
-        env = open_env(path, self.config.kv)
+        env = open_env(path, self.config.kv, create=False)
         rec = RefManager(env).get_repository()
         store = self.store_factory(rec.storage_namespace)
         committed = self.committed_factory(store, self.config)
@@ -174,20 +174,32 @@ class Graveler:
         """Whether a storage namespace holds a refs dump (``_lakefs/refs_manifest.json``)."""
         return self.store_factory(str(StorageURI.parse(storage_namespace))).exists(MANIFEST_KEY)
 
-    def list_repositories(self) -> list[RepositoryRecord]:
+    def list_repositories(self, damaged: list[tuple[str, GravelerError]] | None = None) -> list[RepositoryRecord]:
         """Every repository in the home, by name (environments not open already are
-        opened only for the look)."""
+        opened only for the look).
+
+        A repository whose refs database cannot be read (damaged, unreadable) raises,
+        unless ``damaged`` is a list: then ``(name, error)`` is appended to it and
+        the others are still listed -- one damaged repository never hides the rest.
+        """
         root = repos_root(self.config.home)
         out = []
         if not root.is_dir():
             return out
         for d in sorted(root.iterdir()):
             if (d / REFS_DIR / "data.mdb").exists():
-                with borrowed_env(d / REFS_DIR, self.config.kv) as env:
-                    try:
-                        out.append(RefManager(env).get_repository())
-                    except NotFound:
-                        continue
+                try:
+                    with borrowed_env(d / REFS_DIR, self.config.kv, create=False) as env:
+                        try:
+                            out.append(RefManager(env).get_repository())
+                        except NotFound:
+                            continue  # an environment without a record: a create that never finished
+                except GravelerError as e:
+                    if damaged is None:
+                        raise
+                    if not isinstance(e, CorruptedData):
+                        log.debug("repository %s cannot be read: %s", d.name, e)
+                    damaged.append((d.name, e))
         return out
 
     def delete_repository(self, name: str) -> None:

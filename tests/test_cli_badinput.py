@@ -73,3 +73,37 @@ def test_sst_dump_refuses_special_files(tmp_path):
         assert r.stderr.decode().count("\n") == 1 and b"Traceback" not in r.stderr
     r = run(None, "sst", "dump", str(tmp_path / "absent.sst"))
     assert r.returncode == 3 and b"no such file" in r.stderr
+
+
+@pytest.mark.parametrize("size", [16384, 0], ids=["truncated", "empty"])
+def test_damaged_refs_database_is_exit_5_and_repo_list_shows_the_others(tmp_path, size):
+    """A truncated data.mdb was SIGBUS (exit 135) for every command, `repo list` included; an empty one
+    made the repository silently vanish (exit 3)."""
+    home = tmp_path / "home"
+    src = tmp_path / "f"
+    src.write_bytes(b"x")
+    for args in (("repo", "create", "lakefs://rep1"), ("repo", "create", "lakefs://rep2")):
+        assert main([*args, "--home", str(home)]) == 0
+    for i in range(3):
+        main(["fs", "upload", f"lakefs://rep1/main/f{i}", "-s", str(src), "--home", str(home)])
+        main(["commit", "lakefs://rep1/main", "-m", f"c{i}", "--home", str(home)])
+    from graveler.kv import close_env
+
+    close_env(home / "repos" / "rep1" / "refs.lmdb")
+    os.truncate(home / "repos" / "rep1" / "refs.lmdb" / "data.mdb", size)
+    r = run(home, "log", "lakefs://rep1/main")
+    assert r.returncode == 5, r
+    err = r.stderr.decode()
+    assert err.count("\n") == 1 and "repository 'rep1'" in err
+    r = run(home, "repo", "list")
+    assert r.returncode == 5, r
+    out = r.stdout.decode().splitlines()
+    assert [line.split()[0] for line in out] == ["REPOSITORY", "rep1", "rep2"]
+    assert "DAMAGED" in out[1] and "main" in out[2]
+    assert "repository 'rep1'" in r.stderr.decode()
+    r = run(home, "repo", "list", "--json")
+    import json
+
+    rows = [json.loads(line) for line in r.stdout.decode().splitlines()]
+    assert [row["name"] for row in rows] == ["rep1", "rep2"] and "damaged" in rows[0]
+    assert run(home, "log", "lakefs://rep2/main").returncode == 0

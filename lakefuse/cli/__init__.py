@@ -80,14 +80,17 @@ def check_argv(argv: list[str]) -> None:
             raise InvalidArgument(f"argument {i} is not valid UTF-8: '{_escape_arg(arg)}'") from None
 
 
-def _fail(e: GravelerError) -> int:
+def exit_code(e: GravelerError) -> int:
+    """The exit code of a graveler error (see EXIT_CODES; 1 for anything else)."""
     for cls, code in EXIT_CODES:
         if isinstance(e, cls):
-            break
-    else:
-        code = 1
+            return code
+    return 1
+
+
+def _fail(e: GravelerError) -> int:
     print(f"lakefuse: {e}", file=sys.stderr)
-    return code
+    return exit_code(e)
 
 
 def main(argv: list[str] | None = None) -> int:

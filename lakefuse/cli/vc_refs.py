@@ -143,19 +143,26 @@ def cmd_repo_create(args: argparse.Namespace) -> int:
 
 
 def cmd_repo_list(args: argparse.Namespace) -> int:
+    """Every repository; a damaged one is listed as such (and the exit code says so), never hides the others."""
+    damaged: list = []
     with session(args) as s:
-        recs = s.graveler.list_repositories()
+        recs = s.graveler.list_repositories(damaged)
     if args.json:
-        for rec in recs:
-            emit_json(_repo_json(rec))
-    elif recs:
-        table(
-            [(r.name, r.default_branch, local_time(r.creation_date), r.storage_namespace) for r in recs],
-            ("REPOSITORY", "DEFAULT BRANCH", "CREATED", "STORAGE NAMESPACE"),
-        )
+        rows = [(rec.name, _repo_json(rec)) for rec in recs]
+        rows += [(name, {"name": name, "damaged": str(e)}) for name, e in damaged]
+        for _, obj in sorted(rows, key=lambda r: r[0]):
+            emit_json(obj)
+    elif recs or damaged:
+        rows = [(r.name, r.default_branch, local_time(r.creation_date), r.storage_namespace) for r in recs]
+        rows += [(name, "-", "-", "DAMAGED (see below)") for name, _ in damaged]
+        table(sorted(rows), ("REPOSITORY", "DEFAULT BRANCH", "CREATED", "STORAGE NAMESPACE"))
     else:
         note(f"no repositories in {s.home}")
-    return 0
+    for _, e in damaged:
+        note(f"lakefuse: {e}")
+    from lakefuse.cli import exit_code
+
+    return max((exit_code(e) for _, e in damaged), default=0)
 
 
 def _confirm(question: str) -> bool:

@@ -5,6 +5,10 @@ hit path takes no lock: ``OrderedDict.get`` and ``move_to_end`` are single C
 calls, atomic under the GIL, and a concurrent eviction between the two only
 costs the recency bump. Inserts and evictions take the lock. Hit and miss
 counters are approximate (unlocked), for benchmarks and tests.
+
+A hot path may do the hit itself, without a call frame, on :attr:`LRU.data`
+(``v = data.get(k)``, then ``data.move_to_end(k)`` in ``try/except KeyError``):
+it must never insert or delete there, and such hits are not counted.
 """
 
 from __future__ import annotations
@@ -31,6 +35,12 @@ class LRU(Generic[K, V]):
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    @property
+    def data(self) -> OrderedDict[K, V]:
+        """The entries, least recently used first, for lock-free hits (read and
+        ``move_to_end`` only; see the module docstring)."""
+        return self._d
 
     def get(self, key: K) -> V | None:
         v = self._d.get(key)

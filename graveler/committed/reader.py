@@ -82,6 +82,8 @@ class TableReader:
         self.block_cache = block_cache if block_cache is not None else BlockCache(cache.block_bytes)
         self._tables: LRU[str, SSTable] = LRU(cache.table_bytes, _table_weight)
         self._metaranges: LRU[str, MetaRange] = LRU(cache.metarange_bytes, _metarange_weight)
+        self._table_hits = self._tables.data  # for the inlined hits of get()
+        self._metarange_hits = self._metaranges.data
         self.tables_read = 0  # table files fetched from the source (benchmarks, tests)
 
     # -- files -----------------------------------------------------------------------------
@@ -129,14 +131,32 @@ class TableReader:
 
     def get(self, metarange_id: str, key: bytes) -> Value | None:
         """The record ``key`` of a metarange (two hops: its range, then the key), or None."""
-        m = self.metarange(metarange_id)
+        # The hits of metarange() and open(), inlined: this is the hottest read path.
+        hits = self._metarange_hits
+        m = hits.get(metarange_id)
+        if m is None:
+            m = self.metarange(metarange_id)
+        else:
+            try:
+                hits.move_to_end(metarange_id)
+            except KeyError:
+                pass
         i = bisect_left(m.max_keys, key)
         if i == len(m.infos):
             return None
         info = m.infos[i]
         if key < info.min_key:
             return None
-        t = self.open(info.id)
+        tid = info.id
+        hits = self._table_hits
+        t = hits.get(tid)
+        if t is None:
+            t = self.open(tid)
+        else:
+            try:
+                hits.move_to_end(tid)
+            except KeyError:
+                pass
         raw = t.get(key)
         return decode_value(raw, t.name) if raw is not None else None
 
@@ -171,7 +191,7 @@ class RecordIterator:
     Ranges are opened only when entered.
     """
 
-    __slots__ = ("_reader", "_m", "_ri", "_blocks", "_keys", "_vals", "_ei")
+    __slots__ = ("_reader", "_m", "_ri", "_blocks", "_keys", "_vals", "_ei", "name")
 
     def __init__(self, reader: TableReader, metarange_id: str, start: bytes = b""):
         self._reader = reader
@@ -179,6 +199,7 @@ class RecordIterator:
         self._keys: list[bytes] = []
         self._vals: list[bytes] = []
         self._ei = 0
+        self.name = ""  # the file name of the range being read (for error messages)
         self._position(start)
 
     def _position(self, key: bytes) -> None:
@@ -186,7 +207,9 @@ class RecordIterator:
         self._ri = bisect_left(m.max_keys, key)
         self._keys, self._vals, self._ei = [], [], 0
         if self._ri < len(m.infos):
-            self._blocks = self._reader.open(m.infos[self._ri].id).iter_blocks(key)
+            t = self._reader.open(m.infos[self._ri].id)
+            self.name = t.name
+            self._blocks = t.iter_blocks(key)
             self._next_block()
             self._ei = bisect_left(self._keys, key)
         else:
@@ -203,7 +226,12 @@ class RecordIterator:
                 continue
             self._ri += 1
             infos = self._m.infos
-            self._blocks = self._reader.open(infos[self._ri].id).iter_blocks() if self._ri < len(infos) else None
+            if self._ri < len(infos):
+                t = self._reader.open(infos[self._ri].id)
+                self.name = t.name
+                self._blocks = t.iter_blocks()
+            else:
+                self._blocks = None
         self._keys, self._vals, self._ei = [], [], 0
         return False
 

@@ -31,7 +31,7 @@ _MANIFEST_FIELDS = ("branches_meta_range_id", "commits_meta_range_id", "tags_met
 
 def default_storage(home, repo: str) -> str:
     """The storage namespace of a repository created without ``--storage``."""
-    return (home / "storage" / repo).as_uri()
+    return str(StorageURI("file", "", str(home / "storage" / repo)))
 
 
 def register(sub) -> None:

@@ -49,6 +49,7 @@ class MountConfig:
     mountpoint: str
     fuse_options: frozenset[str] = frozenset()
     limits: dict = field(default_factory=dict)  # offload limiter sizes by name (defaults when empty)
+    read_ahead_kb: int = 4096  # the kernel's read-ahead window for the mount (0: leave it)
     cache_dir: str | None = None  # where the write spool lives (<cache_dir>/spool/<repo>); None: <home>/cache
 
 
@@ -158,7 +159,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         raise MountError(f"cannot mount on {mp}: {e}") from None
     log.info("mounted lakefs://%s on %s (pid %d)", repo.name, mp, os.getpid())
     try:
-        trio.run(_main, mp)
+        trio.run(_main, mp, config.read_ahead_kb)
     finally:
         try:
             pyfuse3.close(unmount=True)
@@ -168,13 +169,13 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         log.info("unmounted %s", mp)
 
 
-async def _main(mountpoint: str) -> None:
+async def _main(mountpoint: str, read_ahead_kb: int = 0) -> None:
     import pyfuse3
     import trio
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_on_signals)
-        nursery.start_soon(_announce_ready, mountpoint)
+        nursery.start_soon(_announce_ready, mountpoint, read_ahead_kb)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 
@@ -190,11 +191,35 @@ async def _on_signals() -> None:
             return
 
 
-async def _announce_ready(mountpoint: str) -> None:
+def set_read_ahead(mountpoint: str, kib: int) -> bool:
+    """Raise the kernel's read-ahead window of the mount (``/sys/class/bdi/<dev>/read_ahead_kb``):
+    with the default 128 KiB every FUSE read is 128 KiB; with 4 MiB a sequential reader's
+    requests grow to 1 MiB (FUSE's largest), 8 times fewer. Needs root; False if not done."""
+    mp = os.path.abspath(mountpoint)
+    dev = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 5 and _unescape(parts[4]) == mp:
+                    dev = parts[2]
+        if dev is None:
+            return False
+        with open(f"/sys/class/bdi/{dev}/read_ahead_kb", "w") as f:
+            f.write(str(kib))
+        return True
+    except OSError as e:
+        log.debug("cannot set the read-ahead of %s: %s", mp, e)
+        return False
+
+
+async def _announce_ready(mountpoint: str, read_ahead_kb: int = 0) -> None:
     import trio
 
     # The stat goes through the kernel to our own main loop: when it returns, the mount answers.
     await trio.to_thread.run_sync(os.stat, mountpoint)
+    if read_ahead_kb and set_read_ahead(mountpoint, read_ahead_kb):
+        log.debug("read-ahead of %s set to %d KiB", mountpoint, read_ahead_kb)
     if sd_notify(f"READY=1\nSTATUS=serving {mountpoint}\nMAINPID={os.getpid()}"):
         log.debug("READY=1 sent")
 

@@ -60,7 +60,7 @@ class FsConfig:
     immutable_timeout: float = 3600.0  # kernel entry/attr cache of commit, tag and expression trees
     readdir_page: int = 1000  # directory entries read from graveler per call
     small_file_bytes: int = 128 * 1024  # local files up to this size are read whole at open
-    sequential_chunk: int = 1 << 20  # a sequential read of a local file fetches this much at once
+    sequential_chunk: int = 4 << 20  # a sequential read of a local file fetches this much at once
     log_commits: int = 100  # lines of .lakefuse/log
     extra_stats: Callable[[], dict] | None = None  # more counters for .lakefuse/stats
 
@@ -674,8 +674,9 @@ class Filesystem:
         buf, lo = h.buf, h.buf_off
         if buf and lo <= offset and (offset + size <= lo + len(buf) or lo + len(buf) >= h.size):
             data = buf[offset - lo:offset - lo + size]
-            h.next_off = offset + len(data)
+            h.next_off = max(h.next_off, offset + len(data))
             self.stats.add("bytes_read", len(data))
+            self.stats.add("reads_from_memory")
             return data
         return None
 
@@ -686,21 +687,31 @@ class Filesystem:
         if offset >= h.size or h.reader is None:
             return b""
         n = min(size, h.size - offset)
-        want = n
         local = not hasattr(h.reader, "bytes_from_store")
-        if local and offset == h.next_off and offset > 0:
-            # sequential: fetch a larger piece in this one thread call; the next reads of the
-            # kernel's read-ahead are then served from memory on the trio thread (read_fast)
-            want = min(max(n, self.config.sequential_chunk), h.size - offset)
+        chunk = self.config.sequential_chunk
+        if local and offset > 0 and abs(offset - h.next_off) <= 2 * chunk:
+            # sequential (the kernel's read-ahead may arrive slightly out of order): fetch the
+            # aligned piece around it in this one thread call; the next reads are then served
+            # from memory on the trio thread (read_fast)
+            start = offset - offset % chunk
+            want = min(max(offset + n - start, chunk), h.size - start)
+            try:
+                piece = h.reader.read(start, want)
+            except NotFound:
+                raise FsError(errno.EIO, "object missing") from None
+            self.stats.add("bytes_from_store", len(piece))
+            if len(piece) == want:
+                h.buf, h.buf_off = piece, start
+                data = piece[offset - start:offset - start + n]
+                h.next_off = max(h.next_off, offset + len(data))
+                self.stats.add("bytes_read", len(data))
+                return data
         try:
-            data = h.reader.read(offset, want)
+            data = h.reader.read(offset, n)
         except NotFound:
             raise FsError(errno.EIO, "object missing") from None
         if local:  # a local object file: every byte is from the store
             self.stats.add("bytes_from_store", len(data))
-        if want > n and len(data) == want:
-            h.buf, h.buf_off = data, offset
-            data = data[:n]
         h.next_off = offset + len(data)
         self.stats.add("bytes_read", len(data))
         if len(data) < n:

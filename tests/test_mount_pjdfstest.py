@@ -22,10 +22,14 @@ TOOL = Path(__file__).resolve().parents[2] / "shared" / "tools" / "pjdfstest.sh"
 if not TOOL.exists():
     TOOL = Path("/work/shared/tools/pjdfstest.sh")
 
-# group -> minimum passing subtests (measured; the rest are hard links / device files and what follows them)
+# group -> minimum passing subtests, as measured (of open 333, unlink 436, rename 4845, mkdir 115,
+# rmdir 140, truncate 79, ftruncate 84, symlink 89, utimensat 121, chmod 322, chown 1487): the
+# failures are subtests that make hard links or device files (EPERM by design) and the checks
+# after them in the same script, TODO-marked Linux differences, and a 999,999,999,999,999-byte
+# truncate that the spool's local disk refuses (EFBIG)
 FLOORS = {
-    "open": 380, "unlink": 340, "rename": 4000, "mkdir": 115, "rmdir": 150, "truncate": 100,
-    "ftruncate": 105, "symlink": 100, "utimensat": 100, "chmod": 440, "chown": 1050,
+    "open": 321, "unlink": 327, "rename": 3783, "mkdir": 100, "rmdir": 127, "truncate": 78,
+    "ftruncate": 83, "symlink": 85, "utimensat": 111, "chmod": 258, "chown": 1077,
 }
 
 
@@ -56,6 +60,7 @@ def test_pjdfstest_on_a_branch_tree(tmp_path):
     print("\npjdfstest on a branch tree (passed/total):")
     for group, (passed, total) in results.items():
         print(f"  {group:10} {passed:5}/{total}")
-    assert "Traceback" not in m.log()
+    log = m.log()
+    assert "Traceback" not in log, log[log.find("Traceback") - 200:][:4000]
     low = {g: r for g, r in results.items() if r[0] < FLOORS[g]}
     assert not low, f"below the floors {FLOORS}: {low}"

@@ -136,6 +136,12 @@ def test_truncate_without_open(fs, repo):
     assert repo.read("main", "top") == b"t\0\0\0"
 
 
+def test_spool_disk_errors_answer_their_errno(fs, repo):
+    ino = ino_of(fs, "main/top")
+    assert fs_errno(fs.setattr, ino, SetAttr(size=1 << 62)) in (errno.EFBIG, errno.EINVAL)
+    assert repo.read("main", "top") == b"top"  # nothing changed
+
+
 def test_chmod_chown_utimens_keep_the_object(fs, repo):
     ino = ino_of(fs, "main/top")
     addr = repo.get("main", "top").address

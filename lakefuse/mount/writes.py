@@ -31,6 +31,7 @@ How each change reaches graveler:
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import stat
@@ -162,6 +163,21 @@ class _ControlHandle:
         self.buf = bytearray()
         self.writable = writable
         self.content = content
+
+
+def _spool_errors(fn):
+    """An OSError of the spool (a full or failing local disk, a size the disk cannot
+    hold) answers its own errno (ENOSPC, EFBIG, EIO...), not an unexpected error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except OSError as e:
+            log.warning("spool: %s", e)
+            raise FsError(e.errno or errno.EIO, str(e)) from None
+
+    return wrapper
 
 
 class WritableFilesystem(Filesystem):
@@ -379,6 +395,7 @@ class WritableFilesystem(Filesystem):
                 return self._open_spooled(node, flags, bool(writing))
         return super().open(ino, flags)
 
+    @_spool_errors
     def _open_spooled(self, node: Node, flags: int, writing: bool) -> Opened:
         tree: _Tree = node.tree
         sf = self.spool.get(node.ino)
@@ -423,6 +440,7 @@ class WritableFilesystem(Filesystem):
             return None  # another handle is writing it: no read-ahead buffer is current
         return super().read_fast(fh, offset, size)
 
+    @_spool_errors
     def read(self, fh: int, offset: int, size: int) -> bytes:
         h = self._handle(fh)
         if isinstance(h, _WriteHandle):
@@ -435,6 +453,7 @@ class WritableFilesystem(Filesystem):
                 return sf.read(offset, size)  # another handle is writing it: read what it wrote
         return super().read(fh, offset, size)
 
+    @_spool_errors
     def write(self, fh: int, offset: int, data: bytes) -> int:
         h = self._handle(fh)
         if isinstance(h, _ControlHandle):
@@ -463,6 +482,7 @@ class WritableFilesystem(Filesystem):
             return h.sf.dirty
         return isinstance(h, _ControlHandle) and bool(h.buf)
 
+    @_spool_errors
     def flush(self, fh: int) -> None:
         """close(2): save a written file (upload + stage, durable) or run a control request."""
         h = self._handles.get(fh)
@@ -475,6 +495,7 @@ class WritableFilesystem(Filesystem):
 
     fsync = flush
 
+    @_spool_errors
     def release(self, fh: int) -> None:
         h = self._handles.get(fh)
         if isinstance(h, (_WriteHandle, _ControlHandle)):
@@ -519,6 +540,7 @@ class WritableFilesystem(Filesystem):
 
     # ------------------------------------------------------------------ create / mkdir / symlink / mknod
 
+    @_spool_errors
     def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller) -> tuple[Opened, Attr]:
         parent = self._branch_node(parent_ino)
         path = self._child_path(parent, name)
@@ -778,6 +800,7 @@ class WritableFilesystem(Filesystem):
 
     # ------------------------------------------------------------------ setattr
 
+    @_spool_errors
     def setattr(self, ino: int, changes: SetAttr, fh: int | None = None) -> Attr:
         node = self.inodes.get(ino)
         if node.kind == Kind.INFO_FILE and node.key[0] == "ic":

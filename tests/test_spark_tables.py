@@ -213,3 +213,18 @@ def test_diff_df_matches_diff_and_reads_only_differing_ranges(spark, tmp_path):
     assert ch.left.etag == "e5" and ch.right.etag == "changed"
     rm = next(r for r in rows if r.diff_type == "removed")
     assert rm.right is None and rm.left.etag == "e300"
+
+
+def test_imported_value_is_the_library_encoding():
+    """The import's hand-built record value equals Entry(...).to_value() encoded, over odd inputs."""
+    from graveler.model import Entry, encode_value
+    from graveler.spark.importer import imported_value
+
+    rnd = random.Random(3)
+    for _ in range(2000):
+        addr = "".join(rnd.choice("aé/日x:") for _ in range(rnd.randint(0, 300)))
+        size = rnd.choice([0, 1, 127, 128, 2**31, 2**40, rnd.randint(0, 2**62)])
+        etag = "".join(rnd.choice("0af-") for _ in range(rnd.randint(0, 40)))
+        ns = rnd.choice([0, 1, 999_999_999, 10**9, -5, -1_500_000_000, rnd.randint(-2**62, 2**62)])
+        e = Entry(address=addr, size=size, etag=etag, last_modified_ns=ns, address_type=AddressType.FULL)
+        assert imported_value(addr, size, etag, ns) == encode_value(e.to_value()), (addr, size, etag, ns)

@@ -15,13 +15,16 @@ path under the destination prefix), ``address`` (the object's full URI),
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from graveler.errors import DirtyBranch, InvalidArgument
-from graveler.model import AddressType, Entry, encode_value
+from graveler import ident
+from graveler.model import Value, encode_value
 from graveler.objstore import open_store
 from graveler.objstore.base import ObjectInfo, StoreConfig
 from graveler.spark.entries import namespace_of, per_task_df, records_df
@@ -56,15 +59,54 @@ def check_dest_prefix(prefix: str) -> str:
     return prefix
 
 
+_EMPTY_MAP = ident.enc_string_map({})
+_I64 = struct.Struct(">q")
+_MASK64 = (1 << 64) - 1
+
+
+def _varint(v: int) -> bytes:
+    v &= _MASK64  # negative int64s as protobuf writes them: ten bytes of two's complement
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def imported_value(address: str, size: int, etag: str, last_modified_ns: int) -> bytes:
+    """The encoded record value of an imported object: exactly
+    ``encode_value(Entry(address, size, etag, last_modified_ns, address_type=FULL).to_value())``
+    (no user metadata, no content type), built without the intermediate objects: the import's
+    hot loop.  A test holds it to the library path."""
+    a = address.encode("utf-8")
+    e = etag.encode("utf-8")
+    identity = hashlib.sha256(b"".join((b"\x02\x08", _I64.pack(size), b"\x01\x02\x08", _I64.pack(len(e)), e,
+                                        _EMPTY_MAP))).digest()
+    parts = []
+    if a:
+        parts += (b"\x0a", _varint(len(a)), a)
+    if last_modified_ns:
+        secs, nanos = divmod(last_modified_ns, 1_000_000_000)
+        ts = (b"\x08" + _varint(secs) if secs else b"") + (b"\x10" + _varint(nanos) if nanos else b"")
+        parts += (b"\x12", _varint(len(ts)), ts)
+    if size:
+        parts += (b"\x18", _varint(size))
+    if e:
+        parts += (b"\x22", _varint(len(e)), e)
+    parts.append(b"\x30\x02")  # address_type FULL
+    return encode_value(Value(identity, b"".join(parts)))
+
+
 def encode_listing(dest_prefix: str, keys: list[str], addresses: list[str], sizes: list[int], etags: list[str],
                    mtimes_us: list[int | None]) -> list[tuple[bytes, bytes]]:
     """(key, encoded value) records of imported objects (FULL addresses, no user metadata)."""
     out = []
+    pfx = dest_prefix.encode("utf-8")
     for k, a, s, e, m in zip(keys, addresses, sizes, etags, mtimes_us):
-        if not k or k.startswith("/") or "\x00" in k:
+        if not k or k[0] == "/" or "\x00" in k:
             raise InvalidArgument(f"invalid listed key {k!r}")
-        entry = Entry(address=a, size=s, etag=e, last_modified_ns=(m or 0) * 1000, address_type=AddressType.FULL)
-        out.append(((dest_prefix + k).encode("utf-8"), encode_value(entry.to_value())))
+        out.append((pfx + k.encode("utf-8"), imported_value(a, s, e, (m or 0) * 1000)))
     return out
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from graveler.committed.manager import ApplyStats
 from graveler.core import RepoCore
-from graveler.errors import Conflict, DirtyBranch, InvalidArgument, NotFound, NothingToCommit
+from graveler.errors import Conflict, DirtyBranch, InvalidArgument, NotFound, NothingToCommit, PreconditionFailed
 from graveler.listing import MergedIterator
 from graveler.model import MergeStrategy
 from graveler.refs import Branch, Commit
@@ -191,14 +191,21 @@ class Commits:
         return c.retry(attempt, f"branch {branch!r} kept moving during the revert")
 
     def commit_metarange(self, branch: str, metarange_id: str, message: str, committer: str | None,
-                         metadata: dict[str, str] | None) -> Commit:
+                         metadata: dict[str, str] | None, expected_head: str | None = None) -> Commit:
         c = self._c
         committer = committer or c.config.committer
         if metarange_id and not c.committed.exists(metarange_id):
             raise NotFound(f"metarange {metarange_id} not found in {c.record.storage_namespace}")
 
+        def moved(head_id: str) -> None:
+            if expected_head is not None and head_id != expected_head:
+                raise PreconditionFailed(f"branch {branch!r} moved from {expected_head[:12]} to {head_id[:12]}; "
+                                         "nothing was committed")
+
         def attempt(n: int) -> Commit | None:
+            moved(c.refs.get_branch(branch).commit_id)  # before sealing anything
             b, head = self._seal_clean(branch)
+            moved(head.id)
             commit = Commit.create(committer, message, metarange_id, (head.id,), head.generation + 1, metadata)
             return commit if self._finish_move(b, head, commit) else None
 

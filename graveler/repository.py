@@ -463,10 +463,13 @@ class Repository:
         message: str,
         committer: str | None = None,
         metadata: dict[str, str] | None = None,
+        expected_head: str | None = None,
     ) -> Commit:
         """Adopt an existing metarange of the namespace (e.g. one lakeFS wrote) as a
-        new commit on ``branch`` (parent: its head). The branch must be clean."""
-        return self._commits.commit_metarange(branch, metarange_id, message, committer, metadata)
+        new commit on ``branch`` (parent: its head). The branch must be clean; with
+        ``expected_head``, its head must be that commit (else PreconditionFailed): a tree
+        computed from that head is never committed over a newer one."""
+        return self._commits.commit_metarange(branch, metarange_id, message, committer, metadata, expected_head)
 
     # ------------------------------------------------------------------ caches
 

@@ -228,3 +228,19 @@ def test_imported_value_is_the_library_encoding():
         ns = rnd.choice([0, 1, 999_999_999, 10**9, -5, -1_500_000_000, rnd.randint(-2**62, 2**62)])
         e = Entry(address=addr, size=size, etag=etag, last_modified_ns=ns, address_type=AddressType.FULL)
         assert imported_value(addr, size, etag, ns) == encode_value(e.to_value()), (addr, size, etag, ns)
+
+
+def test_commit_metarange_expected_head(tmp_path):
+    """The import's commit is a compare-and-set on the head its tree was computed from."""
+    from graveler.errors import PreconditionFailed
+
+    repo = make_repo(tmp_path)
+    repo.stage("main", "a", entry("a"))
+    c1 = repo.commit("main", "c1")
+    repo.stage("main", "b", entry("b"))
+    c2 = repo.commit("main", "c2")
+    with pytest.raises(PreconditionFailed):
+        repo.commit_metarange("main", c1.meta_range_id, "stale", expected_head=c1.id)
+    assert repo.get_commit("main").id == c2.id and not repo.has_uncommitted("main")
+    c3 = repo.commit_metarange("main", c1.meta_range_id, "ok", expected_head=c2.id)
+    assert c3.parents == (c2.id,)

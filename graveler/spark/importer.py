@@ -247,13 +247,8 @@ def _finish(repo, branch, head, mr, records, ranges, parts, dest_prefix, message
     if source:
         md[IMPORT_SOURCE_KEY] = source
     md.update(metadata or {})
-    cur = repo.get_commit(branch)
-    if cur.id != head.id:
-        from graveler.errors import PreconditionFailed
-
-        raise PreconditionFailed(f"branch {branch!r} moved during the import; nothing was committed")
     c = repo.commit_metarange(branch, mr, message or f"Import {source or 'listing'} into {dest_prefix or '/'}",
-                              metadata=md)
+                              metadata=md, expected_head=head.id)  # PreconditionFailed if the branch moved
     return ImportResult(c.id, mr, imported, records, ranges, parts)
 
 

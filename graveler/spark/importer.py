@@ -228,8 +228,13 @@ def import_listing(repo, branch: str, listing, dest_prefix: str, message: str | 
     new = listing.select("key", "address", "size", "etag", "last_modified").mapInArrow(
         _encode_task(dest_prefix), RECORD_SCHEMA)
     old = records_df(spark, ns, head.meta_range_id, dest_prefix.encode("utf-8"))  # b"": the whole tree goes
+    from pyspark.sql import functions as F
+
+    # The break-key pass needs only the keys: straight from the listing, without encoding the values.
+    keys = listing.select(F.concat(F.lit(dest_prefix), F.col("key")).cast("binary").alias("key")).unionByName(
+        old.select("key"))
     t0 = time.monotonic()
-    res = write_metarange(new.unionByName(old), ns, repo.config.range_params, partitions)
+    res = write_metarange(new.unionByName(old), ns, repo.config.range_params, partitions, keys=keys)
     mr = res.metarange_id if res.records else ""
     log.info("import into %s/%s: %d records in %.1f s", branch, dest_prefix, res.records, time.monotonic() - t0)
     out = _finish(repo, branch, head, mr, res.records, res.ranges, res.parts, dest_prefix, message, metadata,

@@ -225,11 +225,14 @@ def spark_error_message(exc: BaseException) -> str:
 
 
 def write_metarange(records, ns: Namespace, params: RangeParams = RangeParams(), partitions: int | None = None,
-                    metadata: dict[str, str] | None = None) -> WriteResult:
+                    metadata: dict[str, str] | None = None, keys=None) -> WriteResult:
     """Write ranges and a metarange from a DataFrame of ``key binary, value binary`` records
     (unique keys, any order, any partitioning); returns the metarange ID and counts.
 
     ``partitions``: how many parts to cut the records into (default: the default parallelism).
+    ``keys``: a DataFrame (one ``key binary`` column) of the same keys, cheaper to compute than
+    the records (e.g. straight from a listing, before the values are encoded): the break-key
+    pass then reads it instead of caching the records.  It must hold only keys of the records.
     """
     spark = records.sparkSession
     recs = records.select("key", "value")
@@ -242,9 +245,11 @@ def write_metarange(records, ns: Namespace, params: RangeParams = RangeParams(),
     t0 = time.monotonic()
     try:
         if parts > 1:
-            recs = recs.persist()
-            persisted = True
-            rows = recs.select("key").mapInArrow(_break_keys_task(params.raggedness), "key binary").collect()
+            if keys is None:
+                recs = recs.persist()  # computed once for both passes
+                persisted = True
+                keys = recs.select("key")
+            rows = keys.mapInArrow(_break_keys_task(params.raggedness), "key binary").collect()
             bounds = choose_bounds(sorted(bytes(r.key) for r in rows), parts)
             secs["break_keys"] = time.monotonic() - t0  # includes computing (and caching) the input
         nparts = len(bounds) + 1

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 
-from graveler.model import AddressType, Entry, decode_value
+from graveler.errors import CorruptedData
+from graveler.model import AddressType, decode_value
+from graveler.proto import catalog_pb2
 from graveler.spark.tables import (
     RECORD_SCHEMA,
     Namespace,
@@ -30,7 +32,7 @@ ENTRY_FIELDS = (
 )
 ENTRY_SCHEMA_WITH_IDENTITY = ENTRY_FIELDS + ", identity binary"
 ENTRY_COLUMNS = ("key", "address", "etag", "last_modified", "size", "range_id", "user_metadata", "address_type")
-_ADDRESS_TYPES = {t: t.name for t in AddressType}
+_ADDRESS_NAMES = {int(t): t.name for t in AddressType}
 
 
 def namespace_of(repo) -> Namespace:
@@ -68,16 +70,24 @@ def _entries_task(ns: Namespace, with_identity: bool):
                 for keys, values in iter_range_records(store, rid):
                     cols: dict[str, list] = {c: [] for c in ENTRY_COLUMNS}
                     idents = []
+                    pb = catalog_pb2.Entry()  # parsed in place: no Entry objects on the hot path
                     for k, raw in zip(keys, values):
                         v = decode_value(raw, rid)
-                        e = Entry.from_proto_bytes(v.data)
+                        try:
+                            pb.ParseFromString(v.data)
+                        except Exception as e:  # protobuf's DecodeError
+                            raise CorruptedData(f"malformed catalog entry ({e})", rid) from None
                         cols["key"].append(k.decode("utf-8", "surrogateescape"))
-                        cols["address"].append(e.address)
-                        cols["etag"].append(e.etag)
-                        cols["last_modified"].append(e.last_modified_ns // 1000 if e.last_modified_ns else None)
-                        cols["size"].append(e.size)
-                        cols["user_metadata"].append(list(e.metadata.items()))
-                        cols["address_type"].append(_ADDRESS_TYPES[e.address_type])
+                        cols["address"].append(pb.address)
+                        cols["etag"].append(pb.e_tag)
+                        if pb.HasField("last_modified"):
+                            ts = pb.last_modified
+                            cols["last_modified"].append(ts.seconds * 1_000_000 + ts.nanos // 1000)
+                        else:
+                            cols["last_modified"].append(None)
+                        cols["size"].append(pb.size)
+                        cols["user_metadata"].append(list(pb.metadata.items()))
+                        cols["address_type"].append(_ADDRESS_NAMES.get(pb.address_type, "RELATIVE"))
                         idents.append(v.identity)
                     n = len(keys)
                     arrays = [

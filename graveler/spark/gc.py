@@ -48,6 +48,7 @@ from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFo
 from graveler.model import AddressType, decode_value
 from graveler.model import Entry as _Entry
 from graveler.objects import DATA_PREFIX
+from graveler.proto import catalog_pb2
 from graveler.spark.tables import Namespace, fault_point, iter_range_records, read_metarange, worker_store
 
 log = logging.getLogger(__name__)
@@ -201,9 +202,14 @@ def _live_task(ns: Namespace):
             for rid in b.column(0).to_pylist():
                 for keys, values in iter_range_records(store, rid):
                     out = []
-                    for raw in values:
-                        e = _Entry.from_proto_bytes(decode_value(raw, rid).data)
-                        a = relative_address(ns.uri, e.address, e.address_type)
+                    pb = catalog_pb2.Entry()
+                    for raw in values:  # only the address is needed: no Entry objects
+                        try:
+                            pb.ParseFromString(decode_value(raw, rid).data)
+                        except Exception as e:  # protobuf's DecodeError
+                            raise CorruptedData(f"malformed catalog entry ({e})", rid) from None
+                        a = relative_address(ns.uri, pb.address, AddressType(pb.address_type)
+                                             if pb.address_type in (0, 1, 2) else AddressType.RELATIVE)
                         if a is not None and a.startswith(DATA_PREFIX):
                             out.append(a)
                     yield pa.RecordBatch.from_arrays([pa.array(out, pa.string())], names=["address"])
@@ -243,8 +249,8 @@ def live_df(spark, ns: Namespace, metarange_ids):
 
 def moved_since(spark, repo, ns: Namespace, before: RefsSnapshot, known_mrs: set[str]):
     """What became live since ``before``: the trees of heads and tags that were not there (a branch
-    created or moved, a tag), plus every address staged now.  Returns (DataFrame, snapshot now,
-    their metarange IDs)."""
+    created or moved, a tag), plus every address staged now.  Returns (DataFrame or None when
+    there is nothing, snapshot now, their metarange IDs)."""
     now = snapshot_refs(repo)
     new_heads = (set(now.branches.values()) | set(now.tags.values())) - set(before.branches.values()) - set(
         before.tags.values())
@@ -252,11 +258,16 @@ def moved_since(spark, repo, ns: Namespace, before: RefsSnapshot, known_mrs: set
     if mrs:
         log.info("gc: %d heads appeared or moved since the refs were read: their objects are kept", len(new_heads))
     tokens = {t for ts in now.tokens.values() for t in ts}
-    staged = spark.createDataFrame([(a,) for a in _staged_addresses(repo, ns.uri, tokens)], _ADDR_SCHEMA)
+    addrs = _staged_addresses(repo, ns.uri, tokens)
+    if not mrs and not addrs:
+        return None, now, mrs
+    staged = spark.createDataFrame([(a,) for a in addrs], _ADDR_SCHEMA)
     if mrs:
         committed, _ = live_df(spark, ns, mrs)
-        staged = staged.unionByName(committed)
-    return staged, now, mrs
+        return staged.unionByName(committed), now, mrs
+    from pyspark.sql import functions as F
+
+    return F.broadcast(staged), now, mrs  # staging is small next to the tree: no shuffle of the candidates
 
 
 # -- listing data/ -------------------------------------------------------------------------------------------------
@@ -394,10 +405,11 @@ def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None
         # Read the refs and staging again now: a branch created or moved during the run, and whatever is
         # staged (uploads staged during the run are younger than the cutoff anyway), keep their objects.
         extra, again, extra_mrs = moved_since(spark, repo, ns, refs, mrs)
-        prev = cands
-        cands = prev.join(extra, on="address", how="left_anti").persist()
-        cands.count()
-        prev.unpersist()
+        if extra is not None:
+            prev = cands
+            cands = prev.join(extra, on="address", how="left_anti").persist()
+            cands.count()
+            prev.unpersist()
         refs = RefsSnapshot({**refs.branches, **again.branches}, {**refs.tokens, **again.tokens},
                             {**refs.tags, **again.tags})
         phases["recheck_refs"] = time.monotonic() - t1
@@ -414,9 +426,8 @@ def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None
         prefix = None
         if not dry_run:
             prefix = f"{GC_PREFIX}{run_id}/"
-            parts = max(1, min(64, n // 200_000 + 1))
-            written = cands.repartition(parts).mapInArrow(_write_report_task(ns, prefix + "deleted/"),
-                                                          "n long").collect()
+            # One Parquet part per partition of the (cached, so deterministic on a retry) candidates.
+            written = cands.mapInArrow(_write_report_task(ns, prefix + "deleted/"), "n long").collect()
             if sum(r.n for r in written) != n:
                 raise CorruptedData(f"GC report of run {run_id} holds {sum(r.n for r in written)} rows, not {n}")
             summary = {
@@ -549,7 +560,7 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
     total = report.count()
     # Whatever became live since the mark (new or moved heads, tags, staged addresses) is kept.
     extra, _, _ = moved_since(spark, repo, ns, marked, set())
-    todo = report.join(extra, on="address", how="left_anti")
+    todo = report if extra is None else report.join(extra, on="address", how="left_anti")
     nparts = max(1, min(len(parts) * 4, 64))
     rows = todo.repartition(nparts).mapInArrow(_delete_task(ns, dry_run), "deleted long, failed long").collect()
     deleted = sum(r.deleted for r in rows)

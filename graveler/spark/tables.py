@@ -26,7 +26,6 @@ import logging
 import os
 import threading
 import time
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -156,17 +155,31 @@ def _break_keys_task(raggedness: int):
     return fn
 
 
-def _assign_part_task(bounds: list[bytes]):
-    import pyarrow as pa
+def _part_column(spark, bounds: list[bytes]):
+    """A column that sends the records of part ``i`` (keys in ``(bounds[i-1], bounds[i]]``) to
+    shuffle partition ``i`` under ``repartition(len(bounds) + 1, col)``.
 
-    def fn(batches):
-        for b in batches:
-            keys = b.column("key").to_pylist()
-            parts = [bisect_left(bounds, k) for k in keys] if bounds else [0] * len(keys)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(parts, pa.int32()), b.column("key"), b.column("value")], names=["part", "key", "value"])
+    All in the JVM: the part is a CASE over the cut keys (binary comparison in Spark is
+    unsigned byte order, as in Python), and its value is a tag chosen so that Spark's hash
+    partitioning (``pmod(hash(tag), n)``) puts it in partition ``i`` -- no sampling job (as
+    ``repartitionByRange`` would run) and no two parts sharing a task by hash collision.
+    """
+    from pyspark.sql import functions as F
 
-    return fn
+    n = len(bounds) + 1
+    if n == 1:
+        return F.lit(0)
+    probe = spark.range(0, 64 * n).select(F.col("id").cast("int").alias("t"))
+    rows = probe.select("t", F.expr(f"pmod(hash(t), {n})").alias("p")).collect()
+    tag: dict[int, int] = {}
+    for r in sorted(rows, key=lambda r: r.t):
+        tag.setdefault(r.p, r.t)
+    if len(tag) < n:  # cannot happen with 64 candidates per partition, but never guess
+        raise InvalidArgument(f"no partition tag found for {n - len(tag)} of {n} parts")
+    col = F.when(F.col("key") <= F.lit(bounds[0]), F.lit(tag[0]))
+    for i in range(1, len(bounds)):
+        col = col.when(F.col("key") <= F.lit(bounds[i]), F.lit(tag[i]))
+    return col.otherwise(F.lit(tag[n - 1])).cast("int")
 
 
 def _write_ranges_task(ns: Namespace, params: RangeParams, metadata: dict[str, str] | None):
@@ -254,8 +267,8 @@ def write_metarange(records, ns: Namespace, params: RangeParams = RangeParams(),
             secs["break_keys"] = time.monotonic() - t0  # includes computing (and caching) the input
         nparts = len(bounds) + 1
         t1 = time.monotonic()
-        parted = recs.mapInArrow(_assign_part_task(bounds), "part int, " + RECORD_SCHEMA)
-        parted = parted.repartitionByRange(nparts, "part").sortWithinPartitions("key")
+        parted = recs.withColumn("part", _part_column(spark, bounds))
+        parted = parted.repartition(nparts, "part").sortWithinPartitions("key").select("key", "value")
         rows = parted.mapInArrow(_write_ranges_task(ns, params, metadata), RANGE_SCHEMA).collect()
         secs["write_ranges"] = time.monotonic() - t1
     except Exception as e:

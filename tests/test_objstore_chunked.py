@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from graveler.errors import NotFound
+from graveler.errors import CorruptedData, NotFound
 from graveler.objstore import LocalStore
 from graveler.objstore.chunked import ChunkedReader, DataCache
 
@@ -19,6 +19,10 @@ class CountingStore(LocalStore):
     def get_range(self, key, start, length):
         self.ranges.append((start, length))
         return super().get_range(key, start, length)
+
+    def get_range_sized(self, key, start, length):
+        self.ranges.append((start, length))
+        return super().get_range_sized(key, start, length)
 
 
 @pytest.fixture
@@ -79,4 +83,9 @@ def test_missing_and_short_objects(store):
         r.read(0, 10)
     store.put("short", b"abc")
     r = ChunkedReader(store, "short", 100, "y", "e", None, chunk_size=64)
-    assert r.read(0, 100) == b"abc"  # short: the caller sees fewer bytes than the entry says
+    with pytest.raises(CorruptedData):  # the object is not what its entry says: never its bytes
+        r.read(0, 100)
+    store.put("other", b"x" * 10)
+    r = ChunkedReader(store, "other", 10, "z", "0" * 32, None, chunk_size=64)  # right size, wrong MD5
+    with pytest.raises(CorruptedData):
+        r.read(0, 10)

@@ -12,6 +12,11 @@ physical address, its etag and the chunk's index, so every ref that points at
 the same object shares it, and a changed object (new etag) never hits stale
 bytes. Each cached chunk carries its CRC32C: a damaged cache file is dropped and
 fetched again, never returned.
+
+What the store returns is checked against the entry before it is used or cached
+(:mod:`graveler.objects`): a fetch of the whole object checks its size and MD5
+etag, a fetch of part of it checks the object's size (from the same request) --
+a grown, truncated or replaced object is ``CorruptedData``, never its bytes.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import diskcache
 import google_crc32c
 
 from graveler.errors import StoreUnavailable
+from graveler.objects import read_range_checked, read_verified
 from graveler.objstore.base import ObjectReader, check_range
 
 log = logging.getLogger(__name__)
@@ -163,7 +169,10 @@ class ChunkedReader(ObjectReader):
                 cs = self.chunk_size
                 start = (first + lo) * cs
                 end = min((first + hi + 1) * cs, self.size)
-                data = self.store.get_range(self.key, start, end - start)
+                if start == 0 and end == self.size:  # the whole object: size and MD5 checked
+                    data = read_verified(self.store, self.key, self.size, self.etag)
+                else:  # a part: the object's size checked in the same request
+                    data = read_range_checked(self.store, self.key, self.size, start, end - start)
                 with self._lock:
                     self.bytes_from_store += len(data)
                     self.gets += 1

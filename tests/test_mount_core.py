@@ -476,3 +476,32 @@ def test_sequential_reads_fetch_ahead_in_one_call(fs, repo):
     o = fs.open(attr.ino, 0)  # random reads are exact
     assert fs.read(o.fh, 3_000_001, 10) == data[3_000_001:3_000_011]
     fs.release(o.fh)
+
+
+def test_error_boundary_answers_every_failure_with_an_errno(fs):
+    """pyfuse3 ends its loop on anything that is not FUSEError: the boundary turns every
+    failure into one (graveler's through the table, a local file's OSError by its errno,
+    anything else EIO) and the handler keeps working afterwards."""
+    import trio
+    from pyfuse3 import FUSEError
+
+    from lakefuse.mount.fuse import Operations
+
+    ops = Operations(fs)
+    cases = [(NotFound("x"), errno.ENOENT), (OSError(errno.EFBIG, "File too large"), errno.EFBIG),
+             (OSError(errno.EPERM, "no"), errno.EIO), (RuntimeError("bug"), errno.EIO),
+             (FsError(errno.EROFS), errno.EROFS)]
+
+    async def run():
+        for exc, code in cases:
+            def boom(*a, exc=exc):
+                raise exc
+
+            fs.getattr_fast = boom
+            with pytest.raises(FUSEError) as ei:
+                await ops.getattr(ROOT_INO)
+            assert ei.value.errno == code, exc
+        del fs.getattr_fast
+        assert (await ops.getattr(ROOT_INO)).st_ino == ROOT_INO
+
+    trio.run(run)

@@ -55,6 +55,10 @@ def _negative(timeout: float) -> pyfuse3.EntryAttributes:
     return e
 
 
+# errnos of the daemon's own local files that are the caller's answer as they are
+_PASS_THROUGH = frozenset({errno.EFBIG, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG})
+
+
 def boundary(op: str):
     """The error boundary around one handler (see the module docstring)."""
 
@@ -82,6 +86,14 @@ def boundary(op: str):
                                       op, type(e).__name__, e, errno.errorcode.get(code, code))
                 else:
                     log.debug("%s%r: %s: %s", op, args[:2], type(e).__name__, e)
+                raise FUSEError(code) from None
+            except OSError as e:
+                # a local file of the daemon's own (a spool file, the cache) refused: its errno
+                # (EFBIG, ENOSPC, EDQUOT...) says more than EIO would
+                code = e.errno if e.errno in _PASS_THROUGH else errno.EIO
+                self._count_error(code)
+                self.fs._log_once(logging.WARNING, (op, code), "%s%r: %s (answered %s)", op, args[:2], e,
+                                  errno.errorcode.get(code, code))
                 raise FUSEError(code) from None
             except Exception:
                 self._count_error(errno.EIO)

@@ -164,7 +164,7 @@ class _DirHandle:
 
 
 class _FileHandle:
-    __slots__ = ("node", "reader", "size", "content", "buf", "buf_off", "next_off")
+    __slots__ = ("node", "reader", "size", "content", "buf", "buf_off", "next_off", "lock")
 
     def __init__(self, node: Node, reader, size: int, content: bytes | None):
         self.node = node
@@ -174,6 +174,7 @@ class _FileHandle:
         self.buf = b""  # what the last sequential read fetched beyond what it was asked for
         self.buf_off = 0
         self.next_off = 0
+        self.lock = threading.Lock()  # one fetch ahead at a time: concurrent reads wait for it
 
 
 class _LogOnce:
@@ -689,23 +690,28 @@ class Filesystem:
         n = min(size, h.size - offset)
         local = not hasattr(h.reader, "bytes_from_store")
         chunk = self.config.sequential_chunk
-        if local and offset > 0 and abs(offset - h.next_off) <= 2 * chunk:
-            # sequential (the kernel's read-ahead may arrive slightly out of order): fetch the
-            # aligned piece around it in this one thread call; the next reads are then served
-            # from memory on the trio thread (read_fast)
-            start = offset - offset % chunk
-            want = min(max(offset + n - start, chunk), h.size - start)
-            try:
-                piece = h.reader.read(start, want)
-            except NotFound:
-                raise FsError(errno.EIO, "object missing") from None
-            self.stats.add("bytes_from_store", len(piece))
-            if len(piece) == want:
-                h.buf, h.buf_off = piece, start
-                data = piece[offset - start:offset - start + n]
-                h.next_off = max(h.next_off, offset + len(data))
-                self.stats.add("bytes_read", len(data))
-                return data
+        if local and n * 4 < chunk and offset > 0 and abs(offset - h.next_off) <= 2 * chunk:
+            # small sequential reads (the kernel's read-ahead window is small; its requests may
+            # arrive slightly out of order): fetch the aligned piece around them in this one
+            # thread call; the next reads are then served from memory on the trio thread
+            # (read_fast). Concurrent reads wait for the fetch rather than repeat it.
+            with h.lock:
+                data = self.read_fast(fh, offset, n)
+                if data is not None:
+                    return data
+                start = offset - offset % chunk
+                want = min(max(offset + n - start, chunk), h.size - start)
+                try:
+                    piece = h.reader.read(start, want)
+                except NotFound:
+                    raise FsError(errno.EIO, "object missing") from None
+                self.stats.add("bytes_from_store", len(piece))
+                if len(piece) == want:
+                    h.buf, h.buf_off = piece, start
+                    data = piece[offset - start:offset - start + n]
+                    h.next_off = max(h.next_off, offset + len(data))
+                    self.stats.add("bytes_read", len(data))
+                    return data
         try:
             data = h.reader.read(offset, n)
         except NotFound:

@@ -274,12 +274,15 @@ def test_mount_failures_say_why(world, tmp_path):
     home = world["home"]
 
     def mount(*args):
-        return subprocess.run(lakefuse_cmd(home, "mount", *args), capture_output=True, text=True, timeout=60)
+        r = subprocess.run(lakefuse_cmd(home, "mount", *args), capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in r.stderr, r.stderr
+        return r
 
     r = mount("lakefs://nosuchrepo", str(tmp_path))
     assert r.returncode != 0 and "not found" in r.stderr
     r = mount("lakefs://demo", str(tmp_path / "missing"))
-    assert r.returncode != 0 and "does not exist" in r.stderr
+    assert r.returncode == 1 and "does not exist" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1  # one line, the reason
     r = mount("lakefs://demo", str(world["mp"]))
     assert r.returncode != 0 and "busy" in r.stderr
     r = mount("lakefs://demo", str(world["mp"]), "-f")

@@ -176,7 +176,11 @@ def cmd_mount(args) -> int:
     uri = parse_uri(args.repository).repo_only()
     mp = os.path.abspath(args.mountpoint)
     if not args.foreground:
-        daemon.check_mountpoint(mp)  # the usual mistakes are reported before forking
+        try:
+            daemon.check_mountpoint(mp)  # the usual mistakes are reported before forking
+        except daemon.MountError as e:
+            print(f"lakefuse: {e}", file=sys.stderr)
+            return 1
         home = getattr(args, "home", None)
         from graveler.config import resolve_home
 

@@ -19,6 +19,7 @@ from typing import Iterator, Protocol
 from graveler.committed.writer import table_key
 from graveler.config import CacheConfig
 from graveler.errors import CorruptedData, NotFound
+from graveler.ident import TableHasher
 from graveler.lru import LRU
 from graveler.model import RangeInfo, Value, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
@@ -48,9 +49,38 @@ class StoreSource:
         self.store.put(key, data)
 
 
+# Properties lakeFS adds after hashing: not part of a table's ID.
+_NOT_HASHED = frozenset({"min_key", "max_key", "count", "estimated_size_bytes"})
+
+
+def hashed_properties(t: SSTable) -> dict[str, str]:
+    """The properties that go into a table's ID: lakeFS's own, minus the ones added after hashing."""
+    return {k: v.decode("utf-8", "replace") for k, v in t.raw_properties.items()
+            if not k.startswith("rocksdb.") and k not in _NOT_HASHED}
+
+
+def computed_table_id(t: SSTable) -> str:
+    """The ID of a range or metarange from its content: the hash of its records and properties."""
+    h = TableHasher()
+    for blk in t.iter_blocks():
+        h.add_many(blk.keys, blk.values)
+    return h.finish(hashed_properties(t))
+
+
+def check_table_id(table_id: str, t: SSTable) -> None:
+    """``CorruptedData`` unless the table's content hashes to ``table_id``: a valid table stored
+    under another table's name (copied over it) would otherwise be served as that table."""
+    got = computed_table_id(t)
+    if got != table_id:
+        raise CorruptedData(f"table file holds table {got}, not {table_id} (a table under the wrong name)", t.name)
+
+
 def verify_table(key: str, data: bytes) -> None:
-    """Cache-fill check: the table parses and every block's checksum holds."""
-    SSTable(data, key, block_cache=BlockCache(0)).verify_checksums()
+    """Cache-fill (and cache-hit) check: the table parses, every block's checksum holds,
+    and its content hashes to the ID in its name (``_lakefs/<id>``)."""
+    t = SSTable(data, key, block_cache=BlockCache(0))
+    t.verify_checksums()
+    check_table_id(key.rsplit("/", 1)[-1], t)
 
 
 class MetaRange:
@@ -85,10 +115,15 @@ class TableReader:
         self._table_hits = self._tables.data  # for the inlined hits of get()
         self._metarange_hits = self._metaranges.data
         self.tables_read = 0  # table files fetched from the source (benchmarks, tests)
+        # IDs checked in this process; a source that runs verify_table itself (the disk tier) needs no second check
+        self._checked: set[str] = set()
+        self._source_checks = getattr(source, "verify", None) is verify_table
 
     # -- files -----------------------------------------------------------------------------
     def open(self, table_id: str) -> SSTable:
-        """The open table ``table_id`` (a range or a metarange)."""
+        """The open table ``table_id`` (a range or a metarange). The first open in this
+        process checks that the file's content hashes to ``table_id`` (CorruptedData
+        otherwise); the disk tier checks that itself on every fill and hit."""
         t = self._tables.get(table_id)
         if t is not None:
             return t
@@ -98,6 +133,9 @@ class TableReader:
         except NotFound:
             raise NotFound(f"table {table_id} not found in the namespace ({key})") from None
         t = SSTable(data, key, cache_key=table_id, block_cache=self.block_cache)
+        if not self._source_checks and table_id not in self._checked:
+            check_table_id(table_id, t)  # once per table and process: a table is immutable
+            self._checked.add(table_id)
         self.tables_read += 1
         return self._tables.setdefault(table_id, t)
 

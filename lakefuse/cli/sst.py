@@ -9,13 +9,9 @@ import stat
 import sys
 
 from graveler.errors import CorruptedData, InvalidArgument, NotFound
-from graveler.ident import TableHasher
+from graveler.committed.reader import computed_table_id
 from graveler.model import Entry, RangeInfo, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
-
-# Properties lakeFS adds after hashing: not part of a table's ID.
-_NOT_HASHED = {"min_key", "max_key", "count", "estimated_size_bytes"}
-
 
 def register(sub) -> None:
     p = sub.add_parser("sst", help="inspect SSTable (range / metarange) files",
@@ -57,21 +53,8 @@ def open_table(path: str) -> SSTable:
     return SSTable(read_regular_file(path), path, block_cache=BlockCache(64 << 20))
 
 
-def table_metadata(t: SSTable) -> dict[str, str]:
-    """The properties that go into the table's ID: lakeFS's own, minus the ones added after hashing."""
-    out = {}
-    for k, v in t.raw_properties.items():
-        if k.startswith("rocksdb.") or k in _NOT_HASHED:
-            continue
-        out[k] = v.decode("utf-8", "replace")
-    return out
-
-
 def table_id(t: SSTable) -> str:
-    h = TableHasher()
-    for k, v in t:
-        h.add(k, v)
-    return h.finish(table_metadata(t))
+    return computed_table_id(t)
 
 
 def _text(b: bytes) -> str:

@@ -1,0 +1,79 @@
+"""Issue 7.2: a valid table under another table's name is CorruptedData, never served as that table."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from graveler.config import GravelerConfig
+from graveler.errors import CorruptedData
+from graveler.home import Graveler
+from graveler.objstore import open_store
+from lakefuse.cli import main
+
+
+def _two_ranges(tmp_path, storage: str | None = None, store_config=None):
+    """A repository whose main and other branches have one range each; returns (graveler, repo, main's range
+    ID, other's range ID)."""
+    cfg = GravelerConfig(home=tmp_path / "home", store=store_config)
+    g = Graveler(cfg)
+    repo = g.create_repository("rep1", storage or f"file://{tmp_path}/ns")
+    repo.upload("main", "a/1", b"1")
+    repo.commit("main", "main")
+    repo.create_branch("other", "main")
+    repo.upload("other", "b/2", b"2")
+    repo.commit("other", "other")
+    r_main = repo._core.committed.list_ranges(repo.get_commit("main").meta_range_id)[0].id
+    r_other = repo._core.committed.list_ranges(repo.get_commit("other").meta_range_id)[-1].id  # b/2's range
+    assert r_main != r_other
+    return g, repo, r_main, r_other
+
+
+def test_range_copied_over_another_is_corrupted_data(tmp_path, capsys):
+    g, repo, r_main, r_other = _two_ranges(tmp_path)
+    g.close()
+    ns = tmp_path / "ns" / "_lakefs"
+    shutil.copy(ns / r_other, ns / r_main)
+    home = str(tmp_path / "home")
+    capsys.readouterr()
+    rc = main(["fs", "ls", "-r", "lakefs://rep1/main/", "--home", home])
+    res = capsys.readouterr()
+    assert rc == 5, res  # it listed other's entries (b/2) with exit 0
+    assert "b/2" not in res.out and r_main in res.err and "wrong name" in res.err
+    assert len(res.err.strip().splitlines()) == 1
+    capsys.readouterr()
+    assert main(["fs", "cat", "lakefs://rep1/other/b/2", "--home", home]) == 0  # the other branch still reads
+    assert capsys.readouterr().out == "2"
+
+
+def test_each_table_is_hashed_once_per_process(tmp_path, monkeypatch):
+    from graveler.committed import reader
+
+    g, repo, r_main, _ = _two_ranges(tmp_path)
+    g.close()
+    calls = []
+    real = reader.computed_table_id
+    monkeypatch.setattr(reader, "computed_table_id", lambda t: calls.append(t.name) or real(t))
+    g = Graveler(GravelerConfig(home=tmp_path / "home"))
+    repo = g.repository("rep1")
+    for _ in range(3):
+        assert [i.path for i in repo.list("main", delimiter="")] == [b"a/1"]
+    assert len(calls) == 2  # main's metarange and its range, once each
+    g.close()
+
+
+@pytest.mark.s3
+def test_s3_wrong_table_in_the_store_is_corrupted_and_not_cached(tmp_path, s3_bucket, s3_config):
+    g, repo, r_main, r_other = _two_ranges(tmp_path, f"s3://{s3_bucket}/ns", s3_config)
+    g.close()
+    shutil.rmtree(tmp_path / "home" / "cache")
+    st = open_store(f"s3://{s3_bucket}/ns", s3_config)
+    st.put(f"_lakefs/{r_main}", st.get(f"_lakefs/{r_other}"))
+    g = Graveler(GravelerConfig(home=tmp_path / "home", store=s3_config))
+    repo = g.repository("rep1")
+    with pytest.raises(CorruptedData, match="wrong name"):
+        list(repo.list("main", delimiter=""))
+    assert repo.read("other", "b/2") == b"2"  # what does not need the damaged range still reads
+    g.close()
+    st.close()

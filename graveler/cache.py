@@ -13,7 +13,9 @@ not fail a read -- and if it is still bad, ``CorruptedData`` is raised and
 nothing is cached.  A hit is verified again too (the verify of a table is a CRC
 pass, far cheaper than a fetch, and a hit is rare: readers keep open tables in
 memory): a cached file damaged on disk is dropped and fetched again, never
-returned.
+returned.  A repaired copy is logged once (a warning); a copy that is bad in
+the store too is one ``CorruptedData`` and no log line, so a command prints
+one error, not three.
 
 Concurrent misses on one key in one process are served by a single fetch.  If
 the cache directory itself fails (disk full, a broken SQLite file), reads and
@@ -109,12 +111,13 @@ class ImmutableCache:
         except _CACHE_ERRORS as exc:
             log.warning("cache read of %s failed, reading from the store: %s", ck, exc)
             data = None
+        damaged_hit = None
         if data is not None and self.verify is not None:
             try:
                 self.verify(key, data)
             except CorruptedData as exc:
                 self.stats.add("verify_failures")
-                log.warning("cached copy of %s is damaged (%s); fetching it again", ck, exc)
+                damaged_hit = exc
                 try:
                     self._cache.delete(ck, retry=True)
                 except _CACHE_ERRORS:
@@ -138,6 +141,8 @@ class ImmutableCache:
 
         try:
             data = self._fetch_verified(key)
+            if damaged_hit is not None:  # said only now that it is repaired; a bad store copy is one error
+                log.warning("cached copy of %s was damaged (%s); evicted it and fetched it again", ck, damaged_hit)
             flight.data = data
             self._fill(ck, data)
             return data
@@ -150,6 +155,9 @@ class ImmutableCache:
             flight.done.set()
 
     def _fetch_verified(self, key: str) -> bytes:
+        """The object from the store, verified; fetched a second time if the first copy
+        fails (a damaged download). Only a second failure is an error (CorruptedData,
+        raised without a log line: the caller reports it, once)."""
         self.stats.add("fetches")
         data = self.store.get(key)
         if self.verify is None:
@@ -159,7 +167,7 @@ class ImmutableCache:
             return data
         except CorruptedData as exc:
             self.stats.add("verify_failures")
-            log.warning("%s failed verification (%s); fetching it again", self.store.full_uri(key), exc)
+            first = exc
         self.stats.add("fetches")
         data = self.store.get(key)
         try:
@@ -167,6 +175,7 @@ class ImmutableCache:
         except CorruptedData:
             self.stats.add("verify_failures")
             raise  # twice: not a bad download but a bad object; nothing is cached
+        log.warning("%s failed verification once (%s); the second fetch was good", self.store.full_uri(key), first)
         return data
 
     def _fill(self, ck: str, data: bytes) -> None:

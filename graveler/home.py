@@ -125,7 +125,8 @@ class Graveler:
                 raise_exists = False
             if raise_exists:
                 raise AlreadyExists(f"repository {name!r} already exists")
-        store = self.store_factory(storage_namespace)  # fails early on a bad namespace
+        store = self.store_factory(storage_namespace)
+        store.check_namespace()  # a namespace that cannot work fails here, not at the first upload
         committed = self.committed_factory(store, self.config)
         empty = committed.empty_metarange()
         env = open_env(path, self.config.kv)

@@ -13,11 +13,12 @@ where it enters.
 from __future__ import annotations
 
 import abc
+import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
 from graveler.config import S3_MIN_PART_SIZE, MiB, StoreConfig  # noqa: F401 (re-exported)
-from graveler.errors import GravelerError, InvalidArgument, NotFound
+from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
 
 
 
@@ -35,6 +36,9 @@ class ObjectInfo:
     size: int
     mtime: float  # unix seconds
     etag: str
+
+
+PROBE_PREFIX = "_lakefs/namespace-probe-"
 
 
 def validate_key(key: str) -> str:
@@ -166,6 +170,18 @@ class ObjectStore(abc.ABC):
     def open_reader(self, key: str) -> ObjectReader:
         """A read handle on one object; ``NotFound`` if absent."""
         return ObjectReader(self, key, self.head(key).size)
+
+    def check_namespace(self) -> None:
+        """Fail now, with a clear error, if objects cannot be written and deleted here (as
+        lakeFS checks a storage namespace at repository creation): a probe object under
+        ``_lakefs/`` is written, read back and deleted. Backends add their own checks first."""
+        key = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+        self.put(key, b"lakefuse storage namespace probe\n")
+        try:
+            if self.get(key) != b"lakefuse storage namespace probe\n":
+                raise StoreUnavailable(f"{self.full_uri(key)}: the store returned other bytes than were written")
+        finally:
+            self.delete(key)
 
     def exists(self, key: str) -> bool:
         try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -69,6 +70,8 @@ _CREDENTIAL_ERRORS = (
 _BODY_ERRORS = (bex.IncompleteReadError, bex.ResponseStreamingError, bex.ReadTimeoutError,
                 bex.ConnectionClosedError, bex.FlexibleChecksumError)
 _BODY_ATTEMPTS = 3
+# S3's bucket rules, with the legacy (us-east-1) upper case and underscores that botocore still accepts.
+_BUCKET_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{1,61})[A-Za-z0-9]\Z")
 _IO_CHUNK = 1 << 20
 _MAX_PARTS = 10_000  # S3's limit on parts per multipart upload
 _TMP_PREFIX = ".lakefuse-tmp-"  # same shape as the local store's temp files
@@ -138,8 +141,9 @@ class S3Store(ObjectStore):
     """An ``ObjectStore`` on ``s3://bucket[/prefix]``."""
 
     def __init__(self, bucket: str, prefix: str = "", config: StoreConfig | None = None):
-        if not bucket or any(c.isspace() for c in bucket):
-            raise InvalidArgument(f"bad S3 bucket name {bucket!r}")
+        if not _BUCKET_NAME.match(bucket or ""):
+            raise InvalidArgument(f"bad S3 bucket name {bucket!r}: expected 3-63 characters a-z, 0-9, '.' and '-' "
+                                  "(legacy buckets: also A-Z and '_'), starting and ending with a letter or digit")
         prefix = prefix.strip("/")
         if prefix:
             try:
@@ -220,7 +224,7 @@ class S3Store(ObjectStore):
                 f"attempt(s) ({type(exc).__name__}: {exc})"
             )
         if isinstance(exc, bex.ParamValidationError):
-            return InvalidArgument(f"{what}: {exc}")
+            return InvalidArgument(f"{what}: {' '.join(str(exc).split())}")  # one line
         return StoreUnavailable(f"{what}: {type(exc).__name__}: {exc}")
 
     @contextmanager
@@ -500,6 +504,20 @@ class S3Store(ObjectStore):
             for err in resp.get("Errors", ()):
                 failed.append((err.get("Key", "")[len(root):], f"{err.get('Code')}: {err.get('Message')}"))
         return failed
+
+    def check_namespace(self) -> None:
+        """The bucket must exist and be ours to write (HEAD bucket, then the probe object of
+        :meth:`ObjectStore.check_namespace`); a missing bucket is ``InvalidArgument``."""
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except bex.ClientError as exc:
+            if _error_code(exc) in ("404", "NoSuchBucket", "NotFound"):
+                raise InvalidArgument(f"storage namespace {self.uri}: bucket {self.bucket!r} does not exist "
+                                      f"at {self._endpoint}") from exc
+            raise self._map(exc, "check", None) from exc
+        except bex.BotoCoreError as exc:
+            raise self._map(exc, "check", None) from exc
+        super().check_namespace()
 
     def close(self) -> None:
         self._client.close()

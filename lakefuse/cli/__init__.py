@@ -53,11 +53,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--home", metavar="DIR", default=None,
                    help="lakefuse home (refs, staging, default storage); else $LAKEFUSE_HOME, "
                         "else ~/.local/share/lakefuse")
+    add_store_options(p, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for mod in _modules():
         mod.register(sub)
     return p
+
+
+TIMEOUT_HELP = ("seconds an S3 request may wait for the server (to connect, and between bytes) before it is "
+                "tried again (default: $LAKEFUSE_S3_READ_TIMEOUT, else 8)")
+ATTEMPTS_HELP = ("attempts of each S3 request, the first one included (default: $LAKEFUSE_S3_MAX_ATTEMPTS, "
+                 "else 3); a dead endpoint fails a command after about attempts x timeout seconds")
+
+
+def add_store_options(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
+    """``--timeout`` and ``--max-attempts`` (on the main parser and on every command)."""
+    p.add_argument("--timeout", metavar="SECONDS", type=float, default=default, help=TIMEOUT_HELP)
+    p.add_argument("--max-attempts", metavar="N", type=int, default=default, help=ATTEMPTS_HELP)
+
+
+def store_config(args: argparse.Namespace):
+    """The object-store configuration of a command: environment defaults, then ``--timeout`` / ``--max-attempts``."""
+    from graveler.config import StoreConfig
+
+    return StoreConfig().with_timeout(getattr(args, "timeout", None), getattr(args, "max_attempts", None))
 
 
 def _escape_arg(arg: str) -> str:

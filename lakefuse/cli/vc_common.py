@@ -25,6 +25,7 @@ from graveler.errors import InvalidArgument
 from graveler import Graveler, GravelerConfig, Repository
 from graveler.model import Entry
 from graveler.refs import Commit
+from lakefuse.cli import add_store_options, store_config
 from lakefuse.cli.uri import LakeFSURI, is_uri, parse_uri
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ def options(json_output: bool = True) -> argparse.ArgumentParser:
     """
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS, help=HOME_HELP)
+    add_store_options(p)
     if json_output:
         p.add_argument("--json", action="store_true", help=JSON_HELP)
     return p
@@ -75,7 +77,7 @@ class Session:
     """One command's graveler: built from ``--home`` at the edge, closed at the end."""
 
     def __init__(self, args: argparse.Namespace):
-        self.config = GravelerConfig.from_home(getattr(args, "home", None))
+        self.config = GravelerConfig.from_home(getattr(args, "home", None), store=store_config(args))
         self.graveler = Graveler(self.config)
 
     @property

@@ -193,9 +193,12 @@ class StoreConfig:
 class GravelerConfig:
     """Everything graveler needs to know, built at the edge (CLI, mount) and passed down.
 
-    ``commit_retries``: how many times a commit / merge / revert re-reads the
-    branch and tries again when its compare-and-set loses a race before it
-    gives up with PreconditionFailed.
+    A commit / merge / revert that loses its compare-and-set race (another one
+    moved the branch first) re-reads the branch and tries again, backing off with
+    jitter (5 ms doubling to 0.5 s); it gives up with PreconditionFailed only after
+    at least ``commit_retries`` tries AND ``commit_retry_seconds`` of trying, so
+    ordinary contention (a few committers on one branch) never surfaces as a
+    failure while a branch that can never be won still fails in bounded time.
     """
 
     home: Path = field(default_factory=resolve_home)
@@ -203,6 +206,7 @@ class GravelerConfig:
     range_params: RangeParams = RangeParams()
     committer: str = DEFAULT_COMMITTER
     commit_retries: int = 8
+    commit_retry_seconds: float = 30.0
     store: StoreConfig | None = None  # object stores (None: StoreConfig() defaults)
     upload_spool_dir: str | None = None  # where file-like uploads are spooled (None: the system temp dir)
     cache: CacheConfig = CacheConfig()

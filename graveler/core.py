@@ -168,14 +168,19 @@ class RepoCore:
 
     def retry(self, attempt: Callable[[int], T | None], gave_up: str) -> T:
         """The compare-and-set loop: call ``attempt(n)`` until it returns a result (not
-        None), backing off between tries; PreconditionFailed(``gave_up``) after
-        ``config.commit_retries`` tries."""
-        for n in range(self.config.commit_retries):
+        None), backing off between tries (jittered, 5 ms doubling to 0.5 s);
+        PreconditionFailed(``gave_up``) once both ``config.commit_retries`` tries and
+        ``config.commit_retry_seconds`` have been spent."""
+        deadline = time.monotonic() + self.config.commit_retry_seconds
+        n = 0
+        while True:
             result = attempt(n)
             if result is not None:
                 return result
-            time.sleep(min(0.005 * (2**n), 0.5) * (0.5 + random.random()))
-        raise PreconditionFailed(gave_up)
+            n += 1
+            if n >= self.config.commit_retries and time.monotonic() >= deadline:
+                raise PreconditionFailed(f"{gave_up} (lost the race {n} times)")
+            time.sleep(min(0.005 * (2 ** min(n, 7)), 0.5) * (0.5 + random.random()))
 
 
 __all__ = ["BranchMoved", "RepoCore"]

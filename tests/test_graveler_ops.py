@@ -265,7 +265,7 @@ def test_writes_during_commit_go_to_next_commit(repo):
 
 
 def test_commit_cas_lost_keeps_changes(tmp_path):
-    repo = make_repo(tmp_path, commit_retries=3)
+    repo = make_repo(tmp_path, commit_retries=3, commit_retry_seconds=0)
     repo.stage("main", "a", entry("a1"))
     real_apply = repo._committed.apply
     intruder = "f" * 16

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from google.protobuf import descriptor_pb2, json_format
 
 from graveler.errors import Conflict, CorruptedData, InvalidArgument, NotFound
@@ -96,17 +97,41 @@ def dump_refs(refs: RefManager, committed: CommittedManager, store) -> dict[str,
     return manifest
 
 
+MANIFEST_FIELDS = ("branches_meta_range_id", "commits_meta_range_id", "tags_meta_range_id")
+_TABLE_ID = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def parse_manifest(raw: bytes | str, where: str) -> dict[str, str]:
+    """A refs manifest from its JSON text: an object with the three metarange IDs (64 hex
+    digits, or "" for an empty list). ``InvalidArgument`` naming ``where`` otherwise --
+    also for JSON nested too deep to parse (RecursionError)."""
+    try:
+        m = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else f"not JSON: {e}"
+        raise InvalidArgument(f"{where} is not a refs manifest ({reason})") from None
+    if not isinstance(m, dict):
+        raise InvalidArgument(f"{where} is not a refs manifest (a JSON {type(m).__name__}, not an object)")
+    out = {}
+    for k in MANIFEST_FIELDS:
+        v = m.get(k)
+        if not isinstance(v, str) or not (v == "" or _TABLE_ID.match(v)):
+            what = "missing" if v is None else f"{v!r} is not a metarange ID (64 hex digits)"
+            raise InvalidArgument(f"{where} is not a refs manifest: {k} {what}")
+        out[k] = v
+    return out
+
+
 def read_manifest(store) -> dict[str, str]:
-    """The refs manifest of the namespace ``store`` is rooted at."""
+    """The refs manifest of the namespace ``store`` is rooted at (a bad one is CorruptedData)."""
     try:
         raw = store.get(MANIFEST_KEY)
     except NotFound:
         raise NotFound(f"no refs dump in {store.uri} ({MANIFEST_KEY} missing)") from None
     try:
-        m = json.loads(raw)
-        return {k: m[k] for k in ("branches_meta_range_id", "commits_meta_range_id", "tags_meta_range_id")}
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptedData(f"malformed refs manifest ({e})", MANIFEST_KEY) from None
+        return parse_manifest(raw, MANIFEST_KEY)
+    except InvalidArgument as e:
+        raise CorruptedData(f"malformed refs manifest ({e})", store.full_uri(MANIFEST_KEY)) from None
 
 
 def _parse(cls, raw: bytes, what: str):
@@ -125,6 +150,14 @@ def restore_refs(refs: RefManager, committed: CommittedManager, store, manifest:
         manifest = read_manifest(store)
     if refs.count_commits() or refs.list_branches():
         raise Conflict(f"repository {name!r} is not bare: refs can only be restored into an empty repository")
+    for k in MANIFEST_FIELDS:
+        mr = manifest.get(k)
+        if not isinstance(mr, str) or not (mr == "" or _TABLE_ID.match(mr)):
+            raise InvalidArgument(f"refs manifest: {k} {mr!r} is not a metarange ID (64 hex digits)")
+        try:
+            committed.list_ranges(mr)
+        except NotFound:
+            raise CorruptedData(f"refs dump is incomplete: its {k} {mr} is not in the namespace") from None
     cm = committed
 
     commits: list[Commit] = []

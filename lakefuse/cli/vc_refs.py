@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 
 from graveler.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from graveler.objstore.uri import StorageURI
-from graveler.refsdump import MANIFEST_KEY
+from graveler.refsdump import MANIFEST_KEY, parse_manifest
 from lakefuse.cli.vc_common import (
     add_command,
     add_group,
@@ -26,7 +25,6 @@ from lakefuse.cli.vc_common import (
 
 log = logging.getLogger(__name__)
 
-_MANIFEST_FIELDS = ("branches_meta_range_id", "commits_meta_range_id", "tags_meta_range_id")
 
 
 def default_storage(home, repo: str) -> str:
@@ -315,11 +313,7 @@ def _read_manifest_file(path: str) -> dict[str, str]:
         raise NotFound(f"manifest file not found: {path}") from None
     except IsADirectoryError:
         raise InvalidArgument(f"manifest {path} is a directory") from None
-    try:
-        m = json.loads(raw)
-        return {k: str(m[k]) for k in _MANIFEST_FIELDS}
-    except (ValueError, KeyError, TypeError) as e:
-        raise InvalidArgument(f"{path} is not a refs manifest ({type(e).__name__}: {e})") from None
+    return parse_manifest(raw, path)
 
 
 def cmd_refs_restore(args: argparse.Namespace) -> int:

@@ -74,6 +74,7 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 import tempfile
 import threading
 import time
@@ -182,9 +183,14 @@ def md5_hex(data: bytes) -> str:
 
 
 def md5_file(path: str) -> tuple[str, int]:
+    """(hex MD5, size) of a regular file; ``InvalidArgument`` for anything else (a FIFO
+    or a device would block or never end), ``OSError`` as it comes for the rest."""
     h = hashlib.md5(usedforsecurity=False)
     size = 0
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO must not hang
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidArgument(f"{path} is not a regular file (a FIFO, device or socket cannot be uploaded)")
         while chunk := f.read(_CHUNK):
             h.update(chunk)
             size += len(chunk)

@@ -76,9 +76,12 @@ def register(sub) -> None:
     p = add_command(g, "stat", "show an object's entry: address, size, etag, mtime, content type, metadata", cmd_stat)
     p.add_argument("path", metavar="lakefs://REPO/REF/PATH")
     p = add_command(g, "rm", "delete an object (or every object under a prefix) on a branch", cmd_rm,
-                    epilog="With --recursive, PATH is a directory prefix ('/' is appended if missing).")
+                    epilog="With --recursive, PATH is a directory prefix ('/' is appended if missing). An empty\n"
+                           "PATH (lakefs://REPO/BRANCH/) means every object on the branch and needs --all.")
     p.add_argument("path", metavar="lakefs://REPO/BRANCH/PATH")
     p.add_argument("--recursive", "-r", action="store_true", help="delete every object under the PATH prefix")
+    p.add_argument("--all", action="store_true",
+                   help="with --recursive and an empty PATH: really delete every object on the branch")
 
 
 # ---------------------------------------------------------------------- upload
@@ -197,6 +200,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
     src = args.source
     if not os.path.lexists(src):
         raise NotFound(f"local file not found: {src}")
+    if not args.recursive and not os.path.isdir(src) and not os.path.isfile(src):
+        raise InvalidArgument(f"{src} is not a regular file (a FIFO, device or socket cannot be uploaded)")
     with session(args) as s:
         repo = s.repo(u)
         if args.recursive:
@@ -305,7 +310,10 @@ def cmd_rm(args: argparse.Namespace) -> int:
                 out(f"Deleted lakefs://{u.repository}/{branch}/{path}")
             return 0
         prefix = path if not path or path.endswith("/") else path + "/"
-        n = repo.delete_prefix(branch, prefix, batch=STAGE_BATCH, allow_all=True)  # a tag or commit: ReadOnlyRef
+        if not prefix and not args.all:
+            raise InvalidArgument(f"refusing to delete every object on branch {branch!r} of {u.repository!r}: "
+                                  "give --all to mean it (or a PATH prefix)")
+        n = repo.delete_prefix(branch, prefix, batch=STAGE_BATCH, allow_all=args.all)  # a tag or commit: ReadOnlyRef
         if n == 0:
             raise NotFound(f"no objects under lakefs://{u.repository}/{branch}/{prefix}")
         if args.json:

@@ -107,3 +107,101 @@ def test_damaged_refs_database_is_exit_5_and_repo_list_shows_the_others(tmp_path
     rows = [json.loads(line) for line in r.stdout.decode().splitlines()]
     assert [row["name"] for row in rows] == ["rep1", "rep2"] and "damaged" in rows[0]
     assert run(home, "log", "lakefs://rep2/main").returncode == 0
+
+
+def _capture(home, capsys, *args) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main([*args, "--home", str(home)])
+    res = capsys.readouterr()
+    return rc, res.out, res.err
+
+
+def test_rm_recursive_of_a_whole_branch_needs_all(home, capsys):
+    assert main(["branch", "create", "lakefs://rep1/wipe", "-s", "main", "--home", str(home)]) == 0
+    rc, _, err = _capture(home, capsys, "fs", "rm", "-r", "lakefs://rep1/wipe/")
+    assert rc == 2 and "--all" in err and err.count("\n") == 1  # it deleted every object, exit 0
+    rc, out, _ = _capture(home, capsys, "fs", "ls", "-r", "lakefs://rep1/wipe/")
+    assert "f.txt" in out  # nothing was staged
+    rc, out, _ = _capture(home, capsys, "fs", "rm", "-r", "--all", "lakefs://rep1/wipe/")
+    assert rc == 0 and "Deleted 1 objects" in out
+    assert _capture(home, capsys, "fs", "ls", "-r", "lakefs://rep1/wipe/")[1] == ""
+
+
+@pytest.mark.parametrize("manifest, code, fragment", [
+    ("[" * 100_000 + "]" * 100_000, 2, "nested too deeply"),  # a RecursionError traceback
+    ('{"branches_meta_range_id": "nothing", "tags_meta_range_id": "", "commits_meta_range_id": ""}', 2,
+     "is not a metarange ID"),
+    ('{"branches_meta_range_id": "../../etc", "tags_meta_range_id": "", "commits_meta_range_id": ""}', 2,
+     "is not a metarange ID"),
+    ('{"branches_meta_range_id": "' + "a" * 64 + '", "tags_meta_range_id": "", "commits_meta_range_id": ""}', 5,
+     "not in the namespace"),  # was 3 (not found): the dump is bad
+    ("[1, 2]", 2, "not an object"),
+], ids=["nested", "bogus-id", "path-id", "absent-id", "list"])
+def test_refs_restore_of_a_bad_manifest(tmp_path, capsys, manifest, code, fragment):
+    m = tmp_path / "manifest.json"
+    m.write_text(manifest)
+    rc, _, err = _capture(tmp_path / "h", capsys, "refs", "restore", "lakefs://fresh", "--manifest", str(m))
+    assert rc == code and fragment in err and err.count("\n") == 1, err
+    assert _capture(tmp_path / "h", capsys, "repo", "list")[1] == ""  # nothing half-made left behind
+
+
+def test_upload_of_a_fifo_is_refused(home, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = run(home, "fs", "upload", "lakefs://rep1/main/x", "-s", str(fifo))  # hung forever
+    assert r.returncode == 2 and b"not a regular file" in r.stderr and r.stderr.count(b"\n") == 1
+
+
+def test_library_upload_of_a_fifo_is_refused(tmp_path):
+    from graveler import Graveler
+    from graveler.config import GravelerConfig
+    from graveler.errors import InvalidArgument
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    g = Graveler(GravelerConfig(home=tmp_path / "h"))
+    repo = g.create_repository("rep1", f"file://{tmp_path}/ns")
+    with pytest.raises(InvalidArgument, match="not a regular file"):
+        repo.upload("main", "x", str(fifo))
+    g.close()
+
+
+def test_escape_sequences_are_escaped_on_a_terminal_and_exact_in_json(home, tmp_path):
+    import json
+    import pty
+
+    src = tmp_path / "e"
+    src.write_bytes(b"e")
+    evil_name = "evil\x1b[2Jname\u202etxt"
+    evil_msg = "msg \x1b]0;pwned\x07 \x1b[31mred\rover"
+    assert main(["fs", "upload", f"lakefs://rep1/main/{evil_name}", "-s", str(src), "--home", str(home)]) == 0
+    assert main(["commit", "lakefs://rep1/main", "-m", evil_msg, "--home", str(home)]) == 0
+
+    def on_tty(*args) -> bytes:
+        master, slave = pty.openpty()
+        try:
+            subprocess.run([sys.executable, "-m", "lakefuse", *args, "--home", str(home)], stdout=slave,
+                           stderr=subprocess.DEVNULL, timeout=60, cwd=ROOT)
+        finally:
+            os.close(slave)
+        chunks = []
+        while True:
+            try:
+                b = os.read(master, 65536)
+            except OSError:
+                break
+            if not b:
+                break
+            chunks.append(b)
+        os.close(master)
+        return b"".join(chunks)
+
+    shown = on_tty("log", "lakefs://rep1/main") + on_tty("fs", "ls", "lakefs://rep1/main/")
+    assert b"\x1b" not in shown and b"\x07" not in shown and "\u202e".encode() not in shown  # printed raw
+    assert b"\\x1b[2J" in shown and b"\\x1b]0;pwned\\x07" in shown
+    r = run(home, "log", "lakefs://rep1/main", "--json")
+    assert json.loads(r.stdout.decode().splitlines()[0])["message"] == evil_msg  # JSON stays exact
+    r = run(home, "fs", "ls", "lakefs://rep1/main/", "--json")
+    assert evil_name in [json.loads(line)["path"] for line in r.stdout.decode().splitlines()]
+    r = run(home, "log", "lakefs://rep1/main")  # a pipe: the bytes as they are
+    assert evil_msg.split("\r")[0].encode() in r.stdout

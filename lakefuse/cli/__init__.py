@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 
 from graveler.errors import (
@@ -80,6 +81,39 @@ def store_config(args: argparse.Namespace):
     return StoreConfig().with_timeout(getattr(args, "timeout", None), getattr(args, "max_attempts", None))
 
 
+# What a terminal would act on instead of showing: C0/C1 controls (ESC starts every escape
+# sequence; CR, BS rewrite the line), DEL, and the bidi overrides that reorder text.
+_TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\udc80-\udcff]")
+
+
+def _escape_char(m: re.Match) -> str:
+    c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # an undecodable byte of a name (surrogateescape)
+        return f"\\x{c - 0xDC00:02x}"
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def terminal_text(text: str, stream=None) -> str:
+    """``text`` as it may be shown to a person: on a terminal (``stream.isatty()``), control
+    characters and bidi overrides become ``\\xNN`` / ``\\uNNNN`` so a name or a commit message
+    cannot move the cursor, retitle the window or hide text; undecodable bytes of names are
+    always shown as ``\\xNN``. Output to a file or a pipe is otherwise left exact (and
+    ``--json`` output is JSON, exact everywhere)."""
+    tty = stream is not None and _isatty(stream)
+    if tty:
+        return _TERMINAL_UNSAFE.sub(_escape_char, text)
+    if any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+        return re.sub("[\udc80-\udcff]", _escape_char, text)
+    return text
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _escape_arg(arg: str) -> str:
     """An argument for an error message: undecodable bytes and control characters as \\xNN."""
     text = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -109,7 +143,7 @@ def exit_code(e: GravelerError) -> int:
 
 
 def _fail(e: GravelerError) -> int:
-    print(f"lakefuse: {e}", file=sys.stderr)
+    print(terminal_text(f"lakefuse: {e}", sys.stderr), file=sys.stderr)
     return exit_code(e)
 
 

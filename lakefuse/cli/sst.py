@@ -12,6 +12,7 @@ from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.committed.reader import computed_table_id
 from graveler.model import Entry, RangeInfo, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
+from lakefuse.cli import terminal_text
 
 def register(sub) -> None:
     p = sub.add_parser("sst", help="inspect SSTable (range / metarange) files",
@@ -105,7 +106,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
                   f"{t.footer.checksum_type}, {'two-level' if t.two_level else 'one-level'} index\n")
         out.write("properties:\n")
         for k, v in props.items():
-            out.write(f"  {k}: {v!r}\n" if isinstance(v, str) and not v.isprintable() else f"  {k}: {v}\n")
+            out.write(terminal_text(f"  {k}: {v!r}" if isinstance(v, str) and not v.isprintable() else f"  {k}: {v}",
+                                    out) + "\n")
         out.write("records:\n")
     n = 0
     for key, raw in t:
@@ -116,7 +118,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
             out.write(json.dumps(rec) + "\n")
         else:
             rest = {k: v for k, v in rec.items() if k != "key"}
-            out.write(f"  {rec['key']} {json.dumps(rest)}\n")
+            out.write(terminal_text(f"  {rec['key']} {json.dumps(rest)}", out) + "\n")
         n += 1
     return 0
 

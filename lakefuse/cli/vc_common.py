@@ -25,7 +25,7 @@ from graveler.errors import InvalidArgument
 from graveler import Graveler, GravelerConfig, Repository
 from graveler.model import Entry
 from graveler.refs import Commit
-from lakefuse.cli import add_store_options, store_config
+from lakefuse.cli import add_store_options, store_config, terminal_text
 from lakefuse.cli.uri import LakeFSURI, is_uri, parse_uri
 
 log = logging.getLogger(__name__)
@@ -143,16 +143,20 @@ def parse_meta(items: Sequence[str] | None) -> dict[str, str]:
 
 
 def out(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+    """A line of human output: on a terminal, control characters are escaped (see :func:`terminal_text`)."""
+    sys.stdout.write(terminal_text(line, sys.stdout) + "\n")
 
 
 def note(line: str) -> None:
     """A message for the person (stderr), not data."""
-    sys.stderr.write(line + "\n")
+    sys.stderr.write(terminal_text(line, sys.stderr) + "\n")
 
 
 def emit_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    text = json.dumps(obj, ensure_ascii=False)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in text):  # a name with undecodable bytes: JSON's \\udcNN escapes
+        text = json.dumps(obj)
+    sys.stdout.write(text + "\n")
 
 
 def iso(dt: datetime) -> str:

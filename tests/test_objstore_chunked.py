@@ -89,3 +89,22 @@ def test_missing_and_short_objects(store):
     r = ChunkedReader(store, "other", 10, "z", "0" * 32, None, chunk_size=64)  # right size, wrong MD5
     with pytest.raises(CorruptedData):
         r.read(0, 10)
+
+
+def test_an_object_whose_size_changed_is_corrupted_and_never_cached(tmp_path):
+    """The S3 data path checks the object's size (Content-Range / fstat) before a chunk is used or cached."""
+    from graveler.objstore import LocalStore
+
+    store = LocalStore(str(tmp_path / "s"))
+    data = bytes(range(256)) * 40
+    store.put("obj", data)
+    cache = DataCache(str(tmp_path / "c"), 1 << 20)
+    store.put("obj", data + b"grown")  # same first bytes, another object
+    r = ChunkedReader(store, "obj", len(data), "s3://b/obj", "e", cache, chunk_size=1000, read_ahead=2)
+    with pytest.raises(CorruptedData, match="entry says 10240"):
+        r.read(0, 100)
+    assert cache.volume() < 200_000 and cache.stats()["hits"] == 0
+    store.put("obj", data)
+    r2 = ChunkedReader(store, "obj", len(data), "s3://b/obj", "e", cache, chunk_size=1000, read_ahead=2)
+    assert r2.read(0, 100) == data[:100]
+    cache.close()

@@ -122,8 +122,10 @@ class DataCache:
 class ChunkedReader(ObjectReader):
     """Positional reads of one remote object through chunks (see the module docstring).
 
-    ``size`` is trusted (the entry's): a store that returns fewer bytes makes the
-    read short, which the caller reports. ``address``/``etag`` key the data cache.
+    ``size`` and ``etag`` are the entry's: every GET is checked against them before a
+    chunk is used or cached (:func:`graveler.objects.read_range_checked`: the object's
+    size from the same request; a GET of the whole object also its MD5), so a changed
+    or damaged object is ``CorruptedData``, never kept. ``address``/``etag`` key the data cache.
 
     A sequential reader is served by read-ahead *windows*: runs of consecutive chunks
     fetched with one ranged GET each (1 chunk, then 2, 4... up to ``max_window``),

@@ -264,7 +264,7 @@ def moved_since(spark, repo, ns: Namespace, before: RefsSnapshot, known_mrs: set
     staged = spark.createDataFrame([(a,) for a in addrs], _ADDR_SCHEMA)
     if mrs:
         committed, _ = live_df(spark, ns, mrs)
-        return staged.unionByName(committed), now, mrs
+        return staged.unionByName(committed).hint("merge"), now, mrs
     from pyspark.sql import functions as F
 
     return F.broadcast(staged), now, mrs  # staging is small next to the tree: no shuffle of the candidates
@@ -396,7 +396,9 @@ def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None
     else:
         old = inventory.select("address", "size", "last_modified").where(
             F.col("address").startswith(DATA_PREFIX) & (F.col("last_modified") < F.lit(cutoff)))
-    cands = old.join(live, on="address", how="left_anti").persist()
+    # A sort-merge anti-join: it spills, where the broadcast hash join Spark may pick for a live
+    # side of unknown size runs the driver out of memory (10M listed / 5M live).
+    cands = old.join(live.hint("merge"), on="address", how="left_anti").persist()
     try:
         t1 = time.monotonic()
         cands.count()

@@ -69,7 +69,8 @@ class Bench:
         self.tmp = Path(tempfile.mkdtemp(prefix="lakefuse-bench-spark-", dir=args.tmp))
         self.g = Graveler(GravelerConfig(home=self.tmp / "home", kv=KVConfig(map_size=1 << 34, sync=False)))
         self.spark = get_session(SparkConfig(master=args.master, app_name="lakefuse-bench",
-                                             shuffle_partitions=args.shuffle_partitions))
+                                             shuffle_partitions=args.shuffle_partitions,
+                                             extra=(("spark.driver.memory", args.driver_memory),)))
         self.rows: list[tuple[str, str, str, str]] = []
         self.nrepo = 0
 
@@ -255,6 +256,7 @@ def main() -> int:
     ap.add_argument("--export", type=int, default=100_000, help="objects to export (0: skip)")
     ap.add_argument("--partitions", type=int, default=None)
     ap.add_argument("--shuffle-partitions", type=int, default=4)
+    ap.add_argument("--driver-memory", default="4g", help="the JVM heap (local mode runs executors in the driver)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--tmp", default=None, help="where to put the namespaces (default: the system temp dir)")
     ap.add_argument("--keep", action="store_true")

@@ -219,6 +219,10 @@ class Env:
         self.path = Path(path)
         self.config = config
         self._gate = _Gate()
+        self._seq_lock = threading.Lock()
+        self._commit_seq = 0  # commits of this process so far
+        self._sync_lock = threading.Lock()
+        self._synced_seq = 0  # commits known durable
         self._local = threading.local()
         self._closed = False
         if not create and not (self.path / "data.mdb").exists():
@@ -236,7 +240,10 @@ class Env:
                 max_readers=config.max_readers,
                 lock=True,
                 sync=config.sync,
-                metasync=config.sync,
+                # Data pages are fdatasynced by every commit (so the database is never
+                # damaged); the meta page that makes a commit durable is synced by
+                # ``write(durable=True)`` -- once for a group of concurrent commits.
+                metasync=False,
                 readahead=False,
             )
         except lmdb.Error as e:
@@ -312,8 +319,13 @@ class Env:
             self._adopt_size()
         raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
 
-    def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+    def write(self, fn: Callable[[lmdb.Transaction], T], durable: bool = True) -> T:
         """Run ``fn(txn)`` in one write transaction and commit it; return its result.
+
+        ``durable`` (the default): return only once the commit is on disk. With False
+        the commit is complete and visible, and the database stays intact whatever
+        happens, but a system crash before the next durable commit (or :meth:`sync`)
+        of this process may undo it.
 
         ``fn`` may run more than once (after the map grew), so it must not have
         side effects outside the transaction. An exception from ``fn`` aborts the
@@ -343,6 +355,11 @@ class Env:
                         with self._holding(txn):
                             result = fn(txn)
                         txn.commit()
+                        with self._seq_lock:
+                            self._commit_seq += 1
+                            seq = self._commit_seq
+                        if durable:
+                            self._sync_to(seq)
                         return result
                     except lmdb.MapFullError:
                         txn.abort()
@@ -358,6 +375,32 @@ class Env:
             else:
                 self._adopt_size()
         raise StoreUnavailable(f"{_label(self.path)}: could not get a write transaction")
+
+    def sync(self) -> None:
+        """Make every commit of this process so far durable."""
+        with self._seq_lock:
+            seq = self._commit_seq
+        with self._gate.shared():
+            self._sync_to(seq)
+
+    def _sync_to(self, seq: int) -> None:
+        """Group commit: one fdatasync makes every commit up to now durable, so
+        concurrent writers that waited for it have nothing left to do."""
+        if not self.config.sync:
+            return
+        with self._sync_lock:
+            if self._synced_seq >= seq:
+                self.stats_group_synced += 1
+                return
+            with self._seq_lock:
+                target = self._commit_seq
+            try:
+                self._env.sync(True)
+            except lmdb.Error as e:
+                raise _wrap(e, self.path) from None
+            self._synced_seq = target
+
+    stats_group_synced = 0  # durable commits that another writer's sync covered
 
     def _grow(self) -> None:
         with self._gate.exclusive():

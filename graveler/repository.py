@@ -160,8 +160,11 @@ class Repository:
         """Stage an entry (or raw record value) at ``path`` on ``branch``."""
         self.stage_many(branch, [(path, entry)])
 
-    def stage_many(self, branch: str, items: Iterable[tuple[str | bytes, Entry | Value | None]]) -> int:
-        """Stage many entries (None = delete) in one transaction; return how many."""
+    def stage_many(self, branch: str, items: Iterable[tuple[str | bytes, Entry | Value | None]],
+                   durable: bool = True) -> int:
+        """Stage many entries (None = delete) in one transaction; return how many.
+        ``durable=False``: return before the transaction is on disk (see
+        :meth:`graveler.kv.Env.write`); the next durable write makes it durable."""
         prepared = [(as_path(p), e.to_value() if isinstance(e, Entry) else e) for p, e in items]
 
         def fn(txn):
@@ -169,7 +172,11 @@ class Repository:
             self._refs.bump_stamp_txn(txn, branch)
             return self._staging.set_many_txn(txn, b.staging_token, prepared)
 
-        return self._env.write(fn)
+        return self._env.write(fn, durable)
+
+    def sync(self) -> None:
+        """Make every staging change of this process durable (after ``durable=False`` ones)."""
+        self._env.sync()
 
     def delete(self, branch: str, path: str | bytes, must_exist: bool = True) -> None:
         """Delete ``path`` on ``branch`` (stages a tombstone). NotFound if the
@@ -322,12 +329,14 @@ class Repository:
 
     # ------------------------------------------------------------------ data
 
-    def put_object(self, source: UploadSource, content_type: str = "", metadata: dict[str, str] | None = None) -> Entry:
+    def put_object(self, source: UploadSource, content_type: str = "", metadata: dict[str, str] | None = None,
+                   adopt: bool = False, etag: str | None = None) -> Entry:
         """Upload bytes, a local file (path) or a binary file object to a new object
         under ``data/`` in the namespace, WITHOUT staging it: the entry (RELATIVE
         address, md5 etag) is the caller's to stage (e.g. many at once with
-        :meth:`stage_many`)."""
-        return put_object(self._store, source, content_type, metadata, self.config.upload_spool_dir)
+        :meth:`stage_many`). ``adopt``/``etag``: see :func:`graveler.objects.put_object`
+        (a local file handed over, linked into a local store instead of copied)."""
+        return put_object(self._store, source, content_type, metadata, self.config.upload_spool_dir, adopt, etag)
 
     def upload(
         self,
@@ -336,13 +345,15 @@ class Repository:
         source: UploadSource,
         content_type: str = "",
         metadata: dict[str, str] | None = None,
+        adopt: bool = False,
+        etag: str | None = None,
     ) -> Entry:
         """Upload (see :meth:`put_object`), then stage the entry at ``path`` on ``branch``.
         Returns the staged entry."""
         p = as_path(path)
         with self._env.read() as txn:
             self._core.branch_txn(txn, branch)  # fail before uploading
-        entry = self.put_object(source, content_type, metadata)
+        entry = self.put_object(source, content_type, metadata, adopt, etag)
         self.stage(branch, p, entry)
         return entry
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -122,6 +123,7 @@ def test_failed_upload_keeps_the_file_dirty_and_spooled(repo, spool, monkeypatch
         raise StoreUnavailable("store down")
 
     monkeypatch.setattr(repo._store, "put_file", boom)
+    monkeypatch.setattr(repo._store, "adopt_file", boom)
     with pytest.raises(StoreUnavailable):
         sf.flush()
     assert sf.dirty and not repo.exists("main", "h")
@@ -136,7 +138,9 @@ def test_recovery_after_a_crash(repo, tmp_path):
     dead = Spool(repo, cfg)
     saved = dead.open(1, "main", b"dir/saved", None, ATTRS, new=True)
     saved.write(0, b"safe")
-    saved.flush()  # acknowledged: staged; the daemon dies before dropping the copy
+    saved.flush()  # acknowledged: staged (the spool file became the stored object)
+    # the daemon dies between staging and dropping the spool's name of the file
+    os.link(repo._store._path(saved.saved.address), saved.data_path)
     lost = dead.open(2, "main", b"dir/unsaved", None, ATTRS, new=True)
     lost.write(0, b"never closed")
     intent = dead.begin_intent({"op": "rename", "branch": "main", "src": "a/", "dst": "b/"})
@@ -162,3 +166,28 @@ def test_recovery_after_a_crash(repo, tmp_path):
     assert f.data_path.exists()
     other.close()
     live.close()
+
+
+def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_write(repo, spool):
+    """On a local store the spool file becomes the object (linked, not copied); a
+    later write to the same file never modifies that stored object."""
+    sf = spool.open(8, "main", b"cow", None, ATTRS, new=True)
+    sf.write(0, b"first ")
+    sf.write(6, b"version")
+    spool_path = sf.data_path
+    ino = os.stat(spool_path).st_ino
+    e1 = sf.flush()
+    obj1 = repo._store._path(e1.address)
+    assert os.stat(obj1).st_ino == ino and os.stat(obj1).st_nlink == 1  # the same file, no copy
+    assert not spool_path.exists() and spool.stats["adopted"] == 1
+    assert e1.etag == hashlib.md5(b"first version").hexdigest()  # hashed while written
+    assert sf.read(0, 100) == b"first version" and not sf.dirty
+    sf.write(0, b"FIRST")  # after fsync, the same handle writes on: copy-on-write
+    assert sf.read(0, 100) == b"FIRST version"
+    assert open(obj1, "rb").read() == b"first version"
+    e2 = sf.flush()
+    assert e2.address != e1.address and repo.read("main", "cow") == b"FIRST version"
+    assert e2.etag == hashlib.md5(b"FIRST version").hexdigest()  # out-of-order write: hashed on adopt
+    assert open(obj1, "rb").read() == b"first version" and repo.read_entry(e1) == b"first version"
+    spool.release(8)
+    assert open(repo._store._path(e2.address), "rb").read() == b"FIRST version"

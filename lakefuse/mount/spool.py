@@ -10,7 +10,11 @@ One :class:`SpoolFile` per inode being written, shared by every handle of it:
   any handle, so a file reads back what was written to it before it is saved.
 * :meth:`SpoolFile.flush` (the mount calls it on close -- FUSE ``flush`` -- and on
   ``fsync``) uploads the spool file to a new object in the store and stages its
-  entry in LMDB. It returns only when both are durable: the local store fsyncs
+  entry in LMDB. A local store takes the spool file itself (fsynced and hard-linked
+  into the object's place, its MD5 computed while it was written): no copy. The
+  spool then drops its name and descriptor of that file, so a later write to the
+  same file copies the saved object into a new spool file first (copy-on-write):
+  a stored object is never modified. It returns only when both are durable: the local store fsyncs
   the object and its directory, S3 answered the PUT, and the LMDB transaction is
   synced. Only then does close/fsync report success to the program.
 * A file unlinked while open is *detached*: later writes still work, its flush
@@ -152,6 +156,10 @@ class SpoolFile:
         self._gen = 1 if new else 0  # bumped by every change of content or attributes
         self._saved_gen = 0
         self.saved: Entry | None = None  # the entry staged by the last successful flush
+        # MD5 of bytes [0, _md5_off) of the spool file while it is written from the start
+        # in order (None once a write lands elsewhere): the etag without a second pass.
+        self._md5 = None
+        self._md5_off = 0
         if new:
             self._create()
             self.loaded = True
@@ -177,6 +185,8 @@ class SpoolFile:
     def _create(self) -> None:
         self._write_sidecar()
         self._fd = os.open(self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._md5_off = 0
 
     def _write_sidecar(self) -> None:
         _write_json(self.meta_path, {
@@ -199,6 +209,7 @@ class SpoolFile:
                 if not chunk:
                     raise GravelerError(f"object of {self.key!r} ended at {off} of {self.base.size} bytes")
                 os.pwrite(self._fd, chunk, off)
+                self._hash(off, chunk)
                 off += len(chunk)
             self.spool.stats["copy_in_bytes"] += off
         self.loaded = True
@@ -217,6 +228,7 @@ class SpoolFile:
         with self.lock:
             self._load()
             n = os.pwrite(self._fd, data, offset)
+            self._hash(offset, data[:n] if n < len(data) else data)
             self.size = max(self.size, offset + n)
             self.mtime_ns = self.ctime_ns = time.time_ns()
             self.attrs = _drop_mtime(self.attrs)
@@ -234,10 +246,28 @@ class SpoolFile:
             else:
                 self._load()
             os.ftruncate(self._fd, size)
+            if size == 0:
+                self._md5, self._md5_off = hashlib.md5(usedforsecurity=False), 0
+            elif size != self._md5_off:
+                self._md5 = None
             self.size = size
             self.mtime_ns = self.ctime_ns = time.time_ns()
             self.attrs = _drop_mtime(self.attrs)
             self._gen += 1
+
+    def _hash(self, offset: int, data) -> None:
+        if self._md5 is not None:
+            if offset == self._md5_off:
+                self._md5.update(data)
+                self._md5_off += len(data)
+            else:
+                self._md5 = None
+
+    def _etag(self) -> str | None:
+        """The MD5 of the whole spool file if it was computed while writing."""
+        if self._md5 is not None and self._md5_off == self.size:
+            return self._md5.hexdigest()
+        return None
 
     def set_attrs(self, attrs: PosixAttrs) -> None:
         """New POSIX attributes, staged with the next flush."""
@@ -271,6 +301,7 @@ class SpoolFile:
         stays dirty and spooled) if the store or LMDB failed."""
         with self.lock:
             if not self.dirty or self.key is None:
+                self.spool.repo.sync()  # e.g. the staging of its create(2), not synced yet
                 return None
             gen = self._gen
             md = dict(self.user_metadata)
@@ -286,12 +317,27 @@ class SpoolFile:
                 repo.stage(self.branch, self.key, entry)
             else:
                 entry = repo.upload(self.branch, self.key, str(self.data_path), content_type=self.content_type,
-                                    metadata=md)
+                                    metadata=md, adopt=True, etag=self._etag())
                 self.spool.stats["uploaded_bytes"] += entry.size
                 self.spool.stats["uploads"] += 1
+                if os.fstat(self._fd).st_nlink > 1:
+                    self._handed_over(entry)
             self._saved_gen = gen
             self.saved = entry
             return entry
+
+    def _handed_over(self, entry: Entry) -> None:
+        """The spool file became the stored object (a local store linked it into place)
+        and the entry is staged: drop the spool's name and descriptor of it, so nothing
+        here writes to the stored object again. The saved entry becomes the base: a later
+        write copies it into a new spool file (copy-on-write), reads come from the store."""
+        os.close(self._fd)
+        self._fd = None
+        os.unlink(self.data_path)
+        self.base = entry
+        self.loaded = False
+        self._md5 = None
+        self.spool.stats["adopted"] += 1
 
     def close(self) -> None:
         """Forget the spool copy (after a successful flush, or a discard)."""
@@ -321,7 +367,7 @@ class Spool:
         self.config = config
         self._lock = threading.Lock()
         self._files: dict[int, SpoolFile] = {}
-        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0}
+        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0}
         config.root.mkdir(parents=True, exist_ok=True)
         self.dir = config.root / f"{os.getpid()}-{secrets.token_hex(4)}"
         self.dir.mkdir(mode=0o700)

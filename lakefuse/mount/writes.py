@@ -280,8 +280,8 @@ class WritableFilesystem(Filesystem):
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
-    def _stage(self, tree: _Tree, items) -> None:
-        self.repo.stage_many(tree.view.branch, items)
+    def _stage(self, tree: _Tree, items, durable: bool = True) -> None:
+        self.repo.stage_many(tree.view.branch, items, durable)
         tree.sync()
 
     # ------------------------------------------------------------------ attributes (spool-aware)
@@ -449,7 +449,7 @@ class WritableFilesystem(Filesystem):
             return h.content[offset:offset + size]
         if isinstance(h, _FileHandle) and self.spool is not None and h.node.kind == Kind.FILE:
             sf = self.spool.get(h.node.ino)
-            if sf is not None and sf.loaded:
+            if sf is not None and (sf.loaded or sf.saved is not None):
                 return sf.read(offset, size)  # another handle is writing it: read what it wrote
         return super().read(fh, offset, size)
 
@@ -554,7 +554,10 @@ class WritableFilesystem(Filesystem):
                 raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
             if st.value is not None and flags & os.O_EXCL:
                 raise FsError(errno.EEXIST)
-            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now))
+            # Not synced: create(2) promises nothing durable; the close (or fsync) of the
+            # file makes this transaction durable (with its own, or alone if unwritten).
+            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now),
+                        durable=False)
             stamp = tree.stamp
             attr = self._file_attr(entry.to_value(), tree)
             attr = self._acquire_fresh(self._file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,

@@ -172,7 +172,7 @@ class Repository:
             self._refs.bump_stamp_txn(txn, branch)
             return self._staging.set_many_txn(txn, b.staging_token, prepared)
 
-        return self._env.write(fn, durable)
+        return self._env.write_grouped(fn, durable)  # concurrent stagers share a transaction
 
     def sync(self) -> None:
         """Make every staging change of this process durable (after ``durable=False`` ones)."""

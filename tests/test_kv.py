@@ -273,3 +273,43 @@ def test_map_grown_by_one_process_never_fails_another(tmp_path):
     e = kv.open_env(home / "repos" / "big" / "refs.lmdb", create=False)
     assert e.stat()["staging"] == 200000
     kv.close_env(e.path)
+
+
+# --- group commit ---------------------------------------------------------------------
+
+
+def test_concurrent_grouped_writes_share_transactions_and_keep_their_own_errors(tmp_path):
+    """write_grouped: concurrent writers land in shared durable transactions; a failing
+    fn fails only its own caller, and every other write is committed."""
+    p = tmp_path / "g" / "refs.lmdb"
+    e = kv.open_env(p, kv.KVConfig(map_size=1 << 20, sync=True))
+    try:
+        db = e.dbs[kv.DB_STAGING]
+        gate = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def writer(i: int) -> None:
+            gate.wait()
+            for j in range(20):
+                def fn(txn, i=i, j=j):
+                    if i == 3 and j == 7:
+                        raise ValueError("bad one")
+                    txn.put(b"%d-%d" % (i, j), b"v", db=db)
+                    return (i, j)
+                try:
+                    assert e.write_grouped(fn) == (i, j)
+                except ValueError as exc:
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert [str(x) for x in errors] == ["bad one"]
+        with e.read() as txn:
+            keys = {k for k, _ in txn.cursor(db=db)}
+        assert keys == {b"%d-%d" % (i, j) for i in range(8) for j in range(20)} - {b"3-7"}
+        assert e._synced_seq == e._commit_seq  # every grouped write returned durable
+    finally:
+        kv.close_env(p)

@@ -6,6 +6,8 @@ Work (each timed ``--reps`` times; medians reported):
 * sequential write of one file (``--seq-mib``, default 1024) in 1 MiB writes, closed
   (for lakefuse the close returns once the object is uploaded and staged);
 * create + write (1 KiB) + close of ``--files`` small files (default 10,000) in 10 directories;
+* the same by ``--writers`` processes at once (default 8; concurrent closes share
+  LMDB transactions and syncs: group commit);
 * ``cp -r`` of a tree of ``--files`` small files;
 * commit of the ``--files`` staged files through ``.lakefuse/commit`` (lakefuse only);
 * rename (``mv``) of a directory holding ``--files`` files.
@@ -114,6 +116,21 @@ def small_files(root: Path, n: int, fsync: bool = False) -> float:
     return time.perf_counter() - t0
 
 
+def _small_files_job(a) -> float:
+    return small_files(*a)
+
+
+def small_files_parallel(root: Path, n: int, writers: int, fsync: bool = False) -> float:
+    """``small_files`` by ``writers`` processes at once (``n`` files in all): wall time."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(writers) as pool:
+        t0 = time.perf_counter()
+        pool.map(_small_files_job, [(root / f"w{w}", n // writers, fsync) for w in range(writers)])
+        return time.perf_counter() - t0
+
+
 def make_tree(root: Path, n: int) -> None:
     data = os.urandom(1024)
     for i in range(n):
@@ -192,11 +209,19 @@ def bench_local(args, work: Path, rep: Report) -> None:
         rep.add(f"create+write+close {args.files} x 1 KiB: lakefuse", f"{args.files / median(ours):.0f} files/s",
                 f"x{median(nat) / median(ours):.2f} of native ({args.files / median(nat):.0f}/s), "
                 f"x{median(nat_f) / median(ours):.2f} of native+fsync ({args.files / median(nat_f):.0f}/s)")
+        # small files by concurrent writers (their closes share LMDB transactions and syncs)
+        w, nw = args.writers, args.files // args.writers * args.writers
+        nat = [small_files_parallel(native / f"par{r}", nw, w) for r in range(args.reps)]
+        nat_f = [small_files_parallel(native / f"parf{r}", nw, w, fsync=True) for r in range(args.reps)]
+        ours = [small_files_parallel(b / f"par{r}", nw, w) for r in range(args.reps)]
+        rep.add(f"create+write+close {nw} x 1 KiB by {w} processes: lakefuse", f"{nw / median(ours):.0f} files/s",
+                f"x{median(nat) / median(ours):.2f} of native ({nw / median(nat):.0f}/s), "
+                f"x{median(nat_f) / median(ours):.2f} of native+fsync ({nw / median(nat_f):.0f}/s)")
         # commit of the staged files (the first rep's set plus the big files)
         t0 = time.perf_counter()
         (b / ".lakefuse" / "commit").write_text("bench: small files\n")
         commit_s = time.perf_counter() - t0
-        n_staged = args.files * args.reps + args.reps
+        n_staged = (args.files + nw) * args.reps + args.reps
         rep.add(f"commit of {n_staged} staged files via .lakefuse/commit", f"{commit_s:.2f} s")
         # cp -r
         src = work / "tree"
@@ -324,6 +349,7 @@ def main() -> int:
     ap.add_argument("--seq-mib", type=int, default=1024)
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--writers", type=int, default=8, help="processes for the concurrent small-file work")
     ap.add_argument("--s3", action="store_true", help="also run on S3 (moto) with rclone and s3fs as peers")
     ap.add_argument("--s3-seq-mib", type=int, default=256)
     ap.add_argument("--s3-files", type=int, default=1000)

@@ -179,6 +179,9 @@ def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_wr
     e1 = sf.flush()
     obj1 = repo._store._path(e1.address)
     assert os.stat(obj1).st_ino == ino and os.stat(obj1).st_nlink == 1  # the same file, no copy
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert os.stat(obj1).st_mode & 0o777 == 0o666 & ~umask  # the mode any put gives
     assert not spool_path.exists() and spool.stats["adopted"] == 1
     assert e1.etag == hashlib.md5(b"first version").hexdigest()  # hashed while written
     assert sf.read(0, 100) == b"first version" and not sf.dirty

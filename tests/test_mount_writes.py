@@ -303,3 +303,28 @@ def test_writes_during_commit_go_to_the_next_one(fs, repo):
     fs.release(opened.fh)
     assert repo.read("main", "open.txt") == b"unsaved"
     assert read_control(fs, "main", "status") == b"M open.txt\n"
+
+
+def test_create_is_not_synced_alone_but_close_makes_it_durable(tmp_path):
+    """create(2)'s staging is committed without a sync of its own; the close of the
+    file -- written or not -- returns only once every commit is synced."""
+    from graveler.config import KVConfig
+
+    repo = make_repo(tmp_path, "dur", kv=KVConfig(map_size=1 << 24, sync=True))
+    env = repo._env
+    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    fs = WritableFilesystem(repo, FsConfig(uid=1000, gid=100), spool=sp)
+    try:
+        root = ino_of(fs, "main")
+        for name, data in (("empty", b""), ("full", b"data")):
+            opened, _ = fs.create(root, name.encode(), stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+            assert repo.exists("main", name) and env._synced_seq < env._commit_seq  # staged, not synced
+            if data:
+                fs.write(opened.fh, 0, data)
+            fs.flush(opened.fh)
+            assert env._synced_seq == env._commit_seq  # close: everything durable
+            fs.release(opened.fh)
+            assert repo.read("main", name) == data
+    finally:
+        sp.close()
+        repo.graveler.close()

@@ -50,6 +50,8 @@ _CHUNK = 1 << 20
 _NAME_MAX = 255
 # A concurrent delete may prune a directory between our mkdir and our create.
 _CREATE_ATTEMPTS = 8
+_UMASK = os.umask(0o022)  # read once, at import (reading it means setting it)
+os.umask(_UMASK)
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: never hang on a FIFO
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
@@ -337,6 +339,7 @@ class LocalStore(ObjectStore):
                 etag = self._etag(fd, st)
             else:
                 self._remember_etag(fd, st, etag)
+            os.fchmod(fd, 0o666 & ~_UMASK)  # the mode a put gives its objects
             os.fsync(fd)
         except OSError as exc:
             raise self._os_error("put", key, exc, writing=True) from exc

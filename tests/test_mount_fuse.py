@@ -177,6 +177,9 @@ def test_xattrs(world):
     with pytest.raises(OSError) as ei:
         os.getxattr(f, "user.nope")
     assert ei.value.errno == errno.ENODATA
+    with pytest.raises(OSError) as ei:  # answered on the trio thread (asked before every write)
+        os.getxattr(f, "security.capability")
+    assert ei.value.errno == errno.ENODATA
 
 
 def test_info_files(world):

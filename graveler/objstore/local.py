@@ -321,12 +321,15 @@ class LocalStore(ObjectStore):
 
     def adopt_file(self, key: str, path: str, etag: str | None = None) -> ObjectInfo:
         """Make the local file ``path`` the object ``key`` without copying it: it is
-        fsynced and hard-linked into place (then its directory is fsynced), so the object
-        and ``path`` are one inode. The caller hands the file over: it must never write
-        to it again (it unlinks ``path`` once the object is referenced). ``etag``: the
-        MD5 the caller computed while writing (hashed here in one read pass if None).
-        Falls back to a copy (:meth:`put_file`) when ``path`` is on another filesystem
-        or the filesystem has no hard links."""
+        hard-linked into place, then fsynced, then its new directory entry is fsynced,
+        so the object and ``path`` are one inode, durable when this returns. (Linking
+        before the fsync lets one journal commit carry both on ext4; until this returns
+        nothing refers to the new address, so a crash in between leaves at most an
+        unreferenced object.) The caller hands the file over: it must never write to it
+        again (it unlinks ``path`` once the object is referenced). ``etag``: the MD5 the
+        caller computed while writing (hashed here in one read pass if None). Falls
+        back to a copy (:meth:`put_file`) when ``path`` is on another filesystem or the
+        filesystem has no hard links."""
         dest = self._path(key)
         directory = os.path.dirname(dest)
         try:
@@ -334,35 +337,40 @@ class LocalStore(ObjectStore):
         except OSError as exc:
             raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
         try:
-            st = os.fstat(fd)
-            if etag is None:
-                etag = self._etag(fd, st)
+            try:
+                st = os.fstat(fd)
+                if etag is None:
+                    etag = self._etag(fd, st)
+                else:
+                    self._remember_etag(fd, st, etag)
+                os.fchmod(fd, 0o666 & ~_UMASK)  # the mode a put gives its objects
+            except OSError as exc:
+                raise self._os_error("put", key, exc, writing=True) from exc
+            for _ in range(_CREATE_ATTEMPTS):
+                try:
+                    os.makedirs(directory, exist_ok=True)
+                    os.link(path, dest)
+                    break
+                except FileNotFoundError:
+                    if not os.path.exists(path):
+                        raise InvalidArgument(f"source file {path!r} vanished") from None
+                    continue  # a concurrent delete pruned the directory; make it again
+                except FileExistsError as exc:
+                    raise self._conflict(key) from exc
+                except OSError as exc:
+                    if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
+                        log.debug("adopt %s: cannot link %s (%s); copying", key, path, exc.strerror)
+                        return self.put_file(key, path)
+                    raise self._os_error("put", key, exc, writing=True) from exc
             else:
-                self._remember_etag(fd, st, etag)
-            os.fchmod(fd, 0o666 & ~_UMASK)  # the mode a put gives its objects
-            os.fsync(fd)
-        except OSError as exc:
-            raise self._os_error("put", key, exc, writing=True) from exc
+                raise StoreUnavailable(f"put {self.full_uri(key)}: directory {directory!r} keeps disappearing")
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                _unlink_quietly(dest)
+                raise self._os_error("put", key, exc, writing=True) from exc
         finally:
             os.close(fd)
-        for _ in range(_CREATE_ATTEMPTS):
-            try:
-                os.makedirs(directory, exist_ok=True)
-                os.link(path, dest)
-                break
-            except FileNotFoundError:
-                if not os.path.exists(path):
-                    raise InvalidArgument(f"source file {path!r} vanished") from None
-                continue  # a concurrent delete pruned the directory; make it again
-            except FileExistsError as exc:
-                raise self._conflict(key) from exc
-            except OSError as exc:
-                if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
-                    log.debug("adopt %s: cannot link %s (%s); copying", key, path, exc.strerror)
-                    return self.put_file(key, path)
-                raise self._os_error("put", key, exc, writing=True) from exc
-        else:
-            raise StoreUnavailable(f"put {self.full_uri(key)}: directory {directory!r} keeps disappearing")
         self._fsync_dir(key, directory)
         log.debug("adopted %s (%d bytes) from %s", key, st.st_size, path)
         return ObjectInfo(key, st.st_size, st.st_mtime, etag)

@@ -19,7 +19,7 @@ from pyfuse3 import FUSEError
 
 from graveler.errors import GravelerError
 from lakefuse.mount.errors import FsError, errno_for
-from lakefuse.mount.fs import Attr, Filesystem
+from lakefuse.mount.fs import XATTR_PREFIX, Attr, Filesystem
 from lakefuse.mount.writes import Caller, SetAttr
 from lakefuse.mount.offload import DATA, META, WRITE, Offload
 
@@ -224,7 +224,11 @@ class Operations(pyfuse3.Operations):
 
     @boundary("getxattr")
     async def getxattr(self, inode, name, ctx):
-        return await self._meta(self.fs.getxattr, inode, bytes(name))
+        name = bytes(name)
+        if not name.startswith(XATTR_PREFIX):
+            # e.g. security.capability, asked before every write: never held, no thread needed
+            raise FsError(errno.ENODATA)
+        return await self._meta(self.fs.getxattr, inode, name)
 
     @boundary("listxattr")
     async def listxattr(self, inode, ctx):

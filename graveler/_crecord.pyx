@@ -240,22 +240,18 @@ def hasher_input(keys, values):
 
 # --- catalog entries: identity input and protobuf bytes ------------------------------------------
 
-cdef inline void put_i64be(bytearray out, int64_t v):
-    cdef uint64_t u = <uint64_t>v
-    cdef unsigned char tmp[10]
-    cdef int i
-    tmp[0] = 2
-    tmp[1] = 8
-    for i in range(8):
-        tmp[9 - i] = <unsigned char>(u & 0xFF)
-        u >>= 8
-    out += (<char*>tmp)[:10]
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
 
 
-cdef inline void enc_string(bytearray out, bytes s):
-    out.append(1)
-    put_i64be(out, PyBytes_GET_SIZE(s))
-    out += s
+cdef inline const char* text(object s, Py_ssize_t* n) except NULL:
+    """UTF-8 bytes of a str (no copy for a str that has them cached, as ASCII ones do) or of bytes."""
+    if type(s) is str:
+        return PyUnicode_AsUTF8AndSize(s, n)
+    if type(s) is bytes:
+        n[0] = PyBytes_GET_SIZE(s)
+        return PyBytes_AS_STRING(s)
+    raise TypeError(f"expected str, not {type(s).__name__}")
 
 
 cdef inline bytes utf8(object s):
@@ -264,10 +260,61 @@ cdef inline bytes utf8(object s):
     return (<str>s).encode("utf-8")
 
 
+cdef inline unsigned char* put_i64be(unsigned char* p, int64_t v) noexcept:
+    cdef uint64_t u = <uint64_t>v
+    cdef int i
+    p[0] = 2
+    p[1] = 8
+    for i in range(8):
+        p[9 - i] = <unsigned char>(u & 0xFF)
+        u >>= 8
+    return p + 10
+
+
+cdef inline unsigned char* put_str(unsigned char* p, const char* s, Py_ssize_t n) noexcept:
+    p[0] = 1
+    p = put_i64be(p + 1, n)
+    memcpy(p, s, n)
+    return p + n
+
+
 cdef list sorted_items(object metadata):
     cdef list items = [(utf8(k), utf8(v)) for k, v in metadata.items()]
     items.sort()
     return items
+
+
+def entry_identity_input(size, etag, metadata, content_type=""):
+    """The bytes lakeFS hashes for an entry's identity (size, etag, sorted metadata, content type)."""
+    cdef Py_ssize_t le, lc = 0, total
+    cdef const char* pe = text(etag, &le)
+    cdef const char* pc = NULL
+    cdef list items = sorted_items(metadata) if metadata else []
+    cdef bytes out
+    cdef unsigned char* p
+    if content_type:
+        pc = text(content_type, &lc)
+    total = 10 + 11 + le + 11
+    for k, v in items:
+        total += 22 + PyBytes_GET_SIZE(<bytes>k) + PyBytes_GET_SIZE(<bytes>v)
+    if pc != NULL:
+        total += 11 + lc
+    out = PyBytes_FromStringAndSize(NULL, total)
+    p = <unsigned char*>PyBytes_AS_STRING(out)
+    p = put_i64be(p, size)
+    p = put_str(p, pe, le)
+    p[0] = 4
+    p = put_i64be(p + 1, len(items))
+    for k, v in items:
+        p = put_str(p, PyBytes_AS_STRING(<bytes>k), PyBytes_GET_SIZE(<bytes>k))
+        p = put_str(p, PyBytes_AS_STRING(<bytes>v), PyBytes_GET_SIZE(<bytes>v))
+    if pc != NULL:
+        p = put_str(p, pc, lc)
+    return out
+
+
+def entry_identity(size, etag, metadata, content_type=""):
+    return _sha256(entry_identity_input(size, etag, metadata, content_type)).digest()
 
 
 cdef inline int proto_key_cmp(bytes a, bytes b) noexcept:
@@ -295,82 +342,81 @@ cdef list proto_map_order(object metadata):
     return items
 
 
-def entry_identity_input(size, etag, metadata, content_type=""):
-    """The bytes lakeFS hashes for an entry's identity (size, etag, sorted metadata, content type)."""
-    cdef bytearray out = bytearray()
-    cdef list items
-    put_i64be(out, size)
-    enc_string(out, utf8(etag))
-    out.append(4)
-    if metadata:
-        items = sorted_items(metadata)
-        put_i64be(out, len(items))
-        for k, v in items:
-            enc_string(out, k)
-            enc_string(out, v)
-    else:
-        put_i64be(out, 0)
-    if content_type:
-        enc_string(out, utf8(content_type))
-    return bytes(out)
+cdef inline Py_ssize_t field_len(Py_ssize_t n) noexcept:
+    return 1 + uvarint_len(n) + n
 
 
-def entry_identity(size, etag, metadata, content_type=""):
-    return _sha256(entry_identity_input(size, etag, metadata, content_type)).digest()
-
-
-cdef inline void pb_tag_varint(bytearray out, int field, uint64_t v):
-    cdef unsigned char tmp[11]
-    cdef Py_ssize_t n
-    tmp[0] = <unsigned char>(field << 3)
-    n = 1 + put_uvarint(tmp + 1, v)
-    out += (<char*>tmp)[:n]
-
-
-cdef inline void pb_bytes(bytearray out, int field, bytes b):
-    cdef unsigned char tmp[11]
-    cdef Py_ssize_t n
-    tmp[0] = <unsigned char>((field << 3) | 2)
-    n = 1 + put_uvarint(tmp + 1, PyBytes_GET_SIZE(b))
-    out += (<char*>tmp)[:n]
-    out += b
+cdef inline unsigned char* put_field(unsigned char* p, int field, const char* s, Py_ssize_t n) noexcept:
+    p[0] = <unsigned char>((field << 3) | 2)
+    p += 1 + put_uvarint(p + 1, n)
+    memcpy(p, s, n)
+    return p + n
 
 
 def entry_proto(address, int64_t size, etag, int64_t last_modified_ns, metadata, int address_type, content_type):
     """catalog.Entry serialized as protobuf does with deterministic=True (fields in number order)."""
-    cdef bytearray out = bytearray()
-    cdef bytearray ts, me
-    cdef bytes a = utf8(address), e = utf8(etag), c = utf8(content_type)
-    cdef int64_t secs, nanos
-    if PyBytes_GET_SIZE(a):
-        pb_bytes(out, 1, a)
+    cdef Py_ssize_t la, le, lc, total = 0, ts_len = 0, me_len
+    cdef const char* pa = text(address, &la)
+    cdef const char* pe = text(etag, &le)
+    cdef const char* pc = text(content_type, &lc)
+    cdef int64_t secs = 0, nanos = 0
+    cdef list items = proto_map_order(metadata) if metadata else []
+    cdef bytes out
+    cdef unsigned char* p
+    if la:
+        total += field_len(la)
     if last_modified_ns:
         secs = last_modified_ns // 1000000000
         nanos = last_modified_ns - secs * 1000000000
         if nanos < 0:  # floor division, as Python's divmod
             nanos += 1000000000
             secs -= 1
-        ts = bytearray()
         if secs:
-            pb_tag_varint(ts, 1, <uint64_t>secs)
+            ts_len += 1 + uvarint_len(<uint64_t>secs)
         if nanos:
-            pb_tag_varint(ts, 2, <uint64_t>nanos)
-        pb_bytes(out, 2, bytes(ts))
+            ts_len += 1 + uvarint_len(<uint64_t>nanos)
+        total += field_len(ts_len)
     if size:
-        pb_tag_varint(out, 3, <uint64_t>size)
-    if PyBytes_GET_SIZE(e):
-        pb_bytes(out, 4, e)
-    if metadata:
-        for k, v in proto_map_order(metadata):
-            me = bytearray()  # protobuf writes both fields of a map entry, empty or not
-            pb_bytes(me, 1, k)
-            pb_bytes(me, 2, v)
-            pb_bytes(out, 5, bytes(me))
+        total += 1 + uvarint_len(<uint64_t>size)
+    if le:
+        total += field_len(le)
+    for k, v in items:
+        me_len = field_len(PyBytes_GET_SIZE(<bytes>k)) + field_len(PyBytes_GET_SIZE(<bytes>v))
+        total += field_len(me_len)
     if address_type:
-        pb_tag_varint(out, 6, <uint64_t><int64_t>address_type)
-    if PyBytes_GET_SIZE(c):
-        pb_bytes(out, 7, c)
-    return bytes(out)
+        total += 1 + uvarint_len(<uint64_t><int64_t>address_type)
+    if lc:
+        total += field_len(lc)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    p = <unsigned char*>PyBytes_AS_STRING(out)
+    if la:
+        p = put_field(p, 1, pa, la)
+    if last_modified_ns:
+        p[0] = 0x12
+        p += 1 + put_uvarint(p + 1, ts_len)
+        if secs:
+            p[0] = 0x08
+            p += 1 + put_uvarint(p + 1, <uint64_t>secs)
+        if nanos:
+            p[0] = 0x10
+            p += 1 + put_uvarint(p + 1, <uint64_t>nanos)
+    if size:
+        p[0] = 0x18
+        p += 1 + put_uvarint(p + 1, <uint64_t>size)
+    if le:
+        p = put_field(p, 4, pe, le)
+    for k, v in items:  # protobuf writes both fields of a map entry, empty or not
+        me_len = field_len(PyBytes_GET_SIZE(<bytes>k)) + field_len(PyBytes_GET_SIZE(<bytes>v))
+        p[0] = 0x2A
+        p += 1 + put_uvarint(p + 1, me_len)
+        p = put_field(p, 1, PyBytes_AS_STRING(<bytes>k), PyBytes_GET_SIZE(<bytes>k))
+        p = put_field(p, 2, PyBytes_AS_STRING(<bytes>v), PyBytes_GET_SIZE(<bytes>v))
+    if address_type:
+        p[0] = 0x30
+        p += 1 + put_uvarint(p + 1, <uint64_t><int64_t>address_type)
+    if lc:
+        p = put_field(p, 7, pc, lc)
+    return out
 
 
 def entry_to_value(entry):
@@ -380,6 +426,6 @@ def entry_to_value(entry):
     metadata = entry.metadata
     content_type = entry.content_type
     identity = _sha256(entry_identity_input(size, etag, metadata, content_type)).digest()
-    data = entry_proto(entry.address, size, etag, entry.last_modified_ns, metadata, int(entry.address_type),
+    data = entry_proto(entry.address, size, etag, entry.last_modified_ns, metadata, entry.address_type,
                        content_type)
     return make_value(identity, data)

@@ -25,6 +25,7 @@ writes fall back to the store with a warning rather than failing.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 from typing import Callable
@@ -32,7 +33,7 @@ from typing import Callable
 import diskcache
 
 from graveler.errors import CorruptedData, StoreUnavailable
-from graveler.objstore.base import ObjectInfo, ObjectStore
+from graveler.objstore.base import ObjectInfo, ObjectStore, map_file
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,28 @@ class ImmutableCache:
             with self._lock:
                 del self._flights[ck]
             flight.done.set()
+
+    def get_mapped(self, key: str):
+        """``get``, except that a hit stored as a file comes back memory-mapped (read-only), so a large
+        range is paged in as it is read instead of living in memory whole."""
+        try:
+            f = self._cache.get(self._ck(key), default=None, read=True, retry=True)
+        except _CACHE_ERRORS as exc:
+            log.warning("cache read of %s failed, reading from the store: %s", key, exc)
+            f = None
+        if f is None:
+            return self.get(key)  # a miss: fetched, verified and cached as get does
+        if isinstance(f, bytes):  # small entries live in the cache's database
+            self.stats.add("hits")
+            return f
+        try:
+            with f:
+                data = map_file(f.fileno(), os.fstat(f.fileno()).st_size)
+        except (OSError, ValueError) as exc:
+            log.warning("cannot map the cached %s, reading it: %s", key, exc)
+            return self.get(key)
+        self.stats.add("hits")
+        return data
 
     def _fetch_verified(self, key: str) -> bytes:
         """The object from the store, verified; fetched a second time if the first copy

@@ -24,7 +24,7 @@ from graveler.errors import CorruptedData
 from graveler.model import AddressType, Entry, Value, py_decode_value, py_encode_value
 from graveler.sstable import _cblock, block
 from graveler.sstable.reader import BlockCache, SSTable
-from graveler.sstable.writer import SSTableWriter
+from graveler.sstable.writer import SSTableWriter, py_index_key
 
 _crecord = native.load("graveler._crecord")
 REPO = Path(__file__).resolve().parents[1]
@@ -45,11 +45,13 @@ class CSSTable(SSTable):
 class PySSTableWriter(SSTableWriter):
     block_builder = block.PyBlockBuilder
     should_flush = staticmethod(block.py_should_flush)
+    index_key = staticmethod(py_index_key)
 
 
 class CSSTableWriter(SSTableWriter):
     block_builder = _cblock.BlockBuilder
     should_flush = staticmethod(_cblock.should_flush)
+    index_key = staticmethod(_cblock.index_key_for)
 
 
 def test_compiled_is_the_default():
@@ -327,3 +329,39 @@ def test_range_writer_compiled_loop_refuses_unsorted_records():
             w.write_batch([(b"b", b"3")])
         with pytest.raises(InvalidArgument):
             w.write_batch([(b"d", b"3"), (b"d", b"4")])
+
+
+# -- mapped tables (issue 8: a large repository does not live in memory) ---------------------------
+
+def test_local_store_and_disk_cache_map_large_tables(tmp_path):
+    import mmap
+
+    from graveler.cache import ImmutableCache
+    from graveler.committed.reader import StoreSource, TableReader, verify_table
+    from graveler.objstore import open_store
+
+    store = open_store(str(tmp_path / "ns"))
+    recs = [(b"k/%07d" % i, os.urandom(40)) for i in range(20_000)]
+    w = SSTableWriter()
+    for k, v in recs:
+        w.add(k, v)
+    data = w.finish()
+    assert len(data) > 64 << 10
+    store.put("_lakefs/t1", data)
+    store.put("_lakefs/small", b"tiny")
+    m = store.get_mapped("_lakefs/t1", min_size=0)
+    assert isinstance(m, mmap.mmap) and m[:] == data
+    assert isinstance(store.get_mapped("_lakefs/t1"), bytes)  # under the mapping threshold: read
+    assert store.get_mapped("_lakefs/small", min_size=0)[:] == b"tiny"
+    t = SSTable(m, "t1", block_cache=BlockCache())
+    assert list(t) == recs and t.get(recs[777][0]) == recs[777][1]
+
+    with ImmutableCache(store, str(tmp_path / "cache"), verify=verify_table) as cache:
+        first = cache.get_mapped("_lakefs/t1")  # a miss: fetched, verified, cached
+        assert first == data
+        again = cache.get_mapped("_lakefs/t1")  # a hit on a file-backed entry: mapped
+        assert isinstance(again, mmap.mmap) and again[:] == data
+        assert cache.stats.snapshot()["fetches"] == 1
+        reader = TableReader(cache)
+        assert reader.open("t1").get(recs[5][0]) == recs[5][1]
+    assert TableReader(StoreSource(store)).open("t1").get(recs[9][0]) == recs[9][1]

@@ -120,7 +120,9 @@ class CommittedManager:
                 w.copy_range(info)
                 stats.ranges_reused += 1
                 continue
-            pending = _apply_range(self.reader.open(info.id), pending, ch, w, out, stats)
+            t = self.reader.open(info.id)
+            step = _apply_range_compiled if t.compiled else _apply_range
+            pending = step(t, pending, ch, w, out, stats)
             # Changes after the range's last record but within its span (up to max_key) were added;
             # those equal to max_key were matched; nothing else belongs to this range.
         while pending is not None:
@@ -202,6 +204,53 @@ def _apply_range(t: SSTable, pending: Change | None, ch: Iterator[Change], w: Me
                 pending = next(ch, None)
             else:
                 out.append((k, raw))
+    return pending
+
+
+def _apply_range_compiled(t: SSTable, pending: Change | None, ch: Iterator[Change], w: MetaRangeWriter,
+                          out: list[tuple[bytes, bytes]], stats: ApplyStats) -> Change | None:
+    """``_apply_range`` over compiled blocks: blocks are read one ahead, and an untouched block is
+    carried over with its records summed up in compiled code (no Python object per record)."""
+    handles = t.data_block_handles()
+    copyable = t.crc32c_trailers
+    nb = len(handles)
+    blk = t.block(handles[0]) if nb else None
+    for bi in range(nb):
+        nxt = t.block(handles[bi + 1]) if bi + 1 < nb else None
+        n = len(blk)
+        if n:
+            if copyable and nxt is not None and (pending is None or pending[0] > blk.key_at(n - 1)):
+                next_key, next_len = None, 0
+                if len(nxt):
+                    k0 = nxt.key_at(0)
+                    if pending is None or pending[0] > k0:
+                        next_key, next_len = k0, len(nxt.value_at(0))
+                if out:
+                    w.write_batch(out)
+                    out.clear()
+                w.write_compiled_block(t.raw_block(handles[bi]), blk, next_key, next_len)
+            else:
+                for k, raw in blk.iter_from(0):
+                    while pending is not None and pending[0] < k:
+                        if pending[1] is not None:
+                            out.append((pending[0], encode_value(pending[1])))
+                            stats.added += 1
+                        pending = next(ch, None)
+                    if pending is not None and pending[0] == k:
+                        v = pending[1]
+                        if v is None:
+                            stats.removed += 1
+                        else:
+                            old = decode_value(raw)
+                            if old.identity == v.identity:
+                                out.append((k, raw))
+                            else:
+                                out.append((k, encode_value(v)))
+                                stats.changed += 1
+                        pending = next(ch, None)
+                    else:
+                        out.append((k, raw))
+        blk = nxt
     return pending
 
 

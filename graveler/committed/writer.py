@@ -168,6 +168,28 @@ class MetaRangeWriter:
                 return
         self.write_batch(list(zip(keys, values)), hashes)
 
+    def write_compiled_block(self, raw: bytes, blk, next_key: bytes | None, next_value_len: int) -> None:
+        """``write_block`` for a compiled block (graveler.sstable._cblock.Block): its records are summed up
+        (keys' FNV, table-ID input) in compiled code, without a Python object per record."""
+        p = self.params
+        first, first_vlen, last, n, raw_k, raw_v, inside, last_breaks, id_input = blk.summary(p.raggedness)
+        cur = self._current
+        if p.min_range_size == 0 and not inside:
+            if cur is None:
+                if self._last_key is not None and first <= self._last_key:
+                    raise InvalidArgument(f"records must be sorted and unique: {first!r} after {self._last_key!r}")
+                cur = self._current = TableWriter(RANGES_TYPE, self.metadata)
+            if cur.sst.append_block_summary(raw, first, first_vlen, last, n, raw_k, raw_v, blk.nbytes, next_key,
+                                            next_value_len, p.max_range_size):
+                cur.hasher.add_input(id_input)
+                self._last_key = last
+                self.records_written += n
+                self.blocks_copied += 1
+                if cur.sst.estimated_size() >= p.max_range_size or last_breaks:
+                    self.close_range()
+                return
+        self.write_batch(list(blk.iter_from(0)))
+
     def write_values(self, records: Iterable[tuple[bytes, Value]], batch: int = 2048) -> None:
         buf: list[tuple[bytes, bytes]] = []
         for k, v in records:

@@ -122,6 +122,18 @@ class ObjectReader:
         self.close()
 
 
+# Below this size an object is read into memory rather than mapped: a mapping keeps a file descriptor
+# open (Python's mmap duplicates it), and small files cost little memory.
+MAP_MIN_BYTES = 4 << 20
+
+
+def map_file(fd: int, size: int):
+    """A read-only memory map of an open file (``b""`` for an empty one)."""
+    import mmap
+
+    return mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else b""
+
+
 class ObjectStore(abc.ABC):
     """A flat namespace of byte objects under one root.
 
@@ -136,6 +148,11 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def get(self, key: str) -> bytes:
         """The whole object; ``NotFound`` if absent."""
+
+    def get_mapped(self, key: str, min_size: int = MAP_MIN_BYTES):
+        """The whole object as a read-only buffer: memory-mapped where the store can map it (a local
+        file of at least ``min_size`` bytes), else ``get``'s bytes."""
+        return self.get(key)
 
     @abc.abstractmethod
     def get_range(self, key: str, start: int, length: int) -> bytes:

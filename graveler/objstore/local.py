@@ -31,6 +31,8 @@ from typing import Callable, Iterator
 
 from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.objstore.base import (
+    MAP_MIN_BYTES,
+    map_file,
     ObjectInfo,
     ObjectReader,
     ObjectStore,
@@ -215,6 +217,18 @@ class LocalStore(ObjectStore):
                 return f.read()
         except OSError as exc:
             raise self._os_error("get", key, exc) from exc
+        finally:
+            os.close(fd)
+
+    def get_mapped(self, key: str, min_size: int = MAP_MIN_BYTES):
+        fd, st = self._open_regular("get", key)
+        try:
+            if st.st_size < min_size:
+                with open(fd, "rb", closefd=False) as f:
+                    return f.read()
+            return map_file(fd, st.st_size)
+        except (OSError, ValueError) as exc:
+            raise self._os_error("get", key, exc if isinstance(exc, OSError) else OSError(str(exc))) from exc
         finally:
             os.close(fd)
 

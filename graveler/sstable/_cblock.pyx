@@ -252,6 +252,63 @@ cdef class Block:
         """(key, value) of the records from index ``i`` on."""
         return BlockIter(self, i)
 
+    def summary(self, uint64_t raggedness):
+        """What a range writer needs to carry this block over verbatim, without a Python object per record.
+
+        Returns (first key, first value's length, last key, number of records, raw key bytes with
+        8-byte trailers, raw value bytes, whether FNV-1a-64 of a key other than the last is 0 modulo
+        ``raggedness``, whether the last key's is, the records' table-ID input).
+        """
+        cdef const unsigned char* d = <const unsigned char*>PyBytes_AS_STRING(self.data)
+        cdef unsigned char* buf
+        cdef unsigned char* hb
+        cdef Py_ssize_t i, j, klen, total = 0, hlen = 0, raw_k = 0, raw_v = 0
+        cdef Ent* e
+        cdef uint64_t h
+        cdef bint inside = False, last_breaks = False
+        cdef bytes hin
+        if self.n == 0:
+            raise ValueError("empty block")
+        for i in range(self.n):
+            e = &self.ents[i]
+            klen = <Py_ssize_t>(e.shared + e.unshared) - self.trail
+            total += dec_len(klen) + klen + dec_len(e.vlen) + e.vlen + 2
+            raw_k += klen + 8
+            raw_v += e.vlen
+        buf = <unsigned char*>malloc(self.maxkey if self.maxkey > 0 else 1)
+        if buf == NULL:
+            raise MemoryError()
+        hin = PyBytes_FromStringAndSize(NULL, total)
+        hb = <unsigned char*>PyBytes_AS_STRING(hin)
+        try:
+            for i in range(self.n):
+                e = &self.ents[i]
+                memcpy(buf + e.shared, d + e.kpos, e.unshared)
+                klen = <Py_ssize_t>(e.shared + e.unshared) - self.trail
+                hlen += put_dec(hb + hlen, klen)
+                memcpy(hb + hlen, buf, klen)
+                hlen += klen
+                hb[hlen] = 124
+                hlen += 1
+                hlen += put_dec(hb + hlen, e.vlen)
+                memcpy(hb + hlen, d + e.kpos + e.unshared, e.vlen)
+                hlen += e.vlen
+                hb[hlen] = 124
+                hlen += 1
+                if raggedness:
+                    h = FNV_OFFSET
+                    for j in range(klen):
+                        h = (h ^ buf[j]) * FNV_PRIME
+                    if h % raggedness == 0:
+                        if i == self.n - 1:
+                            last_breaks = True
+                        else:
+                            inside = True
+        finally:
+            free(buf)
+        return (self.key_c(0), self.ents[0].vlen, self.key_c(self.n - 1), self.n, raw_k, raw_v, inside, last_breaks,
+                hin)
+
     @property
     def keys(self):
         cdef Py_ssize_t i, ln
@@ -1030,3 +1087,64 @@ cdef inline Py_ssize_t put_dec(unsigned char* p, Py_ssize_t v) noexcept nogil:
         p[i] = <unsigned char>(48 + v % 10)
         v //= 10
     return n
+
+
+cdef int add_index_entry(w, BlockBuilder index, uint64_t off, uint64_t size, bytes ikey,
+                         Py_ssize_t block_size, Py_ssize_t threshold) except -1:
+    """SSTableWriter._add_index_entry for the pending block (``off``, ``size``)."""
+    cdef unsigned char hb[20]
+    cdef Py_ssize_t hl = put_uvarint(hb, off)
+    hl += put_uvarint(hb + hl, size)
+    w._pending = None
+    if should_flush_c(index.n_entries, index.size, index.restart_interval, PyBytes_GET_SIZE(ikey), hl,
+                      block_size, threshold):
+        w._finish_partition()
+    index.add_c(ikey, hb, hl)
+    return 0
+
+
+def carry_block(w, bytes raw, bytes first_key, Py_ssize_t first_vlen, bytes last_key, Py_ssize_t n,
+                Py_ssize_t raw_key_size, Py_ssize_t raw_value_size, Py_ssize_t nbytes, next_key,
+                Py_ssize_t next_value_len, Py_ssize_t max_estimate):
+    """SSTableWriter.append_block_summary, compiled (same checks, same state changes, same bytes)."""
+    cdef BlockBuilder data = <BlockBuilder?>w._data
+    cdef BlockBuilder index = <BlockBuilder?>w._index
+    cdef bytearray out = <bytearray?>w._out
+    cdef Py_ssize_t threshold = w._threshold, block_size = w._block_size, off
+    cdef object last, pending
+    if next_key is None:
+        return False
+    # (a) the open block would be closed before this block's first record
+    if data.n_entries and not should_flush_c(data.n_entries, data.size, data.restart_interval,
+                                             PyBytes_GET_SIZE(first_key) + 8, first_vlen, block_size, threshold):
+        return False
+    # (b) the block would be closed before the record after it
+    if not should_flush_c(n, nbytes, 16, len(next_key) + 8, next_value_len, block_size, threshold):
+        return False
+    last = w._last_key
+    if last is not None and cmp_keys(<const unsigned char*>PyBytes_AS_STRING(first_key), PyBytes_GET_SIZE(first_key),
+                                     <const unsigned char*>PyBytes_AS_STRING(<bytes>last),
+                                     PyBytes_GET_SIZE(<bytes>last)) <= 0:
+        raise InvalidArgument(f"SSTable keys must be strictly increasing: {first_key!r} after {last!r}")
+    if data.n_entries:
+        w._flush_data_block()
+    pending = w._pending
+    if pending is not None:
+        add_index_entry(w, index, pending.offset, pending.size, index_key(<bytes>w._pending_last, first_key),
+                        block_size, threshold)
+    # (c) no size-based range break inside the block (checked against the estimate at its end)
+    if PyByteArray_GET_SIZE(out) + nbytes + index.size >= max_estimate:
+        return False
+    off = PyByteArray_GET_SIZE(out)
+    out += raw
+    w._verbatim = (PyBytes_GET_SIZE(raw), nbytes)
+    w.num_data_blocks += 1
+    w._pending = BlockHandle(off, PyBytes_GET_SIZE(raw) - 5)
+    w._pending_last = last_key
+    if last is None:
+        w.first_key = first_key
+    w._last_key = last_key
+    w.num_entries += n
+    w.raw_key_size += raw_key_size
+    w.raw_value_size += raw_value_size
+    return True

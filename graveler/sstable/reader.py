@@ -125,9 +125,11 @@ class SSTable:
         self._single = top if not self.two_level else None
         # The compiled lookup and scan path, when the blocks are compiled ones.
         self._core = None
-        if self.decode_block is _compiled_decode_block:
+        self.compiled = self.decode_block is _compiled_decode_block  # blocks are _cblock.Block
+        if self.compiled:
             self._core = _cblock.TableCore(top, self.two_level, self._cache, self._cache_id, self._load_block,
                                            self.name, self.footer.index.offset)
+            self.get = self._core.get  # no Python frame on the lookup path
 
     # -- plumbing -------------------------------------------------------------------------
     def _handle(self, raw: bytes, at: int) -> BlockHandle:

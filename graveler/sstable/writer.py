@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 
+from graveler import native
 from graveler.errors import InvalidArgument
 from graveler.sstable.block import BlockBuilder, should_flush
 from graveler.sstable.format import (
@@ -65,12 +66,21 @@ def _index_key(last: bytes, sep: bytes) -> bytes:
     return last + SET_TRAILER
 
 
+_cblock = None if native.PURE_PYTHON else native.load("graveler.sstable._cblock")
+
+
+def py_index_key(last: bytes, following: bytes) -> bytes:
+    """The index entry key for a data block ending at ``last`` when ``following`` comes next."""
+    return _index_key(last, separator(last, following))
+
+
 class SSTableWriter:
     """Builds one table in memory.  Keys must be strictly increasing user keys."""
 
     # The block codec (compiled or the pure-Python reference, see graveler.native).
     block_builder = BlockBuilder
     should_flush = staticmethod(should_flush)
+    index_key = staticmethod(py_index_key if _cblock is None else _cblock.index_key_for)
 
     def __init__(self, compression: bool = True, block_size: int = BLOCK_SIZE):
         self._compress = compression
@@ -103,7 +113,7 @@ class SSTableWriter:
                                                              self._threshold):
             self._flush_data_block()
         if self._pending is not None:
-            self._add_index_entry(_index_key(self._pending_last, separator(self._pending_last, key)))
+            self._add_index_entry(self.index_key(self._pending_last, key))
         self._data.add(ikey, value)
         if last is None:
             self.first_key = key
@@ -138,22 +148,35 @@ class SSTableWriter:
         """
         if next_key is None:
             return False
-        first_ikey_len = len(keys[0]) + 8
+        n = len(keys)
+        return self.append_block_summary(raw, keys[0], len(values[0]), keys[-1], n, sum(map(len, keys)) + 8 * n,
+                                         sum(map(len, values)), nbytes, next_key, next_value_len, max_estimate)
+
+    def append_block_summary(self, raw: bytes, first_key: bytes, first_value_len: int, last_key: bytes, n: int,
+                             raw_key_size: int, raw_value_size: int, nbytes: int, next_key: bytes | None,
+                             next_value_len: int, max_estimate: int) -> bool:
+        """``append_block_canonical`` given a summary of the block's records instead of the records:
+        first key, its value's length, last key, count, key bytes (8-byte trailers included), value bytes."""
+        if next_key is None:
+            return False
+        if _cblock is not None and type(self._data) is _cblock.BlockBuilder:
+            return _cblock.carry_block(self, raw, first_key, first_value_len, last_key, n, raw_key_size,
+                                       raw_value_size, nbytes, next_key, next_value_len, max_estimate)
         data = self._data
         # (a) the open block would be closed before this block's first record
-        if data.n_entries and not data.should_flush(first_ikey_len, len(values[0]), self._block_size,
+        if data.n_entries and not data.should_flush(len(first_key) + 8, first_value_len, self._block_size,
                                                      self._threshold):
             return False
         # (b) the block would be closed before the record after it
-        if not self.should_flush(len(keys), nbytes, 16, len(next_key) + 8, next_value_len, self._block_size,
-                            self._threshold):
+        if not self.should_flush(n, nbytes, 16, len(next_key) + 8, next_value_len, self._block_size,
+                                 self._threshold):
             return False
         last = self._last_key
-        if last is not None and keys[0] <= last:
-            raise InvalidArgument(f"SSTable keys must be strictly increasing: {keys[0]!r} after {last!r}")
+        if last is not None and first_key <= last:
+            raise InvalidArgument(f"SSTable keys must be strictly increasing: {first_key!r} after {last!r}")
         self._flush_data_block()
         if self._pending is not None:
-            self._add_index_entry(_index_key(self._pending_last, separator(self._pending_last, keys[0])))
+            self._add_index_entry(self.index_key(self._pending_last, first_key))
         # (c) no size-based range break inside the block (checked against the estimate at its end)
         if len(self._out) + nbytes + self._index.size >= max_estimate:
             return False  # the caller adds the records: the flush and index entry above are what it would do
@@ -162,14 +185,13 @@ class SSTableWriter:
         self._verbatim = (len(raw), nbytes)
         self.num_data_blocks += 1
         self._pending = h
-        self._pending_last = keys[-1]
+        self._pending_last = last_key
         if last is None:
-            self.first_key = keys[0]
-        self._last_key = keys[-1]
-        n = len(keys)
+            self.first_key = first_key
+        self._last_key = last_key
         self.num_entries += n
-        self.raw_key_size += sum(map(len, keys)) + 8 * n
-        self.raw_value_size += sum(map(len, values))
+        self.raw_key_size += raw_key_size
+        self.raw_value_size += raw_value_size
         return True
 
     # -- internals --------------------------------------------------------------------------

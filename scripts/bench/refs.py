@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from graveler import Graveler  # noqa: E402
+from graveler import Graveler, native  # noqa: E402
 from graveler.model import Entry  # noqa: E402
 from graveler.config import GravelerConfig  # noqa: E402
 
@@ -135,7 +135,8 @@ def main() -> int:
             f"({got / statistics.median(times):,.0f} commits/s); making them: "
             f"{args.log_commits / build_s:,.0f} commits/s")
 
-        print(f"\nlakefuse refs and staging, {n:,}-entry branch, {os.cpu_count()} cores")
+        print(f"\nlakefuse refs and staging ({native.implementation()} hot path), {n:,}-entry branch, "
+              f"{os.cpu_count()} cores")
         w = max(len(r[0]) for r in rows)
         for name, text in rows:
             print(f"| {name.ljust(w)} | {text}")

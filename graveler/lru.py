@@ -17,11 +17,13 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Generic, Hashable, TypeVar
 
+from graveler import native
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
-class LRU(Generic[K, V]):
+class PyLRU(Generic[K, V]):
     """At most ``max_bytes`` of values (as ``weight(value)`` counts them); the most
     recently used value is always kept, however heavy."""
 
@@ -96,4 +98,9 @@ class LRU(Generic[K, V]):
         return self._bytes
 
 
-__all__ = ["LRU"]
+if native.PURE_PYTHON:
+    LRU = PyLRU
+else:  # the same class, compiled (graveler._crecord.LRU): a hit is one C call
+    LRU = native.load("graveler._crecord").LRU
+
+__all__ = ["LRU", "PyLRU"]

@@ -266,7 +266,7 @@ def test_fixture_and_committed_suites_pass_on_the_pure_python_reference():
     """The lakeFS fixture tests, the byte-for-byte writer tests and the committed layer, on the reference."""
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_sstable.py",
-         "tests/test_committed.py", "-k", "not s3 and not fuzz", "--hypothesis-seed=0"],
+         "tests/test_committed.py", "tests/test_lru.py", "-k", "not s3 and not fuzz", "--hypothesis-seed=0"],
         cwd=REPO, capture_output=True, text=True, env={**os.environ, "LAKEFUSE_PURE_PYTHON": "1"}, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
@@ -365,3 +365,20 @@ def test_local_store_and_disk_cache_map_large_tables(tmp_path):
         reader = TableReader(cache)
         assert reader.open("t1").get(recs[5][0]) == recs[5][1]
     assert TableReader(StoreSource(store)).open("t1").get(recs[9][0]) == recs[9][1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["put", "get", "setdefault", "clear"]), st.integers(0, 6),
+                              st.binary(max_size=12)), max_size=60), budget=st.integers(0, 40))
+def test_compiled_lru_behaves_as_the_reference(ops, budget):
+    from graveler.lru import PyLRU
+
+    py, c = PyLRU(budget, len), _crecord.LRU(budget, len)
+    for op, k, v in ops:
+        if op == "clear":
+            py.clear()
+            c.clear()
+        else:
+            assert getattr(c, op)(k, *([v] if op != "get" else [])) == getattr(py, op)(k, *([v] if op != "get" else []))
+        assert list(c._d.items()) == list(py._d.items())
+        assert (len(c), c.size_bytes, c.hits, c.misses) == (len(py), py.size_bytes, py.hits, py.misses)

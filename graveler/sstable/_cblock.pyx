@@ -696,6 +696,24 @@ cdef unsigned char* grow_buf(unsigned char* buf, unsigned char* small, Py_ssize_
     return nb
 
 
+import cramjam
+import google_crc32c
+
+cdef object _crc32c = google_crc32c.value
+cdef object _crc32c_extend = google_crc32c.extend
+cdef object _snappy_decompress = cramjam.snappy.decompress_raw
+cdef list _CTYPE_BYTES = [bytes((i,)) for i in range(256)]
+
+
+cdef inline object ctype_bytes(unsigned char c):
+    return _CTYPE_BYTES[c]
+
+
+cdef inline uint32_t mask_crc(object crc):
+    cdef uint32_t c = <uint32_t>(<uint64_t>crc & 0xFFFFFFFFULL)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8U) & 0xFFFFFFFFU
+
+
 cdef class TableCore:
     """The compiled lookup path of one open SSTable (graveler.sstable.reader.SSTable).
 
@@ -711,11 +729,21 @@ cdef class TableCore:
     cdef object cache_get, cache_put, cache_id, load, name
     cdef Py_ssize_t index_offset
     cdef list parts  # index partitions, kept once read (as a table reader keeps its index)
+    cdef object owner  # the SSTable (for its blocks_read counter), when the core reads blocks itself
+    cdef const unsigned char[::1] buf
+    cdef bint has_buf
+    cdef int checksum_type
 
-    def __cinit__(self, Block top, bint two_level, cache, cache_id, load, name, Py_ssize_t index_offset):
+    def __cinit__(self, Block top, bint two_level, cache, cache_id, load, name, Py_ssize_t index_offset,
+                  owner=None, buf=None, int checksum_type=1):
         self.top = top
         self.two_level = two_level
         self.parts = [None] * top.n if two_level else []
+        self.owner = owner
+        self.has_buf = buf is not None
+        if self.has_buf:
+            self.buf = buf
+        self.checksum_type = checksum_type
         self.cache_get = cache.get
         self.cache_put = cache.put
         self.cache_id = cache_id
@@ -723,11 +751,42 @@ cdef class TableCore:
         self.name = name
         self.index_offset = index_offset
 
+    cdef Block read(self, uint64_t off, uint64_t size):
+        """Read, verify, decompress and decode the block at (off, size): format.read_block + decode_block."""
+        cdef Py_ssize_t n, end
+        cdef const unsigned char* p
+        cdef uint32_t stored
+        cdef unsigned char ctype
+        if not self.has_buf:
+            return <Block>self.load(off, size)
+        n = self.buf.shape[0]
+        if off > <uint64_t>n or size > <uint64_t>n or off + size + 5 > <uint64_t>n:
+            raise CorruptedData(f"block handle (offset {off}, size {size}) points past the end of the file "
+                                f"({n} bytes)", self.name, off)
+        end = <Py_ssize_t>(off + size)
+        p = &self.buf[0]
+        body = PyBytes_FromStringAndSize(<const char*>p + off, <Py_ssize_t>size)
+        ctype = p[end]
+        if self.checksum_type == 1:
+            stored = le32(p + end + 1)
+            if mask_crc(_crc32c_extend(_crc32c(body), ctype_bytes(ctype))) != stored:
+                raise CorruptedData("block checksum mismatch", self.name, off)
+        if ctype == 1:
+            try:
+                body = bytes(_snappy_decompress(body))
+            except Exception as e:  # cramjam raises its own DecompressionError
+                raise CorruptedData(f"bad Snappy block ({e})", self.name, off) from None
+        elif ctype != 0:
+            raise CorruptedData(f"unknown compression type {ctype}", self.name, off)
+        b = decode_block(body, self.name, off, True)
+        self.owner.blocks_read += 1
+        return <Block>b
+
     cdef Block block_at(self, uint64_t off, uint64_t size):
         ck = (self.cache_id, off)
         b = self.cache_get(ck)
         if b is None:
-            b = self.load(off, size)
+            b = self.read(off, size)
             self.cache_put(ck, b)
         return <Block>b
 
@@ -746,7 +805,7 @@ cdef class TableCore:
         at[0] = <Py_ssize_t>off
         b = self.parts[p]
         if b is None:
-            b = self.parts[p] = self.load(off, size)
+            b = self.parts[p] = self.read(off, size)
         return <Block>b
 
     cdef Py_ssize_t nparts(self):

@@ -128,7 +128,8 @@ class SSTable:
         self.compiled = self.decode_block is _compiled_decode_block  # blocks are _cblock.Block
         if self.compiled:
             self._core = _cblock.TableCore(top, self.two_level, self._cache, self._cache_id, self._load_block,
-                                           self.name, self.footer.index.offset)
+                                           self.name, self.footer.index.offset, self, buf,
+                                           self.footer.checksum_type)
             self.get = self._core.get  # no Python frame on the lookup path
 
     # -- plumbing -------------------------------------------------------------------------

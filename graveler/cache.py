@@ -166,14 +166,25 @@ class ImmutableCache:
         if f is None:
             return self.get(key)  # a miss: fetched, verified and cached as get does
         if isinstance(f, bytes):  # small entries live in the cache's database
-            self.stats.add("hits")
-            return f
-        try:
-            with f:
-                data = map_file(f.fileno(), os.fstat(f.fileno()).st_size)
-        except (OSError, ValueError) as exc:
-            log.warning("cannot map the cached %s, reading it: %s", key, exc)
-            return self.get(key)
+            data = f
+        else:
+            try:
+                with f:
+                    data = map_file(f.fileno(), os.fstat(f.fileno()).st_size)
+            except (OSError, ValueError) as exc:
+                log.warning("cannot map the cached %s, reading it: %s", key, exc)
+                return self.get(key)
+        if self.verify is not None:
+            try:
+                self.verify(key, data)
+            except CorruptedData as exc:  # as get does: a damaged cached copy is dropped and fetched again
+                self.stats.add("verify_failures")
+                log.warning("cached copy of %s is damaged (%s); fetching it again", key, exc)
+                try:
+                    self._cache.delete(self._ck(key), retry=True)
+                except _CACHE_ERRORS:
+                    pass
+                return self.get(key)
         self.stats.add("hits")
         return data
 

@@ -382,3 +382,25 @@ def test_compiled_lru_behaves_as_the_reference(ops, budget):
             assert getattr(c, op)(k, *([v] if op != "get" else [])) == getattr(py, op)(k, *([v] if op != "get" else []))
         assert list(c._d.items()) == list(py._d.items())
         assert (len(c), c.size_bytes, c.hits, c.misses) == (len(py), py.size_bytes, py.hits, py.misses)
+
+
+def test_a_damaged_mapped_cache_entry_is_fetched_again(tmp_path):
+    from graveler.cache import ImmutableCache
+    from graveler.committed.reader import verify_table
+    from graveler.objstore import open_store
+
+    store = open_store(str(tmp_path / "ns"))
+    w = SSTableWriter()
+    for i in range(5000):
+        w.add(b"k/%06d" % i, os.urandom(30))
+    data = w.finish()
+    store.put("_lakefs/t", data)
+    with ImmutableCache(store, str(tmp_path / "cache"), verify=verify_table) as cache:
+        cache.get_mapped("_lakefs/t")
+        vals = list((tmp_path / "cache").rglob("*.val"))
+        assert vals
+        raw = bytearray(vals[0].read_bytes())
+        raw[-30:] = bytes(30)
+        vals[0].write_bytes(bytes(raw))
+        again = cache.get_mapped("_lakefs/t")
+        assert bytes(again) == data and cache.stats.snapshot()["verify_failures"] == 1

@@ -465,6 +465,11 @@ cdef class LRU:
     def __class_getitem__(cls, item):
         return cls
 
+    @property
+    def data(self):
+        """The entries, least recently used first, for lock-free hits (read and ``move_to_end`` only)."""
+        return self._d
+
     def get(self, key):
         cdef PyObject* v = PyDict_GetItemWithError(self._d, key)
         if v == NULL:

@@ -347,24 +347,27 @@ def test_local_store_and_disk_cache_map_large_tables(tmp_path):
         w.add(k, v)
     data = w.finish()
     assert len(data) > 64 << 10
-    store.put("_lakefs/t1", data)
+    from graveler.committed.reader import computed_table_id
+
+    tid = computed_table_id(SSTable(data, block_cache=BlockCache()))
+    store.put(f"_lakefs/{tid}", data)
     store.put("_lakefs/small", b"tiny")
-    m = store.get_mapped("_lakefs/t1", min_size=0)
+    m = store.get_mapped(f"_lakefs/{tid}", min_size=0)
     assert isinstance(m, mmap.mmap) and m[:] == data
-    assert isinstance(store.get_mapped("_lakefs/t1"), bytes)  # under the mapping threshold: read
+    assert isinstance(store.get_mapped(f"_lakefs/{tid}"), bytes)  # under the mapping threshold: read
     assert store.get_mapped("_lakefs/small", min_size=0)[:] == b"tiny"
     t = SSTable(m, "t1", block_cache=BlockCache())
     assert list(t) == recs and t.get(recs[777][0]) == recs[777][1]
 
     with ImmutableCache(store, str(tmp_path / "cache"), verify=verify_table) as cache:
-        first = cache.get_mapped("_lakefs/t1")  # a miss: fetched, verified, cached
+        first = cache.get_mapped(f"_lakefs/{tid}")  # a miss: fetched, verified, cached
         assert first == data
-        again = cache.get_mapped("_lakefs/t1")  # a hit on a file-backed entry: mapped
+        again = cache.get_mapped(f"_lakefs/{tid}")  # a hit on a file-backed entry: mapped
         assert isinstance(again, mmap.mmap) and again[:] == data
         assert cache.stats.snapshot()["fetches"] == 1
         reader = TableReader(cache)
-        assert reader.open("t1").get(recs[5][0]) == recs[5][1]
-    assert TableReader(StoreSource(store)).open("t1").get(recs[9][0]) == recs[9][1]
+        assert reader.open(tid).get(recs[5][0]) == recs[5][1]
+    assert TableReader(StoreSource(store)).open(tid).get(recs[9][0]) == recs[9][1]
 
 
 @settings(max_examples=200, deadline=None)
@@ -382,6 +385,7 @@ def test_compiled_lru_behaves_as_the_reference(ops, budget):
             assert getattr(c, op)(k, *([v] if op != "get" else [])) == getattr(py, op)(k, *([v] if op != "get" else []))
         assert list(c._d.items()) == list(py._d.items())
         assert (len(c), c.size_bytes, c.hits, c.misses) == (len(py), py.size_bytes, py.hits, py.misses)
+        assert list(c.data) == list(py.data)
 
 
 def test_a_damaged_mapped_cache_entry_is_fetched_again(tmp_path):
@@ -394,13 +398,16 @@ def test_a_damaged_mapped_cache_entry_is_fetched_again(tmp_path):
     for i in range(5000):
         w.add(b"k/%06d" % i, os.urandom(30))
     data = w.finish()
-    store.put("_lakefs/t", data)
+    from graveler.committed.reader import computed_table_id
+
+    key = "_lakefs/" + computed_table_id(SSTable(data, block_cache=BlockCache()))
+    store.put(key, data)
     with ImmutableCache(store, str(tmp_path / "cache"), verify=verify_table) as cache:
-        cache.get_mapped("_lakefs/t")
+        cache.get_mapped(key)
         vals = list((tmp_path / "cache").rglob("*.val"))
         assert vals
         raw = bytearray(vals[0].read_bytes())
         raw[-30:] = bytes(30)
         vals[0].write_bytes(bytes(raw))
-        again = cache.get_mapped("_lakefs/t")
+        again = cache.get_mapped(key)
         assert bytes(again) == data and cache.stats.snapshot()["verify_failures"] == 1

@@ -177,13 +177,8 @@ class ImmutableCache:
         if self.verify is not None:
             try:
                 self.verify(key, data)
-            except CorruptedData as exc:  # as get does: a damaged cached copy is dropped and fetched again
-                self.stats.add("verify_failures")
-                log.warning("cached copy of %s is damaged (%s); fetching it again", key, exc)
-                try:
-                    self._cache.delete(self._ck(key), retry=True)
-                except _CACHE_ERRORS:
-                    pass
+            except CorruptedData:
+                # damaged: get reads it again, counts and reports it, evicts it and fetches a good copy
                 return self.get(key)
         self.stats.add("hits")
         return data

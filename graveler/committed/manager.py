@@ -152,6 +152,32 @@ class CommittedManager:
         return self.apply(dest_id, changes, metadata)
 
 
+def _merge_records(records: Iterable[tuple[bytes, bytes]], pending: Change | None, ch: Iterator[Change],
+                   out: list[tuple[bytes, bytes]], stats: ApplyStats) -> Change | None:
+    """Merge one touched block's ``records`` (key, encoded value) with the changes ``pending``
+    and ``ch`` up to its last key into ``out``; an unchanged identity keeps the record's bytes.
+    Returns the first change past the block's records."""
+    for k, raw in records:
+        while pending is not None and pending[0] < k:
+            if pending[1] is not None:
+                out.append((pending[0], encode_value(pending[1])))
+                stats.added += 1
+            pending = next(ch, None)
+        if pending is not None and pending[0] == k:
+            v = pending[1]
+            if v is None:
+                stats.removed += 1
+            elif decode_value(raw).identity == v.identity:
+                out.append((k, raw))
+            else:
+                out.append((k, encode_value(v)))
+                stats.changed += 1
+            pending = next(ch, None)
+        else:
+            out.append((k, raw))
+    return pending
+
+
 def _apply_range(t: SSTable, pending: Change | None, ch: Iterator[Change], w: MetaRangeWriter,
                  out: list[tuple[bytes, bytes]], stats: ApplyStats) -> Change | None:
     """Apply the changes that fall in one touched range ``t``: pending (the first of them)
@@ -184,26 +210,7 @@ def _apply_range(t: SSTable, pending: Change | None, ch: Iterator[Change], w: Me
                 out.clear()
             w.write_block(t.raw_block(handles[bi]), keys, vals, blk.nbytes, hashes, next_key, next_len)
             continue
-        for k, raw in zip(keys, vals):
-            while pending is not None and pending[0] < k:
-                if pending[1] is not None:
-                    out.append((pending[0], encode_value(pending[1])))
-                    stats.added += 1
-                pending = next(ch, None)
-            if pending is not None and pending[0] == k:
-                v = pending[1]
-                if v is None:
-                    stats.removed += 1
-                else:
-                    old = decode_value(raw)
-                    if old.identity == v.identity:
-                        out.append((k, raw))
-                    else:
-                        out.append((k, encode_value(v)))
-                        stats.changed += 1
-                pending = next(ch, None)
-            else:
-                out.append((k, raw))
+        pending = _merge_records(zip(keys, vals), pending, ch, out, stats)
     return pending
 
 
@@ -230,26 +237,7 @@ def _apply_range_compiled(t: SSTable, pending: Change | None, ch: Iterator[Chang
                     out.clear()
                 w.write_compiled_block(t.raw_block(handles[bi]), blk, next_key, next_len)
             else:
-                for k, raw in blk.iter_from(0):
-                    while pending is not None and pending[0] < k:
-                        if pending[1] is not None:
-                            out.append((pending[0], encode_value(pending[1])))
-                            stats.added += 1
-                        pending = next(ch, None)
-                    if pending is not None and pending[0] == k:
-                        v = pending[1]
-                        if v is None:
-                            stats.removed += 1
-                        else:
-                            old = decode_value(raw)
-                            if old.identity == v.identity:
-                                out.append((k, raw))
-                            else:
-                                out.append((k, encode_value(v)))
-                                stats.changed += 1
-                        pending = next(ch, None)
-                    else:
-                        out.append((k, raw))
+                pending = _merge_records(blk.iter_from(0), pending, ch, out, stats)
         blk = nxt
     return pending
 

@@ -5,7 +5,7 @@ from setuptools import Extension, setup
 
 EXTENSIONS = [
     Extension("graveler.sstable._cblock", ["graveler/sstable/_cblock.pyx"]),
-    Extension("graveler._crecord", ["graveler/_crecord.pyx"]),
+    Extension("graveler._crecord", ["graveler/_crecord.pyx"], libraries=["crypto"]),  # OpenSSL SHA-256
 ]
 
 setup(ext_modules=cythonize(EXTENSIONS, compiler_directives={"language_level": "3"}))

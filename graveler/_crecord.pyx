@@ -4,17 +4,16 @@
 Each function here has a pure-Python reference (``graveler.model``,
 ``graveler.ident``, ``graveler.committed.fnv``) with the same results, bytes
 and errors; the tests feed both the same random inputs.  Hashing stays in
-hashlib (OpenSSL): this module only builds the bytes it is fed.
+OpenSSL, hashlib's library (called directly for entry identities, without a
+hashlib object per entry): this module only builds the bytes it is fed.
 """
-
-import hashlib
 
 from libc.stdint cimport uint64_t, int64_t, uint32_t
 from libc.string cimport memcpy, memcmp
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_SET_ITEM
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, PyObject
 from cpython.long cimport PyLong_FromUnsignedLongLong
 
 cdef extern from "Python.h":
@@ -25,7 +24,6 @@ from graveler.errors import CorruptedData
 cdef type _Value = None        # graveler.model.Value, set by bind()
 cdef bint _value_fast = False  # Value instances can be allocated as 2-item tuples
 cdef object _tuple_new = tuple.__new__
-cdef object _sha256 = hashlib.sha256
 
 cdef uint64_t FNV_OFFSET = 0xCBF29CE484222325ULL
 cdef uint64_t FNV_PRIME = 0x100000001B3ULL
@@ -242,6 +240,42 @@ def hasher_input(keys, values):
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    void* PyMem_Malloc(size_t n)
+    void PyMem_Free(void* p)
+
+# OpenSSL's SHA-256 (what hashlib runs), called directly: one ``hashlib.sha256(...)`` object per entry
+# costs more than hashing its ~100 bytes.
+cdef extern from "openssl/evp.h":
+    ctypedef struct EVP_MD:
+        pass
+    ctypedef struct EVP_MD_CTX:
+        pass
+    EVP_MD* EVP_MD_fetch(void* libctx, const char* algorithm, const char* properties)
+    EVP_MD_CTX* EVP_MD_CTX_new()
+    int EVP_DigestInit_ex2(EVP_MD_CTX* ctx, const EVP_MD* md, const void* params)
+    int EVP_DigestUpdate(EVP_MD_CTX* ctx, const void* d, size_t n)
+    int EVP_DigestFinal_ex(EVP_MD_CTX* ctx, unsigned char* md, unsigned int* n)
+
+cdef EVP_MD* _SHA256 = EVP_MD_fetch(NULL, b"SHA256", NULL)
+cdef EVP_MD_CTX* _SHA_CTX = EVP_MD_CTX_new()
+if _SHA256 == NULL or _SHA_CTX == NULL:
+    raise ImportError("graveler._crecord: OpenSSL's SHA-256 is not available")
+
+
+cdef int sha256_into(const unsigned char* p, Py_ssize_t n, unsigned char* out) except -1:
+    # One shared context: the GIL is held from init to final and nothing in between runs Python code.
+    if (EVP_DigestInit_ex2(_SHA_CTX, _SHA256, NULL) != 1 or EVP_DigestUpdate(_SHA_CTX, p, <size_t>n) != 1
+            or EVP_DigestFinal_ex(_SHA_CTX, out, NULL) != 1):
+        raise RuntimeError("OpenSSL SHA-256 failed")
+    return 0
+
+
+def sha256(data):
+    """hashlib.sha256(data).digest(), through the same OpenSSL call the entry encoders use (tests compare)."""
+    cdef bytes b = as_bytes(data)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 32)
+    sha256_into(<const unsigned char*>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), <unsigned char*>PyBytes_AS_STRING(out))
+    return out
 
 
 cdef inline const char* text(object s, Py_ssize_t* n) except NULL:
@@ -284,39 +318,6 @@ cdef list sorted_items(object metadata):
     return items
 
 
-def entry_identity_input(size, etag, metadata, content_type=""):
-    """The bytes lakeFS hashes for an entry's identity (size, etag, sorted metadata, content type)."""
-    cdef Py_ssize_t le, lc = 0, total
-    cdef const char* pe = text(etag, &le)
-    cdef const char* pc = NULL
-    cdef list items = sorted_items(metadata) if metadata else []
-    cdef bytes out
-    cdef unsigned char* p
-    if content_type:
-        pc = text(content_type, &lc)
-    total = 10 + 11 + le + 11
-    for k, v in items:
-        total += 22 + PyBytes_GET_SIZE(<bytes>k) + PyBytes_GET_SIZE(<bytes>v)
-    if pc != NULL:
-        total += 11 + lc
-    out = PyBytes_FromStringAndSize(NULL, total)
-    p = <unsigned char*>PyBytes_AS_STRING(out)
-    p = put_i64be(p, size)
-    p = put_str(p, pe, le)
-    p[0] = 4
-    p = put_i64be(p + 1, len(items))
-    for k, v in items:
-        p = put_str(p, PyBytes_AS_STRING(<bytes>k), PyBytes_GET_SIZE(<bytes>k))
-        p = put_str(p, PyBytes_AS_STRING(<bytes>v), PyBytes_GET_SIZE(<bytes>v))
-    if pc != NULL:
-        p = put_str(p, pc, lc)
-    return out
-
-
-def entry_identity(size, etag, metadata, content_type=""):
-    return _sha256(entry_identity_input(size, etag, metadata, content_type)).digest()
-
-
 cdef inline int proto_key_cmp(bytes a, bytes b) noexcept:
     cdef Py_ssize_t la = PyBytes_GET_SIZE(a), lb = PyBytes_GET_SIZE(b)
     cdef int c = memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), la if la < lb else lb)
@@ -353,82 +354,308 @@ cdef inline unsigned char* put_field(unsigned char* p, int field, const char* s,
     return p + n
 
 
-def entry_proto(address, int64_t size, etag, int64_t last_modified_ns, metadata, int address_type, content_type):
-    """catalog.Entry serialized as protobuf does with deterministic=True (fields in number order)."""
-    cdef Py_ssize_t la, le, lc, total = 0, ts_len = 0, me_len
-    cdef const char* pa = text(address, &la)
-    cdef const char* pe = text(etag, &le)
-    cdef const char* pc = text(content_type, &lc)
-    cdef int64_t secs = 0, nanos = 0
-    cdef list items = proto_map_order(metadata) if metadata else []
-    cdef bytes out
-    cdef unsigned char* p
-    if la:
-        total += field_len(la)
+cdef struct Fields:
+    # One catalog entry's fields as C values, with the sizes of both encodings.  The pointers borrow
+    # from str/bytes objects the caller keeps alive.
+    const char* pa
+    Py_ssize_t la
+    const char* pe
+    Py_ssize_t le
+    const char* pc
+    Py_ssize_t lc
+    int64_t size
+    int64_t lm
+    int64_t secs
+    int64_t nanos
+    Py_ssize_t ts_len
+    int at
+    Py_ssize_t proto_len  # catalog.Entry protobuf
+    Py_ssize_t ident_len  # what the identity hashes
+
+
+cdef int fields_init(Fields* f, object address, int64_t size, object etag, int64_t last_modified_ns,
+                     int address_type, object content_type, list id_items, list pb_items) except -1:
+    """Fill ``f``; ``id_items``/``pb_items``: the metadata in identity / protobuf order (None when empty)."""
+    cdef Py_ssize_t total = 0, ts_len = 0, me_len, ident_len
+    f.pa = text(address, &f.la)
+    f.pe = text(etag, &f.le)
+    f.pc = text(content_type, &f.lc)
+    f.size = size
+    f.lm = last_modified_ns
+    f.at = address_type
+    f.secs = 0
+    f.nanos = 0
+    if f.la:
+        total += field_len(f.la)
     if last_modified_ns:
-        secs = last_modified_ns // 1000000000
-        nanos = last_modified_ns - secs * 1000000000
-        if nanos < 0:  # floor division, as Python's divmod
-            nanos += 1000000000
-            secs -= 1
-        if secs:
-            ts_len += 1 + uvarint_len(<uint64_t>secs)
-        if nanos:
-            ts_len += 1 + uvarint_len(<uint64_t>nanos)
+        f.secs = last_modified_ns // 1000000000
+        f.nanos = last_modified_ns - f.secs * 1000000000
+        if f.nanos < 0:  # floor division, as Python's divmod
+            f.nanos += 1000000000
+            f.secs -= 1
+        if f.secs:
+            ts_len += 1 + uvarint_len(<uint64_t>f.secs)
+        if f.nanos:
+            ts_len += 1 + uvarint_len(<uint64_t>f.nanos)
         total += field_len(ts_len)
+    f.ts_len = ts_len
     if size:
         total += 1 + uvarint_len(<uint64_t>size)
-    if le:
-        total += field_len(le)
-    for k, v in items:
-        me_len = field_len(PyBytes_GET_SIZE(<bytes>k)) + field_len(PyBytes_GET_SIZE(<bytes>v))
-        total += field_len(me_len)
+    if f.le:
+        total += field_len(f.le)
+    ident_len = 10 + 11 + f.le + 11
+    if pb_items is not None:
+        for k, v in pb_items:
+            me_len = field_len(PyBytes_GET_SIZE(<bytes>k)) + field_len(PyBytes_GET_SIZE(<bytes>v))
+            total += field_len(me_len)
+            ident_len += 22 + PyBytes_GET_SIZE(<bytes>k) + PyBytes_GET_SIZE(<bytes>v)
     if address_type:
         total += 1 + uvarint_len(<uint64_t><int64_t>address_type)
-    if lc:
-        total += field_len(lc)
-    out = PyBytes_FromStringAndSize(NULL, total)
-    p = <unsigned char*>PyBytes_AS_STRING(out)
-    if la:
-        p = put_field(p, 1, pa, la)
-    if last_modified_ns:
+    if f.lc:
+        total += field_len(f.lc)
+        ident_len += 11 + f.lc
+    f.proto_len = total
+    f.ident_len = ident_len
+    return 0
+
+
+cdef unsigned char* ident_write(unsigned char* p, const Fields* f, list id_items):
+    """The bytes lakeFS hashes for an entry's identity: size, etag, sorted metadata, content type if any."""
+    p = put_i64be(p, f.size)
+    p = put_str(p, f.pe, f.le)
+    p[0] = 4
+    if id_items is None:
+        p = put_i64be(p + 1, 0)
+    else:
+        p = put_i64be(p + 1, len(id_items))
+        for k, v in id_items:
+            p = put_str(p, PyBytes_AS_STRING(<bytes>k), PyBytes_GET_SIZE(<bytes>k))
+            p = put_str(p, PyBytes_AS_STRING(<bytes>v), PyBytes_GET_SIZE(<bytes>v))
+    if f.lc:
+        p = put_str(p, f.pc, f.lc)
+    return p
+
+
+cdef int ident_hash(const Fields* f, list id_items, unsigned char* out) except -1:
+    """The entry's 32-byte identity into ``out``."""
+    cdef unsigned char stack[512]
+    cdef unsigned char* buf = stack
+    if f.ident_len > 512:
+        buf = <unsigned char*>PyMem_Malloc(f.ident_len)
+        if buf == NULL:
+            raise MemoryError()
+    try:
+        ident_write(buf, f, id_items)
+        sha256_into(buf, f.ident_len, out)
+    finally:
+        if buf != stack:
+            PyMem_Free(buf)
+    return 0
+
+
+cdef unsigned char* proto_write(unsigned char* p, const Fields* f, list pb_items):
+    """catalog.Entry serialized as protobuf does with deterministic=True (fields in number order)."""
+    cdef Py_ssize_t me_len
+    if f.la:
+        p = put_field(p, 1, f.pa, f.la)
+    if f.lm:
         p[0] = 0x12
-        p += 1 + put_uvarint(p + 1, ts_len)
-        if secs:
+        p += 1 + put_uvarint(p + 1, f.ts_len)
+        if f.secs:
             p[0] = 0x08
-            p += 1 + put_uvarint(p + 1, <uint64_t>secs)
-        if nanos:
+            p += 1 + put_uvarint(p + 1, <uint64_t>f.secs)
+        if f.nanos:
             p[0] = 0x10
-            p += 1 + put_uvarint(p + 1, <uint64_t>nanos)
-    if size:
+            p += 1 + put_uvarint(p + 1, <uint64_t>f.nanos)
+    if f.size:
         p[0] = 0x18
-        p += 1 + put_uvarint(p + 1, <uint64_t>size)
-    if le:
-        p = put_field(p, 4, pe, le)
-    for k, v in items:  # protobuf writes both fields of a map entry, empty or not
-        me_len = field_len(PyBytes_GET_SIZE(<bytes>k)) + field_len(PyBytes_GET_SIZE(<bytes>v))
-        p[0] = 0x2A
-        p += 1 + put_uvarint(p + 1, me_len)
-        p = put_field(p, 1, PyBytes_AS_STRING(<bytes>k), PyBytes_GET_SIZE(<bytes>k))
-        p = put_field(p, 2, PyBytes_AS_STRING(<bytes>v), PyBytes_GET_SIZE(<bytes>v))
-    if address_type:
+        p += 1 + put_uvarint(p + 1, <uint64_t>f.size)
+    if f.le:
+        p = put_field(p, 4, f.pe, f.le)
+    if pb_items is not None:
+        for k, v in pb_items:  # protobuf writes both fields of a map entry, empty or not
+            me_len = field_len(PyBytes_GET_SIZE(<bytes>k)) + field_len(PyBytes_GET_SIZE(<bytes>v))
+            p[0] = 0x2A
+            p += 1 + put_uvarint(p + 1, me_len)
+            p = put_field(p, 1, PyBytes_AS_STRING(<bytes>k), PyBytes_GET_SIZE(<bytes>k))
+            p = put_field(p, 2, PyBytes_AS_STRING(<bytes>v), PyBytes_GET_SIZE(<bytes>v))
+    if f.at:
         p[0] = 0x30
-        p += 1 + put_uvarint(p + 1, <uint64_t><int64_t>address_type)
-    if lc:
-        p = put_field(p, 7, pc, lc)
+        p += 1 + put_uvarint(p + 1, <uint64_t><int64_t>f.at)
+    if f.lc:
+        p = put_field(p, 7, f.pc, f.lc)
+    return p
+
+
+def entry_identity_input(size, etag, metadata, content_type=""):
+    """The bytes lakeFS hashes for an entry's identity (size, etag, sorted metadata, content type)."""
+    cdef Fields f
+    cdef list id_items = sorted_items(metadata) if metadata else None
+    if not content_type:
+        content_type = ""
+    fields_init(&f, "", size, etag, 0, 0, content_type, id_items, id_items)
+    out = PyBytes_FromStringAndSize(NULL, f.ident_len)
+    ident_write(<unsigned char*>PyBytes_AS_STRING(out), &f, id_items)
     return out
+
+
+def entry_identity(size, etag, metadata, content_type=""):
+    """The 32-byte identity of a catalog entry (graveler.ident.py_entry_identity)."""
+    cdef Fields f
+    cdef list id_items = sorted_items(metadata) if metadata else None
+    if not content_type:
+        content_type = ""
+    fields_init(&f, "", size, etag, 0, 0, content_type, id_items, id_items)
+    out = PyBytes_FromStringAndSize(NULL, 32)
+    ident_hash(&f, id_items, <unsigned char*>PyBytes_AS_STRING(out))
+    return out
+
+
+def entry_proto(address, int64_t size, etag, int64_t last_modified_ns, metadata, int address_type, content_type):
+    """catalog.Entry serialized as protobuf does with deterministic=True (fields in number order)."""
+    cdef Fields f
+    cdef list pb_items = proto_map_order(metadata) if metadata else None
+    fields_init(&f, address, size, etag, last_modified_ns, address_type, content_type, pb_items, pb_items)
+    out = PyBytes_FromStringAndSize(NULL, f.proto_len)
+    proto_write(<unsigned char*>PyBytes_AS_STRING(out), &f, pb_items)
+    return out
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+    int T_OBJECT_EX
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+cdef type _Entry = None  # graveler.model.Entry, set by bind_entry()
+# Where an Entry keeps its fields (a slots dataclass: member descriptors at fixed offsets), so that the
+# encoders read them without seven attribute look-ups per entry.  Only for exactly that type.
+ENTRY_FIELDS = ("address", "size", "etag", "last_modified_ns", "metadata", "address_type", "content_type")
+cdef Py_ssize_t _entry_off[7]
+
+
+def bind_entry(entry_type):
+    """Register graveler.model.Entry (model imports this module) and the offsets of its slots."""
+    global _Entry
+    cdef PyMemberDef* m
+    for i, name in enumerate(ENTRY_FIELDS):
+        d = entry_type.__dict__.get(name)
+        if type(d).__name__ != "member_descriptor":
+            raise TypeError(f"{entry_type.__name__}.{name} is not a slot")
+        m = (<PyMemberDescrObject*><PyObject*>d).d_member
+        if m.type != T_OBJECT_EX:
+            raise TypeError(f"{entry_type.__name__}.{name} is not an object slot")
+        _entry_off[i] = m.offset
+    _Entry = entry_type
+
+
+cdef inline object entry_slot(object e, int i):
+    cdef PyObject* v = (<PyObject**>((<char*><PyObject*>e) + _entry_off[i]))[0]
+    if v == NULL:
+        raise AttributeError(ENTRY_FIELDS[i])
+    return <object>v
 
 
 def entry_to_value(entry):
     """Value(identity, protobuf bytes) of a graveler.model.Entry."""
-    size = entry.size
-    etag = entry.etag
-    metadata = entry.metadata
-    content_type = entry.content_type
-    identity = _sha256(entry_identity_input(size, etag, metadata, content_type)).digest()
-    data = entry_proto(entry.address, size, etag, entry.last_modified_ns, metadata, entry.address_type,
-                       content_type)
+    cdef Fields f
+    cdef list id_items = None, pb_items = None
+    if type(entry) is _Entry:
+        address = entry_slot(entry, 0)
+        size = entry_slot(entry, 1)
+        etag = entry_slot(entry, 2)
+        last_modified_ns = entry_slot(entry, 3)
+        metadata = entry_slot(entry, 4)
+        address_type = entry_slot(entry, 5)
+        content_type = entry_slot(entry, 6)
+    else:
+        address = entry.address
+        size = entry.size
+        etag = entry.etag
+        last_modified_ns = entry.last_modified_ns
+        metadata = entry.metadata
+        address_type = entry.address_type
+        content_type = entry.content_type
+    if metadata:
+        id_items = sorted_items(metadata)
+        pb_items = proto_map_order(metadata)
+    fields_init(&f, address, size, etag, last_modified_ns, address_type, content_type, id_items, pb_items)
+    identity = PyBytes_FromStringAndSize(NULL, 32)
+    ident_hash(&f, id_items, <unsigned char*>PyBytes_AS_STRING(identity))
+    data = PyBytes_FromStringAndSize(NULL, f.proto_len)
+    proto_write(<unsigned char*>PyBytes_AS_STRING(data), &f, pb_items)
     return make_value(identity, data)
+
+
+cdef bytes entry_record_c(object entry):
+    """encode_value(entry_to_value(entry)) written in place: one bytes object, no Value."""
+    cdef Fields f
+    cdef unsigned char* p
+    cdef list id_items = None, pb_items = None
+    if type(entry) is _Entry:
+        address = entry_slot(entry, 0)
+        size = entry_slot(entry, 1)
+        etag = entry_slot(entry, 2)
+        last_modified_ns = entry_slot(entry, 3)
+        metadata = entry_slot(entry, 4)
+        address_type = entry_slot(entry, 5)
+        content_type = entry_slot(entry, 6)
+    else:
+        address = entry.address
+        size = entry.size
+        etag = entry.etag
+        last_modified_ns = entry.last_modified_ns
+        metadata = entry.metadata
+        address_type = entry.address_type
+        content_type = entry.content_type
+    if metadata:
+        id_items = sorted_items(metadata)
+        pb_items = proto_map_order(metadata)
+    fields_init(&f, address, size, etag, last_modified_ns, address_type, content_type, id_items, pb_items)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 33 + uvarint_len(<uint64_t>f.proto_len << 1) + f.proto_len)
+    p = <unsigned char*>PyBytes_AS_STRING(out)
+    p[0] = 64  # zigzag varint of the identity's length, 32
+    ident_hash(&f, id_items, p + 1)
+    p += 33
+    p += put_uvarint(p, <uint64_t>f.proto_len << 1)
+    proto_write(p, &f, pb_items)
+    return out
+
+
+def entry_record(entry):
+    """The stored record value of a graveler.model.Entry: ``encode_value(entry.to_value())``."""
+    return entry_record_c(entry)
+
+
+cdef inline bytes record_of(object v):
+    if type(v) is _Entry:
+        return entry_record_c(v)
+    if v is None:
+        return b""
+    if isinstance(v, _Entry):
+        return entry_record_c(v)
+    ident = as_bytes(v[0])
+    data = as_bytes(v[1])
+    return encode_raw(<const unsigned char*>PyBytes_AS_STRING(ident), PyBytes_GET_SIZE(ident),
+                      <const unsigned char*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+
+
+def encode_records(values):
+    """[record value bytes] of Entries and Values in one call; None (staging's tombstone) -> b""."""
+    cdef list vs = values if type(values) is list else list(values)
+    cdef Py_ssize_t i, n = len(vs)
+    cdef list out = PyList_New(n)
+    cdef bytes r
+    for i in range(n):
+        r = record_of(vs[i])
+        Py_INCREF(r)
+        PyList_SET_ITEM(out, i, r)
+    return out
 
 
 # --- the byte-bounded LRU (graveler.lru), with a compiled hit path ----------------------------------
@@ -437,8 +664,6 @@ from collections import OrderedDict
 import threading
 
 from cpython.dict cimport PyDict_GetItemWithError
-from cpython.ref cimport PyObject
-
 
 cdef class LRU:
     """graveler.lru.LRU compiled: the same behaviour, a hit costs one C call (block, table and metarange lookups)."""

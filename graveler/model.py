@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from graveler import ident, native
 from graveler.errors import CorruptedData
@@ -122,6 +122,10 @@ class Entry:
         return Value(ident.py_entry_identity(self.size, self.etag, self.metadata, self.content_type),
                      self.py_to_proto_bytes())
 
+    def to_record(self) -> bytes:
+        """The stored record value, ``encode_value(self.to_value())`` (staging, range records)."""
+        return _entry_record(self)
+
     @staticmethod
     def from_proto_bytes(data: bytes) -> "Entry":
         pb = catalog_pb2.Entry()
@@ -145,15 +149,25 @@ class Entry:
         return Entry.from_proto_bytes(v.data)
 
 
+def py_encode_records(values: Iterable[Entry | Value | None]) -> list[bytes]:
+    """The stored record value of each Entry or Value, in one call; None (staging's tombstone) gives b"".
+    The pure-Python reference of ``encode_records``."""
+    return [b"" if v is None else py_encode_value(v.py_to_value() if isinstance(v, Entry) else v) for v in values]
+
+
 if native.PURE_PYTHON:
     encode_value, decode_value = py_encode_value, py_decode_value
+    encode_records = py_encode_records
     _entry_to_value = Entry.py_to_value
+    _entry_record = lambda e: py_encode_value(e.py_to_value())  # noqa: E731
     _entry_proto = None
 else:
     _c = native.load("graveler._crecord")
     _c.bind(Value)
+    _c.bind_entry(Entry)
     encode_value, decode_value = _c.encode_value, _c.decode_value
-    _entry_to_value, _entry_proto = _c.entry_to_value, _c.entry_proto
+    encode_records = _c.encode_records
+    _entry_to_value, _entry_record, _entry_proto = _c.entry_to_value, _c.entry_record, _c.entry_proto
 
 
 @dataclass(frozen=True, slots=True)

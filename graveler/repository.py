@@ -28,7 +28,7 @@ from graveler.core import BranchMoved, RepoCore
 from graveler.errors import Conflict, InvalidArgument, NotFound
 from graveler.kv import Env
 from graveler.listing import CommittedIterator, ListItem, MergedIterator, list_items
-from graveler.model import AddressType, DiffRecord, Entry, MergeStrategy, Value
+from graveler.model import AddressType, DiffRecord, Entry, MergeStrategy, Value, encode_records
 from graveler.objects import EntryReader, UploadSource, put_object
 from graveler.objstore.uri import StorageURI
 from graveler.refs import Branch, Commit, RepositoryRecord, ResolvedRef, Tag, new_staging_token, validate_branch_name
@@ -165,12 +165,17 @@ class Repository:
         """Stage many entries (None = delete) in one transaction; return how many.
         ``durable=False``: return before the transaction is on disk (see
         :meth:`graveler.kv.Env.write`); the next durable write makes it durable."""
-        prepared = [(as_path(p), e.to_value() if isinstance(e, Entry) else e) for p, e in items]
+        paths: list[bytes] = []
+        values: list[Entry | Value | None] = []
+        for p, e in items:
+            paths.append(as_path(p))
+            values.append(e)
+        records = encode_records(values)  # one compiled call, outside the (shared) write transaction
 
         def fn(txn):
             b = self._core.branch_txn(txn, branch)
             self._refs.bump_stamp_txn(txn, branch)
-            return self._staging.set_many_txn(txn, b.staging_token, prepared)
+            return self._staging.put_records_txn(txn, b.staging_token, paths, records)
 
         return self._env.write_grouped(fn, durable)  # concurrent stagers share a transaction
 

@@ -78,6 +78,14 @@ class StagingManager:
             n += 1
         return n
 
+    def put_records_txn(self, txn: lmdb.Transaction, token: str, paths: list[bytes], records: list[bytes]) -> int:
+        """Stage already-encoded records (:func:`graveler.model.encode_records`; b"" = tombstone) at ``paths``."""
+        t = token.encode("ascii") + SEP
+        put, db = txn.put, self._db
+        for path, raw in zip(paths, records, strict=True):
+            put(t + path, raw, db=db)
+        return len(paths)
+
     def remove_txn(self, txn: lmdb.Transaction, token: str, path: bytes) -> bool:
         """Forget ``path`` in ``token`` entirely (not a tombstone)."""
         return txn.delete(self._key(token, path), db=self._db)

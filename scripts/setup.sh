@@ -9,6 +9,8 @@ apt_pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || apt_pkgs+=(fuse3)
 pkg-config --exists fuse3 2>/dev/null || apt_pkgs+=(libfuse3-dev pkg-config)
 command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
+# graveler._crecord hashes entry identities with OpenSSL's libcrypto (hashlib's library) directly
+[ -f /usr/include/openssl/evp.h ] || apt_pkgs+=(libssl-dev)
 # Spark (graveler.spark) needs a Java 17+ runtime; Debian's headless JRE is enough.
 java_ok() { command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; }
 java_ok || apt_pkgs+=(openjdk-17-jre-headless)

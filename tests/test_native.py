@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from graveler import ident, native
 from graveler.committed import fnv
 from graveler.errors import CorruptedData
-from graveler.model import AddressType, Entry, Value, py_decode_value, py_encode_value
+from graveler.model import AddressType, Entry, Value, py_decode_value, py_encode_records, py_encode_value
 from graveler.sstable import _cblock, block
 from graveler.sstable.reader import BlockCache, SSTable
 from graveler.sstable.writer import SSTableWriter, py_index_key
@@ -228,7 +228,48 @@ def test_entries_encode_and_identify_the_same(e):
     assert e.to_value() == e.py_to_value()
     assert ident.entry_identity(e.size, e.etag, e.metadata, e.content_type) == \
         ident.py_entry_identity(e.size, e.etag, e.metadata, e.content_type)
+    assert e.to_record() == _crecord.entry_record(e) == py_encode_value(e.py_to_value())
     assert Entry.from_value(e.to_value()) == e
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.one_of(_entries, st.builds(Value, st.binary(max_size=40), st.binary(max_size=300)),
+                                 st.none()), max_size=8))
+def test_record_batches_encode_the_same(values):
+    """encode_records (staging's batch: Entries, Values, tombstones) writes what the reference writes."""
+    want = py_encode_records(values)
+    assert _crecord.encode_records(values) == want
+    assert _crecord.encode_records(iter(values)) == want
+
+
+def test_large_entries_and_sha256_match_hashlib():
+    """An identity input past the compiled encoder's stack buffer, and its SHA-256 against hashlib's."""
+    import hashlib
+
+    md = {f"k{i:04d}-" + "é" * 40: "v" * (i % 300) for i in range(60)}
+    e = Entry(address="x" * 5000, size=2**40, etag="t" * 1000, last_modified_ns=-1, metadata=md, content_type="c" * 900)
+    assert e.to_value() == e.py_to_value()
+    assert _crecord.encode_records([e, None, e]) == py_encode_records([e, None, e])
+    for data in (b"", b"abc", bytes(range(256)) * 50):
+        assert _crecord.sha256(data) == hashlib.sha256(data).digest()
+    with pytest.raises(TypeError):
+        _crecord.encode_records([Entry(address=1, size=1, etag="e")])
+
+
+def test_entry_subclasses_encode_through_their_attributes():
+    """The compiled encoders read Entry's slots directly only for Entry itself; a subclass's properties count."""
+
+    class Upper(Entry):
+        __slots__ = ()
+
+        def __getattribute__(self, name):
+            v = object.__getattribute__(self, name)
+            return v.upper() if name == "etag" else v  # a new str on every read
+
+    r = Upper(address="a", size=3, etag="etag", metadata={"k": "v"})
+    plain = Entry(address="a", size=3, etag="ETAG", metadata={"k": "v"})
+    assert r.to_value() == plain.to_value() == plain.py_to_value()
+    assert _crecord.encode_records([r]) == [r.to_record()] == py_encode_records([plain])
 
 
 @settings(max_examples=200, deadline=None)

@@ -109,6 +109,29 @@ def test_put_overwrites_and_empty_object(store):
         store.put("k", "a str is not bytes")
 
 
+def test_put_immutable_and_get_immutable(store):
+    """A table file: stored as put stores it (its etag computed only when asked), read back as a buffer; a
+    local file has a fingerprint that changes when the file is rewritten, other stores have none."""
+    data = os.urandom(5000)
+    assert store.put_immutable("_lakefs/t1", data) is None
+    assert store.get("_lakefs/t1") == data
+    assert store.head("_lakefs/t1").etag == md5(data)
+    buf, fp = store.get_immutable("_lakefs/t1")
+    assert bytes(buf) == data
+    mapped, fp2 = store.get_immutable("_lakefs/t1", min_size=0)
+    assert bytes(mapped) == data
+    if store.uri.startswith("file:"):
+        assert fp is not None and fp == fp2 == store.fingerprint("_lakefs/t1")
+        store.put_immutable("_lakefs/t1", data)  # the same bytes again: a new file, a new fingerprint
+        assert store.fingerprint("_lakefs/t1") != fp
+    else:
+        assert fp is None and fp2 is None and store.fingerprint("_lakefs/t1") is None
+    with pytest.raises(NotFound):
+        store.get_immutable("_lakefs/missing")
+    with pytest.raises(InvalidArgument):
+        store.put_immutable("_lakefs/t2", "a str is not bytes")
+
+
 def test_get_range(store):
     data = bytes(range(256)) * 40  # 10240 bytes
     store.put("r", data)

@@ -13,6 +13,7 @@ where it enters.
 from __future__ import annotations
 
 import abc
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Iterator
@@ -127,6 +128,16 @@ class ObjectReader:
 MAP_MIN_BYTES = 4 << 20
 
 
+# What identifies one version of a local file: (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns). A file
+# rewritten, copied over, replaced, touched or even chmod'ed since gets another fingerprint (ctime cannot be
+# set from user space), so a check remembered by fingerprint is never taken for another file's.
+Fingerprint = tuple[int, int, int, int, int]
+
+
+def file_fingerprint(st: os.stat_result) -> Fingerprint:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def map_file(fd: int, size: int):
     """A read-only memory map of an open file (``b""`` for an empty one)."""
     import mmap
@@ -154,6 +165,15 @@ class ObjectStore(abc.ABC):
         file of at least ``min_size`` bytes), else ``get``'s bytes."""
         return self.get(key)
 
+    def get_immutable(self, key: str, min_size: int = MAP_MIN_BYTES) -> tuple[object, Fingerprint | None]:
+        """``get_mapped``'s buffer and the fingerprint of the local file it was read from (``None`` when
+        the object is not a local file): what a check of an immutable object is remembered by."""
+        return self.get_mapped(key, min_size), None
+
+    def fingerprint(self, key: str) -> Fingerprint | None:
+        """The fingerprint of the object's local file now (``None`` when objects are not local files)."""
+        return None
+
     @abc.abstractmethod
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """``length`` bytes from ``start``; shorter (possibly empty) at the end of the object."""
@@ -171,6 +191,12 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Create or replace an object atomically: readers see the old or the new content, whole."""
+
+    def put_immutable(self, key: str, data) -> None:
+        """``put`` for a content-addressed object (a range or metarange file), as durable and atomic,
+        minus what only mutable objects need now: a store that computes etags itself (the local one's
+        MD5, a second pass over the data) leaves it to ``head`` to compute if ever asked."""
+        self.put(key, data)
 
     @abc.abstractmethod
     def put_file(self, key: str, path: str) -> ObjectInfo:

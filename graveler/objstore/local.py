@@ -32,6 +32,8 @@ from typing import Callable, Iterator
 from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.objstore.base import (
     MAP_MIN_BYTES,
+    Fingerprint,
+    file_fingerprint,
     map_file,
     ObjectInfo,
     ObjectReader,
@@ -221,16 +223,29 @@ class LocalStore(ObjectStore):
             os.close(fd)
 
     def get_mapped(self, key: str, min_size: int = MAP_MIN_BYTES):
+        return self.get_immutable(key, min_size)[0]
+
+    def get_immutable(self, key: str, min_size: int = MAP_MIN_BYTES) -> tuple[object, Fingerprint]:
         fd, st = self._open_regular("get", key)
         try:
             if st.st_size < min_size:
                 with open(fd, "rb", closefd=False) as f:
-                    return f.read()
-            return map_file(fd, st.st_size)
+                    data = f.read()
+            else:
+                data = map_file(fd, st.st_size)
+            fp = file_fingerprint(st)
+            # changed while we read it (written in place): no fingerprint, so nothing remembered vouches for it
+            return data, fp if file_fingerprint(os.fstat(fd)) == fp else None
         except (OSError, ValueError) as exc:
             raise self._os_error("get", key, exc if isinstance(exc, OSError) else OSError(str(exc))) from exc
         finally:
             os.close(fd)
+
+    def fingerprint(self, key: str) -> Fingerprint | None:
+        try:
+            return file_fingerprint(os.stat(self._path(key)))
+        except OSError:
+            return None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         check_range(start, length)
@@ -313,6 +328,15 @@ class LocalStore(ObjectStore):
             return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
         return self._write_atomic(key, path, fill)
+
+    def put_immutable(self, key: str, data) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"object data must be bytes-like, not {type(data).__name__}")
+
+        def fill(fd: int) -> None:
+            _write_all(fd, data)  # no MD5 now: head/list hash the file the first time they need its etag
+
+        self._write_atomic(key, self._path(key), fill)
 
     def put_file(self, key: str, path: str) -> ObjectInfo:
         dest = self._path(key)
@@ -415,14 +439,15 @@ class LocalStore(ObjectStore):
             directory = os.path.dirname(directory)
         return False
 
-    def _write_atomic(self, key: str, path: str, fill: Callable[[int], str]) -> ObjectInfo:
+    def _write_atomic(self, key: str, path: str, fill: Callable[[int], str | None]) -> ObjectInfo:
         directory = os.path.dirname(path)
         fd, tmp = self._create_tmp(key, directory)
         try:
             try:
                 etag = fill(fd)
                 st = os.fstat(fd)
-                self._remember_etag(fd, st, etag)
+                if etag is not None:
+                    self._remember_etag(fd, st, etag)
                 os.fsync(fd)
             finally:
                 os.close(fd)

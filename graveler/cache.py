@@ -10,10 +10,9 @@ On a miss the object is fetched from the store and checked by ``verify`` (for
 example: the sstable footer and checksums, or the hash in its name).  A file
 that fails verification is fetched a second time -- a damaged download should
 not fail a read -- and if it is still bad, ``CorruptedData`` is raised and
-nothing is cached.  A hit is verified again too (the verify of a table is a CRC
-pass, far cheaper than a fetch, and a hit is rare: readers keep open tables in
-memory): a cached file damaged on disk is dropped and fetched again, never
-returned.  A repaired copy is logged once (a warning); a copy that is bad in
+nothing is cached.  A hit is verified again too, unless a :class:`CheckMemo`
+knows that very file (by its fingerprint) passed before: a cached file damaged
+or replaced on disk is dropped and fetched again, never returned.  A repaired copy is logged once (a warning); a copy that is bad in
 the store too is one ``CorruptedData`` and no log line, so a command prints
 one error, not three.
 
@@ -33,7 +32,7 @@ from typing import Callable
 import diskcache
 
 from graveler.errors import CorruptedData, StoreUnavailable
-from graveler.objstore.base import ObjectInfo, ObjectStore, map_file
+from graveler.objstore.base import Fingerprint, ObjectInfo, ObjectStore, file_fingerprint, map_file
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +68,158 @@ class CacheStats:
         return f"CacheStats({self.snapshot()})"
 
 
+class CheckMemo:
+    """Which files passed an expensive content check, remembered across processes.
+
+    Checking that a table file hashes to the ID in its name reads and hashes all
+    of it (tens of milliseconds for a 20 MiB range). The file never changes once
+    written, so one check per file is enough: the memo keeps, per object URI, the
+    :data:`~graveler.objstore.base.Fingerprint` (device, inode, size, mtime,
+    ctime) of the local file that passed. A file rewritten, copied over, replaced
+    or touched since has another fingerprint and is checked again; an object with
+    no local file (``None``) is never taken as checked.
+
+    ``directory``: a diskcache directory shared by the processes of a home (a
+    mount, the CLI, Spark executors on one host); None keeps the memo in this
+    process only. Whoever writes a table records it right away (it hashed the
+    records itself). If the directory fails (disk full, a broken database), the
+    memo forgets (tables are checked again), it never fails a read.
+    """
+
+    _MAX_LOCAL = 100_000
+
+    def __init__(self, directory: str | None = None, max_bytes: int = 256 << 20):
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._local: dict[str, Fingerprint] = {}
+        self._facts: dict[str, bytes] = {}
+        self._db_handle = None
+        self._pid = None
+        self._lock = threading.Lock()
+        self._warned = False
+
+    @property
+    def _db(self):
+        """The diskcache, opened on first use and again in a forked child (a daemonized mount, a Spark
+        worker): an SQLite connection must not cross a fork."""
+        if self.directory is None:
+            return None
+        pid = os.getpid()
+        if self._pid != pid:
+            with self._lock:
+                if self._pid != pid:
+                    self._db_handle = None
+                    try:
+                        # least-recently-stored: a lookup is a read, not a write of its access time
+                        self._db_handle = diskcache.Cache(self.directory, size_limit=self.max_bytes,
+                                                          eviction_policy="least-recently-stored")
+                    except _CACHE_ERRORS as exc:
+                        self._warn("open", exc)
+                    self._pid = pid
+        return self._db_handle
+
+    def _warn(self, what: str, exc: BaseException) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("table check memo in %s: %s failed (%s); tables are checked again", self.directory,
+                        what, exc)
+
+    def checked(self, uri: str, fp: Fingerprint | None) -> bool:
+        """Whether the file with fingerprint ``fp`` passed the check for ``uri``."""
+        if fp is None:
+            return False
+        if self._local.get(uri) == fp:
+            return True
+        db = self._db
+        if db is None:
+            return False
+        try:
+            got = db.get(uri, default=None, retry=True)
+        except _CACHE_ERRORS as exc:
+            self._warn("read", exc)
+            return False
+        if got is not None and tuple(got) == fp:
+            self._keep(uri, fp)
+            return True
+        return False
+
+    def remember(self, uri: str, fp: Fingerprint | None) -> None:
+        """``uri``'s file with fingerprint ``fp`` passed the check (or was written from checked content)."""
+        if fp is None:
+            return
+        self._keep(uri, fp)
+        db = self._db
+        if db is not None:
+            try:
+                db.set(uri, fp, retry=True)
+            except _CACHE_ERRORS as exc:
+                self._warn("write", exc)
+
+    def forget(self, uri: str) -> None:
+        self._local.pop(uri, None)
+        db = self._db
+        if db is not None:
+            try:
+                db.delete(uri, retry=True)
+            except _CACHE_ERRORS as exc:
+                self._warn("write", exc)
+
+    # -- facts about a table's content (by ID: true of every copy) ------------------------------------
+    _MAX_FACTS_LOCAL = 64
+
+    def put_facts(self, table_id: str, blob: bytes) -> None:
+        """Keep ``blob`` (e.g. a range's checkpoints, :mod:`graveler.committed.checkpoints`) for ``table_id``."""
+        with self._lock:
+            if len(self._facts) >= self._MAX_FACTS_LOCAL:
+                self._facts.pop(next(iter(self._facts)))
+            self._facts[table_id] = blob
+        db = self._db
+        if db is not None:
+            try:
+                db.set("facts:" + table_id, blob, retry=True)
+            except _CACHE_ERRORS as exc:
+                self._warn("write", exc)
+
+    def get_facts(self, table_id: str) -> bytes | None:
+        blob = self._facts.get(table_id)
+        if blob is not None:
+            return blob
+        db = self._db
+        if db is None:
+            return None
+        try:
+            return db.get("facts:" + table_id, default=None, retry=True)
+        except _CACHE_ERRORS as exc:
+            self._warn("read", exc)
+            return None
+
+    def _keep(self, uri: str, fp: Fingerprint) -> None:
+        if len(self._local) >= self._MAX_LOCAL:
+            self._local.clear()
+        self._local[uri] = fp
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db_handle is not None and self._pid == os.getpid():
+                self._db_handle.close()
+            self._db_handle = None
+            self._pid = None
+
+
+_memos: dict[str, CheckMemo] = {}
+_memos_lock = threading.Lock()
+
+
+def shared_memo(directory: str, max_bytes: int = 256 << 20) -> CheckMemo:
+    """The process's one CheckMemo on ``directory`` (every repository of a home shares it)."""
+    directory = os.path.abspath(directory)
+    with _memos_lock:
+        memo = _memos.get(directory)
+        if memo is None:
+            memo = _memos[directory] = CheckMemo(directory, max_bytes)
+        return memo
+
+
 class _Flight:
     """One fetch in progress that other threads wait for."""
 
@@ -89,11 +240,12 @@ class ImmutableCache:
     """
 
     def __init__(self, store: ObjectStore, directory: str, max_bytes: int = 1 << 30,
-                 verify: Verifier | None = None):
+                 verify: Verifier | None = None, memo: CheckMemo | None = None):
         self.store = store
         self.directory = directory
         self.max_bytes = max_bytes
         self.verify = verify
+        self.memo = memo  # cached files known to have passed ``verify`` (by fingerprint)
         self.stats = CacheStats()
         try:
             self._cache = diskcache.Cache(directory, size_limit=max_bytes, eviction_policy="least-recently-used")
@@ -158,30 +310,47 @@ class ImmutableCache:
     def get_mapped(self, key: str):
         """``get``, except that a hit stored as a file comes back memory-mapped (read-only), so a large
         range is paged in as it is read instead of living in memory whole."""
+        return self.get_immutable(key)[0]
+
+    def get_immutable(self, key: str) -> tuple[object, Fingerprint | None]:
+        """``get_mapped``'s buffer, verified, and the fingerprint of the cached file it maps (None when
+        it is not one: a small entry kept in the cache's database, or an object not cached)."""
         try:
             f = self._cache.get(self._ck(key), default=None, read=True, retry=True)
         except _CACHE_ERRORS as exc:
             log.warning("cache read of %s failed, reading from the store: %s", key, exc)
             f = None
         if f is None:
-            return self.get(key)  # a miss: fetched, verified and cached as get does
+            return self.get(key), None  # a miss: fetched, verified and cached as get does
+        return self._mapped_hit(key, f)
+
+    def _mapped_hit(self, key: str, f) -> tuple[object, Fingerprint | None]:
+        fp = None
         if isinstance(f, bytes):  # small entries live in the cache's database
             data = f
         else:
             try:
                 with f:
-                    data = map_file(f.fileno(), os.fstat(f.fileno()).st_size)
+                    st = os.fstat(f.fileno())
+                    data = map_file(f.fileno(), st.st_size)
+                    fp = file_fingerprint(st)
             except (OSError, ValueError) as exc:
                 log.warning("cannot map the cached %s, reading it: %s", key, exc)
-                return self.get(key)
+                return self.get(key), None
         if self.verify is not None:
-            try:
-                self.verify(key, data)
-            except CorruptedData:
-                # damaged: get reads it again, counts and reports it, evicts it and fetches a good copy
-                return self.get(key)
+            ck = self._ck(key)
+            if self.memo is None or not self.memo.checked(ck, fp):
+                try:
+                    self.verify(key, data)
+                except CorruptedData:
+                    # damaged: get reads it again, counts and reports it, evicts it and fetches a good copy
+                    if self.memo is not None:
+                        self.memo.forget(ck)
+                    return self.get(key), None
+                if self.memo is not None:
+                    self.memo.remember(ck, fp)
         self.stats.add("hits")
-        return data
+        return data, fp
 
     def _fetch_verified(self, key: str) -> bytes:
         """The object from the store, verified; fetched a second time if the first copy
@@ -213,14 +382,20 @@ class ImmutableCache:
             return
         try:
             self._cache.set(ck, bytes(data), retry=True)
+            if self.memo is not None and self.verify is not None:
+                # what was just filled is verified (or written by us): remember the file it landed in
+                f = self._cache.get(ck, default=None, read=True, retry=True)
+                if f is not None and not isinstance(f, bytes):
+                    with f:
+                        self.memo.remember(ck, file_fingerprint(os.fstat(f.fileno())))
         except _CACHE_ERRORS as exc:
             log.warning("cache write of %s failed; continuing without it: %s", ck, exc)
 
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        """Write-through: ``store.put``, then fill the cache (for files we just wrote)."""
-        info = self.store.put(key, data)
+    def put(self, key: str, data: bytes) -> None:
+        """Write-through: ``store.put_immutable`` (what the cache holds never changes), then fill the cache
+        (for files we just wrote)."""
+        self.store.put_immutable(key, data)
         self._fill(self._ck(key), data)
-        return info
 
     def contains(self, key: str) -> bool:
         try:

@@ -73,6 +73,8 @@ class CacheConfig:
     ``disk_bytes``: the disk tier for range and metarange files of remote (S3) namespaces,
     in ``disk_dir`` (None: ``<home>/cache``). A local namespace is read in place and uses
     no disk tier.
+    ``memo_bytes``: what the home remembers of table files (which ones were checked
+    against their IDs, and what rewriting them needs), in ``<home>/table-memo``.
     """
 
     table_bytes: int = 512 * MiB
@@ -80,9 +82,10 @@ class CacheConfig:
     metarange_bytes: int = 64 * MiB
     disk_bytes: int = 4 * GiB
     disk_dir: str | None = None
+    memo_bytes: int = 256 * MiB
 
     def __post_init__(self) -> None:
-        for name in ("table_bytes", "block_bytes", "metarange_bytes", "disk_bytes"):
+        for name in ("table_bytes", "block_bytes", "metarange_bytes", "disk_bytes", "memo_bytes"):
             if getattr(self, name) < 0:
                 raise InvalidArgument(f"{name} must be >= 0, not {getattr(self, name)}")
 

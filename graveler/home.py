@@ -4,6 +4,7 @@ Layout under the home::
 
     <home>/repos/<name>/refs.lmdb/     the repository's LMDB environment (refs + staging)
     <home>/cache/                      the disk tier of range/metarange files of remote namespaces
+    <home>/table-memo/                 which table files were checked against their IDs (graveler.cache.CheckMemo)
 
 The home is ``--home`` (passed in), else ``$LAKEFUSE_HOME``, else
 ``~/.local/share/lakefuse`` (:func:`graveler.config.resolve_home` decides).
@@ -21,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from graveler.cache import ImmutableCache
+from graveler.cache import ImmutableCache, shared_memo
 from graveler.committed.manager import CommittedManager, StoreSource, verify_table
 from graveler.config import HOME_ENV, GravelerConfig, resolve_home  # noqa: F401 (re-exported)
 from graveler.errors import AlreadyExists, CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 REPOS_DIR = "repos"
 REFS_DIR = "refs.lmdb"
 CACHE_DIR = "cache"
+MEMO_DIR = "table-memo"
 
 
 def repos_root(home: Path) -> Path:
@@ -69,13 +71,14 @@ def default_committed_factory(store, config: GravelerConfig) -> CommittedManager
     One cache directory serves every repository of the home (entries are keyed by full URI)
     and every process using it (diskcache is multi-process safe); files are verified on fill.
     """
+    memo = shared_memo(str(Path(config.home) / MEMO_DIR), config.cache.memo_bytes)
     if isinstance(store, LocalStore):
         source = StoreSource(store)
     else:
         disk_dir = config.cache.disk_dir or str(Path(config.home) / CACHE_DIR)
         source = ImmutableCache(store, disk_dir, max_bytes=config.cache.disk_bytes,
-                                verify=verify_table)
-    return CommittedManager(source, config.range_params, cache=config.cache)
+                                verify=verify_table, memo=memo)
+    return CommittedManager(source, config.range_params, cache=config.cache, memo=memo)
 
 
 class Graveler:

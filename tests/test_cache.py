@@ -109,8 +109,8 @@ def test_put_is_write_through(local, tmp_path):
     key = sha_key(data)
     store = WrappedStore(local)
     with ImmutableCache(store, str(tmp_path / "cache")) as cache:
-        info = cache.put(key, data)
-        assert info.size == len(data)
+        cache.put(key, data)
+        assert local.head(key).size == len(data)
         assert local.get(key) == data  # in the store
         assert cache.contains(key)
         assert cache.get(key) == data

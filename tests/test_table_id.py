@@ -47,20 +47,86 @@ def test_range_copied_over_another_is_corrupted_data(tmp_path, capsys):
     assert capsys.readouterr().out == "2"
 
 
-def test_each_table_is_hashed_once_per_process(tmp_path, monkeypatch):
+def _count_table_hashes(monkeypatch) -> list[str]:
     from graveler.committed import reader
 
-    g, repo, r_main, _ = _two_ranges(tmp_path)
-    g.close()
-    calls = []
+    calls: list[str] = []
     real = reader.computed_table_id
     monkeypatch.setattr(reader, "computed_table_id", lambda t: calls.append(t.name) or real(t))
-    g = Graveler(GravelerConfig(home=tmp_path / "home"))
-    repo = g.repository("rep1")
-    for _ in range(3):
-        assert [i.path for i in repo.list("main", delimiter="")] == [b"a/1"]
-    assert len(calls) == 2  # main's metarange and its range, once each
+    return calls
+
+
+def _new_process_view(monkeypatch):
+    """What a new process of the home starts with: no table memo in memory (the one on disk stays)."""
+    from graveler import cache
+
+    monkeypatch.setattr(cache, "_memos", {})
+
+
+def test_tables_written_here_are_never_hashed_again(tmp_path, monkeypatch):
+    """The writer hashed the records itself: the home's memo knows its files, no process checks them again."""
+    g, repo, r_main, _ = _two_ranges(tmp_path)
     g.close()
+    calls = _count_table_hashes(monkeypatch)
+    _new_process_view(monkeypatch)
+    g = Graveler(GravelerConfig(home=tmp_path / "home"))
+    for _ in range(3):
+        assert [i.path for i in g.repository("rep1").list("main", delimiter="")] == [b"a/1"]
+    assert calls == []
+    g.close()
+
+
+def test_a_table_is_hashed_once_per_file_and_home(tmp_path, monkeypatch):
+    """Tables the home has not seen (another home wrote them) are checked once; later processes of the
+    home trust the memo while the file is the one checked; a file rewritten, touched or copied over since
+    is checked again."""
+    import os
+
+    g, repo, r_main, r_other = _two_ranges(tmp_path)
+    g.close()
+    shutil.rmtree(tmp_path / "home" / "table-memo")  # as if another home had written the namespace
+    calls = _count_table_hashes(monkeypatch)
+    for _ in range(2):
+        _new_process_view(monkeypatch)
+        g = Graveler(GravelerConfig(home=tmp_path / "home"))
+        for _ in range(3):
+            assert [i.path for i in g.repository("rep1").list("main", delimiter="")] == [b"a/1"]
+        g.close()
+    assert len(calls) == 2  # main's metarange and its range, once each, in the first process only
+    # the same bytes written again (a new inode, a new ctime): checked again, once
+    path = tmp_path / "ns" / "_lakefs" / r_main
+    data = path.read_bytes()
+    path.unlink()
+    path.write_bytes(data)
+    # a touched file (mtime moved back to what it was: the ctime still moved) is checked again too
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    _new_process_view(monkeypatch)
+    calls.clear()
+    g = Graveler(GravelerConfig(home=tmp_path / "home"))
+    assert [i.path for i in g.repository("rep1").list("main", delimiter="")] == [b"a/1"]
+    assert calls == [f"_lakefs/{r_main}"]
+    g.close()
+
+
+def test_memo_failures_mean_checking_again(tmp_path, caplog):
+    """A memo that cannot be opened or written forgets (tables are hashed again), with one warning; it never
+    fails a read."""
+    from graveler.cache import CheckMemo
+
+    (tmp_path / "memo").write_text("a file where the memo's directory should be")
+    memo = CheckMemo(str(tmp_path / "memo"))
+    fp = (1, 2, 3, 4, 5)
+    memo.remember("file:///x/_lakefs/t", fp)
+    assert memo.checked("file:///x/_lakefs/t", fp)  # this process remembers
+    assert not memo.checked("file:///x/_lakefs/t", None) and not memo.checked("file:///x/_lakefs/u", fp)
+    memo.put_facts("t", b"blob")
+    assert memo.get_facts("t") == b"blob"
+    assert sum("table check memo" in r.getMessage() for r in caplog.records) == 1  # one warning, not one per call
+    assert not CheckMemo(str(tmp_path / "memo")).checked("file:///x/_lakefs/t", fp)
+    ok = CheckMemo(str(tmp_path / "ok"))
+    ok.remember("file:///x/_lakefs/t", fp)
+    assert CheckMemo(str(tmp_path / "ok")).checked("file:///x/_lakefs/t", fp)  # another process of the home
+    assert not CheckMemo(str(tmp_path / "ok")).checked("file:///x/_lakefs/t", (1, 2, 3, 4, 6))
 
 
 @pytest.mark.s3

@@ -17,10 +17,12 @@ import logging
 from bisect import bisect_left
 from typing import Iterator, Protocol
 
+from graveler.cache import CheckMemo
 from graveler.committed.writer import table_key
 from graveler.config import CacheConfig
 from graveler.errors import CorruptedData, NotFound
-from graveler.ident import TableHasher
+from graveler import native
+from graveler.ident import TableHasher, enc_string_map
 from graveler.lru import LRU
 from graveler.model import RangeInfo, Value, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
@@ -38,7 +40,7 @@ class TableSource(Protocol):
 
 
 class StoreSource:
-    """Tables straight from an object store, uncached (tests, one-shot tools)."""
+    """Tables straight from an object store, uncached (a local namespace, tests, one-shot tools)."""
 
     def __init__(self, store):
         self.store = store
@@ -47,8 +49,18 @@ class StoreSource:
         """The table file: memory-mapped when the store can map it (a large local file), else bytes."""
         return self.store.get_mapped(key)
 
+    def get_immutable(self, key: str):
+        """``get``'s buffer and the fingerprint of the local file it came from (None if not one)."""
+        return self.store.get_immutable(key)
+
     def put(self, key: str, data: bytes) -> None:
-        self.store.put(key, data)
+        self.store.put_immutable(key, data)
+
+    def fingerprint(self, key: str):
+        return self.store.fingerprint(key)
+
+    def full_uri(self, key: str) -> str:
+        return self.store.full_uri(key)
 
 
 # Properties lakeFS adds after hashing: not part of a table's ID.
@@ -62,16 +74,21 @@ def hashed_properties(t: SSTable) -> dict[str, str]:
 
 
 def computed_table_id(t: SSTable) -> str:
-    """The ID of a range or metarange from its content: the hash of its records and properties."""
+    """The ID of a range or metarange from its content: the hash of its records and properties.
+
+    Compiled, one call walks every block (uncached) and hashes the records' ID input without a Python
+    object per record or block."""
+    if getattr(t, "compiled", False) and _Sha256 is not None:
+        h = _Sha256(threaded=True)  # hashed on a thread of its own while the blocks are read
+        t._core.hash_records(h)
+        return h.hexdigest(enc_string_map(hashed_properties(t)))
     h = TableHasher()
-    compiled = getattr(t, "compiled", False)
     for blk in t.iter_blocks():
-        if compiled:  # the records' hash input built in compiled code, no Python object per record
-            if len(blk):
-                h.add_input(blk.summary(0)[8])
-        else:
-            h.add_many(blk.keys, blk.values)
+        h.add_many(blk.keys, blk.values)
     return h.finish(hashed_properties(t))
+
+
+_Sha256 = None if native.PURE_PYTHON else native.load("graveler._crecord").Sha256
 
 
 def check_table_id(table_id: str, t: SSTable) -> None:
@@ -114,40 +131,66 @@ class TableReader:
     """Thread-safe reads of the committed trees of one storage namespace."""
 
     def __init__(self, source: TableSource, block_cache: BlockCache | None = None,
-                 cache: CacheConfig = CacheConfig()):
+                 cache: CacheConfig = CacheConfig(), memo: CheckMemo | None = None):
         self.source = source
+        # Table files known to hash to their IDs, by file fingerprint (shared by the processes of a home)
+        self.memo = memo if memo is not None else CheckMemo()
         self.block_cache = block_cache if block_cache is not None else BlockCache(cache.block_bytes)
         self._tables: LRU[str, SSTable] = LRU(cache.table_bytes, _table_weight)
         self._metaranges: LRU[str, MetaRange] = LRU(cache.metarange_bytes, _metarange_weight)
         self._table_hits = self._tables.data  # for the inlined hits of get()
         self._metarange_hits = self._metaranges.data
         self.tables_read = 0  # table files fetched from the source (benchmarks, tests)
-        # IDs checked in this process; a source that runs verify_table itself (the disk tier) needs no second check
+        # IDs checked in this process (tables with no local file); a source that runs verify_table itself (the
+        # disk tier) needs no second check
         self._checked: set[str] = set()
         self._source_checks = getattr(source, "verify", None) is verify_table
+        self._get_immutable = getattr(source, "get_immutable", None)
+        self._full_uri = getattr(source, "full_uri", None)
 
     # -- files -----------------------------------------------------------------------------
     def open(self, table_id: str) -> SSTable:
-        """The open table ``table_id`` (a range or a metarange). The first open in this
-        process checks that the file's content hashes to ``table_id`` (CorruptedData
-        otherwise); the disk tier checks that itself on every fill and hit."""
+        """The open table ``table_id`` (a range or a metarange).
+
+        Before a table file is used it is checked to hash to ``table_id`` (CorruptedData
+        otherwise): once per file, remembered by the file's fingerprint in the memo (so
+        a file written by us, or checked by another process of the home, is not hashed
+        again, and one copied over or rewritten since is); once per process for a table
+        with no local file. The disk tier checks its files itself, on fill and on hits
+        it does not remember.
+        """
         t = self._tables.get(table_id)
         if t is not None:
             return t
         key = table_key(table_id)
         try:
             # Mapped where the source can (large local or cached files): a big repository's ranges are
-            # paged in as they are read, not held in memory whole (StoreSource.get maps by itself).
-            get = getattr(self.source, "get_mapped", None) or self.source.get
-            data = get(key)
+            # paged in as they are read, not held in memory whole.
+            if self._get_immutable is not None:
+                data, fp = self._get_immutable(key)
+            else:
+                data, fp = self.source.get(key), None
         except NotFound:
             raise NotFound(f"table {table_id} not found in the namespace ({key})") from None
         t = SSTable(data, key, cache_key=table_id, block_cache=self.block_cache)
         if not self._source_checks and table_id not in self._checked:
-            check_table_id(table_id, t)  # once per table and process: a table is immutable
-            self._checked.add(table_id)
+            uri = self._full_uri(key) if self._full_uri is not None else None
+            if uri is None or not self.memo.checked(uri, fp):
+                check_table_id(table_id, t)
+                if fp is not None and uri is not None:
+                    self.memo.remember(uri, fp)
+                else:
+                    self._checked.add(table_id)
         self.tables_read += 1
         return self._tables.setdefault(table_id, t)
+
+    def remember_written(self, key: str) -> None:
+        """A table file we just wrote (its ID hashed from the records we wrote): no check needed."""
+        if self._full_uri is None or self._source_checks:
+            return  # the disk tier remembers its own fills
+        fingerprint = getattr(self.source, "fingerprint", None)
+        if fingerprint is not None:
+            self.memo.remember(self._full_uri(key), fingerprint(key))
 
     def metarange(self, mr_id: str) -> MetaRange:
         """The parsed metarange ``mr_id`` (CorruptedData if the table is a range)."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,6 +30,10 @@ class CountingSource(StoreSource):
     def get(self, key):
         self.gets.append(key)
         return super().get(key)
+
+    def get_immutable(self, key):
+        self.gets.append(key)
+        return super().get_immutable(key)
 
     def put(self, key, data):
         self.puts.append(key)
@@ -364,7 +370,7 @@ def test_diff_inside_a_big_range_skips_identical_blocks(store):
 
     diff_mod._RangeCursor.skip_block = spy
     try:
-        d = list(m.diff(mr, new))
+        d = list(diff_mod.py_diff(m.reader, m.list_ranges(mr), m.list_ranges(new)))  # the reference
     finally:
         diff_mod._RangeCursor.skip_block = orig
     assert [(r.type, r.key) for r in d] == [
@@ -373,6 +379,10 @@ def test_diff_inside_a_big_range_skips_identical_blocks(store):
     # Blocks before the first change are skipped on both sides; after a change, the rewrite realigns
     # with the old block boundaries whenever Pebble's flush rule lands on one again.
     assert len(seen) >= blocks // 2
+    it = m.diff(mr, new)  # the compiled walk, when it runs, skips the same blocks and finds the same records
+    assert list(it) == d
+    if hasattr(it, "blocks_skipped"):
+        assert 2 * it.blocks_skipped == len(seen)  # (the spy counts both sides)
     # and against a tree written from scratch (block boundaries differ): same answer
     want = dict(recs)
     want[picks[0]] = value(1, 1)
@@ -435,3 +445,65 @@ def test_apply_writes_what_a_from_scratch_write_would(tmp_path_factory, picks, r
         scratch = CommittedManager(StoreSource(open_store(str(root / "scratch"))), params)
         assert scratch.write_metarange(sorted(model.items())) == new
     shutil.rmtree(root, ignore_errors=True)
+
+
+class SlowSource(CountingSource):
+    """Puts take a while (so the background ones overlap the writing) and can fail on the n-th put;
+    ``events`` records each put's start and end, in order."""
+
+    def __init__(self, store, fail_at: int | None = None):
+        super().__init__(store)
+        self.events: list[tuple[str, str]] = []
+        self.fail_at = fail_at
+
+    def put(self, key, data):
+        self.events.append(("start", key))
+        time.sleep(0.005)
+        if self.fail_at is not None and len(self.puts) + 1 == self.fail_at:
+            self.puts.append(key)
+            raise OSError(28, "No space left on device")
+        super().put(key, data)
+        self.events.append(("end", key))
+
+
+def _put_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("graveler-put")]
+
+
+def _table_types(store):
+    return [SSTable(store.get(k)).properties["type"] for k in (o.key for o in store.list("_lakefs/"))]
+
+
+def test_background_range_puts_all_end_before_the_metarange_is_put(store):
+    src = SlowSource(store)
+    m = CommittedManager(src, SMALL)
+    mr, recs = build(m, 3000)
+    assert len(m.list_ranges(mr)) > 5
+    starts = [i for i, (what, k) in enumerate(src.events) if what == "start" and k == table_key(mr)]
+    ends = [i for i, (what, k) in enumerate(src.events) if what == "end" and k != table_key(mr)]
+    assert len(starts) == 1 and len(ends) == len(m.list_ranges(mr))
+    assert max(ends) < starts[0]  # every range durable before the metarange naming them is written
+    assert list(m.iterator(mr)) == recs
+    assert not _put_threads()
+
+
+def test_a_failed_range_put_fails_the_write_and_no_metarange_is_put(store):
+    src = SlowSource(store, fail_at=3)
+    m = CommittedManager(src, SMALL)
+    with pytest.raises(OSError, match="No space left"):
+        build(m, 3000)
+    assert set(_table_types(store)) <= {"ranges"}
+    assert not _put_threads()
+
+
+def test_a_merge_conflict_found_mid_write_stops_the_background_puts(store):
+    m = manager(store)
+    base, recs = build(m, 3000)
+    k = [r[0] for r in recs]
+    # source changes keys all over (many ranges written before the conflict at the end is met)
+    source, _ = m.apply(base, [(k[i], value(i, 1)) for i in range(0, 3000, 50)])
+    dest, _ = m.apply(base, [(k[2999], value(2999, 2))])
+    source, _ = m.apply(source, [(k[2999], value(2999, 1))])
+    with pytest.raises(MergeConflict):
+        m.merge(base, source, dest)
+    assert not _put_threads()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from graveler import native
 from graveler.committed.reader import TableReader
 from graveler.model import DiffRecord, DiffType, RangeInfo, decode_value
 
@@ -104,9 +105,18 @@ def diff(reader: TableReader, left_id: str, right_id: str) -> Iterator[DiffRecor
     Equal range IDs are skipped unopened; inside two differing ranges, data
     blocks with identical stored bytes are skipped undecoded (apply carries
     untouched blocks over byte for byte wherever Pebble's rules allow).
+    Compiled (``graveler.committed._cdiff``) unless the pure-Python reference runs.
     """
-    L = _RangeCursor(reader, reader.metarange(left_id).infos)
-    R = _RangeCursor(reader, reader.metarange(right_id).infos)
+    left, right = reader.metarange(left_id).infos, reader.metarange(right_id).infos
+    if _DiffIter is not None:
+        return _DiffIter(reader.open, left, right)
+    return py_diff(reader, left, right)
+
+
+def py_diff(reader: TableReader, left: list[RangeInfo], right: list[RangeInfo]) -> Iterator[DiffRecord]:
+    """The reference walk of :func:`diff` over two range lists."""
+    L = _RangeCursor(reader, left)
+    R = _RangeCursor(reader, right)
     RANGE, BLOCK = _RangeCursor.RANGE, _RangeCursor.BLOCK
     while True:
         if L.done or R.done:
@@ -169,4 +179,6 @@ def diff(reader: TableReader, left_id: str, right_id: str) -> Iterator[DiffRecor
             R.advance()
 
 
-__all__ = ["diff"]
+_DiffIter = None if native.PURE_PYTHON else native.load("graveler.committed._cdiff").DiffIter
+
+__all__ = ["diff", "py_diff"]

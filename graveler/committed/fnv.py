@@ -1,13 +1,11 @@
 """FNV-1a 64-bit, the hash behind lakeFS's range breaks.
 
 The compiled loop (graveler._crecord) is the default; the pure-Python reference
-hashes batches of keys with numpy (one vectorised step per byte column) and short
-batches with the plain loop.
+hashes batches of keys with numpy (one vectorised step per byte column, imported
+only then) and short batches with the plain loop.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from graveler import native
 
@@ -28,6 +26,8 @@ def py_fnv1a64_batch(keys: list[bytes]) -> list[int]:
     n = len(keys)
     if n < _BATCH_MIN:
         return [py_fnv1a64(k) for k in keys]
+    import numpy as np  # the reference only: the compiled path never loads numpy (nor its BLAS threads)
+
     lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
     width = max(int(lens.max()), 1)
     # Pad every key to the same width; the padding is never hashed (rows stop at their length).

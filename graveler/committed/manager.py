@@ -15,6 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from graveler.cache import CheckMemo
+from graveler.committed import checkpoints
 from graveler.committed.diff import diff
 from graveler.committed.fnv import fnv1a64_batch
 from graveler.committed.merge import merge_changes
@@ -26,6 +28,7 @@ from graveler.committed.reader import (  # noqa: F401 (re-exported)
     verify_table,
 )
 from graveler.committed.writer import MetaRangeWriter
+from graveler import native
 from graveler.config import CacheConfig, RangeParams
 from graveler.errors import InvalidArgument
 from graveler.model import DiffRecord, MergeStrategy, Value, decode_value, encode_value
@@ -45,6 +48,8 @@ class ApplyStats:
     changed: int = 0
     ranges_written: int = 0
     ranges_reused: int = 0
+    blocks_carried: int = 0  # unchanged blocks of touched ranges copied verbatim (compiled apply)
+    blocks_resumed: int = 0  # unchanged blocks before a change skipped through a checkpoint (compiled apply)
 
     @property
     def changes(self) -> int:
@@ -64,10 +69,11 @@ class CommittedManager:
     """Thread-safe reads and writes of the committed trees of one storage namespace."""
 
     def __init__(self, source: TableSource, params: RangeParams = RangeParams(),
-                 block_cache: BlockCache | None = None, cache: CacheConfig = CacheConfig()):
+                 block_cache: BlockCache | None = None, cache: CacheConfig = CacheConfig(),
+                 memo: CheckMemo | None = None):
         self.source = source
         self.params = params
-        self.reader = TableReader(source, block_cache, cache)
+        self.reader = TableReader(source, block_cache, cache, memo)
         self.block_cache = self.reader.block_cache
         self._lock = threading.Lock()
         self.tables_written = 0  # table files written (benchmarks, tests)
@@ -84,17 +90,23 @@ class CommittedManager:
 
     def _put(self, key: str, data: bytes) -> None:
         self.source.put(key, data)
+        self.reader.remember_written(key)
         with self._lock:
             self.tables_written += 1
 
     # -- writing ---------------------------------------------------------------------------
     def new_writer(self, metadata: dict[str, str] | None = None) -> MetaRangeWriter:
-        return MetaRangeWriter(self._put, self.params, metadata)
+        return MetaRangeWriter(self._put, self.params, metadata, on_checkpoints=self.reader.memo.put_facts,
+                               background=True)
 
     def write_metarange(self, records: Iterable[tuple[bytes, Value]], metadata: dict[str, str] | None = None) -> str:
         w = self.new_writer(metadata)
-        w.write_values(records)
-        return w.close()
+        try:
+            w.write_values(records)
+            return w.close()
+        except BaseException:
+            w.abort()
+            raise
 
     def empty_metarange(self) -> str:
         return EMPTY_METARANGE_ID
@@ -109,6 +121,16 @@ class CommittedManager:
         infos = self.reader.metarange(base_id).infos
         w = self.new_writer(metadata)
         stats = ApplyStats()
+        try:
+            self._apply_into(w, infos, changes, stats)
+            new_id = w.close()
+        except BaseException:
+            w.abort()  # (a merge conflict found mid-way, a store failure: ranges put so far stay unreferenced)
+            raise
+        stats.ranges_written = w.ranges_written
+        return new_id, stats
+
+    def _apply_into(self, w: MetaRangeWriter, infos, changes: Iterable[Change], stats: ApplyStats) -> None:
         out: list[tuple[bytes, bytes]] = []
         ch = _sorted_changes(changes)
         pending = next(ch, None)
@@ -121,8 +143,14 @@ class CommittedManager:
                 stats.ranges_reused += 1
                 continue
             t = self.reader.open(info.id)
-            step = _apply_range_compiled if t.compiled else _apply_range
-            pending = step(t, pending, ch, w, out, stats)
+            if out:
+                w.write_batch(out)
+                out = []
+            if _RangeApply is not None and t.compiled and w._compiled:
+                cps = checkpoints.unpack(self.reader.memo.get_facts(info.id), self.params, t.size)
+                pending = _apply_range_compiled(t, info, pending, ch, w, stats, self.params, cps)
+            else:
+                pending = _apply_range(t, pending, ch, w, out, stats)
             # Changes after the range's last record but within its span (up to max_key) were added;
             # those equal to max_key were matched; nothing else belongs to this range.
         while pending is not None:
@@ -134,9 +162,6 @@ class CommittedManager:
                     out.clear()
             pending = next(ch, None)
         w.write_batch(out)
-        new_id = w.close()
-        stats.ranges_written = w.ranges_written
-        return new_id, stats
 
     # -- diff and merge ----------------------------------------------------------------------
     def diff(self, left_id: str, right_id: str) -> Iterator[DiffRecord]:
@@ -214,32 +239,29 @@ def _apply_range(t: SSTable, pending: Change | None, ch: Iterator[Change], w: Me
     return pending
 
 
-def _apply_range_compiled(t: SSTable, pending: Change | None, ch: Iterator[Change], w: MetaRangeWriter,
-                          out: list[tuple[bytes, bytes]], stats: ApplyStats) -> Change | None:
-    """``_apply_range`` over compiled blocks: blocks are read one ahead, and an untouched block is
-    carried over with its records summed up in compiled code (no Python object per record)."""
-    handles = t.data_block_handles()
-    copyable = t.crc32c_trailers
-    nb = len(handles)
-    blk = t.block(handles[0]) if nb else None
-    for bi in range(nb):
-        nxt = t.block(handles[bi + 1]) if bi + 1 < nb else None
-        n = len(blk)
-        if n:
-            if copyable and nxt is not None and (pending is None or pending[0] > blk.key_at(n - 1)):
-                next_key, next_len = None, 0
-                if len(nxt):
-                    k0 = nxt.key_at(0)
-                    if pending is None or pending[0] > k0:
-                        next_key, next_len = k0, len(nxt.value_at(0))
-                if out:
-                    w.write_batch(out)
-                    out.clear()
-                w.write_compiled_block(t.raw_block(handles[bi]), blk, next_key, next_len)
-            else:
-                pending = _merge_records(blk.iter_from(0), pending, ch, out, stats)
-        blk = nxt
+def _apply_range_compiled(t: SSTable, info, pending: Change | None, ch: Iterator[Change], w: MetaRangeWriter,
+                          stats: ApplyStats, params: RangeParams, cps=None) -> Change | None:
+    """``_apply_range`` compiled (graveler.committed._capply): the changes up to the range's max key are
+    taken from the stream, encoded, and merged with the range's blocks in one call. Returns the first
+    change past the range."""
+    keys: list[bytes] = []
+    raws: list[bytes | None] = []
+    max_key = info.max_key
+    while pending is not None and pending[0] <= max_key:
+        keys.append(pending[0])
+        raws.append(None if pending[1] is None else encode_value(pending[1]))
+        pending = next(ch, None)
+    ra = _RangeApply(w, t._core, keys, raws, params.min_range_size, params.max_range_size, params.raggedness,
+                     cps).run()
+    w.kernel_done(ra.last_key, ra.written, ra.blocks_carried)
+    stats.blocks_carried += ra.blocks_carried
+    stats.blocks_resumed += ra.resumed_at
+    stats.added += ra.added
+    stats.removed += ra.removed
+    stats.changed += ra.changed
     return pending
 
+
+_RangeApply = None if native.PURE_PYTHON else native.load("graveler.committed._capply").RangeApply
 
 __all__ = ["ApplyStats", "CommittedManager", "EMPTY_METARANGE_ID", "StoreSource", "TableSource", "verify_table"]

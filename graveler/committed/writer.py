@@ -10,13 +10,16 @@ whatever wrote them: this process, another commit, a Spark executor.
 from __future__ import annotations
 
 import logging
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
 from graveler import native
+from graveler.committed import checkpoints
 from graveler.committed.fnv import fnv1a64_batch
 from graveler.config import RangeParams
 from graveler.errors import InvalidArgument
-from graveler.ident import TableHasher
+from graveler.ident import TableHasher, enc_string_map
 from graveler.model import RangeInfo, Value, encode_value
 from graveler.sstable.writer import SSTableWriter
 
@@ -32,23 +35,39 @@ def table_key(table_id: str) -> str:
 
 
 class TableWriter:
-    """One range or metarange: an SSTable plus the running lakeFS ID hash."""
+    """One range or metarange: an SSTable plus the running lakeFS ID hash.
 
-    def __init__(self, table_type: str, metadata: dict[str, str] | None = None):
+    Compiled (the default), both are one ``graveler.sstable._ctable.TableBuilder``; the
+    reference is ``SSTableWriter`` + ``TableHasher`` (the same bytes and ID, tested).
+    ``checkpoints``: record the builder's checkpoints (``checkpoint_data``) for later rewrites.
+    """
+
+    def __init__(self, table_type: str, metadata: dict[str, str] | None = None, compiled: bool | None = None,
+                 checkpoints: bool = False):
         self.table_type = table_type
         self.metadata = dict(metadata or {})
-        self.sst = SSTableWriter()
-        self.hasher = TableHasher()
+        if compiled is None:
+            compiled = _TableBuilder is not None
+        if compiled:
+            self.sst = _TableBuilder(hashed=True, checkpoints=checkpoints)
+            self.hasher = None
+        else:
+            self.sst = SSTableWriter()
+            self.hasher = TableHasher()
 
     def add(self, key: bytes, raw_value: bytes) -> None:
         self.sst.add(key, raw_value)
-        self.hasher.add(key, raw_value)
+        if self.hasher is not None:
+            self.hasher.add(key, raw_value)
 
     def finish(self) -> tuple[str, bytes, RangeInfo]:
         """Returns (ID, file bytes, the metarange record describing it)."""
         props = dict(self.metadata)
         props["type"] = self.table_type
-        table_id = self.hasher.finish(props)
+        if self.hasher is not None:
+            table_id = self.hasher.finish(props)
+        else:
+            table_id = self.sst.digest(enc_string_map(props))
         estimated = self.sst.estimated_size()
         sst = self.sst
         min_key = sst.first_key or b""
@@ -72,13 +91,26 @@ class MetaRangeWriter:
     write-through cache).  Ranges copied whole from another metarange go in
     with :meth:`copy_range`, which first closes the range being written,
     exactly as lakeFS does.
+
+    ``background=True``: finished ranges are stored by one helper thread while the
+    next range is built (the store's write and fsync release the GIL), at most
+    ``PUTS_IN_FLIGHT`` at a time; :meth:`close` waits for every one (raising the
+    first failure) before it stores the metarange that names them, so a metarange
+    is never durable before its ranges. A writer given up on must be
+    :meth:`abort`-ed.
     """
 
     compiled = True  # False: the pure-Python record loop (the reference; tests compare the two)
+    PUTS_IN_FLIGHT = 2
 
     def __init__(self, put: Callable[[str, bytes], None], params: RangeParams,
-                 metadata: dict[str, str] | None = None):
+                 metadata: dict[str, str] | None = None,
+                 on_checkpoints: Callable[[str, bytes], None] | None = None, background: bool = False):
         self._put = put
+        self._background = background
+        self._pool: ThreadPoolExecutor | None = None
+        self._puts: deque = deque()
+        self._on_checkpoints = on_checkpoints  # (range ID, packed checkpoints) of each range written
         self.params = params
         self.metadata = dict(metadata or {})
         self.ranges: list[RangeInfo] = []
@@ -89,11 +121,20 @@ class MetaRangeWriter:
         self.blocks_copied = 0
         self._last_key: bytes | None = None
 
+    @property
+    def _compiled(self) -> bool:
+        return self.compiled and _TableBuilder is not None
+
+    def _new_table(self) -> TableWriter:
+        self._current = TableWriter(RANGES_TYPE, self.metadata, self._compiled,
+                                    checkpoints=self._on_checkpoints is not None)
+        return self._current
+
     def write_batch(self, records: list[tuple[bytes, bytes]], hashes: list[int] | None = None) -> None:
         """Add records given as (key, encoded value), in order (``hashes``: their keys' FNV, if known)."""
         if not records:
             return
-        if _add_records is not None and self.compiled:
+        if self._compiled:
             self._write_batch_compiled(records)
             return
         p = self.params
@@ -107,7 +148,7 @@ class MetaRangeWriter:
                 # Inside a range the SSTable writer checks order; across a break, check here.
                 if prev is not None and key <= prev:
                     raise InvalidArgument(f"records must be sorted and unique: {key!r} after {prev!r}")
-                cur = self._current = TableWriter(RANGES_TYPE, self.metadata)
+                cur = self._new_table()
             cur.add(key, raw)  # the SSTable writer checks that keys increase
             est = cur.sst.estimated_size()
             if est < min_size:
@@ -132,13 +173,24 @@ class MetaRangeWriter:
                 key = records[i][0]
                 if prev is not None and key <= prev:
                     raise InvalidArgument(f"records must be sorted and unique: {key!r} after {prev!r}")
-                cur = self._current = TableWriter(RANGES_TYPE, self.metadata)
-            i, broke = _add_records(cur.sst, records, i, p.min_range_size, p.max_range_size, p.raggedness,
-                                    cur.hasher)
+                cur = self._new_table()
+            i, broke = cur.sst.add_records(records, i, p.min_range_size, p.max_range_size, p.raggedness)
             if broke:
                 self.close_range()
         self._last_key = records[-1][0]
         self.records_written += n
+
+    def open_table(self):
+        """The compiled table being written (a new one if none is open): what the compiled apply writes to."""
+        cur = self._current if self._current is not None else self._new_table()
+        return cur.sst
+
+    def kernel_done(self, last_key: bytes | None, written: int, carried: int) -> None:
+        """What a compiled apply step wrote through ``open_table``: its last key and counts."""
+        if last_key is not None:
+            self._last_key = last_key
+        self.records_written += written
+        self.blocks_copied += carried
 
     def write_block(self, raw: bytes, keys: list[bytes], values: list[bytes], nbytes: int,
                     hashes: list[int], next_key: bytes | None, next_value_len: int) -> None:
@@ -156,7 +208,7 @@ class MetaRangeWriter:
             if cur is None:
                 if self._last_key is not None and keys[0] <= self._last_key:
                     raise InvalidArgument(f"records must be sorted and unique: {keys[0]!r} after {self._last_key!r}")
-                cur = self._current = TableWriter(RANGES_TYPE, self.metadata)
+                cur = self._new_table()
             if cur.sst.append_block_canonical(raw, keys, values, nbytes, next_key, next_value_len,
                                               p.max_range_size):
                 cur.hasher.add_many(keys, values)
@@ -167,28 +219,6 @@ class MetaRangeWriter:
                     self.close_range()
                 return
         self.write_batch(list(zip(keys, values)), hashes)
-
-    def write_compiled_block(self, raw: bytes, blk, next_key: bytes | None, next_value_len: int) -> None:
-        """``write_block`` for a compiled block (graveler.sstable._cblock.Block): its records are summed up
-        (keys' FNV, table-ID input) in compiled code, without a Python object per record."""
-        p = self.params
-        first, first_vlen, last, n, raw_k, raw_v, inside, last_breaks, id_input = blk.summary(p.raggedness)
-        cur = self._current
-        if p.min_range_size == 0 and not inside:
-            if cur is None:
-                if self._last_key is not None and first <= self._last_key:
-                    raise InvalidArgument(f"records must be sorted and unique: {first!r} after {self._last_key!r}")
-                cur = self._current = TableWriter(RANGES_TYPE, self.metadata)
-            if cur.sst.append_block_summary(raw, first, first_vlen, last, n, raw_k, raw_v, blk.nbytes, next_key,
-                                            next_value_len, p.max_range_size):
-                cur.hasher.add_input(id_input)
-                self._last_key = last
-                self.records_written += n
-                self.blocks_copied += 1
-                if cur.sst.estimated_size() >= p.max_range_size or last_breaks:
-                    self.close_range()
-                return
-        self.write_batch(list(blk.iter_from(0)))
 
     def write_values(self, records: Iterable[tuple[bytes, Value]], batch: int = 2048) -> None:
         buf: list[tuple[bytes, bytes]] = []
@@ -205,7 +235,11 @@ class MetaRangeWriter:
             return
         self._current = None
         table_id, data, info = cur.finish()
-        self._put(table_key(table_id), data)
+        self._store(table_key(table_id), data)
+        if self._on_checkpoints is not None and self._compiled:
+            blob = checkpoints.pack(self.params, len(data), cur.sst.checkpoint_data())
+            if blob is not None:
+                self._on_checkpoints(table_id, blob)
         self.ranges.append(info)
         self.ranges_written += 1
 
@@ -217,10 +251,38 @@ class MetaRangeWriter:
         self._last_key = info.max_key
         self.ranges_copied += 1
 
+    def _store(self, key: str, data) -> None:
+        if not self._background:
+            self._put(key, data)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graveler-put")
+        while len(self._puts) >= self.PUTS_IN_FLIGHT:
+            self._puts.popleft().result()
+        # ``data`` may be a view of the builder's buffer: the future holds it (and so the builder) until stored
+        self._puts.append(self._pool.submit(self._put, key, data))
+
+    def _drain(self) -> None:
+        """Wait for every range put; the first failure is raised (after all have ended)."""
+        try:
+            while self._puts:
+                self._puts.popleft().result()
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Give the writer up: puts not started are cancelled, running ones waited for. What they stored
+        is unreferenced (garbage collection removes it)."""
+        pool, self._pool = self._pool, None
+        self._puts.clear()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
     def close(self) -> str:
         """Close the last range, write the metarange; returns its ID."""
         self.close_range()
-        mr = TableWriter(METARANGES_TYPE, self.metadata)
+        self._drain()
+        mr = TableWriter(METARANGES_TYPE, self.metadata, self._compiled)
         for info in self.ranges:
             mr.add(info.max_key, encode_value(info.to_value()))
         table_id, data, _ = mr.finish()
@@ -230,7 +292,4 @@ class MetaRangeWriter:
         return table_id
 
 
-if native.PURE_PYTHON:
-    _add_records = None
-else:
-    _add_records = native.load("graveler.sstable._cblock").add_records
+_TableBuilder = None if native.PURE_PYTHON else native.load("graveler.sstable._ctable").TableBuilder

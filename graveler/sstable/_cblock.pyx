@@ -9,6 +9,7 @@ small table of entry positions: lookups binary-search the restart points and
 scan a few entries, building Python objects only for what they return.
 """
 
+cimport cython
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memcmp
 from libc.stdint cimport uint32_t, uint64_t, int64_t
@@ -16,69 +17,11 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
+from cpython.buffer cimport PyBUF_WRITE
+from cpython.memoryview cimport PyMemoryView_FromMemory
 
 from graveler.errors import CorruptedData
 from graveler.sstable.format import BlockHandle
-
-cdef struct Ent:
-    uint32_t kpos      # where the entry's unshared key bytes start
-    uint32_t shared
-    uint32_t unshared
-    uint32_t vlen
-
-
-# --- varints ----------------------------------------------------------------------------------
-
-cdef inline int read_uvarint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos, uint64_t* out) noexcept nogil:
-    """0: ok; -1: the buffer ends inside it; -2: longer than 10 bytes / over 64 bits."""
-    cdef uint64_t result = 0
-    cdef int shift = 0
-    cdef unsigned char b
-    cdef Py_ssize_t i = pos[0]
-    while True:
-        if i >= n:
-            return -1
-        b = p[i]
-        i += 1
-        if shift == 63 and b > 1:
-            return -2
-        result |= (<uint64_t>(b & 0x7F)) << shift
-        if b < 0x80:
-            pos[0] = i
-            out[0] = result
-            return 0
-        shift += 7
-
-
-cdef inline Py_ssize_t put_uvarint(unsigned char* p, uint64_t v) noexcept nogil:
-    cdef Py_ssize_t i = 0
-    while v >= 0x80:
-        p[i] = <unsigned char>((v & 0x7F) | 0x80)
-        v >>= 7
-        i += 1
-    p[i] = <unsigned char>v
-    return i + 1
-
-
-cdef inline int uvarint_len(uint64_t v) noexcept nogil:
-    cdef int n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
-
-
-cdef inline int cmp_keys(const unsigned char* a, Py_ssize_t la, const unsigned char* b, Py_ssize_t lb) noexcept nogil:
-    cdef Py_ssize_t m = la if la < lb else lb
-    cdef int c = memcmp(a, b, m) if m > 0 else 0
-    if c != 0:
-        return c
-    if la < lb:
-        return -1
-    if la > lb:
-        return 1
-    return 0
-
 
 cdef inline bytes as_bytes(object b):
     if type(b) is bytes:
@@ -88,20 +31,14 @@ cdef inline bytes as_bytes(object b):
 
 # --- decoding ---------------------------------------------------------------------------------
 
+@cython.no_gc
 cdef class Block:
-    """A validated block: its bytes and entry table.  Internal-key trailers are not part of ``keys``."""
+    """A validated block: its bytes and entry table.  Internal-key trailers are not part of ``keys``.
 
-    cdef readonly bytes data
-    cdef readonly Py_ssize_t nbytes
-    cdef readonly bint internal
-    cdef Py_ssize_t n
-    cdef Ent* ents
-    cdef uint32_t* rest       # entry index of each restart point
-    cdef Py_ssize_t nrest
-    cdef Py_ssize_t maxkey    # longest stored (internal) key
-    cdef int trail            # 8 for internal keys, else 0
-    cdef object _keys
-    cdef object _values
+    Not tracked by Python's cycle collector: it refers only to bytes and lists of bytes, so it can be in
+    no cycle, and a block cache of tens of thousands of them would otherwise be walked by every full
+    collection of a busy process.
+    """
 
     def __cinit__(self):
         self.ents = NULL
@@ -162,7 +99,7 @@ cdef class Block:
             i += 1
         return self.n
 
-    cdef inline object value_c(self, Py_ssize_t i):
+    cdef object value_c(self, Py_ssize_t i):
         cdef Ent* e = &self.ents[i]
         return PyBytes_FromStringAndSize(PyBytes_AS_STRING(self.data) + e.kpos + e.unshared, e.vlen)
 
@@ -252,63 +189,6 @@ cdef class Block:
         """(key, value) of the records from index ``i`` on."""
         return BlockIter(self, i)
 
-    def summary(self, uint64_t raggedness):
-        """What a range writer needs to carry this block over verbatim, without a Python object per record.
-
-        Returns (first key, first value's length, last key, number of records, raw key bytes with
-        8-byte trailers, raw value bytes, whether FNV-1a-64 of a key other than the last is 0 modulo
-        ``raggedness``, whether the last key's is, the records' table-ID input).
-        """
-        cdef const unsigned char* d = <const unsigned char*>PyBytes_AS_STRING(self.data)
-        cdef unsigned char* buf
-        cdef unsigned char* hb
-        cdef Py_ssize_t i, j, klen, total = 0, hlen = 0, raw_k = 0, raw_v = 0
-        cdef Ent* e
-        cdef uint64_t h
-        cdef bint inside = False, last_breaks = False
-        cdef bytes hin
-        if self.n == 0:
-            raise ValueError("empty block")
-        for i in range(self.n):
-            e = &self.ents[i]
-            klen = <Py_ssize_t>(e.shared + e.unshared) - self.trail
-            total += dec_len(klen) + klen + dec_len(e.vlen) + e.vlen + 2
-            raw_k += klen + 8
-            raw_v += e.vlen
-        buf = <unsigned char*>malloc(self.maxkey if self.maxkey > 0 else 1)
-        if buf == NULL:
-            raise MemoryError()
-        hin = PyBytes_FromStringAndSize(NULL, total)
-        hb = <unsigned char*>PyBytes_AS_STRING(hin)
-        try:
-            for i in range(self.n):
-                e = &self.ents[i]
-                memcpy(buf + e.shared, d + e.kpos, e.unshared)
-                klen = <Py_ssize_t>(e.shared + e.unshared) - self.trail
-                hlen += put_dec(hb + hlen, klen)
-                memcpy(hb + hlen, buf, klen)
-                hlen += klen
-                hb[hlen] = 124
-                hlen += 1
-                hlen += put_dec(hb + hlen, e.vlen)
-                memcpy(hb + hlen, d + e.kpos + e.unshared, e.vlen)
-                hlen += e.vlen
-                hb[hlen] = 124
-                hlen += 1
-                if raggedness:
-                    h = FNV_OFFSET
-                    for j in range(klen):
-                        h = (h ^ buf[j]) * FNV_PRIME
-                    if h % raggedness == 0:
-                        if i == self.n - 1:
-                            last_breaks = True
-                        else:
-                            inside = True
-        finally:
-            free(buf)
-        return (self.key_c(0), self.ents[0].vlen, self.key_c(self.n - 1), self.n, raw_k, raw_v, inside, last_breaks,
-                hin)
-
     @property
     def keys(self):
         cdef Py_ssize_t i, ln
@@ -394,13 +274,12 @@ cdef class BlockIter:
         return t
 
 
-cdef inline uint32_t le32(const unsigned char* p) noexcept nogil:
-    return (<uint32_t>p[0]) | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
-
-
 def decode_block(data, name, offset, bint internal_keys):
     """Validate and index a block.  Any inconsistency raises CorruptedData at ``offset``."""
-    cdef bytes buf = as_bytes(data)
+    return decode_block_c(as_bytes(data), name, offset, internal_keys)
+
+
+cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_keys):
     cdef const unsigned char* d = <const unsigned char*>PyBytes_AS_STRING(buf)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(buf)
     cdef uint64_t num_restarts, shared, unshared, vlen
@@ -534,16 +413,6 @@ def decode_block(data, name, offset, bint internal_keys):
 cdef class BlockBuilder:
     """Builds one block with prefix-compressed keys and a restart array (Pebble's estimatedSize in ``size``)."""
 
-    cdef readonly Py_ssize_t restart_interval
-    cdef unsigned char* buf
-    cdef Py_ssize_t len, cap
-    cdef uint32_t* restarts
-    cdef Py_ssize_t nrestarts, rcap
-    cdef readonly Py_ssize_t counter
-    cdef readonly bytes last_key
-    cdef readonly Py_ssize_t n_entries
-    cdef readonly Py_ssize_t size
-
     def __cinit__(self, Py_ssize_t restart_interval):
         self.restart_interval = restart_interval
         self.buf = NULL
@@ -557,12 +426,16 @@ cdef class BlockBuilder:
         free(self.restarts)
 
     def reset(self):
+        self.reset_c()
+
+    cdef int reset_c(self) noexcept:
         self.len = 0
         self.nrestarts = 0
         self.counter = 0
         self.last_key = b""
         self.n_entries = 0
         self.size = 4
+        return 0
 
     cdef int grow(self, Py_ssize_t need) except -1:
         cdef Py_ssize_t cap
@@ -628,6 +501,9 @@ cdef class BlockBuilder:
         return self.size
 
     def finish(self):
+        return self.finish_c()
+
+    cdef bytes finish_c(self):
         cdef Py_ssize_t nr = self.nrestarts if self.nrestarts else 1
         cdef Py_ssize_t total = self.len + 4 * nr + 4
         cdef Py_ssize_t i
@@ -683,7 +559,7 @@ def should_flush(Py_ssize_t n_entries, Py_ssize_t size, Py_ssize_t restart_inter
 
 # --- whole-table lookups and scans ------------------------------------------------------------
 
-from graveler._crecord cimport decode_ptr
+from graveler._crecord cimport Sha256, decode_ptr
 
 
 cdef unsigned char* grow_buf(unsigned char* buf, unsigned char* small, Py_ssize_t n) except NULL:
@@ -702,6 +578,7 @@ import google_crc32c
 cdef object _crc32c = google_crc32c.value
 cdef object _crc32c_extend = google_crc32c.extend
 cdef object _snappy_decompress = cramjam.snappy.decompress_raw
+cdef object _snappy_decompress_into = cramjam.snappy.decompress_raw_into
 cdef list _CTYPE_BYTES = [bytes((i,)) for i in range(256)]
 
 
@@ -714,6 +591,58 @@ cdef inline uint32_t mask_crc(object crc):
     return (((c >> 15) | (c << 17)) + 0xA282EAD8U) & 0xFFFFFFFFU
 
 
+# google-crc32c's C library (what google_crc32c.value runs), called through its C entry point when it can
+# be found: a block's checksum is then computed where the block lies (a mapped file), with no bytes copy
+# and no Python call per block. Found by ctypes in the wheel's bundled library; checked against the Python
+# binding on a test vector; otherwise the Python binding is used.
+ctypedef uint32_t (*crc32c_extend_fn)(uint32_t crc, const unsigned char* data, size_t n) noexcept nogil
+cdef crc32c_extend_fn _crc_fn = NULL
+
+
+def _bind_crc32c():
+    global _crc_fn
+    import ctypes
+    import ctypes.util
+    import glob
+    import os
+
+    here = os.path.dirname(google_crc32c.__file__)
+    candidates = sorted(glob.glob(os.path.join(here, "..", "google_crc32c.libs", "libcrc32c*.so*")))
+    candidates += [getattr(getattr(google_crc32c, "_crc32c", None), "__file__", None), ctypes.util.find_library("crc32c")]
+    for path in candidates:
+        if not path:
+            continue
+        try:
+            fn = ctypes.CDLL(path).crc32c_extend
+        except (OSError, AttributeError):
+            continue
+        _crc_fn = <crc32c_extend_fn><size_t>ctypes.cast(fn, ctypes.c_void_p).value
+        probe = b"123456789 lakefuse"
+        if _crc_fn(0, <const unsigned char*>PyBytes_AS_STRING(probe), len(probe)) == google_crc32c.value(probe):
+            return path
+        _crc_fn = NULL
+    return None
+
+
+CRC32C_LIBRARY = _bind_crc32c()
+
+
+cdef inline uint32_t block_crc(const unsigned char* p, Py_ssize_t n, unsigned char ctype):
+    """The masked CRC32C of a block's stored bytes and its compression type byte (its trailer's checksum)."""
+    cdef uint32_t c
+    if _crc_fn != NULL:
+        c = _crc_fn(0, p, <size_t>n)
+        c = _crc_fn(c, &ctype, 1)
+        return ((c >> 15) | (c << 17)) + 0xA282EAD8U
+    return mask_crc(_crc32c_extend(_crc32c(PyBytes_FromStringAndSize(<const char*>p, n)), ctype_bytes(ctype)))
+
+
+def block_checksum(data, unsigned char ctype):
+    """``block_crc`` of ``data`` (tests: the C entry point against the Python binding)."""
+    cdef bytes b = as_bytes(data)
+    return block_crc(<const unsigned char*>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), ctype)
+
+
 cdef class TableCore:
     """The compiled lookup path of one open SSTable (graveler.sstable.reader.SSTable).
 
@@ -724,16 +653,6 @@ cdef class TableCore:
     verifies and decodes one block.
     """
 
-    cdef Block top
-    cdef bint two_level
-    cdef object cache_get, cache_put, cache_id, load, name
-    cdef Py_ssize_t index_offset
-    cdef list parts  # index partitions, kept once read (as a table reader keeps its index)
-    cdef object owner  # the SSTable (for its blocks_read counter), when the core reads blocks itself
-    cdef const unsigned char[::1] buf
-    cdef bint has_buf
-    cdef int checksum_type
-
     def __cinit__(self, Block top, bint two_level, cache, cache_id, load, name, Py_ssize_t index_offset,
                   owner=None, buf=None, int checksum_type=1):
         self.top = top
@@ -741,6 +660,8 @@ cdef class TableCore:
         self.parts = [None] * top.n if two_level else []
         self.owner = owner
         self.has_buf = buf is not None
+        self.buf_obj = buf
+        self.pybuf = None
         if self.has_buf:
             self.buf = buf
         self.checksum_type = checksum_type
@@ -753,34 +674,52 @@ cdef class TableCore:
 
     cdef Block read(self, uint64_t off, uint64_t size):
         """Read, verify, decompress and decode the block at (off, size): format.read_block + decode_block."""
-        cdef Py_ssize_t n, end
-        cdef const unsigned char* p
-        cdef uint32_t stored
-        cdef unsigned char ctype
         if not self.has_buf:
             return <Block>self.load(off, size)
+        b = decode_block_c(self.read_contents(off, size), self.name, off, True)
+        self.owner.blocks_read += 1
+        return <Block>b
+
+    cdef bytes read_contents(self, uint64_t off, uint64_t size):
+        """The contents of the block at (off, size), checksum verified and decompressed (format.read_block).
+
+        Snappy blocks are decompressed straight from the file's buffer into the bytes object returned."""
+        cdef Py_ssize_t n, end, pos = 0
+        cdef const unsigned char* p
+        cdef uint32_t stored
+        cdef uint64_t ulen
+        cdef unsigned char ctype
+        cdef bytes out
         n = self.buf.shape[0]
         if off > <uint64_t>n or size > <uint64_t>n or off + size + 5 > <uint64_t>n:
             raise CorruptedData(f"block handle (offset {off}, size {size}) points past the end of the file "
                                 f"({n} bytes)", self.name, off)
         end = <Py_ssize_t>(off + size)
         p = &self.buf[0]
-        body = PyBytes_FromStringAndSize(<const char*>p + off, <Py_ssize_t>size)
         ctype = p[end]
         if self.checksum_type == 1:
             stored = le32(p + end + 1)
-            if mask_crc(_crc32c_extend(_crc32c(body), ctype_bytes(ctype))) != stored:
+            if block_crc(p + off, <Py_ssize_t>size, ctype) != stored:
                 raise CorruptedData("block checksum mismatch", self.name, off)
-        if ctype == 1:
-            try:
-                body = bytes(_snappy_decompress(body))
-            except Exception as e:  # cramjam raises its own DecompressionError
-                raise CorruptedData(f"bad Snappy block ({e})", self.name, off) from None
-        elif ctype != 0:
+        if ctype == 0:
+            return PyBytes_FromStringAndSize(<const char*>p + off, <Py_ssize_t>size)
+        if ctype != 1:
             raise CorruptedData(f"unknown compression type {ctype}", self.name, off)
-        b = decode_block(body, self.name, off, True)
-        self.owner.blocks_read += 1
-        return <Block>b
+        # Snappy's raw format starts with the uncompressed length
+        if read_uvarint(p + off, <Py_ssize_t>size, &pos, &ulen) != 0 or ulen > <uint64_t>(64 * size + 64) \
+                or ulen > (1 << 31):
+            raise CorruptedData("bad Snappy block (bad length)", self.name, off)
+        out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>ulen)
+        if self.pybuf is None:
+            self.pybuf = memoryview(self.buf_obj)
+        try:
+            got = _snappy_decompress_into(self.pybuf[off:end],
+                                          PyMemoryView_FromMemory(PyBytes_AS_STRING(out), <Py_ssize_t>ulen, PyBUF_WRITE))
+        except Exception as e:  # cramjam raises its own DecompressionError
+            raise CorruptedData(f"bad Snappy block ({e})", self.name, off) from None
+        if got != <Py_ssize_t>ulen:
+            raise CorruptedData("bad Snappy block (short)", self.name, off)
+        return out
 
     cdef Block block_at(self, uint64_t off, uint64_t size):
         ck = (self.cache_id, off)
@@ -789,6 +728,10 @@ cdef class TableCore:
             b = self.read(off, size)
             self.cache_put(ck, b)
         return <Block>b
+
+    def cached_block(self, uint64_t off, uint64_t size):
+        """The data block or index partition at (off, size), through the block cache (SSTable._cached_block)."""
+        return self.block_at(off, size)
 
     cdef int handle_of(self, Block blk, Py_ssize_t i, Py_ssize_t at, uint64_t* off, uint64_t* size) except -1:
         if blk.handle_c(i, off, size) != 0:
@@ -853,6 +796,61 @@ cdef class TableCore:
     def scan(self, start=b"", bint records=False):
         """Iterator over (key, value) from ``start`` on; ``records``: values as graveler Values."""
         return TableIter(self, as_bytes(start), records)
+
+    def hash_records(self, Sha256 h):
+        """Feed every record's table-ID input (``len(key) key | len(value) value |``, lengths in decimal) to
+        ``h``, in order: a table's ID hashes this, then its properties. Blocks are read uncached and each
+        checked as any read is; nothing per record is built as a Python object. Returns the record count."""
+        cdef Py_ssize_t p, bi, at, i, lk, total, count = 0, cap = 0, kcap = 0
+        cdef uint64_t off, size
+        cdef Block part, blk
+        cdef Ent* e
+        cdef const unsigned char* d
+        cdef unsigned char* buf = NULL
+        cdef unsigned char* kb = NULL
+        cdef unsigned char* q
+        cdef unsigned char* nb
+        try:
+            for p in range(self.nparts()):
+                part = self.partition(p, &at)
+                for bi in range(part.n):
+                    self.handle_of(part, bi, at, &off, &size)
+                    if self.has_buf:
+                        blk = decode_block_c(self.read_contents(off, size), self.name, off, True)
+                    else:
+                        blk = self.read(off, size)
+                    d = <const unsigned char*>PyBytes_AS_STRING(blk.data)
+                    total = 0
+                    for i in range(blk.n):
+                        e = &blk.ents[i]
+                        lk = <Py_ssize_t>(e.shared + e.unshared) - blk.trail
+                        total += dec_len(lk) + lk + dec_len(e.vlen) + e.vlen + 2
+                    buf = h.reserve(total)
+                    if blk.maxkey > kcap:
+                        nb = <unsigned char*>realloc(kb, blk.maxkey)
+                        if nb == NULL:
+                            raise MemoryError()
+                        kb, kcap = nb, blk.maxkey
+                    q = buf
+                    for i in range(blk.n):
+                        e = &blk.ents[i]
+                        memcpy(kb + e.shared, d + e.kpos, e.unshared)
+                        lk = <Py_ssize_t>(e.shared + e.unshared) - blk.trail
+                        q += put_dec(q, lk)
+                        memcpy(q, kb, lk)
+                        q += lk
+                        q[0] = 124
+                        q += 1
+                        q += put_dec(q, e.vlen)
+                        memcpy(q, d + e.kpos + e.unshared, e.vlen)
+                        q += e.vlen
+                        q[0] = 124
+                        q += 1
+                    h.commit(total)
+                    count += blk.n
+        finally:
+            free(kb)
+        return count
 
 
 cdef class TableIter:
@@ -974,11 +972,7 @@ cdef class TableIter:
         return t
 
 
-# --- the writer's per-record loop ---------------------------------------------------------------
-
-from cpython.bytearray cimport PyByteArray_GET_SIZE
-
-from graveler.errors import InvalidArgument
+# --- index keys (the table writer in _ctable) --------------------------------------------------------
 
 cdef bytes SET_TRAILER_B = b"\x01\x00\x00\x00\x00\x00\x00\x00"
 cdef bytes SEPARATOR_TRAILER_B = b"\x11\xff\xff\xff\xff\xff\xff\xff"  # (SEQNUM_MAX << 8) | KIND_SEPARATOR
@@ -1028,182 +1022,3 @@ cdef bytes index_key(bytes a, bytes b):
 def index_key_for(a, b):
     """The index entry key Pebble writes for a data block ending at ``a`` when ``b`` follows (tests)."""
     return index_key(as_bytes(a), as_bytes(b))
-
-
-cdef uint64_t FNV_OFFSET = 0xCBF29CE484222325ULL
-cdef uint64_t FNV_PRIME = 0x100000001B3ULL
-
-
-def add_records(w, list records, Py_ssize_t lo, Py_ssize_t min_size, Py_ssize_t max_size,
-                uint64_t raggedness, hasher):
-    """Add ``records[lo:]`` ((key, value) pairs) to the SSTableWriter ``w`` exactly as ``w.add`` would.
-
-    ``hasher`` (a graveler.ident.TableHasher, or None) gets each record's table-ID input.  With
-    ``raggedness`` > 0, stop after the first record where lakeFS's range-break rule holds: the
-    writer's estimated size is >= ``min_size`` and either >= ``max_size`` or FNV-1a-64(key) is 0
-    modulo ``raggedness``.  Returns (index after the last record added, whether it stopped on a break).
-    """
-    cdef BlockBuilder data = <BlockBuilder?>w._data
-    cdef BlockBuilder index = <BlockBuilder?>w._index
-    cdef bytearray out = <bytearray?>w._out
-    cdef Py_ssize_t threshold = w._threshold, block_size = w._block_size
-    cdef Py_ssize_t i = lo, n = len(records), added = 0, raw_k = 0, raw_v = 0, est, lk, lv
-    cdef object last = w._last_key
-    cdef bint pending = w._pending is not None, broke = False
-    cdef bytes key, value, ikey
-    cdef tuple rec
-    cdef const unsigned char* kp
-    cdef uint64_t h
-    cdef Py_ssize_t j, hlen = 0, hcap = 0
-    cdef unsigned char* hb = NULL
-    cdef unsigned char* nb
-    cdef int c
-    try:
-        while i < n:
-            rec = <tuple?>records[i]
-            key = as_bytes(rec[0])
-            value = as_bytes(rec[1])
-            lk = PyBytes_GET_SIZE(key)
-            lv = PyBytes_GET_SIZE(value)
-            if last is not None:
-                c = cmp_keys(<const unsigned char*>PyBytes_AS_STRING(key), lk,
-                             <const unsigned char*>PyBytes_AS_STRING(<bytes>last), PyBytes_GET_SIZE(<bytes>last))
-                if c <= 0:
-                    raise InvalidArgument(f"SSTable keys must be strictly increasing: {key!r} after {last!r}")
-            ikey = with_trailer(key, SET_TRAILER_B)
-            if data.size > threshold and should_flush_c(data.n_entries, data.size, data.restart_interval, lk + 8, lv,
-                                                        block_size, threshold):
-                w._last_key = last
-                w._verbatim = None
-                w._flush_data_block()
-                pending = w._pending is not None
-            if pending:
-                w._add_index_entry(index_key(<bytes>w._pending_last, key))
-                pending = False
-            data.add_c(ikey, <const unsigned char*>PyBytes_AS_STRING(value), lv)
-            if last is None:
-                w.first_key = key
-            last = key
-            added += 1
-            raw_k += lk + 8
-            raw_v += lv
-            i += 1
-            if hasher is not None:
-                j = dec_len(lk) + lk + dec_len(lv) + lv + 2
-                if hlen + j > hcap:
-                    hcap = (hlen + j) * 2 if (hlen + j) * 2 > 65536 else 65536
-                    nb = <unsigned char*>realloc(hb, hcap)
-                    if nb == NULL:
-                        raise MemoryError()
-                    hb = nb
-                hlen += put_dec(hb + hlen, lk)
-                memcpy(hb + hlen, PyBytes_AS_STRING(key), lk)
-                hlen += lk
-                hb[hlen] = 124
-                hlen += 1
-                hlen += put_dec(hb + hlen, lv)
-                memcpy(hb + hlen, PyBytes_AS_STRING(value), lv)
-                hlen += lv
-                hb[hlen] = 124
-                hlen += 1
-            if raggedness:
-                est = PyByteArray_GET_SIZE(out) + data.size + index.size
-                if est >= min_size:
-                    if est >= max_size:
-                        broke = True
-                        break
-                    kp = <const unsigned char*>PyBytes_AS_STRING(key)
-                    h = FNV_OFFSET
-                    for j in range(lk):
-                        h = (h ^ kp[j]) * FNV_PRIME
-                    if h % raggedness == 0:
-                        broke = True
-                        break
-        return i, broke
-    finally:
-        w._last_key = last
-        w._verbatim = None
-        w.num_entries += added
-        w.raw_key_size += raw_k
-        w.raw_value_size += raw_v
-        if hasher is not None and hlen:
-            hasher.add_input(PyBytes_FromStringAndSize(<char*>hb, hlen))
-        free(hb)
-
-
-cdef inline Py_ssize_t dec_len(Py_ssize_t v) noexcept nogil:
-    cdef Py_ssize_t n = 1
-    while v >= 10:
-        v //= 10
-        n += 1
-    return n
-
-
-cdef inline Py_ssize_t put_dec(unsigned char* p, Py_ssize_t v) noexcept nogil:
-    cdef Py_ssize_t n = dec_len(v), i = n
-    while i > 0:
-        i -= 1
-        p[i] = <unsigned char>(48 + v % 10)
-        v //= 10
-    return n
-
-
-cdef int add_index_entry(w, BlockBuilder index, uint64_t off, uint64_t size, bytes ikey,
-                         Py_ssize_t block_size, Py_ssize_t threshold) except -1:
-    """SSTableWriter._add_index_entry for the pending block (``off``, ``size``)."""
-    cdef unsigned char hb[20]
-    cdef Py_ssize_t hl = put_uvarint(hb, off)
-    hl += put_uvarint(hb + hl, size)
-    w._pending = None
-    if should_flush_c(index.n_entries, index.size, index.restart_interval, PyBytes_GET_SIZE(ikey), hl,
-                      block_size, threshold):
-        w._finish_partition()
-    index.add_c(ikey, hb, hl)
-    return 0
-
-
-def carry_block(w, bytes raw, bytes first_key, Py_ssize_t first_vlen, bytes last_key, Py_ssize_t n,
-                Py_ssize_t raw_key_size, Py_ssize_t raw_value_size, Py_ssize_t nbytes, next_key,
-                Py_ssize_t next_value_len, Py_ssize_t max_estimate):
-    """SSTableWriter.append_block_summary, compiled (same checks, same state changes, same bytes)."""
-    cdef BlockBuilder data = <BlockBuilder?>w._data
-    cdef BlockBuilder index = <BlockBuilder?>w._index
-    cdef bytearray out = <bytearray?>w._out
-    cdef Py_ssize_t threshold = w._threshold, block_size = w._block_size, off
-    cdef object last, pending
-    if next_key is None:
-        return False
-    # (a) the open block would be closed before this block's first record
-    if data.n_entries and not should_flush_c(data.n_entries, data.size, data.restart_interval,
-                                             PyBytes_GET_SIZE(first_key) + 8, first_vlen, block_size, threshold):
-        return False
-    # (b) the block would be closed before the record after it
-    if not should_flush_c(n, nbytes, 16, len(next_key) + 8, next_value_len, block_size, threshold):
-        return False
-    last = w._last_key
-    if last is not None and cmp_keys(<const unsigned char*>PyBytes_AS_STRING(first_key), PyBytes_GET_SIZE(first_key),
-                                     <const unsigned char*>PyBytes_AS_STRING(<bytes>last),
-                                     PyBytes_GET_SIZE(<bytes>last)) <= 0:
-        raise InvalidArgument(f"SSTable keys must be strictly increasing: {first_key!r} after {last!r}")
-    if data.n_entries:
-        w._flush_data_block()
-    pending = w._pending
-    if pending is not None:
-        add_index_entry(w, index, pending.offset, pending.size, index_key(<bytes>w._pending_last, first_key),
-                        block_size, threshold)
-    # (c) no size-based range break inside the block (checked against the estimate at its end)
-    if PyByteArray_GET_SIZE(out) + nbytes + index.size >= max_estimate:
-        return False
-    off = PyByteArray_GET_SIZE(out)
-    out += raw
-    w._verbatim = (PyBytes_GET_SIZE(raw), nbytes)
-    w.num_data_blocks += 1
-    w._pending = BlockHandle(off, PyBytes_GET_SIZE(raw) - 5)
-    w._pending_last = last_key
-    if last is None:
-        w.first_key = first_key
-    w._last_key = last_key
-    w.num_entries += n
-    w.raw_key_size += raw_key_size
-    w.raw_value_size += raw_value_size
-    return True

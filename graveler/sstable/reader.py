@@ -157,6 +157,8 @@ class SSTable:
         return b
 
     def _cached_block(self, handle: BlockHandle) -> Block:
+        if self._core is not None:
+            return self._core.cached_block(handle.offset, handle.size)
         ck = (self._cache_id, handle.offset)
         b = self._cache.get(ck)
         if b is None:

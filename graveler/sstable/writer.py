@@ -159,9 +159,6 @@ class SSTableWriter:
         first key, its value's length, last key, count, key bytes (8-byte trailers included), value bytes."""
         if next_key is None:
             return False
-        if _cblock is not None and type(self._data) is _cblock.BlockBuilder:
-            return _cblock.carry_block(self, raw, first_key, first_value_len, last_key, n, raw_key_size,
-                                       raw_value_size, nbytes, next_key, next_value_len, max_estimate)
         data = self._data
         # (a) the open block would be closed before this block's first record
         if data.n_entries and not data.should_flush(len(first_key) + 8, first_value_len, self._block_size,
@@ -248,43 +245,10 @@ class SSTableWriter:
             index_handle = self._write_block(contents, self._compress)
             index_size = len(contents) + 5
 
-        props: dict[bytes, bytes] = {
-            b"rocksdb.block.based.table.index.type": struct.pack(
-                "<I", INDEX_TYPE_TWO_LEVEL if two_level else INDEX_TYPE_BINARY_SEARCH
-            ),
-            b"rocksdb.block.based.table.prefix.filtering": b"0",
-            b"rocksdb.block.based.table.whole.key.filtering": b"0",
-            b"rocksdb.column.family.id": uvarint_bytes(2147483647),
-            b"rocksdb.comparator": b"leveldb.BytewiseComparator",
-            b"rocksdb.compression": b"Snappy" if self._compress else b"NoCompression",
-            b"rocksdb.compression_options": _COMPRESSION_OPTIONS,
-            b"rocksdb.creation.time": b"\x00",
-            b"rocksdb.data.size": uvarint_bytes(self.data_size),
-            b"rocksdb.deleted.keys": b"\x00",
-            b"rocksdb.external_sst_file.global_seqno": b"\x00" * 8,
-            b"rocksdb.external_sst_file.version": struct.pack("<I", 2),
-            b"rocksdb.filter.size": b"\x00",
-            b"rocksdb.fixed.key.length": b"\x00",
-            b"rocksdb.format.version": b"\x00",
-            b"rocksdb.index.key.is.user.key": b"\x00",
-            b"rocksdb.index.size": uvarint_bytes(index_size),
-            b"rocksdb.index.value.is.delta.encoded": b"\x00",
-            b"rocksdb.merge.operands": b"\x00",
-            b"rocksdb.merge.operator": b"pebble.concatenate",
-            b"rocksdb.num.data.blocks": uvarint_bytes(self.num_data_blocks),
-            b"rocksdb.num.entries": uvarint_bytes(self.num_entries),
-            b"rocksdb.num.range-deletions": b"\x00",
-            b"rocksdb.oldest.key.time": b"\x00",
-            b"rocksdb.prefix.extractor.name": b"nullptr",
-            b"rocksdb.property.collectors": b"[static]",
-            b"rocksdb.raw.key.size": uvarint_bytes(self.raw_key_size),
-            b"rocksdb.raw.value.size": uvarint_bytes(self.raw_value_size),
-        }
-        if two_level:
-            props[b"rocksdb.index.partitions"] = uvarint_bytes(len(self._partitions))
-            props[b"rocksdb.top-level.index.size"] = uvarint_bytes(len(top_contents))
-        for k, v in (user_properties or {}).items():
-            props[k.encode("utf-8") if isinstance(k, str) else k] = v
+        props = pebble_properties(two_level, self._compress, self.data_size, index_size, self.num_data_blocks,
+                                  self.num_entries, self.raw_key_size, self.raw_value_size,
+                                  len(self._partitions) if two_level else 0,
+                                  len(top_contents) if two_level else 0, user_properties)
         pb = self.block_builder(_PROPS_RESTART_INTERVAL)
         for k in sorted(props):
             pb.add(k, props[k])
@@ -296,3 +260,47 @@ class SSTableWriter:
         out = bytes(self._out)
         self._out = bytearray()
         return out
+
+
+def pebble_properties(two_level: bool, compressed: bool, data_size: int, index_size: int, num_data_blocks: int,
+                      num_entries: int, raw_key_size: int, raw_value_size: int, partitions: int, top_index_size: int,
+                      user_properties: dict | None) -> dict[bytes, bytes]:
+    """The properties block Pebble writes for a table with these figures, plus the caller's properties."""
+    props: dict[bytes, bytes] = {
+        b"rocksdb.block.based.table.index.type": struct.pack(
+            "<I", INDEX_TYPE_TWO_LEVEL if two_level else INDEX_TYPE_BINARY_SEARCH
+        ),
+        b"rocksdb.block.based.table.prefix.filtering": b"0",
+        b"rocksdb.block.based.table.whole.key.filtering": b"0",
+        b"rocksdb.column.family.id": uvarint_bytes(2147483647),
+        b"rocksdb.comparator": b"leveldb.BytewiseComparator",
+        b"rocksdb.compression": b"Snappy" if compressed else b"NoCompression",
+        b"rocksdb.compression_options": _COMPRESSION_OPTIONS,
+        b"rocksdb.creation.time": b"\x00",
+        b"rocksdb.data.size": uvarint_bytes(data_size),
+        b"rocksdb.deleted.keys": b"\x00",
+        b"rocksdb.external_sst_file.global_seqno": b"\x00" * 8,
+        b"rocksdb.external_sst_file.version": struct.pack("<I", 2),
+        b"rocksdb.filter.size": b"\x00",
+        b"rocksdb.fixed.key.length": b"\x00",
+        b"rocksdb.format.version": b"\x00",
+        b"rocksdb.index.key.is.user.key": b"\x00",
+        b"rocksdb.index.size": uvarint_bytes(index_size),
+        b"rocksdb.index.value.is.delta.encoded": b"\x00",
+        b"rocksdb.merge.operands": b"\x00",
+        b"rocksdb.merge.operator": b"pebble.concatenate",
+        b"rocksdb.num.data.blocks": uvarint_bytes(num_data_blocks),
+        b"rocksdb.num.entries": uvarint_bytes(num_entries),
+        b"rocksdb.num.range-deletions": b"\x00",
+        b"rocksdb.oldest.key.time": b"\x00",
+        b"rocksdb.prefix.extractor.name": b"nullptr",
+        b"rocksdb.property.collectors": b"[static]",
+        b"rocksdb.raw.key.size": uvarint_bytes(raw_key_size),
+        b"rocksdb.raw.value.size": uvarint_bytes(raw_value_size),
+    }
+    if two_level:
+        props[b"rocksdb.index.partitions"] = uvarint_bytes(partitions)
+        props[b"rocksdb.top-level.index.size"] = uvarint_bytes(top_index_size)
+    for k, v in (user_properties or {}).items():
+        props[k.encode("utf-8") if isinstance(k, str) else k] = v
+    return props

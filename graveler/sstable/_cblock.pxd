@@ -1,0 +1,158 @@
+# C-level declarations of graveler.sstable._cblock, for the other compiled modules (the table
+# builder in _ctable, the committed layer's apply kernel): blocks, block builders and open tables.
+
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.string cimport memcmp
+
+
+cdef struct Ent:
+    uint32_t kpos      # where the entry's unshared key bytes start
+    uint32_t shared
+    uint32_t unshared
+    uint32_t vlen
+
+
+cdef inline int read_uvarint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos, uint64_t* out) noexcept nogil:
+    """0: ok; -1: the buffer ends inside it; -2: longer than 10 bytes / over 64 bits."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    cdef Py_ssize_t i = pos[0]
+    while True:
+        if i >= n:
+            return -1
+        b = p[i]
+        i += 1
+        if shift == 63 and b > 1:
+            return -2
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            pos[0] = i
+            out[0] = result
+            return 0
+        shift += 7
+
+
+cdef inline Py_ssize_t put_uvarint(unsigned char* p, uint64_t v) noexcept nogil:
+    cdef Py_ssize_t i = 0
+    while v >= 0x80:
+        p[i] = <unsigned char>((v & 0x7F) | 0x80)
+        v >>= 7
+        i += 1
+    p[i] = <unsigned char>v
+    return i + 1
+
+
+cdef inline int uvarint_len(uint64_t v) noexcept nogil:
+    cdef int n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline int cmp_keys(const unsigned char* a, Py_ssize_t la, const unsigned char* b, Py_ssize_t lb) noexcept nogil:
+    cdef Py_ssize_t m = la if la < lb else lb
+    cdef int c = memcmp(a, b, m) if m > 0 else 0
+    if c != 0:
+        return c
+    if la < lb:
+        return -1
+    if la > lb:
+        return 1
+    return 0
+
+
+cdef inline uint32_t le32(const unsigned char* p) noexcept nogil:
+    return (<uint32_t>p[0]) | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline Py_ssize_t dec_len(Py_ssize_t v) noexcept nogil:
+    """Digits of ``v`` in decimal (the table-ID input writes lengths in ASCII)."""
+    cdef Py_ssize_t n = 1
+    while v >= 10:
+        v //= 10
+        n += 1
+    return n
+
+
+cdef inline Py_ssize_t put_dec(unsigned char* p, Py_ssize_t v) noexcept nogil:
+    cdef Py_ssize_t n = dec_len(v), i = n
+    while i > 0:
+        i -= 1
+        p[i] = <unsigned char>(48 + v % 10)
+        v //= 10
+    return n
+
+
+cdef inline uint64_t fnv1a64(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t h = 0xCBF29CE484222325ULL
+    cdef Py_ssize_t j
+    for j in range(n):
+        h = (h ^ p[j]) * 0x100000001B3ULL
+    return h
+
+
+cdef class Block:
+    cdef readonly bytes data
+    cdef readonly Py_ssize_t nbytes
+    cdef readonly bint internal
+    cdef Py_ssize_t n
+    cdef Ent* ents
+    cdef uint32_t* rest       # entry index of each restart point
+    cdef Py_ssize_t nrest
+    cdef Py_ssize_t maxkey    # longest stored (internal) key
+    cdef int trail            # 8 for internal keys, else 0
+    cdef object _keys
+    cdef object _values
+
+    cdef Py_ssize_t build_key(self, Py_ssize_t i, unsigned char* buf) noexcept
+    cdef Py_ssize_t find_c(self, const unsigned char* key, Py_ssize_t klen, unsigned char* buf, bint* eq) noexcept
+    cdef object value_c(self, Py_ssize_t i)
+    cdef object key_c(self, Py_ssize_t i)
+    cdef int handle_c(self, Py_ssize_t i, uint64_t* off, uint64_t* size) noexcept
+
+
+cdef class BlockBuilder:
+    cdef readonly Py_ssize_t restart_interval
+    cdef unsigned char* buf
+    cdef Py_ssize_t len, cap
+    cdef uint32_t* restarts
+    cdef Py_ssize_t nrestarts, rcap
+    cdef readonly Py_ssize_t counter
+    cdef readonly bytes last_key
+    cdef readonly Py_ssize_t n_entries
+    cdef readonly Py_ssize_t size
+
+    cdef int grow(self, Py_ssize_t need) except -1
+    cdef int add_c(self, bytes key, const unsigned char* v, Py_ssize_t vlen) except -1
+    cdef int reset_c(self) noexcept
+    cdef bytes finish_c(self)
+
+
+cdef class TableCore:
+    cdef Block top
+    cdef bint two_level
+    cdef object cache_get, cache_put, cache_id, load, name
+    cdef Py_ssize_t index_offset
+    cdef list parts  # index partitions, kept once read (as a table reader keeps its index)
+    cdef object owner  # the SSTable (for its blocks_read counter), when the core reads blocks itself
+    cdef const unsigned char[::1] buf
+    cdef object buf_obj     # the buffer itself (bytes or a mapped file)
+    cdef object pybuf       # a memoryview of it (slices of it feed cramjam without a copy)
+    cdef bint has_buf
+    cdef int checksum_type
+
+    cdef bytes read_contents(self, uint64_t off, uint64_t size)
+    cdef Block read(self, uint64_t off, uint64_t size)
+    cdef Block block_at(self, uint64_t off, uint64_t size)
+    cdef int handle_of(self, Block blk, Py_ssize_t i, Py_ssize_t at, uint64_t* off, uint64_t* size) except -1
+    cdef Block partition(self, Py_ssize_t p, Py_ssize_t* at)
+    cdef Py_ssize_t nparts(self)
+
+
+cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_keys)
+cdef bint should_flush_c(Py_ssize_t n_entries, Py_ssize_t size, Py_ssize_t restart_interval, Py_ssize_t key_len,
+                         Py_ssize_t value_len, Py_ssize_t block_size, Py_ssize_t threshold) noexcept
+cdef bytes with_trailer(bytes key, bytes trailer)
+cdef bytes index_key(bytes a, bytes b)

@@ -5,9 +5,10 @@ On a branch whose head holds N entries (default 1,000,000; the base commit is
 built through the committed layer and adopted, as a bulk import would do):
 staging writes/s (one writer, one transaction per write and batched), merged
 listing (staging over committed) entries/s, commit time for 1 / 1,000 / 100,000
-staged changes, a merge of two branches with 1,000 changes each, and `log` over
-10,000 commits.  The physical anchor for staging writes is a bare LMDB put loop
-in the same process (same library, same disk).
+staged changes, a merge of two branches with 1,000 changes each spread over the
+key space, and `log` over 10,000 commits.  The physical anchor for staging writes
+is a bare LMDB put loop in the same process (same library, same disk); for commits
+and merges it is writing+fsyncing new files of the sizes the operation wrote.
 
     .venv/bin/python scripts/bench/refs.py
     .venv/bin/python scripts/bench/refs.py -n 100000 --log-commits 2000
@@ -28,6 +29,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from graveler import Graveler, native  # noqa: E402
 from graveler.model import Entry  # noqa: E402
 from graveler.config import GravelerConfig  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from floors import tree_files, write_floor  # noqa: E402
 
 
 def key(i: int) -> bytes:
@@ -52,6 +56,7 @@ def main() -> int:
     ap.add_argument("--unbatched", type=int, default=3_000, help="single-write transactions to time")
     ap.add_argument("--batched", type=int, default=100_000, help="writes to time in batches of 1,000")
     ap.add_argument("--log-commits", type=int, default=10_000)
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of each commit and merge row")
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     root = args.dir or tempfile.mkdtemp(prefix="lakefuse-bench-refs-")
@@ -101,24 +106,52 @@ def main() -> int:
         _, s = timed(lambda: sum(1 for _ in repo.list("writes", b"datasets/events/", b"/")))
         row("listing one directory level (common prefixes)", f"{s * 1000:.1f} ms")
 
-        # -- commits of 1, 1,000, 100,000 changes
-        for count in (1, 1_000, 100_000):
-            b = f"c{count}"
-            repo.create_branch(b, "main")
-            step = max(1, n // count)
-            repo.stage_many(b, [(key(i * step), entry(i * step, 3).to_value()) for i in range(count)])
-            c, s = timed(repo.commit, b, f"{count} changes")
-            row(f"commit of {count:,} staged change(s)", f"{s * 1000:,.0f} ms")
+        # -- commits of 1, 1,000, 100,000 changes; a merge of 1,000 changes per side spread over the key
+        # space. Each is timed `reps` times on fresh branches (new values each time, so no file is reused)
+        # beside the physical floor: writing+fsyncing new files of the sizes the operation wrote.
+        ns_dir = os.path.join(root, "ns")
 
-        # -- merge of two branches with 1,000 changes each
-        repo.create_branch("left", "main")
-        repo.create_branch("right", "main")
-        repo.stage_many("left", [(key(i * 997 % n), entry(i, 4).to_value()) for i in range(1000)])
-        repo.commit("left", "left")
-        repo.stage_many("right", [(key((i * 991 + 5) % n), entry(i, 5).to_value()) for i in range(1000)])
-        repo.commit("right", "right")
-        _, s = timed(repo.merge, "left", "right", "source-wins")
-        row("merge, 1,000 changes on each side", f"{s * 1000:,.0f} ms")
+        def timed_writes(fn, *a):
+            before = tree_files(ns_dir)
+            _, s = timed(fn, *a)
+            sizes = [size for p, size in tree_files(ns_dir).items() if p not in before]
+            return s, sizes
+
+        def report(name, times, sizes_each):
+            floors = [write_floor(root, sizes) for sizes in sizes_each]
+            files = statistics.median(len(x) for x in sizes_each)
+            mb = statistics.median(sum(x) for x in sizes_each) / 1e6
+            row(name, f"{statistics.median(times) * 1000:,.0f} ms (median of {len(times)}); wrote {files:.0f} "
+                f"files, {mb:.1f} MB; writing+fsyncing new files of those sizes, same run: "
+                f"{statistics.median(floors) * 1000:,.0f} ms, ours/that = "
+                f"{statistics.median(times) / statistics.median(floors):.1f}")
+
+        for count in (1, 1_000, 100_000):
+            step = max(1, n // count)
+            times, sizes_each = [], []
+            for rep in range(args.reps):
+                b = f"c{count}-{rep}"
+                repo.create_branch(b, "main")
+                repo.stage_many(b, [(key(i * step), entry(i * step, 10 + rep).to_value()) for i in range(count)])
+                s, sizes = timed_writes(repo.commit, b, f"{count} changes")
+                times.append(s)
+                sizes_each.append(sizes)
+            report(f"commit of {count:,} staged change(s)", times, sizes_each)
+
+        times, sizes_each = [], []
+        for rep in range(args.reps):
+            left, right = f"left-{rep}", f"right-{rep}"
+            repo.create_branch(left, "main")
+            repo.create_branch(right, "main")
+            repo.stage_many(left, [(key((i * 997 + rep) % n), entry(i, 20 + rep).to_value()) for i in range(1000)])
+            repo.commit(left, "left")
+            repo.stage_many(right, [(key((i * 991 + 5 + rep) % n), entry(i, 30 + rep).to_value())
+                                    for i in range(1000)])
+            repo.commit(right, "right")
+            s, sizes = timed_writes(repo.merge, left, right, "source-wins")
+            times.append(s)
+            sizes_each.append(sizes)
+        report("merge, 1,000 changes on each side, spread", times, sizes_each)
 
         # -- log over many commits
         small = g.create_repository("history", f"file://{root}/ns-history")

@@ -1,7 +1,11 @@
 """Which implementation runs graveler's per-record hot path.
 
-The compiled extensions (``graveler._crecord``, ``graveler.sstable._cblock``,
-built from their ``.pyx`` files by ``pip install``) are the default.  The
+The compiled extensions, built from their ``.pyx`` files by ``pip install``, are the
+default: ``graveler._crecord`` (entry encoding and identity, SHA-256 on OpenSSL),
+``graveler.sstable._cblock`` (block decode, get, scans, block encode),
+``graveler.sstable._ctable`` (the table writer with the range-ID hash),
+``graveler.committed._capply`` (the per-range step of apply) and
+``graveler.committed._cdiff`` (diff).  The
 pure-Python code beside them is the reference they are tested against, and
 ``LAKEFUSE_PURE_PYTHON=1`` selects it at start-up (debugging, profiling the
 reference).  A missing build is an ImportError that says so, never a silent

@@ -49,11 +49,11 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 stamp=.venv/.lakefuse-installed
-# The compiled hot path (graveler/**/*.pyx, built in place by `pip install -e .`): rebuild when a .pyx or
+# The compiled hot path (graveler/**/*.pyx, built in place by `pip install -e .`): rebuild when a .pyx, .pxd or
 # setup.py changed since the last install, or when the built modules are missing (a fresh clone, git clean).
-compiled_check='import graveler._crecord, graveler.sstable._cblock'
+compiled_check='import graveler._crecord, graveler.sstable._cblock, graveler.sstable._ctable, graveler.committed._capply, graveler.committed._cdiff'
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] ||
-    [ -n "$(find graveler -name '*.pyx' -newer "$stamp" -print -quit)" ] ||
+    [ -n "$(find graveler \( -name '*.pyx' -o -name '*.pxd' \) -newer "$stamp" -print -quit)" ] ||
     ! .venv/bin/python -c "$compiled_check" >/dev/null 2>&1; then
     echo "setup: installing lakefuse (building its compiled hot path) and its dependencies into .venv"
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING' || true

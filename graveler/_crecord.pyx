@@ -16,6 +16,9 @@ from cpython.tuple cimport PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF, PyObject
 from cpython.long cimport PyLong_FromUnsignedLongLong
 
+from graveler._cbytes cimport dec_len, put_dec, put_uvarint, read_uvarint, uvarint_len
+from graveler._cbytes cimport fnv1a64 as fnv_c
+
 cdef extern from "Python.h":
     object PyType_GenericAlloc(type t, Py_ssize_t n)
 
@@ -25,8 +28,6 @@ cdef type _Value = None        # graveler.model.Value, set by bind()
 cdef bint _value_fast = False  # Value instances can be allocated as 2-item tuples
 cdef object _tuple_new = tuple.__new__
 
-cdef uint64_t FNV_OFFSET = 0xCBF29CE484222325ULL
-cdef uint64_t FNV_PRIME = 0x100000001B3ULL
 
 
 def bind(value_type):
@@ -60,43 +61,13 @@ cdef inline bytes as_bytes(object b):
 
 # --- record values: zigzag-varint length-prefixed identity and data -----------------------------
 
-cdef inline Py_ssize_t put_uvarint(unsigned char* p, uint64_t v) noexcept nogil:
-    cdef Py_ssize_t i = 0
-    while v >= 0x80:
-        p[i] = <unsigned char>((v & 0x7F) | 0x80)
-        v >>= 7
-        i += 1
-    p[i] = <unsigned char>v
-    return i + 1
-
-
-cdef inline int uvarint_len(uint64_t v) noexcept nogil:
-    cdef int n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
-
-
 cdef inline int read_varint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos, int64_t* out) noexcept nogil:
     """Go's binary.Varint (zigzag).  0: ok; -1: truncated; -2: too long / over 64 bits."""
-    cdef uint64_t result = 0
-    cdef int shift = 0
-    cdef unsigned char b
-    cdef Py_ssize_t i = pos[0]
-    while True:
-        if i >= n:
-            return -1
-        b = p[i]
-        i += 1
-        if shift == 63 and b > 1:
-            return -2
-        result |= (<uint64_t>(b & 0x7F)) << shift
-        if b < 0x80:
-            pos[0] = i
-            out[0] = <int64_t>(result >> 1) ^ -(<int64_t>(result & 1))
-            return 0
-        shift += 7
+    cdef uint64_t u
+    cdef int r = read_uvarint(p, n, pos, &u)
+    if r == 0:
+        out[0] = <int64_t>(u >> 1) ^ -(<int64_t>(u & 1))
+    return r
 
 
 cdef bytes encode_raw(const unsigned char* ident, Py_ssize_t li, const unsigned char* data, Py_ssize_t ld):
@@ -160,14 +131,6 @@ def decode_value(raw, name=None):
 
 # --- FNV-1a 64 ----------------------------------------------------------------------------------
 
-cdef inline uint64_t fnv_c(const unsigned char* p, Py_ssize_t n) noexcept nogil:
-    cdef uint64_t h = FNV_OFFSET
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = (h ^ p[i]) * FNV_PRIME
-    return h
-
-
 def fnv1a64(key):
     cdef bytes k = as_bytes(key)
     return PyLong_FromUnsignedLongLong(fnv_c(<const unsigned char*>PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k)))
@@ -187,23 +150,6 @@ def fnv1a64_batch(keys):
 
 
 # --- range / metarange ID input ------------------------------------------------------------------
-
-cdef inline Py_ssize_t dec_len(Py_ssize_t v) noexcept nogil:
-    cdef Py_ssize_t n = 1
-    while v >= 10:
-        v //= 10
-        n += 1
-    return n
-
-
-cdef inline Py_ssize_t put_dec(unsigned char* p, Py_ssize_t v) noexcept nogil:
-    cdef Py_ssize_t n = dec_len(v), i = n
-    while i > 0:
-        i -= 1
-        p[i] = <unsigned char>(48 + v % 10)
-        v //= 10
-    return n
-
 
 def hasher_input(keys, values):
     """b"".join(b"%d%s|%d%s|" % (len(k), k, len(v), v)): what a table ID hashes per record."""

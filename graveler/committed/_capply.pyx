@@ -27,7 +27,8 @@ from libc.string cimport memcpy, memcmp
 from libc.stdint cimport uint64_t, int64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-from graveler.sstable._cblock cimport Block, Ent, TableCore, cmp_keys, dec_len, decode_block_c, fnv1a64, le32, put_dec
+from graveler._cbytes cimport cmp_keys, dec_len, fnv1a64, le32, put_dec
+from graveler.sstable._cblock cimport Block, Ent, TableCore, decode_block_c
 from graveler.sstable._ctable cimport TableBuilder
 
 from graveler.errors import CorruptedData

@@ -16,7 +16,8 @@ from libc.stdint cimport uint64_t, int64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from graveler._crecord cimport decode_ptr
-from graveler.sstable._cblock cimport Block, Ent, TableCore, cmp_keys, decode_block_c
+from graveler._cbytes cimport cmp_keys
+from graveler.sstable._cblock cimport Block, Ent, TableCore, decode_block_c
 
 from graveler.model import DiffRecord, DiffType
 

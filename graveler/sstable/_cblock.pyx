@@ -559,7 +559,7 @@ def should_flush(Py_ssize_t n_entries, Py_ssize_t size, Py_ssize_t restart_inter
 
 # --- whole-table lookups and scans ------------------------------------------------------------
 
-from graveler._crecord cimport Sha256, decode_ptr
+from graveler._crecord cimport decode_ptr
 
 
 cdef unsigned char* grow_buf(unsigned char* buf, unsigned char* small, Py_ssize_t n) except NULL:
@@ -801,14 +801,10 @@ cdef class TableCore:
         """Feed every record's table-ID input (``len(key) key | len(value) value |``, lengths in decimal) to
         ``h``, in order: a table's ID hashes this, then its properties. Blocks are read uncached and each
         checked as any read is; nothing per record is built as a Python object. Returns the record count."""
-        cdef Py_ssize_t p, bi, at, i, lk, total, count = 0, cap = 0, kcap = 0
+        cdef Py_ssize_t p, bi, at, count = 0, kcap = 0
         cdef uint64_t off, size
         cdef Block part, blk
-        cdef Ent* e
-        cdef const unsigned char* d
-        cdef unsigned char* buf = NULL
         cdef unsigned char* kb = NULL
-        cdef unsigned char* q
         cdef unsigned char* nb
         try:
             for p in range(self.nparts()):
@@ -819,38 +815,46 @@ cdef class TableCore:
                         blk = decode_block_c(self.read_contents(off, size), self.name, off, True)
                     else:
                         blk = self.read(off, size)
-                    d = <const unsigned char*>PyBytes_AS_STRING(blk.data)
-                    total = 0
-                    for i in range(blk.n):
-                        e = &blk.ents[i]
-                        lk = <Py_ssize_t>(e.shared + e.unshared) - blk.trail
-                        total += dec_len(lk) + lk + dec_len(e.vlen) + e.vlen + 2
-                    buf = h.reserve(total)
                     if blk.maxkey > kcap:
                         nb = <unsigned char*>realloc(kb, blk.maxkey)
                         if nb == NULL:
                             raise MemoryError()
                         kb, kcap = nb, blk.maxkey
-                    q = buf
-                    for i in range(blk.n):
-                        e = &blk.ents[i]
-                        memcpy(kb + e.shared, d + e.kpos, e.unshared)
-                        lk = <Py_ssize_t>(e.shared + e.unshared) - blk.trail
-                        q += put_dec(q, lk)
-                        memcpy(q, kb, lk)
-                        q += lk
-                        q[0] = 124
-                        q += 1
-                        q += put_dec(q, e.vlen)
-                        memcpy(q, d + e.kpos + e.unshared, e.vlen)
-                        q += e.vlen
-                        q[0] = 124
-                        q += 1
-                    h.commit(total)
+                    hash_block_records(h, blk, kb)
                     count += blk.n
         finally:
             free(kb)
         return count
+
+
+cdef int hash_block_records(Sha256 h, Block blk, unsigned char* kb) except -1:
+    """Write the table-ID input of every record of a decoded block (``len(key) key | len(value) value |``,
+    lengths in decimal) straight into ``h``'s stage. ``kb``: a key buffer of at least ``blk.maxkey`` bytes."""
+    cdef const unsigned char* d = <const unsigned char*>PyBytes_AS_STRING(blk.data)
+    cdef Py_ssize_t i, lk, total = 0
+    cdef Ent* e
+    cdef unsigned char* q
+    for i in range(blk.n):
+        e = &blk.ents[i]
+        lk = <Py_ssize_t>(e.shared + e.unshared) - blk.trail
+        total += dec_len(lk) + lk + dec_len(e.vlen) + e.vlen + 2
+    q = h.reserve(total)
+    for i in range(blk.n):
+        e = &blk.ents[i]
+        memcpy(kb + e.shared, d + e.kpos, e.unshared)
+        lk = <Py_ssize_t>(e.shared + e.unshared) - blk.trail
+        q += put_dec(q, lk)
+        memcpy(q, kb, lk)
+        q += lk
+        q[0] = 124
+        q += 1
+        q += put_dec(q, e.vlen)
+        memcpy(q, d + e.kpos + e.unshared, e.vlen)
+        q += e.vlen
+        q[0] = 124
+        q += 1
+    h.commit(total)
+    return 0
 
 
 cdef class TableIter:

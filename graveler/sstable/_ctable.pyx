@@ -26,21 +26,9 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from graveler._crecord cimport Sha256
-from graveler.sstable._cblock cimport (
-    Block,
-    BlockBuilder,
-    Ent,
-    TableCore,
-    le32,
-    cmp_keys,
-    dec_len,
-    fnv1a64,
-    index_key,
-    put_dec,
-    put_uvarint,
-    should_flush_c,
-    with_trailer,
-)
+from graveler._cbytes cimport cmp_keys, dec_len, fnv1a64, le32, put_dec, put_uvarint
+from graveler.sstable._cblock cimport (Block, BlockBuilder, Ent, TableCore, hash_block_records, index_key, should_flush_c,
+                                      with_trailer)
 
 import struct
 
@@ -212,38 +200,14 @@ cdef class TableBuilder:
 
     cdef int hash_block(self, Block blk) except -1:
         """The table-ID input of every record of a decoded data block, written straight into the hash's stage."""
-        cdef const unsigned char* d = <const unsigned char*>PyBytes_AS_STRING(blk.data)
-        cdef Py_ssize_t i, lk, total = 0
-        cdef Ent* e
-        cdef unsigned char* p
-        cdef unsigned char* kb
         cdef unsigned char small[512]
-        for i in range(blk.n):
-            e = &blk.ents[i]
-            lk = <Py_ssize_t>(e.shared + e.unshared) - blk.trail
-            total += dec_len(lk) + lk + dec_len(e.vlen) + e.vlen + 2
-        kb = small
+        cdef unsigned char* kb = small
         if blk.maxkey > 512:
             kb = <unsigned char*>malloc(blk.maxkey)
             if kb == NULL:
                 raise MemoryError()
         try:
-            p = self.hasher.reserve(total)
-            for i in range(blk.n):
-                e = &blk.ents[i]
-                memcpy(kb + e.shared, d + e.kpos, e.unshared)
-                lk = <Py_ssize_t>(e.shared + e.unshared) - blk.trail
-                p += put_dec(p, lk)
-                memcpy(p, kb, lk)
-                p += lk
-                p[0] = 124
-                p += 1
-                p += put_dec(p, e.vlen)
-                memcpy(p, d + e.kpos + e.unshared, e.vlen)
-                p += e.vlen
-                p[0] = 124
-                p += 1
-            self.hasher.commit(total)
+            hash_block_records(self.hasher, blk, kb)
         finally:
             if kb != small:
                 free(kb)

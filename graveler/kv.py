@@ -27,9 +27,12 @@ Rules kept here:
   never an error here: opening, reading and writing adopt the new size and
   try again.
 * Before LMDB maps ``data.mdb`` the file is checked against its own meta pages
-  (:func:`check_data_file`): a file shorter than the pages its newest meta page
-  uses would be a SIGBUS on first touch, an empty file would silently become a
-  new, empty database.  Both are ``CorruptedData`` naming the repository.
+  (:func:`check_data_file`): a file that ends before a page the database uses
+  would be a SIGBUS on first touch, an empty file would silently become a new,
+  empty database.  Both are ``CorruptedData`` naming the repository.  A file
+  that ends early only by free pages (LMDB does not write loose pages) is
+  healthy; it is opened, and extended to its meta page's length while this
+  process holds LMDB's writer lock, so later opens need no proof.
 * ``lmdb.Error`` never escapes: it becomes ``StoreUnavailable`` (or
   ``CorruptedData`` for a damaged file).
 """
@@ -40,7 +43,6 @@ import contextlib
 import logging
 import os
 import stat
-import struct
 import threading
 import time
 from pathlib import Path
@@ -49,6 +51,7 @@ from typing import Callable, Iterator, TypeVar
 import lmdb
 
 from graveler.config import KVConfig
+from graveler import lmdb_file
 from graveler.errors import CorruptedData, GravelerError, NotFound, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -129,48 +132,19 @@ def _wrap(e: lmdb.Error, path: Path) -> GravelerError:
     return StoreUnavailable(f"{_label(path)}: {e}")
 
 
-# --- LMDB's file header ------------------------------------------------------------------
-# data.mdb starts with two meta pages (0 and 1).  In LMDB 0.9 (the version py-lmdb
-# bundles) a meta page is a 16-byte page header, then MDB_meta: magic u32, version u32,
-# address u64, mapsize u64, two MDB_db records of 48 bytes (the first one's u32 pad holds
-# the page size), last_pg u64, txnid u64.  LMDB reads the meta with the higher txnid; every
-# page up to its last_pg has been written, so the file holds at least last_pg + 1 pages.
-_META_MAGIC = 0xBEEFC0DE
-_META_HEAD = struct.Struct("<II")  # magic, version at offset 16
-_META_PSIZE = struct.Struct("<I")  # at offset 40
-_META_TAIL = struct.Struct("<QQ")  # last_pg, txnid at offset 136
-_META_BYTES = 152
 _EMPTY_GRACE_S = 1.0  # a creator writes the meta pages right after creating the file
 
 
-def _read_metas(fd: int) -> list[tuple[int, int, int, int]] | str:
-    """(version, psize, last_pg, txnid) of both meta pages, or why they are unreadable."""
-    first = os.pread(fd, _META_BYTES, 0)
-    if len(first) < _META_BYTES:
-        return f"shorter ({len(first)} bytes) than one meta page"
-    (psize,) = _META_PSIZE.unpack_from(first, 40)
-    if psize < 512 or psize > 1 << 16 or psize & (psize - 1):
-        return f"bad page size {psize} in meta page 0"
-    metas = []
-    for i, buf in enumerate((first, os.pread(fd, _META_BYTES, psize))):
-        if len(buf) < _META_BYTES:
-            return f"has no meta page {i} (file shorter than {psize + _META_BYTES} bytes)"
-        magic, version = _META_HEAD.unpack_from(buf, 16)
-        if magic != _META_MAGIC:
-            return f"bad magic {magic:#x} in meta page {i}"
-        last_pg, txnid = _META_TAIL.unpack_from(buf, 136)
-        metas.append((version, psize, last_pg, txnid))
-    return metas
-
-
-def check_data_file(path: Path | str) -> None:
+def check_data_file(path: Path | str) -> lmdb_file.Verdict | None:
     """Refuse an environment whose ``data.mdb`` LMDB must not map: ``CorruptedData`` naming it.
 
-    A missing file is fine (LMDB creates it).  An empty or short file, bad meta
-    pages, or a file shorter than the pages its newest meta page uses (a
-    truncated copy: mapping it would kill the process with SIGBUS) is refused.
-    An empty file gets a short grace period, since a process creating the
-    environment writes the meta pages right after creating the file.
+    A missing file is fine (LMDB creates it): None.  An empty or short file, bad
+    meta pages, or a file that ends before a page the database uses (a truncated
+    copy: mapping it would kill the process with SIGBUS) is refused.  A file that
+    ends early only by pages on the free list is healthy (LMDB does not write loose
+    pages): see :mod:`graveler.lmdb_file` for the rule and why it is sound.  An
+    empty file gets a short grace period, since a process creating the environment
+    writes the meta pages right after creating the file.
     """
     path = Path(path)
     data = path / "data.mdb"
@@ -179,32 +153,32 @@ def check_data_file(path: Path | str) -> None:
         try:
             fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
-            return
+            return None
         except OSError as e:
             raise StoreUnavailable(f"{_label(path)}: cannot open {data}: {e.strerror or e}") from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise CorruptedData(f"{_label(path)} is damaged: {data} is not a regular file")
-            metas = _read_metas(fd)
-            size = os.fstat(fd).st_size  # after the metas: a concurrent commit only makes it longer
+            if st.st_size == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            verdict = lmdb_file.check(fd)
         except OSError as e:
             raise StoreUnavailable(f"{_label(path)}: cannot read {data}: {e.strerror or e}") from None
+        except RuntimeError as e:
+            raise StoreUnavailable(f"{_label(path)}: {e}; try again") from None
         finally:
             os.close(fd)
-        if st.st_size == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-            continue
         break
-    if size == 0:
+    if verdict.size == 0:
         raise CorruptedData(f"{_label(path)} is damaged: {data} is empty (0 bytes)")
-    if isinstance(metas, str):
-        raise CorruptedData(f"{_label(path)} is damaged: {data} {metas}")
-    version, psize, last_pg, _ = max(metas, key=lambda m: m[3])
-    need = (last_pg + 1) * psize
-    if size < need:
-        raise CorruptedData(
-            f"{_label(path)} is damaged: {data} is truncated ({size} bytes; its meta page uses {need})")
+    if not verdict.healthy:
+        raise CorruptedData(f"{_label(path)} is damaged: {data} {verdict.damage}")
+    if verdict.meta.version != lmdb_file.DATA_VERSION:  # not damage: a format this LMDB cannot read
+        raise CorruptedData(f"{_label(path)}: {data} is in LMDB data format v{verdict.meta.version}, which this "
+                            f"lakefuse's LMDB (format v{lmdb_file.DATA_VERSION}) cannot read; nothing was changed")
+    return verdict
 
 
 class _Alone(Exception):
@@ -234,7 +208,7 @@ class Env:
         self._closed = False
         if not create and not (self.path / "data.mdb").exists():
             raise NotFound(f"{_label(self.path)} does not exist")
-        check_data_file(self.path)
+        verdict = check_data_file(self.path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -264,12 +238,50 @@ class Env:
             stale = self._env.reader_check()  # reader slots of processes that died
             if stale:
                 log.info("cleared %d stale LMDB reader slot(s) in %s", stale, self.path)
+            if verdict is not None and verdict.short_pages:
+                self._extend_to_meta(verdict)
         except lmdb.Error as e:
             self._env.close()
             raise _wrap(e, self.path) from None
         except BaseException:
             self._env.close()
             raise
+
+    def _extend_to_meta(self, verdict: lmdb_file.Verdict) -> None:
+        """Give a healthy short ``data.mdb`` (it ends early only by free pages) the
+        length its meta page counts, so later opens take the quick path and a full
+        copy of the map (``mdb_env_copy``) never touches a page past the end.
+
+        Done while holding LMDB's writer lock (an open write transaction, aborted):
+        no process writes the file meanwhile, so growing it with ``ftruncate`` can
+        neither race a writer nor shrink the file.  Only if the newest meta is still
+        the one proven: a later one was not proven here (the next open proves it).
+        The new pages are a hole that reads as zeros; LMDB writes each one in full
+        when it takes it from the free list.
+        """
+        data = self.path / "data.mdb"
+        with self._gate.shared():
+            try:
+                txn = self._env.begin(write=True)
+            except lmdb.Error as e:  # e.g. another process grew the map: the next open tries again
+                log.debug("could not extend %s: %s", data, e)
+                return
+            try:
+                info = self._env.info()
+                if info["last_txnid"] != verdict.meta.txnid or info["last_pgno"] != verdict.meta.last_pg:
+                    return
+                fd = os.open(data, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    if os.fstat(fd).st_size < verdict.meta.size_needed:
+                        os.ftruncate(fd, verdict.meta.size_needed)
+                finally:
+                    os.close(fd)
+                log.info("%s ended %d free page(s) early (pages LMDB never writes); extended it to %d bytes",
+                         data, verdict.short_pages, verdict.meta.size_needed)
+            except OSError as e:  # a read-only file or filesystem: the proof stands, the next open makes it again
+                log.debug("could not extend %s: %s", data, e)
+            finally:
+                txn.abort()
 
     def _open_dbs(self) -> dict[bytes, object]:
         """The named databases; opening one runs a transaction, which meets another process's grow."""

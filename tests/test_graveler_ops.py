@@ -30,10 +30,9 @@ from graveler.refs import Commit, RefType
 from graveler.config import HOME_ENV, resolve_home
 from graveler.sstable.reader import SSTable
 from tests.graveler_testutil import contents, entry, make_graveler, make_repo
+from tests.shared_paths import LAKEFS_FIXTURES
 
-FIXTURES = Path("/work/shared/fixtures/lakefs")
-if not FIXTURES.exists():  # pragma: no cover - a checkout elsewhere
-    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lakefs"
+FIXTURES = LAKEFS_FIXTURES
 
 
 @pytest.fixture

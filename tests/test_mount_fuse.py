@@ -19,6 +19,7 @@ import pytest
 from graveler import Graveler, GravelerConfig
 from tests.graveler_testutil import FAST_KV
 from tests.mount_testutil import MountProc, force_unmount, is_mounted, lakefuse_cmd, needs_fuse
+from tests.shared_paths import LAKEFS_FIXTURES
 
 pytestmark = needs_fuse
 
@@ -331,9 +332,7 @@ def test_killed_daemon_is_cleared_by_umount(world, tmp_path):
 
 # --- a repository adopted from lakeFS ------------------------------------------------------------
 
-FIXTURES = Path("/work/shared/fixtures/lakefs")
-if not FIXTURES.exists():  # pragma: no cover - a checkout elsewhere
-    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lakefs"
+FIXTURES = LAKEFS_FIXTURES
 
 
 def test_restored_lakefs_refs_dump_mounts(tmp_path):

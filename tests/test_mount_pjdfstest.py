@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
+from tests.shared_paths import PJDFSTEST
 
-TOOL = Path(__file__).resolve().parents[2] / "shared" / "tools" / "pjdfstest.sh"
-if not TOOL.exists():
-    TOOL = Path("/work/shared/tools/pjdfstest.sh")
+TOOL = PJDFSTEST
 
 # group -> minimum passing subtests, as measured (of open 333, unlink 436, rename 4845, mkdir 115,
 # rmdir 140, truncate 79, ftruncate 84, symlink 89, utimensat 121, chmod 322, chown 1487): the

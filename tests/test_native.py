@@ -25,13 +25,11 @@ from graveler.model import AddressType, Entry, Value, py_decode_value, py_encode
 from graveler.sstable import _cblock, block
 from graveler.sstable.reader import BlockCache, SSTable
 from graveler.sstable.writer import SSTableWriter, py_index_key
+from tests.shared_paths import LAKEFS_FIXTURES
 
 _crecord = native.load("graveler._crecord")
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-if not FIXTURES.exists():
-    FIXTURES = Path(os.environ.get("LAKEFUSE_FIXTURES", "/work/shared/fixtures"))
-LAKEFS = FIXTURES / "lakefs"
+LAKEFS = LAKEFS_FIXTURES
 
 
 class PySSTable(SSTable):

@@ -15,11 +15,9 @@ from graveler.ident import TableHasher
 from graveler.model import Entry, RangeInfo, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
 from graveler.sstable.writer import SSTableWriter, separator, successor
+from tests.shared_paths import FIXTURES, LAKEFS_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-if not FIXTURES.exists():  # CI clones main with shared/ beside it
-    FIXTURES = Path(os.environ.get("LAKEFUSE_FIXTURES", "/work/shared/fixtures"))
-LAKEFS = FIXTURES / "lakefs"
+LAKEFS = LAKEFS_FIXTURES
 ROCKS = FIXTURES / "rocksdb"
 LAKEFS_TABLES = ["range", "metarange", "ok1"]
 ROCKS_TABLES = sorted(p.name for p in ROCKS.glob("h*.sst")) + ["h.ldb"]

@@ -210,19 +210,27 @@ class Repository:
             n += self.stage_many(branch, pending)
         return n
 
-    def reset(self, branch: str, path: str | bytes | None = None, prefix: str | bytes | None = None) -> None:
-        """Discard uncommitted changes on ``branch``: all of them, one ``path``, or
-        every path under ``prefix``."""
-        if path is not None and prefix is not None:
-            raise InvalidArgument("reset takes a path or a prefix, not both")
+    def reset(self, branch: str, path: str | bytes | None = None, prefix: str | bytes | None = None,
+              tree: str | bytes | None = None) -> None:
+        """Discard uncommitted changes on ``branch``: all of them, one ``path``, every
+        path under ``prefix``, or a ``tree`` (the path itself and everything under
+        ``tree + "/"``, as a filesystem names a file or a directory) -- each in one
+        transaction."""
+        if sum(x is not None for x in (path, prefix, tree)) > 1:
+            raise InvalidArgument("reset takes one of a path, a prefix or a tree")
         core = self._core
-        if path is None and prefix is None:
+        if path is None and prefix is None and tree is None:
             b = self._env.write(lambda txn: self._reset_all_txn(txn, branch))
             self._staging.drop_many(b.tokens)
             log.info("%s: reset branch %s", self.name, branch)
             return
-        is_prefix = prefix is not None
-        key = as_prefix(prefix) if is_prefix else as_path(path)
+        if tree is not None:
+            key = as_path(tree)
+            specs = [(False, key), (True, as_prefix(key + b"/"))]
+        elif prefix is not None:
+            specs = [(True, as_prefix(prefix))]
+        else:
+            specs = [(False, as_path(path))]
 
         def attempt(n: int) -> bool | None:
             b, head = core.branch_head(branch)
@@ -230,26 +238,29 @@ class Repository:
             # current token with the committed value. Sealed tokens themselves never change.
             sealed_keys: list[bytes] = []
             if b.sealed_tokens:
-                if is_prefix:
-                    it = MergedIterator([self._staging.iterator(t, key) for t in b.sealed_tokens], keep_tombstones=True)
-                    for k, _ in it:
-                        if not k.startswith(key):
-                            break
-                        sealed_keys.append(k)
-                else:
-                    found, _ = self._staging.get(b.sealed_tokens, key)
-                    if found:
-                        sealed_keys.append(key)
+                for is_prefix, key in specs:
+                    if is_prefix:
+                        it = MergedIterator([self._staging.iterator(t, key) for t in b.sealed_tokens],
+                                            keep_tombstones=True)
+                        for k, _ in it:
+                            if not k.startswith(key):
+                                break
+                            sealed_keys.append(k)
+                    else:
+                        found, _ = self._staging.get(b.sealed_tokens, key)
+                        if found:
+                            sealed_keys.append(key)
             overrides = [(k, self._committed.get(head.meta_range_id, k)) for k in sealed_keys]
 
             def fn(txn) -> bool | None:
                 b2 = core.branch_txn(txn, branch)
                 if b2.commit_id != b.commit_id or b2.sealed_tokens != b.sealed_tokens:
                     return None
-                if is_prefix:
-                    self._staging.drop_prefix_txn(txn, b2.staging_token, key)
-                else:
-                    self._staging.remove_txn(txn, b2.staging_token, key)
+                for is_prefix, key in specs:
+                    if is_prefix:
+                        self._staging.drop_prefix_txn(txn, b2.staging_token, key)
+                    else:
+                        self._staging.remove_txn(txn, b2.staging_token, key)
                 self._staging.set_many_txn(txn, b2.staging_token, overrides)
                 self._refs.bump_stamp_txn(txn, branch)
                 return True

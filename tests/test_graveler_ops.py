@@ -345,6 +345,26 @@ def test_reset(repo):
         repo.reset("main", path="a", prefix="b")
 
 
+def test_reset_tree_is_the_path_and_its_subtree_in_one_transaction(repo):
+    """What the mount's `reset` of a name needs: a file or a directory, never a half-reset in between."""
+    repo.stage_many("main", [("d", entry("d0")), ("d/x", entry("x0")), ("dz", entry("z0"))])
+    repo.commit("main", "base")
+    repo.stage_many("main", [("d", entry("d1")), ("d/x", None), ("d/y", entry("y1")), ("dz", entry("z1"))])
+    stamp = repo.change_stamp("main")
+    writes = []
+    real = repo._env.write
+    repo._env.write = lambda fn, *a, **k: writes.append(1) or real(fn, *a, **k)
+    try:
+        repo.reset("main", tree="d")
+    finally:
+        repo._env.write = real
+    assert len(writes) == 1  # one transaction for the path and its subtree
+    assert etags(repo, "main") == {"d": "d0", "d/x": "x0", "dz": "z1"}  # "dz" is not under "d/"
+    assert repo.change_stamp("main") != stamp
+    with pytest.raises(InvalidArgument):
+        repo.reset("main", path="d", tree="d")
+
+
 def test_reset_path_in_sealed_token(repo):
     """A failed commit leaves sealed tokens; resetting a path in them overrides it."""
     repo.stage("main", "keep", entry("k0"))

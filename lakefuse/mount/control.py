@@ -292,8 +292,7 @@ class Controls:
             elif r.kind == "prefix":
                 repo.reset(branch, prefix=r.value)
             else:
-                # A file, or a directory: everything under it (and its marker).
-                repo.reset(branch, path=r.value)
-                repo.reset(branch, prefix=r.value + "/")
+                # A file, or a directory: everything under it (and its marker), in one transaction.
+                repo.reset(branch, tree=r.value)
             return {"reset": r.value or "*"}
         raise InvalidArgument(f"{name!r} is not a writable control file")

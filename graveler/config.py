@@ -2,7 +2,7 @@
 
 This module owns every tunable of graveler and where the lakefuse home is:
 
-* :class:`KVConfig`      how a repository's LMDB environment is opened (:mod:`graveler.kv`)
+* :class:`KVConfig`      where refs and staging live and how LMDB is opened (:mod:`graveler.kv`)
 * :class:`RangeParams`   lakeFS's range-splitting parameters (:mod:`graveler.committed.writer`)
 * :class:`StoreConfig`   how to reach an object store (:mod:`graveler.objstore`)
 * :class:`CacheConfig`   memory and disk budgets of the committed layer, in bytes
@@ -46,8 +46,10 @@ def resolve_home(home: str | os.PathLike | None = None) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class KVConfig:
-    """How a repository's LMDB environment is opened."""
+    """Where refs and staging live (``url``: ``lmdb``, the embedded default, or ``memory://NAME`` for
+    tests; see :mod:`graveler.kv`) and how a repository's LMDB environment is opened."""
 
+    url: str = "lmdb"
     map_size: int = 1 << 30  # initial map size; doubles on demand (virtual, sparse on disk)
     max_map_size: int = 1 << 40
     max_readers: int = 1024

@@ -26,7 +26,7 @@ from typing import Callable, Iterator, TypeVar
 from graveler.committed.manager import CommittedManager
 from graveler.config import GravelerConfig
 from graveler.errors import InvalidArgument, NotFound, PreconditionFailed, ReadOnlyRef
-from graveler.kv import Env
+from graveler.kv.base import Store
 from graveler.listing import CommittedIterator, MergedIterator
 from graveler.model import DiffRecord, DiffType
 from graveler.refs import Branch, Commit, RefManager, RepositoryRecord, ResolvedRef, new_staging_token
@@ -47,7 +47,7 @@ class BranchMoved(Exception):
 class RepoCore:
     """The managers of one repository and the primitives built on them (not public API)."""
 
-    def __init__(self, config: GravelerConfig, env: Env, record: RepositoryRecord, store,
+    def __init__(self, config: GravelerConfig, env: Store, record: RepositoryRecord, store,
                  committed: CommittedManager):
         self.config = config
         self.env = env

@@ -2,7 +2,8 @@
 
 Layout under the home::
 
-    <home>/repos/<name>/refs.lmdb/     the repository's LMDB environment (refs + staging)
+    <home>/repos/<name>/refs.lmdb/     the repository's refs + staging, on the embedded LMDB backend
+                                       (the KV backend is ``config.kv.url``: see :mod:`graveler.kv`)
     <home>/cache/                      the disk tier of range/metarange files of remote namespaces
     <home>/table-memo/                 which table files were checked against their IDs (graveler.cache.CheckMemo)
 
@@ -16,7 +17,6 @@ storage namespace, not in the home. One repository's operations are
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,8 +25,8 @@ from typing import Callable
 from graveler.cache import ImmutableCache, shared_memo
 from graveler.committed.manager import CommittedManager, StoreSource, verify_table
 from graveler.config import HOME_ENV, GravelerConfig, resolve_home  # noqa: F401 (re-exported)
-from graveler.errors import AlreadyExists, CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
-from graveler.kv import borrowed_env, close_env, open_env
+from graveler.errors import AlreadyExists, CorruptedData, GravelerError, InvalidArgument, NotFound
+from graveler.kv import open_backend
 from graveler.objstore import LocalStore, StorageURI, open_store
 from graveler.refs import (
     INITIAL_COMMIT_MESSAGE,
@@ -43,22 +43,8 @@ from graveler.repository import Repository
 
 log = logging.getLogger(__name__)
 
-REPOS_DIR = "repos"
-REFS_DIR = "refs.lmdb"
 CACHE_DIR = "cache"
 MEMO_DIR = "table-memo"
-
-
-def repos_root(home: Path) -> Path:
-    return home / REPOS_DIR
-
-
-def repo_dir(home: Path, name: str) -> Path:
-    return home / REPOS_DIR / name
-
-
-def refs_path(home: Path, name: str) -> Path:
-    return home / REPOS_DIR / name / REFS_DIR
 
 
 StoreFactory = Callable[[str], object]
@@ -98,6 +84,7 @@ class Graveler:
         self.config = config or GravelerConfig()
         self.store_factory = store_factory or (lambda uri: open_store(uri, self.config.store))
         self.committed_factory = committed_factory or default_committed_factory
+        self.kv = open_backend(self.config.kv, Path(self.config.home))
         self._lock = threading.Lock()
         self._repos: dict[str, Repository] = {}
 
@@ -118,11 +105,9 @@ class Graveler:
             storage_namespace = str(StorageURI.parse(storage_namespace))  # canonical
         except InvalidArgument:
             raise InvalidArgument(f"storage namespace must be a URI (file:///... or s3://...), not {storage_namespace!r}") from None
-        path = refs_path(self.config.home, name)
-        if path.exists():
-            env = open_env(path, self.config.kv)
+        if self.kv.exists(name):
             try:
-                RefManager(env).get_repository()
+                RefManager(self.kv.open(name)).get_repository()
                 raise_exists = True
             except NotFound:
                 raise_exists = False
@@ -132,7 +117,7 @@ class Graveler:
         store.check_namespace()  # a namespace that cannot work fails here, not at the first upload
         committed = self.committed_factory(store, self.config)
         empty = committed.empty_metarange()
-        env = open_env(path, self.config.kv)
+        env = self.kv.open(name)
         refs = RefManager(env)
         now = datetime.now(timezone.utc)
         rec = RepositoryRecord(name, storage_namespace, default_branch, now)
@@ -158,10 +143,9 @@ class Graveler:
         if repo is not None:
             return repo
         validate_repository_name(name)
-        path = refs_path(self.config.home, name)
-        if not (path / "data.mdb").exists():
+        if not self.kv.exists(name):
             raise NotFound(f"repository {name!r} not found")
-        env = open_env(path, self.config.kv, create=False)
+        env = self.kv.open(name, create=False)
         rec = RefManager(env).get_repository()
         store = self.store_factory(rec.storage_namespace)
         committed = self.committed_factory(store, self.config)
@@ -172,7 +156,7 @@ class Graveler:
     def has_repository(self, name: str) -> bool:
         """Whether the home holds a repository ``name`` (its refs database exists)."""
         validate_repository_name(name)
-        return (refs_path(self.config.home, name) / "data.mdb").exists()
+        return self.kv.exists(name)
 
     def has_refs_dump(self, storage_namespace: str) -> bool:
         """Whether a storage namespace holds a refs dump (``_lakefs/refs_manifest.json``)."""
@@ -186,40 +170,30 @@ class Graveler:
         unless ``damaged`` is a list: then ``(name, error)`` is appended to it and
         the others are still listed -- one damaged repository never hides the rest.
         """
-        root = repos_root(self.config.home)
         out = []
-        if not root.is_dir():
-            return out
-        for d in sorted(root.iterdir()):
-            if (d / REFS_DIR / "data.mdb").exists():
-                try:
-                    with borrowed_env(d / REFS_DIR, self.config.kv, create=False) as env:
-                        try:
-                            out.append(RefManager(env).get_repository())
-                        except NotFound:
-                            continue  # an environment without a record: a create that never finished
-                except GravelerError as e:
-                    if damaged is None:
-                        raise
-                    if not isinstance(e, CorruptedData):
-                        log.debug("repository %s cannot be read: %s", d.name, e)
-                    damaged.append((d.name, e))
+        for name in self.kv.names():
+            try:
+                with self.kv.borrowed(name) as env:
+                    try:
+                        out.append(RefManager(env).get_repository())
+                    except NotFound:
+                        continue  # a store without a record: a create that never finished
+            except GravelerError as e:
+                if damaged is None:
+                    raise
+                if not isinstance(e, CorruptedData):
+                    log.debug("repository %s cannot be read: %s", name, e)
+                damaged.append((name, e))
         return out
 
     def delete_repository(self, name: str) -> None:
         """Forget a repository: its refs and staging. The storage namespace is left as it is."""
         validate_repository_name(name)
-        path = refs_path(self.config.home, name)
-        if not (path / "data.mdb").exists():
+        if not self.kv.exists(name):
             raise NotFound(f"repository {name!r} not found")
         with self._lock:
             self._repos.pop(name, None)
-        close_env(path)
-        try:
-            shutil.rmtree(repo_dir(self.config.home, name))
-        except OSError as e:
-            raise StoreUnavailable(f"cannot remove repository {name!r} from {self.config.home}: "
-                                   f"{e.strerror or e}") from None
+        self.kv.remove(name)
         log.info("deleted repository %s", name)
 
     def close(self) -> None:
@@ -227,5 +201,5 @@ class Graveler:
             repos = list(self._repos.values())
             self._repos.clear()
         for r in repos:
-            close_env(r._env.path)
+            self.kv.close(r.name)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Iterator, Protocol
 
 from graveler.errors import InvalidArgument
-from graveler.kv import prefix_successor
+from graveler.kv.base import prefix_successor
 from graveler.model import Entry, Value
 
 Item = tuple[bytes, "Value | None"]

@@ -26,7 +26,7 @@ from graveler.committed.manager import CommittedManager
 from graveler.config import GravelerConfig
 from graveler.core import BranchMoved, RepoCore
 from graveler.errors import Conflict, InvalidArgument, NotFound
-from graveler.kv import Env
+from graveler.kv.base import Store
 from graveler.listing import CommittedIterator, ListItem, MergedIterator, list_items
 from graveler.model import AddressType, DiffRecord, Entry, MergeStrategy, Value, encode_records
 from graveler.objects import EntryReader, UploadSource, put_object
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 class Repository:
     """One repository's operations. Thread-safe; get it from :class:`graveler.home.Graveler`."""
 
-    def __init__(self, graveler: "Graveler", env: Env, record: RepositoryRecord, store, committed: CommittedManager):
+    def __init__(self, graveler: "Graveler", env: Store, record: RepositoryRecord, store, committed: CommittedManager):
         self.graveler = graveler  # the home that opened it
         self._core = core = RepoCore(graveler.config, env, record, store, committed)
         self._commits = Commits(core)
@@ -164,7 +164,7 @@ class Repository:
                    durable: bool = True) -> int:
         """Stage many entries (None = delete) in one transaction; return how many.
         ``durable=False``: return before the transaction is on disk (see
-        :meth:`graveler.kv.Env.write`); the next durable write makes it durable."""
+        :meth:`graveler.kv.base.Store.write`); the next durable write makes it durable."""
         paths: list[bytes] = []
         values: list[Entry | Value | None] = []
         for p, e in items:

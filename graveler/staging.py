@@ -1,15 +1,15 @@
-"""Staging areas (lakeFS's StagingManager) in the repository's LMDB environment.
+"""Staging areas (lakeFS's StagingManager) in the repository's KV store (any backend).
 
 A staging token names one staging area: path -> staged value, or a tombstone
 (the path is deleted on the branch). A branch has a current token and sealed
 tokens (see :mod:`graveler.refs`); all staging areas of a repository live in the
-``staging`` database, keyed ``token + b"\\0" + path`` so that a token's keys are
-contiguous and in path order. An LMDB value is the record value encoding of
+``staging`` table, keyed ``token + b"\\0" + path`` so that a token's keys are
+contiguous and in path order. A stored value is the record value encoding of
 :mod:`graveler.model` (``encode_value``), or empty for a tombstone.
 
 Paths are bytes (UTF-8 of the object key). :func:`as_path` checks them:
 non-empty, valid UTF-8, no NUL, no ``.`` or ``..`` component, and short enough
-that ``token + NUL + path`` fits LMDB's key limit (:data:`MAX_PATH_BYTES`).
+that ``token + NUL + path`` fits the KV key limit of every backend (:data:`MAX_PATH_BYTES`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,15 @@ import bisect
 import logging
 from typing import Callable, Iterable, Iterator
 
-import lmdb
-
 from graveler import paths
-from graveler.kv import DB_STAGING, Env, prefix_successor
+from graveler.kv.base import MAX_KEY_BYTES, STAGING, Store, Txn, prefix_successor
 from graveler.model import Value, decode_value, encode_value
 
 log = logging.getLogger(__name__)
 
 SEP = b"\x00"
 TOKEN_LENGTH = 16  # graveler.refs.new_staging_token
-LMDB_MAX_KEY = 511
-MAX_PATH_BYTES = LMDB_MAX_KEY - TOKEN_LENGTH - len(SEP)  # 494
+MAX_PATH_BYTES = MAX_KEY_BYTES - TOKEN_LENGTH - len(SEP)  # 494
 
 Staged = Value | None  # None is a tombstone
 
@@ -57,44 +54,36 @@ def _decode(raw: bytes, key: bytes) -> Staged:
 class StagingManager:
     """Per-token staging areas. ``*_txn`` methods use the caller's transaction."""
 
-    def __init__(self, env: Env):
+    def __init__(self, env: Store):
         self.env = env
-        self._db = env.dbs[DB_STAGING]
 
     @staticmethod
     def _key(token: str, path: bytes) -> bytes:
         return token.encode("ascii") + SEP + path
 
     # single keys
-    def set_txn(self, txn: lmdb.Transaction, token: str, path: bytes, value: Staged) -> None:
+    def set_txn(self, txn: Txn, token: str, path: bytes, value: Staged) -> None:
         """Stage ``value`` (None = tombstone) for ``path`` in ``token``."""
-        txn.put(self._key(token, path), _encode(value), db=self._db)
+        txn.put(STAGING, self._key(token, path), _encode(value))
 
-    def set_many_txn(self, txn: lmdb.Transaction, token: str, items: Iterable[tuple[bytes, Staged]]) -> int:
+    def set_many_txn(self, txn: Txn, token: str, items: Iterable[tuple[bytes, Staged]]) -> int:
         t = token.encode("ascii") + SEP
-        n = 0
-        for path, value in items:
-            txn.put(t + path, _encode(value), db=self._db)
-            n += 1
-        return n
+        return txn.put_many(STAGING, [(t + path, _encode(value)) for path, value in items])
 
-    def put_records_txn(self, txn: lmdb.Transaction, token: str, paths: list[bytes], records: list[bytes]) -> int:
+    def put_records_txn(self, txn: Txn, token: str, paths: list[bytes], records: list[bytes]) -> int:
         """Stage already-encoded records (:func:`graveler.model.encode_records`; b"" = tombstone) at ``paths``."""
         t = token.encode("ascii") + SEP
-        put, db = txn.put, self._db
-        for path, raw in zip(paths, records, strict=True):
-            put(t + path, raw, db=db)
-        return len(paths)
+        return txn.put_many(STAGING, [(t + path, raw) for path, raw in zip(paths, records, strict=True)])
 
-    def remove_txn(self, txn: lmdb.Transaction, token: str, path: bytes) -> bool:
+    def remove_txn(self, txn: Txn, token: str, path: bytes) -> bool:
         """Forget ``path`` in ``token`` entirely (not a tombstone)."""
-        return txn.delete(self._key(token, path), db=self._db)
+        return txn.delete(STAGING, self._key(token, path))
 
-    def get_txn(self, txn: lmdb.Transaction, tokens: Iterable[str], path: bytes) -> tuple[bool, Staged]:
+    def get_txn(self, txn: Txn, tokens: Iterable[str], path: bytes) -> tuple[bool, Staged]:
         """Look ``path`` up in ``tokens`` in order: (found, value-or-tombstone)."""
         for token in tokens:
             k = self._key(token, path)
-            raw = txn.get(k, db=self._db)
+            raw = txn.get(STAGING, k)
             if raw is not None:
                 return True, _decode(raw, k)
         return False, None
@@ -105,20 +94,15 @@ class StagingManager:
 
     # ranges
     def scan_txn(
-        self, txn: lmdb.Transaction, token: str, start: bytes = b"", limit: int | None = None, end: bytes | None = None
+        self, txn: Txn, token: str, start: bytes = b"", limit: int | None = None, end: bytes | None = None
     ) -> list[tuple[bytes, Staged]]:
         """Up to ``limit`` (path, staged) of ``token`` with start <= path (< end), in path order."""
         t = token.encode("ascii") + SEP
         lo = t + start
         hi = t[:-1] + b"\x01" if end is None else t + end
         out: list[tuple[bytes, Staged]] = []
-        cur = txn.cursor(db=self._db)
-        if not cur.set_range(lo):
-            return out
         n = len(t)
-        for k, v in cur:
-            if k >= hi:
-                break
+        for k, v in txn.scan(STAGING, lo, hi):
             out.append((k[n:], _decode(v, k)))
             if limit is not None and len(out) >= limit:
                 break
@@ -130,7 +114,7 @@ class StagingManager:
         start: bytes = b"",
         limit: int | None = None,
         end: bytes | None = None,
-        guard: Callable[[lmdb.Transaction], None] | None = None,
+        guard: Callable[[Txn], None] | None = None,
     ) -> list[tuple[bytes, Staged]]:
         """``scan_txn`` in its own read transaction; ``guard(txn)`` runs first in the
         same snapshot (it may raise, e.g. when the branch moved on)."""
@@ -140,7 +124,7 @@ class StagingManager:
             return self.scan_txn(txn, token, start, limit, end)
 
     def iterator(
-        self, token: str, start: bytes = b"", guard: Callable[[lmdb.Transaction], None] | None = None
+        self, token: str, start: bytes = b"", guard: Callable[[Txn], None] | None = None
     ) -> "TokenIterator":
         """A seekable iterator over ``token`` that reads in batches, one short
         transaction each, calling ``guard(txn)`` in each of them."""
@@ -159,52 +143,30 @@ class StagingManager:
                 return
             start = items[-1][0] + b"\x00"
 
-    def is_empty_txn(self, txn: lmdb.Transaction, token: str) -> bool:
+    def is_empty_txn(self, txn: Txn, token: str) -> bool:
         return not self.scan_txn(txn, token, limit=1)
 
     def count(self, token: str) -> int:
         t = token.encode("ascii") + SEP
         hi = t[:-1] + b"\x01"
-        n = 0
         with self.env.read() as txn:
-            cur = txn.cursor(db=self._db)
-            if cur.set_range(t):
-                for k in cur.iternext(keys=True, values=False):
-                    if k >= hi:
-                        break
-                    n += 1
-        return n
+            return sum(1 for _ in txn.scan(STAGING, t, hi, values=False))
 
     # dropping
-    def drop_prefix_txn(self, txn: lmdb.Transaction, token: str, prefix: bytes) -> int:
+    def drop_prefix_txn(self, txn: Txn, token: str, prefix: bytes) -> int:
         """Forget every path starting with ``prefix`` in ``token``; return how many."""
         t = token.encode("ascii") + SEP
         lo = t + prefix
-        succ = prefix_successor(lo)
-        hi = succ if succ is not None else b"\xff" * LMDB_MAX_KEY
-        cur = txn.cursor(db=self._db)
-        n = 0
-        if cur.set_range(lo):
-            while cur.key() and cur.key() < hi:
-                cur.delete()
-                n += 1
-        return n
+        return txn.delete_range(STAGING, lo, prefix_successor(lo))
 
     def drop(self, token: str, batch: int = 20_000) -> int:
         """Forget a whole token, in transactions of at most ``batch`` deletes."""
         total = 0
         while True:
 
-            def one(txn: lmdb.Transaction) -> int:
+            def one(txn: Txn) -> int:
                 t = token.encode("ascii") + SEP
-                hi = t[:-1] + b"\x01"
-                cur = txn.cursor(db=self._db)
-                n = 0
-                if cur.set_range(t):
-                    while n < batch and cur.key() and cur.key() < hi:
-                        cur.delete()
-                        n += 1
-                return n
+                return txn.delete_range(STAGING, t, t[:-1] + b"\x01", limit=batch)
 
             n = self.env.write(one)
             total += n
@@ -219,15 +181,15 @@ class StagingManager:
     def tokens_present(self) -> set[str]:
         """Every token that has at least one staged key (for cleaning orphans)."""
         out: set[str] = set()
+        start = b""
         with self.env.read() as txn:
-            cur = txn.cursor(db=self._db)
-            ok = cur.first()
-            while ok:
-                k = cur.key()
-                tok = k.split(SEP, 1)[0]
+            while True:
+                first = next(txn.scan(STAGING, start, values=False), None)
+                if first is None:
+                    return out
+                tok = first[0].split(SEP, 1)[0]
                 out.add(tok.decode("ascii", "replace"))
-                ok = cur.set_range(tok + b"\x01")
-        return out
+                start = tok + b"\x01"
 
 
 class TokenIterator:
@@ -241,7 +203,7 @@ class TokenIterator:
 
     __slots__ = ("_sm", "_token", "_guard", "_buf", "_keys", "_i", "_resume", "_done", "_batch")
 
-    def __init__(self, sm: StagingManager, token: str, guard: Callable[[lmdb.Transaction], None] | None = None):
+    def __init__(self, sm: StagingManager, token: str, guard: Callable[[Txn], None] | None = None):
         self._sm = sm
         self._token = token
         self._guard = guard

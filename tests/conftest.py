@@ -103,3 +103,43 @@ def spark(s3_endpoint):
         yield session
     finally:
         session.stop()
+
+
+# =====================================================================================
+# KV backends: graveler's unit, contract and model tests run on every backend.
+#
+# A test in one of KV_MODULES runs once per backend of tests.graveler_testutil.KV_BACKENDS
+# (ids [lmdb] and [memory]); helpers there (make_graveler, make_repo, backend_kv) build
+# repositories on the backend under test.  A test that looks at LMDB's files says so
+# with @pytest.mark.lmdb_only and runs on LMDB alone.  Mount and CLI tests (remounts,
+# several processes, kill -9) use the persistent backends only.
+# =====================================================================================
+
+KV_MODULES = {"test_graveler_ops", "test_graveler_model", "test_graveler_view", "test_repository_api",
+              "test_refs", "test_staging", "test_kv_contract"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lmdb_only: the test reads LMDB's own files; it runs on LMDB alone")
+
+
+def pytest_generate_tests(metafunc):
+    from tests.graveler_testutil import KV_BACKENDS
+
+    if metafunc.module.__name__.rsplit(".", 1)[-1] in KV_MODULES and "kv_backend" not in metafunc.fixturenames:
+        metafunc.fixturenames.append("kv_backend")
+    if "kv_backend" in metafunc.fixturenames:
+        lmdb_only = metafunc.definition.get_closest_marker("lmdb_only") is not None
+        metafunc.parametrize("kv_backend", ["lmdb"] if lmdb_only else list(KV_BACKENDS), indirect=True)
+
+
+@pytest.fixture
+def kv_backend(request):
+    """The KV backend this test runs on; graveler_testutil's helpers follow it."""
+    from tests import graveler_testutil
+
+    graveler_testutil.current_backend = request.param
+    try:
+        yield request.param
+    finally:
+        graveler_testutil.current_backend = "lmdb"

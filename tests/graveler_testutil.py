@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from graveler import Graveler, GravelerConfig, KVConfig, Repository
@@ -9,9 +10,21 @@ from graveler.model import Entry
 
 FAST_KV = KVConfig(map_size=1 << 26, sync=False)
 
+# The KV backend graveler's unit and model tests run on: tests/conftest.py runs each test of
+# KV_MODULES once per backend and sets this before it ("lmdb" or "memory").
+KV_BACKENDS = ("lmdb", "memory")
+current_backend = "lmdb"
+
+
+def backend_kv(tmp_path: Path, base: KVConfig = FAST_KV) -> KVConfig:
+    """``base`` on the backend under test (an in-memory space of its own per test directory)."""
+    if current_backend == "memory":
+        return dataclasses.replace(base, url=f"memory://{tmp_path}")
+    return base
+
 
 def make_graveler(tmp_path: Path, **kw) -> Graveler:
-    cfg = GravelerConfig(home=tmp_path / "home", kv=kw.pop("kv", FAST_KV), **kw)
+    cfg = GravelerConfig(home=tmp_path / "home", kv=backend_kv(tmp_path, kw.pop("kv", FAST_KV)), **kw)
     return Graveler(cfg)
 
 

@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from graveler.errors import DirtyBranch, MergeConflict, NotFound, NothingToCommit
 from graveler.model import MergeStrategy
+from tests import graveler_testutil
 from tests.graveler_testutil import contents, entry, make_repo
 
 PATHS = ["a", "b", "d/x", "d/y", "d/z/1", "e/f"]
@@ -305,3 +306,18 @@ GravelerModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestGravelerModel = GravelerModel.TestCase
+
+
+class MemoryGravelerModel(GravelerModel):
+    """The same machine on the in-memory KV backend."""
+
+    def __init__(self):
+        graveler_testutil.current_backend = "memory"
+        try:
+            super().__init__()
+        finally:
+            graveler_testutil.current_backend = "lmdb"
+
+
+MemoryGravelerModel.TestCase.settings = GravelerModel.TestCase.settings
+TestGravelerModelMemory = MemoryGravelerModel.TestCase

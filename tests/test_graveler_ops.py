@@ -62,7 +62,7 @@ def test_repository_lifecycle(tmp_path):
     r = g.create_repository("alpha", f"file://{tmp_path}/ns-a", default_branch="trunk", committer="ann")
     g.create_repository("beta", f"file://{tmp_path}/ns-b")
     assert [x.name for x in g.list_repositories()] == ["alpha", "beta"]
-    assert (tmp_path / "home" / "repos" / "alpha" / "refs.lmdb" / "data.mdb").exists()
+    assert g.kv.exists("alpha") and g.kv.names() == ["alpha", "beta"]
     c = r.get_commit("trunk")
     assert (c.message, c.committer, c.meta_range_id, c.generation, c.parents) == (
         "Repository created", "ann", "", 1, ()
@@ -676,6 +676,7 @@ def test_adopt_lakefs_metarange(tmp_path):
     g.close()
 
 
+@pytest.mark.lmdb_only
 def test_env_is_shared_not_reopened(tmp_path):
     r = make_repo(tmp_path)
     assert kv.open_env(r._env.path) is r._env

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
-from graveler.kv import DB_TAGS
+from graveler.kv import TAGS
 from tests.graveler_testutil import entry, make_repo
 
 
@@ -78,7 +78,7 @@ def test_list_item_of_a_prefix_has_no_entry(repo):
 def test_damaged_tag_record_is_corrupted_data(repo):
     repo.create_tag("v1", "main")
     env = repo._env
-    env.write(lambda txn: txn.put(b"v1", b"\xff\xff\xff not a protobuf", db=env.dbs[DB_TAGS]))
+    env.write(lambda txn: txn.put(TAGS, b"v1", b"\xff\xff\xff not a protobuf"))
     for call in (repo.list_tags, lambda: repo.resolve("v1"), lambda: repo.get_tag("v1")):
         with pytest.raises(CorruptedData):
             call()

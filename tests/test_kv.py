@@ -28,11 +28,9 @@ def env(tmp_path):
 
 
 def _fill(env, n: int, size: int = 4000, tag: bytes = b"k"):
-    db = env.dbs[kv.DB_STAGING]
-
     def fn(txn):
         for i in range(n):
-            txn.put(tag + b"%06d" % i, b"x" * size, db=db)
+            txn.put(kv.STAGING, tag + b"%06d" % i, b"x" * size)
 
     env.write(fn)
 
@@ -76,7 +74,7 @@ def test_write_inside_read_is_refused_at_once(env):
 
 def _nested_small_write(env):
     with env.read():
-        env.write(lambda txn: txn.put(b"a", b"b", db=env.dbs[kv.DB_STAGING]))
+        env.write(lambda txn: txn.put(kv.STAGING, b"a", b"b"))
 
 
 def test_write_inside_write_is_refused(env):
@@ -88,13 +86,12 @@ def test_write_inside_write_is_refused(env):
 
 
 def test_read_inside_write_or_read_uses_the_open_transaction(env):
-    db = env.dbs[kv.DB_STAGING]
 
     def fn(txn):
-        txn.put(b"k", b"v", db=db)
+        txn.put(kv.STAGING, b"k", b"v")
         with env.read() as inner:
             assert inner is txn
-            return inner.get(b"k", db=db)  # sees the write's own change
+            return inner.get(kv.STAGING, b"k")  # sees the write's own change
 
     assert _in_thread(lambda: env.write(fn)) == b"v"
 
@@ -102,7 +99,7 @@ def test_read_inside_write_or_read_uses_the_open_transaction(env):
         with env.read() as outer:
             with env.read() as inner:
                 assert inner is outer
-            return outer.get(b"k", db=db)  # the inner exit did not end the outer transaction
+            return outer.get(kv.STAGING, b"k")  # the inner exit did not end the outer transaction
 
     assert _in_thread(reads) == b"v"
     _fill(env, 200)  # and a later grow still works: nothing was left marked open
@@ -110,14 +107,13 @@ def test_read_inside_write_or_read_uses_the_open_transaction(env):
 
 def test_other_threads_are_not_nested(env):
     """The rule is per thread: another thread's write while this one reads is ordinary."""
-    db = env.dbs[kv.DB_STAGING]
     with env.read():
-        t = threading.Thread(target=lambda: env.write(lambda txn: txn.put(b"t", b"1", db=db)))
+        t = threading.Thread(target=lambda: env.write(lambda txn: txn.put(kv.STAGING, b"t", b"1")))
         t.start()
         t.join(20)
         assert not t.is_alive()
     with env.read() as txn:
-        assert txn.get(b"t", db=db) == b"1"
+        assert txn.get(kv.STAGING, b"t") == b"1"
 
 
 # --- damaged files --------------------------------------------------------------------
@@ -129,8 +125,8 @@ _OPEN_AND_READ = textwrap.dedent("""
     try:
         env = kv.open_env(sys.argv[1], create=False)
         with env.read() as txn:
-            for db in env.dbs.values():
-                for _ in txn.cursor(db=db):
+            for table in kv.TABLES:
+                for _ in txn.scan(table):
                     pass
     except CorruptedData as e:
         print(e)
@@ -284,7 +280,6 @@ def test_concurrent_grouped_writes_share_transactions_and_keep_their_own_errors(
     p = tmp_path / "g" / "refs.lmdb"
     e = kv.open_env(p, kv.KVConfig(map_size=1 << 20, sync=True))
     try:
-        db = e.dbs[kv.DB_STAGING]
         gate = threading.Barrier(8)
         errors: list[BaseException] = []
 
@@ -294,7 +289,7 @@ def test_concurrent_grouped_writes_share_transactions_and_keep_their_own_errors(
                 def fn(txn, i=i, j=j):
                     if i == 3 and j == 7:
                         raise ValueError("bad one")
-                    txn.put(b"%d-%d" % (i, j), b"v", db=db)
+                    txn.put(kv.STAGING, b"%d-%d" % (i, j), b"v")
                     return (i, j)
                 try:
                     assert e.write_grouped(fn) == (i, j)
@@ -308,7 +303,7 @@ def test_concurrent_grouped_writes_share_transactions_and_keep_their_own_errors(
             t.join(60)
         assert [str(x) for x in errors] == ["bad one"]
         with e.read() as txn:
-            keys = {k for k, _ in txn.cursor(db=db)}
+            keys = {k for k, _ in txn.scan(kv.STAGING)}
         assert keys == {b"%d-%d" % (i, j) for i in range(8) for j in range(20)} - {b"3-7"}
         assert e._synced_seq == e._commit_seq  # every grouped write returned durable
     finally:

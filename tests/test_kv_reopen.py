@@ -26,7 +26,8 @@ from typing import Callable
 
 import pytest
 
-from graveler import Graveler, GravelerConfig, KVConfig, lmdb_file
+from graveler import Graveler, GravelerConfig, KVConfig
+from graveler.kv import lmdb_file
 from graveler.errors import DirtyBranch, MergeConflict, NothingToCommit
 from graveler.model import Entry, MergeStrategy
 from tests.test_graveler_model import _apply, three_way

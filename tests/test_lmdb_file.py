@@ -1,4 +1,4 @@
-"""The pre-open check of LMDB's data.mdb (graveler.lmdb_file), both ways.
+"""The pre-open check of LMDB's data.mdb (graveler.kv.lmdb_file), both ways.
 
 Healthy files made by ordinary use -- raw LMDB transactions, and the staging and
 commit of an upload -- must open, even when they end before the last page their
@@ -23,7 +23,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from graveler import Graveler, GravelerConfig, KVConfig, kv, lmdb_file
+from graveler import Graveler, GravelerConfig, KVConfig, kv
+from graveler.kv import lmdb_file
 from graveler.errors import CorruptedData
 from graveler.model import Entry
 from tests.mount_testutil import FUSE_AVAILABLE, MountProc
@@ -47,8 +48,8 @@ _READ_ALL = textwrap.dedent("""
         env = kv.open_env(sys.argv[1], create=False)
         out = {}
         with env.read() as txn:
-            for name, db in env.dbs.items():
-                out[name.decode()] = {k.hex(): v.hex() for k, v in txn.cursor(db=db)}
+            for name in kv.TABLES:
+                out[name] = {k.hex(): v.hex() for k, v in txn.scan(name)}
     except CorruptedData as e:
         print(e)
         sys.exit(5)
@@ -79,11 +80,11 @@ def random_lmdb_history(path: Path, seed: int, steps: int, on_commit) -> dict[by
     ``on_commit(model)`` runs after each commit with the expected contents of the ``staging`` database."""
     rnd = random.Random(seed)
     model: dict[bytes, bytes] = {}
-    env = lmdb.open(str(path), map_size=1 << 26, max_dbs=len(kv.ALL_DBS) + 2, sync=False)
+    env = lmdb.open(str(path), map_size=1 << 26, max_dbs=len(kv.TABLES) + 2, sync=False)
     try:
-        db = env.open_db(kv.DB_STAGING)
-        for name in kv.ALL_DBS:
-            env.open_db(name)
+        db = env.open_db(kv.STAGING.encode())
+        for name in kv.TABLES:
+            env.open_db(name.encode())
         for _ in range(steps):
             with env.begin(write=True) as txn:
                 keys = [b"k%06d" % rnd.randrange(5000) for _ in range(rnd.randrange(1, 500))]

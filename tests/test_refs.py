@@ -20,7 +20,7 @@ from graveler.refs import (
     validate_repository_name,
     validate_tag_name,
 )
-from tests.graveler_testutil import FAST_KV
+from tests.graveler_testutil import backend_kv
 
 # --- names ----------------------------------------------------------------------------
 
@@ -119,9 +119,9 @@ def test_unix_seconds_floor():
 
 @pytest.fixture
 def rm(tmp_path):
-    env = kv.open_env(tmp_path / "refs.lmdb", FAST_KV)
-    yield RefManager(env)
-    kv.close_env(tmp_path / "refs.lmdb")
+    backend = kv.open_backend(backend_kv(tmp_path), tmp_path)
+    yield RefManager(backend.open("repo1"))
+    backend.close("repo1")
 
 
 def _chain(rm: RefManager, n: int, parent: Commit | None = None, tag: str = "c") -> list[Commit]:
@@ -283,41 +283,41 @@ def test_merge_base_is_best_in_criss_cross(rm):
 # --- the LMDB helper ----------------------------------------------------------------
 
 
+@pytest.mark.lmdb_only
 def test_env_registry_and_growth(tmp_path):
     p = tmp_path / "e.lmdb"
     env = kv.open_env(p, kv.KVConfig(map_size=1 << 16, sync=False))
     assert kv.open_env(p) is env  # once per process
-    db = env.dbs[kv.DB_STAGING]
     big = b"x" * 4000
 
     def fill(txn):
         for i in range(200):
-            txn.put(b"k%05d" % i, big, db=db)
+            txn.put(kv.STAGING, b"k%05d" % i, big)
 
     env.write(fill)  # 800 KB into a 64 KiB map: grows
     with env.read() as txn:
-        assert txn.get(b"k00199", db=db) == big
+        assert txn.get(kv.STAGING, b"k00199") == big
     assert env.stat()["staging"] == 200
     kv.close_env(p)
     env2 = kv.open_env(p)
     assert env2 is not env
     with env2.read() as txn:
-        assert txn.get(b"k00000", db=env2.dbs[kv.DB_STAGING]) == big
+        assert txn.get(kv.STAGING, b"k00000") == big
     kv.close_env(p)
 
 
+@pytest.mark.lmdb_only
 def test_env_threads(tmp_path):
     p = tmp_path / "t.lmdb"
     env = kv.open_env(p, kv.KVConfig(map_size=1 << 16, sync=False))
-    db = env.dbs[kv.DB_STAGING]
     errors = []
 
     def writer(t):
         try:
             for i in range(100):
-                env.write(lambda txn: txn.put(b"%d-%05d" % (t, i), b"v" * 2000, db=db))
+                env.write(lambda txn: txn.put(kv.STAGING, b"%d-%05d" % (t, i), b"v" * 2000))
                 with env.read() as txn:
-                    assert txn.get(b"%d-%05d" % (t, i), db=db) is not None
+                    assert txn.get(kv.STAGING, b"%d-%05d" % (t, i)) is not None
         except Exception as e:  # pragma: no cover
             errors.append(e)
 

@@ -13,7 +13,7 @@ from graveler.errors import InvalidArgument
 from graveler.listing import CommittedIterator, ListIterator, MergedIterator, list_items
 from graveler.model import Value
 from graveler.staging import MAX_PATH_BYTES, StagingManager, as_path
-from tests.graveler_testutil import FAST_KV
+from tests.graveler_testutil import backend_kv
 
 T1, T2, T3 = "a" * 16, "b" * 16, "c" * 16
 
@@ -24,9 +24,9 @@ def V(s: str) -> Value:
 
 @pytest.fixture
 def sm(tmp_path):
-    env = kv.open_env(tmp_path / "refs.lmdb", FAST_KV)
-    yield StagingManager(env)
-    kv.close_env(tmp_path / "refs.lmdb")
+    backend = kv.open_backend(backend_kv(tmp_path), tmp_path)
+    yield StagingManager(backend.open("repo1"))
+    backend.close("repo1")
 
 
 def test_as_path():

@@ -1,7 +1,7 @@
-"""The RefManager (lakeFS's): the repository record, branches, tags and commits in LMDB.
+"""The RefManager (lakeFS's): the repository record, branches, tags and commits.
 
-Records (:mod:`graveler.refs.records`) are stored in the named databases of
-the repository's environment (see :mod:`graveler.kv`). Resolution of a ref
+Records (:mod:`graveler.refs.records`) are stored in the named tables of the
+repository's KV store (the protocol of :mod:`graveler.kv.base`; any backend). Resolution of a ref
 expression (:mod:`graveler.refs.expr`) follows lakeFS's order: a full 64-hex
 commit ID, then a branch, then a tag, then a commit-ID prefix; anything with a
 modifier resolves to a read-only commit.
@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import lmdb
-
 from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
-from graveler.kv import DB_BRANCHES, DB_COMMITS, DB_REPO, DB_STAMPS, DB_TAGS, Env
+from graveler.kv.base import BRANCHES, COMMITS, REPO, STAMPS, TAGS, Store, Txn
 from graveler.proto import graveler_pb2
 from graveler.refs import graph
 from graveler.refs.expr import RefType, ResolvedRef, parse_ref
@@ -36,34 +34,31 @@ _RECORD_KEY = b"record"
 
 
 class RefManager:
-    """Repository record, branches, tags and commits in one LMDB environment."""
+    """Repository record, branches, tags and commits in one repository's KV store."""
 
-    def __init__(self, env: Env):
+    def __init__(self, env: Store):
         self.env = env
-        self._db_repo = env.dbs[DB_REPO]
-        self._db_branches = env.dbs[DB_BRANCHES]
-        self._db_tags = env.dbs[DB_TAGS]
-        self._db_commits = env.dbs[DB_COMMITS]
-        self._db_stamps = env.dbs[DB_STAMPS]
 
     # repository record
-    def get_repository_txn(self, txn: lmdb.Transaction) -> RepositoryRecord:
-        raw = txn.get(_RECORD_KEY, db=self._db_repo)
+    def get_repository_txn(self, txn: Txn) -> RepositoryRecord:
+        raw = txn.get(REPO, _RECORD_KEY)
         if raw is None:
-            raise NotFound(f"repository record missing in {self.env.path}")
+            raise NotFound(f"repository record missing in {self.env.label}")
         return RepositoryRecord.from_bytes(raw)
 
     def get_repository(self) -> RepositoryRecord:
         with self.env.read() as txn:
             return self.get_repository_txn(txn)
 
-    def put_repository_txn(self, txn: lmdb.Transaction, rec: RepositoryRecord, overwrite: bool = False) -> None:
-        if not txn.put(_RECORD_KEY, rec.to_bytes(), db=self._db_repo, overwrite=overwrite):
+    def put_repository_txn(self, txn: Txn, rec: RepositoryRecord, overwrite: bool = False) -> None:
+        if overwrite:
+            txn.put(REPO, _RECORD_KEY, rec.to_bytes())
+        elif not txn.insert(REPO, _RECORD_KEY, rec.to_bytes()):
             raise AlreadyExists(f"repository {rec.name!r} already exists")
 
     # commits
-    def get_commit_txn(self, txn: lmdb.Transaction, commit_id: str) -> Commit:
-        raw = txn.get(commit_id.encode("ascii", "replace"), db=self._db_commits)
+    def get_commit_txn(self, txn: Txn, commit_id: str) -> Commit:
+        raw = txn.get(COMMITS, commit_id.encode("ascii", "replace"))
         if raw is None:
             raise NotFound(f"commit {commit_id} not found")
         return Commit.from_bytes(raw, commit_id)
@@ -73,37 +68,35 @@ class RefManager:
         with self.env.read() as txn:
             return self.get_commit_txn(txn, commit_id)
 
-    def put_commit_txn(self, txn: lmdb.Transaction, commit: Commit) -> None:
+    def put_commit_txn(self, txn: Txn, commit: Commit) -> None:
         """Store a commit; storing the same ID again is a no-op (commits are content addressed)."""
-        txn.put(commit.id.encode("ascii"), commit.to_bytes(), db=self._db_commits, overwrite=False)
+        txn.insert(COMMITS, commit.id.encode("ascii"), commit.to_bytes())
 
     def put_commit(self, commit: Commit) -> None:
         self.env.write(lambda txn: self.put_commit_txn(txn, commit))
 
-    def commit_by_prefix_txn(self, txn: lmdb.Transaction, prefix: str) -> Commit | None:
+    def commit_by_prefix_txn(self, txn: Txn, prefix: str) -> Commit | None:
         """The one commit whose ID starts with ``prefix``; None if none; AmbiguousRef if several."""
         p = prefix.lower().encode("ascii")
-        cur = txn.cursor(db=self._db_commits)
         found: list[bytes] = []
-        if cur.set_range(p):
-            for k in cur.iternext(keys=True, values=False):
-                if not k.startswith(p):
-                    break
-                found.append(k)
-                if len(found) > 1:
-                    raise AmbiguousRef(f"commit prefix {prefix!r} is ambiguous (matches {len(found)}+ commits)")
+        for k, _ in txn.scan(COMMITS, p, values=False):
+            if not k.startswith(p):
+                break
+            found.append(k)
+            if len(found) > 1:
+                raise AmbiguousRef(f"commit prefix {prefix!r} is ambiguous (matches {len(found)}+ commits)")
         if not found:
             return None
         return self.get_commit_txn(txn, found[0].decode())
 
     def count_commits(self) -> int:
-        """How many commits are stored (LMDB's entry count: no commit is read)."""
+        """How many commits are stored (the store's count: no commit is read)."""
         with self.env.read() as txn:
-            return txn.stat(self._db_commits)["entries"]
+            return txn.count(COMMITS)
 
     def iter_commit_ids(self) -> list[str]:
         with self.env.read() as txn:
-            return [k.decode() for k in txn.cursor(db=self._db_commits).iternext(keys=True, values=False)]
+            return [k.decode() for k, _ in txn.scan(COMMITS, values=False)]
 
     def list_commits(self) -> Iterator[Commit]:
         """Every commit, in commit-ID order (read in batches of 1000, one transaction each)."""
@@ -111,72 +104,70 @@ class RefManager:
         while True:
             batch: list[Commit] = []
             with self.env.read() as txn:
-                cur = txn.cursor(db=self._db_commits)
-                if cur.set_range(start):
-                    for k, v in cur:
-                        batch.append(Commit.from_bytes(v, k.decode()))
-                        if len(batch) >= 1000:
-                            break
+                for k, v in txn.scan(COMMITS, start):
+                    batch.append(Commit.from_bytes(v, k.decode()))
+                    if len(batch) >= 1000:
+                        break
             yield from batch
             if len(batch) < 1000:
                 return
             start = batch[-1].id.encode() + b"\x00"
 
     # branches
-    def get_branch_txn(self, txn: lmdb.Transaction, name: str) -> Branch:
-        raw = txn.get(name.encode(), db=self._db_branches)
+    def get_branch_txn(self, txn: Txn, name: str) -> Branch:
+        raw = txn.get(BRANCHES, name.encode())
         if raw is None:
             raise NotFound(f"branch {name!r} not found")
         return Branch.from_bytes(raw, name)
 
-    def branch_raw_txn(self, txn: lmdb.Transaction, name: str) -> bytes | None:
+    def branch_raw_txn(self, txn: Txn, name: str) -> bytes | None:
         """The stored bytes of a branch record (to notice that it changed)."""
-        return txn.get(name.encode(), db=self._db_branches)
+        return txn.get(BRANCHES, name.encode())
 
     def get_branch(self, name: str) -> Branch:
         with self.env.read() as txn:
             return self.get_branch_txn(txn, name)
 
-    def put_branch_txn(self, txn: lmdb.Transaction, branch: Branch) -> None:
-        txn.put(branch.name.encode(), branch.to_bytes(), db=self._db_branches)
+    def put_branch_txn(self, txn: Txn, branch: Branch) -> None:
+        txn.put(BRANCHES, branch.name.encode(), branch.to_bytes())
         self.bump_stamp_txn(txn, branch.name)
 
     # change stamps: one counter per branch name, bumped in the same transaction as every
     # change of what the branch shows (head moves, seals, staging writes, creation, deletion)
-    def bump_stamp_txn(self, txn: lmdb.Transaction, name: str) -> int:
+    def bump_stamp_txn(self, txn: Txn, name: str) -> int:
         k = name.encode()
-        raw = txn.get(k, db=self._db_stamps)
+        raw = txn.get(STAMPS, k)
         n = (int.from_bytes(raw, "big") if raw else 0) + 1
-        txn.put(k, n.to_bytes(8, "big"), db=self._db_stamps)
+        txn.put(STAMPS, k, n.to_bytes(8, "big"))
         return n
 
-    def stamp_txn(self, txn: lmdb.Transaction, name: str) -> int:
-        raw = txn.get(name.encode(), db=self._db_stamps)
+    def stamp_txn(self, txn: Txn, name: str) -> int:
+        raw = txn.get(STAMPS, name.encode())
         return int.from_bytes(raw, "big") if raw else 0
 
-    def create_branch_txn(self, txn: lmdb.Transaction, name: str, commit_id: str) -> Branch:
+    def create_branch_txn(self, txn: Txn, name: str, commit_id: str) -> Branch:
         validate_branch_name(name)
         self.get_commit_txn(txn, commit_id)
         b = Branch(name, commit_id, new_staging_token(), ())
-        if not txn.put(name.encode(), b.to_bytes(), db=self._db_branches, overwrite=False):
+        if not txn.insert(BRANCHES, name.encode(), b.to_bytes()):
             raise AlreadyExists(f"branch {name!r} already exists")
         self.bump_stamp_txn(txn, name)
         return b
 
-    def delete_branch_txn(self, txn: lmdb.Transaction, name: str) -> Branch:
+    def delete_branch_txn(self, txn: Txn, name: str) -> Branch:
         b = self.get_branch_txn(txn, name)
-        txn.delete(name.encode(), db=self._db_branches)
+        txn.delete(BRANCHES, name.encode())
         self.bump_stamp_txn(txn, name)  # kept: a branch made again later goes on counting
         return b
 
     def list_branches(self) -> list[Branch]:
         """All branches, by name."""
         with self.env.read() as txn:
-            return [Branch.from_bytes(v, k.decode()) for k, v in txn.cursor(db=self._db_branches)]
+            return [Branch.from_bytes(v, k.decode()) for k, v in txn.scan(BRANCHES)]
 
     # tags
-    def get_tag_txn(self, txn: lmdb.Transaction, name: str) -> Tag:
-        raw = txn.get(name.encode(), db=self._db_tags)
+    def get_tag_txn(self, txn: Txn, name: str) -> Tag:
+        raw = txn.get(TAGS, name.encode())
         if raw is None:
             raise NotFound(f"tag {name!r} not found")
         pb = graveler_pb2.TagData()
@@ -186,23 +177,23 @@ class RefManager:
             raise CorruptedData(f"malformed tag record ({e})", name) from None
         return Tag(pb.id, pb.commit_id)
 
-    def create_tag_txn(self, txn: lmdb.Transaction, name: str, commit_id: str) -> Tag:
+    def create_tag_txn(self, txn: Txn, name: str, commit_id: str) -> Tag:
         validate_tag_name(name)
         self.get_commit_txn(txn, commit_id)
         raw = graveler_pb2.TagData(id=name, commit_id=commit_id).SerializeToString(deterministic=True)
-        if not txn.put(name.encode(), raw, db=self._db_tags, overwrite=False):
+        if not txn.insert(TAGS, name.encode(), raw):
             raise AlreadyExists(f"tag {name!r} already exists")
         return Tag(name, commit_id)
 
-    def delete_tag_txn(self, txn: lmdb.Transaction, name: str) -> None:
-        if not txn.delete(name.encode(), db=self._db_tags):
+    def delete_tag_txn(self, txn: Txn, name: str) -> None:
+        if not txn.delete(TAGS, name.encode()):
             raise NotFound(f"tag {name!r} not found")
 
     def list_tags(self) -> list[Tag]:
         """All tags, by name."""
         out = []
         with self.env.read() as txn:
-            for k, v in txn.cursor(db=self._db_tags):
+            for k, v in txn.scan(TAGS):
                 pb = graveler_pb2.TagData()
                 try:
                     pb.ParseFromString(v)
@@ -212,7 +203,7 @@ class RefManager:
         return out
 
     # resolution
-    def resolve_txn(self, txn: lmdb.Transaction, expr: str) -> ResolvedRef:
+    def resolve_txn(self, txn: Txn, expr: str) -> ResolvedRef:
         raw = parse_ref(expr)
         rr = self._resolve_base(txn, raw.base)
         if not raw.modifiers:
@@ -243,17 +234,17 @@ class RefManager:
         with self.env.read() as txn:
             return self.resolve_txn(txn, expr)
 
-    def _resolve_base(self, txn: lmdb.Transaction, base: str) -> ResolvedRef:
+    def _resolve_base(self, txn: Txn, base: str) -> ResolvedRef:
         is_hex = bool(HEX_RE.match(base))
         if is_hex and len(base) == COMMIT_ID_LENGTH:
-            raw = txn.get(base.lower().encode(), db=self._db_commits)
+            raw = txn.get(COMMITS, base.lower().encode())
             if raw is not None:
                 return ResolvedRef(RefType.COMMIT, base.lower())
-        raw = txn.get(base.encode(), db=self._db_branches) if BRANCH_RE.match(base) else None
+        raw = txn.get(BRANCHES, base.encode()) if BRANCH_RE.match(base) else None
         if raw is not None:
             b = Branch.from_bytes(raw, base)
             return ResolvedRef(RefType.BRANCH, b.commit_id, branch=b.name, tokens=b.tokens)
-        raw = txn.get(base.encode(), db=self._db_tags)
+        raw = txn.get(TAGS, base.encode())
         if raw is not None:
             pb = graveler_pb2.TagData()
             try:

@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import lmdb  # noqa: E402
 
-from graveler import Graveler, GravelerConfig, KVConfig, kv, lmdb_file  # noqa: E402
+from graveler import Graveler, GravelerConfig, KVConfig, kv  # noqa: E402
+from graveler.kv import lmdb_file  # noqa: E402
 from graveler.model import Entry  # noqa: E402
 
 
@@ -76,9 +77,9 @@ def main() -> None:
         kv.close_env(path)
 
     def raw_open():
-        env = lmdb.open(str(path), max_dbs=len(kv.ALL_DBS) + 2, sync=False)
-        for name in kv.ALL_DBS:
-            env.open_db(name)
+        env = lmdb.open(str(path), max_dbs=len(kv.TABLES) + 2, sync=False)
+        for name in kv.TABLES:
+            env.open_db(name.encode())
         env.close()
 
     opened = median_ms(graveler_open, args.reps)

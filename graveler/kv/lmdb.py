@@ -1,4 +1,6 @@
-"""The one place that opens LMDB: an environment per repository, short transactions.
+"""The LMDB backend of the KV protocol (:mod:`graveler.kv.base`): the embedded default.
+
+The one place that opens LMDB: an environment per repository, short transactions.
 
 Every repository keeps its refs (repository record, branches, tags, commits) and
 its staging areas in one LMDB environment, ``<home>/repos/<name>/refs.lmdb``.
@@ -42,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import stat
 import threading
 import time
@@ -51,8 +54,9 @@ from typing import Callable, Iterator, TypeVar
 import lmdb
 
 from graveler.config import KVConfig
-from graveler import lmdb_file
 from graveler.errors import CorruptedData, GravelerError, NotFound, StoreUnavailable
+from graveler.kv import lmdb_file
+from graveler.kv.base import TABLES, NestedTransaction, ThreadTxns
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +64,8 @@ T = TypeVar("T")
 
 _RESIZE_ATTEMPTS = 20  # adopt-and-retry rounds when other processes keep growing the map
 
-# The named sub-databases of a repository environment.
-DB_REPO = b"repo"  # b"record" -> repository record (JSON)
-DB_BRANCHES = b"branches"  # branch name -> graveler_pb2.BranchData
-DB_TAGS = b"tags"  # tag name -> graveler_pb2.TagData
-DB_COMMITS = b"commits"  # commit ID (hex) -> graveler_pb2.CommitData
-DB_STAGING = b"staging"  # token + b"\0" + path -> staged value or tombstone
-DB_STAMPS = b"stamps"  # branch name -> change stamp (u64 big-endian), bumped by every change of the branch
-ALL_DBS = (DB_REPO, DB_BRANCHES, DB_TAGS, DB_COMMITS, DB_STAGING, DB_STAMPS)
+REPOS_DIR = "repos"  # <home>/repos/<name>/refs.lmdb: one environment per repository
+REFS_DIR = "refs.lmdb"
 
 
 class _Gate:
@@ -106,10 +104,6 @@ class _Gate:
             with self._cond:
                 self._exclusive = False
                 self._cond.notify_all()
-
-
-class NestedTransaction(GravelerError):
-    """A thread asked for a transaction while it holds one of the same environment (a bug in the caller)."""
 
 
 # What LMDB says about a damaged file.  MDB_BAD_TXN is what every later call of a
@@ -204,7 +198,7 @@ class Env:
         self._group_lock = threading.Lock()
         self._group: list[list] = []  # [fn, result, exception, done] waiting for a group leader
         self._leader_lock = threading.Lock()
-        self._local = threading.local()
+        self._txns = ThreadTxns()
         self._closed = False
         if not create and not (self.path / "data.mdb").exists():
             raise NotFound(f"{_label(self.path)} does not exist")
@@ -217,7 +211,7 @@ class Env:
             self._env = lmdb.open(
                 str(self.path),
                 map_size=config.map_size,
-                max_dbs=len(ALL_DBS) + 2,
+                max_dbs=len(TABLES) + 2,
                 max_readers=config.max_readers,
                 lock=True,
                 sync=config.sync,
@@ -283,31 +277,27 @@ class Env:
             finally:
                 txn.abort()
 
-    def _open_dbs(self) -> dict[bytes, object]:
-        """The named databases; opening one runs a transaction, which meets another process's grow."""
+    def _open_dbs(self) -> dict[str, object]:
+        """The named databases (one per table); opening one runs a transaction, which meets another
+        process's grow."""
         for _ in range(_RESIZE_ATTEMPTS):
             try:
-                return {name: self._env.open_db(name) for name in ALL_DBS}
+                return {name: self._env.open_db(name.encode()) for name in TABLES}
             except lmdb.MapResizedError:
                 self._env.set_mapsize(0)  # adopt the size another process grew the map to
         raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
 
-    @contextlib.contextmanager
-    def _holding(self, txn: lmdb.Transaction) -> Iterator[None]:
-        """Record ``txn`` as this thread's open transaction while the body runs."""
-        self._local.txn = txn
-        try:
-            yield
-        finally:
-            self._local.txn = None
+    @property
+    def label(self) -> str:
+        return _label(self.path)
 
-    def _held(self) -> lmdb.Transaction | None:
-        return getattr(self._local, "txn", None)
+    def _held(self) -> "LmdbTxn | None":
+        return self._txns.held()
 
     # -- transactions -------------------------------------------------------
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[lmdb.Transaction]:
+    def read(self) -> Iterator["LmdbTxn"]:
         """A read-only snapshot. Keep the ``with`` body short and free of I/O.
 
         Nested: inside a ``read`` or ``write`` of the same thread, this is the
@@ -328,8 +318,9 @@ class Env:
                     raise _wrap(e, self.path) from None
                 if txn is not None:
                     try:
-                        with self._holding(txn):
-                            yield txn
+                        t = LmdbTxn(txn, self.dbs)
+                        with self._txns.holding(t):
+                            yield t
                     except lmdb.Error as e:
                         raise _wrap(e, self.path) from None
                     finally:
@@ -338,7 +329,7 @@ class Env:
             self._adopt_size()
         raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
 
-    def write(self, fn: Callable[[lmdb.Transaction], T], durable: bool = True) -> T:
+    def write(self, fn: Callable[["LmdbTxn"], T], durable: bool = True) -> T:
         """Run ``fn(txn)`` in one write transaction and commit it; return its result.
 
         ``durable`` (the default): return only once the commit is on disk. With False
@@ -371,8 +362,9 @@ class Env:
                     raise _wrap(e, self.path) from None
                 if txn is not None:
                     try:
-                        with self._holding(txn):
-                            result = fn(txn)
+                        t = LmdbTxn(txn, self.dbs)
+                        with self._txns.holding(t):
+                            result = fn(t)
                         txn.commit()
                         with self._seq_lock:
                             self._commit_seq += 1
@@ -395,7 +387,7 @@ class Env:
                 self._adopt_size()
         raise StoreUnavailable(f"{_label(self.path)}: could not get a write transaction")
 
-    def write_grouped(self, fn: Callable[[lmdb.Transaction], T], durable: bool = True) -> T:
+    def write_grouped(self, fn: Callable[["LmdbTxn"], T], durable: bool = True) -> T:
         """Like :meth:`write`, but concurrent callers share transactions: while one
         thread commits, the others queue their ``fn``; the next of them to go runs all
         queued ones in one transaction and one sync (group commit). If that shared
@@ -491,9 +483,9 @@ class Env:
                 self._env.close()
 
     def stat(self) -> dict[str, int]:
-        """Entry counts per named database (for tests and ``status``)."""
+        """Entry counts per table (for tests and ``status``)."""
         with self.read() as txn:
-            return {name.decode(): txn.stat(db)["entries"] for name, db in self.dbs.items()}
+            return {name: txn.count(name) for name in TABLES}
 
 
 _registry_lock = threading.Lock()
@@ -538,12 +530,111 @@ def borrowed_env(path: Path | str, config: KVConfig = KVConfig(), create: bool =
         close_env(path)
 
 
-def prefix_successor(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
-    p = bytearray(prefix)
-    while p:
-        if p[-1] != 0xFF:
-            p[-1] += 1
-            return bytes(p)
-        p.pop()
-    return None
+class LmdbTxn:
+    """The protocol's transaction (:class:`graveler.kv.base.Txn`) over an ``lmdb.Transaction``.
+
+    ``raw`` is LMDB's own transaction, for tests and benchmarks that look under the protocol."""
+
+    __slots__ = ("raw", "_dbs")
+
+    def __init__(self, raw: lmdb.Transaction, dbs: dict[str, object]):
+        self.raw = raw
+        self._dbs = dbs
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        return self.raw.get(key, db=self._dbs[table])
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        self.raw.put(key, value, db=self._dbs[table])
+
+    def put_many(self, table: str, items: list[tuple[bytes, bytes]]) -> int:
+        consumed, _ = self.raw.cursor(db=self._dbs[table]).putmulti(items)
+        return consumed
+
+    def insert(self, table: str, key: bytes, value: bytes) -> bool:
+        return self.raw.put(key, value, db=self._dbs[table], overwrite=False)
+
+    def set_if(self, table: str, key: bytes, value: bytes | None, expected: bytes | None) -> bool:
+        db = self._dbs[table]
+        if self.raw.get(key, db=db) != expected:
+            return False
+        if value is None:
+            self.raw.delete(key, db=db)
+        else:
+            self.raw.put(key, value, db=db)
+        return True
+
+    def delete(self, table: str, key: bytes) -> bool:
+        return self.raw.delete(key, db=self._dbs[table])
+
+    def scan(self, table: str, start: bytes = b"", end: bytes | None = None,
+             values: bool = True) -> Iterator[tuple[bytes, bytes | None]]:
+        cur = self.raw.cursor(db=self._dbs[table])
+        if not (cur.set_range(start) if start else cur.first()):
+            return
+        if values:
+            for k, v in cur:
+                if end is not None and k >= end:
+                    return
+                yield k, v
+        else:
+            for k in cur.iternext(keys=True, values=False):
+                if end is not None and k >= end:
+                    return
+                yield k, None
+
+    def delete_range(self, table: str, start: bytes, end: bytes | None, limit: int | None = None) -> int:
+        cur = self.raw.cursor(db=self._dbs[table])
+        n = 0
+        if not (cur.set_range(start) if start else cur.first()):
+            return 0
+        while limit is None or n < limit:
+            k = cur.key()
+            if not k or (end is not None and k >= end):
+                break
+            cur.delete()
+            n += 1
+        return n
+
+    def count(self, table: str) -> int:
+        return self.raw.stat(self._dbs[table])["entries"]
+
+
+class LmdbBackend:
+    """The embedded backend: ``<home>/repos/<name>/refs.lmdb``, one environment per repository
+    (a damaged one never stops the others)."""
+
+    url = "lmdb"
+
+    def __init__(self, home: Path, config: KVConfig = KVConfig()):
+        self.root = Path(home) / REPOS_DIR
+        self.config = config
+
+    def path(self, repo: str) -> Path:
+        return self.root / repo / REFS_DIR
+
+    def open(self, repo: str, create: bool = True) -> Env:
+        return open_env(self.path(repo), self.config, create)
+
+    def exists(self, repo: str) -> bool:
+        return (self.path(repo) / "data.mdb").exists()
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(d.name for d in self.root.iterdir() if (d / REFS_DIR / "data.mdb").exists())
+
+    def borrowed(self, repo: str):
+        return borrowed_env(self.path(repo), self.config, create=False)
+
+    def close(self, repo: str) -> None:
+        close_env(self.path(repo))
+
+    def remove(self, repo: str) -> None:
+        self.close(repo)
+        try:
+            shutil.rmtree(self.root / repo)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StoreUnavailable(f"cannot remove repository {repo!r} from {self.root}: {e.strerror or e}") from None

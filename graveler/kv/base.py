@@ -1,0 +1,166 @@
+"""The KV protocol: what refs and staging need of a key-value store, and nothing more.
+
+The size is lakeFS's ``kv.Store`` (Get, Set, SetIf, Delete, Scan): a backend offers
+
+* a :class:`Backend` -- where the repositories of a home keep their refs and staging:
+  open one repository's :class:`Store`, list, test and remove repositories;
+* a :class:`Store` -- one repository's partition: short read transactions
+  (:meth:`Store.read`, a consistent snapshot) and write transactions
+  (:meth:`Store.write`) that are **serializable** and may be run more than once
+  (a backend retries them on a serialization failure, LMDB after growing its map),
+  so a write function must have no side effect outside its transaction;
+* a :class:`Txn` -- get / put / insert / delete / compare-and-set / ordered scan from a
+  key / range delete / count, on one of the named :data:`TABLES`.
+
+Durability is part of the protocol: ``write(fn, durable=True)`` returns only once the
+transaction is durable; ``durable=False`` returns once it is committed and visible
+(never half-applied), and a later :meth:`Store.sync` makes every write before it
+durable. Concurrent writers may share one transaction and one sync
+(:meth:`Store.write_grouped`, group commit), which a backend keeps inside itself.
+
+Nesting: a thread holds at most one transaction of a store. A read inside a read or
+write of the same thread is that transaction; a write inside either raises
+:class:`NestedTransaction` at once.
+
+Keys are bytes, compared bytewise; every backend takes keys up to
+:data:`MAX_KEY_BYTES` (LMDB's limit decides it for all, so a path that fits one
+backend fits every one). A shared backend keeps each repository in its own
+partition (the repository's name goes with every key it stores); an embedded one
+may keep one file per repository -- callers never see the difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Callable, ContextManager, Iterator, Protocol, TypeVar
+
+from graveler.errors import GravelerError
+
+T = TypeVar("T")
+
+# The named tables of a repository.
+REPO = "repo"  # b"record" -> repository record (JSON)
+BRANCHES = "branches"  # branch name -> graveler_pb2.BranchData
+TAGS = "tags"  # tag name -> graveler_pb2.TagData
+COMMITS = "commits"  # commit ID (hex) -> graveler_pb2.CommitData
+STAGING = "staging"  # token + b"\0" + path -> staged value or tombstone
+STAMPS = "stamps"  # branch name -> change stamp (u64 big-endian), bumped by every change of the branch
+TABLES = (REPO, BRANCHES, TAGS, COMMITS, STAGING, STAMPS)
+
+MAX_KEY_BYTES = 511  # LMDB's key limit; the one limit of every backend
+
+
+class NestedTransaction(GravelerError):
+    """A thread asked for a write transaction while it holds one of the same store (a bug in the caller)."""
+
+
+class Txn(Protocol):
+    """One transaction: a snapshot to read, and (for a write) the changes it makes."""
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        """The value of ``key``, or None."""
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        """Set ``key`` to ``value``."""
+
+    def put_many(self, table: str, items: list[tuple[bytes, bytes]]) -> int:
+        """Set every (key, value) of ``items``; return how many."""
+
+    def insert(self, table: str, key: bytes, value: bytes) -> bool:
+        """Set ``key`` only if it is absent: False (and nothing changed) if it was there."""
+
+    def set_if(self, table: str, key: bytes, value: bytes | None, expected: bytes | None) -> bool:
+        """Compare-and-set: if ``key`` holds ``expected`` (None: absent), set it to ``value``
+        (None: delete it) and return True; else change nothing and return False."""
+
+    def delete(self, table: str, key: bytes) -> bool:
+        """Remove ``key``; False if it was absent."""
+
+    def scan(self, table: str, start: bytes = b"", end: bytes | None = None,
+             values: bool = True) -> Iterator[tuple[bytes, bytes | None]]:
+        """(key, value) with ``start <= key < end`` (no ``end``: to the last key), in key
+        order; with ``values=False`` the values are None. Consume it inside the
+        transaction, and change nothing in ``table`` while it runs."""
+
+    def delete_range(self, table: str, start: bytes, end: bytes | None, limit: int | None = None) -> int:
+        """Remove the keys ``start <= key < end`` (at most ``limit``, the first ones); return how many."""
+
+    def count(self, table: str) -> int:
+        """How many keys ``table`` holds."""
+
+
+class Store(Protocol):
+    """One repository's refs and staging (see the module docstring)."""
+
+    label: str  # how messages name it, e.g. "repository 'x': refs database /home/.../refs.lmdb"
+
+    def read(self) -> ContextManager[Txn]:
+        """A read snapshot; keep the ``with`` body short and free of I/O."""
+
+    def write(self, fn: Callable[[Txn], T], durable: bool = True) -> T:
+        """Run ``fn(txn)`` in one serializable write transaction (perhaps more than once) and
+        commit it; return its result. An exception from ``fn`` aborts and propagates."""
+
+    def write_grouped(self, fn: Callable[[Txn], T], durable: bool = True) -> T:
+        """:meth:`write`, sharing a transaction and a sync with concurrent callers; one
+        caller's error is its own (the group is retried one by one)."""
+
+    def sync(self) -> None:
+        """Make every write of this process so far durable."""
+
+    def close(self) -> None:
+        """Release the store (later calls are errors)."""
+
+
+class Backend(Protocol):
+    """Where a home's repositories keep refs and staging."""
+
+    url: str  # the backend's name as configured (``lmdb``, ``memory://NAME``)
+
+    def open(self, repo: str, create: bool = True) -> Store:
+        """The process-wide store of ``repo`` (NotFound when absent and not ``create``)."""
+
+    def exists(self, repo: str) -> bool:
+        """Whether ``repo`` has a store (a create that never wrote its record counts)."""
+
+    def names(self) -> list[str]:
+        """Every repository that has a store, by name."""
+
+    def borrowed(self, repo: str) -> ContextManager[Store]:
+        """The open store of ``repo``, or one opened for the ``with`` block and closed after it."""
+
+    def close(self, repo: str) -> None:
+        """Close ``repo``'s store if this process has it open."""
+
+    def remove(self, repo: str) -> None:
+        """Forget ``repo``'s refs and staging entirely."""
+
+
+def prefix_successor(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
+    p = bytearray(prefix)
+    while p:
+        if p[-1] != 0xFF:
+            p[-1] += 1
+            return bytes(p)
+        p.pop()
+    return None
+
+
+class ThreadTxns:
+    """Which transaction each thread holds of one store (the nesting rule's bookkeeping)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def held(self):
+        return getattr(self._local, "txn", None)
+
+    @contextlib.contextmanager
+    def holding(self, txn) -> Iterator[None]:
+        self._local.txn = txn
+        try:
+            yield
+        finally:
+            self._local.txn = None

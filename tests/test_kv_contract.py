@@ -1,0 +1,141 @@
+"""The KV protocol's contract (graveler.kv.base), run on every backend (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from graveler import kv
+from graveler.errors import NotFound
+from tests.graveler_testutil import backend_kv
+
+
+@pytest.fixture
+def backend(tmp_path):
+    b = kv.open_backend(backend_kv(tmp_path), tmp_path / "home")
+    yield b
+    for name in b.names():
+        b.close(name)
+
+
+@pytest.fixture
+def store(backend):
+    return backend.open("repo1")
+
+
+def test_get_put_insert_delete(store):
+    assert store.write(lambda t: t.get(kv.BRANCHES, b"a")) is None
+    store.write(lambda t: t.put(kv.BRANCHES, b"a", b"1"))
+    with store.read() as t:
+        assert t.get(kv.BRANCHES, b"a") == b"1"
+        assert t.get(kv.TAGS, b"a") is None  # tables are separate
+    assert store.write(lambda t: t.insert(kv.BRANCHES, b"a", b"2")) is False
+    assert store.write(lambda t: t.insert(kv.BRANCHES, b"b", b"2")) is True
+    assert store.write(lambda t: t.delete(kv.BRANCHES, b"a")) is True
+    assert store.write(lambda t: t.delete(kv.BRANCHES, b"a")) is False
+    with store.read() as t:
+        assert [k for k, _ in t.scan(kv.BRANCHES)] == [b"b"] and t.count(kv.BRANCHES) == 1
+
+
+def test_compare_and_set(store):
+    assert store.write(lambda t: t.set_if(kv.BRANCHES, b"m", b"v1", None)) is True  # absent -> v1
+    assert store.write(lambda t: t.set_if(kv.BRANCHES, b"m", b"v2", None)) is False
+    assert store.write(lambda t: t.set_if(kv.BRANCHES, b"m", b"v2", b"v0")) is False
+    assert store.write(lambda t: t.set_if(kv.BRANCHES, b"m", b"v2", b"v1")) is True
+    assert store.write(lambda t: t.set_if(kv.BRANCHES, b"m", None, b"v2")) is True  # delete
+    with store.read() as t:
+        assert t.get(kv.BRANCHES, b"m") is None
+
+
+def test_ordered_scan_from_a_key_and_range_delete(store):
+    keys = [b"a", b"a\x00", b"ab", b"b", b"b\xff", b"c"]
+    store.write(lambda t: t.put_many(kv.STAGING, [(k, k.upper()) for k in reversed(keys)]))
+    with store.read() as t:
+        assert [k for k, _ in t.scan(kv.STAGING)] == keys
+        assert list(t.scan(kv.STAGING, b"ab", b"c")) == [(b"ab", b"AB"), (b"b", b"B"), (b"b\xff", b"B\xff")]
+        assert [v for _, v in t.scan(kv.STAGING, b"b", values=False)] == [None, None, None]
+        assert list(t.scan(kv.STAGING, b"d")) == []
+    assert store.write(lambda t: t.delete_range(kv.STAGING, b"a", b"b", limit=2)) == 2
+    with store.read() as t:
+        assert [k for k, _ in t.scan(kv.STAGING)] == [b"ab", b"b", b"b\xff", b"c"]
+    assert store.write(lambda t: t.delete_range(kv.STAGING, b"b", None)) == 3
+    with store.read() as t:
+        assert [k for k, _ in t.scan(kv.STAGING)] == [b"ab"]
+
+
+def test_a_failed_write_changes_nothing(store):
+    store.write(lambda t: t.put(kv.COMMITS, b"keep", b"1"))
+
+    def fn(t):
+        t.put(kv.COMMITS, b"keep", b"2")
+        t.put(kv.COMMITS, b"new", b"x")
+        t.delete_range(kv.COMMITS, b"", None)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        store.write(fn)
+    with store.read() as t:
+        assert list(t.scan(kv.COMMITS)) == [(b"keep", b"1")]
+
+
+def test_nesting_rules(store):
+    def outer(t):
+        t.put(kv.TAGS, b"k", b"v")
+        with store.read() as inner:
+            assert inner.get(kv.TAGS, b"k") == b"v"  # the write's own transaction
+        with pytest.raises(kv.NestedTransaction):
+            store.write(lambda t2: None)
+        return True
+
+    assert store.write(outer)
+    with store.read():
+        with pytest.raises(kv.NestedTransaction):
+            store.write(lambda t: None)
+
+
+def test_grouped_writes_from_threads_each_keep_their_result_and_error(store):
+    results: dict[int, object] = {}
+
+    def one(i):
+        def fn(t):
+            if i % 7 == 3:
+                raise ValueError(i)
+            t.put(kv.STAGING, b"%03d" % i, b"v")
+            return i
+        try:
+            results[i] = store.write_grouped(fn, durable=i % 2 == 0)
+        except ValueError as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(40)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    store.sync()
+    for i in range(40):
+        assert isinstance(results[i], ValueError) if i % 7 == 3 else results[i] == i
+    with store.read() as t:
+        assert t.count(kv.STAGING) == len([i for i in range(40) if i % 7 != 3])
+
+
+def test_backend_names_exists_borrow_and_remove(backend):
+    assert backend.names() == [] and not backend.exists("r1")
+    with pytest.raises(NotFound):
+        backend.open("r1", create=False)
+    backend.open("r1").write(lambda t: t.put(kv.REPO, b"record", b"{}"))
+    backend.open("r2").write(lambda t: t.put(kv.REPO, b"record", b"{}"))
+    assert backend.names() == ["r1", "r2"] and backend.exists("r1")
+    with backend.borrowed("r2") as s:
+        with s.read() as t:
+            assert t.get(kv.REPO, b"record") == b"{}"
+    backend.remove("r1")
+    assert backend.names() == ["r2"] and not backend.exists("r1")
+
+
+def test_keys_up_to_the_one_limit(store):
+    k = b"k" * kv.MAX_KEY_BYTES
+    store.write(lambda t: t.put(kv.STAGING, k, b"v"))
+    with store.read() as t:
+        assert t.get(kv.STAGING, k) == b"v"

@@ -40,6 +40,9 @@ Verifier = Callable[[str, bytes], None]
 
 # What a broken cache directory raises; the object store is still there to read from.
 _CACHE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
+# Reading a memo entry can also fail to unpickle one that another version of lakefuse wrote (a class this
+# version does not have): the memo then forgets that entry (the table is checked again), never fails a read.
+_MEMO_READ_ERRORS = (Exception,)
 
 
 class CacheStats:
@@ -135,10 +138,11 @@ class CheckMemo:
             return False
         try:
             got = db.get(uri, default=None, retry=True)
-        except _CACHE_ERRORS as exc:
+        except _MEMO_READ_ERRORS as exc:
             self._warn("read", exc)
             return False
-        if got is not None and tuple(got) == fp:
+        # anything but a fingerprint (a value another version of lakefuse wrote) means: not known as checked
+        if isinstance(got, (tuple, list)) and tuple(got) == fp:
             self._keep(uri, fp)
             return True
         return False
@@ -188,10 +192,11 @@ class CheckMemo:
         if db is None:
             return None
         try:
-            return db.get("facts:" + table_id, default=None, retry=True)
-        except _CACHE_ERRORS as exc:
+            blob = db.get("facts:" + table_id, default=None, retry=True)
+        except _MEMO_READ_ERRORS as exc:
             self._warn("read", exc)
             return None
+        return blob if isinstance(blob, bytes) else None
 
     def _keep(self, uri: str, fp: Fingerprint) -> None:
         if len(self._local) >= self._MAX_LOCAL:

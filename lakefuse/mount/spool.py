@@ -23,18 +23,26 @@ One :class:`SpoolFile` per inode being written, shared by every handle of it:
 Layout under the mount's cache directory::
 
     <cache>/spool/<repo>/<instance>/lock        flock'ed for the life of one mount
+    <cache>/spool/<repo>/<instance>/owner.json  which repository (namespace, creation date) it serves
     <cache>/spool/<repo>/<instance>/<sid>.data  content of one file being written
     <cache>/spool/<repo>/<instance>/<sid>.json  where it belongs: branch, key (for recovery)
     <cache>/spool/<repo>/<instance>/<id>.intent an operation in progress (a directory rename)
     <cache>/spool/<repo>/recovered/<stamp>/     spool leftovers a crash left behind
 
 Each mount uses its own instance directory, so two mounts of one repository with
-the same cache directory never touch each other's files. :meth:`Spool.recover`
-(run when a mount starts) takes over the instance directories whose lock no
-process holds -- a killed daemon's -- and, for each leftover file: if the branch
-already shows that exact content at its key (it was saved and the daemon died
-before deleting its spool copy) the copy is deleted; otherwise (it was never
-saved: no close or fsync returned success for that content) it is moved to
+the same cache directory never touch each other's files. An instance directory is
+made under a hidden name (``.new-*``) and gets its name only once its lock is held,
+so a recovery running at the same moment never sees a live mount's directory
+unlocked. :meth:`Spool.recover` (run when a mount starts) takes over the instance
+directories whose lock no process holds -- a killed daemon's -- of the SAME
+repository (``owner.json``: another home's repository of the same name may share
+the cache directory; its leftovers are left for its own next mount), and, for each
+leftover file: if its content is what the last acknowledged save of it staged (the
+sidecar records that save) or what the branch shows at its key (it was saved and
+the daemon died before deleting its spool copy) the copy is deleted -- a save that
+close/fsync acknowledged is never reported as lost, even when a newer write has
+replaced it since; otherwise (it was never saved: no close or fsync returned
+success for that content) it is moved to
 ``recovered/<stamp>/<branch>/<key>`` and listed in ``recovered/<stamp>/REPORT.json``
 and the log, for the user to look at; it is not staged behind their back.
 Unfinished intents are returned to the caller, who finishes them (a directory
@@ -67,6 +75,9 @@ log = logging.getLogger(__name__)
 SPOOL_DIR = "spool"
 RECOVERED_DIR = "recovered"
 LOCK_NAME = "lock"
+OWNER_NAME = "owner.json"
+PENDING_PREFIX = ".new-"  # an instance directory being made (not locked yet): never recovered
+PENDING_STALE_S = 600  # a pending directory this old belongs to a daemon that died while starting
 _COPY_CHUNK = 8 << 20
 
 
@@ -189,11 +200,16 @@ class SpoolFile:
         self._md5_off = 0
 
     def _write_sidecar(self) -> None:
+        saved = self.saved
         _write_json(self.meta_path, {
             "repository": self.spool.config.repository,
             "branch": self.branch,
             "key": None if self.key is None else self.key.decode("utf-8", "surrogateescape"),
             "created_ns": time.time_ns(),
+            # the content of the last acknowledged save: a leftover with exactly this
+            # content was saved, whatever the branch shows at its key by recovery time
+            "saved_etag": saved.etag if saved is not None else None,
+            "saved_size": saved.size if saved is not None else None,
         })
 
     def _load(self) -> None:
@@ -204,13 +220,25 @@ class SpoolFile:
             self._create()
         if self.base is not None and self.base.size:
             off = 0
-            while off < self.base.size:
-                chunk = self.spool.repo.read_entry(self.base, off, min(_COPY_CHUNK, self.base.size - off))
-                if not chunk:
-                    raise GravelerError(f"object of {self.key!r} ended at {off} of {self.base.size} bytes")
-                os.pwrite(self._fd, chunk, off)
-                self._hash(off, chunk)
-                off += len(chunk)
+            try:
+                while off < self.base.size:
+                    chunk = self.spool.repo.read_entry(self.base, off, min(_COPY_CHUNK, self.base.size - off))
+                    if not chunk:
+                        raise GravelerError(f"object of {self.key!r} ended at {off} of {self.base.size} bytes")
+                    os.pwrite(self._fd, chunk, off)
+                    self._hash(off, chunk)
+                    off += len(chunk)
+            except BaseException:
+                # No partial copy of the saved file stays behind: after a crash, recovery
+                # would present it as unsaved work. The next write starts a new copy.
+                os.close(self._fd)
+                self._fd = None
+                self._md5 = None
+                try:
+                    os.unlink(self.data_path)
+                except FileNotFoundError:
+                    pass
+                raise
             self.spool.stats["copy_in_bytes"] += off
         self.loaded = True
 
@@ -324,6 +352,11 @@ class SpoolFile:
                     self._handed_over(entry)
             self._saved_gen = gen
             self.saved = entry
+            if self._fd is not None:  # the spool copy stays until the last close: note it is saved
+                try:
+                    self._write_sidecar()
+                except OSError as e:  # the save stands; recovery then compares with the branch
+                    log.warning("spool: cannot note the save of %s in %s: %s", self.key, self.meta_path, e)
             return entry
 
     def _handed_over(self, entry: Entry) -> None:
@@ -369,10 +402,39 @@ class Spool:
         self._files: dict[int, SpoolFile] = {}
         self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0}
         config.root.mkdir(parents=True, exist_ok=True)
-        self.dir = config.root / f"{os.getpid()}-{secrets.token_hex(4)}"
-        self.dir.mkdir(mode=0o700)
-        self._lock_fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        name = f"{os.getpid()}-{secrets.token_hex(4)}"
+        # Made, owned and locked under a hidden name, then renamed: a recovery running now
+        # never finds this live directory unlocked (and takes it for a dead mount's).
+        pending = config.root / f"{PENDING_PREFIX}{name}"
+        pending.mkdir(mode=0o700)
+        _write_json(pending / OWNER_NAME, self._owner())
+        self._lock_fd = os.open(pending / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.dir = config.root / name
+        os.rename(pending, self.dir)
+
+    def _owner(self) -> dict:
+        """Which repository this spool serves: the name alone is not enough (two homes may
+        each have a repository of that name and share a cache directory)."""
+        record = getattr(self.repo, "record", None)
+        created = getattr(record, "creation_date", None)
+        return {
+            "repository": self.config.repository,
+            "storage_namespace": getattr(self.repo, "storage_namespace", None),
+            "creation_date": created.isoformat() if created is not None else None,
+        }
+
+    def _owns(self, inst: Path) -> bool:
+        """Whether instance ``inst`` served this repository (one without an owner record,
+        made by an older version, is taken as this repository's)."""
+        try:
+            owner = json.loads((inst / OWNER_NAME).read_text())
+        except FileNotFoundError:
+            return True
+        except (OSError, ValueError) as e:
+            log.warning("spool: unreadable %s (%s); left alone", inst / OWNER_NAME, e)
+            return False
+        return owner == self._owner()
 
     # -- files
     def get(self, ino: int) -> SpoolFile | None:
@@ -456,8 +518,13 @@ class Spool:
         for inst in sorted(self.config.root.iterdir()):
             if inst == self.dir or inst.name == RECOVERED_DIR or not inst.is_dir():
                 continue
+            if inst.name.startswith(PENDING_PREFIX):
+                self._drop_stale_pending(inst)
+                continue
             try:
                 fd = os.open(inst / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except FileNotFoundError:
+                continue  # another recovery just removed it
             except OSError as e:
                 log.warning("spool: cannot open %s: %s", inst, e)
                 continue
@@ -466,10 +533,14 @@ class Spool:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue  # a live mount
+                if not self._owns(inst):
+                    log.info("spool: %s belongs to another repository named %s; left alone",
+                             inst, self.config.repository)
+                    continue
                 self._recover_instance(inst, out_dir, report)
+                shutil.rmtree(inst, ignore_errors=True)  # still locked: no other recovery takes it meanwhile
             finally:
                 os.close(fd)
-            shutil.rmtree(inst, ignore_errors=True)
         if report.kept:
             report.directory = str(out_dir)
             _write_json(out_dir / "REPORT.json", {
@@ -482,6 +553,26 @@ class Spool:
             log.warning("spool: %d unsaved file(s) from a previous mount were kept in %s (see REPORT.json)",
                         len(report.kept), out_dir)
         return report
+
+    def _drop_stale_pending(self, inst: Path) -> None:
+        """Remove a ``.new-*`` directory of a daemon that died while starting (it holds no
+        content: only its owner record and lock); a recent or locked one is left alone."""
+        try:
+            if time.time() - inst.stat().st_mtime < PENDING_STALE_S:
+                return
+            fd = os.open(inst / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            shutil.rmtree(inst, ignore_errors=True)
+            return
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(inst, ignore_errors=True)
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
 
     def _recover_instance(self, inst: Path, out_dir: Path, report: RecoveryReport) -> None:
         for p in sorted(inst.glob("*.intent")):
@@ -506,7 +597,8 @@ class Spool:
             if branch and meta.get("key", "") is None:
                 os.unlink(data)  # unlinked while open: nothing to save
                 continue
-            if branch and key and self._already_saved(branch, key, etag, size):
+            acked = meta.get("saved_etag") == etag and meta.get("saved_size") == size
+            if branch and key and (acked or self._already_saved(branch, key, etag, size)):
                 os.unlink(data)
                 report.files.append(Recovered(branch, key, size, "saved"))
                 log.info("spool: %s on %s was saved before the crash; dropped its spool copy", key, branch)

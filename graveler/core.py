@@ -8,6 +8,14 @@ move a branch head). What both need lives here: a branch by name (ReadOnlyRef
 for anything else), a consistent view of a ref for multi-transaction reads, the
 staged-vs-committed diff, the seal step and the compare-and-set retry loop.
 
+Reads that span transactions are *pinned*: :meth:`RepoCore.pin` resolves a ref once
+(its commit, and for a branch the branch record as it was); :meth:`RepoCore.iterator`
+and :meth:`RepoCore.value_at` read staging over committed through a pin and raise
+:class:`BranchMoved` when the branch record changed since (its staging tokens may be
+gone), and the caller pins again and resumes. :class:`graveler.view.View` (the
+mount's read handle) and :class:`graveler.repository.Repository`'s reads and listings
+both read this way: one staged-over-committed read in graveler.
+
 Concurrency: refs and staging share one LMDB environment, so a staging write
 reads the branch and writes to its current token in one write transaction, and
 sealing a token is one transaction too: a write lands either in the commit or
@@ -21,14 +29,15 @@ from __future__ import annotations
 import logging
 import random
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
 from graveler.committed.manager import CommittedManager
 from graveler.config import GravelerConfig
-from graveler.errors import InvalidArgument, NotFound, PreconditionFailed, ReadOnlyRef
+from graveler.errors import InvalidArgument, NotFound, PreconditionFailed, ReadOnlyRef, StoreUnavailable
 from graveler.kv.base import Store
 from graveler.listing import CommittedIterator, MergedIterator
-from graveler.model import DiffRecord, DiffType
+from graveler.model import DiffRecord, DiffType, Value
 from graveler.refs import Branch, Commit, RefManager, RepositoryRecord, ResolvedRef, new_staging_token
 from graveler.staging import StagingManager
 
@@ -36,12 +45,25 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# (resolved ref, its commit, guard) read in one snapshot; see RepoCore.view.
-View = tuple[ResolvedRef, Commit, "Callable[[object], None] | None"]
-
-
 class BranchMoved(Exception):
-    """Internal: a branch record changed under a multi-transaction read."""
+    """Internal to graveler: a branch record changed under a pinned read (pin again and resume)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """A ref resolved once: its commit and, for a branch, the branch record as it was.
+
+    ``guard(txn)`` (branches only) raises BranchMoved inside a later read transaction if
+    the branch record is no longer ``raw``."""
+
+    resolved: ResolvedRef
+    commit: Commit
+    raw: bytes | None
+    guard: Callable[[object], None] | None
+
+    @property
+    def is_branch(self) -> bool:
+        return self.resolved.is_branch
 
 
 class RepoCore:
@@ -84,25 +106,63 @@ class RepoCore:
             b = self.branch_txn(txn, branch)
             return b, self.refs.get_commit_txn(txn, b.commit_id)
 
-    def view(self, ref: str) -> View:
-        """(resolved ref, its commit, guard) read in one snapshot. For a branch, the
-        guard raises BranchMoved inside a later staging read if the branch record
-        changed since (its tokens may be gone): the reader then starts over from
-        where it was with a fresh view, so a listing never loses an entry to a
-        concurrent commit."""
+    def pin(self, ref: str) -> Pin:
+        """``ref`` resolved in one snapshot (see :class:`Pin`). A reader that meets
+        BranchMoved pins again and resumes from where it was, so a listing never loses
+        an entry to a concurrent commit."""
         with self.env.read() as txn:
             rr = self.refs.resolve_txn(txn, ref)
             commit = self.refs.get_commit_txn(txn, rr.commit_id)
             raw = self.refs.branch_raw_txn(txn, rr.branch) if rr.is_branch else None
         if raw is None:
-            return rr, commit, None
-        name = rr.branch
+            return Pin(rr, commit, None, None)
+        name, refs = rr.branch, self.refs
 
         def guard(t) -> None:
-            if self.refs.branch_raw_txn(t, name) != raw:
+            if refs.branch_raw_txn(t, name) != raw:
                 raise BranchMoved(name)
 
-        return rr, commit, guard
+        return Pin(rr, commit, raw, guard)
+
+    def iterator(self, pin: Pin, start: bytes = b""):
+        """Seekable (path, value) iterator of what ``pin`` shows from ``start``: the
+        committed tree, under the branch's staging tokens for a branch (tombstones hide
+        committed keys). BranchMoved from ``next`` when the branch moved."""
+        committed = CommittedIterator(self.committed, pin.commit.meta_range_id, start)
+        if not pin.resolved.tokens:
+            return committed
+        sources = [self.staging.iterator(t, start, pin.guard) for t in pin.resolved.tokens]
+        sources.append(committed)
+        return MergedIterator(sources)
+
+    def value_at(self, pin: Pin, path: bytes) -> Value | None:
+        """The value at ``path`` exactly (None: nothing there, or a staged delete): staging
+        over committed, in one snapshot checked against the pin (BranchMoved)."""
+        if pin.resolved.tokens:
+            with self.env.read() as txn:
+                if pin.guard is not None:
+                    pin.guard(txn)
+                found, v = self.staging.get_txn(txn, pin.resolved.tokens, path)
+            if found:
+                return v
+        return self.committed.get(pin.commit.meta_range_id, path)
+
+    def pinned(self, ref: str, fn: Callable[[Pin], T], pin: Pin | None = None, attempts: int = 16) -> T:
+        """``fn(pin)`` (a fresh pin of ``ref`` if none is given); pin again and rerun it
+        while the branch moves under it. StoreUnavailable if it keeps moving."""
+        for _ in range(attempts):
+            p = pin or self.pin(ref)
+            try:
+                return fn(p)
+            except BranchMoved:
+                log.debug("%s: branch of %r moved during a read; pinning again", self.name, ref)
+                pin = None
+        raise StoreUnavailable(f"branch {ref!r} kept moving during a read")
+
+    def change_stamp(self, branch: str) -> int:
+        """The branch's change stamp (see :meth:`graveler.repository.Repository.change_stamp`)."""
+        with self.env.read() as txn:
+            return self.refs.stamp_txn(txn, branch)
 
     # -- staging vs committed ---------------------------------------------------------------
     def diff_staged(self, tokens: tuple[str, ...], mr: str, start: bytes = b"", guard=None) -> Iterator[DiffRecord]:
@@ -127,19 +187,18 @@ class RepoCore:
         view when the branch moves meanwhile."""
         with self.env.read() as txn:
             self.branch_txn(txn, branch)
-        return self._diff_uncommitted(branch, self.view(branch))
+        return self._diff_uncommitted(branch, self.pin(branch))
 
-    def _diff_uncommitted(self, branch: str, view: View) -> Iterator[DiffRecord]:
+    def _diff_uncommitted(self, branch: str, pin: Pin) -> Iterator[DiffRecord]:
         start = b""
         while True:
-            rr, commit, guard = view
             try:
-                for d in self.diff_staged(rr.tokens, commit.meta_range_id, start, guard):
+                for d in self.diff_staged(pin.resolved.tokens, pin.commit.meta_range_id, start, pin.guard):
                     yield d
                     start = d.key + b"\x00"
                 return
             except BranchMoved:
-                view = self.view(branch)
+                pin = self.pin(branch)
 
     def has_uncommitted(self, branch: str) -> bool:
         return next(iter(self.diff_uncommitted(branch)), None) is not None
@@ -183,4 +242,4 @@ class RepoCore:
             time.sleep(min(0.005 * (2 ** min(n, 7)), 0.5) * (0.5 + random.random()))
 
 
-__all__ = ["BranchMoved", "RepoCore"]
+__all__ = ["BranchMoved", "Pin", "RepoCore"]

@@ -131,7 +131,7 @@ class Graveler:
 
         env.write(fn)
         log.info("created repository %s at %s", name, storage_namespace)
-        repo = Repository(self, env, rec, store, committed)
+        repo = Repository(self.config, env, rec, store, committed, self.store_factory, self._forget)
         with self._lock:
             self._repos[name] = repo
         return repo
@@ -149,7 +149,7 @@ class Graveler:
         rec = RefManager(env).get_repository()
         store = self.store_factory(rec.storage_namespace)
         committed = self.committed_factory(store, self.config)
-        repo = Repository(self, env, rec, store, committed)
+        repo = Repository(self.config, env, rec, store, committed, self.store_factory, self._forget)
         with self._lock:
             return self._repos.setdefault(name, repo)
 
@@ -195,6 +195,12 @@ class Graveler:
             self._repos.pop(name, None)
         self.kv.remove(name)
         log.info("deleted repository %s", name)
+
+    def _forget(self, name: str) -> None:
+        """A repository was closed: drop it and close its KV store in this process."""
+        with self._lock:
+            self._repos.pop(name, None)
+        self.kv.close(name)
 
     def close(self) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from graveler.commits import Commits
 from graveler.committed.manager import CommittedManager
@@ -27,17 +27,14 @@ from graveler.config import GravelerConfig
 from graveler.core import BranchMoved, RepoCore
 from graveler.errors import Conflict, InvalidArgument, NotFound
 from graveler.kv.base import Store
-from graveler.listing import CommittedIterator, ListItem, MergedIterator, list_items
-from graveler.model import AddressType, DiffRecord, Entry, MergeStrategy, Value, encode_records
+from graveler.listing import ListItem, MergedIterator, list_items
+from graveler.model import AddressType, DiffRecord, Entry, MergeStrategy, RangeInfo, Value, encode_records
 from graveler.objects import EntryReader, UploadSource, put_object
 from graveler.objstore.uri import StorageURI
 from graveler.refs import Branch, Commit, RepositoryRecord, ResolvedRef, Tag, new_staging_token, validate_branch_name
 from graveler.refsdump import dump_refs, restore_refs
 from graveler.staging import as_path, as_prefix
-
-if TYPE_CHECKING:
-    from graveler.home import Graveler
-    from graveler.view import View
+from graveler.view import View
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +42,26 @@ log = logging.getLogger(__name__)
 class Repository:
     """One repository's operations. Thread-safe; get it from :class:`graveler.home.Graveler`."""
 
-    def __init__(self, graveler: "Graveler", env: Store, record: RepositoryRecord, store, committed: CommittedManager):
-        self.graveler = graveler  # the home that opened it
-        self._core = core = RepoCore(graveler.config, env, record, store, committed)
+    def __init__(self, config: GravelerConfig, env: Store, record: RepositoryRecord, store, committed: CommittedManager,
+                 store_factory: Callable[[str], object], on_close: Callable[[str], None] | None = None):
+        """Built by :class:`graveler.home.Graveler`: ``env`` is the repository's KV store,
+        ``store`` its namespace's object store, ``store_factory`` opens the store of another
+        URI (entries imported from elsewhere), ``on_close(name)`` tells the home it closed."""
+        self._core = core = RepoCore(config, env, record, store, committed)
         self._commits = Commits(core)
         self._env = env
         self._refs = core.refs
         self._staging = core.staging
         self._committed = committed
         self._store = store
-        self._entries = EntryReader(record.storage_namespace, store, graveler.store_factory)
+        self._entries = EntryReader(record.storage_namespace, store, store_factory)
+        self._on_close = on_close
+
+    def close(self) -> None:
+        """Close the repository's KV store in this process (the home forgets it; reopen with
+        ``Graveler.repository``)."""
+        if self._on_close is not None:
+            self._on_close(self.name)
 
     @property
     def config(self) -> GravelerConfig:
@@ -279,16 +286,7 @@ class Repository:
     def get_value(self, ref: str, path: str | bytes) -> Value:
         """The record value at ``path`` (staging over committed for a branch); NotFound if none."""
         p = as_path(path)
-        with self._env.read() as txn:
-            rr = self._refs.resolve_txn(txn, ref)
-            if rr.tokens:
-                found, v = self._staging.get_txn(txn, rr.tokens, p)
-                if found:
-                    if v is None:
-                        raise NotFound(f"{p.decode()!r} not found on {ref!r} (deleted)")
-                    return v
-            mr = self._refs.get_commit_txn(txn, rr.commit_id).meta_range_id
-        v = self._committed.get(mr, p)
+        v = self._core.pinned(ref, lambda pin: self._core.value_at(pin, p))
         if v is None:
             raise NotFound(f"{p.decode()!r} not found on {ref!r}")
         return v
@@ -326,22 +324,20 @@ class Repository:
         pfx = as_prefix(prefix)
         delim = delimiter.encode() if isinstance(delimiter, str) else bytes(delimiter)
         after = as_prefix(start_after)
-        return self._list(ref, self._core.view(ref), pfx, delim, after)
+        return self._list(ref, self._core.pin(ref), pfx, delim, after)
 
-    def _list(self, ref, view, pfx: bytes, delim: bytes, after: bytes) -> Iterator[ListItem]:
+    def _list(self, ref, pin, pfx: bytes, delim: bytes, after: bytes) -> Iterator[ListItem]:
         last = after
         while True:
-            rr, commit, guard = view
-            sources = [self._staging.iterator(t, guard=guard) for t in rr.tokens]
-            sources.append(CommittedIterator(self._committed, commit.meta_range_id))
             try:
-                for item in list_items(MergedIterator(sources), pfx, delim, last):
+                for item in list_items(self._core.iterator(pin), pfx, delim, last):
                     yield item
                     last = item.path
                 return
             except BranchMoved:
-                log.debug("%s: branch %s moved during a listing; resuming after %r", self.name, rr.branch, last)
-                view = self._core.view(ref)
+                log.debug("%s: branch %s moved during a listing; resuming after %r", self.name,
+                          pin.resolved.branch, last)
+                pin = self._core.pin(ref)
 
     # ------------------------------------------------------------------ data
 
@@ -505,15 +501,23 @@ class Repository:
         commit, head move, creation and deletion of ``branch``: a reader that cached what
         the branch showed at one stamp knows it is still valid while the stamp is equal.
         0 for a name that never was a branch. One short read transaction."""
-        with self._env.read() as txn:
-            return self._refs.stamp_txn(txn, branch)
+        return self._core.change_stamp(branch)
 
-    def view(self, ref: str) -> "View":
+    def view(self, ref: str) -> View:
         """A pinned read handle on ``ref`` (resolved once): see :class:`graveler.view.View`.
         NotFound / InvalidArgument for a ref that does not resolve."""
-        from graveler.view import View
+        return View(self._core, self._entries, ref)
 
-        return View(self, ref)
+    def list_ranges(self, ref: str) -> list[RangeInfo]:
+        """The ranges of the commit ``ref`` points at (ID, key span, size), in key order."""
+        _, commit = self._core.resolve_commit(ref)
+        return self._committed.list_ranges(commit.meta_range_id)
+
+    def write_metarange(self, records: Iterable[tuple[bytes, Value]]) -> str:
+        """Write a tree of (path, value) records, in path order, to the namespace as
+        ranges and a metarange; return the metarange ID (commit it with
+        :meth:`commit_metarange`)."""
+        return self._committed.write_metarange(records)
 
     def check_store(self) -> None:
         """Reach the storage namespace once (one listing request): StoreUnavailable if it

@@ -1,6 +1,6 @@
 """A pinned read handle on one ref: resolve once, then stat, list and open many times.
 
-``View(repo, ref)`` resolves ``ref`` once. For a commit, a tag or a ref
+``repo.view(ref)`` resolves ``ref`` once. For a commit, a tag or a ref
 expression (``main~1``, ``v1^2``, a commit-ID prefix, ``main@``) the view is
 immutable: it reads the commit it resolved to, forever. For a branch it shows the
 branch's live state, staging over head: staged writes are read as they land,
@@ -16,7 +16,9 @@ that a commit has dropped.
   (:class:`graveler.objstore.base.ObjectReader`): a kept descriptor on a local
   store, ranged reads on S3.
 
-A view is thread-safe and holds no transaction between calls.
+A view is thread-safe and holds no transaction between calls. It reads through the
+repository's pinned reads (:meth:`graveler.core.RepoCore.pin`): the same staged-over-
+committed read as :class:`graveler.repository.Repository`'s own.
 """
 
 from __future__ import annotations
@@ -24,19 +26,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from graveler.errors import NotFound, StoreUnavailable
-from graveler.listing import CommittedIterator, ListItem, MergedIterator, list_items
+from graveler.core import Pin, RepoCore
+from graveler.errors import NotFound
+from graveler.listing import ListItem, list_items
 from graveler.model import Entry, Value
+from graveler.objects import EntryReader
 from graveler.refs import Commit, ResolvedRef
 
 log = logging.getLogger(__name__)
 
 _SEP = b"/"
-_MAX_REPINS = 16
-
-
-class _BranchMoved(Exception):
-    """Internal: the branch record changed under a read of a branch view."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,35 +59,17 @@ class PathStat:
         return Entry.from_value(self.value)
 
 
-class _Pin:
-    """One snapshot of what the view reads: resolved ref, its commit, the branch record."""
-
-    __slots__ = ("resolved", "commit", "raw")
-
-    def __init__(self, resolved: ResolvedRef, commit: Commit, raw: bytes | None):
-        self.resolved = resolved
-        self.commit = commit
-        self.raw = raw
-
-
 class View:
-    """A read handle on ``ref`` of ``repo`` (see the module docstring)."""
+    """A read handle on one ref of a repository (see the module docstring); get it from
+    :meth:`graveler.repository.Repository.view`."""
 
-    def __init__(self, repo, ref: str):
-        self.repo = repo
-        self._core = repo._core  # the repository's managers (graveler-internal)
+    def __init__(self, core: RepoCore, entries: EntryReader, ref: str):
+        self._core = core
+        self._entries = entries
         self.ref = ref
-        self._pin = self._resolve()
+        self._pin = core.pin(ref)
 
     # -- what the view shows ---------------------------------------------------------------
-
-    def _resolve(self) -> _Pin:
-        core = self._core
-        with core.env.read() as txn:
-            rr = core.refs.resolve_txn(txn, self.ref)
-            commit = core.refs.get_commit_txn(txn, rr.commit_id)
-            raw = core.refs.branch_raw_txn(txn, rr.branch) if rr.is_branch else None
-        return _Pin(rr, commit, raw)
 
     @property
     def resolved(self) -> ResolvedRef:
@@ -117,52 +98,32 @@ class View:
         (staged writes, commits, head moves); constant for an immutable view."""
         if not self.is_branch:
             return 0
-        return self.repo.change_stamp(self._pin.resolved.branch)
+        return self._core.change_stamp(self._pin.resolved.branch)
 
     def refresh(self) -> bool:
         """Re-pin a branch view now; True if what it shows moved to another head."""
         if not self.is_branch:
             return False
         old = self._pin
-        self._pin = self._resolve()
+        self._pin = self._core.pin(self.ref)
         return old.commit.id != self._pin.commit.id or old.raw != self._pin.raw
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _iterator(self, pin: _Pin, start: bytes):
-        committed = CommittedIterator(self._core.committed, pin.commit.meta_range_id, start)
-        if not pin.resolved.tokens:
-            return committed
-        raw = pin.raw
-        refs = self._core.refs
-        name = pin.resolved.branch
-
-        def guard(txn) -> None:
-            if refs.branch_raw_txn(txn, name) != raw:
-                raise _BranchMoved(name)
-
-        staging = self._core.staging
-        sources = [staging.iterator(t, start, guard) for t in pin.resolved.tokens]
-        sources.append(committed)
-        return MergedIterator(sources)
-
     def _run(self, fn):
-        """``fn(pin)``; for a branch that moved meanwhile, re-pin and run it again."""
-        for _ in range(_MAX_REPINS):
-            pin = self._pin
-            try:
-                return fn(pin)
-            except _BranchMoved:
-                log.debug("view of %s: the branch moved, re-pinning", self.ref)
-                if self._pin is pin:
-                    self._pin = self._resolve()  # NotFound if the branch is gone
-        raise StoreUnavailable(f"branch {self.ref!r} kept moving during a read")
+        """``fn(pin)``; for a branch that moved meanwhile, pin again and run it again."""
+        first = self._pin
+
+        def run(pin: Pin):
+            if pin is not first and self._pin is first:
+                self._pin = pin  # later reads start from the newer pin
+            return fn(pin)
+
+        return self._core.pinned(self.ref, run, pin=first)
 
     def get(self, path: bytes) -> Value | None:
         """The value at ``path`` exactly (None: no object there)."""
-        if not self.is_branch:
-            return self._core.committed.get(self._pin.commit.meta_range_id, path)
-        return self.stat(path).value
+        return self._run(lambda pin: self._core.value_at(pin, path))
 
     def stat(self, path: bytes) -> PathStat:
         """Object at ``path``, directory ``path/``, both or neither (``b""``: the tree root)."""
@@ -170,8 +131,8 @@ class View:
             return PathStat(path, None, True)
         below = path + _SEP
 
-        def run(pin: _Pin) -> PathStat:
-            it = self._iterator(pin, path)
+        def run(pin: Pin) -> PathStat:
+            it = self._core.iterator(pin, path)
             item = it.next()
             value = None
             if item is not None and item[0] == path:
@@ -198,10 +159,10 @@ class View:
         next page starts after the last name of this one; fewer than ``limit`` items
         means the listing is complete."""
 
-        def run(pin: _Pin) -> list[ListItem]:
+        def run(pin: Pin) -> list[ListItem]:
             start = after + b"\x00" if after else prefix
             out: list[ListItem] = []
-            for item in list_items(self._iterator(pin, start), prefix, _SEP, after):
+            for item in list_items(self._core.iterator(pin, start), prefix, _SEP, after):
                 out.append(item)
                 if len(out) >= limit:
                     break
@@ -218,13 +179,13 @@ class View:
         from graveler.objstore import LocalStore
         from graveler.objstore.chunked import ChunkedReader
 
-        store, key = self.repo._entries.locate(entry)
+        store, key = self._entries.locate(entry)
         if isinstance(store, LocalStore):
             return store.open_reader(key)
         return ChunkedReader(store, key, entry.size, store.full_uri(key), entry.etag, cache)
 
     def __repr__(self) -> str:
-        return f"View({self.repo.name}:{self.ref} -> {self._pin.commit.id[:12]})"
+        return f"View({self._core.name}:{self.ref} -> {self._pin.commit.id[:12]})"
 
 
 __all__ = ["PathStat", "View"]

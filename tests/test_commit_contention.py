@@ -56,7 +56,7 @@ def test_a_commit_that_loses_many_races_still_lands(tmp_path):
     c = repo.commit("main", "mine")
     assert left[0] == 0 and c.message == "mine"
     assert {it.path for it in repo.list(c.id, delimiter="")} == {b"a"}
-    repo.graveler.close()
+    repo.close()
 
 
 def test_hopeless_contention_fails_within_the_time_budget(tmp_path):
@@ -68,4 +68,4 @@ def test_hopeless_contention_fails_within_the_time_budget(tmp_path):
         repo.commit("main", "doomed")
     assert 1.0 <= time.monotonic() - t0 < 5
     assert repo.has_uncommitted("main")  # nothing lost: the change is still staged
-    repo.graveler.close()
+    repo.close()

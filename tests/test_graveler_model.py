@@ -71,7 +71,7 @@ class GravelerModel(RuleBasedStateMachine):
         self.staged: dict[str, dict[str, str | None]] = {"main": {}}
 
     def teardown(self):
-        self.repo.graveler.close()
+        self.repo.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- model helpers

@@ -39,7 +39,7 @@ FIXTURES = LAKEFS_FIXTURES
 def repo(tmp_path):
     r = make_repo(tmp_path)
     yield r
-    r.graveler.close()
+    r.close()
 
 
 def etags(repo, ref):
@@ -295,7 +295,7 @@ def test_commit_cas_lost_keeps_changes(tmp_path):
     assert etags(repo, c.id) == {"a": "a1"}
     assert repo.get_branch("main").sealed_tokens == ()
     assert repo._staging.tokens_present() == set()
-    repo.graveler.close()
+    repo.close()
 
 
 def test_commit_retries_after_concurrent_move(repo):
@@ -680,4 +680,4 @@ def test_adopt_lakefs_metarange(tmp_path):
 def test_env_is_shared_not_reopened(tmp_path):
     r = make_repo(tmp_path)
     assert kv.open_env(r._env.path) is r._env
-    r.graveler.close()
+    r.close()

@@ -14,7 +14,7 @@ from tests.graveler_testutil import entry, make_repo
 def repo(tmp_path):
     r = make_repo(tmp_path, "stamps")
     yield r
-    r.graveler.close() if hasattr(r, "graveler") else None
+    r.close()
 
 
 def test_change_stamp_moves_with_every_change_of_its_branch(repo):

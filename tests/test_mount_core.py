@@ -12,7 +12,6 @@ from graveler import errors as gerrors
 from graveler import paths
 from graveler.errors import GravelerError, InvalidArgument, NotFound
 from graveler.objects import PosixAttrs
-from graveler.view import View
 from lakefuse.mount.errors import ERRNO_TABLE, FsError, errno_for
 from lakefuse.mount.fs import Filesystem, FsConfig
 from lakefuse.mount.inodes import ROOT_INO
@@ -30,7 +29,7 @@ def repo(tmp_path):
     r.upload("main", "top.txt", b"top v2 longer")
     r.commit("main", "two")
     yield r
-    r.graveler.close()
+    r.close()
 
 
 @pytest.fixture
@@ -138,7 +137,7 @@ def test_view_stat_and_pages(repo):
     repo.upload("main", "x-1", b"2")
     repo.upload("main", "x/y", b"3")
     repo.upload("main", "d/", b"")  # a directory marker
-    v = View(repo, "main")
+    v = repo.view("main")
     st = v.stat(b"x")
     assert st.value is not None and st.is_dir  # both, found past "x-1"
     assert v.stat(b"x-1").is_dir is False
@@ -154,13 +153,13 @@ def test_view_stat_and_pages(repo):
         after = page[-1].path
     assert names == [b"a/", b"d/", b"top.txt", b"x", b"x-1", b"x/"]
     # immutable views never move
-    t = View(repo, "v1")
+    t = repo.view("v1")
     assert not t.is_branch and t.change_stamp() == 0
     assert t.stat(b"x").exists is False
 
 
 def test_branch_view_follows_commits(repo):
-    v = View(repo, "main")
+    v = repo.view("main")
     before = v.commit_id
     s0 = v.change_stamp()
     repo.upload("main", "new.txt", b"n")
@@ -170,11 +169,11 @@ def test_branch_view_follows_commits(repo):
     assert v.stat(b"new.txt").value is not None  # the view re-pins after the commit drops the token
     assert v.commit_id != before
     with pytest.raises(NotFound):
-        View(repo, "nope")
+        repo.view("nope")
 
 
 def test_view_open_reads_the_object(repo):
-    v = View(repo, "v1")
+    v = repo.view("v1")
     e = v.stat(b"a/b/c.txt").entry
     with v.open(e) as r:
         assert r.size == 7
@@ -192,6 +191,15 @@ def test_root_lists_branches_and_tags(fs, repo):
     attr = lookup_path(fs, "main")
     assert stat.S_ISDIR(attr.mode) and attr.uid == 1234 and attr.gid == 5678
     assert stat.S_IMODE(attr.mode) == 0o555
+
+
+def test_directories_show_0555_size_0_and_the_commit_date(fs, repo):
+    """Directories of an immutable tree: mode 0555, size 0, mtime the commit's date (a branch: its head's)."""
+    for ref, path in (("v1", "v1/a/b"), ("v1", "v1/a"), ("main", "main/a")):
+        attr = lookup_path(fs, path)
+        assert stat.S_ISDIR(attr.mode) and attr.size == 0, path
+        assert attr.mtime_ns == int(repo.get_commit(ref).creation_date.timestamp()) * 1_000_000_000, path
+    assert stat.S_IMODE(lookup_path(fs, "v1/a").mode) == 0o555
 
 
 def test_ref_expressions_reach_trees(fs, repo):

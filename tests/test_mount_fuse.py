@@ -435,3 +435,37 @@ def test_directory_of_100000_entries(tmp_path):
         assert first == [f"e{i:06d}" for i in range(5)]
         stats = json.loads((mp / ".lakefuse" / "stats").read_text())
         assert stats["requests"]["readdir"] >= n // 1000  # many pages, not one reply
+
+
+def _mount_options(mp: Path) -> set[str]:
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if fields[1] == str(mp):
+                return set(fields[3].split(","))
+    raise AssertionError(f"{mp} is not in /proc/mounts")
+
+
+def test_no_allow_other_unless_asked_and_the_kernel_checks_permissions(world):
+    opts = _mount_options(world["mp"])
+    assert "default_permissions" in opts and "allow_other" not in opts, opts
+
+
+def test_root_names_are_resolved_again_when_a_tag_moves(world):
+    """A moved tag leads to the new tree once the root's name expires (the branch timeout, 0.2 s
+    here); a program that holds a file of the old tree keeps reading it."""
+    mp, r, c1, c2 = world["mp"], world["repo"], world["c1"], world["c2"]
+    old = mp / "v1" / "docs" / "readme.txt"  # in the first commit, deleted by the second
+    with open(old, "rb") as held:
+        try:
+            r.delete_tag("v1")
+            r.create_tag("v1", c2.id)
+            time.sleep(0.6)
+            assert not old.exists()
+            assert (mp / "v1" / "raw" / "2024" / "03.csv").read_bytes() == DATA2["raw/2024/03.csv"]
+            assert held.read() == DATA1["docs/readme.txt"]
+        finally:
+            r.delete_tag("v1")
+            r.create_tag("v1", c1.id)
+    time.sleep(0.6)
+    assert old.read_bytes() == DATA1["docs/readme.txt"]

@@ -418,7 +418,7 @@ def test_kill_9_crash_loop_loses_nothing_acknowledged(home, tmp_path):
             checked += 1
         for d in dirs:
             assert repo.exists("crash", d + "/"), d
-        repo.graveler.close()
+        repo.close()
     assert checked > 0
     with MountProc(home, REPO, mp) as m2:
         assert sorted(os.listdir(mp / "crash"))  # mounts and lists after the crashes

@@ -30,7 +30,7 @@ def repo(tmp_path):
     r.commit("main", "base")
     r.create_tag("v1", "main")
     yield r
-    r.graveler.close()
+    r.close()
 
 
 @pytest.fixture
@@ -327,4 +327,4 @@ def test_create_is_not_synced_alone_but_close_makes_it_durable(tmp_path):
             assert repo.read("main", name) == data
     finally:
         sp.close()
-        repo.graveler.close()
+        repo.close()

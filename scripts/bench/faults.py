@@ -223,9 +223,8 @@ def p_swapped_range(lab):
     lab.ok(home, "commit", "lakefs://probe/other", "-m", "other")
     g = Graveler(GravelerConfig(home=home))
     repo = g.repository("probe")
-    cm = repo._core.committed
-    main_ranges = cm.list_ranges(repo.get_commit("main").meta_range_id)
-    other_ranges = cm.list_ranges(repo.get_commit("other").meta_range_id)
+    main_ranges = repo.list_ranges("main")
+    other_ranges = repo.list_ranges("other")
     ns = local_path(repo.storage_namespace) / "_lakefs"
     g.close()
     victim = next(r.id for r in main_ranges if r.min_key <= b"a/1" <= r.max_key)

@@ -73,7 +73,7 @@ def main() -> int:
         print(f"building a {n:,}-entry base commit ...", flush=True)
         recs = [(key(i), entry(i).to_value()) for i in range(n)]
         recs.sort()
-        mr = repo._committed.write_metarange(recs)
+        mr = repo.write_metarange(recs)
         repo.commit_metarange("main", mr, "import base")
 
         # -- staging writes

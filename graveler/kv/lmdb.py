@@ -56,6 +56,7 @@ import lmdb
 from graveler.config import KVConfig
 from graveler.errors import CorruptedData, GravelerError, NotFound, StoreUnavailable
 from graveler.kv import lmdb_file
+from graveler.locks import RWLock
 from graveler.kv.base import TABLES, NestedTransaction, ThreadTxns
 
 log = logging.getLogger(__name__)
@@ -66,44 +67,6 @@ _RESIZE_ATTEMPTS = 20  # adopt-and-retry rounds when other processes keep growin
 
 REPOS_DIR = "repos"  # <home>/repos/<name>/refs.lmdb: one environment per repository
 REFS_DIR = "refs.lmdb"
-
-
-class _Gate:
-    """Shared/exclusive gate: transactions are shared, a map resize is exclusive."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._active = 0
-        self._exclusive = False
-
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._exclusive:
-                self._cond.wait()
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._active -= 1
-                if self._active == 0:
-                    self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            while self._exclusive:
-                self._cond.wait()
-            self._exclusive = True
-            while self._active:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
 
 
 # What LMDB says about a damaged file.  MDB_BAD_TXN is what every later call of a
@@ -190,7 +153,7 @@ class Env:
         """
         self.path = Path(path)
         self.config = config
-        self._gate = _Gate()
+        self._gate = RWLock()  # transactions are shared, a map resize is exclusive
         self._seq_lock = threading.Lock()
         self._commit_seq = 0  # commits of this process so far
         self._sync_lock = threading.Lock()

@@ -217,7 +217,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary("release")
     async def release(self, fh):
-        self.fs.release(fh)  # closes a descriptor or drops buffers: nothing that waits
+        if self.fs.release_pending(fh):  # a control request to run, a spool file to save
+            await self.offload.run(WRITE, self.fs.release, fh)
+        else:
+            self.fs.release(fh)  # closes a descriptor or drops buffers: nothing that waits
 
     # -- extended attributes -------------------------------------------------------------
 

@@ -87,9 +87,9 @@ class SpecialFile:
         return ("ic" if self.control else "if", tree.key if tree is not None else None, self.name)
 
 
-def _control(name: str, writable: bool = True, sized: bool = True, read=None) -> SpecialFile:
-    where = Where.ROOT if name in ("branch", "tag") else Where.BRANCH
-    return SpecialFile(name.encode(), where, True, writable, read or _outcome(name), sized)
+def _control(name: str, where: Where = Where.BRANCH, writable: bool = True, sized: bool = True) -> SpecialFile:
+    """A control file: reading it returns the last outcome of its requests."""
+    return SpecialFile(name.encode(), where, True, writable, _outcome(name), sized)
 
 
 # In listing order (info files first, then control files).
@@ -97,8 +97,8 @@ SPECIAL_FILES: tuple[SpecialFile, ...] = (
     SpecialFile(b"stats", Where.ROOT, False, False, _stats),  # the daemon's counters (JSON)
     SpecialFile(b"head", Where.TREE, False, False, _head),  # the tree's commit ID
     SpecialFile(b"log", Where.TREE, False, False, _log),  # its last commits, one a line
-    _control("branch"),  # NEW [SOURCE_REF]
-    _control("tag"),  # NAME REF
+    _control("branch", Where.ROOT),  # NEW [SOURCE_REF]
+    _control("tag", Where.ROOT),  # NAME REF
     _control("commit"),  # a message, or a JSON request
     _control("merge"),  # SOURCE_REF [dest-wins|source-wins]
     _control("reset"),  # * | PATH | PREFIX/

@@ -9,7 +9,7 @@ Workers run the project's interpreter (PYSPARK_PYTHON) with lakefuse installed; 
 
 import sys
 
-from lakefuse.cli.spark_cmds import submit_main
+from lakefuse.cli import submit_main
 
 if __name__ == "__main__":
     sys.exit(submit_main("gc", sys.argv[1:]))

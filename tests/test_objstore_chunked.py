@@ -108,3 +108,26 @@ def test_an_object_whose_size_changed_is_corrupted_and_never_cached(tmp_path):
     r2 = ChunkedReader(store, "obj", len(data), "s3://b/obj", "e", cache, chunk_size=1000, read_ahead=2)
     assert r2.read(0, 100) == data[:100]
     cache.close()
+
+
+def test_read_ahead_pool_is_owned_and_closed(store):
+    """The mount daemon owns the read-ahead workers: while its pool is open every reader's
+    read-ahead runs there; close() ends its threads, and readers fall back to the process pool."""
+    from graveler.objstore import chunked
+
+    data = os.urandom(10_000)
+    store.put("obj", data)
+    pool = chunked.ReadAheadPool(workers=2)
+    try:
+        assert chunked._executor() is pool
+        r = ChunkedReader(store, "obj", len(data), "file:///obj", "e", None, chunk_size=1000, read_ahead=3)
+        assert b"".join(r.read(off, 1000) for off in range(0, len(data), 1000)) == data
+        r.close()
+        threads = set(pool._executor._threads)
+        assert threads  # the read-ahead ran on the owner's workers
+    finally:
+        pool.close()
+    assert not any(t.is_alive() for t in threads)
+    assert chunked._executor() is not pool
+    with pytest.raises(RuntimeError):
+        pool.submit(print)  # closed: takes no more work

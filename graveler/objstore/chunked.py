@@ -40,12 +40,42 @@ MiB = 1 << 20
 _CACHE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
 
 _pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
+_owned: list["ReadAheadPool"] = []  # pools of owners (a mount daemon), the newest last
+_pool: ThreadPoolExecutor | None = None  # the fallback of a program that owns none (a script)
 
 
-def _executor() -> ThreadPoolExecutor:
+class ReadAheadPool:
+    """The worker threads that fetch read-ahead chunks, owned by whoever serves reads for a
+    while (the mount daemon): made at its start, it serves every :class:`ChunkedReader`
+    until :meth:`close`, which waits for the fetches under way and ends the threads. A
+    program that makes none gets a pool that lives as long as the process."""
+
+    def __init__(self, workers: int = 16):
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="graveler-readahead")
+        with _pool_lock:
+            _owned.append(self)
+
+    def submit(self, fn, *args) -> Future:
+        return self._executor.submit(fn, *args)
+
+    def close(self) -> None:
+        with _pool_lock:
+            if self in _owned:
+                _owned.remove(self)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> "ReadAheadPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _executor():
     global _pool
     with _pool_lock:
+        if _owned:
+            return _owned[-1]
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="graveler-readahead")
         return _pool
@@ -280,4 +310,4 @@ class ChunkedReader(ObjectReader):
             self._chunks.clear()
 
 
-__all__ = ["ChunkedReader", "DataCache"]
+__all__ = ["ChunkedReader", "DataCache", "ReadAheadPool"]

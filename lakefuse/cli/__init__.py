@@ -8,32 +8,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 
-from graveler.errors import (
-    AlreadyExists,
-    Conflict,
-    CorruptedData,
-    GravelerError,
-    InvalidArgument,
-    NotFound,
-    ReadOnlyRef,
-    StoreUnavailable,
+from graveler.errors import GravelerError, InvalidArgument
+from lakefuse.cli.common import (  # noqa: F401  (re-exported: the package's helpers by their old names)
+    EXIT_CODES,
+    add_store_options,
+    check_argv,
+    exit_code,
+    store_config,
+    terminal_text,
 )
 
 log = logging.getLogger(__name__)
-
-# Exit codes: 1 generic failure, 2 usage / invalid argument, 3 not found, 4 conflict, 5 corrupted, 6 unavailable.
-EXIT_CODES: list[tuple[type[GravelerError], int]] = [
-    (InvalidArgument, 2),
-    (NotFound, 3),
-    (AlreadyExists, 4),
-    (Conflict, 4),
-    (ReadOnlyRef, 4),
-    (CorruptedData, 5),
-    (StoreUnavailable, 6),
-]
 
 
 def _modules():
@@ -60,86 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
     for mod in _modules():
         mod.register(sub)
     return p
-
-
-TIMEOUT_HELP = ("seconds an S3 request may wait for the server (to connect, and between bytes) before it is "
-                "tried again (default: $LAKEFUSE_S3_READ_TIMEOUT, else 8)")
-ATTEMPTS_HELP = ("attempts of each S3 request, the first one included (default: $LAKEFUSE_S3_MAX_ATTEMPTS, "
-                 "else 3); a dead endpoint fails a command after about attempts x timeout seconds")
-
-
-def add_store_options(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
-    """``--timeout`` and ``--max-attempts`` (on the main parser and on every command)."""
-    p.add_argument("--timeout", metavar="SECONDS", type=float, default=default, help=TIMEOUT_HELP)
-    p.add_argument("--max-attempts", metavar="N", type=int, default=default, help=ATTEMPTS_HELP)
-
-
-def store_config(args: argparse.Namespace):
-    """The object-store configuration of a command: environment defaults, then ``--timeout`` / ``--max-attempts``."""
-    from graveler.config import StoreConfig
-
-    return StoreConfig().with_timeout(getattr(args, "timeout", None), getattr(args, "max_attempts", None))
-
-
-# What a terminal would act on instead of showing: C0/C1 controls (ESC starts every escape
-# sequence; CR, BS rewrite the line), DEL, and the bidi overrides that reorder text.
-_TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\udc80-\udcff]")
-
-
-def _escape_char(m: re.Match) -> str:
-    c = ord(m.group())
-    if 0xDC80 <= c <= 0xDCFF:  # an undecodable byte of a name (surrogateescape)
-        return f"\\x{c - 0xDC00:02x}"
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def terminal_text(text: str, stream=None) -> str:
-    """``text`` as it may be shown to a person: on a terminal (``stream.isatty()``), control
-    characters and bidi overrides become ``\\xNN`` / ``\\uNNNN`` so a name or a commit message
-    cannot move the cursor, retitle the window or hide text; undecodable bytes of names are
-    always shown as ``\\xNN``. Output to a file or a pipe is otherwise left exact (and
-    ``--json`` output is JSON, exact everywhere)."""
-    tty = stream is not None and _isatty(stream)
-    if tty:
-        return _TERMINAL_UNSAFE.sub(_escape_char, text)
-    if any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
-        return re.sub("[\udc80-\udcff]", _escape_char, text)
-    return text
-
-
-def _isatty(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _escape_arg(arg: str) -> str:
-    """An argument for an error message: undecodable bytes and control characters as \\xNN."""
-    text = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 else c for c in text)
-
-
-def check_argv(argv: list[str]) -> None:
-    """Refuse an argument that is not valid UTF-8 (``InvalidArgument``), once, before parsing.
-
-    Python hands undecodable argument bytes over as lone surrogates; every name
-    lakefuse takes (repositories, refs, paths, messages, metadata, URIs) is UTF-8
-    text, so such an argument is refused here rather than deep inside a command.
-    """
-    for i, arg in enumerate(argv, 1):
-        try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidArgument(f"argument {i} is not valid UTF-8: '{_escape_arg(arg)}'") from None
-
-
-def exit_code(e: GravelerError) -> int:
-    """The exit code of a graveler error (see EXIT_CODES; 1 for anything else)."""
-    for cls, code in EXIT_CODES:
-        if isinstance(e, cls):
-            return code
-    return 1
 
 
 def _fail(e: GravelerError) -> int:
@@ -174,3 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"lakefuse: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return 1
+
+
+def submit_main(command: str, argv: list[str]) -> int:
+    """The entry of ``scripts/spark_<command>.py`` under spark-submit: ``lakefuse <command> ARGS``."""
+    return main([command, *argv])

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from graveler.errors import GravelerError, InvalidArgument
+from lakefuse.cli.common import add_store_options, store_config
 from lakefuse.cli.uri import parse_uri
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,6 @@ def _home_option() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS,
                    help="lakefuse home (default: $LAKEFUSE_HOME, else ~/.local/share/lakefuse)")
-    from lakefuse.cli import add_store_options
 
     add_store_options(p)  # --timeout, --max-attempts: how long an S3 read may take before EIO
     return p
@@ -170,7 +170,6 @@ def _graveler(args):
     cache_dir, table_bytes, _ = _cache_budget(args)
     # the tables' disk tier is shared with the CLI (<home>/cache) unless --cache-dir is given
     cache = CacheConfig(disk_bytes=table_bytes, disk_dir=str(cache_dir / "tables") if cache_dir else None)
-    from lakefuse.cli import store_config
 
     return Graveler(GravelerConfig.from_home(getattr(args, "home", None), cache=cache, store=store_config(args)))
 

@@ -238,11 +238,4 @@ def cmd_export(args) -> int:
     return 0
 
 
-def submit_main(command: str, argv: list[str]) -> int:
-    """The entry of ``scripts/spark_<command>.py`` under spark-submit: ``lakefuse <command> ARGS``."""
-    from lakefuse.cli import main
-
-    return main([command, *argv])
-
-
-__all__ = ["register", "submit_main"]
+__all__ = ["register"]

@@ -12,7 +12,7 @@ from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.committed.reader import computed_table_id
 from graveler.model import Entry, RangeInfo, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
-from lakefuse.cli import terminal_text
+from lakefuse.cli.common import terminal_text
 
 def register(sub) -> None:
     p = sub.add_parser("sst", help="inspect SSTable (range / metarange) files",

@@ -25,7 +25,7 @@ from graveler.errors import InvalidArgument
 from graveler import Graveler, GravelerConfig, Repository
 from graveler.model import Entry
 from graveler.refs import Commit
-from lakefuse.cli import add_store_options, store_config, terminal_text
+from lakefuse.cli.common import add_store_options, store_config, terminal_text
 from lakefuse.cli.uri import LakeFSURI, is_uri, parse_uri
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ import sys
 from graveler.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from graveler.objstore.uri import StorageURI
 from graveler.refsdump import MANIFEST_KEY, parse_manifest
+from lakefuse.cli.common import exit_code
 from lakefuse.cli.vc_common import (
     add_command,
     add_group,
@@ -158,8 +159,6 @@ def cmd_repo_list(args: argparse.Namespace) -> int:
         note(f"no repositories in {s.home}")
     for _, e in damaged:
         note(f"lakefuse: {e}")
-    from lakefuse.cli import exit_code
-
     return max((exit_code(e) for _, e in damaged), default=0)
 
 

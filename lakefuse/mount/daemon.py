@@ -135,6 +135,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     import pyfuse3
     import trio
 
+    from graveler.objstore.chunked import ReadAheadPool
     from lakefuse.mount.fuse import Operations
     from lakefuse.mount.offload import Offload
     from lakefuse.mount.spool import Spool, SpoolConfig
@@ -153,9 +154,11 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")
+    read_ahead = ReadAheadPool()  # the chunked readers' read-ahead workers: they live as long as the mount
     try:
         pyfuse3.init(ops, mp, options)
     except RuntimeError as e:
+        read_ahead.close()
         raise MountError(f"cannot mount on {mp}: {e}") from None
     log.info("mounted lakefs://%s on %s (pid %d)", repo.name, mp, os.getpid())
     try:
@@ -165,6 +168,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
             pyfuse3.close(unmount=True)
         except Exception:  # already unmounted from outside
             log.debug("pyfuse3.close", exc_info=True)
+        read_ahead.close()
         spool.close()
         log.info("unmounted %s", mp)
 

@@ -4,8 +4,10 @@ Each handler counts the request, calls the filesystem core (blocking calls go
 through :class:`lakefuse.mount.offload.Offload`), converts plain data into
 pyfuse3's types, and sits behind one error boundary: pyfuse3 ends its main loop
 (and the mount) on any exception that is not ``FUSEError``, so every failure is
-mapped through :func:`lakefuse.mount.errors.errno_for`, and an unexpected one is
-logged with its traceback and answered EIO. The mount stays up.
+mapped through :func:`lakefuse.mount.errors.errno_for` (the one errno policy,
+OSErrors of local files included), and an unexpected one is logged with its
+traceback and answered EIO. The mount stays up. The adapter calls only the
+core's public methods.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import pyfuse3
 from pyfuse3 import FUSEError
 
 from graveler.errors import GravelerError
-from lakefuse.mount.errors import FsError, errno_for
-from lakefuse.mount.fs import XATTR_PREFIX, Attr, Filesystem
-from lakefuse.mount.writes import Caller, SetAttr
+from lakefuse.mount.attrs import XATTR_PREFIX, Attr, Caller, SetAttr
+from lakefuse.mount.errors import FsError, LogOnce, errno_for
+from lakefuse.mount.fs import Filesystem
 from lakefuse.mount.offload import DATA, META, WRITE, Offload
 
 log = logging.getLogger(__name__)
@@ -55,10 +57,6 @@ def _negative(timeout: float) -> pyfuse3.EntryAttributes:
     return e
 
 
-# errnos of the daemon's own local files that are the caller's answer as they are
-_PASS_THROUGH = frozenset({errno.EFBIG, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG})
-
-
 def boundary(op: str):
     """The error boundary around one handler (see the module docstring)."""
 
@@ -82,18 +80,18 @@ def boundary(op: str):
                 code = errno_for(e)
                 self._count_error(code)
                 if code in (errno.EIO, errno.EBUSY, errno.EAGAIN):
-                    self.fs._log_once(logging.WARNING, (type(e), str(e)), "%s: %s: %s (answered %s)",
-                                      op, type(e).__name__, e, errno.errorcode.get(code, code))
+                    self.log_once(logging.WARNING, (type(e), str(e)), "%s: %s: %s (answered %s)",
+                                  op, type(e).__name__, e, errno.errorcode.get(code, code))
                 else:
                     log.debug("%s%r: %s: %s", op, args[:2], type(e).__name__, e)
                 raise FUSEError(code) from None
             except OSError as e:
                 # a local file of the daemon's own (a spool file, the cache) refused: its errno
-                # (EFBIG, ENOSPC, EDQUOT...) says more than EIO would
-                code = e.errno if e.errno in _PASS_THROUGH else errno.EIO
+                # (EFBIG, ENOSPC, EDQUOT...) says more than EIO would (errors.OS_ERRNOS)
+                code = errno_for(e)
                 self._count_error(code)
-                self.fs._log_once(logging.WARNING, (op, code), "%s%r: %s (answered %s)", op, args[:2], e,
-                                  errno.errorcode.get(code, code))
+                self.log_once(logging.WARNING, (op, code), "%s%r: %s (answered %s)", op, args[:2], e,
+                              errno.errorcode.get(code, code))
                 raise FUSEError(code) from None
             except Exception:
                 self._count_error(errno.EIO)
@@ -117,6 +115,7 @@ class Operations(pyfuse3.Operations):
         self.fs = fs
         self.stats = fs.stats
         self.offload = offload or Offload()
+        self.log_once = LogOnce(log)
 
     def _count_error(self, code: int) -> None:
         self.stats.error(errno.errorcode.get(code, str(code)))
@@ -218,7 +217,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary("release")
     async def release(self, fh):
-        self.fs.release(fh)  # closes a descriptor or drops buffers: nothing that waits
+        if self.fs.release_pending(fh):  # a control request to run, a spool file to save
+            await self.offload.run(WRITE, self.fs.release, fh)
+        else:
+            self.fs.release(fh)  # closes a descriptor or drops buffers: nothing that waits
 
     # -- extended attributes -------------------------------------------------------------
 

@@ -1,10 +1,14 @@
-"""Writable branch trees: the write operations of the filesystem core.
+"""Branch operations: every write-type operation on branch trees, and branch creation.
 
-:class:`WritableFilesystem` is the read-only core (:class:`lakefuse.mount.fs.Filesystem`)
-plus every write-type operation on branch trees, the control files and branch
-creation at the mount root. Commit, tag and ref-expression trees stay immutable
-(EROFS). Like the core, it is synchronous, thread-safe, returns plain data and
-is tested without a kernel; ``docs/SEMANTICS.md`` is the user's account of it.
+:class:`BranchWrites` holds the write operations of branch trees (create, mkdir,
+symlink, mknod, unlink, rmdir, rename, setattr, opening a file for writing) and
+branch creation by ``mkdir`` at the mount root; the core
+(:class:`lakefuse.mount.fs.Filesystem`) dispatches its write-type calls to it.
+:func:`WritableFilesystem` makes a core with it. Commit, tag and ref-expression
+trees stay immutable (EROFS). Like the core, it is synchronous, thread-safe,
+returns plain data and is tested without a kernel; ``docs/SEMANTICS.md`` is the
+user's account of it. Control files are :mod:`lakefuse.mount.special` and
+:mod:`lakefuse.mount.control`; open files are :mod:`lakefuse.mount.handles`.
 
 How each change reaches graveler:
 
@@ -31,13 +35,13 @@ How each change reaches graveler:
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import os
 import stat
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from graveler import paths
 from graveler.errors import GravelerError, NotFound
@@ -45,162 +49,40 @@ from graveler.model import Entry, Value
 from graveler.objects import PosixAttrs, user_metadata
 from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
-from lakefuse.mount import control
+from lakefuse.mount.attrs import BRANCH_DIR_MODE, BRANCH_FILE_MODE, Attr, Caller, FsConfig, Opened, SetAttr
 from lakefuse.mount.errors import FsError
-from lakefuse.mount.fs import FILE_MODE, INFO_NAME, Attr, DirEntry, Filesystem, FsConfig, Opened, _FileHandle, _Tree
+from lakefuse.mount.fs import Filesystem
+from lakefuse.mount.handles import SpoolHandle
 from lakefuse.mount.inodes import ROOT_INO, Kind, Node
-from lakefuse.mount.spool import Spool
+from lakefuse.mount.special import INFO_NAME
+from lakefuse.mount.trees import Tree
+
+if TYPE_CHECKING:
+    from lakefuse.mount.spool import Spool
 
 log = logging.getLogger(__name__)
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
-BRANCH_FILE_MODE = 0o644  # a branch tree's file or directory without POSIX metadata
-BRANCH_DIR_MODE = 0o755
 DIR_RENAME_BATCH = 50_000  # keys per LMDB transaction of a directory rename
 
 
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who asks (pyfuse3's RequestContext as plain data)."""
+class BranchWrites:
+    """The write operations of branch trees, for one :class:`lakefuse.mount.fs.Filesystem`
+    (see the module docstring); the core dispatches its write-type calls here."""
 
-    uid: int = 0
-    gid: int = 0
-    umask: int = 0o022
-
-
-@dataclass(frozen=True, slots=True)
-class SetAttr:
-    """Which attributes a setattr changes (None: unchanged)."""
-
-    mode: int | None = None
-    uid: int | None = None
-    gid: int | None = None
-    size: int | None = None
-    mtime_ns: int | None = None
-    atime_ns: int | None = None
-
-
-class _RWLock:
-    """Many readers or one writer (a directory rename) per branch tree."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    def shared(self):
-        return _Shared(self)
-
-    def exclusive(self):
-        return _Exclusive(self)
-
-
-class _Shared:
-    __slots__ = ("l",)
-
-    def __init__(self, lock: _RWLock):
-        self.l = lock
-
-    def __enter__(self):
-        c = self.l._cond
-        with c:
-            while self.l._writer:
-                c.wait()
-            self.l._readers += 1
-
-    def __exit__(self, *exc):
-        c = self.l._cond
-        with c:
-            self.l._readers -= 1
-            if not self.l._readers:
-                c.notify_all()
-
-
-class _Exclusive:
-    __slots__ = ("l",)
-
-    def __init__(self, lock: _RWLock):
-        self.l = lock
-
-    def __enter__(self):
-        c = self.l._cond
-        with c:
-            while self.l._writer:
-                c.wait()
-            self.l._writer = True
-            while self.l._readers:
-                c.wait()
-
-    def __exit__(self, *exc):
-        c = self.l._cond
-        with c:
-            self.l._writer = False
-            c.notify_all()
-
-
-class _WriteHandle:
-    """An open file of a branch tree whose content goes through the spool."""
-
-    __slots__ = ("node", "sf", "writable")
-
-    def __init__(self, node: Node, sf, writable: bool):
-        self.node = node
-        self.sf = sf
-        self.writable = writable
-
-
-class _ControlHandle:
-    """An open control file: what is written is one request, run when a write ends a line,
-    else on flush (close) or fsync."""
-
-    __slots__ = ("node", "branch", "name", "buf", "writable", "content")
-
-    def __init__(self, node: Node, branch: str | None, name: str, writable: bool, content: bytes):
-        self.node = node
-        self.branch = branch
-        self.name = name
-        self.buf = bytearray()
-        self.writable = writable
-        self.content = content
-
-
-def _spool_errors(fn):
-    """An OSError of the spool (a full or failing local disk, a size the disk cannot
-    hold) answers its own errno (ENOSPC, EFBIG, EIO...), not an unexpected error."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kw):
-        try:
-            return fn(*args, **kw)
-        except OSError as e:
-            log.warning("spool: %s", e)
-            raise FsError(e.errno or errno.EIO, str(e)) from None
-
-    return wrapper
-
-
-class WritableFilesystem(Filesystem):
-    """The filesystem core with writable branch trees (see the module docstring)."""
-
-    def __init__(self, repo, config: FsConfig | None = None, stats=None, spool: Spool | None = None, **kw):
-        super().__init__(repo, config, stats, **kw)
-        self.spool = spool
-        self.controls = control.Controls(repo)
+    def __init__(self, fs: "Filesystem"):
+        self.fs = fs
+        self.repo = fs.repo
+        self.config = fs.config
+        self.stats = fs.stats
+        self.spool = fs.spool
+        self.inodes = fs.inodes
+        self.rules = fs.rules
         self._empty: Entry | None = None
         self._empty_lock = threading.Lock()
-        self._rw: dict[str, _RWLock] = {}
-        self._rw_lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
-
-    def _tree_rw(self, tree: _Tree) -> _RWLock:
-        name = tree.name
-        lock = self._rw.get(name)
-        if lock is None:
-            with self._rw_lock:
-                lock = self._rw.setdefault(name, _RWLock())
-        return lock
 
     def _branch_node(self, ino: int, kinds=(Kind.DIR,)) -> Node:
         """The node ``ino`` of a branch tree (EROFS on immutable trees)."""
@@ -248,11 +130,11 @@ class WritableFilesystem(Filesystem):
         e = self.empty_entry()
         return replace(e, last_modified_ns=now or time.time_ns(), metadata=attrs.to_metadata())
 
-    def _stat(self, tree: _Tree, path: bytes):
-        tree.sync()
+    def _stat(self, tree: Tree, path: bytes):
+        tree.repin()
         return tree.view.stat(path)
 
-    def _touch_parent(self, tree: _Tree, parent_path: bytes, now: int,
+    def _touch_parent(self, tree: Tree, parent_path: bytes, now: int,
                       leaving: frozenset[bytes] = frozenset()) -> list[tuple[bytes, Value]]:
         """What to stage, in the same transaction as a change in directory ``parent_path``:
         its marker with mtime/ctime ``now`` if it has one (made with mkdir, or kept
@@ -280,128 +162,18 @@ class WritableFilesystem(Filesystem):
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
-    def _stage(self, tree: _Tree, items, durable: bool = True) -> None:
+    def _stage(self, tree: Tree, items, durable: bool = True) -> None:
         self.repo.stage_many(tree.view.branch, items, durable)
-        tree.sync()
+        tree.repin()
 
-    # ------------------------------------------------------------------ attributes (spool-aware)
+    # ------------------------------------------------------------------ open for writing
 
-    def _file_attr(self, value: Value, tree: _Tree) -> Attr:
-        a = super()._file_attr(value, tree)
-        e = Entry.from_value(value)
-        pa = PosixAttrs.from_metadata(e.metadata) if e.metadata else PosixAttrs()
-        if pa.mode is not None and stat.S_IFMT(pa.mode) in (stat.S_IFIFO, stat.S_IFSOCK) and pa.symlink is None:
-            a.mode, a.size = pa.mode, 0
-        elif not tree.immutable and pa.mode is None and pa.symlink is None:
-            a.mode = stat.S_IFREG | BRANCH_FILE_MODE  # a writable default on branch trees
-        _times(a, e, pa)
-        return a
-
-    def _tree_dir_attr(self, tree: _Tree, path: bytes, marker: Value | None = None) -> Attr:
-        a = super()._tree_dir_attr(tree, path, marker)
-        pa = None
-        if marker is not None:
-            e = Entry.from_value(marker)
-            pa = PosixAttrs.from_metadata(e.metadata)
-            _times(a, e, pa)
-        if not tree.immutable and (pa is None or pa.mode is None):
-            a.mode = stat.S_IFDIR | BRANCH_DIR_MODE
-        return a
-
-    def _spool_attr(self, node: Node, attr: Attr) -> Attr:
-        sf = self.spool.get(node.ino) if self.spool is not None else None
-        if sf is None:
-            return attr
-        mode = attr.mode
-        if sf.attrs.mode is not None:
-            mode = stat.S_IFREG | stat.S_IMODE(sf.attrs.mode)
-        return replace(attr, size=sf.size, mode=mode,
-                       uid=attr.uid if sf.attrs.uid is None else sf.attrs.uid,
-                       gid=attr.gid if sf.attrs.gid is None else sf.attrs.gid,
-                       mtime_ns=sf.mtime_ns, ctime_ns=sf.ctime_ns,
-                       atime_ns=sf.attrs.atime_ns if sf.attrs.atime_ns is not None else sf.mtime_ns)
-
-    def getattr(self, ino: int) -> Attr:
-        node = self.inodes.get(ino)
-        if node.kind == Kind.FILE and not node.tree.immutable:
-            sf = self.spool.get(ino) if self.spool is not None else None
-            if sf is not None:
-                base = node.attr if node.attr is not None else super().getattr(ino)
-                return self._spool_attr(node, base)
-            with self._tree_rw(node.tree).shared():
-                return super().getattr(ino)
-        if node.kind == Kind.INFO_FILE and node.key[0] == "ic":
-            return self._control_attr(node)
-        if node.kind == Kind.DIR and not node.tree.immutable:
-            with self._tree_rw(node.tree).shared():
-                return super().getattr(ino)
-        return super().getattr(ino)
-
-    def lookup(self, parent_ino: int, name: bytes) -> Attr:
-        parent = self.inodes.get(parent_ino)
-        if parent.kind == Kind.INFO_DIR:
-            names = _ROOT_CONTROLS if parent.tree is None else (
-                _BRANCH_CONTROLS if not parent.tree.immutable else ())
-            if name in names:
-                tree = parent.tree
-                node, _ = self.inodes.acquire(("ic", tree.key if tree else None, name), Kind.INFO_FILE, tree, name,
-                                              parent_ino)
-                return self._control_attr(node)
-            return super().lookup(parent_ino, name)
-        if parent.kind == Kind.DIR and not parent.tree.immutable:
-            with self._tree_rw(parent.tree).shared():
-                attr = super().lookup(parent_ino, name)
-            node = self.inodes.get(attr.ino)
-            return self._spool_attr(node, attr) if node.kind == Kind.FILE else attr
-        return super().lookup(parent_ino, name)
-
-    def readdir_fill(self, fh: int, offset: int) -> None:
-        node = self._handle(fh).node
-        if node.kind == Kind.DIR and not node.tree.immutable:
-            with self._tree_rw(node.tree).shared():
-                return super().readdir_fill(fh, offset)
-        return super().readdir_fill(fh, offset)
-
-    def _info_entries(self, node: Node):
-        out = super()._info_entries(node)
-        tree = node.tree
-        names = _ROOT_CONTROLS if tree is None else (_BRANCH_CONTROLS if not tree.immutable else ())
-        for name in names:
-            key = ("ic", tree.key if tree else None, name)
-            out.append(DirEntry(name, len(out) + 1, key, Kind.INFO_FILE, tree, name, None,
-                                self._control_attr_plain(tree, name), 0))
-        return out
-
-    def _control_attr_plain(self, tree, name: bytes) -> Attr:
-        branch = tree.view.branch if tree is not None else None
-        size = len(self.controls.outcome(branch, name.decode())) if name != b"status" else 0
-        mode = stat.S_IFREG | (0o444 if name == b"status" else 0o644)
-        return Attr(0, mode, size, time.time_ns(), self.config.uid, self.config.gid, 1, 0.0, 0.0)
-
-    def _control_attr(self, node: Node) -> Attr:
-        node.attr = replace(self._control_attr_plain(node.tree, node.path), ino=node.ino)
-        return node.attr
-
-    # ------------------------------------------------------------------ open / read / write
-
-    def open(self, ino: int, flags: int) -> Opened:
-        node = self.inodes.get(ino)
-        writing = flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND)
-        if node.kind == Kind.INFO_FILE and node.key[0] == "ic":
-            return self._open_control(node, bool(writing))
-        if node.kind == Kind.FILE and not node.tree.immutable and self.spool is not None:
-            sf = self.spool.get(ino)
-            if writing or sf is not None:
-                return self._open_spooled(node, flags, bool(writing))
-        return super().open(ino, flags)
-
-    @_spool_errors
-    def _open_spooled(self, node: Node, flags: int, writing: bool) -> Opened:
-        tree: _Tree = node.tree
+    def open_spooled(self, node: Node, flags: int, writing: bool) -> Opened:
+        tree: Tree = node.tree
         sf = self.spool.get(node.ino)
         if sf is None:
-            with self._tree_rw(tree).shared():
-                node = self._revalidate(node)
+            with self.fs.tree_lock(tree).shared():
+                node = self.fs.revalidate(node)
             entry = Entry.from_value(node.value)
             pa = PosixAttrs.from_metadata(entry.metadata)
             if pa.symlink is not None:
@@ -417,7 +189,7 @@ class WritableFilesystem(Filesystem):
             raise
         self.inodes.open(node)
         self.stats.add("opens")
-        return Opened(self._new_fh(_WriteHandle(node, sf, writing)), False, False)
+        return Opened(self.fs.new_fh(SpoolHandle(node, sf, writing, self.spool)), False, False)
 
     def _attrs_for(self, node: Node, pa: PosixAttrs | None) -> PosixAttrs:
         a = node.attr
@@ -430,125 +202,16 @@ class WritableFilesystem(Filesystem):
             mtime_ns=pa.mtime_ns,
         )
 
-    def read_fast(self, fh: int, offset: int, size: int) -> bytes | None:
-        h = self._handle(fh)
-        if isinstance(h, _ControlHandle):
-            return h.content[offset:offset + size]
-        if isinstance(h, _WriteHandle):
-            return None  # the spool file: read in a worker thread
-        if self.spool is not None and h.node.kind == Kind.FILE and self.spool.get(h.node.ino) is not None:
-            return None  # another handle is writing it: no read-ahead buffer is current
-        return super().read_fast(fh, offset, size)
-
-    @_spool_errors
-    def read(self, fh: int, offset: int, size: int) -> bytes:
-        h = self._handle(fh)
-        if isinstance(h, _WriteHandle):
-            return h.sf.read(offset, size)
-        if isinstance(h, _ControlHandle):
-            return h.content[offset:offset + size]
-        if isinstance(h, _FileHandle) and self.spool is not None and h.node.kind == Kind.FILE:
-            sf = self.spool.get(h.node.ino)
-            if sf is not None and (sf.loaded or sf.saved is not None):
-                return sf.read(offset, size)  # another handle is writing it: read what it wrote
-        return super().read(fh, offset, size)
-
-    @_spool_errors
-    def write(self, fh: int, offset: int, data: bytes) -> int:
-        h = self._handle(fh)
-        if isinstance(h, _ControlHandle):
-            if not h.writable:
-                raise FsError(errno.EBADF, "not open for writing")
-            if offset + len(data) > control.MAX_REQUEST_BYTES:
-                raise FsError(errno.EFBIG, f"control requests are at most {control.MAX_REQUEST_BYTES} bytes")
-            if offset > len(h.buf):
-                h.buf.extend(b"\0" * (offset - len(h.buf)))
-            h.buf[offset:offset + len(data)] = data
-            if data.endswith(b"\n"):
-                # A write that ends a line ends the request: run it now, so the write itself
-                # fails when the request does (bash ignores errors of close, not of write).
-                req = bytes(h.buf)
-                h.buf.clear()
-                self._run_control(h, req)
-            return len(data)
-        if not isinstance(h, _WriteHandle) or not h.writable:
-            raise FsError(errno.EBADF, "not open for writing")
-        return h.sf.write(offset, data)
-
-    def pending(self, fh: int) -> bool:
-        """True when ``flush`` of ``fh`` has work to do (never blocks)."""
-        h = self._handles.get(fh)
-        if isinstance(h, _WriteHandle):
-            return h.sf.dirty
-        return isinstance(h, _ControlHandle) and bool(h.buf)
-
-    @_spool_errors
-    def flush(self, fh: int) -> None:
-        """close(2): save a written file (upload + stage, durable) or run a control request."""
-        h = self._handles.get(fh)
-        if isinstance(h, _WriteHandle):
-            h.sf.flush()
-        elif isinstance(h, _ControlHandle) and h.writable and h.buf:
-            data = bytes(h.buf)
-            h.buf.clear()
-            self._run_control(h, data)
-
-    fsync = flush
-
-    @_spool_errors
-    def release(self, fh: int) -> None:
-        h = self._handles.get(fh)
-        if isinstance(h, (_WriteHandle, _ControlHandle)):
-            with self._handles_lock:
-                self._handles.pop(fh, None)
-            try:
-                if isinstance(h, _ControlHandle):
-                    if h.writable and h.buf:  # written without a flush (never for close(2))
-                        try:
-                            self._run_control(h, bytes(h.buf))
-                        except GravelerError:
-                            pass  # the outcome is kept for the read-back
-                else:
-                    self.spool.release(h.node.ino)
-            finally:
-                self.inodes.close(h.node)
-            return
-        super().release(fh)
-
-    # ------------------------------------------------------------------ control files
-
-    def _open_control(self, node: Node, writing: bool) -> Opened:
-        tree = node.tree
-        name = node.path.decode()
-        branch = tree.view.branch if tree is not None else None
-        if writing:
-            if tree is not None and tree.immutable:
-                raise FsError(errno.EROFS, "control files of immutable trees are read-only")
-            if name == "status":
-                raise FsError(errno.EACCES, "status is read-only")
-        content = self.controls.outcome(branch, name)
-        self.inodes.open(node)
-        return Opened(self._new_fh(_ControlHandle(node, branch, name, writing, content)), False, True)
-
-    def _run_control(self, h: _ControlHandle, data: bytes) -> None:
-        try:
-            self.controls.execute(h.branch, h.name, data)
-        finally:
-            h.content = self.controls.outcome(h.branch, h.name)
-            if h.node.tree is not None:
-                h.node.tree.sync()
-
     # ------------------------------------------------------------------ create / mkdir / symlink / mknod
 
-    @_spool_errors
     def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller) -> tuple[Opened, Attr]:
         parent = self._branch_node(parent_ino)
         path = self._child_path(parent, name)
-        tree: _Tree = parent.tree
+        tree: Tree = parent.tree
         attrs = PosixAttrs(mode=stat.S_IFREG | stat.S_IMODE(mode), uid=caller.uid, gid=caller.gid)
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
-        with self._tree_rw(tree).shared():
+        with self.fs.tree_lock(tree).shared():
             st = self._stat(tree, path)
             if st.is_dir:
                 raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
@@ -559,14 +222,14 @@ class WritableFilesystem(Filesystem):
             self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now),
                         durable=False)
             stamp = tree.stamp
-            attr = self._file_attr(entry.to_value(), tree)
-            attr = self._acquire_fresh(self._file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
+            attr = self.rules.file_attr(entry.to_value(), tree)
+            attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
                                        entry.to_value(), stamp)
         node = self.inodes.get(attr.ino)
         sf = self.spool.open(node.ino, tree.view.branch, path, entry, attrs)
         self.inodes.open(node)
         self.stats.add("creates")
-        return Opened(self._new_fh(_WriteHandle(node, sf, True)), False, False), self._spool_attr(node, attr)
+        return Opened(self.fs.new_fh(SpoolHandle(node, sf, True, self.spool)), False, False), self.rules.spooled(sf, attr)
 
     def _acquire_fresh(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                        value: Value | None, stamp: int) -> Attr:
@@ -586,17 +249,17 @@ class WritableFilesystem(Filesystem):
             return self._mkdir_branch(name)
         parent = self._branch_node(parent_ino)
         path = self._child_path(parent, name)
-        tree: _Tree = parent.tree
+        tree: Tree = parent.tree
         attrs = PosixAttrs(mode=stat.S_IFDIR | stat.S_IMODE(mode), uid=caller.uid, gid=caller.gid)
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
-        with self._tree_rw(tree).shared():
+        with self.fs.tree_lock(tree).shared():
             st = self._stat(tree, path)
             if st.exists:
                 raise FsError(errno.EEXIST)
             self._stage(tree, [(path + b"/", entry.to_value())] + self._touch_parent(tree, parent.path, now))
-            attr = self._tree_dir_attr(tree, path, entry.to_value())
-            attr = self._acquire_fresh(self._dir_key(tree, path), Kind.DIR, tree, path, parent_ino, attr,
+            attr = self.rules.tree_dir_attr(tree, path, entry.to_value())
+            attr = self._acquire_fresh(self.fs.dir_key(tree, path), Kind.DIR, tree, path, parent_ino, attr,
                                        None, tree.stamp)
         self.stats.add("mkdirs")
         return attr
@@ -610,7 +273,7 @@ class WritableFilesystem(Filesystem):
             raise FsError(errno.EEXIST)
         self.repo.create_branch(branch)  # AlreadyExists -> EEXIST, a bad name -> EINVAL
         log.info("%s: branch %s created through mkdir at the mount root", self.repo.name, branch)
-        return self.lookup(ROOT_INO, name)
+        return self.fs.lookup(ROOT_INO, name)
 
     def symlink(self, parent_ino: int, name: bytes, target: bytes, caller: Caller) -> Attr:
         parent = self._branch_node(parent_ino)
@@ -626,15 +289,15 @@ class WritableFilesystem(Filesystem):
 
     def _make_special(self, parent: Node, path: bytes, attrs: PosixAttrs) -> Attr:
         """A symlink, FIFO or socket: an entry of the shared empty object, kind in its metadata."""
-        tree: _Tree = parent.tree
+        tree: Tree = parent.tree
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
-        with self._tree_rw(tree).shared():
+        with self.fs.tree_lock(tree).shared():
             if self._stat(tree, path).exists:
                 raise FsError(errno.EEXIST)
             self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now))
-            attr = self._file_attr(entry.to_value(), tree)
-            return self._acquire_fresh(self._file_key(tree, path), Kind.FILE, tree, path, parent.ino, attr,
+            attr = self.rules.file_attr(entry.to_value(), tree)
+            return self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent.ino, attr,
                                        entry.to_value(), tree.stamp)
 
     def mknod(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
@@ -644,7 +307,7 @@ class WritableFilesystem(Filesystem):
         kind = stat.S_IFMT(mode)
         if kind in (0, stat.S_IFREG):
             opened, attr = self.create(parent_ino, name, stat.S_IFREG | stat.S_IMODE(mode), os.O_EXCL, caller)
-            self.release(opened.fh)
+            self.fs.release(opened.fh)
             return attr
         if kind not in (stat.S_IFIFO, stat.S_IFSOCK):
             raise FsError(errno.EPERM, "device files are not supported")
@@ -663,8 +326,8 @@ class WritableFilesystem(Filesystem):
         if name in paths.RESERVED_NAMES:
             raise FsError(errno.EPERM if parent.path else errno.EISDIR)
         path = self._child_path(parent, name)
-        tree: _Tree = parent.tree
-        with self._tree_rw(tree).shared():
+        tree: Tree = parent.tree
+        with self.fs.tree_lock(tree).shared():
             st = self._stat(tree, path)
             if st.is_dir:
                 raise FsError(errno.EISDIR)
@@ -675,8 +338,8 @@ class WritableFilesystem(Filesystem):
             self._forget_path(tree, path, Kind.FILE)
         self.stats.add("unlinks")
 
-    def _forget_path(self, tree: _Tree, path: bytes, kind: Kind) -> None:
-        key = self._file_key(tree, path) if kind == Kind.FILE else self._dir_key(tree, path)
+    def _forget_path(self, tree: Tree, path: bytes, kind: Kind) -> None:
+        key = self.fs.file_key(tree, path) if kind == Kind.FILE else self.fs.dir_key(tree, path)
         node = self.inodes.find(key)
         if node is not None:
             self.inodes.replace(node)
@@ -691,9 +354,9 @@ class WritableFilesystem(Filesystem):
         if name in paths.RESERVED_NAMES:
             raise FsError(errno.EPERM)
         path = self._child_path(parent, name)
-        tree: _Tree = parent.tree
+        tree: Tree = parent.tree
         marker = path + b"/"
-        with self._tree_rw(tree).shared():
+        with self.fs.tree_lock(tree).shared():
             st = self._stat(tree, path)
             if not st.is_dir:
                 raise FsError(errno.ENOTDIR if st.value is not None else errno.ENOENT)
@@ -725,10 +388,10 @@ class WritableFilesystem(Filesystem):
             raise FsError(errno.EPERM, "'.lakefuse' is reserved")
         src = self._child_path(op, old_name)
         dst = self._child_path(np_, new_name)
-        tree: _Tree = op.tree
+        tree: Tree = op.tree
         if src == dst:
             return
-        with self._tree_rw(tree).shared():
+        with self.fs.tree_lock(tree).shared():
             s = self._stat(tree, src)
             d = self._stat(tree, dst)
             if not s.exists:
@@ -750,7 +413,7 @@ class WritableFilesystem(Filesystem):
                     raise FsError(errno.ENOTEMPTY)
         self._rename_dir(tree, op, np_, src, dst, d.is_dir)
 
-    def _rename_file(self, tree: _Tree, op: Node, np_: Node, src: bytes, dst: bytes) -> None:
+    def _rename_file(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes) -> None:
         branch = tree.view.branch
         now = time.time_ns()
         e = Entry.from_value(tree.view.get(src))
@@ -764,17 +427,17 @@ class WritableFilesystem(Filesystem):
             items += self._touch_parent(tree, np_.path, now)
         self._stage(tree, items)
         self._forget_path(tree, dst, Kind.FILE)  # an open file replaced at dst: detached
-        node = self.inodes.find(self._file_key(tree, src))
+        node = self.inodes.find(self.fs.file_key(tree, src))
         if node is not None:
-            self.inodes.rekey(node, self._file_key(tree, dst), dst)
+            self.inodes.rekey(node, self.fs.file_key(tree, dst), dst)
             sf = self.spool.get(node.ino) if self.spool is not None else None
             if sf is not None:
                 sf.move(branch, dst)
         self.stats.add("renames")
 
-    def _rename_dir(self, tree: _Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_exists: bool) -> None:
+    def _rename_dir(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_exists: bool) -> None:
         branch = tree.view.branch
-        with self._tree_rw(tree).exclusive():
+        with self.fs.tree_lock(tree).exclusive():
             intent = None
             if self.spool is not None:
                 intent = self.spool.begin_intent({"op": "rename_dir", "branch": branch,
@@ -791,7 +454,7 @@ class WritableFilesystem(Filesystem):
             rename_prefix(self.repo, branch, src, dst, batch=DIR_RENAME_BATCH)
             if intent is not None:
                 self.spool.end_intent(intent)
-            tree.sync()
+            tree.repin()
             self._forget_path(tree, dst, Kind.DIR)
             moved = self.inodes.rekey_prefix(tree.key, src, dst)
             if self.spool is not None:
@@ -803,23 +466,17 @@ class WritableFilesystem(Filesystem):
 
     # ------------------------------------------------------------------ setattr
 
-    @_spool_errors
-    def setattr(self, ino: int, changes: SetAttr, fh: int | None = None) -> Attr:
+    def setattr(self, ino: int, changes: SetAttr) -> Attr:
         node = self.inodes.get(ino)
-        if node.kind == Kind.INFO_FILE and node.key[0] == "ic":
-            if changes.size not in (None, 0) or any(
-                    v is not None for v in (changes.mode, changes.uid, changes.gid, changes.mtime_ns, changes.atime_ns)):
-                raise FsError(errno.EPERM, "control files only take truncation to zero")
-            return self._control_attr(node)
         if node.kind == Kind.DIR:
             node = self._branch_node(ino, (Kind.DIR,))
             return self._setattr_dir(node, changes)
         node = self._branch_node(ino, (Kind.FILE,))
-        tree: _Tree = node.tree
+        tree: Tree = node.tree
         sf = self.spool.hold(ino)  # an open file: change it through its spool (saved at its last close)
         if sf is None and changes.size is not None:
-            with self._tree_rw(tree).shared():
-                node = self._revalidate(node)
+            with self.fs.tree_lock(tree).shared():
+                node = self.fs.revalidate(node)
             e = Entry.from_value(node.value)
             sf = self.spool.open(ino, tree.view.branch, node.path, e,
                                  self._attrs_for(node, PosixAttrs.from_metadata(e.metadata)))
@@ -833,8 +490,8 @@ class WritableFilesystem(Filesystem):
             finally:
                 self.spool.release(ino)
             return self._fresh_attr(node)
-        with self._tree_rw(tree).shared():
-            node = self._revalidate(node)
+        with self.fs.tree_lock(tree).shared():
+            node = self.fs.revalidate(node)
             e = Entry.from_value(node.value)
             pa = PosixAttrs.from_metadata(e.metadata)
             cur = node.attr
@@ -853,7 +510,7 @@ class WritableFilesystem(Filesystem):
 
     def _fresh_attr(self, node: Node) -> Attr:
         node.stamp = -1
-        return self.getattr(node.ino)
+        return self.fs.getattr(node.ino)
 
     @staticmethod
     def _apply_attrs(sf, changes: SetAttr) -> None:
@@ -873,13 +530,13 @@ class WritableFilesystem(Filesystem):
     def _setattr_dir(self, node: Node, changes: SetAttr) -> Attr:
         if changes.size is not None:
             raise FsError(errno.EISDIR)
-        tree: _Tree = node.tree
+        tree: Tree = node.tree
         if not node.path:
             raise FsError(errno.EPERM, "the attributes of a branch's root directory are fixed")
-        with self._tree_rw(tree).shared():
-            tree.sync()
+        with self.fs.tree_lock(tree).shared():
+            tree.repin()
             marker = tree.view.get(node.path + b"/")
-            cur = self._tree_dir_attr(tree, node.path, marker)
+            cur = self.rules.tree_dir_attr(tree, node.path, marker)
             md: dict[str, str] = {}
             e = self.empty_entry()
             old_atime = None
@@ -899,16 +556,6 @@ class WritableFilesystem(Filesystem):
         return self._fresh_attr(node)
 
     # ------------------------------------------------------------------ the rest
-
-    def check_writable(self, ino: int) -> None:
-        node = self.inodes.get(ino)
-        if node.tree is not None and node.tree.immutable:
-            self.stats.add("writes_refused")
-            raise FsError(errno.EROFS, "read-only tree")
-
-    def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
-        self.check_writable(ino)
-        raise FsError(errno.ENOTSUP, "extended attributes are read-only")
 
     def recover(self) -> None:
         """At mount start: take over spool leftovers and finish interrupted directory renames."""
@@ -930,15 +577,10 @@ class WritableFilesystem(Filesystem):
         return report
 
 
-def _times(a: Attr, e: Entry, pa: PosixAttrs) -> None:
-    """ctime: when the entry was last staged; atime: as set by utimens, else the mtime."""
-    if e.last_modified_ns:
-        a.ctime_ns = e.last_modified_ns
-    a.atime_ns = pa.atime_ns if pa.atime_ns is not None else a.mtime_ns
+def WritableFilesystem(repo, config: FsConfig | None = None, stats=None, spool: "Spool | None" = None,
+                       **kw) -> Filesystem:
+    """The filesystem core with writable branch trees (its writes through ``spool``)."""
+    return Filesystem(repo, config, stats, spool=spool, writes=BranchWrites, **kw)
 
 
-_BRANCH_CONTROLS = tuple(n.encode() for n in control.BRANCH_REQUESTS) + (b"status",)
-_ROOT_CONTROLS = tuple(n.encode() for n in control.ROOT_REQUESTS)
-_CONTROL_NAMES = frozenset(_BRANCH_CONTROLS + _ROOT_CONTROLS)
-
-__all__ = ["Caller", "SetAttr", "WritableFilesystem"]
+__all__ = ["BranchWrites", "Caller", "RENAME_EXCHANGE", "RENAME_NOREPLACE", "SetAttr", "WritableFilesystem"]

@@ -1,0 +1,216 @@
+"""What the core hands out, as plain data, and how an entry becomes its attributes.
+
+The dataclasses here are the core's whole vocabulary towards the FUSE adapter
+(:class:`Attr`, :class:`DirEntry`, :class:`Opened`, :class:`StatFs`) and from it
+(:class:`Caller`, :class:`SetAttr`). :class:`AttrRules` turns graveler entries
+(and directory markers, and files being written in the spool) into :class:`Attr`
+by one rule for every tree; a writable mount shows branch trees with writable
+default modes and ctime/atime from the entry.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from graveler.model import Entry, Value, entry_stat
+from graveler.objects import PosixAttrs
+from lakefuse.mount.inodes import Kind
+
+XATTR_PREFIX = b"user.lakefs."
+DIR_MODE = stat.S_IFDIR | 0o555
+FILE_MODE = stat.S_IFREG | 0o444
+BRANCH_FILE_MODE = 0o644  # a branch tree's file or directory without POSIX metadata
+BRANCH_DIR_MODE = 0o755
+
+
+@dataclass(frozen=True)
+class FsConfig:
+    """How the core shows a repository; built at the edge (the mount command)."""
+
+    uid: int = field(default_factory=os.getuid)
+    gid: int = field(default_factory=os.getgid)
+    branch_timeout: float = 1.0  # kernel entry/attr cache of branch trees and of the root's names
+    immutable_timeout: float = 3600.0  # kernel entry/attr cache of commit, tag and expression trees
+    readdir_page: int = 1000  # directory entries read from graveler per call
+    small_file_bytes: int = 128 * 1024  # local files up to this size are read whole at open
+    sequential_chunk: int = 4 << 20  # a sequential read of a local file fetches this much at once
+    log_commits: int = 100  # lines of .lakefuse/log
+    extra_stats: Callable[[], dict] | None = None  # more counters for .lakefuse/stats
+
+
+@dataclass(slots=True)
+class Attr:
+    """What ``stat`` shows, and for how long the kernel may keep it."""
+
+    ino: int
+    mode: int
+    size: int = 0
+    mtime_ns: int = 0
+    uid: int = 0
+    gid: int = 0
+    nlink: int = 1
+    entry_timeout: float = 0.0
+    attr_timeout: float = 0.0
+    atime_ns: int = 0  # 0: the mtime
+    ctime_ns: int = 0  # 0: the mtime
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.mode)
+
+
+@dataclass(slots=True)
+class DirEntry:
+    """One readdir entry before it is handed to the kernel (``accept`` makes its inode)."""
+
+    name: bytes
+    offset: int  # the offset that resumes after this entry
+    key: tuple
+    kind: Kind
+    tree: object
+    path: bytes
+    value: Value | None
+    attr: Attr  # ino 0 until accepted
+    stamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    fh: int
+    keep_cache: bool
+    direct_io: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StatFs:
+    block_size: int
+    blocks: int
+    files: int
+    name_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who asks (pyfuse3's RequestContext as plain data)."""
+
+    uid: int = 0
+    gid: int = 0
+    umask: int = 0o022
+
+
+@dataclass(frozen=True, slots=True)
+class SetAttr:
+    """Which attributes a setattr changes (None: unchanged)."""
+
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    size: int | None = None
+    mtime_ns: int | None = None
+    atime_ns: int | None = None
+
+
+class AttrRules:
+    """Entries, markers and spool files as :class:`Attr` (see the module docstring)."""
+
+    def __init__(self, config: FsConfig, writable: bool):
+        self.config = config
+        self.writable = writable
+
+    def dir_attr(self, ino: int, mtime_ns: int, entry_timeout: float, attr_timeout: float) -> Attr:
+        c = self.config
+        return Attr(ino, DIR_MODE, 0, mtime_ns, c.uid, c.gid, 2, entry_timeout, attr_timeout)
+
+    def timeouts(self, tree) -> tuple[float, float]:
+        t = self.config.immutable_timeout if tree.immutable else self.config.branch_timeout
+        return t, t
+
+    def special_attr(self, size: int, writable: bool = False) -> Attr:
+        """A file of a ``.lakefuse`` directory (never cached by the kernel)."""
+        c = self.config
+        mode = stat.S_IFREG | 0o644 if writable else FILE_MODE
+        return Attr(0, mode, size, time.time_ns(), c.uid, c.gid, 1, 0.0, 0.0)
+
+    def file_attr(self, value: Value, tree) -> Attr:
+        a = self._file_attr(value, tree)
+        if self.writable:
+            e = Entry.from_value(value)
+            pa = PosixAttrs.from_metadata(e.metadata) if e.metadata else PosixAttrs()
+            if pa.mode is not None and stat.S_IFMT(pa.mode) in (stat.S_IFIFO, stat.S_IFSOCK) and pa.symlink is None:
+                a.mode, a.size = pa.mode, 0
+            elif not tree.immutable and pa.mode is None and pa.symlink is None:
+                a.mode = stat.S_IFREG | BRANCH_FILE_MODE  # a writable default on branch trees
+            _times(a, e, pa)
+        return a
+
+    def _file_attr(self, value: Value, tree) -> Attr:
+        size, mtime_ns, metadata = entry_stat(value)
+        c = self.config
+        mode, uid, gid = FILE_MODE, c.uid, c.gid
+        if metadata:
+            pa = PosixAttrs.from_metadata(metadata)
+            if pa.symlink is not None:
+                mode, size = stat.S_IFLNK | 0o777, len(pa.symlink.encode())
+            elif pa.mode is not None and stat.S_IFMT(pa.mode) in (0, stat.S_IFREG):
+                mode = stat.S_IFREG | stat.S_IMODE(pa.mode)
+            uid = pa.uid if pa.uid is not None else uid
+            gid = pa.gid if pa.gid is not None else gid
+            if pa.mtime_ns is not None:
+                return Attr(0, mode, size, pa.mtime_ns, uid, gid, 1, *self.timeouts(tree))
+        mtime = mtime_ns or tree.mtime_ns
+        et, at = self.timeouts(tree)
+        return Attr(0, mode, size, mtime, uid, gid, 1, et, at)
+
+    def tree_dir_attr(self, tree, path: bytes, marker: Value | None = None) -> Attr:
+        """A directory of a tree: read-only defaults, or the POSIX attributes of its
+        directory marker (``path/``) when it has one."""
+        et, at = self.timeouts(tree)
+        if not path:
+            et = self.config.branch_timeout  # the root's name -> commit mapping can change
+        attr = self.dir_attr(0, tree.mtime_ns, et, at)
+        pa = None
+        if marker is not None:
+            try:
+                e = Entry.from_value(marker)
+            except Exception:
+                if self.writable:
+                    raise
+                return attr
+            pa = PosixAttrs.from_metadata(e.metadata) if e.metadata else PosixAttrs()
+            if pa.mode is not None:
+                attr.mode = stat.S_IFDIR | stat.S_IMODE(pa.mode)
+            if pa.uid is not None:
+                attr.uid = pa.uid
+            if pa.gid is not None:
+                attr.gid = pa.gid
+            attr.mtime_ns = pa.mtime_ns if pa.mtime_ns is not None else (e.last_modified_ns or attr.mtime_ns)
+            if self.writable:
+                _times(attr, e, pa)
+        if self.writable and not tree.immutable and (pa is None or pa.mode is None):
+            attr.mode = stat.S_IFDIR | BRANCH_DIR_MODE
+        return attr
+
+    @staticmethod
+    def spooled(sf, attr: Attr) -> Attr:
+        """``attr`` of a file being written, as its spool file says (size, mode, times)."""
+        if sf is None:
+            return attr
+        mode = attr.mode
+        if sf.attrs.mode is not None:
+            mode = stat.S_IFREG | stat.S_IMODE(sf.attrs.mode)
+        return replace(attr, size=sf.size, mode=mode,
+                       uid=attr.uid if sf.attrs.uid is None else sf.attrs.uid,
+                       gid=attr.gid if sf.attrs.gid is None else sf.attrs.gid,
+                       mtime_ns=sf.mtime_ns, ctime_ns=sf.ctime_ns,
+                       atime_ns=sf.attrs.atime_ns if sf.attrs.atime_ns is not None else sf.mtime_ns)
+
+
+def _times(a: Attr, e: Entry, pa: PosixAttrs) -> None:
+    """ctime: when the entry was last staged; atime: as set by utimens, else the mtime."""
+    if e.last_modified_ns:
+        a.ctime_ns = e.last_modified_ns
+    a.atime_ns = pa.atime_ns if pa.atime_ns is not None else a.mtime_ns

@@ -1,0 +1,316 @@
+"""Open files: each kind of handle owns its read / write / flush / release.
+
+The core keeps one table of handles by ``fh`` and asks the handle; it never asks
+what kind it holds. The kinds:
+
+* :class:`ObjectHandle` -- a committed object in a remote store, read through
+  graveler's chunked reader (ranged GETs, read-ahead, the data cache);
+* :class:`LocalObjectHandle` -- a committed object that is a local file (a local
+  store): small ones read whole at open, sequential reads fetched a chunk ahead;
+* :class:`SpoolHandle` -- a file of a branch tree opened for writing (or while
+  another handle writes it): its content lives in the spool until close/fsync;
+* :class:`ControlHandle` -- a control file: what is written is one request;
+* :class:`InfoHandle` -- a generated read-only file (``stats``, ``head``, ``log``).
+
+Every method may block (it runs in a worker thread) except :meth:`Handle.read_fast`,
+:meth:`Handle.pending` and :meth:`Handle.release_pending`, which answer on the trio
+thread. A new kind of handle subclasses :class:`Handle`, overrides what it does,
+and is made by whatever opens it (the core's ``open``, or :mod:`lakefuse.mount.special`).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+
+from graveler.errors import GravelerError, NotFound
+from lakefuse.mount import control
+from lakefuse.mount.errors import FsError
+
+log = logging.getLogger(__name__)
+
+
+class Handle:
+    """One open file. The defaults: nothing to read ahead, no writes, nothing to flush."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node):
+        self.node = node
+
+    def read_fast(self, offset: int, size: int) -> bytes | None:
+        """The bytes when they are in memory already (never blocks), else None."""
+        return None
+
+    def read(self, offset: int, size: int) -> bytes:
+        return b""
+
+    def write(self, offset: int, data: bytes) -> int:
+        raise FsError(errno.EBADF, "not open for writing")
+
+    def pending(self) -> bool:
+        """True when :meth:`flush` has work to do (never blocks)."""
+        return False
+
+    def flush(self) -> None:
+        """close(2) or fsync(2): make what was written take effect."""
+
+    def release_pending(self) -> bool:
+        """True when :meth:`release` may block (it then runs in a worker thread)."""
+        return False
+
+    def release(self) -> None:
+        """The last close: let go of what the handle holds (the core closes the node)."""
+
+
+class InfoHandle(Handle):
+    """A generated read-only file: its content is made at open."""
+
+    __slots__ = ("content", "stats")
+
+    def __init__(self, node, content: bytes, stats):
+        super().__init__(node)
+        self.content = content
+        self.stats = stats
+
+    def read_fast(self, offset: int, size: int) -> bytes:
+        data = self.content[offset:offset + size]
+        self.stats.add("bytes_read", len(data))
+        return data
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self.content[offset:offset + size]
+
+
+class ObjectHandle(Handle):
+    """A committed object of a remote store (see the module docstring). While a spool
+    file of the same inode holds newer content (another handle writes it), reads go there."""
+
+    __slots__ = ("reader", "size", "next_off", "spool", "stats", "log_once", "repo_name")
+
+    def __init__(self, node, reader, size: int, spool, stats, log_once, repo_name: str):
+        super().__init__(node)
+        self.reader = reader
+        self.size = size
+        self.next_off = 0
+        self.spool = spool
+        self.stats = stats
+        self.log_once = log_once
+        self.repo_name = repo_name
+
+    def _written(self) -> bool:
+        return self.spool is not None and self.spool.get(self.node.ino) is not None
+
+    def _spooled_read(self, offset: int, size: int) -> bytes | None:
+        if self.spool is None:
+            return None
+        sf = self.spool.get(self.node.ino)
+        if sf is not None and (sf.loaded or sf.saved is not None):
+            return sf.read(offset, size)  # another handle is writing it: read what it wrote
+        return None
+
+    def read_fast(self, offset: int, size: int) -> bytes | None:
+        return None
+
+    def read(self, offset: int, size: int) -> bytes:
+        data = self._spooled_read(offset, size)
+        if data is not None:
+            return data
+        return self._read_object(offset, size)
+
+    def _read_object(self, offset: int, size: int) -> bytes:
+        if offset >= self.size or self.reader is None:
+            return b""
+        n = min(size, self.size - offset)
+        try:
+            data = self.reader.read(offset, n)
+        except NotFound:
+            raise FsError(errno.EIO, "object missing") from None
+        self._count_from_store(len(data))
+        self.next_off = offset + len(data)
+        self.stats.add("bytes_read", len(data))
+        if len(data) < n:
+            self.log_once(logging.WARNING, ("short", self.reader.key),
+                          "%s: object %s ended at %d bytes, the entry says %d",
+                          self.repo_name, self.reader.key, offset + len(data), self.size)
+            raise FsError(errno.EIO, "object shorter than its entry")
+        return data
+
+    def _count_from_store(self, n: int) -> None:
+        pass  # a remote reader counts its own GETs (bytes_from_store, added at release)
+
+    def release(self) -> None:
+        if self.reader is not None:
+            self.stats.add("bytes_from_store", getattr(self.reader, "bytes_from_store", 0))
+            self.reader.close()
+
+
+class LocalObjectHandle(ObjectHandle):
+    """A committed object that is a local file (see the module docstring)."""
+
+    __slots__ = ("content", "chunk", "buf", "buf_off", "lock")
+
+    def __init__(self, node, reader, size: int, content: bytes | None, chunk: int, spool, stats, log_once,
+                 repo_name: str):
+        super().__init__(node, reader, size, spool, stats, log_once, repo_name)
+        self.content = content  # a small file, read whole at open
+        self.chunk = chunk
+        self.buf = b""  # what the last sequential read fetched beyond what it was asked for
+        self.buf_off = 0
+        self.lock = threading.Lock()  # one fetch ahead at a time: concurrent reads wait for it
+
+    def read_fast(self, offset: int, size: int) -> bytes | None:
+        if self._written():
+            return None  # another handle is writing it: no read-ahead buffer is current
+        return self._from_memory(offset, size)
+
+    def _from_memory(self, offset: int, size: int) -> bytes | None:
+        if self.content is not None:
+            data = self.content[offset:offset + size]
+            self.stats.add("bytes_read", len(data))
+            return data
+        buf, lo = self.buf, self.buf_off
+        if buf and lo <= offset and (offset + size <= lo + len(buf) or lo + len(buf) >= self.size):
+            data = buf[offset - lo:offset - lo + size]
+            self.next_off = max(self.next_off, offset + len(data))
+            self.stats.add("bytes_read", len(data))
+            self.stats.add("reads_from_memory")
+            return data
+        return None
+
+    def read(self, offset: int, size: int) -> bytes:
+        data = self._spooled_read(offset, size)
+        if data is not None:
+            return data
+        if self.content is not None:
+            return self.content[offset:offset + size]
+        if offset >= self.size or self.reader is None:
+            return b""
+        n = min(size, self.size - offset)
+        chunk = self.chunk
+        if n * 4 < chunk and offset > 0 and abs(offset - self.next_off) <= 2 * chunk:
+            # small sequential reads (the kernel's read-ahead window is small; its requests may
+            # arrive slightly out of order): fetch the aligned piece around them in this one
+            # thread call; the next reads are then served from memory on the trio thread
+            # (read_fast). Concurrent reads wait for the fetch rather than repeat it.
+            with self.lock:
+                data = self._from_memory(offset, n)
+                if data is not None:
+                    return data
+                start = offset - offset % chunk
+                want = min(max(offset + n - start, chunk), self.size - start)
+                try:
+                    piece = self.reader.read(start, want)
+                except NotFound:
+                    raise FsError(errno.EIO, "object missing") from None
+                self.stats.add("bytes_from_store", len(piece))
+                if len(piece) == want:
+                    self.buf, self.buf_off = piece, start
+                    data = piece[offset - start:offset - start + n]
+                    self.next_off = max(self.next_off, offset + len(data))
+                    self.stats.add("bytes_read", len(data))
+                    return data
+        return self._read_object(offset, n)
+
+    def _count_from_store(self, n: int) -> None:
+        self.stats.add("bytes_from_store", n)  # a local object file: every byte is from the store
+
+
+class SpoolHandle(Handle):
+    """A file of a branch tree whose content goes through the spool: written to local
+    disk, uploaded and staged (durably) on flush; the last release saves what a failed
+    flush left and drops the spool copy."""
+
+    __slots__ = ("sf", "writable", "spool")
+
+    def __init__(self, node, sf, writable: bool, spool):
+        super().__init__(node)
+        self.sf = sf
+        self.writable = writable
+        self.spool = spool
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self.sf.read(offset, size)
+
+    def write(self, offset: int, data: bytes) -> int:
+        if not self.writable:
+            raise FsError(errno.EBADF, "not open for writing")
+        return self.sf.write(offset, data)
+
+    def pending(self) -> bool:
+        return self.sf.dirty
+
+    def flush(self) -> None:
+        self.sf.flush()
+
+    def release_pending(self) -> bool:
+        return True  # the last handle's release saves the file (upload, staging, LMDB sync)
+
+    def release(self) -> None:
+        self.spool.release(self.node.ino)
+
+
+class ControlHandle(Handle):
+    """An open control file: what is written is one request, run when a write ends a line,
+    else on flush (close) or fsync; reading returns the last outcome."""
+
+    __slots__ = ("controls", "branch", "name", "buf", "writable", "content")
+
+    def __init__(self, node, controls, branch: str | None, name: str, writable: bool, content: bytes):
+        super().__init__(node)
+        self.controls = controls
+        self.branch = branch
+        self.name = name
+        self.buf = bytearray()
+        self.writable = writable
+        self.content = content
+
+    def read_fast(self, offset: int, size: int) -> bytes:
+        return self.content[offset:offset + size]
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self.content[offset:offset + size]
+
+    def write(self, offset: int, data: bytes) -> int:
+        if not self.writable:
+            raise FsError(errno.EBADF, "not open for writing")
+        if offset + len(data) > control.MAX_REQUEST_BYTES:
+            raise FsError(errno.EFBIG, f"control requests are at most {control.MAX_REQUEST_BYTES} bytes")
+        if offset > len(self.buf):
+            self.buf.extend(b"\0" * (offset - len(self.buf)))
+        self.buf[offset:offset + len(data)] = data
+        if data.endswith(b"\n"):
+            # A write that ends a line ends the request: run it now, so the write itself
+            # fails when the request does (bash ignores errors of close, not of write).
+            req = bytes(self.buf)
+            self.buf.clear()
+            self._run(req)
+        return len(data)
+
+    def pending(self) -> bool:
+        return bool(self.buf)
+
+    def flush(self) -> None:
+        if self.writable and self.buf:
+            data = bytes(self.buf)
+            self.buf.clear()
+            self._run(data)
+
+    def release_pending(self) -> bool:
+        return self.writable and bool(self.buf)
+
+    def release(self) -> None:
+        if self.writable and self.buf:  # written without a flush (never for close(2))
+            try:
+                self._run(bytes(self.buf))
+            except GravelerError:
+                pass  # the outcome is kept for the read-back
+
+    def _run(self, data: bytes) -> None:
+        try:
+            self.controls.execute(self.branch, self.name, data)
+        finally:
+            self.content = self.controls.outcome(self.branch, self.name)
+            if self.node.tree is not None:
+                self.node.tree.repin()

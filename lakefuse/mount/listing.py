@@ -1,0 +1,187 @@
+"""Directory listing: the mount root, ``.lakefuse`` directories, and a tree's directories.
+
+A directory of a tree is listed a page at a time (``FsConfig.readdir_page``
+entries from graveler per call), with the path rule of :mod:`graveler.paths`
+applied (a key that is no valid name is hidden; an object shadowed by a
+directory of the same name is hidden). A :class:`DirHandle` keeps the page read
+last and a mark per page, so ``readdir`` resumes without re-reading and a seek
+restarts from the nearest mark. The root and ``.lakefuse`` directories are small
+and held whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from graveler import paths
+from lakefuse.mount import special
+from lakefuse.mount.attrs import DirEntry
+from lakefuse.mount.errors import FsError
+from lakefuse.mount.handles import Handle
+from lakefuse.mount.inodes import Kind, Node
+
+if TYPE_CHECKING:
+    from lakefuse.mount.trees import Tree
+
+
+class DirHandle(Handle):
+    __slots__ = ("lock", "buf", "buf_start", "marks", "next_off", "next_after", "done", "entries")
+
+    def __init__(self, node: Node):
+        super().__init__(node)
+        self.lock = threading.Lock()
+        self.buf: list[DirEntry] = []
+        self.buf_start = 0
+        self.marks: dict[int, bytes] = {0: b""}  # offset -> listing key to resume after
+        self.next_off = 0
+        self.next_after = b""
+        self.done = False
+        self.entries: list[DirEntry] | None = None  # a small directory held whole (root, .lakefuse)
+
+    def ready(self, offset: int) -> list[DirEntry] | None:
+        """Entries from ``offset`` on that are already read (``[]``: the end), or None."""
+        if self.entries is not None:
+            return self.entries[offset:]
+        i = offset - self.buf_start
+        if 0 <= i < len(self.buf):
+            return self.buf[i:]
+        if i == len(self.buf) and self.done and offset == self.next_off:
+            return []
+        return None
+
+
+def fill(fs, h: DirHandle, offset: int) -> None:
+    """Read the entries of ``h``'s directory from ``offset`` on (blocking)."""
+    node = h.node
+    if node.kind == Kind.ROOT:
+        with h.lock:
+            h.entries = root_entries(fs)
+    elif node.kind == Kind.INFO_DIR:
+        with h.lock:
+            h.entries = special_entries(fs, node)
+    elif node.tree.immutable:
+        with h.lock:
+            _fill_tree_dir(fs, h, offset)
+    else:
+        with fs.tree_lock(node.tree).shared(), h.lock:
+            _fill_tree_dir(fs, h, offset)
+
+
+def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
+    node = h.node
+    tree: Tree = node.tree
+    if offset == h.next_off:
+        after, start = h.next_after, offset
+    else:  # a seek: resume from the nearest page mark at or before offset, skip the rest
+        start = max(o for o in h.marks if o <= offset)
+        after = h.marks[start]
+    skip = offset - start
+    stamp = tree.repin()
+    prefix = paths.dir_prefix(node.path)
+    page_size = fs.config.readdir_page
+    entries: list[DirEntry] = []
+    want = skip + page_size
+    done = False
+    last = after
+    while len(entries) < want and not done:
+        page = tree.view.list_page(prefix, last, page_size)
+        done = len(page) < page_size
+        if not page:
+            break
+        last = page[-1].path
+        entries.extend(_page_entries(fs, tree, node, page, done, stamp))
+    # offsets: the entry at index i (counted from `start`) resumes at start + i + 1
+    for i, e in enumerate(entries):
+        e.offset = start + i + 1
+    h.marks[start] = after
+    h.buf = entries[skip:]
+    h.buf_start = offset
+    h.next_off = start + len(entries)
+    h.next_after = last
+    h.done = done
+    if not h.buf and not done:  # nothing visible in what was read: keep going later
+        h.done = False
+
+
+def _page_entries(fs, tree: "Tree", node: Node, page, complete: bool, stamp: int) -> list[DirEntry]:
+    """Visible entries of one listing page, with the path rule applied."""
+    prefixes = {it.path for it in page if it.value is None}
+    last = page[-1].path
+    out: list[DirEntry] = []
+    plen = len(node.path) + 1 if node.path else 0
+    rules = fs.rules
+    for it in page:
+        key = it.path
+        if it.value is None:  # a common prefix: "<dir>/<name>/"
+            name = key[plen:-1]
+            why = paths.name_problem(name)
+            if why is not None:
+                hidden(fs, tree, key, why)
+                continue
+            path = key[:-1]
+            marker = tree.view.get(key)  # the common prefix "d/" is also d's marker key
+            out.append(DirEntry(name, 0, fs.dir_key(tree, path), Kind.DIR, tree, path, None,
+                                rules.tree_dir_attr(tree, path, marker), stamp))
+            continue
+        name = key[plen:]
+        why = paths.name_problem(name)
+        if why is not None:
+            if name:  # an empty name is the directory's own marker ("d/"), not a hidden key
+                hidden(fs, tree, key, why)
+            continue
+        below = key + b"/"
+        if below in prefixes or (not complete and below > last and tree.view.stat(key).is_dir):
+            shadowed(fs, tree, key)
+            continue
+        try:
+            attr = rules.file_attr(it.value, tree)
+        except Exception as e:  # a damaged entry hides that one file, not the directory
+            fs.log_once(logging.WARNING, ("bad", tree.key, key), "%s/%s: cannot show %r: %s",
+                        fs.repo.name, tree.name, key.decode("utf-8", "replace"), e)
+            continue
+        out.append(DirEntry(name, 0, fs.file_key(tree, key), Kind.FILE, tree, key, it.value, attr, stamp))
+    return out
+
+
+def hidden(fs, tree: "Tree", key: bytes, why: str) -> None:
+    fs.log_once(logging.INFO, ("hidden", tree.key, key), "%s/%s: key %r is not shown (%s)",
+                fs.repo.name, tree.name, key.decode("utf-8", "replace"), why)
+
+
+def shadowed(fs, tree: "Tree", path: bytes) -> None:
+    fs.log_once(logging.INFO, ("shadow", tree.key, path),
+                "%s/%s: the object %r is hidden by the directory of the same name",
+                fs.repo.name, tree.name, path.decode("utf-8", "replace"))
+
+
+def root_entries(fs) -> list[DirEntry]:
+    """One directory per branch and tag (a branch wins a name both have)."""
+    names: dict[str, None] = {}
+    for b in fs.repo.list_branches():
+        names[b.name] = None
+    for t in fs.repo.list_tags():
+        names.setdefault(t.name, None)
+    out = []
+    for ref in sorted(names, key=lambda s: s.encode()):
+        name = ref.encode()
+        if paths.name_problem(name) is not None:
+            continue
+        try:
+            tree = fs.tree(name)
+        except FsError:
+            continue  # deleted meanwhile
+        out.append(DirEntry(name, len(out) + 1, fs.dir_key(tree, b""), Kind.DIR, tree, b"", None,
+                            fs.rules.tree_dir_attr(tree, b""), tree.stamp))
+    return out
+
+
+def special_entries(fs, node: Node) -> list[DirEntry]:
+    """The files of a ``.lakefuse`` directory (:mod:`lakefuse.mount.special`)."""
+    tree = node.tree
+    out = []
+    for spec in special.files_in(tree, fs.writable):
+        out.append(DirEntry(spec.name, len(out) + 1, spec.key(tree), Kind.INFO_FILE, tree, spec.name, None,
+                            special.attr(fs, spec, tree), 0))
+    return out

@@ -1,0 +1,118 @@
+"""A ref shown as a tree, and the lock that keeps a directory rename whole.
+
+A :class:`Tree` is one ref of the mount root: a branch (live: its view is
+re-pinned when the branch's change stamp moves) or a commit, tag or ref
+expression (immutable). A :class:`RWLock` per branch tree lets every request
+read while no directory rename runs, and a rename run alone.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from graveler.view import View
+
+
+class Tree:
+    """One ref shown as a tree: a branch (live) or a commit (immutable)."""
+
+    __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock")
+
+    def __init__(self, name: str, view: View):
+        self.name = name
+        self.view = view
+        self.immutable = not view.is_branch
+        self.key = ("tree", name, view.commit_id if self.immutable else None)
+        self.nodes = 0
+        self.stamp = view.change_stamp()
+        self.lock = threading.Lock()
+
+    def repin(self) -> int:
+        """The current change stamp; a branch view re-pins when it moved (NotFound
+        if the branch is gone). Blocking (a cheap LMDB read); nothing is made durable."""
+        if self.immutable:
+            return 0
+        s = self.view.change_stamp()
+        if s != self.stamp:
+            with self.lock:
+                if s != self.stamp:
+                    self.view.refresh()
+                    self.stamp = s
+        return s
+
+    @property
+    def mtime_ns(self) -> int:
+        return int(self.view.commit.creation_date.timestamp()) * 1_000_000_000
+
+
+class RWLock:
+    """Many readers or one writer (a directory rename) per branch tree."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    def shared(self) -> "_Shared":
+        return _Shared(self)
+
+    def exclusive(self) -> "_Exclusive":
+        return _Exclusive(self)
+
+
+class _Shared:
+    __slots__ = ("l",)
+
+    def __init__(self, lock: RWLock):
+        self.l = lock
+
+    def __enter__(self):
+        c = self.l._cond
+        with c:
+            while self.l._writer:
+                c.wait()
+            self.l._readers += 1
+
+    def __exit__(self, *exc):
+        c = self.l._cond
+        with c:
+            self.l._readers -= 1
+            if not self.l._readers:
+                c.notify_all()
+
+
+class _Exclusive:
+    __slots__ = ("l",)
+
+    def __init__(self, lock: RWLock):
+        self.l = lock
+
+    def __enter__(self):
+        c = self.l._cond
+        with c:
+            while self.l._writer:
+                c.wait()
+            self.l._writer = True
+            while self.l._readers:
+                c.wait()
+
+    def __exit__(self, *exc):
+        c = self.l._cond
+        with c:
+            self.l._writer = False
+            c.notify_all()
+
+
+class TreeLocks:
+    """The :class:`RWLock` of each branch tree, by branch name."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, RWLock] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, tree: Tree) -> RWLock:
+        lock = self._locks.get(tree.name)
+        if lock is None:
+            with self._lock:
+                lock = self._locks.setdefault(tree.name, RWLock())
+        return lock

@@ -121,6 +121,7 @@ KV_MODULES = {"test_graveler_ops", "test_graveler_model", "test_graveler_view", 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "lmdb_only: the test reads LMDB's own files; it runs on LMDB alone")
+    config.addinivalue_line("markers", "expect_log(why): the test logs WARNING/ERROR lines on purpose")
 
 
 def pytest_generate_tests(metafunc):
@@ -143,3 +144,40 @@ def kv_backend(request):
         yield request.param
     finally:
         graveler_testutil.current_backend = "lmdb"
+
+
+# =====================================================================================
+# Honest logs: a WARNING or ERROR line logged in the test process by graveler or lakefuse
+# fails the test, unless the test expects it: it uses ``caplog`` (and asserts on it), or
+# says so with @pytest.mark.expect_log("why").  A warning nobody expects is either a bug
+# or a message that misleads users.
+# =====================================================================================
+
+_WATCHED_LOGGERS = ("graveler", "lakefuse")
+
+
+class _Unexpected(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.split(".")[0] in _WATCHED_LOGGERS:
+            self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def _no_unexpected_warning_logs(request):
+    handler = _Unexpected()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+    if "caplog" in request.fixturenames or request.node.get_closest_marker("expect_log") is not None:
+        return
+    if handler.records:
+        lines = "\n".join(f"  {r.levelname} {r.name}: {r.getMessage()}" for r in handler.records[:10])
+        pytest.fail(f"unexpected WARNING/ERROR log lines (use caplog, or mark the test expect_log):\n{lines}",
+                    pytrace=False)

@@ -396,6 +396,7 @@ def test_backup_tool_touching_table_files_means_checked_again_and_passing(tmp_pa
 
 
 @pytest.mark.s3
+@pytest.mark.expect_log("a damaged cached copy is dropped and fetched again, with one warning")
 def test_backup_tool_touching_the_s3_disk_tier_means_verified_again_and_passing(tmp_path, monkeypatch,
                                                                                  s3_bucket, s3_config):
     cfg = GravelerConfig(home=tmp_path / "home", kv=FAST_KV, store=s3_config)
@@ -827,6 +828,7 @@ def test_data_cache_left_by_a_killed_process_mid_fill(tmp_path):
 
 
 @pytest.mark.s3
+@pytest.mark.expect_log("a damaged cached chunk is fetched again, with one warning")
 def test_objects_at_chunk_boundaries_through_the_mount_cache(tmp_path, s3_bucket, s3_config):
     """Objects of 0, 1, 8 MiB - 1, 8 MiB, 8 MiB + 1 and 16 MiB (0 mod the 8 MiB chunk) bytes, uploaded
     and read as the mount reads them (View.open with the data cache), cold and warm, whole and at the

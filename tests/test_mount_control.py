@@ -93,6 +93,7 @@ def test_commit_success_and_read_back(repo, controls):
     assert back["ok"] and back["commit"]["id"] == head.id
 
 
+@pytest.mark.expect_log("a failed control request is logged as a warning")
 def test_failed_requests_change_nothing_and_keep_the_reason(repo, controls):
     head = repo.get_commit("main").id
     with pytest.raises(NothingToCommit):
@@ -122,6 +123,7 @@ def test_status_lines(repo, controls):
     assert controls.outcome("main", "status") == b"M change\nD gone\nA new/file\n"
 
 
+@pytest.mark.expect_log("a failed control request is logged as a warning")
 def test_merge_conflict_lists_paths(repo, controls):
     repo.upload("main", "x", b"0")
     repo.commit("main", "base")
@@ -138,6 +140,7 @@ def test_merge_conflict_lists_paths(repo, controls):
     assert repo.read("main", "x") == b"dev" and out["commit"]["parents"][1] == repo.get_commit("dev").id
 
 
+@pytest.mark.expect_log("a failed control request is logged as a warning")
 def test_merge_refuses_dirty_branch(repo, controls):
     controls.execute(None, "branch", b"dev")
     repo.upload("dev", "y", b"1")
@@ -168,6 +171,7 @@ def test_revert(repo, controls):
     assert not repo.exists("main", "r")
 
 
+@pytest.mark.expect_log("a failed control request is logged as a warning")
 def test_root_branch_and_tag(repo, controls):
     out = controls.execute(None, "branch", b"feature main")
     assert out["branch"] == "feature" and repo.get_branch("feature").commit_id == repo.get_commit("main").id

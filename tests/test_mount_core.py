@@ -390,6 +390,7 @@ def test_info_files(fs, repo):
         lookup_path(fs, "main/a/.lakefuse")  # reserved below the tree root: nothing there
 
 
+@pytest.mark.expect_log("a missing object is logged when it is answered EIO")
 def test_missing_object_is_eio_but_stat_works(fs, repo, tmp_path):
     e = repo.get("v1", "a/x.txt")
     (tmp_path / "ns-core" / e.address).unlink()
@@ -489,6 +490,7 @@ def test_sequential_reads_fetch_ahead_in_one_call(fs, repo):
     fs.release(o.fh)
 
 
+@pytest.mark.expect_log("every failure at the boundary is logged")
 def test_error_boundary_answers_every_failure_with_an_errno(fs):
     """pyfuse3 ends its loop on anything that is not FUSEError: the boundary turns every
     failure into one (graveler's through the table, a local file's OSError by its errno,

@@ -32,7 +32,7 @@ def repo(tmp_path):
     r.upload("main", "data/a.csv", b"a,b\n1,2\n")
     r.commit("main", "base")
     yield r
-    r.graveler.close()
+    r.close()
 
 
 @pytest.fixture

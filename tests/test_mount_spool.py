@@ -133,6 +133,7 @@ def test_failed_upload_keeps_the_file_dirty_and_spooled(repo, spool, monkeypatch
     assert repo.read("main", "h") == b"precious"
 
 
+@pytest.mark.expect_log("recovered spool files are reported as warnings")
 def test_recovery_after_a_crash(repo, tmp_path):
     cfg = SpoolConfig(tmp_path / "cache", repo.name)
     dead = Spool(repo, cfg)

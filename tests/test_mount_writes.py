@@ -136,6 +136,7 @@ def test_truncate_without_open(fs, repo):
     assert repo.read("main", "top") == b"t\0\0\0"
 
 
+@pytest.mark.expect_log("a spool disk error is logged")
 def test_spool_disk_errors_answer_their_errno(fs, repo):
     ino = ino_of(fs, "main/top")
     assert fs_errno(fs.setattr, ino, SetAttr(size=1 << 62)) in (errno.EFBIG, errno.EINVAL)
@@ -260,6 +261,7 @@ def test_mkdir_at_root_makes_a_branch_and_rmdir_is_eperm(fs, repo):
     assert fs_errno(fs.rmdir, ROOT_INO, b"feature") == errno.EPERM
 
 
+@pytest.mark.expect_log("a failed control request is logged as a warning")
 def test_commit_control_file(fs, repo):
     write_file(fs, "main", "c.txt", b"c")
     assert read_control(fs, "main", "status") == b"A c.txt\n"

@@ -427,6 +427,7 @@ def test_compiled_lru_behaves_as_the_reference(ops, budget):
         assert list(c.data) == list(py.data)
 
 
+@pytest.mark.expect_log("a damaged cached copy is dropped and fetched again, with one warning")
 def test_a_damaged_mapped_cache_entry_is_fetched_again(tmp_path):
     from graveler.cache import ImmutableCache
     from graveler.committed.reader import verify_table

@@ -51,6 +51,7 @@ def test_reads_any_range_and_reads_ahead(store, tmp_path):
     assert store.ranges == [(5000, 1000), (2000, 1000)]
 
 
+@pytest.mark.expect_log("a damaged cached chunk is fetched again, with one warning")
 def test_data_cache_is_shared_and_checked(store, tmp_path):
     data = os.urandom(5_000)
     store.put("obj", data)

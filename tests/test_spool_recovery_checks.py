@@ -211,6 +211,7 @@ def test_acknowledged_save_is_not_reported_lost_when_the_key_changed_before_remo
 
 
 @needs_fuse
+@pytest.mark.expect_log("the repository's own leftover is reported as a warning")
 def test_leftovers_of_a_same_named_repository_of_another_home_are_not_taken(homes, tmp_path):
     """False positive: two lakefuse homes each with a repository named ``data`` share one
     --cache-dir (so one spool/data/ directory). A dead daemon of home2's ``data`` left an
@@ -349,6 +350,7 @@ def test_a_mount_starting_while_another_recovers_keeps_its_spool(repo, tmp_path,
     recovering.close()
 
 
+@pytest.mark.expect_log("a dead mount's leftover is reported as a warning")
 def test_pid_in_an_instance_name_never_decides_liveness(repo, tmp_path, monkeypatch):
     """False positive (PID reuse): liveness is the instance's flock, not the pid in its
     name. A live mount whose name carries a pid that no longer runs is left alone; a

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+from graveler.locks import RWLock
 from graveler.view import View
 
 
@@ -43,64 +44,6 @@ class Tree:
     @property
     def mtime_ns(self) -> int:
         return int(self.view.commit.creation_date.timestamp()) * 1_000_000_000
-
-
-class RWLock:
-    """Many readers or one writer (a directory rename) per branch tree."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    def shared(self) -> "_Shared":
-        return _Shared(self)
-
-    def exclusive(self) -> "_Exclusive":
-        return _Exclusive(self)
-
-
-class _Shared:
-    __slots__ = ("l",)
-
-    def __init__(self, lock: RWLock):
-        self.l = lock
-
-    def __enter__(self):
-        c = self.l._cond
-        with c:
-            while self.l._writer:
-                c.wait()
-            self.l._readers += 1
-
-    def __exit__(self, *exc):
-        c = self.l._cond
-        with c:
-            self.l._readers -= 1
-            if not self.l._readers:
-                c.notify_all()
-
-
-class _Exclusive:
-    __slots__ = ("l",)
-
-    def __init__(self, lock: RWLock):
-        self.l = lock
-
-    def __enter__(self):
-        c = self.l._cond
-        with c:
-            while self.l._writer:
-                c.wait()
-            self.l._writer = True
-            while self.l._readers:
-                c.wait()
-
-    def __exit__(self, *exc):
-        c = self.l._cond
-        with c:
-            self.l._writer = False
-            c.notify_all()
 
 
 class TreeLocks:

@@ -4,6 +4,13 @@ A *value* is what a range or metarange record holds: an identity and opaque
 data.  For a range record, identity is the 32-byte sha256 of the entry and data
 is a protobuf ``catalog.Entry``; for a metarange record, identity is the range
 ID (64 ASCII hex characters) and data is a protobuf ``RangeData``.
+
+This module is the records layer's switch: the value codec, the catalog entry
+encoders and the entry identity are ``graveler._crecord``'s (compiled, the
+default) or the pure-Python references here and in :mod:`graveler.ident`
+(``LAKEFUSE_PURE_PYTHON=1``), chosen once at import under the same names.
+``VALUE_DECODER`` is what a table scan is handed to decode values
+(``SSTable.seek_ge(start, VALUE_DECODER)``).
 """
 
 from __future__ import annotations
@@ -91,7 +98,7 @@ class Entry:
     content_type: str = ""
 
     def identity(self) -> bytes:
-        return ident.entry_identity(self.size, self.etag, self.metadata, self.content_type)
+        return entry_identity(self.size, self.etag, self.metadata, self.content_type)
 
     def to_proto_bytes(self) -> bytes:
         if _entry_proto is None:
@@ -158,6 +165,8 @@ def py_encode_records(values: Iterable[Entry | Value | None]) -> list[bytes]:
 if native.PURE_PYTHON:
     encode_value, decode_value = py_encode_value, py_decode_value
     encode_records = py_encode_records
+    entry_identity = ident.py_entry_identity
+    VALUE_DECODER = py_decode_value
     _entry_to_value = Entry.py_to_value
     _entry_record = lambda e: py_encode_value(e.py_to_value())  # noqa: E731
     _entry_proto = None
@@ -167,6 +176,8 @@ else:
     _c.bind_entry(Entry)
     encode_value, decode_value = _c.encode_value, _c.decode_value
     encode_records = _c.encode_records
+    entry_identity = _c.entry_identity
+    VALUE_DECODER = _c.VALUE_DECODER
     _entry_to_value, _entry_record, _entry_proto = _c.entry_to_value, _c.entry_record, _c.entry_proto
 
 

@@ -101,25 +101,13 @@ class Entry:
         return entry_identity(self.size, self.etag, self.metadata, self.content_type)
 
     def to_proto_bytes(self) -> bytes:
-        if _entry_proto is None:
-            return self.py_to_proto_bytes()
         return _entry_proto(self.address, self.size, self.etag, self.last_modified_ns, self.metadata,
                             int(self.address_type), self.content_type)
 
     def py_to_proto_bytes(self) -> bytes:
         """The pure-Python reference of ``to_proto_bytes`` (protobuf's deterministic serialization)."""
-        pb = catalog_pb2.Entry(
-            address=self.address,
-            size=self.size,
-            e_tag=self.etag,
-            address_type=int(self.address_type),
-            content_type=self.content_type,
-        )
-        if self.last_modified_ns:
-            pb.last_modified.seconds, pb.last_modified.nanos = divmod(self.last_modified_ns, 1_000_000_000)
-        if self.metadata:
-            pb.metadata.update(self.metadata)
-        return pb.SerializeToString(deterministic=True)
+        return py_entry_proto(self.address, self.size, self.etag, self.last_modified_ns, self.metadata,
+                              int(self.address_type), self.content_type)
 
     def to_value(self) -> Value:
         return _entry_to_value(self)
@@ -156,6 +144,18 @@ class Entry:
         return Entry.from_proto_bytes(v.data)
 
 
+def py_entry_proto(address: str, size: int, etag: str, last_modified_ns: int, metadata: dict[str, str],
+                   address_type: int, content_type: str) -> bytes:
+    """A catalog entry's protobuf bytes (deterministic serialization): the reference of ``entry_proto``."""
+    pb = catalog_pb2.Entry(address=address, size=size, e_tag=etag, address_type=address_type,
+                           content_type=content_type)
+    if last_modified_ns:
+        pb.last_modified.seconds, pb.last_modified.nanos = divmod(last_modified_ns, 1_000_000_000)
+    if metadata:
+        pb.metadata.update(metadata)
+    return pb.SerializeToString(deterministic=True)
+
+
 def py_encode_records(values: Iterable[Entry | Value | None]) -> list[bytes]:
     """The stored record value of each Entry or Value, in one call; None (staging's tombstone) gives b"".
     The pure-Python reference of ``encode_records``."""
@@ -169,7 +169,7 @@ if native.PURE_PYTHON:
     VALUE_DECODER = py_decode_value
     _entry_to_value = Entry.py_to_value
     _entry_record = lambda e: py_encode_value(e.py_to_value())  # noqa: E731
-    _entry_proto = None
+    _entry_proto = py_entry_proto
 else:
     _c = native.load("graveler._crecord")
     _c.bind(Value)

@@ -628,3 +628,20 @@ def test_checkpoints_that_do_not_fit_are_not_used(tmp_path):
         fmt.CHECKPOINT_HEAD.pack(*cp[:6]) + cp[6] for cp in bad)))
     got, stats = m.apply(mr, change)
     assert got == want and stats.blocks_resumed == 0
+
+
+def test_each_layer_chooses_once_and_committed_knows_no_table_bytes():
+    """The compiled/reference choice is made in one module per layer, and committed/ reaches table bytes
+    only through the sstable layer's kernel API (``_crange.pxd``), never its block internals."""
+    import re
+
+    root = REPO / "graveler"
+    choosers = sorted(str(p.relative_to(REPO)) for p in root.rglob("*.py") if "PURE_PYTHON" in p.read_text())
+    assert choosers == ["graveler/committed/kernel.py", "graveler/lru.py", "graveler/model.py",
+                        "graveler/native.py", "graveler/sstable/kernel.py"]
+    for p in (root / "committed").glob("*.py*"):
+        text = p.read_text()
+        assert not re.search(r"sstable\._cblock|\._core\b|_compiled\b", text), p
+        for m in re.finditer(r"from graveler\.sstable\.(\w+) cimport", text):
+            assert m.group(1) in ("_crange", "_ctable"), (p, m.group(0))
+    assert "graveler.model" not in (root / "sstable" / "reader.py").read_text()

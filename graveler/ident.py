@@ -2,6 +2,9 @@
 
 Every content address in a storage namespace -- entry identities, range and
 metarange IDs, commit IDs -- is computed here, so that our IDs equal lakeFS's.
+This is pure Python; the compiled entry identity and table-ID input are
+``graveler._crecord``'s, and the records layer (:mod:`graveler.model`) selects
+them (``model.entry_identity``).
 """
 
 from __future__ import annotations
@@ -9,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import struct
 from typing import Iterable, Mapping
-
-from graveler import native
 
 _I64 = struct.Struct(">q")
 
@@ -89,7 +90,7 @@ class TableHasher:
         self._h.update(b"%d%s|%d%s|" % (len(key), key, len(value), value))
 
     def add_many(self, keys: list[bytes], values: list[bytes]) -> None:
-        self._h.update(hasher_input(keys, values))
+        self._h.update(py_hasher_input(keys, values))
 
     def add_input(self, data: bytes) -> None:
         """Records already in their hashed form (``hasher_input``)."""
@@ -104,9 +105,3 @@ def py_hasher_input(keys: list[bytes], values: list[bytes]) -> bytes:
     """What a table ID hashes for these records (the reference of the compiled one)."""
     return b"".join([b"%d%s|%d%s|" % (len(k), k, len(v), v) for k, v in zip(keys, values)])
 
-
-if native.PURE_PYTHON:
-    entry_identity, hasher_input = py_entry_identity, py_hasher_input
-else:
-    _c = native.load("graveler._crecord")
-    entry_identity, hasher_input = _c.entry_identity, _c.hasher_input

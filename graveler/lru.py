@@ -100,7 +100,7 @@ class PyLRU(Generic[K, V]):
 
 if native.PURE_PYTHON:
     LRU = PyLRU
-else:  # the same class, compiled (graveler._crecord.LRU): a hit is one C call
-    LRU = native.load("graveler._crecord").LRU
+else:  # the same class, compiled (graveler._clru.LRU): a hit is one C call
+    LRU = native.load("graveler._clru").LRU
 
 __all__ = ["LRU", "PyLRU"]

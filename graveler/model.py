@@ -4,6 +4,13 @@ A *value* is what a range or metarange record holds: an identity and opaque
 data.  For a range record, identity is the 32-byte sha256 of the entry and data
 is a protobuf ``catalog.Entry``; for a metarange record, identity is the range
 ID (64 ASCII hex characters) and data is a protobuf ``RangeData``.
+
+This module is the records layer's switch: the value codec, the catalog entry
+encoders and the entry identity are ``graveler._crecord``'s (compiled, the
+default) or the pure-Python references here and in :mod:`graveler.ident`
+(``LAKEFUSE_PURE_PYTHON=1``), chosen once at import under the same names.
+``VALUE_DECODER`` is what a table scan is handed to decode values
+(``SSTable.seek_ge(start, VALUE_DECODER)``).
 """
 
 from __future__ import annotations
@@ -91,28 +98,16 @@ class Entry:
     content_type: str = ""
 
     def identity(self) -> bytes:
-        return ident.entry_identity(self.size, self.etag, self.metadata, self.content_type)
+        return entry_identity(self.size, self.etag, self.metadata, self.content_type)
 
     def to_proto_bytes(self) -> bytes:
-        if _entry_proto is None:
-            return self.py_to_proto_bytes()
         return _entry_proto(self.address, self.size, self.etag, self.last_modified_ns, self.metadata,
                             int(self.address_type), self.content_type)
 
     def py_to_proto_bytes(self) -> bytes:
         """The pure-Python reference of ``to_proto_bytes`` (protobuf's deterministic serialization)."""
-        pb = catalog_pb2.Entry(
-            address=self.address,
-            size=self.size,
-            e_tag=self.etag,
-            address_type=int(self.address_type),
-            content_type=self.content_type,
-        )
-        if self.last_modified_ns:
-            pb.last_modified.seconds, pb.last_modified.nanos = divmod(self.last_modified_ns, 1_000_000_000)
-        if self.metadata:
-            pb.metadata.update(self.metadata)
-        return pb.SerializeToString(deterministic=True)
+        return py_entry_proto(self.address, self.size, self.etag, self.last_modified_ns, self.metadata,
+                              int(self.address_type), self.content_type)
 
     def to_value(self) -> Value:
         return _entry_to_value(self)
@@ -149,6 +144,18 @@ class Entry:
         return Entry.from_proto_bytes(v.data)
 
 
+def py_entry_proto(address: str, size: int, etag: str, last_modified_ns: int, metadata: dict[str, str],
+                   address_type: int, content_type: str) -> bytes:
+    """A catalog entry's protobuf bytes (deterministic serialization): the reference of ``entry_proto``."""
+    pb = catalog_pb2.Entry(address=address, size=size, e_tag=etag, address_type=address_type,
+                           content_type=content_type)
+    if last_modified_ns:
+        pb.last_modified.seconds, pb.last_modified.nanos = divmod(last_modified_ns, 1_000_000_000)
+    if metadata:
+        pb.metadata.update(metadata)
+    return pb.SerializeToString(deterministic=True)
+
+
 def py_encode_records(values: Iterable[Entry | Value | None]) -> list[bytes]:
     """The stored record value of each Entry or Value, in one call; None (staging's tombstone) gives b"".
     The pure-Python reference of ``encode_records``."""
@@ -158,15 +165,19 @@ def py_encode_records(values: Iterable[Entry | Value | None]) -> list[bytes]:
 if native.PURE_PYTHON:
     encode_value, decode_value = py_encode_value, py_decode_value
     encode_records = py_encode_records
+    entry_identity = ident.py_entry_identity
+    VALUE_DECODER = py_decode_value
     _entry_to_value = Entry.py_to_value
     _entry_record = lambda e: py_encode_value(e.py_to_value())  # noqa: E731
-    _entry_proto = None
+    _entry_proto = py_entry_proto
 else:
     _c = native.load("graveler._crecord")
     _c.bind(Value)
     _c.bind_entry(Entry)
     encode_value, decode_value = _c.encode_value, _c.decode_value
     encode_records = _c.encode_records
+    entry_identity = _c.entry_identity
+    VALUE_DECODER = _c.VALUE_DECODER
     _entry_to_value, _entry_record, _entry_proto = _c.entry_to_value, _c.entry_record, _c.entry_proto
 
 

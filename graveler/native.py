@@ -1,15 +1,21 @@
-"""Which implementation runs graveler's per-record hot path.
+"""Which implementation runs graveler's hot paths: the switch's setting and the loader, nothing else.
 
 The compiled extensions, built from their ``.pyx`` files by ``pip install``, are the
-default: ``graveler._crecord`` (entry encoding and identity, SHA-256 on OpenSSL),
-``graveler.sstable._cblock`` (block decode, get, scans, block encode),
-``graveler.sstable._ctable`` (the table writer with the range-ID hash),
-``graveler.committed._capply`` (the per-range step of apply) and
-``graveler.committed._cdiff`` (diff).  The
-pure-Python code beside them is the reference they are tested against, and
-``LAKEFUSE_PURE_PYTHON=1`` selects it at start-up (debugging, profiling the
-reference).  A missing build is an ImportError that says so, never a silent
-fall-back to the slow path.
+default; the pure-Python code beside them is the reference they are tested
+against, and ``LAKEFUSE_PURE_PYTHON=1`` selects it at start-up (debugging,
+profiling the reference). Each layer chooses once, in one module, and exposes
+the same names either way; nothing else asks which one it got:
+
+* records (values, entries, identities): :mod:`graveler.model` -- ``graveler._crecord``;
+* the LRU: :mod:`graveler.lru` -- ``graveler._clru``;
+* sstable: :mod:`graveler.sstable.kernel` -- ``graveler.sstable._cblock`` (blocks, the table
+  core), ``_ctable`` (the table builder), ``_csha256`` (the table-ID hash), ``_crange``
+  (the kernels committed/ runs on table blocks);
+* committed: :mod:`graveler.committed.kernel` -- ``graveler.committed._cfnv`` (range
+  breaks), ``_capply`` (apply's per-range step), ``_cdiff`` (diff).
+
+A missing build is an ImportError that says so, never a silent fall-back to the
+slow path.
 """
 
 from __future__ import annotations

@@ -22,22 +22,29 @@ from graveler import ident, native
 from graveler.committed import fnv
 from graveler.errors import CorruptedData
 from graveler.model import AddressType, Entry, Value, py_decode_value, py_encode_records, py_encode_value
+from graveler.committed import kernel as committed_kernel
+from graveler.committed import writer as committed_writer
+from graveler import model
 from graveler.sstable import _cblock, block
+from graveler.sstable import kernel as sstable_kernel
 from graveler.sstable.reader import BlockCache, SSTable
 from graveler.sstable.writer import SSTableWriter, py_index_key
 from tests.shared_paths import LAKEFS_FIXTURES
 
 _crecord = native.load("graveler._crecord")
+_clru = native.load("graveler._clru")
+_csha256 = native.load("graveler.sstable._csha256")
+_cfnv = native.load("graveler.committed._cfnv")
 REPO = Path(__file__).resolve().parents[1]
 LAKEFS = LAKEFS_FIXTURES
 
 
 class PySSTable(SSTable):
-    decode_block = staticmethod(block.py_decode_block)
+    kernel = sstable_kernel.reference
 
 
 class CSSTable(SSTable):
-    decode_block = staticmethod(_cblock.decode_block)
+    kernel = sstable_kernel.compiled
 
 
 class PySSTableWriter(SSTableWriter):
@@ -56,8 +63,9 @@ def test_compiled_is_the_default():
     if os.environ.get("LAKEFUSE_PURE_PYTHON"):
         pytest.skip("this run selects the pure-Python reference")
     assert native.implementation() == "compiled"
-    assert block.decode_block is _cblock.decode_block
-    assert block.BlockBuilder is _cblock.BlockBuilder
+    assert sstable_kernel.decode_block is _cblock.decode_block
+    assert sstable_kernel.BlockBuilder is _cblock.BlockBuilder
+    assert committed_kernel.MetaRangeWriter is committed_kernel.compiled.MetaRangeWriter
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -140,7 +148,7 @@ def test_files_are_byte_identical_and_read_the_same(recs, compression, block_siz
         assert list(c_t.seek_ge(p)) == list(py_t.seek_ge(p))
     h_py, h_c = ident.TableHasher(), ident.TableHasher()
     h_py._h.update(ident.py_hasher_input([k for k, _ in recs], [v for _, v in recs]))
-    h_c.add_many([k for k, _ in recs], [v for _, v in recs])
+    h_c._h.update(_crecord.hasher_input([k for k, _ in recs], [v for _, v in recs]))
     assert h_c.finish({"type": "ranges"}) == h_py.finish({"type": "ranges"})
 
 
@@ -154,8 +162,10 @@ def test_record_scans_decode_values_the_same(recs, block_size, probe):
         w.add(k, py_encode_value(v))
     data = w.finish()
     py_t, c_t = PySSTable(data, block_cache=BlockCache()), CSSTable(data, block_cache=BlockCache())
-    got = list(c_t.scan_records(probe))
-    assert got == list(py_t.scan_records(probe)) == [(k, v) for k, v in recs if k >= probe]
+    got = list(c_t.seek_ge(probe, model.VALUE_DECODER))
+    want = [(k, v) for k, v in recs if k >= probe]
+    assert got == list(py_t.seek_ge(probe, py_decode_value)) == want
+    assert list(c_t.seek_ge(probe, py_decode_value)) == want  # a decoder without a C entry point
     assert all(type(v) is Value for _, v in got)
 
 
@@ -224,7 +234,7 @@ _entries = st.builds(
 def test_entries_encode_and_identify_the_same(e):
     assert e.to_proto_bytes() == e.py_to_proto_bytes()
     assert e.to_value() == e.py_to_value()
-    assert ident.entry_identity(e.size, e.etag, e.metadata, e.content_type) == \
+    assert model.entry_identity(e.size, e.etag, e.metadata, e.content_type) == \
         ident.py_entry_identity(e.size, e.etag, e.metadata, e.content_type)
     assert e.to_record() == _crecord.entry_record(e) == py_encode_value(e.py_to_value())
     assert Entry.from_value(e.to_value()) == e
@@ -273,7 +283,7 @@ def test_entry_subclasses_encode_through_their_attributes():
 @settings(max_examples=200, deadline=None)
 @given(keys=st.lists(_keys, max_size=50))
 def test_fnv_and_hasher_input_are_the_same(keys):
-    assert _crecord.fnv1a64_batch(keys) == fnv.py_fnv1a64_batch(keys) == [fnv.py_fnv1a64(k) for k in keys]
+    assert _cfnv.fnv1a64_batch(keys) == fnv.py_fnv1a64_batch(keys) == [fnv.py_fnv1a64(k) for k in keys]
     vals = [k[::-1] for k in keys]
     assert _crecord.hasher_input(keys, vals) == ident.py_hasher_input(keys, vals)
 
@@ -286,11 +296,14 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_pure_python_is_selected_by_the_environment():
-    r = _run("from graveler import native, model; from graveler.sstable import block;"
-             "print(native.implementation(), block.decode_block.__module__, model.decode_value.__module__)",
+    r = _run("from graveler import native, model; from graveler.sstable import kernel as s;"
+             "from graveler.committed import kernel as c;"
+             "print(native.implementation(), s.selected.name, c.selected.name, s.decode_block.__module__,"
+             " model.decode_value.__module__, c.MetaRangeWriter.__module__)",
              LAKEFUSE_PURE_PYTHON="1")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["pure-python", "graveler.sstable.block", "graveler.model"]
+    assert r.stdout.split() == ["pure-python", "pure-python", "pure-python", "graveler.sstable.block", "graveler.model",
+                                "graveler.committed.writer"]
 
 
 def test_a_missing_build_is_a_clear_import_error():
@@ -340,14 +353,13 @@ class _Dict:
        ragged=st.sampled_from([3, 50, 50_000]), max_size=st.sampled_from([2_000, 20_000, 20 << 20]),
        min_size=st.sampled_from([0, 1_000]), cuts=st.lists(st.integers(0, 400), max_size=4))
 def test_range_writer_compiled_loop_writes_what_the_reference_writes(recs, ragged, max_size, min_size, cuts):
-    from graveler.committed.writer import MetaRangeWriter, RangeParams
+    from graveler.committed.writer import RangeParams
 
     params = RangeParams(min_range_size=min_size, max_range_size=max_size, raggedness=ragged)
     out = []
-    for compiled in (False, True):
+    for cls in (committed_writer.MetaRangeWriter, committed_kernel.compiled.MetaRangeWriter):
         store = _Dict()
-        w = MetaRangeWriter(store.put, params, {"k": "v"})
-        w.compiled = compiled
+        w = cls(store.put, params, {"k": "v"})
         bounds = sorted({0, len(recs), *[c for c in cuts if c <= len(recs)]})
         for lo, hi in zip(bounds, bounds[1:]):
             w.write_batch(recs[lo:hi])
@@ -357,12 +369,11 @@ def test_range_writer_compiled_loop_writes_what_the_reference_writes(recs, ragge
 
 
 def test_range_writer_compiled_loop_refuses_unsorted_records():
-    from graveler.committed.writer import MetaRangeWriter, RangeParams
+    from graveler.committed.writer import RangeParams
     from graveler.errors import InvalidArgument
 
-    for compiled in (False, True):
-        w = MetaRangeWriter(_Dict().put, RangeParams())
-        w.compiled = compiled
+    for cls in (committed_writer.MetaRangeWriter, committed_kernel.compiled.MetaRangeWriter):
+        w = cls(_Dict().put, RangeParams())
         w.write_batch([(b"a", b"1"), (b"c", b"2")])
         with pytest.raises(InvalidArgument):
             w.write_batch([(b"b", b"3")])
@@ -415,7 +426,7 @@ def test_local_store_and_disk_cache_map_large_tables(tmp_path):
 def test_compiled_lru_behaves_as_the_reference(ops, budget):
     from graveler.lru import PyLRU
 
-    py, c = PyLRU(budget, len), _crecord.LRU(budget, len)
+    py, c = PyLRU(budget, len), _clru.LRU(budget, len)
     for op, k, v in ops:
         if op == "clear":
             py.clear()
@@ -494,16 +505,16 @@ def test_sha256_state_saves_and_resumes():
 
     data = bytes(range(256)) * 1000
     for cut in (0, 1, 63, 64, 65, 5000, len(data)):
-        h = _crecord.Sha256()
+        h = _csha256.Sha256()
         h.update(data[:cut])
-        resumed = _crecord.Sha256(h.state())
+        resumed = _csha256.Sha256(h.state())
         resumed.update(data[cut:])
         assert resumed.hexdigest() == hashlib.sha256(data).hexdigest()
         assert h.hexdigest(data[cut:]) == hashlib.sha256(data).hexdigest()  # hexdigest leaves h as it was
         assert h.copy().hexdigest() == hashlib.sha256(data[:cut]).hexdigest()
     with pytest.raises(ValueError):
-        _crecord.Sha256(b"short")
-    assert len(_crecord.Sha256().state()) == _crecord.SHA256_STATE_BYTES
+        _csha256.Sha256(b"short")
+    assert len(_csha256.Sha256().state()) == _csha256.SHA256_STATE_BYTES
 
 
 _tree_keys = st.lists(st.integers(0, 1999), unique=True, max_size=40)
@@ -540,14 +551,8 @@ def test_apply_kernel_writes_what_the_reference_writes(tmp_path_factory, dels, u
         store = open_store(str(root))
         m = CommittedManager(StoreSource(store), params)
         mr = m.write_metarange(base)
-        writer = m.new_writer
-
-        def new_writer(metadata=None, _w=writer, _c=compiled):
-            w = _w(metadata)
-            w.compiled = _c
-            return w
-
-        m.new_writer = new_writer
+        if not compiled:
+            m.writer_class = committed_writer.MetaRangeWriter  # the reference apply step
         new, stats = m.apply(mr, sorted(changes.items()))
         files = {k: store.get(k) for k in (i.key for i in store.list("_lakefs/"))}
         results.append((new, (stats.added, stats.removed, stats.changed), files))
@@ -562,14 +567,7 @@ def _one_range_tree(tmp_path, name, compiled=True):
     store = open_store(str(tmp_path / name))
     m = CommittedManager(StoreSource(store), RangeParams(raggedness=10**9))
     if not compiled:
-        writer = m.new_writer
-
-        def new_writer(metadata=None):
-            w = writer(metadata)
-            w.compiled = False
-            return w
-
-        m.new_writer = new_writer
+        m.writer_class = committed_writer.MetaRangeWriter
     base = [(b"k/%06d" % i, Value(bytes([i % 251]) * 32, b"v" * (40 + i % 90))) for i in range(20_000)]
     return store, m, m.write_metarange(base), base
 
@@ -597,7 +595,7 @@ def test_apply_resumes_from_a_checkpoint_and_writes_what_the_reference_writes(tm
     new, stats = m.apply(mr, [(base[15_000][0], None)])
     assert stats.blocks_resumed > 0
     (info,) = m.list_ranges(new)
-    tw = TableWriter(RANGES_TYPE, compiled=False)
+    tw = TableWriter(RANGES_TYPE, builder=sstable_kernel.reference.TableBuilder)
     for k, raw in m.iter_range_raw(info):
         tw.add(k, raw)
     rid, data, rinfo = tw.finish()
@@ -610,23 +608,41 @@ def test_checkpoints_that_do_not_fit_are_not_used(tmp_path):
     from graveler.committed import checkpoints
     from graveler.committed.writer import RangeParams
 
+    fmt = sstable_kernel.compiled
     store, m, mr, base = _one_range_tree(tmp_path, "t")
     (info,) = m.list_ranges(mr)
     blob = m.reader.memo.get_facts(info.id)
     size = len(store.get("_lakefs/" + info.id))
     params = RangeParams(raggedness=10**9)
-    assert checkpoints.unpack(blob, params, size) is not None
-    assert checkpoints.unpack(blob[:-1] + bytes([blob[-1] ^ 1]), params, size) is None
-    assert checkpoints.unpack(blob[:100] + bytes([blob[100] ^ 1]) + blob[101:], params, size) is None
-    assert checkpoints.unpack(blob, RangeParams(), size) is None
-    assert checkpoints.unpack(blob, params, size + 1) is None
-    assert checkpoints.unpack(b"", params, size) is None
+    assert checkpoints.unpack(fmt, blob, params, size) is not None
+    assert checkpoints.unpack(fmt, blob[:-1] + bytes([blob[-1] ^ 1]), params, size) is None
+    assert checkpoints.unpack(fmt, blob[:100] + bytes([blob[100] ^ 1]) + blob[101:], params, size) is None
+    assert checkpoints.unpack(fmt, blob, RangeParams(), size) is None
+    assert checkpoints.unpack(fmt, blob, params, size + 1) is None
+    assert checkpoints.unpack(fmt, b"", params, size) is None
     change = [(base[17_000][0], Value(b"\x07" * 32, b"new"))]
     want, _ = m.apply(mr, change)
     # checkpoints recorded for a file laid out otherwise (the CRC bytes they name differ): not used
-    cps, raw = checkpoints.unpack(blob, params, size)
+    cps, raw = checkpoints.unpack(fmt, blob, params, size)
     bad = [cp[:5] + (cp[5] ^ 1,) + cp[6:] for cp in cps]
-    m.reader.memo.put_facts(info.id, checkpoints.pack(params, size, b"".join(
-        checkpoints._ctable.CHECKPOINT_HEAD.pack(*cp[:6]) + cp[6] for cp in bad)))
+    m.reader.memo.put_facts(info.id, checkpoints.pack(fmt, params, size, b"".join(
+        fmt.CHECKPOINT_HEAD.pack(*cp[:6]) + cp[6] for cp in bad)))
     got, stats = m.apply(mr, change)
     assert got == want and stats.blocks_resumed == 0
+
+
+def test_each_layer_chooses_once_and_committed_knows_no_table_bytes():
+    """The compiled/reference choice is made in one module per layer, and committed/ reaches table bytes
+    only through the sstable layer's kernel API (``_crange.pxd``), never its block internals."""
+    import re
+
+    root = REPO / "graveler"
+    choosers = sorted(str(p.relative_to(REPO)) for p in root.rglob("*.py") if "PURE_PYTHON" in p.read_text())
+    assert choosers == ["graveler/committed/kernel.py", "graveler/lru.py", "graveler/model.py",
+                        "graveler/native.py", "graveler/sstable/kernel.py"]
+    for p in (root / "committed").glob("*.py*"):
+        text = p.read_text()
+        assert not re.search(r"sstable\._cblock|\._core\b|_compiled\b", text), p
+        for m in re.finditer(r"from graveler\.sstable\.(\w+) cimport", text):
+            assert m.group(1) in ("_crange", "_ctable"), (p, m.group(0))
+    assert "graveler.model" not in (root / "sstable" / "reader.py").read_text()

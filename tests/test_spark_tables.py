@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from graveler.committed.fnv import fnv1a64_batch
+from graveler.committed.kernel import fnv1a64_batch
 from graveler.committed.writer import RangeParams
 from graveler.errors import DirtyBranch, InvalidArgument
 from graveler.model import AddressType

@@ -19,16 +19,16 @@ order:
 
 Blocks are read uncached (a rewrite streams through a range once) with one
 block of look-ahead, which tells whether Pebble would close the block before
-the next record.
+the next record. Table bytes are the sstable layer's: blocks, records, carrying
+and resuming go through its kernel API (``graveler/sstable/_crange.pxd``).
 """
 
-from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcmp
 from libc.stdint cimport uint64_t, int64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-from graveler._cbytes cimport cmp_keys, dec_len, fnv1a64, le32, put_dec
-from graveler.sstable._cblock cimport Block, Ent, TableCore, decode_block_c
+from graveler._cbytes cimport cmp_keys, fnv1a64
+from graveler.sstable._crange cimport BlockRecords, RangeBlocks
 from graveler.sstable._ctable cimport TableBuilder
 
 from graveler.errors import CorruptedData
@@ -72,28 +72,26 @@ cdef class RangeApply:
 
     cdef object w                 # the MetaRangeWriter
     cdef TableBuilder b           # the table being written (None between a range break and the next record)
-    cdef TableCore src
+    cdef RangeBlocks src
     cdef Py_ssize_t min_size, max_size
     cdef uint64_t ragg
     cdef list ckeys, craws
     cdef Py_ssize_t ci, nch
     cdef readonly Py_ssize_t added, removed, changed, written, blocks_carried, blocks_rewritten
     cdef object last_written
-    cdef unsigned char* kbuf
-    cdef Py_ssize_t kcap
     cdef list checkpoints
     cdef bytes cp_raw
     cdef readonly Py_ssize_t resumed_at    # the block the rewrite resumed at (0: from the start)
 
-    def __cinit__(self, w, TableCore src, list ckeys, list craws, Py_ssize_t min_size, Py_ssize_t max_size,
+    def __cinit__(self, w, table, list ckeys, list craws, Py_ssize_t min_size, Py_ssize_t max_size,
                   uint64_t raggedness, checkpoints=None):
-        """``checkpoints``: what the source range's writer recorded, as ``graveler.committed.checkpoints``
-        decodes it: (records as tuples, their raw bytes), or None."""
+        """``table``: the source range, an open SSTable; ``checkpoints``: what the source range's writer
+        recorded, as ``graveler.committed.checkpoints`` decodes it: (records as tuples, their raw bytes), or None."""
         self.checkpoints = checkpoints[0] if checkpoints is not None else None
         self.cp_raw = checkpoints[1] if checkpoints is not None else b""
         self.resumed_at = 0
         self.w = w
-        self.src = src
+        self.src = RangeBlocks(table)
         self.ckeys = ckeys
         self.craws = craws
         self.ci = 0
@@ -105,11 +103,6 @@ cdef class RangeApply:
         self.ragg = raggedness
         self.b = None
         self.last_written = None
-        self.kbuf = NULL
-        self.kcap = 0
-
-    def __dealloc__(self):
-        free(self.kbuf)
 
     @property
     def last_key(self):
@@ -163,34 +156,18 @@ cdef class RangeApply:
         return 0
 
     # -- blocks ---------------------------------------------------------------------------------------
-    cdef unsigned char* key_buf(self, Py_ssize_t n) except NULL:
-        cdef unsigned char* nb
-        if n > self.kcap:
-            nb = <unsigned char*>realloc(self.kbuf, n if n > 256 else 256)
-            if nb == NULL:
-                raise MemoryError()
-            self.kbuf = nb
-            self.kcap = n if n > 256 else 256
-        return self.kbuf
-
-    cdef int merge_block(self, Block blk, bint last_block) except -1:
+    cdef int merge_block(self, BlockRecords blk, bint last_block) except -1:
         """Write ``blk``'s records merged with the changes that fall before its end (``last_block``: the
         source range's last block, whose last key may break the range)."""
-        cdef const unsigned char* d = <const unsigned char*>PyBytes_AS_STRING(blk.data)
-        cdef unsigned char* kb = self.key_buf(blk.maxkey)
-        cdef Py_ssize_t i, lk, lv, li_r, li_c
-        cdef Ent* e
+        cdef Py_ssize_t lk, lv, li_r, li_c
+        cdef const unsigned char* kb
         cdef const unsigned char* v
         cdef const unsigned char* id_r
         cdef const unsigned char* id_c
         cdef bytes key, ck, craw
         cdef int c
-        for i in range(blk.n):
-            e = &blk.ents[i]
-            memcpy(kb + e.shared, d + e.kpos, e.unshared)
-            lk = <Py_ssize_t>(e.shared + e.unshared) - blk.trail
-            v = d + e.kpos + e.unshared
-            lv = e.vlen
+        while blk.next():
+            kb, lk, v, lv = blk.key, blk.klen, blk.val, blk.vlen
             self.changes_before(kb, lk)
             if self.ci < self.nch:
                 ck = <bytes>self.ckeys[self.ci]
@@ -210,85 +187,60 @@ cdef class RangeApply:
                     raise ValueError(f"malformed change value for {ck!r}")
                 if li_r == li_c and memcmp(id_r, id_c, li_r) == 0:
                     # the same identity: no change, the stored bytes stay
-                    self.write(ck, v, lv, last_block and i == blk.n - 1)
+                    self.write(ck, v, lv, last_block and blk.at_last())
                 else:
                     self.write(ck, <const unsigned char*>PyBytes_AS_STRING(craw), PyBytes_GET_SIZE(craw),
-                               last_block and i == blk.n - 1)
+                               last_block and blk.at_last())
                     self.changed += 1
                 continue
             key = PyBytes_FromStringAndSize(<char*>kb, lk)
-            self.write(key, v, lv, last_block and i == blk.n - 1)
+            self.write(key, v, lv, last_block and blk.at_last())
         return 0
 
-    cdef int carry(self, Block blk, const unsigned char* raw, Py_ssize_t raw_len, Block nxt) except -1:
-        """Carry ``blk`` (no change falls in it) verbatim if the writer can; 1 if it did."""
-        cdef Py_ssize_t i, raw_k = 0, raw_v = 0, next_len = 0
-        cdef Ent* e
-        cdef bytes next_key = None, first, last, ck
+    cdef int carry(self, Py_ssize_t bi, BlockRecords blk, BlockRecords nxt) except -1:
+        """Carry block ``bi`` (``blk``, no change falls in it) verbatim if the writer can; 1 if it did."""
+        cdef Py_ssize_t next_len = 0
+        cdef bytes next_key = None, last, ck
         cdef bint closes = False
-        cdef TableBuilder b
         cdef int r
         if nxt is not None:
             if nxt.n == 0:
                 return 0
-            next_key = nxt.key_c(0)
+            next_key = nxt.first_key()
             if self.ci < self.nch:
                 ck = <bytes>self.ckeys[self.ci]
                 if cmp_keys(<const unsigned char*>PyBytes_AS_STRING(ck), PyBytes_GET_SIZE(ck),
                             <const unsigned char*>PyBytes_AS_STRING(next_key), PyBytes_GET_SIZE(next_key)) <= 0:
                     return 0  # a change comes next: the block's end is decided by what it writes
-            next_len = nxt.ents[0].vlen
-        last = blk.key_c(blk.n - 1)
+            next_len = nxt.first_value_len()
+        last = blk.last_key()
         if nxt is None:
             # the range's last block: carried when the table closes right after it (its last key breaks)
             if self.ci < self.nch or self.min_size != 0 or not self.ragg or fnv1a64(
                     <const unsigned char*>PyBytes_AS_STRING(last), PyBytes_GET_SIZE(last)) % self.ragg != 0:
                 return 0
             closes = True
-        for i in range(blk.n):
-            e = &blk.ents[i]
-            raw_k += e.shared + e.unshared
-            raw_v += e.vlen
-        first = blk.key_c(0)
-        b = self.builder()
-        r = b.carry_c(raw, raw_len, first, blk.ents[0].vlen, last, blk.n, raw_k, raw_v, blk.nbytes, next_key,
-                      next_len, self.max_size, closes, blk)
+        r = self.src.carry(self.builder(), bi, blk, next_key, next_len, self.max_size, closes)
         if r:
             self.written += blk.n - 1
             self.blocks_carried += 1
             self.after_record(last, nxt is None)
         return r
 
-    cdef Block read(self, uint64_t off, uint64_t size):
-        return decode_block_c(self.src.read_contents(off, size), self.src.name, off, True)
-
     def run(self):
         """Rewrite the source range with the changes; then the changes past its last record are added."""
-        cdef TableCore src = self.src
-        cdef Py_ssize_t p, bi, at, nb = 0, k, start
-        cdef Block part, blk, nxt
-        cdef uint64_t off, size
-        cdef list handles = []
-        cdef const unsigned char* base
-        for p in range(src.nparts()):
-            part = src.partition(p, &at)
-            for bi in range(part.n):
-                src.handle_of(part, bi, at, &off, &size)
-                handles.append((off, size))
-        nb = len(handles)
-        if nb and not src.has_buf:
-            raise ValueError("the compiled apply needs a table read from a buffer")
-        base = &src.buf[0] if nb else NULL
-        start = self.resume(handles) if self.checkpoints and self.nch and nb else 0
-        blk = self.read(handles[start][0], handles[start][1]) if nb else None
+        cdef RangeBlocks src = self.src
+        cdef Py_ssize_t nb = src.nb, k, start
+        cdef BlockRecords blk, nxt
+        start = self.resume() if self.checkpoints and self.nch and nb else 0
+        blk = src.read(start) if nb else None
         for k in range(start, nb):
-            off, size = handles[k]
-            nxt = self.read(handles[k + 1][0], handles[k + 1][1]) if k + 1 < nb else None
+            nxt = src.read(k + 1) if k + 1 < nb else None
             if blk.n:
                 if self.ci < self.nch and self.change_in(blk):
                     self.merge_block(blk, nxt is None)
                     self.blocks_rewritten += 1
-                elif src.checksum_type == 1 and self.carry(blk, base + off, <Py_ssize_t>size + 5, nxt):
+                elif src.carries and self.carry(k, blk, nxt):
                     pass
                 else:
                     self.merge_block(blk, nxt is None)  # no change in it: its records as they are
@@ -297,7 +249,7 @@ cdef class RangeApply:
         self.changes_before(NULL, 0)
         return self
 
-    cdef Py_ssize_t resume(self, list handles) except -1:
+    cdef Py_ssize_t resume(self) except -1:
         """Where to start: the last checkpoint before the first block a change can reach (0: none fits).
 
         A checkpoint (block ``c``, recorded when the source range was written: file offset, counters,
@@ -305,61 +257,42 @@ cdef class RangeApply:
         ``c``'s records and the source file is laid out as it was (same offset, same CRC bytes there):
         then blocks before ``c`` come out byte for byte as they are, so they are copied, not re-read,
         and their records are not hashed again. Only a rewrite that starts a new table can resume."""
-        cdef TableCore src = self.src
-        cdef bytes ck = <bytes>self.ckeys[0]
-        cdef const unsigned char* kp = <const unsigned char*>PyBytes_AS_STRING(ck)
-        cdef Py_ssize_t kl = PyBytes_GET_SIZE(ck), p, bi, at, j = 0, b0 = -1, c, i
-        cdef Block part, first, prev
-        cdef unsigned char* kb
-        cdef Py_ssize_t lk, offset, entries, raw_k, raw_v
-        cdef uint64_t off, size, prev_crc
+        cdef RangeBlocks src = self.src
+        cdef Py_ssize_t b0, c, i
+        cdef Py_ssize_t offset, entries, raw_k, raw_v
+        cdef uint64_t prev_crc
         cdef bytes state
         if self.w._current is not None:
             return 0  # the output range started before this one: its bytes are not this range's
         # b0: the first block whose index separator (>= its last key) is >= the first change
-        for p in range(src.nparts()):
-            part = src.partition(p, &at)
-            kb = self.key_buf(part.maxkey)
-            for bi in range(part.n):
-                lk = part.build_key(bi, kb) - part.trail
-                if cmp_keys(kp, kl, kb, lk) <= 0:
-                    b0 = j
-                    break
-                j += 1
-            if b0 >= 0:
-                break
-        if b0 < 0:
-            b0 = len(handles)
+        b0 = src.first_block_reaching(<bytes>self.ckeys[0])
         chosen = None
         for cp in self.checkpoints:
             c = cp[0]
-            if c < 1 or c > b0 - 1 or c >= len(handles):
+            if c < 1 or c > b0 - 1 or c >= src.nb:
                 break
             chosen = cp
         if chosen is None:
             return 0
         c, offset, entries, raw_k, raw_v, prev_crc, state = chosen
-        off, size = handles[c]
-        if <Py_ssize_t>off != offset or offset < 4 or le32(&src.buf[0] + offset - 4) != prev_crc:
+        if not src.laid_out_as(c, offset, prev_crc):
             return 0  # not the file the checkpoints were recorded for
-        first = self.read(handles[0][0], handles[0][1])
-        prev = self.read(handles[c - 1][0], handles[c - 1][1])
-        if first.n == 0 or prev.n == 0:
-            return 0
         i = 0
         while i < len(self.checkpoints) and self.checkpoints[i][0] <= c:
             i += 1
-        self.builder().resume_c(src, c, offset, entries, raw_k, raw_v, state, first.key_c(0),
-                                prev.key_c(prev.n - 1), handles[c - 1][0], handles[c - 1][1],
-                                self.cp_raw[:i * CHECKPOINT_BYTES])
-        self.last_written = prev.key_c(prev.n - 1)
+        keys = src.resume_keys(c)
+        if keys is None:
+            return 0
+        src.resume(self.builder(), c, offset, entries, raw_k, raw_v, state, keys[0], keys[1],
+                   self.cp_raw[:i * CHECKPOINT_BYTES])
+        self.last_written = keys[1]
         self.written += entries
         self.resumed_at = c
         return c
 
-    cdef bint change_in(self, Block blk) except -1:
+    cdef bint change_in(self, BlockRecords blk) except -1:
         """Whether the next change's key is <= the block's last key."""
-        cdef unsigned char* kb = self.key_buf(blk.maxkey)
-        cdef Py_ssize_t lk = blk.build_key(blk.n - 1, kb) - blk.trail
+        cdef bytes last = blk.last_key()
         cdef bytes ck = <bytes>self.ckeys[self.ci]
-        return cmp_keys(<const unsigned char*>PyBytes_AS_STRING(ck), PyBytes_GET_SIZE(ck), kb, lk) <= 0
+        return cmp_keys(<const unsigned char*>PyBytes_AS_STRING(ck), PyBytes_GET_SIZE(ck),
+                        <const unsigned char*>PyBytes_AS_STRING(last), PyBytes_GET_SIZE(last)) <= 0

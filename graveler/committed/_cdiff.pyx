@@ -7,17 +7,17 @@ hold the next difference, and inside two differing ranges data blocks whose
 stored bytes (checksum included) are equal are skipped undecoded -- compared
 where they lie in the two files. Records are compared as bytes, and a record
 whose value differs only outside its identity is no difference. Only the
-differences become Python objects.
+differences become Python objects. Blocks and records come through the sstable
+layer's kernel API (``graveler/sstable/_crange.pxd``).
 """
 
-from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcmp
 from libc.stdint cimport uint64_t, int64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from graveler._crecord cimport decode_ptr
 from graveler._cbytes cimport cmp_keys
-from graveler.sstable._cblock cimport Block, Ent, TableCore, decode_block_c
+from graveler.sstable._crange cimport BlockRecords, RangeBlocks
 
 from graveler.model import DiffRecord, DiffType
 
@@ -57,21 +57,18 @@ cdef inline int identity_of(const unsigned char* v, Py_ssize_t n, const unsigned
 
 
 cdef class _Cursor:
-    """A position in a metarange's ranges (see diff.py's _RangeCursor), with the current key in a buffer."""
+    """A position in a metarange's ranges (see diff.py's _RangeCursor); on a record, ``key``/``val`` point
+    into the current block's records."""
 
     cdef object open_table   # TableReader.open
     cdef list infos
     cdef Py_ssize_t ri, nr
     cdef int state
-    cdef object table        # the open SSTable (keeps its buffer alive)
-    cdef TableCore core
-    cdef uint64_t* offs
-    cdef uint64_t* sizes
-    cdef Py_ssize_t nb, bi, hcap
-    cdef Block blk
-    cdef Py_ssize_t ei
-    cdef unsigned char* key
-    cdef Py_ssize_t klen, kcap
+    cdef RangeBlocks blocks  # the open range's data blocks
+    cdef Py_ssize_t bi
+    cdef BlockRecords blk
+    cdef const unsigned char* key
+    cdef Py_ssize_t klen
     cdef const unsigned char* val
     cdef Py_ssize_t vlen
     cdef public Py_ssize_t blocks_skipped
@@ -82,16 +79,6 @@ cdef class _Cursor:
         self.ri = 0
         self.nr = len(infos)
         self.state = RANGE
-        self.offs = NULL
-        self.sizes = NULL
-        self.hcap = 0
-        self.key = NULL
-        self.kcap = 0
-
-    def __dealloc__(self):
-        free(self.offs)
-        free(self.sizes)
-        free(self.key)
 
     cdef inline bint done(self):
         return self.ri >= self.nr
@@ -102,46 +89,20 @@ cdef class _Cursor:
     cdef int skip_range(self) except -1:
         self.ri += 1
         self.state = RANGE
-        self.table = None
-        self.core = None
+        self.blocks = None
         self.blk = None
         return 0
 
     cdef int enter(self) except -1:
         """Open the current range: move to the start of its first block."""
-        cdef Py_ssize_t p, bi, at, n = 0
-        cdef Block part
-        cdef uint64_t off, size
-        cdef uint64_t* no
-        cdef uint64_t* ns
-        t = self.open_table(self.infos[self.ri].id)
-        self.table = t
-        self.core = <TableCore?>t._core
-        for p in range(self.core.nparts()):
-            part = self.core.partition(p, &at)
-            for bi in range(part.n):
-                self.core.handle_of(part, bi, at, &off, &size)
-                if n == self.hcap:
-                    self.hcap = self.hcap * 2 if self.hcap else 1024
-                    no = <uint64_t*>realloc(self.offs, self.hcap * sizeof(uint64_t))
-                    if no == NULL:
-                        raise MemoryError()
-                    self.offs = no
-                    ns = <uint64_t*>realloc(self.sizes, self.hcap * sizeof(uint64_t))
-                    if ns == NULL:
-                        raise MemoryError()
-                    self.sizes = ns
-                self.offs[n] = off
-                self.sizes[n] = size
-                n += 1
-        self.nb = n
+        self.blocks = RangeBlocks(self.open_table(self.infos[self.ri].id))
         self.bi = -1
         self.next_block()
         return 0
 
     cdef int next_block(self) except -1:
         self.bi += 1
-        if self.bi >= self.nb:
+        if self.bi >= self.blocks.nb:
             self.skip_range()
         else:
             self.state = BLOCK
@@ -149,9 +110,7 @@ cdef class _Cursor:
 
     cdef int load(self) except -1:
         """Decode the current block (uncached: a diff streams) and move onto its first record."""
-        self.blk = decode_block_c(self.core.read_contents(self.offs[self.bi], self.sizes[self.bi]), self.core.name,
-                                  self.offs[self.bi], True)
-        self.ei = -1
+        self.blk = self.blocks.read(self.bi)
         if self.blk.n == 0:
             self.next_block()
             return 0
@@ -161,25 +120,12 @@ cdef class _Cursor:
 
     cdef int advance(self) except -1:
         """The next record of the block (the next block's start after its last)."""
-        cdef Block b = self.blk
-        cdef Ent* e
-        cdef unsigned char* nk
-        self.ei += 1
-        if self.ei >= b.n:
+        cdef BlockRecords b = self.blk
+        if not b.next():
             self.blk = None
             self.next_block()
             return 0
-        e = &b.ents[self.ei]
-        if b.maxkey > self.kcap:
-            nk = <unsigned char*>realloc(self.key, b.maxkey)
-            if nk == NULL:
-                raise MemoryError()
-            self.key = nk
-            self.kcap = b.maxkey
-        memcpy(self.key + e.shared, PyBytes_AS_STRING(b.data) + e.kpos, e.unshared)  # after the shared prefix
-        self.klen = <Py_ssize_t>(e.shared + e.unshared) - b.trail
-        self.val = <const unsigned char*>PyBytes_AS_STRING(b.data) + e.kpos + e.unshared
-        self.vlen = e.vlen
+        self.key, self.klen, self.val, self.vlen = b.key, b.klen, b.val, b.vlen
         return 0
 
     cdef int to_record(self) except -1:
@@ -192,17 +138,13 @@ cdef class _Cursor:
 
     cdef bint same_block(self, _Cursor other):
         """Whether both cursors' current blocks have the same stored bytes (contents, type, checksum)."""
-        cdef uint64_t n = self.sizes[self.bi]
-        if n != other.sizes[other.bi]:
-            return False
-        return memcmp(&self.core.buf[0] + self.offs[self.bi], &other.core.buf[0] + other.offs[other.bi],
-                      n + 5) == 0
+        return self.blocks.same_stored(self.bi, other.blocks, other.bi)
 
     cdef object key_bytes(self):
         return PyBytes_FromStringAndSize(<char*>self.key, self.klen)
 
     cdef object value(self):
-        return decode_ptr(self.val, self.vlen, self.core.name)
+        return decode_ptr(self.val, self.vlen, self.blocks.name)
 
 
 cdef class DiffIter:

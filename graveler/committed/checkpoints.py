@@ -21,45 +21,44 @@ from __future__ import annotations
 import hashlib
 import struct
 
-from graveler import native
+from types import SimpleNamespace
+
 from graveler.config import RangeParams
 
 _MAGIC = b"lakefuse range checkpoints v1\n"
 _HEAD = struct.Struct("<qqqqqq")  # checkpoint every, record size, min, max, raggedness, file size
 
-if native.PURE_PYTHON:
-    _ctable = None
-    _TAG = b""
-else:
-    _ctable = native.load("graveler.sstable._ctable")
-    _TAG = native.load("graveler._crecord").SHA256_STATE_TAG + b"\n"
+# ``fmt`` below: the compiled sstable layer (graveler.sstable.kernel.compiled), whose builder records
+# checkpoints: CHECKPOINT_EVERY, CHECKPOINT_BYTES, CHECKPOINT_HEAD and SHA256_STATE_TAG.
 
 
-def pack(params: RangeParams, file_size: int, raw: bytes) -> bytes | None:
+def pack(fmt: SimpleNamespace, params: RangeParams, file_size: int, raw: bytes) -> bytes | None:
     """The memo's record for a range's checkpoints (``TableBuilder.checkpoint_data``); None if there are none."""
-    if _ctable is None or not raw:
+    if not raw:
         return None
-    body = _MAGIC + _TAG + _HEAD.pack(_ctable.CHECKPOINT_EVERY, _ctable.CHECKPOINT_BYTES, params.min_range_size,
-                                      params.max_range_size, params.raggedness, file_size) + raw
+    body = _MAGIC + fmt.SHA256_STATE_TAG + b"\n" + _HEAD.pack(fmt.CHECKPOINT_EVERY, fmt.CHECKPOINT_BYTES,
+                                                              params.min_range_size, params.max_range_size,
+                                                              params.raggedness, file_size) + raw
     return body + hashlib.sha256(body).digest()
 
 
-def unpack(blob: bytes | None, params: RangeParams, file_size: int) -> tuple[list[tuple], bytes] | None:
+def unpack(fmt: SimpleNamespace, blob: bytes | None, params: RangeParams,
+           file_size: int) -> tuple[list[tuple], bytes] | None:
     """(checkpoints, their raw bytes) if ``blob`` is intact and was recorded for these parameters and a file
     of this size by this build; else None."""
-    if _ctable is None or not blob or len(blob) < 32:
+    if not blob or len(blob) < 32:
         return None
     body, digest = blob[:-32], blob[-32:]
-    head = _MAGIC + _TAG
+    head = _MAGIC + fmt.SHA256_STATE_TAG + b"\n"
     if not body.startswith(head) or hashlib.sha256(body).digest() != digest:
         return None
     fields = _HEAD.unpack_from(body, len(head))
-    want = (_ctable.CHECKPOINT_EVERY, _ctable.CHECKPOINT_BYTES, params.min_range_size, params.max_range_size,
+    want = (fmt.CHECKPOINT_EVERY, fmt.CHECKPOINT_BYTES, params.min_range_size, params.max_range_size,
             params.raggedness, file_size)
     if fields != want:
         return None
     raw = body[len(head) + _HEAD.size:]
-    size, head_s = _ctable.CHECKPOINT_BYTES, _ctable.CHECKPOINT_HEAD
+    size, head_s = fmt.CHECKPOINT_BYTES, fmt.CHECKPOINT_HEAD
     if len(raw) % size:
         return None
     return [head_s.unpack_from(raw, at) + (raw[at + head_s.size:at + size],) for at in range(0, len(raw), size)], raw

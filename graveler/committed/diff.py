@@ -5,13 +5,15 @@ skipped without being opened, a range is opened only when its key span can
 hold the next difference, and inside two differing ranges data blocks with
 identical stored bytes are skipped undecoded. Three-way merge
 (:mod:`graveler.committed.merge`) is built on it.
+
+This is the reference walk; ``graveler.committed._cdiff`` compiles it and
+:func:`graveler.committed.kernel.diff` selects.
 """
 
 from __future__ import annotations
 
 from typing import Iterator
 
-from graveler import native
 from graveler.committed.reader import TableReader
 from graveler.model import DiffRecord, DiffType, RangeInfo, decode_value
 
@@ -99,22 +101,8 @@ class _RangeCursor:
                 self.load()
 
 
-def diff(reader: TableReader, left_id: str, right_id: str) -> Iterator[DiffRecord]:
-    """Records that differ between two metaranges, in key order (identity decides 'changed').
-
-    Equal range IDs are skipped unopened; inside two differing ranges, data
-    blocks with identical stored bytes are skipped undecoded (apply carries
-    untouched blocks over byte for byte wherever Pebble's rules allow).
-    Compiled (``graveler.committed._cdiff``) unless the pure-Python reference runs.
-    """
-    left, right = reader.metarange(left_id).infos, reader.metarange(right_id).infos
-    if _DiffIter is not None:
-        return _DiffIter(reader.open, left, right)
-    return py_diff(reader, left, right)
-
-
 def py_diff(reader: TableReader, left: list[RangeInfo], right: list[RangeInfo]) -> Iterator[DiffRecord]:
-    """The reference walk of :func:`diff` over two range lists."""
+    """The reference walk of ``graveler.committed.kernel.diff`` over two range lists."""
     L = _RangeCursor(reader, left)
     R = _RangeCursor(reader, right)
     RANGE, BLOCK = _RangeCursor.RANGE, _RangeCursor.BLOCK
@@ -179,6 +167,4 @@ def py_diff(reader: TableReader, left: list[RangeInfo], right: list[RangeInfo]) 
             R.advance()
 
 
-_DiffIter = None if native.PURE_PYTHON else native.load("graveler.committed._cdiff").DiffIter
-
-__all__ = ["diff", "py_diff"]
+__all__ = ["py_diff"]

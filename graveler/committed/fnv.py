@@ -1,13 +1,12 @@
 """FNV-1a 64-bit, the hash behind lakeFS's range breaks.
 
-The compiled loop (graveler._crecord) is the default; the pure-Python reference
-hashes batches of keys with numpy (one vectorised step per byte column, imported
-only then) and short batches with the plain loop.
+The pure-Python reference: batches of keys hashed with numpy (one vectorised
+step per byte column, imported only then), short batches with the plain loop.
+The compiled loop is ``graveler.committed._cfnv``; :mod:`graveler.committed.kernel`
+selects (``kernel.fnv1a64``, ``kernel.fnv1a64_batch``).
 """
 
 from __future__ import annotations
-
-from graveler import native
 
 OFFSET = 0xCBF29CE484222325
 PRIME = 0x100000001B3
@@ -52,9 +51,3 @@ def py_fnv1a64_batch(keys: list[bytes]) -> list[int]:
     out[order] = hs
     return out.tolist()
 
-
-if native.PURE_PYTHON:
-    fnv1a64, fnv1a64_batch = py_fnv1a64, py_fnv1a64_batch
-else:
-    _c = native.load("graveler._crecord")
-    fnv1a64, fnv1a64_batch = _c.fnv1a64, _c.fnv1a64_batch

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from graveler.cache import CheckMemo
-from graveler.committed import checkpoints
-from graveler.committed.diff import diff
-from graveler.committed.fnv import fnv1a64_batch
+from graveler.committed import kernel
+from graveler.committed.apply import ApplyStats, Change
 from graveler.committed.merge import merge_changes
 from graveler.committed.reader import (  # noqa: F401 (re-exported)
     EMPTY_METARANGE_ID,
@@ -28,32 +26,14 @@ from graveler.committed.reader import (  # noqa: F401 (re-exported)
     verify_table,
 )
 from graveler.committed.writer import MetaRangeWriter
-from graveler import native
 from graveler.config import CacheConfig, RangeParams
 from graveler.errors import InvalidArgument
-from graveler.model import DiffRecord, MergeStrategy, Value, decode_value, encode_value
-from graveler.sstable.reader import BlockCache, SSTable
+from graveler.model import DiffRecord, MergeStrategy, Value, encode_value
+from graveler.sstable.reader import BlockCache
 
 log = logging.getLogger(__name__)
 
-Change = tuple[bytes, Value | None]  # None deletes
-
 _FLUSH_RECORDS = 2048
-
-
-@dataclass(slots=True)
-class ApplyStats:
-    added: int = 0
-    removed: int = 0
-    changed: int = 0
-    ranges_written: int = 0
-    ranges_reused: int = 0
-    blocks_carried: int = 0  # unchanged blocks of touched ranges copied verbatim (compiled apply)
-    blocks_resumed: int = 0  # unchanged blocks before a change skipped through a checkpoint (compiled apply)
-
-    @property
-    def changes(self) -> int:
-        return self.added + self.removed + self.changed
 
 
 def _sorted_changes(changes: Iterable[Change]) -> Iterator[Change]:
@@ -67,6 +47,8 @@ def _sorted_changes(changes: Iterable[Change]) -> Iterator[Change]:
 
 class CommittedManager:
     """Thread-safe reads and writes of the committed trees of one storage namespace."""
+
+    writer_class = kernel.MetaRangeWriter  # the committed layer's writer (a test may set the other one)
 
     def __init__(self, source: TableSource, params: RangeParams = RangeParams(),
                  block_cache: BlockCache | None = None, cache: CacheConfig = CacheConfig(),
@@ -96,8 +78,8 @@ class CommittedManager:
 
     # -- writing ---------------------------------------------------------------------------
     def new_writer(self, metadata: dict[str, str] | None = None) -> MetaRangeWriter:
-        return MetaRangeWriter(self._put, self.params, metadata, on_checkpoints=self.reader.memo.put_facts,
-                               background=True)
+        return self.writer_class(self._put, self.params, metadata, on_checkpoints=self.reader.memo.put_facts,
+                                 background=True)
 
     def write_metarange(self, records: Iterable[tuple[bytes, Value]], metadata: dict[str, str] | None = None) -> str:
         w = self.new_writer(metadata)
@@ -146,11 +128,7 @@ class CommittedManager:
             if out:
                 w.write_batch(out)
                 out = []
-            if _RangeApply is not None and t.compiled and w._compiled:
-                cps = checkpoints.unpack(self.reader.memo.get_facts(info.id), self.params, t.size)
-                pending = _apply_range_compiled(t, info, pending, ch, w, stats, self.params, cps)
-            else:
-                pending = _apply_range(t, pending, ch, w, out, stats)
+            pending = w.apply_range(t, info, pending, ch, out, stats, self.reader.memo.get_facts(info.id))
             # Changes after the range's last record but within its span (up to max_key) were added;
             # those equal to max_key were matched; nothing else belongs to this range.
         while pending is not None:
@@ -166,7 +144,7 @@ class CommittedManager:
     # -- diff and merge ----------------------------------------------------------------------
     def diff(self, left_id: str, right_id: str) -> Iterator[DiffRecord]:
         """Records that differ between two metaranges, in key order (see :mod:`graveler.committed.diff`)."""
-        return diff(self.reader, left_id, right_id)
+        return kernel.diff(self.reader, left_id, right_id)
 
     def merge(self, base_id: str, source_id: str, dest_id: str,
               strategy: MergeStrategy = MergeStrategy.NONE,
@@ -176,92 +154,5 @@ class CommittedManager:
         changes = merge_changes(self.reader, base_id, source_id, dest_id, strategy)
         return self.apply(dest_id, changes, metadata)
 
-
-def _merge_records(records: Iterable[tuple[bytes, bytes]], pending: Change | None, ch: Iterator[Change],
-                   out: list[tuple[bytes, bytes]], stats: ApplyStats) -> Change | None:
-    """Merge one touched block's ``records`` (key, encoded value) with the changes ``pending``
-    and ``ch`` up to its last key into ``out``; an unchanged identity keeps the record's bytes.
-    Returns the first change past the block's records."""
-    for k, raw in records:
-        while pending is not None and pending[0] < k:
-            if pending[1] is not None:
-                out.append((pending[0], encode_value(pending[1])))
-                stats.added += 1
-            pending = next(ch, None)
-        if pending is not None and pending[0] == k:
-            v = pending[1]
-            if v is None:
-                stats.removed += 1
-            elif decode_value(raw).identity == v.identity:
-                out.append((k, raw))
-            else:
-                out.append((k, encode_value(v)))
-                stats.changed += 1
-            pending = next(ch, None)
-        else:
-            out.append((k, raw))
-    return pending
-
-
-def _apply_range(t: SSTable, pending: Change | None, ch: Iterator[Change], w: MetaRangeWriter,
-                 out: list[tuple[bytes, bytes]], stats: ApplyStats) -> Change | None:
-    """Apply the changes that fall in one touched range ``t``: pending (the first of them)
-    and those after it from ``ch``, up to the range's last record. Untouched blocks are
-    carried over verbatim where the writer can; records go to ``out`` (flushed to ``w``
-    before a block is carried over). Returns the first change past the range's records."""
-    handles = t.data_block_handles()
-    blocks = [t.block(h) for h in handles]
-    copyable = t.crc32c_trailers  # our trailers: a block can be carried over verbatim
-    # One FNV batch for the whole range: the break check needs every key's hash.
-    all_hashes = fnv1a64_batch([k for b in blocks for k in b.keys])
-    hpos = 0
-    for bi, blk in enumerate(blocks):
-        keys, vals = blk.keys, blk.values
-        hashes = all_hashes[hpos : hpos + len(keys)]
-        hpos += len(keys)
-        if not keys:
-            continue
-        last_block = bi == len(blocks) - 1
-        if copyable and not last_block and (pending is None or pending[0] > keys[-1]):
-            # An untouched block inside a touched range: carried over without re-encoding when the
-            # record after it is the next block's first (unchanged) one.
-            nxt = blocks[bi + 1]
-            if nxt.keys and (pending is None or pending[0] > nxt.keys[0]):
-                next_key, next_len = nxt.keys[0], len(nxt.values[0])
-            else:
-                next_key, next_len = None, 0
-            if out:
-                w.write_batch(out)
-                out.clear()
-            w.write_block(t.raw_block(handles[bi]), keys, vals, blk.nbytes, hashes, next_key, next_len)
-            continue
-        pending = _merge_records(zip(keys, vals), pending, ch, out, stats)
-    return pending
-
-
-def _apply_range_compiled(t: SSTable, info, pending: Change | None, ch: Iterator[Change], w: MetaRangeWriter,
-                          stats: ApplyStats, params: RangeParams, cps=None) -> Change | None:
-    """``_apply_range`` compiled (graveler.committed._capply): the changes up to the range's max key are
-    taken from the stream, encoded, and merged with the range's blocks in one call. Returns the first
-    change past the range."""
-    keys: list[bytes] = []
-    raws: list[bytes | None] = []
-    max_key = info.max_key
-    while pending is not None and pending[0] <= max_key:
-        keys.append(pending[0])
-        raws.append(None if pending[1] is None else encode_value(pending[1]))
-        pending = next(ch, None)
-    ra = _RangeApply(w, t._core, keys, raws, params.min_range_size, params.max_range_size, params.raggedness,
-                     cps).run()
-    w.kernel_done(ra.last_key, ra.written, ra.blocks_carried)
-    stats.blocks_carried += ra.blocks_carried
-    stats.blocks_resumed += ra.resumed_at
-    stats.added += ra.added
-    stats.removed += ra.removed
-    stats.changed += ra.changed
-    return pending
-
-
-_RangeApply = None if native.PURE_PYTHON else native.load("graveler.committed._capply").RangeApply
 
 __all__ = ["ApplyStats", "CommittedManager", "EMPTY_METARANGE_ID", "StoreSource", "TableSource", "verify_table"]

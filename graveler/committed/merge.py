@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from graveler.committed.diff import diff
+from graveler.committed.kernel import diff
 from graveler.committed.reader import RecordIterator, TableReader
 from graveler.errors import MergeConflict
 from graveler.model import MergeStrategy, Value, decode_value

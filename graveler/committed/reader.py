@@ -21,10 +21,9 @@ from graveler.cache import CheckMemo
 from graveler.committed.writer import table_key
 from graveler.config import CacheConfig
 from graveler.errors import CorruptedData, NotFound
-from graveler import native
-from graveler.ident import TableHasher, enc_string_map
+from graveler.ident import enc_string_map
 from graveler.lru import LRU
-from graveler.model import RangeInfo, Value, decode_value
+from graveler.model import VALUE_DECODER, RangeInfo, Value, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
 
 log = logging.getLogger(__name__)
@@ -74,21 +73,8 @@ def hashed_properties(t: SSTable) -> dict[str, str]:
 
 
 def computed_table_id(t: SSTable) -> str:
-    """The ID of a range or metarange from its content: the hash of its records and properties.
-
-    Compiled, one call walks every block (uncached) and hashes the records' ID input without a Python
-    object per record or block."""
-    if getattr(t, "compiled", False) and _Sha256 is not None:
-        h = _Sha256(threaded=True)  # hashed on a thread of its own while the blocks are read
-        t._core.hash_records(h)
-        return h.hexdigest(enc_string_map(hashed_properties(t)))
-    h = TableHasher()
-    for blk in t.iter_blocks():
-        h.add_many(blk.keys, blk.values)
-    return h.finish(hashed_properties(t))
-
-
-_Sha256 = None if native.PURE_PYTHON else native.load("graveler._crecord").Sha256
+    """The ID of a range or metarange from its content: the hash of its records and properties."""
+    return t.records_digest(enc_string_map(hashed_properties(t)))
 
 
 def check_table_id(table_id: str, t: SSTable) -> None:
@@ -269,7 +255,7 @@ class TableReader:
     def _range_scans(self, infos: list[RangeInfo], start: bytes, records: bool) -> Iterator[Iterator]:
         for info in infos:
             t = self.open(info.id)
-            yield t.scan_records(start) if records else t.seek_ge(start)
+            yield t.seek_ge(start, VALUE_DECODER if records else None)
             start = b""
 
 

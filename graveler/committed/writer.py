@@ -5,6 +5,10 @@ A range closes after a record when its estimated size reaches the maximum, or
 raggedness.  Breaks therefore depend only on keys (and, past 20 MiB, on the
 records since the last break), so the same records make the same range IDs
 whatever wrote them: this process, another commit, a Spark executor.
+
+:class:`MetaRangeWriter` here is the reference (a Python record loop over the
+reference table writer); :mod:`graveler.committed.kernel` holds the compiled
+writer and selects one.
 """
 
 from __future__ import annotations
@@ -14,14 +18,13 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
-from graveler import native
-from graveler.committed import checkpoints
-from graveler.committed.fnv import fnv1a64_batch
+from graveler.committed.apply import py_apply_range
+from graveler.committed.fnv import py_fnv1a64_batch as fnv1a64_batch
 from graveler.config import RangeParams
 from graveler.errors import InvalidArgument
-from graveler.ident import TableHasher, enc_string_map
+from graveler.ident import enc_string_map
 from graveler.model import RangeInfo, Value, encode_value
-from graveler.sstable.writer import SSTableWriter
+from graveler.sstable import kernel as sstable_kernel
 
 log = logging.getLogger(__name__)
 
@@ -35,39 +38,26 @@ def table_key(table_id: str) -> str:
 
 
 class TableWriter:
-    """One range or metarange: an SSTable plus the running lakeFS ID hash.
+    """One range or metarange: a table builder that hashes its records for the lakeFS ID as it writes.
 
-    Compiled (the default), both are one ``graveler.sstable._ctable.TableBuilder``; the
-    reference is ``SSTableWriter`` + ``TableHasher`` (the same bytes and ID, tested).
-    ``checkpoints``: record the builder's checkpoints (``checkpoint_data``) for later rewrites.
+    ``builder``: the sstable layer's ``TableBuilder`` (the selected one unless given);
+    ``checkpoints``: have it record its checkpoints (``checkpoint_data``) for later rewrites.
     """
 
-    def __init__(self, table_type: str, metadata: dict[str, str] | None = None, compiled: bool | None = None,
+    def __init__(self, table_type: str, metadata: dict[str, str] | None = None, builder=None,
                  checkpoints: bool = False):
         self.table_type = table_type
         self.metadata = dict(metadata or {})
-        if compiled is None:
-            compiled = _TableBuilder is not None
-        if compiled:
-            self.sst = _TableBuilder(hashed=True, checkpoints=checkpoints)
-            self.hasher = None
-        else:
-            self.sst = SSTableWriter()
-            self.hasher = TableHasher()
+        self.sst = (builder or sstable_kernel.TableBuilder)(hashed=True, checkpoints=checkpoints)
 
     def add(self, key: bytes, raw_value: bytes) -> None:
         self.sst.add(key, raw_value)
-        if self.hasher is not None:
-            self.hasher.add(key, raw_value)
 
     def finish(self) -> tuple[str, bytes, RangeInfo]:
         """Returns (ID, file bytes, the metarange record describing it)."""
         props = dict(self.metadata)
         props["type"] = self.table_type
-        if self.hasher is not None:
-            table_id = self.hasher.finish(props)
-        else:
-            table_id = self.sst.digest(enc_string_map(props))
+        table_id = self.sst.digest(enc_string_map(props))
         estimated = self.sst.estimated_size()
         sst = self.sst
         min_key = sst.first_key or b""
@@ -100,7 +90,8 @@ class MetaRangeWriter:
     :meth:`abort`-ed.
     """
 
-    compiled = True  # False: the pure-Python record loop (the reference; tests compare the two)
+    # The table builder (the reference's; the compiled writer, graveler.committed.kernel, uses _ctable's).
+    table_builder = sstable_kernel.reference.TableBuilder
     PUTS_IN_FLIGHT = 2
 
     def __init__(self, put: Callable[[str, bytes], None], params: RangeParams,
@@ -121,21 +112,14 @@ class MetaRangeWriter:
         self.blocks_copied = 0
         self._last_key: bytes | None = None
 
-    @property
-    def _compiled(self) -> bool:
-        return self.compiled and _TableBuilder is not None
-
     def _new_table(self) -> TableWriter:
-        self._current = TableWriter(RANGES_TYPE, self.metadata, self._compiled,
+        self._current = TableWriter(RANGES_TYPE, self.metadata, self.table_builder,
                                     checkpoints=self._on_checkpoints is not None)
         return self._current
 
     def write_batch(self, records: list[tuple[bytes, bytes]], hashes: list[int] | None = None) -> None:
         """Add records given as (key, encoded value), in order (``hashes``: their keys' FNV, if known)."""
         if not records:
-            return
-        if self._compiled:
-            self._write_batch_compiled(records)
             return
         p = self.params
         min_size, max_size, raggedness = p.min_range_size, p.max_range_size, p.raggedness
@@ -160,38 +144,6 @@ class MetaRangeWriter:
         self._last_key = records[-1][0]
         self.records_written += len(records)
 
-    def _write_batch_compiled(self, records: list[tuple[bytes, bytes]]) -> None:
-        """write_batch's loop, compiled: the same ranges, bytes and IDs."""
-        p = self.params
-        if not isinstance(records, list):
-            records = list(records)
-        i, n = 0, len(records)
-        while i < n:
-            cur = self._current
-            if cur is None:
-                prev = records[i - 1][0] if i else self._last_key
-                key = records[i][0]
-                if prev is not None and key <= prev:
-                    raise InvalidArgument(f"records must be sorted and unique: {key!r} after {prev!r}")
-                cur = self._new_table()
-            i, broke = cur.sst.add_records(records, i, p.min_range_size, p.max_range_size, p.raggedness)
-            if broke:
-                self.close_range()
-        self._last_key = records[-1][0]
-        self.records_written += n
-
-    def open_table(self):
-        """The compiled table being written (a new one if none is open): what the compiled apply writes to."""
-        cur = self._current if self._current is not None else self._new_table()
-        return cur.sst
-
-    def kernel_done(self, last_key: bytes | None, written: int, carried: int) -> None:
-        """What a compiled apply step wrote through ``open_table``: its last key and counts."""
-        if last_key is not None:
-            self._last_key = last_key
-        self.records_written += written
-        self.blocks_copied += carried
-
     def write_block(self, raw: bytes, keys: list[bytes], values: list[bytes], nbytes: int,
                     hashes: list[int], next_key: bytes | None, next_value_len: int) -> None:
         """Add the records of one untouched data block of an existing range.
@@ -211,7 +163,6 @@ class MetaRangeWriter:
                 cur = self._new_table()
             if cur.sst.append_block_canonical(raw, keys, values, nbytes, next_key, next_value_len,
                                               p.max_range_size):
-                cur.hasher.add_many(keys, values)
                 self._last_key = keys[-1]
                 self.records_written += len(keys)
                 self.blocks_copied += 1
@@ -219,6 +170,17 @@ class MetaRangeWriter:
                     self.close_range()
                 return
         self.write_batch(list(zip(keys, values)), hashes)
+
+    def apply_range(self, t, info: RangeInfo, pending, ch, out: list[tuple[bytes, bytes]], stats,
+                    facts: bytes | None = None):
+        """Apply the changes ``pending`` and on from ``ch`` that fall in the touched range ``t`` (``info``);
+        records go to ``out`` (the caller writes it). ``facts``: what the memo keeps for the range (the
+        compiled writer's checkpoints). Returns the first change past the range's records."""
+        return py_apply_range(t, pending, ch, self, out, stats)
+
+    def _checkpoints_of(self, table: TableWriter, data) -> bytes | None:
+        """What to remember about a range just written (its checkpoints; the reference records none)."""
+        return None
 
     def write_values(self, records: Iterable[tuple[bytes, Value]], batch: int = 2048) -> None:
         buf: list[tuple[bytes, bytes]] = []
@@ -236,8 +198,8 @@ class MetaRangeWriter:
         self._current = None
         table_id, data, info = cur.finish()
         self._store(table_key(table_id), data)
-        if self._on_checkpoints is not None and self._compiled:
-            blob = checkpoints.pack(self.params, len(data), cur.sst.checkpoint_data())
+        if self._on_checkpoints is not None:
+            blob = self._checkpoints_of(cur, data)
             if blob is not None:
                 self._on_checkpoints(table_id, blob)
         self.ranges.append(info)
@@ -282,7 +244,7 @@ class MetaRangeWriter:
         """Close the last range, write the metarange; returns its ID."""
         self.close_range()
         self._drain()
-        mr = TableWriter(METARANGES_TYPE, self.metadata, self._compiled)
+        mr = TableWriter(METARANGES_TYPE, self.metadata, self.table_builder)
         for info in self.ranges:
             mr.add(info.max_key, encode_value(info.to_value()))
         table_id, data, _ = mr.finish()
@@ -290,6 +252,3 @@ class MetaRangeWriter:
         log.debug("wrote metarange %s: %d ranges (%d new, %d reused)", table_id, len(self.ranges),
                   self.ranges_written, self.ranges_copied)
         return table_id
-
-
-_TableBuilder = None if native.PURE_PYTHON else native.load("graveler.sstable._ctable").TableBuilder

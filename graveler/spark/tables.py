@@ -29,8 +29,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from graveler.committed.fnv import fnv1a64_batch
-from graveler.committed.writer import MetaRangeWriter, RangeParams, table_key
+from graveler.committed.kernel import fnv1a64_batch
+from graveler.committed.kernel import MetaRangeWriter
+from graveler.committed.writer import RangeParams, table_key
 from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.model import RangeInfo, decode_value
 from graveler.objstore import ObjectStore, open_store

@@ -4,8 +4,14 @@
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from libc.string cimport memcmp
 
-from graveler._crecord cimport Sha256
+from graveler.sstable._csha256 cimport Sha256
 from graveler._cbytes cimport cmp_keys, dec_len, fnv1a64, le32, put_dec, put_uvarint, read_uvarint, uvarint_len
+
+
+# A value decoder a table scan can call per record without a Python call (``TableCore.scan(start,
+# decode)`` with ``decode.c_decoder`` a PyCapsule of this type, named "graveler.sstable.value_fn"): the layer that
+# owns values supplies it (graveler._crecord.VALUE_DECODER); the sstable layer never learns what a value holds.
+ctypedef object (*value_fn)(const unsigned char* p, Py_ssize_t n, object name)
 
 
 cdef struct Ent:

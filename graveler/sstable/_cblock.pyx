@@ -559,7 +559,9 @@ def should_flush(Py_ssize_t n_entries, Py_ssize_t size, Py_ssize_t restart_inter
 
 # --- whole-table lookups and scans ------------------------------------------------------------
 
-from graveler._crecord cimport decode_ptr
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+
+cdef const char* VALUE_FN_CAPSULE = b"graveler.sstable.value_fn"
 
 
 cdef unsigned char* grow_buf(unsigned char* buf, unsigned char* small, Py_ssize_t n) except NULL:
@@ -793,9 +795,17 @@ cdef class TableCore:
             if buf != small:
                 free(buf)
 
-    def scan(self, start=b"", bint records=False):
-        """Iterator over (key, value) from ``start`` on; ``records``: values as graveler Values."""
-        return TableIter(self, as_bytes(start), records)
+    def scan(self, start=b"", decode=None):
+        """Iterator over (key, value) from ``start`` on; ``decode``: each value becomes ``decode(value, name)``
+        (through its ``c_decoder`` capsule, a ``value_fn``, when it has one)."""
+        return TableIter(self, as_bytes(start), decode)
+
+    def records_digest(self, suffix=b""):
+        """The hex SHA-256 of every record's table-ID input (see ``hash_records``) and then ``suffix``: hashed on
+        a thread of its own while the blocks are read."""
+        h = Sha256(threaded=True)
+        self.hash_records(h)
+        return h.hexdigest(suffix)
 
     def hash_records(self, Sha256 h):
         """Feed every record's table-ID input (``len(key) key | len(value) value |``, lengths in decimal) to
@@ -862,17 +872,26 @@ cdef class TableIter:
 
     cdef TableCore core
     cdef bytes start
-    cdef bint records, started
+    cdef bint started
+    cdef object decode       # a Python decoder without a C entry point (None: values as bytes)
+    cdef value_fn decode_c   # the decoder's C entry point (NULL: none)
     cdef Py_ssize_t p, bi, part_at
     cdef Block part, blk
     cdef Py_ssize_t ei
     cdef unsigned char* buf
     cdef Py_ssize_t cap
 
-    def __cinit__(self, TableCore core, bytes start, bint records):
+    def __cinit__(self, TableCore core, bytes start, decode):
         self.core = core
         self.start = start
-        self.records = records
+        self.decode = None
+        self.decode_c = NULL
+        if decode is not None:
+            cap = getattr(decode, "c_decoder", None)
+            if cap is not None and PyCapsule_IsValid(cap, VALUE_FN_CAPSULE):
+                self.decode_c = <value_fn>PyCapsule_GetPointer(cap, VALUE_FN_CAPSULE)
+            else:
+                self.decode = decode
         self.started = False
         self.buf = NULL
         self.cap = 0
@@ -964,10 +983,12 @@ cdef class TableIter:
         memcpy(self.buf + e.shared, d + e.kpos, e.unshared)
         self.ei += 1
         k = PyBytes_FromStringAndSize(<char*>self.buf, <Py_ssize_t>(e.shared + e.unshared) - b.trail)
-        if self.records:
-            v = decode_ptr(<const unsigned char*>d + e.kpos + e.unshared, e.vlen, self.core.name)
+        if self.decode_c != NULL:
+            v = self.decode_c(<const unsigned char*>d + e.kpos + e.unshared, e.vlen, self.core.name)
         else:
             v = PyBytes_FromStringAndSize(d + e.kpos + e.unshared, e.vlen)
+            if self.decode is not None:
+                v = self.decode(v, self.core.name)
         t = PyTuple_New(2)
         Py_INCREF(k)
         Py_INCREF(v)

@@ -2,7 +2,7 @@
 
 from libc.stdint cimport uint64_t
 
-from graveler._crecord cimport Sha256
+from graveler.sstable._csha256 cimport Sha256
 from graveler.sstable._cblock cimport Block, BlockBuilder, TableCore
 
 

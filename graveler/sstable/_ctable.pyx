@@ -25,7 +25,7 @@ from libc.stdint cimport uint32_t, uint64_t
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-from graveler._crecord cimport Sha256
+from graveler.sstable._csha256 cimport Sha256
 from graveler._cbytes cimport cmp_keys, dec_len, fnv1a64, le32, put_dec, put_uvarint
 from graveler.sstable._cblock cimport (Block, BlockBuilder, Ent, TableCore, hash_block_records, index_key, should_flush_c,
                                       with_trailer)
@@ -35,7 +35,7 @@ import struct
 import cramjam
 import google_crc32c
 
-from graveler._crecord import SHA256_STATE_BYTES, SHA256_STATE_TAG
+from graveler.sstable._csha256 import SHA256_STATE_BYTES, SHA256_STATE_TAG
 from graveler.errors import InvalidArgument
 from graveler.sstable.format import BlockHandle, encode_footer_v2
 from graveler.sstable.writer import _index_key, pebble_properties, successor

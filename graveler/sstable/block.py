@@ -2,9 +2,8 @@
 
 Two implementations with one behaviour: the compiled one in ``_cblock.pyx``
 (the default) and the pure-Python reference here (``PyBlock``,
-``py_decode_block``, ``PyBlockBuilder``), selected by ``graveler.native``.
-``Block``, ``decode_block``, ``BlockBuilder`` and ``should_flush`` are the
-selected ones.
+``py_decode_block``, ``PyBlockBuilder``, ``py_should_flush``);
+:mod:`graveler.sstable.kernel` selects one.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 
-from graveler import native
 from graveler.errors import CorruptedData
 from graveler.sstable.format import BlockHandle, get_uvarint, put_uvarint, uvarint_len
 
@@ -203,9 +201,3 @@ def py_should_flush(n_entries: int, size: int, restart_interval: int, key_len: i
     new_size += uvarint_len(value_len)
     return new_size > block_size
 
-
-if native.PURE_PYTHON:
-    Block, decode_block, BlockBuilder, should_flush = PyBlock, py_decode_block, PyBlockBuilder, py_should_flush
-else:
-    _c = native.load("graveler.sstable._cblock")
-    Block, decode_block, BlockBuilder, should_flush = _c.Block, _c.decode_block, _c.BlockBuilder, _c.should_flush

@@ -5,18 +5,23 @@ Opening it decodes the footer, the metaindex, the properties and the top-level
 index; data blocks (and index partitions) are read, verified and decoded only
 when a lookup or an iterator enters them, and kept in a shared LRU of decoded
 blocks so hot lookups never touch the buffer again.
+
+Lookups, scans and the ID hash go through the table's core (the compiled
+``_cblock.TableCore`` or the reference :class:`graveler.sstable.core.PyTableCore`,
+as :mod:`graveler.sstable.kernel` selected). Values are bytes here: a scan can
+hand each one to a decoder its caller supplies (the layer that owns values).
 """
 
 from __future__ import annotations
 
 import itertools
 import struct
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator
 
-from graveler import native
 from graveler.errors import CorruptedData
 from graveler.lru import LRU
-from graveler.sstable.block import Block, decode_block
+from graveler.sstable import kernel
+from graveler.sstable.kernel import Block
 from graveler.sstable.format import (
     INDEX_TYPE_TWO_LEVEL,
     BlockHandle,
@@ -24,9 +29,6 @@ from graveler.sstable.format import (
     get_uvarint,
     read_block,
 )
-
-if TYPE_CHECKING:
-    from graveler.model import Value
 
 PROPERTIES_BLOCK = b"rocksdb.properties"
 
@@ -76,11 +78,6 @@ class BlockCache(LRU[tuple, Block]):
 
 
 DEFAULT_BLOCK_CACHE = BlockCache()
-if native.PURE_PYTHON:
-    _cblock = _compiled_decode_block = None
-else:
-    _cblock = native.load("graveler.sstable._cblock")
-    _compiled_decode_block = _cblock.decode_block
 _anon_ids = itertools.count()
 
 
@@ -91,8 +88,8 @@ class SSTable:
     metarange ID so reopening the same immutable file reuses its blocks.
     """
 
-    # The block codec (compiled or the pure-Python reference, see graveler.native).
-    decode_block = staticmethod(decode_block)
+    # The sstable layer's implementation (graveler.sstable.kernel; a test may set the other one here).
+    kernel = kernel.selected
 
     def __init__(self, buf, name: str = "<sstable>", cache_key: str | None = None,
                  block_cache: BlockCache | None = None):
@@ -123,14 +120,11 @@ class SSTable:
         self._top_handles = [self._handle_at(top, i, self.footer.index.offset) for i in range(len(top))]
         # For a single-level index the top index *is* the one partition.
         self._single = top if not self.two_level else None
-        # The compiled lookup and scan path, when the blocks are compiled ones.
-        self._core = None
-        self.compiled = self.decode_block is _compiled_decode_block  # blocks are _cblock.Block
-        if self.compiled:
-            self._core = _cblock.TableCore(top, self.two_level, self._cache, self._cache_id, self._load_block,
+        # Lookups and scans: the selected implementation's core.
+        self._core = self.kernel.TableCore(top, self.two_level, self._cache, self._cache_id, self._load_block,
                                            self.name, self.footer.index.offset, self, buf,
                                            self.footer.checksum_type)
-            self.get = self._core.get  # no Python frame on the lookup path
+        self.get = self._core.get  # no Python frame on the lookup path
 
     # -- plumbing -------------------------------------------------------------------------
     def _handle(self, raw: bytes, at: int) -> BlockHandle:
@@ -148,7 +142,7 @@ class SSTable:
 
     def _decode(self, handle: BlockHandle, internal_keys: bool) -> Block:
         data = read_block(self.buf, handle, self.footer.checksum_type, self.name)
-        return self.decode_block(data, self.name, handle.offset, internal_keys)
+        return self.kernel.decode_block(data, self.name, handle.offset, internal_keys)
 
     def _load_block(self, offset: int, size: int) -> Block:
         """A data block or index partition from the buffer (a block-cache miss)."""
@@ -157,15 +151,7 @@ class SSTable:
         return b
 
     def _cached_block(self, handle: BlockHandle) -> Block:
-        if self._core is not None:
-            return self._core.cached_block(handle.offset, handle.size)
-        ck = (self._cache_id, handle.offset)
-        b = self._cache.get(ck)
-        if b is None:
-            b = self._decode(handle, internal_keys=True)
-            self.blocks_read += 1
-            self._cache.put(ck, b)
-        return b
+        return self._core.cached_block(handle.offset, handle.size)
 
     def _partition(self, i: int) -> Block:
         """Index partition ``i``: separator keys -> data-block handles."""
@@ -191,38 +177,11 @@ class SSTable:
     def get_property(self, name: str) -> bytes | None:
         return self.raw_properties.get(name)
 
-    def seek_ge(self, key: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        """Records with key >= ``key`` in order, as (user key, value bytes)."""
-        if self._core is not None:
-            return self._core.scan(key)
-        return self._py_seek_ge(key)
-
-    def scan_records(self, start: bytes = b"") -> Iterator[tuple[bytes, Value]]:
-        """Like ``seek_ge``, with each value split into a graveler ``Value`` (identity, data)."""
-        if self._core is not None:
-            return self._core.scan(start, True)
-        from graveler.model import py_decode_value
-
-        name = self.name
-        return ((k, py_decode_value(v, name)) for k, v in self._py_seek_ge(start))
-
-    def _py_seek_ge(self, key: bytes) -> Iterator[tuple[bytes, bytes]]:
-        nparts = self._num_partitions()
-        p = 0 if self._single is not None else self._top.find(key)
-        first = True
-        while p < nparts:
-            part = self._partition(p)
-            at = self._partition_offset(p)
-            bi = part.find(key) if first else 0
-            n = len(part)
-            while bi < n:
-                blk = self._cached_block(self._handle_at(part, bi, at))
-                ei = blk.find(key) if first else 0
-                first = False
-                yield from blk.iter_from(ei)
-                bi += 1
-            first = False
-            p += 1
+    def seek_ge(self, key: bytes = b"", decode: Callable | None = None) -> Iterator[tuple[bytes, object]]:
+        """Records with key >= ``key`` in order, as (user key, value bytes); with ``decode``, each value
+        becomes ``decode(value bytes, table name)`` (a decoder with a ``c_decoder`` capsule is called from C
+        by the compiled scan, see ``_cblock.pxd``)."""
+        return self._core.scan(key, decode)
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
         return self.seek_ge(b"")
@@ -264,22 +223,13 @@ class SSTable:
         return self.footer.checksum_type == CHECKSUM_CRC32C
 
     def get(self, key: bytes) -> bytes | None:
-        """The value stored under exactly ``key``, or None."""
-        if self._core is not None:
-            return self._core.get(key)
-        if self._single is not None:
-            part = self._single
-            at = self.footer.index.offset
-        else:
-            p = self._top.find(key)
-            if p >= len(self._top_handles):
-                return None
-            part = self._partition(p)
-            at = self._top_handles[p].offset
-        bi = part.find(key)
-        if bi >= len(part):
-            return None
-        return self._cached_block(self._handle_at(part, bi, at)).get(key)
+        """The value stored under exactly ``key``, or None (the core's ``get``, bound in ``__init__``)."""
+        return self._core.get(key)
+
+    def records_digest(self, suffix: bytes = b"") -> str:
+        """The hex SHA-256 of every record's table-ID input (``len(key) key | len(value) value |``, lengths in
+        decimal) in order, then ``suffix``: a range's or metarange's ID, given its properties' encoding."""
+        return self._core.records_digest(suffix)
 
     def verify_checksums(self) -> int:
         """Check every data block's checksum without decoding it; returns the number of blocks."""

@@ -5,15 +5,19 @@ blocks and 1 in index blocks, Snappy where it saves at least 1/8, CRC32C
 trailers, internal keys with seqnum 0 / kind SET, shortened index separators,
 a two-level index once the index outgrows one block, Pebble's property set plus
 the caller's properties, and the RocksDB v2 footer.
+
+This is the reference writer: ``_ctable.TableBuilder`` writes the same bytes
+compiled, and :mod:`graveler.sstable.kernel` chooses between them
+(:class:`HashedSSTableWriter` is the reference of the builder).
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 
-from graveler import native
 from graveler.errors import InvalidArgument
-from graveler.sstable.block import BlockBuilder, should_flush
+from graveler.sstable.block import PyBlockBuilder, py_should_flush
 from graveler.sstable.format import (
     INDEX_TYPE_BINARY_SEARCH,
     INDEX_TYPE_TWO_LEVEL,
@@ -66,9 +70,6 @@ def _index_key(last: bytes, sep: bytes) -> bytes:
     return last + SET_TRAILER
 
 
-_cblock = None if native.PURE_PYTHON else native.load("graveler.sstable._cblock")
-
-
 def py_index_key(last: bytes, following: bytes) -> bytes:
     """The index entry key for a data block ending at ``last`` when ``following`` comes next."""
     return _index_key(last, separator(last, following))
@@ -77,10 +78,10 @@ def py_index_key(last: bytes, following: bytes) -> bytes:
 class SSTableWriter:
     """Builds one table in memory.  Keys must be strictly increasing user keys."""
 
-    # The block codec (compiled or the pure-Python reference, see graveler.native).
-    block_builder = BlockBuilder
-    should_flush = staticmethod(should_flush)
-    index_key = staticmethod(py_index_key if _cblock is None else _cblock.index_key_for)
+    # The block codec: the reference's own (a test may put the compiled one here, see tests/test_native.py).
+    block_builder = PyBlockBuilder
+    should_flush = staticmethod(py_should_flush)
+    index_key = staticmethod(py_index_key)
 
     def __init__(self, compression: bool = True, block_size: int = BLOCK_SIZE):
         self._compress = compression
@@ -260,6 +261,37 @@ class SSTableWriter:
         out = bytes(self._out)
         self._out = bytearray()
         return out
+
+
+class HashedSSTableWriter(SSTableWriter):
+    """An SSTableWriter that hashes its records' table-ID input as it writes them: the reference of
+    ``_ctable.TableBuilder`` (same constructor, ``digest``, ``checkpoint_data``; the same bytes and ID)."""
+
+    def __init__(self, compression: bool = True, block_size: int = BLOCK_SIZE, hashed: bool = True,
+                 checkpoints: bool = False):
+        super().__init__(compression, block_size)
+        self._hash = hashlib.sha256() if hashed else None
+
+    def add(self, key: bytes, value: bytes) -> None:
+        super().add(key, value)
+        if self._hash is not None:
+            self._hash.update(b"%d%s|%d%s|" % (len(key), key, len(value), value))
+
+    def append_block_canonical(self, raw: bytes, keys: list[bytes], values: list[bytes], nbytes: int,
+                               next_key: bytes | None, next_value_len: int, max_estimate: int) -> bool:
+        done = super().append_block_canonical(raw, keys, values, nbytes, next_key, next_value_len, max_estimate)
+        if done and self._hash is not None:
+            self._hash.update(b"".join([b"%d%s|%d%s|" % (len(k), k, len(v), v) for k, v in zip(keys, values)]))
+        return done
+
+    def digest(self, suffix: bytes = b"") -> str:
+        """The hex SHA-256 of the records' ID input so far, then ``suffix`` (the writer goes on unchanged)."""
+        h = self._hash.copy()
+        h.update(suffix)
+        return h.hexdigest()
+
+    def checkpoint_data(self) -> bytes:
+        return b""  # the reference records no checkpoints
 
 
 def pebble_properties(two_level: bool, compressed: bool, data_size: int, index_size: int, num_data_blocks: int,

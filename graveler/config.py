@@ -49,7 +49,7 @@ class KVConfig:
     """Where refs and staging live (``url``: ``lmdb``, the embedded default, or ``memory://NAME`` for
     tests; see :mod:`graveler.kv`) and how a repository's LMDB environment is opened."""
 
-    url: str = "lmdb"
+    url: str = "lmdb"  # or "memory://NAME", or a libpq URL "postgresql://USER@HOST/DB" (graveler.kv.postgres)
     map_size: int = 1 << 30  # initial map size; doubles on demand (virtual, sparse on disk)
     max_map_size: int = 1 << 40
     max_readers: int = 1024

@@ -109,7 +109,7 @@ def spark(s3_endpoint):
 # KV backends: graveler's unit, contract and model tests run on every backend.
 #
 # A test in one of KV_MODULES runs once per backend of tests.graveler_testutil.KV_BACKENDS
-# (ids [lmdb] and [memory]); helpers there (make_graveler, make_repo, backend_kv) build
+# (ids [lmdb], [memory] and [postgres]); helpers there (make_graveler, make_repo, backend_kv) build
 # repositories on the backend under test.  A test that looks at LMDB's files says so
 # with @pytest.mark.lmdb_only and runs on LMDB alone.  Mount and CLI tests (remounts,
 # several processes, kill -9) use the persistent backends only.
@@ -139,11 +139,54 @@ def kv_backend(request):
     """The KV backend this test runs on; graveler_testutil's helpers follow it."""
     from tests import graveler_testutil
 
+    if request.param == "postgres":
+        request.getfixturevalue("postgres_url")  # skips when there is no PostgreSQL to run
     graveler_testutil.current_backend = request.param
     try:
         yield request.param
     finally:
         graveler_testutil.current_backend = "lmdb"
+        if request.param == "postgres":
+            from graveler.kv.postgres import close_pg_backends
+
+            close_pg_backends()
+
+
+# =====================================================================================
+# PostgreSQL: a throwaway cluster for the whole session (the postgres KV backend)
+#
+# Debian's binaries (/usr/lib/postgresql/*/bin, installed by scripts/setup.sh) run a
+# cluster in a temp dir, owned by the postgres OS user under root, on a unix socket in
+# that dir (no TCP port). The fixture yields the URL of database lakefuse_test and also
+# leaves it in graveler_testutil.pg_url; each test's backend_kv() gets a schema of its
+# own in it. Without the binaries every postgres variant is skipped, saying why.
+# =====================================================================================
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    from tests import pg_testutil
+
+    reason = pg_testutil.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = pg_testutil.PgCluster()
+    try:
+        yield cluster
+    finally:
+        from graveler.kv.postgres import close_pg_backends
+
+        close_pg_backends()
+        cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_cluster):
+    """libpq URL of the session's test database (postgresql://postgres@/lakefuse_test?host=SOCKETDIR)."""
+    from tests import graveler_testutil
+
+    graveler_testutil.pg_url = postgres_cluster.url
+    return postgres_cluster.url
 
 
 # =====================================================================================

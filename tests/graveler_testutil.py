@@ -11,15 +11,22 @@ from graveler.model import Entry
 FAST_KV = KVConfig(map_size=1 << 26, sync=False)
 
 # The KV backend graveler's unit and model tests run on: tests/conftest.py runs each test of
-# KV_MODULES once per backend and sets this before it ("lmdb" or "memory").
-KV_BACKENDS = ("lmdb", "memory")
+# KV_MODULES once per backend and sets this before it ("lmdb", "memory" or "postgres").
+KV_BACKENDS = ("lmdb", "memory", "postgres")
 current_backend = "lmdb"
+pg_url: str | None = None  # the session's test database (tests/conftest.py, fixture postgres_url)
 
 
 def backend_kv(tmp_path: Path, base: KVConfig = FAST_KV) -> KVConfig:
-    """``base`` on the backend under test (an in-memory space of its own per test directory)."""
+    """``base`` on the backend under test: an in-memory space, or a PostgreSQL schema, of its own per test
+    directory (so tests never see each other's repositories)."""
     if current_backend == "memory":
         return dataclasses.replace(base, url=f"memory://{tmp_path}")
+    if current_backend == "postgres":
+        from tests.pg_testutil import schema_url
+
+        assert pg_url is not None, "the postgres backend needs the postgres_url fixture"
+        return dataclasses.replace(base, url=schema_url(pg_url, str(tmp_path)))
     return base
 
 

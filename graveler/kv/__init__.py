@@ -8,8 +8,11 @@
   under ``<home>/repos/<name>/refs.lmdb`` (and :mod:`graveler.kv.lmdb_file`, its
   ``data.mdb`` checked before it is mapped).
 * :mod:`graveler.kv.memory` -- in memory, for unit tests (``memory://NAME``).
+* :mod:`graveler.kv.postgres` -- PostgreSQL, shared by every host that reaches the server
+  (``postgresql://USER[:PASS]@HOST[:PORT]/DB?...``, any libpq URL; psycopg 3, imported
+  only when such a URL is used, from the ``postgres`` extra).
 
-Only this package imports ``lmdb``. :func:`open_backend` picks a backend from
+Only this package imports ``lmdb`` and ``psycopg``. :func:`open_backend` picks a backend from
 ``KVConfig.url``; everything above it (refs, staging, commits, the home, the mount)
 uses the protocol only.
 """
@@ -48,13 +51,22 @@ from graveler.kv.memory import MemoryBackend
 
 
 def open_backend(config: KVConfig, home: Path) -> Backend:
-    """The backend ``config.url`` names: ``lmdb`` (under ``home``) or ``memory://NAME``."""
+    """The backend ``config.url`` names: ``lmdb`` (under ``home``), ``memory://NAME`` or a
+    ``postgresql://`` (``postgres://``) libpq URL (one process-wide backend per URL)."""
     url = config.url
     if url == "lmdb":
         return LmdbBackend(home, config)
     if url.startswith("memory://") and len(url) > len("memory://"):
         return MemoryBackend(url)
-    raise InvalidArgument(f"unknown KV backend {url!r}: use 'lmdb' or 'memory://NAME'")
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from graveler.kv.postgres import open_pg_backend
+        except ImportError as e:
+            raise InvalidArgument(f"a PostgreSQL KV backend needs psycopg ({e}): "
+                                  "pip install 'lakefuse[postgres]'") from None
+        return open_pg_backend(url)
+    scheme = url.split("://", 1)[0] + "://..." if "://" in url else url  # never echo a password
+    raise InvalidArgument(f"unknown KV backend {scheme!r}: use 'lmdb', 'memory://NAME' or 'postgresql://...'")
 
 
 __all__ = [

@@ -1,0 +1,525 @@
+"""The PostgreSQL backend of the KV protocol (:mod:`graveler.kv.base`): refs and staging on a shared server.
+
+``KVConfig(url="postgresql://USER[:PASS]@HOST[:PORT]/DB?...")`` or
+``postgresql:///DB?host=/socket/dir`` -- any libpq URL, so the password may also come
+from ``~/.pgpass`` or ``$PGPASSWORD`` and the URL may carry libpq options (for instance
+``options=-csearch_path%3Dmyschema`` to keep lakefuse's tables in a schema of its own).
+
+The driver is psycopg 3 with :mod:`psycopg_pool`: it is libpq itself (every libpq URL,
+``.pgpass``, service files, SSL and unix sockets work as they do for ``psql``), it
+passes ``bytes`` as ``bytea`` in the binary protocol without copies through text, it
+prepares hot statements by itself, and its pool checks a connection before handing it
+out, so a server restart costs one failed call, not a pool of dead sockets.
+
+Schema (lakeFS's shape, one table for every repository)::
+
+    lakefuse_kv(partition_key text, tbl text, key bytea, value bytea,
+                primary key (partition_key, tbl, key))
+    lakefuse_kv_schema(version int)       -- one row: the layout this table has
+
+``partition_key`` is the repository's name, ``tbl`` one of :data:`TABLES` (a
+repository's existence is a marker row in table ``.partition``, so a created store
+with no record yet counts). The tables are named ``lakefuse_*`` so that a database
+shared with lakeFS itself (whose table is ``kv``) stays apart. A database whose
+schema version is newer than :data:`SCHEMA_VERSION` is refused (``CorruptedData``,
+nothing changed), as an LMDB file in a newer format is.
+
+Transactions: a read is ``REPEATABLE READ READ ONLY`` (one snapshot, never a
+serialization failure); a write is ``SERIALIZABLE`` and is rerun by
+:meth:`PgStore.write` when the server reports a serialization failure or a deadlock
+(SQLSTATE 40001 / 40P01), with jittered backoff -- the protocol lets a write function
+run more than once. ``durable=True`` commits with ``synchronous_commit=on`` (the
+commit record is flushed before the server answers); ``durable=False`` commits with
+it off (visible at once, flushed by the WAL writer within milliseconds), and
+:meth:`PgStore.sync` makes every earlier write durable by one synchronous commit of
+an empty transaction (a WAL flush covers everything before it).
+
+Scans are paged: ``key >= start ORDER BY key LIMIT n``, then ``key > last``, so a big
+staging area is never one huge fetch and no server cursor stays open while the
+caller works. ``set_if`` is a compare-and-set in SQL (``UPDATE ... WHERE value =
+expected``, ``INSERT ... ON CONFLICT DO NOTHING``, ``DELETE ... WHERE value =
+expected``). :meth:`PgStore.write_grouped` batches concurrent callers into one
+transaction as the LMDB backend does; a failing group reruns each caller alone.
+
+Errors: psycopg never escapes. An unreachable server or a dropped connection is
+``StoreUnavailable`` naming the server (user@host:port/db, never the password); a
+malformed URL is ``InvalidArgument``; a rejected login is ``StoreUnavailable`` with
+the server's one-line reason. Credentials are never logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+from typing import Callable, Iterator, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import psycopg
+import psycopg.errors
+from psycopg import IsolationLevel
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from graveler.errors import CorruptedData, InvalidArgument, NotFound, StoreUnavailable
+from graveler.kv.base import MAX_KEY_BYTES, TABLES, NestedTransaction, ThreadTxns
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+KV_TABLE = "lakefuse_kv"
+SCHEMA_TABLE = "lakefuse_kv_schema"
+PARTITION_MARKER = ".partition"  # tbl of the row that says a repository exists
+SCAN_PAGE = 1000  # rows per page of an ordered scan
+POOL_MAX = 8  # connections per backend (a process)
+POOL_TIMEOUT_S = 10.0  # wait for a pooled connection before the server counts as unreachable
+CONNECT_TIMEOUT_S = 10  # libpq connect_timeout when the URL sets none
+WRITE_RETRY_S = 60.0  # serialization failures are retried for this long
+_RETRY_SQLSTATES = ("40001", "40P01")  # serialization_failure, deadlock_detected
+_ADVISORY_LOCK = 0x6C616B65  # "lake": serializes schema creation among processes
+
+_SCHEMA_SQL = f"""
+CREATE TABLE IF NOT EXISTS {KV_TABLE} (
+    partition_key text NOT NULL,
+    tbl text NOT NULL,
+    key bytea NOT NULL,
+    value bytea NOT NULL,
+    PRIMARY KEY (partition_key, tbl, key)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    version integer NOT NULL
+);
+"""
+
+
+# -- URLs and messages ---------------------------------------------------------------
+
+
+def _password_of(url: str) -> str | None:
+    """The password written in ``url`` (to keep it out of every message), if any."""
+    try:
+        pw = urlsplit(url).password
+    except ValueError:
+        pw = None
+    if pw:
+        return unquote(pw)
+    for part in url.replace("&", " ").replace("?", " ").split():
+        if part.startswith("password="):
+            return unquote(part[len("password="):])
+    return None
+
+
+def _one_line(e: BaseException, secret: str | None) -> str:
+    """An exception as one line (libpq's messages span several), the secret blanked."""
+    text = "; ".join(s.strip() for s in str(e).splitlines() if s.strip()) or type(e).__name__
+    if secret:
+        text = text.replace(secret, "***")
+    return text
+
+
+def parse_url(url: str) -> tuple[dict[str, str], str]:
+    """libpq's parameters of ``url`` and how messages name the server (never the password)."""
+    secret = _password_of(url)
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error as e:
+        raise InvalidArgument(f"bad PostgreSQL URL: {_one_line(e, secret)}") from None
+    host = params.get("host") or os.environ.get("PGHOST") or "the default socket"
+    port = params.get("port") or os.environ.get("PGPORT")
+    user = params.get("user") or os.environ.get("PGUSER")
+    db = params.get("dbname") or os.environ.get("PGDATABASE") or user or ""
+    where = f"{user + '@' if user else ''}{host}{':' + port if port else ''}/{db}"
+    return params, f"PostgreSQL server {where}"
+
+
+def _unavailable(server: str, e: BaseException, secret: str | None) -> StoreUnavailable:
+    return StoreUnavailable(f"{server}: {_one_line(e, secret)}")
+
+
+# -- transactions -------------------------------------------------------------------
+
+
+def _check_key(key: bytes) -> bytes:
+    if not isinstance(key, (bytes, bytearray, memoryview)) or not 0 < len(key) <= MAX_KEY_BYTES:
+        raise InvalidArgument(f"a key must be 1 to {MAX_KEY_BYTES} bytes")
+    return bytes(key)
+
+
+class PgTxn:
+    """The protocol's transaction (:class:`graveler.kv.base.Txn`) on one pooled connection."""
+
+    __slots__ = ("_cur", "_part", "_write")
+
+    def __init__(self, cur: psycopg.Cursor, partition: str, write: bool):
+        self._cur = cur
+        self._part = partition
+        self._write = write
+
+    def _q(self, sql: str, *params) -> psycopg.Cursor:
+        return self._cur.execute(sql, (self._part, *params), binary=True)
+
+    def _writing(self) -> None:
+        if not self._write:
+            raise InvalidArgument("a write in a read transaction")
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        row = self._q(f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
+                      table, bytes(key)).fetchone()
+        return None if row is None else row[0]
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        self._writing()
+        self._q(f"INSERT INTO {KV_TABLE} VALUES (%s, %s, %s, %s) ON CONFLICT (partition_key, tbl, key) "
+                "DO UPDATE SET value = EXCLUDED.value", table, _check_key(key), bytes(value))
+
+    def put_many(self, table: str, items: list[tuple[bytes, bytes]]) -> int:
+        self._writing()
+        last = {_check_key(k): bytes(v) for k, v in items}  # one row may not be upserted twice in a statement
+        if last:
+            self._q(f"INSERT INTO {KV_TABLE} SELECT %s, %s, k, v FROM unnest(%s::bytea[], %s::bytea[]) AS u(k, v) "
+                    "ON CONFLICT (partition_key, tbl, key) DO UPDATE SET value = EXCLUDED.value",
+                    table, list(last), list(last.values()))
+        return len(items)
+
+    def insert(self, table: str, key: bytes, value: bytes) -> bool:
+        self._writing()
+        return self._q(f"INSERT INTO {KV_TABLE} VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                       table, _check_key(key), bytes(value)).rowcount == 1
+
+    def set_if(self, table: str, key: bytes, value: bytes | None, expected: bytes | None) -> bool:
+        self._writing()
+        key = _check_key(key)
+        if expected is None and value is None:
+            return self.get(table, key) is None
+        if expected is None:
+            return self.insert(table, key, value)
+        where = "partition_key = %s AND tbl = %s AND key = %s AND value = %s"
+        if value is None:
+            return self._q(f"DELETE FROM {KV_TABLE} WHERE {where}", table, key, bytes(expected)).rowcount == 1
+        return self._cur.execute(f"UPDATE {KV_TABLE} SET value = %s WHERE {where}",
+                                 (bytes(value), self._part, table, key, bytes(expected))).rowcount == 1
+
+    def delete(self, table: str, key: bytes) -> bool:
+        self._writing()
+        return self._q(f"DELETE FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
+                       table, bytes(key)).rowcount == 1
+
+    def scan(self, table: str, start: bytes = b"", end: bytes | None = None,
+             values: bool = True) -> Iterator[tuple[bytes, bytes | None]]:
+        cols = "key, value" if values else "key"
+        bound = "" if end is None else " AND key < %s"
+        tail = () if end is None else (bytes(end),)
+        op, after = ">=", bytes(start)
+        while True:
+            rows = self._q(f"SELECT {cols} FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s "
+                           f"AND key {op} %s{bound} ORDER BY key LIMIT {SCAN_PAGE}", table, after, *tail).fetchall()
+            for row in rows:
+                yield (row[0], row[1]) if values else (row[0], None)
+            if len(rows) < SCAN_PAGE:
+                return
+            op, after = ">", rows[-1][0]
+
+    def delete_range(self, table: str, start: bytes, end: bytes | None, limit: int | None = None) -> int:
+        self._writing()
+        bound = "" if end is None else " AND key < %s"
+        params = (table, bytes(start)) + (() if end is None else (bytes(end),))
+        sel = f"partition_key = %s AND tbl = %s AND key >= %s{bound}"
+        if limit is None:
+            return self._q(f"DELETE FROM {KV_TABLE} WHERE {sel}", *params).rowcount
+        return self._cur.execute(
+            f"DELETE FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key IN "
+            f"(SELECT key FROM {KV_TABLE} WHERE {sel} ORDER BY key LIMIT %s)",
+            (self._part, table, self._part, *params, int(limit))).rowcount
+
+    def count(self, table: str) -> int:
+        return self._q(f"SELECT count(*) FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s",
+                       table).fetchone()[0]
+
+
+# -- stores ----------------------------------------------------------------------------
+
+
+class _Alone(Exception):
+    """A group of one: run it as a plain write."""
+
+
+class PgStore:
+    """One repository's partition of the backend's table (see the module docstring)."""
+
+    def __init__(self, backend: "PgBackend", repo: str):
+        self.backend = backend
+        self.repo = repo
+        self.label = f"repository {repo!r}: refs on {backend.server}"
+        self._txns = ThreadTxns()
+        self._group_lock = threading.Lock()
+        self._group: list[list] = []  # [fn, result, exception, done, durable]
+        self._leader_lock = threading.Lock()
+        self.closed = False
+
+    stats_retries = 0  # write transactions rerun after a serialization failure or deadlock
+    stats_grouped = 0  # transactions saved by group commit
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[PgTxn]:
+        held = self._txns.held()
+        if held is not None:
+            yield held
+            return
+        with self.backend.transaction(self.label, write=False) as cur:
+            t = PgTxn(cur, self.repo, write=False)
+            with self._txns.holding(t):
+                yield t
+
+    def write(self, fn: Callable[[PgTxn], T], durable: bool = True) -> T:
+        if self._txns.held() is not None:
+            raise NestedTransaction(f"{self.label}: a write was asked for inside another transaction of the "
+                                    "same thread; finish that one first")
+        deadline = time.monotonic() + WRITE_RETRY_S
+        delay = 0.002
+        while True:
+            try:
+                with self.backend.transaction(self.label, write=True, durable=durable) as cur:
+                    t = PgTxn(cur, self.repo, write=True)
+                    with self._txns.holding(t):
+                        return fn(t)
+            except _Retry:
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(f"{self.label}: a write kept conflicting with concurrent writes for "
+                                           f"{WRITE_RETRY_S:.0f}s; try again") from None
+                PgStore.stats_retries += 1
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.25)
+
+    def write_grouped(self, fn: Callable[[PgTxn], T], durable: bool = True) -> T:
+        if self._txns.held() is not None:
+            return self.write(fn, durable)  # raises NestedTransaction
+        slot = [fn, None, None, False, durable]
+        with self._group_lock:
+            self._group.append(slot)
+        with self._leader_lock:
+            if not slot[3]:
+                with self._group_lock:
+                    batch, self._group = self._group, []
+                self._run_group(batch)
+        if slot[2] is not None:
+            raise slot[2]
+        return slot[1]
+
+    def _run_group(self, batch: list[list]) -> None:
+        try:
+            if len(batch) == 1:
+                raise _Alone
+            durable = any(s[4] for s in batch)
+            results = self.write(lambda txn: [s[0](txn) for s in batch], durable=durable)
+            for s, r in zip(batch, results):
+                s[1], s[3] = r, True
+            PgStore.stats_grouped += len(batch) - 1
+            return
+        except Exception:  # noqa: BLE001 -- each runs alone below and gets its own outcome
+            pass
+        for s in batch:
+            try:
+                s[1] = self.write(s[0], durable=s[4])
+            except BaseException as e:  # noqa: BLE001 -- handed to the caller of this fn
+                s[2] = e
+            s[3] = True
+
+    def sync(self) -> None:
+        self.backend.sync(self.label)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def stat(self) -> dict[str, int]:
+        with self.read() as txn:
+            return {name: txn.count(name) for name in TABLES}
+
+
+class _Retry(Exception):
+    """The server asked for the transaction to be run again (40001 / 40P01)."""
+
+
+# -- the backend -------------------------------------------------------------------
+
+
+class PgBackend:
+    """``postgresql://...``: every repository of a home in one table of one database."""
+
+    def __init__(self, url: str, pool_timeout: float = POOL_TIMEOUT_S):
+        self._secret = _password_of(url)
+        params, self.server = parse_url(url)
+        self.url = url if not self._secret else url.replace(self._secret, "***")
+        if "connect_timeout" not in params:
+            params["connect_timeout"] = str(CONNECT_TIMEOUT_S)
+        self._params = params
+        self._stores: dict[str, PgStore] = {}
+        self._lock = threading.Lock()
+        self._unsynced = 0  # non-durable commits since the last sync
+        self._check_schema()
+        self.pool = ConnectionPool(kwargs={**params, "autocommit": True}, min_size=1, max_size=POOL_MAX,
+                                   timeout=pool_timeout, check=ConnectionPool.check_connection,
+                                   configure=_configure, name=f"lakefuse-kv {self.server}", open=False)
+        try:
+            self.pool.open(wait=True, timeout=pool_timeout)
+        except PoolTimeout:
+            self.pool.close()
+            raise StoreUnavailable(f"{self.server}: no connection within {pool_timeout:g}s") from None
+
+    # -- connections
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            return psycopg.connect(**self._params, autocommit=True)
+        except psycopg.Error as e:
+            raise _unavailable(self.server, e, self._secret) from None
+
+    def _check_schema(self) -> None:
+        """Create the tables when absent; refuse a database whose schema is newer than this code."""
+        with self._connect() as conn:
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADVISORY_LOCK,))
+                    conn.execute(_SCHEMA_SQL)
+                    row = conn.execute(f"SELECT version FROM {SCHEMA_TABLE}").fetchone()
+                    if row is None:
+                        conn.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (%s)", (SCHEMA_VERSION,))
+                    elif row[0] > SCHEMA_VERSION:
+                        raise CorruptedData(
+                            f"{self.server}: the refs tables are at schema version {row[0]}, newer than this "
+                            f"lakefuse knows (version {SCHEMA_VERSION}); upgrade lakefuse. Nothing was changed")
+            except psycopg.Error as e:
+                raise _unavailable(self.server, e, self._secret) from None
+
+    @contextlib.contextmanager
+    def transaction(self, label: str, write: bool, durable: bool = True) -> Iterator[psycopg.Cursor]:
+        """One transaction on a pooled connection; psycopg's errors become graveler's."""
+        try:
+            with self.pool.connection() as conn:
+                conn.isolation_level = IsolationLevel.SERIALIZABLE if write else IsolationLevel.REPEATABLE_READ
+                conn.read_only = not write
+                with conn.transaction(), conn.cursor() as cur:
+                    if write and not durable:
+                        cur.execute("SET LOCAL synchronous_commit = off")
+                    yield cur
+            if write and not durable:
+                with self._lock:
+                    self._unsynced += 1
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) in _RETRY_SQLSTATES:
+                raise _Retry from None
+            if isinstance(e, psycopg.errors.ProgramLimitExceeded):
+                raise InvalidArgument(f"{label}: {_one_line(e, self._secret)}") from None
+            raise StoreUnavailable(f"{label}: {_one_line(e, self._secret)}") from None
+        except PoolTimeout:
+            raise StoreUnavailable(f"{label}: no connection to the server within {self.pool.timeout:g}s "
+                                   "(is it running?)") from None
+
+    def sync(self, label: str) -> None:
+        """Make every commit of this process so far durable: one synchronous commit flushes the WAL up to it."""
+        with self._lock:
+            n, self._unsynced = self._unsynced, 0
+        if not n:
+            return
+        try:
+            with self.transaction(label, write=True) as cur:
+                cur.execute("SELECT txid_current()")  # an xid: the commit writes a record and waits for the flush
+        except BaseException:
+            with self._lock:
+                self._unsynced += n
+            raise
+
+    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self.transaction(self.server, write=False) as cur:
+            return cur.execute(sql, params).fetchall()
+
+    # -- the protocol
+
+    def open(self, repo: str, create: bool = True) -> PgStore:
+        if not repo:
+            raise InvalidArgument("a repository name must not be empty")
+        with self._lock:
+            store = self._stores.get(repo)
+        if store is None or store.closed:
+            if create:
+                store = PgStore(self, repo)
+                store.write(lambda t: t._q(f"INSERT INTO {KV_TABLE} VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                                           PARTITION_MARKER, b"", b""))
+            elif not self.exists(repo):
+                raise NotFound(f"repository {repo!r}: no refs on {self.server}")
+            else:
+                store = PgStore(self, repo)
+            with self._lock:
+                cur = self._stores.get(repo)
+                if cur is not None and not cur.closed:
+                    return cur
+                self._stores[repo] = store
+        return store
+
+    def exists(self, repo: str) -> bool:
+        return bool(self._query(f"SELECT 1 FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = ''",
+                                (repo, PARTITION_MARKER)))
+
+    def names(self) -> list[str]:
+        rows = self._query(f"SELECT partition_key FROM {KV_TABLE} WHERE tbl = %s", (PARTITION_MARKER,))
+        return sorted(r[0] for r in rows)
+
+    @contextlib.contextmanager
+    def borrowed(self, repo: str) -> Iterator[PgStore]:
+        yield self.open(repo, create=False)
+
+    def close(self, repo: str) -> None:
+        with self._lock:
+            store = self._stores.pop(repo, None)
+        if store is not None:
+            store.close()
+
+    def remove(self, repo: str) -> None:
+        self.close(repo)
+        with self.transaction(self.server, write=True) as cur:
+            cur.execute(f"DELETE FROM {KV_TABLE} WHERE partition_key = %s", (repo,))
+
+    def shutdown(self) -> None:
+        """Close every connection of this backend (it is unusable after)."""
+        with self._lock:
+            stores, self._stores = list(self._stores.values()), {}
+        for s in stores:
+            s.close()
+        self.pool.close()
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    conn.execute("SET synchronous_commit = on")  # durable commits whatever the server's default
+
+
+# One backend (one pool) per URL and process: every Graveler of the process shares it.
+_registry_lock = threading.Lock()
+_registry: dict[tuple[int, str], PgBackend] = {}
+
+
+def open_pg_backend(url: str) -> PgBackend:
+    """The process-wide backend of ``url`` (connected, schema checked, on first use)."""
+    key = (os.getpid(), url)
+    with _registry_lock:
+        b = _registry.get(key)
+        if b is None:
+            b = _registry[key] = PgBackend(url)
+        return b
+
+
+def close_pg_backends() -> None:
+    """Close every backend of this process (tests; a process exiting needs not)."""
+    with _registry_lock:
+        backends = list(_registry.values())
+        _registry.clear()
+    for b in backends:
+        b.shutdown()
+
+
+__all__ = ["PgBackend", "PgStore", "PgTxn", "SCHEMA_VERSION", "close_pg_backends", "open_pg_backend",
+           "parse_url"]

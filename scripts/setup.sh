@@ -21,6 +21,8 @@ command -v prove >/dev/null 2>&1 || apt_pkgs+=(perl)
 # tools the writable-mount tests drive through a branch tree
 command -v rsync >/dev/null 2>&1 || apt_pkgs+=(rsync)
 command -v git >/dev/null 2>&1 || apt_pkgs+=(git)
+# the postgres KV backend's tests run a throwaway cluster with Debian's server binaries
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || apt_pkgs+=(postgresql)
 
 PY="${PYTHON:-python3}"
 py_ok() {
@@ -57,9 +59,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stam
     ! .venv/bin/python -c "$compiled_check" >/dev/null 2>&1; then
     echo "setup: installing lakefuse (building its compiled hot path) and its dependencies into .venv"
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING' || true
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[fuse,spark,test]' 2>&1 | grep -v '^WARNING' || true
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[fuse,spark,postgres,test]' 2>&1 | grep -v '^WARNING' || true
     # fails loudly if the install (or the build of the compiled modules) did
-    .venv/bin/python -c "import graveler, lakefuse, pyfuse3, lmdb, diskcache, rocksdict, pyspark, pyarrow, pandas; $compiled_check"
+    .venv/bin/python -c "import graveler, lakefuse, pyfuse3, lmdb, diskcache, rocksdict, pyspark, pyarrow, pandas, psycopg, psycopg_pool; $compiled_check"
     touch "$stamp"
 fi
 echo "setup: ready (.venv/bin/lakefuse)"

@@ -1,7 +1,7 @@
 """Model-based test: graveler against a plain-dict model of every branch and commit.
 
 A hypothesis state machine stages, deletes, commits, branches, merges, resets and
-reverts on a real repository (LMDB + local namespace) and on a model where a
+reverts on a real repository (LMDB, in memory or PostgreSQL + local namespace) and on a model where a
 commit is a dict path -> etag and a branch is a head commit plus a dict of staged
 changes (etag or None for a delete). After every step, the full contents of
 every branch (staging over head), every branch's committed head, and every
@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -321,3 +322,28 @@ class MemoryGravelerModel(GravelerModel):
 
 MemoryGravelerModel.TestCase.settings = GravelerModel.TestCase.settings
 TestGravelerModelMemory = MemoryGravelerModel.TestCase
+
+
+class PostgresGravelerModel(GravelerModel):
+    """The same machine on the PostgreSQL KV backend (a schema of its own per example)."""
+
+    def __init__(self):
+        graveler_testutil.current_backend = "postgres"
+        try:
+            super().__init__()
+        finally:
+            graveler_testutil.current_backend = "lmdb"
+
+    def teardown(self):
+        from graveler.kv.postgres import close_pg_backends
+
+        try:
+            super().teardown()
+        finally:
+            close_pg_backends()
+
+
+# Half the examples: every step is a few server round trips (about 5x LMDB's time); the machine's logic is
+# the same on every backend, and the server's own behaviour is proven by tests/test_kv_postgres.py.
+PostgresGravelerModel.TestCase.settings = settings(GravelerModel.TestCase.settings, max_examples=100)
+TestGravelerModelPostgres = pytest.mark.usefixtures("postgres_url")(PostgresGravelerModel.TestCase)

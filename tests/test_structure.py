@@ -2,7 +2,7 @@
 
 * no import circle among graveler's or lakefuse's modules, counting every import
   statement (module level, inside functions, under TYPE_CHECKING);
-* ``import lmdb`` only under graveler/kv/ (the KV seam);
+* ``import lmdb`` and ``import psycopg`` (``psycopg_pool``) only under graveler/kv/ (the KV seam);
 * graveler imports nothing of lakefuse, trio or pyfuse3;
 * no source file over 800 lines outside the compiled ``.pyx`` kernels;
 * no subclass of the mount's filesystem core.
@@ -108,14 +108,15 @@ def test_no_import_circle():
     assert cycles(g) == []
 
 
-def test_lmdb_is_imported_only_by_the_kv_package():
+def test_lmdb_and_psycopg_are_imported_only_by_the_kv_package():
     for name, path in modules().items():
         tree = ast.parse(path.read_text())
-        uses = any(isinstance(n, ast.Import) and any(a.name == "lmdb" for a in n.names)
-                   or isinstance(n, ast.ImportFrom) and n.module == "lmdb" and not n.level
-                   for n in ast.walk(tree))
-        if uses:
-            assert name.startswith("graveler.kv."), f"{name} imports lmdb"
+        for driver in ("lmdb", "psycopg", "psycopg_pool"):
+            uses = any(isinstance(n, ast.Import) and any(a.name.split(".")[0] == driver for a in n.names)
+                       or isinstance(n, ast.ImportFrom) and not n.level and (n.module or "").split(".")[0] == driver
+                       for n in ast.walk(tree))
+            if uses:
+                assert name.startswith("graveler.kv."), f"{name} imports {driver}"
 
 
 def test_graveler_knows_nothing_of_fuse_or_trio():

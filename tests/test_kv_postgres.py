@@ -1,0 +1,226 @@
+"""The PostgreSQL KV backend against a real server (tests/conftest.py: postgres_cluster).
+
+What the contract (tests/test_kv_contract.py, run on postgres too) cannot show: two
+connections racing, the server's serialization failures retried, the server going
+away and coming back, a newer schema refused, and how a bad URL or login reads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from graveler import kv
+from graveler.config import KVConfig
+from graveler.errors import CorruptedData, InvalidArgument, StoreUnavailable
+from tests import pg_testutil
+
+pytestmark = pytest.mark.usefixtures("postgres_url")
+
+postgres = pytest.importorskip("graveler.kv.postgres")
+
+
+@pytest.fixture
+def url(postgres_url, tmp_path):
+    return pg_testutil.schema_url(postgres_url, str(tmp_path))
+
+
+@pytest.fixture
+def two(url):
+    """Two backends of one database with pools of their own: two clients' connections."""
+    a, b = postgres.PgBackend(url), postgres.PgBackend(url)
+    yield a.open("r"), b.open("r", create=False)
+    a.shutdown()
+    b.shutdown()
+
+
+def _race(fns, timeout=30):
+    out = [None] * len(fns)
+
+    def run(i):
+        try:
+            out[i] = fns[i]()
+        except BaseException as e:  # noqa: BLE001 -- compared by the test
+            out[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return out
+
+
+def test_concurrent_compare_and_set_from_two_connections_exactly_one_wins(two):
+    s1, s2 = two
+    for round_ in range(5):
+        old = b"v%d" % round_
+        s1.write(lambda t: t.put(kv.BRANCHES, b"main", old))
+        barrier = threading.Barrier(2, timeout=10)
+
+        def cas(store, mine):
+            first = [True]
+
+            def fn(t):
+                assert t.get(kv.BRANCHES, b"main") is not None  # both transactions hold a snapshot
+                if first[0]:
+                    first[0] = False
+                    barrier.wait()
+                return t.set_if(kv.BRANCHES, b"main", mine, old)
+            return lambda: store.write(fn)
+
+        won = _race([cas(s1, b"a%d" % round_), cas(s2, b"b%d" % round_)])
+        assert sorted(won) == [False, True], won
+        with s2.read() as t:
+            assert t.get(kv.BRANCHES, b"main") == (b"a%d" if won[0] else b"b%d") % round_
+
+
+def test_no_lost_update_among_racing_increments(two):
+    s1, s2 = two
+    s1.write(lambda t: t.put(kv.STAMPS, b"n", b"0"))
+
+    def bump(store):
+        def go():
+            for _ in range(20):
+                store.write(lambda t: t.put(kv.STAMPS, b"n", b"%d" % (int(t.get(kv.STAMPS, b"n")) + 1)))
+        return go
+
+    assert _race([bump(s1), bump(s2), bump(s1), bump(s2)]) == [None] * 4
+    with s1.read() as t:
+        assert t.get(kv.STAMPS, b"n") == b"80"
+
+
+def test_a_serialization_failure_is_retried_transparently(two):
+    """Write skew: each reads the key the other writes. SERIALIZABLE aborts one (40001); write() reruns it."""
+    s1, s2 = two
+    s1.write(lambda t: t.put_many(kv.TAGS, [(b"x", b"0"), (b"y", b"0")]))
+    barrier = threading.Barrier(2, timeout=10)
+    calls = []
+
+    def skew(store, read, written):
+        def fn(t):
+            calls.append(read)
+            seen = t.get(kv.TAGS, read)
+            if len(calls) <= 2:
+                barrier.wait()
+            t.put(kv.TAGS, written, b"saw " + seen)
+            return seen
+        return lambda: store.write(fn)
+
+    before = postgres.PgStore.stats_retries
+    got = _race([skew(s1, b"x", b"y"), skew(s2, b"y", b"x")])
+    assert sorted(got) == [b"0", b"saw 0"], got  # serial: the rerun saw the first one's write
+    assert len(calls) == 3 and postgres.PgStore.stats_retries == before + 1
+    with s1.read() as t:
+        assert sorted(v for _, v in t.scan(kv.TAGS)) == [b"saw 0", b"saw saw 0"]
+
+
+def test_scans_are_paged(url, monkeypatch):
+    monkeypatch.setattr(postgres, "SCAN_PAGE", 3)
+    b = postgres.PgBackend(url)
+    try:
+        s = b.open("r")
+        keys = [b"k%02d" % i for i in range(10)]
+        s.write(lambda t: t.put_many(kv.STAGING, [(k, k) for k in keys]))
+        with s.read() as t:
+            assert list(t.scan(kv.STAGING)) == [(k, k) for k in keys]
+            assert [k for k, _ in t.scan(kv.STAGING, b"k02", b"k09", values=False)] == keys[2:9]
+            assert [k for k, _ in t.scan(kv.STAGING, b"k05", b"k08")] == keys[5:8]
+    finally:
+        b.shutdown()
+
+
+def test_a_newer_schema_is_refused(url):
+    import psycopg
+
+    postgres.PgBackend(url).shutdown()  # creates the tables at this code's version
+    params, _ = postgres.parse_url(url)
+    with psycopg.connect(**params, autocommit=True) as c:
+        c.execute(f"UPDATE {postgres.SCHEMA_TABLE} SET version = %s", (postgres.SCHEMA_VERSION + 1,))
+    with pytest.raises(CorruptedData, match=r"schema version 2, newer than this lakefuse knows \(version 1\)"):
+        postgres.PgBackend(url)
+
+
+def test_a_wrong_password_is_one_line_without_the_password(postgres_cluster, tmp_path):
+    bad = postgres_cluster.url_with_password("Wr0ng-Secret")
+    with pytest.raises(StoreUnavailable) as e:
+        kv.open_backend(KVConfig(url=bad), tmp_path)
+    msg = str(e.value)
+    assert "\n" not in msg and "Wr0ng-Secret" not in msg
+    assert "password authentication failed" in msg and f"{pg_testutil.PW_ROLE}@" in msg
+    good = kv.open_backend(KVConfig(url=postgres_cluster.url_with_password(pg_testutil.PW_SECRET)), tmp_path)
+    assert "s3cret" not in good.url and good.exists("nothing-here") is False
+
+
+def test_the_password_may_come_from_pgpassword(postgres_cluster, monkeypatch):
+    monkeypatch.setenv("PGPASSWORD", pg_testutil.PW_SECRET)
+    url = postgres_cluster.url.replace("postgresql://postgres@", f"postgresql://{pg_testutil.PW_ROLE}@")
+    b = postgres.PgBackend(url)
+    b.shutdown()
+
+
+def test_an_unreachable_server_and_a_bad_url(tmp_path):
+    url = f"postgresql://someone:Hidden-Pw@/db?host={tmp_path}/nowhere"
+    with pytest.raises(StoreUnavailable, match=r"PostgreSQL server someone@.*/nowhere.*/db") as e:
+        kv.open_backend(KVConfig(url=url), tmp_path)
+    assert "Hidden-Pw" not in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(InvalidArgument, match="bad PostgreSQL URL") as e:
+        kv.open_backend(KVConfig(url="postgresql://u:Hidden-Pw@h/db?no_such_option=1"), tmp_path)
+    assert "Hidden-Pw" not in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(InvalidArgument) as e:
+        kv.open_backend(KVConfig(url="mysql://u:Hidden-Pw@h/db"), tmp_path)
+    assert "Hidden-Pw" not in str(e.value)
+
+
+def test_the_server_stopped_mid_run_then_work_resumes():
+    """Its own cluster: stopping the session's would disturb the other tests."""
+    cluster = pg_testutil.PgCluster()
+    try:
+        url = cluster.url_with_password(pg_testutil.PW_SECRET)
+        b = postgres.PgBackend(url, pool_timeout=2)
+        s = b.open("r")
+        s.write(lambda t: t.put(kv.BRANCHES, b"main", b"1"))
+        with pytest.raises(StoreUnavailable) as e:
+            with s.read() as t:
+                assert t.get(kv.BRANCHES, b"main") == b"1"
+                cluster.stop("fast")  # ends this very session
+                t.get(kv.BRANCHES, b"main")
+        assert "repository 'r'" in str(e.value) and pg_testutil.PW_SECRET not in str(e.value)
+        for call in (lambda: s.write(lambda t: t.put(kv.BRANCHES, b"main", b"2")), lambda: b.names()):
+            with pytest.raises(StoreUnavailable, match=f"{pg_testutil.PW_ROLE}@") as e:
+                call()
+            assert pg_testutil.PW_SECRET not in str(e.value) and "\n" not in str(e.value)
+        cluster.start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                s.write(lambda t: t.put(kv.BRANCHES, b"dev", b"2"))
+                break
+            except StoreUnavailable:
+                assert time.monotonic() < deadline, "the pool never reconnected"
+                time.sleep(0.2)
+        with s.read() as t:
+            assert dict(t.scan(kv.BRANCHES)) == {b"main": b"1", b"dev": b"2"}
+        assert b.names() == ["r"]
+        b.shutdown()
+    finally:
+        cluster.destroy()
+
+
+def test_durable_false_then_sync_and_grouped_writes(url):
+    b = postgres.PgBackend(url)
+    try:
+        s = b.open("r")
+        s.write(lambda t: t.put(kv.STAGING, b"a", b"1"), durable=False)
+        assert b._unsynced == 1
+        s.sync()
+        assert b._unsynced == 0
+        got = _race([lambda i=i: s.write_grouped(lambda t: t.insert(kv.STAGING, b"g%02d" % i, b"v"))
+                     for i in range(16)])
+        assert got == [True] * 16
+        with s.read() as t:
+            assert t.count(kv.STAGING) == 17
+    finally:
+        b.shutdown()

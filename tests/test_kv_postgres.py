@@ -117,6 +117,27 @@ def test_a_serialization_failure_is_retried_transparently(two):
         assert sorted(v for _, v in t.scan(kv.TAGS)) == [b"saw 0", b"saw saw 0"]
 
 
+def test_a_deadlock_is_retried_transparently(two):
+    """Opposite lock order: the server's deadlock detector (40P01, after deadlock_timeout) aborts one; it reruns."""
+    s1, s2 = two
+    barrier = threading.Barrier(2, timeout=10)
+    calls = []
+
+    def crossed(store, first, second):
+        def fn(t):
+            calls.append(first)
+            t.put(kv.STAGING, first, b"1")
+            if len(calls) <= 2:
+                barrier.wait()
+            t.put(kv.STAGING, second, b"2")
+            return True
+        return lambda: store.write(fn)
+
+    before = postgres.PgStore.stats_retries
+    assert _race([crossed(s1, b"a", b"b"), crossed(s2, b"b", b"a")]) == [True, True]
+    assert len(calls) == 3 and postgres.PgStore.stats_retries == before + 1
+
+
 def test_scans_are_paged(url, monkeypatch):
     monkeypatch.setattr(postgres, "SCAN_PAGE", 3)
     b = postgres.PgBackend(url)

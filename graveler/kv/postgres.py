@@ -19,7 +19,8 @@ Schema (lakeFS's shape, one table for every repository)::
 
 ``partition_key`` is the repository's name, ``tbl`` one of :data:`TABLES` (a
 repository's existence is a marker row in table ``.partition``, so a created store
-with no record yet counts). The tables are named ``lakefuse_*`` so that a database
+with no record yet counts; a partial index on those rows lists repositories without
+reading the others). The tables are named ``lakefuse_*`` so that a database
 shared with lakeFS itself (whose table is ``kv``) stays apart. A database whose
 schema version is newer than :data:`SCHEMA_VERSION` is refused (``CorruptedData``,
 nothing changed), as an LMDB file in a newer format is.
@@ -53,6 +54,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 import threading
 import time
 from typing import Callable, Iterator, TypeVar
@@ -91,6 +93,7 @@ CREATE TABLE IF NOT EXISTS {KV_TABLE} (
     value bytea NOT NULL,
     PRIMARY KEY (partition_key, tbl, key)
 );
+CREATE INDEX IF NOT EXISTS {KV_TABLE}_partitions ON {KV_TABLE} (partition_key) WHERE tbl = '{PARTITION_MARKER}';
 CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (
     one boolean PRIMARY KEY DEFAULT true CHECK (one),
     version integer NOT NULL
@@ -113,6 +116,12 @@ def _password_of(url: str) -> str | None:
         if part.startswith("password="):
             return unquote(part[len("password="):])
     return None
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (``user:PASS@`` or ``password=PASS``) replaced by ``***``."""
+    url = re.sub(r"(://[^/@?]*?):[^/@?]*@", r"\1:***@", url)
+    return re.sub(r"(password=)[^&\s]*", r"\1***", url)
 
 
 def _one_line(e: BaseException, secret: str | None) -> str:
@@ -280,21 +289,12 @@ class PgStore:
         if self._txns.held() is not None:
             raise NestedTransaction(f"{self.label}: a write was asked for inside another transaction of the "
                                     "same thread; finish that one first")
-        deadline = time.monotonic() + WRITE_RETRY_S
-        delay = 0.002
-        while True:
-            try:
-                with self.backend.transaction(self.label, write=True, durable=durable) as cur:
-                    t = PgTxn(cur, self.repo, write=True)
-                    with self._txns.holding(t):
-                        return fn(t)
-            except _Retry:
-                if time.monotonic() > deadline:
-                    raise StoreUnavailable(f"{self.label}: a write kept conflicting with concurrent writes for "
-                                           f"{WRITE_RETRY_S:.0f}s; try again") from None
-                PgStore.stats_retries += 1
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 0.25)
+
+        def body(cur: psycopg.Cursor) -> T:
+            t = PgTxn(cur, self.repo, write=True)
+            with self._txns.holding(t):
+                return fn(t)
+        return self.backend.run_write(self.label, body, durable)
 
     def write_grouped(self, fn: Callable[[PgTxn], T], durable: bool = True) -> T:
         if self._txns.held() is not None:
@@ -354,7 +354,7 @@ class PgBackend:
     def __init__(self, url: str, pool_timeout: float = POOL_TIMEOUT_S):
         self._secret = _password_of(url)
         params, self.server = parse_url(url)
-        self.url = url if not self._secret else url.replace(self._secret, "***")
+        self.url = redact(url)
         if "connect_timeout" not in params:
             params["connect_timeout"] = str(CONNECT_TIMEOUT_S)
         self._params = params
@@ -411,7 +411,7 @@ class PgBackend:
                 with self._lock:
                     self._unsynced += 1
         except psycopg.Error as e:
-            if getattr(e, "sqlstate", None) in _RETRY_SQLSTATES:
+            if write and getattr(e, "sqlstate", None) in _RETRY_SQLSTATES:
                 raise _Retry from None
             if isinstance(e, psycopg.errors.ProgramLimitExceeded):
                 raise InvalidArgument(f"{label}: {_one_line(e, self._secret)}") from None
@@ -420,6 +420,23 @@ class PgBackend:
             raise StoreUnavailable(f"{label}: no connection to the server within {self.pool.timeout:g}s "
                                    "(is it running?)") from None
 
+    def run_write(self, label: str, body: Callable[[psycopg.Cursor], T], durable: bool = True) -> T:
+        """``body(cursor)`` in a SERIALIZABLE transaction, rerun (jittered backoff) while the server
+        answers 40001 / 40P01; its result once committed."""
+        deadline = time.monotonic() + WRITE_RETRY_S
+        delay = 0.002
+        while True:
+            try:
+                with self.transaction(label, write=True, durable=durable) as cur:
+                    return body(cur)
+            except _Retry:
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(f"{label}: a write kept conflicting with concurrent writes for "
+                                           f"{WRITE_RETRY_S:.0f}s; try again") from None
+                PgStore.stats_retries += 1
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.25)
+
     def sync(self, label: str) -> None:
         """Make every commit of this process so far durable: one synchronous commit flushes the WAL up to it."""
         with self._lock:
@@ -427,8 +444,8 @@ class PgBackend:
         if not n:
             return
         try:
-            with self.transaction(label, write=True) as cur:
-                cur.execute("SELECT txid_current()")  # an xid: the commit writes a record and waits for the flush
+            # an xid: the commit writes a record and waits for the WAL flush, which covers every earlier commit
+            self.run_write(label, lambda cur: cur.execute("SELECT txid_current()"))
         except BaseException:
             with self._lock:
                 self._unsynced += n
@@ -481,8 +498,8 @@ class PgBackend:
 
     def remove(self, repo: str) -> None:
         self.close(repo)
-        with self.transaction(self.server, write=True) as cur:
-            cur.execute(f"DELETE FROM {KV_TABLE} WHERE partition_key = %s", (repo,))
+        self.run_write(f"repository {repo!r}: refs on {self.server}",
+                       lambda cur: cur.execute(f"DELETE FROM {KV_TABLE} WHERE partition_key = %s", (repo,)))
 
     def shutdown(self) -> None:
         """Close every connection of this backend (it is unusable after)."""

@@ -410,15 +410,22 @@ class PgBackend:
             if write and not durable:
                 with self._lock:
                     self._unsynced += 1
+        except PoolTimeout:  # (a psycopg.OperationalError too)
+            raise StoreUnavailable(f"{label}: no connection within {self.pool.timeout:g}s: {self._why()}") from None
         except psycopg.Error as e:
             if write and getattr(e, "sqlstate", None) in _RETRY_SQLSTATES:
                 raise _Retry from None
             if isinstance(e, psycopg.errors.ProgramLimitExceeded):
                 raise InvalidArgument(f"{label}: {_one_line(e, self._secret)}") from None
             raise StoreUnavailable(f"{label}: {_one_line(e, self._secret)}") from None
-        except PoolTimeout:
-            raise StoreUnavailable(f"{label}: no connection to the server within {self.pool.timeout:g}s "
-                                   "(is it running?)") from None
+
+    def _why(self) -> str:
+        """Why the pool has no connection to give: the server's (or libpq's) answer to a fresh connect."""
+        try:
+            psycopg.connect(**{**self._params, "connect_timeout": "3"}).close()
+        except psycopg.Error as e:
+            return _one_line(e, self._secret)
+        return f"all {POOL_MAX} connections of this process are busy"
 
     def run_write(self, label: str, body: Callable[[psycopg.Cursor], T], durable: bool = True) -> T:
         """``body(cursor)`` in a SERIALIZABLE transaction, rerun (jittered backoff) while the server

@@ -26,7 +26,10 @@ schema version is newer than :data:`SCHEMA_VERSION` is refused (``CorruptedData`
 nothing changed), as an LMDB file in a newer format is.
 
 Transactions: a read is ``REPEATABLE READ READ ONLY`` (one snapshot, never a
-serialization failure); a write is ``SERIALIZABLE`` and is rerun by
+serialization failure, so the caller's ``with`` body never needs a rerun -- the price is
+that a snapshot may show a write whose serial-order predecessor is still committing,
+PostgreSQL's read-only anomaly; a decision that depends on what it read belongs in a
+write, which is checked); a write is ``SERIALIZABLE`` and is rerun by
 :meth:`PgStore.write` when the server reports a serialization failure or a deadlock
 (SQLSTATE 40001 / 40P01), with jittered backoff -- the protocol lets a write function
 run more than once. ``durable=True`` commits with ``synchronous_commit=on`` (the

@@ -9,9 +9,9 @@ step.  The parent holds only the model and never opens the database, so every
 open is a real first open of the file.  A step's process dying of a signal (the
 SIGBUS of a mapped short file) fails the test like a wrong answer does.
 
-It runs on every persistent KV backend (LMDB today); the pre-open check's verdict
-before each open is counted, so the run shows how often the database file ended
-before the last page its meta counted (healthy: the pages are free).
+It runs on every persistent KV backend (LMDB and PostgreSQL); on LMDB the pre-open
+check's verdict before each open is counted, so the run shows how often the database
+file ended before the last page its meta counted (healthy: the pages are free).
 """
 
 from __future__ import annotations
@@ -32,11 +32,17 @@ from graveler.errors import DirtyBranch, MergeConflict, NothingToCommit
 from graveler.model import Entry, MergeStrategy
 from tests.test_graveler_model import _apply, three_way
 
-# the persistent backends this history runs on: name -> KV config maker
-BACKENDS: dict[str, Callable[[Path], KVConfig]] = {
-    # a small map, so the history also grows it (and reopens after growth)
-    "lmdb": lambda home: KVConfig(map_size=1 << 20, sync=False),
-}
+# the persistent backends this history runs on (the in-memory one cannot be reopened by another process)
+BACKENDS = ("lmdb", "postgres")
+
+
+def backend_config(backend: str, tmp_path: Path, request) -> KVConfig:
+    if backend == "postgres":
+        from tests.pg_testutil import schema_url
+
+        url = request.getfixturevalue("postgres_url")  # skips when there is no PostgreSQL to run
+        return KVConfig(url=schema_url(url, str(tmp_path)))
+    return KVConfig(map_size=1 << 20, sync=False)  # a small map: the history also grows it, and reopens after
 
 PATHS = [f"d{i % 7}/s{i % 3}/f{i:05d}" for i in range(6000)]
 BRANCHES = ["main", "dev", "feat"]
@@ -81,10 +87,10 @@ class _Failed:
 class History:
     """The model (commits as path -> etag, heads, staged changes) and the steps, each in a new process."""
 
-    def __init__(self, tmp: Path, backend: str, seed: int):
+    def __init__(self, tmp: Path, kv: KVConfig, seed: int):
         self.home = tmp / "home"
         self.ns = f"file://{tmp}/ns"
-        self.kv = BACKENDS[backend](self.home)
+        self.kv = kv
         self.rnd = random.Random(seed)
         self.short_opens = 0
         self.opens = 0
@@ -284,10 +290,10 @@ class History:
         return kind
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("seed", [1, 8])
-def test_every_step_reopens_and_reads_back_exactly(tmp_path, backend, seed):
-    h = History(tmp_path, backend, seed)
+def test_every_step_reopens_and_reads_back_exactly(tmp_path, backend, seed, request):
+    h = History(tmp_path, backend_config(backend, tmp_path, request), seed)
     kinds: dict[str, int] = {}
     for _ in range(70):
         k = h.step()

@@ -34,7 +34,7 @@ import pytest
 from graveler import cache as gcache
 from graveler.committed import checkpoints
 from graveler.committed import manager as cmanager
-from graveler.committed.fnv import fnv1a64
+from graveler.committed.kernel import fnv1a64
 from graveler.committed.reader import computed_table_id, verify_table
 from graveler.committed.writer import METARANGES_TYPE, RANGES_TYPE, TableWriter
 from graveler.config import CacheConfig, GravelerConfig, RangeParams

@@ -148,6 +148,51 @@ def prefix_successor(prefix: bytes) -> bytes | None:
     return None
 
 
+class GroupCommit:
+    """Group commit over a store's ``write(fn, durable)``: concurrent callers queue their ``fn``; whoever
+    gets the leader lock runs every queued one in ONE transaction (durable if any caller asked for it).
+    If that shared transaction fails, each ``fn`` runs in its own, so one caller's error (a missing
+    branch) is its own and never another's. The backends' ``Store.write_grouped`` is this."""
+
+    def __init__(self, write: Callable[[Callable[[Txn], T], bool], T]):
+        self._write = write
+        self._queue_lock = threading.Lock()
+        self._queue: list[list] = []  # [fn, durable, result, error, done] waiting for a leader
+        self._leader = threading.Lock()
+        self.saved = 0  # transactions saved by grouping
+
+    def run(self, fn: Callable[[Txn], T], durable: bool) -> T:
+        slot = [fn, durable, None, None, False]
+        with self._queue_lock:
+            self._queue.append(slot)
+        with self._leader:
+            if not slot[4]:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._run(batch)
+        if slot[3] is not None:
+            raise slot[3]
+        return slot[2]
+
+    def _run(self, batch: list[list]) -> None:
+        if len(batch) > 1:
+            try:
+                results = self._write(lambda txn: [s[0](txn) for s in batch], any(s[1] for s in batch))
+            except Exception:  # noqa: BLE001 -- each runs alone below and gets its own outcome
+                pass
+            else:
+                for s, r in zip(batch, results):
+                    s[2], s[4] = r, True
+                self.saved += len(batch) - 1
+                return
+        for s in batch:
+            try:
+                s[2] = self._write(s[0], s[1])
+            except BaseException as e:  # noqa: BLE001 -- handed to the caller of this fn
+                s[3] = e
+            s[4] = True
+
+
 class ThreadTxns:
     """Which transaction each thread holds of one store (the nesting rule's bookkeeping)."""
 

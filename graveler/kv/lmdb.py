@@ -57,7 +57,7 @@ from graveler.config import KVConfig
 from graveler.errors import CorruptedData, GravelerError, NotFound, StoreUnavailable
 from graveler.kv import lmdb_file
 from graveler.locks import RWLock
-from graveler.kv.base import TABLES, NestedTransaction, ThreadTxns
+from graveler.kv.base import TABLES, GroupCommit, NestedTransaction, ThreadTxns
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +138,6 @@ def check_data_file(path: Path | str) -> lmdb_file.Verdict | None:
     return verdict
 
 
-class _Alone(Exception):
-    """A group of one: run it as a plain write."""
-
-
 class Env:
     """One open LMDB environment with the repository's named databases."""
 
@@ -158,9 +154,7 @@ class Env:
         self._commit_seq = 0  # commits of this process so far
         self._sync_lock = threading.Lock()
         self._synced_seq = 0  # commits known durable
-        self._group_lock = threading.Lock()
-        self._group: list[list] = []  # [fn, result, exception, done] waiting for a group leader
-        self._leader_lock = threading.Lock()
+        self._grouped = GroupCommit(self.write)
         self._txns = ThreadTxns()
         self._closed = False
         if not create and not (self.path / "data.mdb").exists():
@@ -358,39 +352,10 @@ class Env:
         missing branch) is its own and never another's."""
         if self._held() is not None:
             return self.write(fn, durable)  # raises NestedTransaction
-        slot = [fn, None, None, False]
-        with self._group_lock:
-            self._group.append(slot)
-        with self._leader_lock:
-            if not slot[3]:
-                with self._group_lock:
-                    batch, self._group = self._group, []
-                self._run_group(batch)
-        if slot[2] is not None:
-            raise slot[2]
+        result = self._grouped.run(fn, False)  # one sync below covers the group (see _sync_to)
         if durable:
             self.sync()
-        return slot[1]
-
-    def _run_group(self, batch: list[list]) -> None:
-        try:
-            if len(batch) == 1:
-                raise _Alone
-            results = self.write(lambda txn: [s[0](txn) for s in batch], durable=False)
-            for s, r in zip(batch, results):
-                s[1], s[3] = r, True
-            self.stats_grouped += len(batch) - 1
-            return
-        except Exception:  # noqa: BLE001 -- each runs alone below and gets its own outcome
-            pass
-        for s in batch:
-            try:
-                s[1] = self.write(s[0], durable=False)
-            except BaseException as e:  # noqa: BLE001 -- handed to the caller of this fn
-                s[2] = e
-            s[3] = True
-
-    stats_grouped = 0  # transactions saved by group commit
+        return result
 
     def sync(self) -> None:
         """Make every commit of this process so far durable."""

@@ -70,7 +70,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from graveler.errors import CorruptedData, InvalidArgument, NotFound, StoreUnavailable
-from graveler.kv.base import MAX_KEY_BYTES, TABLES, NestedTransaction, ThreadTxns
+from graveler.kv.base import MAX_KEY_BYTES, TABLES, GroupCommit, NestedTransaction, ThreadTxns
 
 log = logging.getLogger(__name__)
 
@@ -257,10 +257,6 @@ class PgTxn:
 # -- stores ----------------------------------------------------------------------------
 
 
-class _Alone(Exception):
-    """A group of one: run it as a plain write."""
-
-
 class PgStore:
     """One repository's partition of the backend's table (see the module docstring)."""
 
@@ -269,13 +265,10 @@ class PgStore:
         self.repo = repo
         self.label = f"repository {repo!r}: refs on {backend.server}"
         self._txns = ThreadTxns()
-        self._group_lock = threading.Lock()
-        self._group: list[list] = []  # [fn, result, exception, done, durable]
-        self._leader_lock = threading.Lock()
+        self._grouped = GroupCommit(self.write)
         self.closed = False
 
     stats_retries = 0  # write transactions rerun after a serialization failure or deadlock
-    stats_grouped = 0  # transactions saved by group commit
 
     @contextlib.contextmanager
     def read(self) -> Iterator[PgTxn]:
@@ -302,36 +295,7 @@ class PgStore:
     def write_grouped(self, fn: Callable[[PgTxn], T], durable: bool = True) -> T:
         if self._txns.held() is not None:
             return self.write(fn, durable)  # raises NestedTransaction
-        slot = [fn, None, None, False, durable]
-        with self._group_lock:
-            self._group.append(slot)
-        with self._leader_lock:
-            if not slot[3]:
-                with self._group_lock:
-                    batch, self._group = self._group, []
-                self._run_group(batch)
-        if slot[2] is not None:
-            raise slot[2]
-        return slot[1]
-
-    def _run_group(self, batch: list[list]) -> None:
-        try:
-            if len(batch) == 1:
-                raise _Alone
-            durable = any(s[4] for s in batch)
-            results = self.write(lambda txn: [s[0](txn) for s in batch], durable=durable)
-            for s, r in zip(batch, results):
-                s[1], s[3] = r, True
-            PgStore.stats_grouped += len(batch) - 1
-            return
-        except Exception:  # noqa: BLE001 -- each runs alone below and gets its own outcome
-            pass
-        for s in batch:
-            try:
-                s[1] = self.write(s[0], durable=s[4])
-            except BaseException as e:  # noqa: BLE001 -- handed to the caller of this fn
-                s[2] = e
-            s[3] = True
+        return self._grouped.run(fn, durable)
 
     def sync(self) -> None:
         self.backend.sync(self.label)

@@ -21,6 +21,8 @@ from pathlib import Path
 from graveler.errors import InvalidArgument
 
 HOME_ENV = "LAKEFUSE_HOME"
+KV_ENV = "LAKEFUSE_KV"
+DEFAULT_KV = "lmdb"
 DEFAULT_HOME = "~/.local/share/lakefuse"
 DEFAULT_COMMITTER = "lakefuse"
 
@@ -42,6 +44,15 @@ def resolve_home(home: str | os.PathLike | None = None) -> Path:
     if env:
         return Path(env).expanduser().absolute()
     return Path(DEFAULT_HOME).expanduser().absolute()
+
+
+def resolve_kv_url(url: str | None = None) -> str:
+    """Where refs and staging live: ``url`` if given, else ``$LAKEFUSE_KV``, else ``lmdb``
+    (the embedded default under the home). Not checked here: :func:`graveler.kv.open_backend`
+    refuses what it cannot open."""
+    if url:
+        return url
+    return os.environ.get(KV_ENV) or DEFAULT_KV
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +228,11 @@ class GravelerConfig:
     cache: CacheConfig = CacheConfig()
 
     @staticmethod
-    def from_home(home: str | os.PathLike | None = None, **kw) -> "GravelerConfig":
+    def from_home(home: str | os.PathLike | None = None, kv_url: str | None = None, **kw) -> "GravelerConfig":
+        """The configuration of a home: ``home`` / ``$LAKEFUSE_HOME``, and the KV backend
+        ``kv_url`` / ``$LAKEFUSE_KV`` / ``lmdb`` (unless a whole ``kv=KVConfig(...)`` is given)."""
+        if "kv" not in kw:
+            kw["kv"] = KVConfig(url=resolve_kv_url(kv_url))
         return GravelerConfig(home=resolve_home(home), **kw)
 
 
@@ -229,8 +244,10 @@ __all__ = [
     "DEFAULT_COMMITTER",
     "GravelerConfig",
     "HOME_ENV",
+    "KV_ENV",
     "KVConfig",
     "RangeParams",
     "StoreConfig",
     "resolve_home",
+    "resolve_kv_url",
 ]

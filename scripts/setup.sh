@@ -23,6 +23,7 @@ command -v rsync >/dev/null 2>&1 || apt_pkgs+=(rsync)
 command -v git >/dev/null 2>&1 || apt_pkgs+=(git)
 # the postgres KV backend's tests run a throwaway cluster with Debian's server binaries
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || apt_pkgs+=(postgresql)
+command -v openssl >/dev/null 2>&1 || apt_pkgs+=(openssl)  # a self-signed certificate for the PostgreSQL TLS test
 
 PY="${PYTHON:-python3}"
 py_ok() {

@@ -59,7 +59,8 @@ class PgCluster:
         hba = self.data / "pg_hba.conf"
         hba.write_text(f"local all {PW_ROLE} scram-sha-256\nlocal all all trust\n")
         self.start()
-        self.url = f"postgresql://postgres@/{TEST_DB}?host={quote(str(self.dir), safe='/')}"
+        port = f"&port={self.port}" if self.port else ""
+        self.url = f"postgresql://postgres@/{TEST_DB}?host={quote(str(self.dir), safe='/')}{port}"
         import psycopg
 
         with psycopg.connect(self.url.replace(f"/{TEST_DB}?", "/postgres?"), autocommit=True) as c:
@@ -72,9 +73,15 @@ class PgCluster:
             log = self.log.read_text()[-2000:] if self.log.exists() else ""
             raise RuntimeError(f"{tool} failed ({r.returncode}): {r.stderr.strip()}\n{log}")
 
+    port: int | None = None  # None: libpq's default (5432), on the cluster's own socket only
+
+    def server_options(self) -> str:
+        """``postgres`` options of :meth:`start` (a subclass adds TCP, TLS ...)."""
+        return (f"-k {self.dir} -c listen_addresses='' -c fsync=off -c full_page_writes=off "
+                "-c max_connections=300 -c shared_buffers=32MB" + (f" -p {self.port}" if self.port else ""))
+
     def start(self) -> None:
-        opts = (f"-k {self.dir} -c listen_addresses='' -c fsync=off -c full_page_writes=off "
-                "-c max_connections=300 -c shared_buffers=32MB")
+        opts = self.server_options()
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", opts, "start")
 
     def stop(self, mode: str = "fast") -> None:

@@ -347,12 +347,18 @@ class PgBackend:
             raise _unavailable(self.server, e, self._secret) from None
 
     def _check_schema(self) -> None:
-        """Create the tables when absent; refuse a database whose schema is newer than this code."""
+        """Create the tables when absent; refuse a database whose schema is newer than this code.
+
+        Tables that exist are not created again, so a host's role needs only row access
+        (SELECT, INSERT, UPDATE, DELETE) once an owner role has made them."""
         with self._connect() as conn:
             try:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADVISORY_LOCK,))
-                    conn.execute(_SCHEMA_SQL)
+                    made = conn.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                                        (KV_TABLE, SCHEMA_TABLE)).fetchone()[0]
+                    if not made:
+                        conn.execute(_SCHEMA_SQL)
                     row = conn.execute(f"SELECT version FROM {SCHEMA_TABLE}").fetchone()
                     if row is None:
                         conn.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (%s)", (SCHEMA_VERSION,))

@@ -38,7 +38,7 @@ from graveler.refs import (
     validate_branch_name,
     validate_repository_name,
 )
-from graveler.refsdump import MANIFEST_KEY
+from graveler.refsdump import MANIFEST_KEY, read_dump_manifest, restore_refs
 from graveler.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,14 @@ def default_committed_factory(store, config: GravelerConfig) -> CommittedManager
         source = ImmutableCache(store, disk_dir, max_bytes=config.cache.disk_bytes,
                                 verify=verify_table, memo=memo)
     return CommittedManager(source, config.range_params, cache=config.cache, memo=memo)
+
+
+def _valid_repository_name(name: str) -> bool:
+    try:
+        validate_repository_name(name)
+    except InvalidArgument:
+        return False
+    return True
 
 
 class Graveler:
@@ -161,6 +169,62 @@ class Graveler:
     def has_refs_dump(self, storage_namespace: str) -> bool:
         """Whether a storage namespace holds a refs dump (``_lakefs/refs_manifest.json``)."""
         return self.store_factory(str(StorageURI.parse(storage_namespace))).exists(MANIFEST_KEY)
+
+    def open_refs_dump(self, storage_namespace: str, name: str | None = None) -> "Repository":
+        """A repository from the refs dump in ``storage_namespace`` alone (see
+        :mod:`graveler.refsdump`): its commits, tags and branches as of the dump are loaded
+        into this home's KV backend -- meant to be an in-memory one (``memory://NAME``), so
+        that no refs database is needed or written -- and nothing is written to the
+        namespace (no probe object: read-only credentials are enough). Staging is empty.
+
+        The name is ``name``, else the manifest's ``repository`` field when it is a valid
+        name, else the namespace's last path element (the bucket of a bare ``s3://bucket``).
+        The default branch is ``main`` if the dump has it, else its first branch by name.
+        NotFound: no dump there; CorruptedData: a bad manifest, a missing metarange or
+        range, a commit whose ID does not match its content, a dump without branches;
+        InvalidArgument: a bad URI or name; AlreadyExists: the KV holds that name already.
+        On any failure the KV is left as it was."""
+        try:
+            uri = StorageURI.parse(storage_namespace)
+        except InvalidArgument:
+            raise InvalidArgument(f"a refs dump location must be file:///... or s3://bucket/prefix, "
+                                  f"not {storage_namespace!r}") from None
+        ns = str(uri)
+        store = self.store_factory(ns)
+        manifest, hints = read_dump_manifest(store)
+        if name is None:
+            name = hints.get("repository")
+            if name is None or not _valid_repository_name(name):
+                name = (uri.path.rstrip("/").rsplit("/", 1)[-1] if uri.path.strip("/") else uri.bucket) or "/"
+                if not _valid_repository_name(name):
+                    raise InvalidArgument(f"the last path element of {ns}, {name!r}, is not a repository name "
+                                          "(3-63 characters a-z, 0-9 and '-'): give a name")
+        validate_repository_name(name)
+        if self.kv.exists(name):
+            raise AlreadyExists(f"repository {name!r} already exists")
+        committed = self.committed_factory(store, self.config)
+        env = self.kv.open(name)
+        refs = RefManager(env)
+        now = datetime.now(timezone.utc)
+        try:
+            env.write(lambda txn: refs.put_repository_txn(txn, RepositoryRecord(name, ns, "main", now)))
+            try:
+                restore_refs(refs, committed, store, manifest)
+            except NotFound as e:  # a range or metarange the manifest leads to is gone
+                raise CorruptedData(f"refs dump in {ns} is incomplete: {e}") from None
+            branches = sorted(b.name for b in refs.list_branches())
+            if not branches:
+                raise CorruptedData(f"refs dump in {ns} has no branch")
+            rec = RepositoryRecord(name, ns, "main" if "main" in branches else branches[0], now)
+            env.write(lambda txn: refs.put_repository_txn(txn, rec, overwrite=True))
+        except BaseException:
+            self.kv.remove(name)
+            raise
+        log.info("opened repository %s from the refs dump in %s", name, ns)
+        repo = Repository(self.config, env, rec, store, committed, self.store_factory, self._forget)
+        with self._lock:
+            self._repos[name] = repo
+        return repo
 
     def list_repositories(self, damaged: list[tuple[str, GravelerError]] | None = None) -> list[RepositoryRecord]:
         """Every repository in the home, by name (environments not open already are

@@ -124,14 +124,29 @@ def parse_manifest(raw: bytes | str, where: str) -> dict[str, str]:
 
 def read_manifest(store) -> dict[str, str]:
     """The refs manifest of the namespace ``store`` is rooted at (a bad one is CorruptedData)."""
+    return read_dump_manifest(store)[0]
+
+
+# Fields a manifest may carry besides lakeFS's three (lakeFS ignores unknown fields);
+# ``lakefuse refs dump`` writes lakeFS's form exactly, so these come from other writers.
+MANIFEST_HINTS = ("repository",)
+
+
+def read_dump_manifest(store) -> tuple[dict[str, str], dict[str, str]]:
+    """(the refs manifest, its optional hints) of the namespace ``store`` is rooted at:
+    NotFound when there is no dump, CorruptedData for a bad manifest. A hint is kept only
+    when it is a string (the caller validates it)."""
     try:
         raw = store.get(MANIFEST_KEY)
     except NotFound:
         raise NotFound(f"no refs dump in {store.uri} ({MANIFEST_KEY} missing)") from None
     try:
-        return parse_manifest(raw, MANIFEST_KEY)
+        manifest = parse_manifest(raw, MANIFEST_KEY)
     except InvalidArgument as e:
         raise CorruptedData(f"malformed refs manifest ({e})", store.full_uri(MANIFEST_KEY)) from None
+    doc = json.loads(raw)
+    hints = {k: doc[k] for k in MANIFEST_HINTS if isinstance(doc.get(k), str)}
+    return manifest, hints
 
 
 def _parse(cls, raw: bytes, what: str):

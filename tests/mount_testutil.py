@@ -47,9 +47,12 @@ class MountProc:
     """One ``lakefuse mount -f`` daemon; a context manager."""
 
     def __init__(self, home: Path | str, repo: str, mountpoint: Path | str, *extra: str, log_dir: Path | None = None,
-                 env: dict | None = None):
+                 env: dict | None = None, source: list[str] | None = None):
+        """``source``: what names the repository on the command line (default ``lakefs://REPO``;
+        e.g. ``["--refs-dump", URL]``)."""
         self.home = Path(home)
         self.repo = repo
+        self.source = source or [f"lakefs://{repo}"]
         self.mountpoint = Path(mountpoint)
         self.extra = list(extra)
         self.env = env
@@ -65,7 +68,7 @@ class MountProc:
         sock.bind(sock_path)
         sock.settimeout(0.1)
         env = {**os.environ, **(self.env or {}), "NOTIFY_SOCKET": sock_path}
-        cmd = lakefuse_cmd(self.home, "-v", "mount", f"lakefs://{self.repo}", str(self.mountpoint), "-f", *self.extra)
+        cmd = lakefuse_cmd(self.home, "-v", "mount", *self.source, str(self.mountpoint), "-f", *self.extra)
         self._logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._logf, stderr=self._logf, env=env,
                                      cwd=str(REPO_ROOT))

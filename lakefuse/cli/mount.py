@@ -3,6 +3,7 @@
 ::
 
     lakefuse mount lakefs://REPO MOUNTPOINT [-f] [--cache-dir D] [--cache-size BYTES] [-o OPT,...]
+    lakefuse mount --refs-dump s3://BUCKET/PREFIX MOUNTPOINT [--name NAME] [-f] ...   (lakefuse.cli.mount_dump)
     lakefuse umount MOUNTPOINT [--lazy]
 
 Without ``-f`` the mount daemonizes and the command returns once the mount
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 from graveler.errors import GravelerError, InvalidArgument
+from lakefuse.cli import mount_dump
 from lakefuse.cli.common import add_store_options, store_config
 from lakefuse.cli.uri import parse_uri
 
@@ -75,10 +77,15 @@ def register(sub) -> None:
         "mount", help="mount a repository: every branch and tag as a directory",
         description="Mount every ref of a repository as a directory tree (FUSE): branches writable, "
                     "commits and tags read-only.",
-        parents=[_home_option()], epilog=MOUNT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_home_option()], epilog=MOUNT_EPILOG + "\n" + mount_dump.DUMP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s [options] lakefs://REPO MOUNTPOINT\n"
+              "       %(prog)s [options] --refs-dump URL [--name NAME] MOUNTPOINT",
     )
-    p.add_argument("repository", metavar="lakefs://REPO")
-    p.add_argument("mountpoint", metavar="MOUNTPOINT")
+    p.add_argument("repository", metavar="lakefs://REPO", nargs="?")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT", nargs="?")
+    p.add_argument("--refs-dump", metavar="URL", default=None, help=mount_dump.DUMP_HELP)
+    p.add_argument("--name", metavar="NAME", default=None, help=mount_dump.NAME_HELP)
     p.add_argument("-f", "--foreground", action="store_true",
                    help="stay in the foreground: this process is the daemon (systemd, tests)")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
@@ -174,10 +181,24 @@ def _graveler(args):
     return Graveler(GravelerConfig.from_home(getattr(args, "home", None), cache=cache, store=store_config(args)))
 
 
+def _sources(args) -> None:
+    """``lakefs://REPO MOUNTPOINT``, or ``--refs-dump URL MOUNTPOINT`` (InvalidArgument otherwise)."""
+    if args.refs_dump is not None:
+        if args.mountpoint is not None:
+            raise InvalidArgument("with --refs-dump give only the MOUNTPOINT, not a repository")
+        args.repository, args.mountpoint = None, args.repository
+    elif args.name is not None:
+        raise InvalidArgument("--name is for --refs-dump mounts (a repository of the home has its own name)")
+    if args.mountpoint is None:
+        raise InvalidArgument("expected lakefs://REPO MOUNTPOINT, or --refs-dump URL MOUNTPOINT")
+
+
 def cmd_mount(args) -> int:
     from lakefuse.mount import daemon
 
-    uri = parse_uri(args.repository).repo_only()
+    _sources(args)
+    dump = args.refs_dump is not None
+    uri = None if dump else parse_uri(args.repository).repo_only()
     mp = os.path.abspath(args.mountpoint)
     if not args.foreground:
         try:
@@ -189,10 +210,12 @@ def cmd_mount(args) -> int:
         from graveler.config import resolve_home
 
         home_dir = resolve_home(home)
-        log_path = os.path.abspath(args.log) if args.log else str(home_dir / "logs" / f"mount-{uri.repository}.log")
+        log_name = mount_dump.log_name(args.refs_dump) if dump else f"mount-{uri.repository}.log"
+        log_path = os.path.abspath(args.log) if args.log else str(home_dir / "logs" / log_name)
         argv = [sys.executable, "-m", "lakefuse", "--home", str(home_dir)]
         argv += ["-v"] * max(args.verbose, 1)
-        argv += ["mount", str(uri), mp, "-f", "--log", log_path, "--branch-timeout", str(args.branch_timeout)]
+        argv += ["mount", *(mount_dump.daemon_argv(args) if dump else [str(uri)]), mp, "-f", "--log", log_path,
+                 "--branch-timeout", str(args.branch_timeout)]
         if args.cache_dir:
             argv += ["--cache-dir", os.path.abspath(args.cache_dir)]
         if args.cache_size:
@@ -203,8 +226,9 @@ def cmd_mount(args) -> int:
             pid = daemon.start_daemon(argv, log_path, args.ready_timeout)
         except daemon.MountError as e:
             print(f"lakefuse: {e}", file=sys.stderr)
-            return 1
-        print(f"mounted {uri} on {mp} (daemon pid {pid}, log {log_path}); unmount with: lakefuse umount {mp}",
+            status = getattr(e, "exit_status", None)
+            return status if dump and status in (2, 3, 4, 5, 6) else 1
+        print(f"mounted {uri or args.refs_dump} on {mp} (daemon pid {pid}, log {log_path}); unmount with: lakefuse umount {mp}",
               file=sys.stderr)
         return 0
 
@@ -216,6 +240,8 @@ def cmd_mount(args) -> int:
         for h in list(root.handlers):
             root.removeHandler(h)
         root.addHandler(handler)
+    if dump:
+        return mount_dump.serve_dump(args, mp, _cache_budget, _fuse_options(args))
     return serve_foreground(args, uri.repository, mp)
 
 

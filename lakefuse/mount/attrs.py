@@ -40,6 +40,7 @@ class FsConfig:
     sequential_chunk: int = 4 << 20  # a sequential read of a local file fetches this much at once
     log_commits: int = 100  # lines of .lakefuse/log
     extra_stats: Callable[[], dict] | None = None  # more counters for .lakefuse/stats
+    read_only: bool = False  # every tree immutable, branch trees too (a mount of a refs dump): no writes anywhere
 
 
 @dataclass(slots=True)

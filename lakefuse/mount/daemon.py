@@ -136,6 +136,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     import trio
 
     from graveler.objstore.chunked import ReadAheadPool
+    from lakefuse.mount.fs import Filesystem
     from lakefuse.mount.fuse import Operations
     from lakefuse.mount.offload import Offload
     from lakefuse.mount.spool import Spool, SpoolConfig
@@ -146,10 +147,14 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     # then read the default branch's tree.
     repo.check_store()
     repo.view(repo.default_branch).list_page(b"", b"", 1)
-    cache_dir = config.cache_dir or os.path.join(str(repo.config.home), "cache")
-    spool = Spool(repo, SpoolConfig(Path(cache_dir), repo.name))
-    fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
-    fs.recover()  # spool leftovers and unfinished renames of a killed daemon
+    if fs_config is not None and fs_config.read_only:  # nothing is written: no spool, no recovery
+        spool = None
+        fs = Filesystem(repo, fs_config, data_cache=data_cache)
+    else:
+        cache_dir = config.cache_dir or os.path.join(str(repo.config.home), "cache")
+        spool = Spool(repo, SpoolConfig(Path(cache_dir), repo.name))
+        fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
+        fs.recover()  # spool leftovers and unfinished renames of a killed daemon
     ops = Operations(fs, Offload(config.limits or None))
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
@@ -169,7 +174,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         except Exception:  # already unmounted from outside
             log.debug("pyfuse3.close", exc_info=True)
         read_ahead.close()
-        spool.close()
+        if spool is not None:
+            spool.close()
         log.info("unmounted %s", mp)
 
 
@@ -268,7 +274,9 @@ def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0) -> int:
                                 status = line[len("STATUS="):]
                 except (socket.timeout, OSError):
                     pass
-                raise MountError(status or f"the mount daemon exited with status {proc.returncode} (see {log_path})")
+                err = MountError(status or f"the mount daemon exited with status {proc.returncode} (see {log_path})")
+                err.exit_status = proc.returncode  # the CLI passes the daemon's exit code on
+                raise err
         proc.terminate()
         raise MountError(f"the mount did not answer within {timeout:.0f} s (see {log_path})")
     finally:

@@ -77,11 +77,14 @@ class Filesystem:
     (:class:`lakefuse.mount.writes.BranchWrites`, made with this core): branch trees
     then take writes (their content through ``spool``, a
     :class:`lakefuse.mount.spool.Spool`) and control files appear. Without it every
-    tree is read-only. :func:`lakefuse.mount.writes.WritableFilesystem` makes a
-    writable core."""
+    tree is read-only, and with ``FsConfig.read_only`` branch trees are immutable too
+    (frozen at their head: a refs dump's branches never move).
+    :func:`lakefuse.mount.writes.WritableFilesystem` makes a writable core."""
 
     def __init__(self, repo, config: FsConfig | None = None, stats: Stats | None = None, data_cache=None,
                  spool=None, writes=None):
+        if writes is not None and config is not None and config.read_only:
+            raise ValueError("a read-only core (FsConfig.read_only) takes no branch writes")
         writable = writes is not None
         self.repo = repo
         self.config = config or FsConfig()
@@ -124,7 +127,7 @@ class Filesystem:
             view = self.repo.view(ref)
         except (NotFound, InvalidArgument) as e:
             raise FsError(errno.ENOENT, str(e)) from None
-        tree = Tree(ref, view)
+        tree = Tree(ref, view, frozen=self.config.read_only)
         with self._trees_lock:
             return self._trees.setdefault(tree.key, tree)
 

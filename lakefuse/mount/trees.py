@@ -15,14 +15,16 @@ from graveler.view import View
 
 
 class Tree:
-    """One ref shown as a tree: a branch (live) or a commit (immutable)."""
+    """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
     __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock")
 
-    def __init__(self, name: str, view: View):
+    def __init__(self, name: str, view: View, frozen: bool = False):
+        """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
+        whose refs cannot change, e.g. one served from a refs dump)."""
         self.name = name
         self.view = view
-        self.immutable = not view.is_branch
+        self.immutable = frozen or not view.is_branch
         self.key = ("tree", name, view.commit_id if self.immutable else None)
         self.nodes = 0
         self.stamp = view.change_stamp()

@@ -31,7 +31,8 @@ NAME_HELP = ("the repository name a --refs-dump mount shows (default: the manife
 DUMP_EPILOG = """\
 mount from a refs dump (hosts that cannot reach the refs database):
   lakefuse mount --refs-dump s3://BUCKET/PREFIX MOUNTPOINT [--name NAME]
-  Everything is read-only (EROFS on writes; no control files; .lakefuse/head and log work);
+  Everything is read-only (mounted ro unless -o rw; EROFS on writes either way; no control
+  files; .lakefuse/head and log work);
   branch trees show the branches as of the dump; the default branch is main if the dump has
   it, else its first branch by name. .lakefuse/stats says "source": "refs-dump". No KV
   database is opened (--kv / $LAKEFUSE_KV are ignored); caches stay under the home or
@@ -84,7 +85,10 @@ def serve_dump(args, mp: str, cache_budget, fuse_options) -> int:
             data_cache = DataCache(str(cache_dir), data_bytes)
         log.info("serving lakefs://%s read-only from the refs dump in %s (%d branches, %d tags)", repo.name,
                  repo.storage_namespace, len(repo.list_branches()), len(repo.list_tags()))
-        daemon.serve(repo, daemon.MountConfig(repo.name, mp, fuse_options), fs_config, data_cache)
+        # the kernel is told too (unless -o rw): EROFS for every user before a request reaches us,
+        # and `findmnt` shows ro; the core refuses writes either way
+        options = fuse_options if "rw" in fuse_options else fuse_options | {"ro"}
+        daemon.serve(repo, daemon.MountConfig(repo.name, mp, options), fs_config, data_cache)
         return 0
     except (daemon.MountError, GravelerError) as e:
         reason = str(e)

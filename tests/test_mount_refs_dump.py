@@ -188,6 +188,46 @@ def test_open_refs_dump_reads_the_namespace_only(tmp_path):
         forget_space(url)
 
 
+def test_read_only_core_freezes_branch_trees(tmp_path):
+    """``FsConfig.read_only``: a branch tree is immutable (pinned at its head, read-only modes,
+    no control files, EROFS); a writable core cannot be read-only."""
+    from lakefuse.mount.errors import FsError
+    from lakefuse.mount.fs import Filesystem, FsConfig
+    from lakefuse.mount.inodes import ROOT_INO
+    from lakefuse.mount.writes import BranchWrites
+    from tests.graveler_testutil import make_repo
+
+    repo = make_repo(tmp_path)
+    repo.upload("main", "f.txt", b"one")
+    repo.commit("main", "one")
+    fs = Filesystem(repo, FsConfig(read_only=True))
+    main = fs.lookup(ROOT_INO, b"main")
+    assert fs.tree(b"main").immutable and main.mode & 0o222 == 0
+    f = fs.lookup(main.ino, b"f.txt")
+    assert f.mode & 0o222 == 0 and f.attr_timeout == fs.config.immutable_timeout
+    info = fs.lookup(main.ino, b".lakefuse")
+    assert sorted(e.name for e in _listing(fs, info.ino)) == [b"head", b"log"]
+    for call in (lambda: fs.mkdir(main.ino, b"d", 0o755, None), lambda: fs.unlink(main.ino, b"f.txt"),
+                 lambda: fs.open(f.ino, os.O_WRONLY)):
+        with pytest.raises(FsError) as ei:
+            call()
+        assert ei.value.errno == errno.EROFS
+    repo.upload("main", "f.txt", b"two")  # a branch that moved anyway is not followed
+    repo.commit("main", "two")
+    assert fs.getattr(f.ino).size == 3
+    with pytest.raises(ValueError):
+        Filesystem(repo, FsConfig(read_only=True), writes=BranchWrites)
+
+
+def _listing(fs, ino):
+    fh = fs.opendir(ino)
+    try:
+        fs.readdir_fill(fh, 0)
+        return fs.readdir_fast(fh, 0)
+    finally:
+        fs.releasedir(fh)
+
+
 # ---------------------------------------------------------------------- mounts
 
 

@@ -228,8 +228,8 @@ def cmd_mount(args) -> int:
             print(f"lakefuse: {e}", file=sys.stderr)
             status = getattr(e, "exit_status", None)
             return status if dump and status in (2, 3, 4, 5, 6) else 1
-        print(f"mounted {uri or args.refs_dump} on {mp} (daemon pid {pid}, log {log_path}); unmount with: lakefuse umount {mp}",
-              file=sys.stderr)
+        print(f"mounted {uri or args.refs_dump} on {mp} (daemon pid {pid}, log {log_path}); "
+              f"unmount with: lakefuse umount {mp}", file=sys.stderr)
         return 0
 
     if args.log:

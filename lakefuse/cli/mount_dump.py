@@ -36,7 +36,8 @@ mount from a refs dump (hosts that cannot reach the refs database):
   branch trees show the branches as of the dump; the default branch is main if the dump has
   it, else its first branch by name. .lakefuse/stats says "source": "refs-dump". No KV
   database is opened (--kv / $LAKEFUSE_KV are ignored); caches stay under the home or
-  --cache-dir. A namespace without a dump: exit 3; a bad or incomplete dump: exit 5.
+  --cache-dir; without -f the daemon logs to <home>/logs/mount-dump-<last path element>.log.
+  A namespace without a dump: exit 3; a bad or incomplete dump: exit 5.
 """
 
 # One in-process space per daemon: the refs live in its memory only.

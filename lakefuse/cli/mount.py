@@ -13,13 +13,14 @@ answers (or fails with the reason). With ``-f`` this process is the daemon
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
 
 from graveler.errors import GravelerError, InvalidArgument
-from lakefuse.cli.common import add_store_options, store_config
+from lakefuse.cli.common import add_kv_option, add_store_options, store_config
 from lakefuse.cli.uri import parse_uri
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def _home_option() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS,
                    help="lakefuse home (default: $LAKEFUSE_HOME, else ~/.local/share/lakefuse)")
-
+    add_kv_option(p)  # the daemon gets it through its environment ($LAKEFUSE_KV), never its argv
     add_store_options(p)  # --timeout, --max-attempts: how long an S3 read may take before EIO
     return p
 
@@ -171,7 +172,28 @@ def _graveler(args):
     # the tables' disk tier is shared with the CLI (<home>/cache) unless --cache-dir is given
     cache = CacheConfig(disk_bytes=table_bytes, disk_dir=str(cache_dir / "tables") if cache_dir else None)
 
-    return Graveler(GravelerConfig.from_home(getattr(args, "home", None), cache=cache, store=store_config(args)))
+    return Graveler(GravelerConfig.from_home(getattr(args, "home", None), kv_url=getattr(args, "kv", None),
+                                             cache=cache, store=store_config(args)))
+
+
+@contextlib.contextmanager
+def _kv_in_environment(url: str | None):
+    """``$LAKEFUSE_KV`` set to ``url`` while the daemon is started: the daemon inherits it, so a
+    URL with a password never appears in its command line (``ps``)."""
+    from graveler.config import KV_ENV
+
+    if url is None:
+        yield
+        return
+    old = os.environ.get(KV_ENV)
+    os.environ[KV_ENV] = url
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(KV_ENV, None)
+        else:
+            os.environ[KV_ENV] = old
 
 
 def cmd_mount(args) -> int:
@@ -200,7 +222,8 @@ def cmd_mount(args) -> int:
         for o in args.options:
             argv += ["-o", o]
         try:
-            pid = daemon.start_daemon(argv, log_path, args.ready_timeout)
+            with _kv_in_environment(getattr(args, "kv", None)):
+                pid = daemon.start_daemon(argv, log_path, args.ready_timeout)
         except daemon.MountError as e:
             print(f"lakefuse: {e}", file=sys.stderr)
             return 1

@@ -315,3 +315,22 @@ def test_daemonized_mount_keeps_the_password_out_of_argv_and_messages(run, postg
     finally:
         force_unmount(mp)
     assert pg_testutil.PW_SECRET not in log.read_text()
+
+
+# --- Spark --------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # a cold Spark job: ~20 s alone, less after the suite's other Spark tests
+def test_spark_import_on_a_postgres_kv(spark, run, pg, tmp_path):
+    """Spark's tasks are given the storage namespace and the store's configuration only (never the
+    home or the KV): the driver alone reads and moves refs, so a PostgreSQL KV needs nothing shipped
+    to the executors."""
+    on_pg = ("--home", str(tmp_path / "home"), "--kv", pg)
+    run("repo", "create", "lakefs://sparkrepo", "--storage", str(tmp_path / "ns"), "--allow-local-storage", *on_pg)
+    src = _files(tmp_path / "src", {f"p{i % 2}/{i}.txt": f"file {i}".encode() for i in range(6)})
+    res = json.loads(run("import", str(src), "lakefs://sparkrepo/main/raw/", "--json", *on_pg))
+    assert res["imported"] == 6 and res["commit_id"]
+    # another host (home) sees the import's commit
+    other = ("--home", str(tmp_path / "other"), "--kv", pg)
+    assert run.jsonl("log", "lakefs://sparkrepo/main", *other)[0]["id"] == res["commit_id"]
+    assert run("fs", "cat", "lakefs://sparkrepo/main/raw/p1/3.txt", *other) == "file 3"

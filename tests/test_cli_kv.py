@@ -334,3 +334,36 @@ def test_spark_import_on_a_postgres_kv(spark, run, pg, tmp_path):
     other = ("--home", str(tmp_path / "other"), "--kv", pg)
     assert run.jsonl("log", "lakefs://sparkrepo/main", *other)[0]["id"] == res["commit_id"]
     assert run("fs", "cat", "lakefs://sparkrepo/main/raw/p1/3.txt", *other) == "file 3"
+
+
+def _trigger(pg_url: str, body: str) -> None:
+    """A trigger on the KV table of ``pg_url``'s schema: the server itself misbehaving mid-copy."""
+    import psycopg
+    from graveler.kv import postgres
+
+    with psycopg.connect(**postgres.parse_url(pg_url)[0], autocommit=True) as c:
+        c.execute("DROP TRIGGER IF EXISTS t_copy ON lakefuse_kv")
+        if body:
+            c.execute(f"CREATE OR REPLACE FUNCTION t_copy_fn() RETURNS trigger LANGUAGE plpgsql AS $$ {body} $$")
+            c.execute("CREATE TRIGGER t_copy BEFORE INSERT ON lakefuse_kv FOR EACH ROW EXECUTE FUNCTION t_copy_fn()")
+
+
+def test_kv_copy_is_all_or_nothing_per_repository(run, pg, tmp_path):
+    """The target fails in the middle of a repository's write (the server raises on staging rows), or
+    loses rows without an error (the counts read back differ): either way no half repository stays."""
+    home = str(tmp_path / "home")
+    src = _files(tmp_path / "src", {"s.txt": b"s"})
+    run("repo", "create", REPO, "--home", home)
+    run("fs", "upload", f"{REPO}/main/s.txt", "--source", str(src / "s.txt"), "--home", home)
+    run("repo", "list", "--home", home, "--kv", pg)  # creates the target's tables
+    _trigger(pg, "BEGIN IF NEW.tbl = 'staging' THEN RAISE EXCEPTION 'no staging today'; END IF; RETURN NEW; END;")
+    msg = run.fails(6, "kv", "copy", "--from", "lmdb", "--to", pg, "--home", home)
+    assert "no staging today" in msg
+    assert run.jsonl("repo", "list", "--home", home, "--kv", pg) == []
+    _trigger(pg, "BEGIN IF NEW.tbl = 'staging' THEN RETURN NULL; END IF; RETURN NEW; END;")  # drops them silently
+    msg = run.fails(5, "kv", "copy", "--from", "lmdb", "--to", pg, "--home", home)
+    assert "the copy was removed" in msg and "'staging': 0" in msg
+    assert run.jsonl("repo", "list", "--home", home, "--kv", pg) == []
+    _trigger(pg, "")
+    run("kv", "copy", "--from", "lmdb", "--to", pg, "--home", home)
+    assert run("diff", f"{REPO}/main", "--home", home, "--kv", pg) == "+ s.txt\n"

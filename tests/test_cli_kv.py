@@ -256,6 +256,13 @@ def test_bad_urls_wrong_password_stopped_server_newer_schema(run, postgres_clust
     # nobody listens there: a stopped server
     msg = fails(6, f"postgresql://someone:{secret}@/db?host={tmp_path}/nowhere&connect_timeout=2")
     assert "PostgreSQL server someone@" in msg and "No such file or directory" in msg
+    import socket
+
+    with socket.socket() as s:  # a TCP port nobody listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        msg = fails(6, f"postgresql://someone:{secret}@127.0.0.1:{port}/db?connect_timeout=2")
+    assert f"PostgreSQL server someone@127.0.0.1:{port}/db" in msg and "refused" in msg
 
     # a schema written by a newer lakefuse is refused, and left as it is
     import psycopg
@@ -367,3 +374,11 @@ def test_kv_copy_is_all_or_nothing_per_repository(run, pg, tmp_path):
     _trigger(pg, "")
     run("kv", "copy", "--from", "lmdb", "--to", pg, "--home", home)
     assert run("diff", f"{REPO}/main", "--home", home, "--kv", pg) == "+ s.txt\n"
+
+
+def test_fstab_kv_option_becomes_the_global_kv():
+    from lakefuse.cli.mount import from_mount_helper
+
+    url = "postgresql://lakefuse@db.example/lakefuse?sslmode=require"
+    assert from_mount_helper(["lakefs://repo", "/m", "-o", f"_netdev,kv={url},home=/h,allow_other"]) == [
+        "--kv", url, "--home", "/h", "mount", "lakefs://repo", "/m", "-o", "allow_other"]

@@ -110,13 +110,14 @@ def register(sub) -> None:
 # mount(8) / fstab options that are not FUSE's: dropped when called as a mount helper
 _FSTAB_ONLY = frozenset({"defaults", "auto", "noauto", "user", "nouser", "users", "nofail", "_netdev", "owner"})
 # lakefuse's own options in an fstab line (name=value), as command-line options
-_FSTAB_OWN = {"home": "--home", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
+_FSTAB_OWN = {"home": "--home", "kv": "--kv", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
               "branch_timeout": "--branch-timeout", "log": "--log"}
+_FSTAB_GLOBAL = ("home", "kv")  # options of the main parser: before the command
 
 
 def from_mount_helper(argv: list[str]) -> list[str]:
     """``lakefuse lakefs://REPO MOUNTPOINT [-o OPTS]`` -- how mount.fuse3 runs us for an fstab
-    line of type ``fuse.lakefuse`` -- as ``lakefuse [--home H] mount lakefs://REPO MOUNTPOINT ...``.
+    line of type ``fuse.lakefuse`` -- as ``lakefuse [--home H] [--kv URL] mount lakefs://REPO MOUNTPOINT ...``.
     Any other command line is returned as it is."""
     if len(argv) < 2 or not argv[0].startswith("lakefs://"):
         return argv
@@ -133,7 +134,7 @@ def from_mount_helper(argv: list[str]) -> list[str]:
                 if not opt or opt in _FSTAB_ONLY or name.startswith("x-") or name == "comment":
                     continue
                 if name in _FSTAB_OWN and eq:
-                    (head if name == "home" else tail).extend([_FSTAB_OWN[name], value])
+                    (head if name in _FSTAB_GLOBAL else tail).extend([_FSTAB_OWN[name], value])
                 else:
                     fuse.append(opt)
             i += 2

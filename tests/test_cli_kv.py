@@ -166,12 +166,15 @@ def test_kv_copy_round_trip_lmdb_postgres_lmdb_with_staged_changes(run, pg, tmp_
     assert before["diff_main"].splitlines() == ["~ a.txt", "- d/c.txt", "+ new.txt"]
     assert before["diff_dev"].splitlines() == ["- a.txt"]
 
-    out = run("kv", "copy", "--from", "lmdb", "--to", pg, REPO, "--home", home_a)
+    msg = run.fails(2, "kv", "copy", "--from", "lmdb", "--to", pg, REPO, "--home", home_a)
+    assert "repository 'demo': storage namespace file://" in msg and "--allow-local-storage" in msg
+    assert run.jsonl("repo", "list", "--home", home_b, "--kv", pg) == []
+    out = run("kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", REPO, "--home", home_a)
     assert out.startswith("copied demo: 2 branches, 1 tags, 3 commits, 4 staged entries (lmdb (")
     on_pg = ("--home", home_b, "--kv", pg)
     assert _state(run, *on_pg) == before
     # a second copy to the same place is refused, and writes nothing
-    msg = run.fails(4, "kv", "copy", "--from", "lmdb", "--to", pg, "--home", home_a)
+    msg = run.fails(4, "kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", "--home", home_a)
     assert "already holds repository 'demo'" in msg and "nothing was copied" in msg
 
     # back to LMDB, in another home
@@ -198,15 +201,15 @@ def test_kv_copy_refuses_before_writing_and_says_why(run, pg, tmp_path):
     home = str(tmp_path / "home")
     for name in ("aaa", "bbb"):
         run("repo", "create", f"lakefs://{name}", "--home", home)
-    run("kv", "copy", "--from", "lmdb", "--to", pg, "bbb", "--home", home)
+    run("kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", "bbb", "--home", home)
     # one of two already there: exit 4 and the other is not copied either
-    run.fails(4, "kv", "copy", "--from", "lmdb", "--to", pg, "--home", home)
+    run.fails(4, "kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", "--home", home)
     assert [r["name"] for r in run.jsonl("repo", "list", "--home", home, "--kv", pg)] == ["bbb"]
-    assert "no repository 'zzz'" in run.fails(3, "kv", "copy", "--from", "lmdb", "--to", pg, "zzz", "aaa",
-                                               "--home", home)
+    msg = run.fails(3, "kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", "zzz", "aaa", "--home", home)
+    assert "no repository 'zzz'" in msg
     assert "same KV" in run.fails(2, "kv", "copy", "--from", pg, "--to", pg, "--home", home)
     assert "unknown KV backend" in run.fails(2, "kv", "copy", "--from", "lmdb", "--to", "redis://x", "--home", home)
-    run("kv", "copy", "--from", "lmdb", "--to", pg, "lakefs://aaa", "--home", home)
+    run("kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", "lakefs://aaa", "--home", home)
     assert [r["name"] for r in run.jsonl("repo", "list", "--home", home, "--kv", pg)] == ["aaa", "bbb"]
 
 
@@ -364,15 +367,15 @@ def test_kv_copy_is_all_or_nothing_per_repository(run, pg, tmp_path):
     run("fs", "upload", f"{REPO}/main/s.txt", "--source", str(src / "s.txt"), "--home", home)
     run("repo", "list", "--home", home, "--kv", pg)  # creates the target's tables
     _trigger(pg, "BEGIN IF NEW.tbl = 'staging' THEN RAISE EXCEPTION 'no staging today'; END IF; RETURN NEW; END;")
-    msg = run.fails(6, "kv", "copy", "--from", "lmdb", "--to", pg, "--home", home)
+    msg = run.fails(6, "kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", "--home", home)
     assert "no staging today" in msg
     assert run.jsonl("repo", "list", "--home", home, "--kv", pg) == []
     _trigger(pg, "BEGIN IF NEW.tbl = 'staging' THEN RETURN NULL; END IF; RETURN NEW; END;")  # drops them silently
-    msg = run.fails(5, "kv", "copy", "--from", "lmdb", "--to", pg, "--home", home)
+    msg = run.fails(5, "kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", "--home", home)
     assert "the copy was removed" in msg and "'staging': 0" in msg
     assert run.jsonl("repo", "list", "--home", home, "--kv", pg) == []
     _trigger(pg, "")
-    run("kv", "copy", "--from", "lmdb", "--to", pg, "--home", home)
+    run("kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", "--home", home)
     assert run("diff", f"{REPO}/main", "--home", home, "--kv", pg) == "+ s.txt\n"
 
 

@@ -16,7 +16,7 @@ from graveler.config import GravelerConfig
 from graveler.errors import InvalidArgument
 from graveler.kv.base import BRANCHES, COMMITS, STAGING, TAGS
 from lakefuse.cli.uri import is_uri, parse_uri
-from lakefuse.cli.vc_common import add_group, emit_json, note, out
+from lakefuse.cli.vc_common import add_group, check_shared_namespace, emit_json, note, out
 
 COPY_EPILOG = """\
 URL is 'lmdb' (the home's embedded store, --home / $LAKEFUSE_HOME) or a PostgreSQL URL
@@ -26,7 +26,8 @@ $PGPASSWORD). Without REPO every repository of --from is copied.
 Copied: every branch, tag and commit and the uncommitted changes (staged writes and
 deletions) of each repository, exactly (same commit IDs); the data stays in the storage
 namespace. The source is read in one snapshot and left unchanged. A repository --to
-already holds is refused (exit 4) before anything is written; each repository is written
+already holds is refused (exit 4) before anything is written, and so is (exit 2) a repository
+with a file:// namespace copied to a shared KV unless --allow-local-storage; each repository is written
 in one transaction and its row counts verified, and a failed copy is removed again.
 Stop mounts and writers of the source first: changes made after the snapshot stay there.
 
@@ -45,6 +46,9 @@ def register(sub) -> None:
     p.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS,
                    help="the home whose LMDB 'lmdb' means (default: $LAKEFUSE_HOME, else ~/.local/share/lakefuse)")
     p.add_argument("--json", action="store_true", help="print one JSON object per repository copied")
+    p.add_argument("--allow-local-storage", action="store_true",
+                   help="copy to a shared KV (postgresql://...) a repository whose storage namespace is a "
+                        "file:// directory of this host (refused otherwise: other hosts could not read its data)")
     p.add_argument("--from", dest="source", metavar="URL", required=True,
                    help="the KV to copy from: lmdb or postgresql://...")
     p.add_argument("--to", dest="target", metavar="URL", required=True,
@@ -74,6 +78,8 @@ def cmd_kv_copy(args: argparse.Namespace) -> int:
     dst_cfg = GravelerConfig.from_home(home, kv_url=args.target)
     src = open_backend(src_cfg.kv, src_cfg.home)
     dst = open_backend(dst_cfg.kv, dst_cfg.home)
+    if dst.url != "lmdb" and not args.allow_local_storage:
+        _check_namespaces(src, dst_cfg, names)
     copied = copy_repositories(src, dst, names)
     a, b = _where(src.url, src_cfg.home), _where(dst.url, dst_cfg.home)  # backend URLs carry no password
     for c in copied:
@@ -85,6 +91,20 @@ def cmd_kv_copy(args: argparse.Namespace) -> int:
     if not copied:
         note(f"no repositories in {a}: nothing copied")
     return 0
+
+
+def _check_namespaces(src, dst_cfg, names: list[str]) -> None:
+    """Refuse (before anything is written) to put a repository with a file:// namespace on a shared KV."""
+    from graveler.errors import NotFound
+    from graveler.refs import RefManager
+
+    for n in names or src.names():
+        try:
+            with src.borrowed(n) as store:
+                ns = RefManager(store).get_repository().storage_namespace
+        except NotFound:
+            continue  # copy_repositories says so, or skips a store without a record
+        check_shared_namespace(dst_cfg, ns, False, f"repository {n!r}: ")
 
 
 def _where(url: str, home) -> str:

@@ -100,7 +100,7 @@ ALLOW_LOCAL_HELP = ("allow a file:// storage namespace although the KV is shared
                     "only this host can read or write it")
 
 
-def check_shared_namespace(config: GravelerConfig, namespace: str, allow_local: bool) -> None:
+def check_shared_namespace(config: GravelerConfig, namespace: str, allow_local: bool, what: str = "") -> None:
     """Refuse a host-local (``file://``) storage namespace for a repository whose refs are on a
     shared KV (not ``lmdb``, not ``memory://``) unless ``allow_local``: the other hosts that see the
     repository could not read its data."""
@@ -111,7 +111,7 @@ def check_shared_namespace(config: GravelerConfig, namespace: str, allow_local: 
         return
     if StorageURI.parse(namespace).scheme == "file":
         raise InvalidArgument(
-            f"storage namespace {namespace} is a directory of this host, but the refs are on a shared KV: "
+            f"{what}storage namespace {namespace} is a directory of this host, but the refs are on a shared KV: "
             "other hosts would see the repository and not its data. Use s3://BUCKET/PREFIX, "
             "or --allow-local-storage if only this host will use it")
 

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from graveler import Graveler, GravelerConfig
-from graveler.errors import StoreUnavailable
+from graveler.errors import InvalidArgument
 from tests import pg_testutil
 
 pytestmark = pytest.mark.usefixtures("postgres_url")  # skips like the other PostgreSQL tests
@@ -77,6 +77,6 @@ def test_sslmode_require_is_encrypted_and_works(tls_cluster, tmp_path):
 
 def test_sslmode_disable_is_refused_by_a_tls_only_server(tls_cluster, tmp_path):
     url = f"postgresql://postgres@127.0.0.1:{tls_cluster.port}/{pg_testutil.TEST_DB}?sslmode=disable"
-    with pytest.raises(StoreUnavailable) as e:
+    with pytest.raises(InvalidArgument) as e:  # a login the server refuses: no retry can help (exit 2)
         Graveler(GravelerConfig.from_home(tmp_path / "home", kv_url=url)).list_repositories()
-    assert "no pg_hba.conf entry" in str(e.value) and "\n" not in str(e.value)
+    assert "refused the login" in str(e.value) and "no pg_hba.conf entry" in str(e.value) and "\n" not in str(e.value)

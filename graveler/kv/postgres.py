@@ -47,8 +47,8 @@ transaction as the LMDB backend does; a failing group reruns each caller alone.
 
 Errors: psycopg never escapes. An unreachable server or a dropped connection is
 ``StoreUnavailable`` naming the server (user@host:port/db, never the password); a
-malformed URL is ``InvalidArgument``; a rejected login is ``StoreUnavailable`` with
-the server's one-line reason. Credentials are never logged.
+malformed URL is ``InvalidArgument``; so is a login the server refuses (wrong or missing
+password, unknown role or database), with the server's one-line reason. Credentials are never logged.
 """
 
 from __future__ import annotations
@@ -150,8 +150,20 @@ def parse_url(url: str) -> tuple[dict[str, str], str]:
     return params, f"PostgreSQL server {where}"
 
 
-def _unavailable(server: str, e: BaseException, secret: str | None) -> StoreUnavailable:
-    return StoreUnavailable(f"{server}: {_one_line(e, secret)}")
+# libpq's and the server's words for a login the server refused (connection errors carry no
+# SQLSTATE): a wrong or missing password, an unknown role or database, no pg_hba.conf entry.
+_LOGIN_REFUSED = re.compile(r"authentication failed|no password supplied|pg_hba\.conf|"
+                            r"(role|database) \"[^\"]*\" does not exist|not permitted to log in")
+
+
+def _unavailable(server: str, e: BaseException, secret: str | None) -> StoreUnavailable | InvalidArgument:
+    """A failed connect: the server refused the login (a wrong password, an unknown role or
+    database) is ``InvalidArgument`` -- retrying cannot help; anything else (unreachable, stopped,
+    starting up) is ``StoreUnavailable``."""
+    text = _one_line(e, secret)
+    if _LOGIN_REFUSED.search(text):
+        return InvalidArgument(f"{server} refused the login: {text}")
+    return StoreUnavailable(f"{server}: {text}")
 
 
 # -- transactions -------------------------------------------------------------------

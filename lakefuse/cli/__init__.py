@@ -13,6 +13,7 @@ import sys
 from graveler.errors import GravelerError, InvalidArgument
 from lakefuse.cli.common import (  # noqa: F401  (re-exported: the package's helpers by their old names)
     EXIT_CODES,
+    add_kv_option,
     add_store_options,
     check_argv,
     exit_code,
@@ -24,9 +25,9 @@ log = logging.getLogger(__name__)
 
 
 def _modules():
-    from lakefuse.cli import mount, spark_cmds, sst, vc
+    from lakefuse.cli import kv_cmds, mount, spark_cmds, sst, vc
 
-    return [vc, sst, mount, spark_cmds]
+    return [vc, kv_cmds, sst, mount, spark_cmds]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--home", metavar="DIR", default=None,
                    help="lakefuse home (refs, staging, default storage); else $LAKEFUSE_HOME, "
                         "else ~/.local/share/lakefuse")
+    add_kv_option(p, None)
     add_store_options(p, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -36,6 +36,16 @@ ATTEMPTS_HELP = ("attempts of each S3 request, the first one included (default: 
                  "else 3); a dead endpoint fails a command after about attempts x timeout seconds")
 
 
+KV_HELP = ("where refs and staging live: 'lmdb' (the default: under the home) or "
+           "postgresql://USER[:PASS]@HOST[:PORT]/DB?OPTIONS (shared by every host that reaches it; "
+           "the password is better in ~/.pgpass or $PGPASSWORD); default: $LAKEFUSE_KV, else lmdb")
+
+
+def add_kv_option(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
+    """``--kv URL`` (on the main parser and on every command that opens a home)."""
+    p.add_argument("--kv", metavar="URL", default=default, help=KV_HELP)
+
+
 def add_store_options(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
     """``--timeout`` and ``--max-attempts`` (on the main parser and on every command)."""
     p.add_argument("--timeout", metavar="SECONDS", type=float, default=default, help=TIMEOUT_HELP)

@@ -14,6 +14,7 @@ answers (or fails with the reason). With ``-f`` this process is the daemon
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from graveler.errors import GravelerError, InvalidArgument
 from lakefuse.cli import mount_dump
-from lakefuse.cli.common import add_store_options, store_config
+from lakefuse.cli.common import add_kv_option, add_store_options, store_config
 from lakefuse.cli.uri import parse_uri
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def _home_option() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS,
                    help="lakefuse home (default: $LAKEFUSE_HOME, else ~/.local/share/lakefuse)")
-
+    add_kv_option(p)  # the daemon gets it through its environment ($LAKEFUSE_KV), never its argv
     add_store_options(p)  # --timeout, --max-attempts: how long an S3 read may take before EIO
     return p
 
@@ -116,13 +117,14 @@ def register(sub) -> None:
 # mount(8) / fstab options that are not FUSE's: dropped when called as a mount helper
 _FSTAB_ONLY = frozenset({"defaults", "auto", "noauto", "user", "nouser", "users", "nofail", "_netdev", "owner"})
 # lakefuse's own options in an fstab line (name=value), as command-line options
-_FSTAB_OWN = {"home": "--home", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
+_FSTAB_OWN = {"home": "--home", "kv": "--kv", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
               "branch_timeout": "--branch-timeout", "log": "--log"}
+_FSTAB_GLOBAL = ("home", "kv")  # options of the main parser: before the command
 
 
 def from_mount_helper(argv: list[str]) -> list[str]:
     """``lakefuse lakefs://REPO MOUNTPOINT [-o OPTS]`` -- how mount.fuse3 runs us for an fstab
-    line of type ``fuse.lakefuse`` -- as ``lakefuse [--home H] mount lakefs://REPO MOUNTPOINT ...``.
+    line of type ``fuse.lakefuse`` -- as ``lakefuse [--home H] [--kv URL] mount lakefs://REPO MOUNTPOINT ...``.
     Any other command line is returned as it is."""
     if len(argv) < 2 or not argv[0].startswith("lakefs://"):
         return argv
@@ -139,7 +141,7 @@ def from_mount_helper(argv: list[str]) -> list[str]:
                 if not opt or opt in _FSTAB_ONLY or name.startswith("x-") or name == "comment":
                     continue
                 if name in _FSTAB_OWN and eq:
-                    (head if name == "home" else tail).extend([_FSTAB_OWN[name], value])
+                    (head if name in _FSTAB_GLOBAL else tail).extend([_FSTAB_OWN[name], value])
                 else:
                     fuse.append(opt)
             i += 2
@@ -178,7 +180,28 @@ def _graveler(args):
     # the tables' disk tier is shared with the CLI (<home>/cache) unless --cache-dir is given
     cache = CacheConfig(disk_bytes=table_bytes, disk_dir=str(cache_dir / "tables") if cache_dir else None)
 
-    return Graveler(GravelerConfig.from_home(getattr(args, "home", None), cache=cache, store=store_config(args)))
+    return Graveler(GravelerConfig.from_home(getattr(args, "home", None), kv_url=getattr(args, "kv", None),
+                                             cache=cache, store=store_config(args)))
+
+
+@contextlib.contextmanager
+def _kv_in_environment(url: str | None):
+    """``$LAKEFUSE_KV`` set to ``url`` while the daemon is started: the daemon inherits it, so a
+    URL with a password never appears in its command line (``ps``)."""
+    from graveler.config import KV_ENV
+
+    if url is None:
+        yield
+        return
+    old = os.environ.get(KV_ENV)
+    os.environ[KV_ENV] = url
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(KV_ENV, None)
+        else:
+            os.environ[KV_ENV] = old
 
 
 def _sources(args) -> None:
@@ -223,7 +246,8 @@ def cmd_mount(args) -> int:
         for o in args.options:
             argv += ["-o", o]
         try:
-            pid = daemon.start_daemon(argv, log_path, args.ready_timeout)
+            with _kv_in_environment(getattr(args, "kv", None)):
+                pid = daemon.start_daemon(argv, log_path, args.ready_timeout)
         except daemon.MountError as e:
             print(f"lakefuse: {e}", file=sys.stderr)
             status = getattr(e, "exit_status", None)

@@ -11,8 +11,9 @@ the seams of the command line itself:
 * :mod:`lakefuse.cli.uri`: ``lakefs://`` URI parsing
 
 Each command takes ``--home DIR`` (else ``$LAKEFUSE_HOME``, else
-``~/.local/share/lakefuse``), builds a ``GravelerConfig`` from it and closes
-what it opened before returning. Errors are graveler's (``InvalidArgument``,
+``~/.local/share/lakefuse``) and ``--kv URL`` (else ``$LAKEFUSE_KV``, else
+``lmdb``: where refs and staging live), builds a ``GravelerConfig`` from them
+and closes what it opened before returning. Errors are graveler's (``InvalidArgument``,
 ``NotFound``, ...): ``lakefuse.cli.main`` turns them into one-line messages and
 exit codes.
 """

@@ -25,7 +25,7 @@ from graveler.errors import InvalidArgument
 from graveler import Graveler, GravelerConfig, Repository
 from graveler.model import Entry
 from graveler.refs import Commit
-from lakefuse.cli.common import add_store_options, store_config, terminal_text
+from lakefuse.cli.common import add_kv_option, add_store_options, store_config, terminal_text
 from lakefuse.cli.uri import LakeFSURI, is_uri, parse_uri
 
 log = logging.getLogger(__name__)
@@ -35,13 +35,15 @@ HOME_HELP = "lakefuse home (default: $LAKEFUSE_HOME, else ~/.local/share/lakefus
 
 
 def options(json_output: bool = True) -> argparse.ArgumentParser:
-    """The parent parser of every vc command: ``--home`` (and ``--json``).
+    """The parent parser of every vc command: ``--home``, ``--kv`` (and ``--json``).
 
-    ``--home`` defaults to SUPPRESS so that a top-level ``--home`` (if the main
-    parser ever gets one) is not overwritten by the sub-command's default.
+    ``--home`` and ``--kv`` default to SUPPRESS so that the main parser's
+    ``--home`` / ``--kv`` (given before the command) are not overwritten by the
+    sub-command's default.
     """
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS, help=HOME_HELP)
+    add_kv_option(p)
     add_store_options(p)
     if json_output:
         p.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -77,7 +79,8 @@ class Session:
     """One command's graveler: built from ``--home`` at the edge, closed at the end."""
 
     def __init__(self, args: argparse.Namespace):
-        self.config = GravelerConfig.from_home(getattr(args, "home", None), store=store_config(args))
+        self.config = GravelerConfig.from_home(getattr(args, "home", None), kv_url=getattr(args, "kv", None),
+                                               store=store_config(args))
         self.graveler = Graveler(self.config)
 
     @property
@@ -91,6 +94,26 @@ class Session:
 
     def close(self) -> None:
         self.graveler.close()
+
+
+ALLOW_LOCAL_HELP = ("allow a file:// storage namespace although the KV is shared (--kv postgresql://...): "
+                    "only this host can read or write it")
+
+
+def check_shared_namespace(config: GravelerConfig, namespace: str, allow_local: bool, what: str = "") -> None:
+    """Refuse a host-local (``file://``) storage namespace for a repository whose refs are on a
+    shared KV (not ``lmdb``, not ``memory://``) unless ``allow_local``: the other hosts that see the
+    repository could not read its data."""
+    from graveler.objstore.uri import StorageURI
+
+    url = config.kv.url
+    if allow_local or url == "lmdb" or url.startswith("memory://"):
+        return
+    if StorageURI.parse(namespace).scheme == "file":
+        raise InvalidArgument(
+            f"{what}storage namespace {namespace} is a directory of this host, but the refs are on a shared KV: "
+            "other hosts would see the repository and not its data. Use s3://BUCKET/PREFIX, "
+            "or --allow-local-storage if only this host will use it")
 
 
 @contextmanager

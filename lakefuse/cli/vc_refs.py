@@ -11,7 +11,9 @@ from graveler.objstore.uri import StorageURI
 from graveler.refsdump import MANIFEST_KEY, parse_manifest
 from lakefuse.cli.common import exit_code
 from lakefuse.cli.vc_common import (
+    ALLOW_LOCAL_HELP,
     add_command,
+    check_shared_namespace,
     add_group,
     emit_json,
     iso,
@@ -41,14 +43,17 @@ def register(sub) -> None:
         epilog="Without --storage the namespace is a local directory under the home:\n"
                "  file://<home>/storage/<REPO>\n"
                "A namespace that holds a refs dump (_lakefs/refs_manifest.json) is refused:\n"
-               "bring that repository back with `lakefuse refs restore` instead.",
+               "bring that repository back with `lakefuse refs restore` instead.\n"
+               "On a shared KV (--kv postgresql://...) a file:// namespace is refused unless\n"
+               "--allow-local-storage: other hosts would see the repository but not its data.",
     )
     p.add_argument("repository", metavar="lakefs://REPO")
     p.add_argument("--storage", metavar="URI",
                    help="storage namespace: file:///abs/path or s3://bucket/prefix "
                         "(default: file://<home>/storage/<REPO>)")
     p.add_argument("--default-branch", metavar="NAME", default="main", help="name of the default branch (default: main)")
-    add_command(g, "list", "list the repositories of the home", cmd_repo_list)
+    p.add_argument("--allow-local-storage", action="store_true", help=ALLOW_LOCAL_HELP)
+    add_command(g, "list", "list the repositories of the home (or of the shared KV: every host's)", cmd_repo_list)
     p = add_command(
         g, "delete", "forget a repository (its refs and staged changes; the storage namespace is kept)",
         cmd_repo_delete,
@@ -104,6 +109,7 @@ def register(sub) -> None:
     p.add_argument("--storage", metavar="URI", help="the namespace, when the repository must be created")
     p.add_argument("--default-branch", metavar="NAME", default="main",
                    help="default branch, when the repository must be created (default: main)")
+    p.add_argument("--allow-local-storage", action="store_true", help=ALLOW_LOCAL_HELP)
 
 
 # ---------------------------------------------------------------------- repo
@@ -124,6 +130,7 @@ def cmd_repo_create(args: argparse.Namespace) -> int:
         ns = args.storage or default_storage(s.home, u.repository)
         if s.graveler.has_repository(u.repository):
             raise AlreadyExists(f"repository {u.repository!r} already exists")
+        check_shared_namespace(s.config, ns, args.allow_local_storage)
         if "://" in ns:
             if s.graveler.has_refs_dump(ns):
                 raise AlreadyExists(
@@ -156,7 +163,7 @@ def cmd_repo_list(args: argparse.Namespace) -> int:
         rows += [(name, "-", "-", "DAMAGED (see below)") for name, _ in damaged]
         table(sorted(rows), ("REPOSITORY", "DEFAULT BRANCH", "CREATED", "STORAGE NAMESPACE"))
     else:
-        note(f"no repositories in {s.home}")
+        note(f"no repositories in {s.home if s.config.kv.url == 'lmdb' else s.graveler.kv.url}")
     for _, e in damaged:
         note(f"lakefuse: {e}")
     return max((exit_code(e) for _, e in damaged), default=0)
@@ -331,6 +338,7 @@ def cmd_refs_restore(args: argparse.Namespace) -> int:
                                "refs can only be restored into a new repository")
         except NotFound:
             ns = args.storage or default_storage(s.home, u.repository)
+            check_shared_namespace(s.config, ns, args.allow_local_storage)
             repo = s.graveler.create_repository(u.repository, ns, default_branch=args.default_branch, bare=True)
             created = True
         try:

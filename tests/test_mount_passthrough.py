@@ -66,7 +66,7 @@ def _check_reads(path) -> None:
 
 
 def test_passthrough_serves_committed_reads_without_the_daemon(repo_home):
-    m = _mount(repo_home, "mnt-on")
+    m = _mount(repo_home, "mnt-on", env={"LAKEFUSE_PASSTHROUGH": "1"})  # whatever the environment says
     mp = m.mountpoint
     try:
         before = stats(mp)

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 apt_pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || apt_pkgs+=(fuse3)
 pkg-config --exists fuse3 2>/dev/null || apt_pkgs+=(libfuse3-dev pkg-config)
+command -v patch >/dev/null 2>&1 || apt_pkgs+=(patch)  # the vendored pyfuse3's passthrough patch
 command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
 # graveler._crecord hashes entry identities with OpenSSL's libcrypto (hashlib's library) directly
 [ -f /usr/include/openssl/evp.h ] || apt_pkgs+=(libssl-dev)
@@ -64,5 +65,44 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stam
     # fails loudly if the install (or the build of the compiled modules) did
     .venv/bin/python -c "import graveler, lakefuse, pyfuse3, lmdb, diskcache, rocksdict, pyspark, pyarrow, pandas, psycopg, psycopg_pool; $compiled_check"
     touch "$stamp"
+fi
+
+# FUSE passthrough (reads of committed local objects served by the kernel from the object file):
+# Debian 12's libfuse 3.14 and PyPI's pyfuse3 lack it, so libfuse 3.17 and pyfuse3 are built from
+# the tarballs in scripts/vendor (see its README), pyfuse3 with a small patch, into .venv; meson and
+# ninja come from PyPI. Rebuilt only when a vendored file changed or the module does not load.
+vendor=scripts/vendor
+root="$PWD"
+fuse_prefix="$root/.venv/opt/libfuse"
+pt_stamp=.venv/.lakefuse-passthrough
+pt_sum="$(cat "$vendor"/libfuse-*.tar.gz "$vendor"/pyfuse3-*.tar.gz "$vendor"/pyfuse3-passthrough.patch | sha256sum | cut -d' ' -f1)"
+pt_check='import pyfuse3; assert hasattr(pyfuse3, "passthrough_open"), "pyfuse3 without the passthrough patch"'
+if [ "$(cat "$pt_stamp" 2>/dev/null)" != "$pt_sum" ] || ! .venv/bin/python -c "$pt_check" >/dev/null 2>&1; then
+    echo "setup: building libfuse and pyfuse3 with FUSE passthrough from $vendor"
+    .venv/bin/python -m pip install -q --disable-pip-version-check meson ninja 2>&1 | grep -v '^WARNING' || true
+    work="$(mktemp -d)"
+    trap 'rm -rf "$work"' EXIT
+    tar -xzf "$vendor"/libfuse-*.tar.gz -C "$work"
+    tar -xzf "$vendor"/pyfuse3-*.tar.gz -C "$work"
+    (
+        export PATH="$root/.venv/bin:$PATH"
+        cd "$work"/libfuse-*/
+        rm -rf "$fuse_prefix"
+        meson setup build --prefix="$fuse_prefix" --libdir=lib --buildtype=release -Dexamples=false -Dutils=false \
+            -Dtests=false -Duseroot=false -Dinitscriptdir= -Dudevrulesdir="$fuse_prefix/udev" >"$work/meson.log" 2>&1 ||
+            { cat "$work/meson.log" >&2; exit 1; }
+        ninja -C build install >"$work/ninja.log" 2>&1 || { cat "$work/ninja.log" >&2; exit 1; }
+    )
+    (
+        cd "$work"/pyfuse3-*/
+        patch -p1 --quiet --forward <"$root/$vendor/pyfuse3-passthrough.patch"
+        rm -f src/pyfuse3/__init__.c  # generated from the unpatched .pyx: Cython regenerates it
+        # the rpath lets the extension load our libfuse3 without LD_LIBRARY_PATH (no clash with the system's)
+        PKG_CONFIG_PATH="$fuse_prefix/lib/pkgconfig" LDFLAGS="-Wl,-rpath,$fuse_prefix/lib" \
+            "$root/.venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall . 2>&1 |
+            grep -v '^WARNING' || true
+    )
+    .venv/bin/python -c "$pt_check"
+    echo "$pt_sum" >"$pt_stamp"
 fi
 echo "setup: ready (.venv/bin/lakefuse)"

@@ -608,6 +608,12 @@ class LocalReader(ObjectReader):
         except OSError as exc:
             raise self.store._os_error("read", self.key, exc) from exc
 
+    def fileno(self) -> int:
+        """The descriptor of the object's file (opened read-only; -1 after close), for a
+        caller that hands the file itself to someone else (the kernel, through FUSE
+        passthrough). It stays the reader's: :meth:`close` closes it."""
+        return self._fd
+
     def close(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:

@@ -84,6 +84,7 @@ class Opened:
     fh: int
     keep_cache: bool
     direct_io: bool
+    backing_fd: int = -1  # >= 0: a file with the same bytes the kernel may read itself (FUSE passthrough)
 
 
 @dataclass(frozen=True, slots=True)

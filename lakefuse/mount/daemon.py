@@ -51,6 +51,15 @@ class MountConfig:
     limits: dict = field(default_factory=dict)  # offload limiter sizes by name (defaults when empty)
     read_ahead_kb: int = 4096  # the kernel's read-ahead window for the mount (0: leave it)
     cache_dir: str | None = None  # where the write spool lives (<cache_dir>/spool/<repo>); None: <home>/cache
+    # FUSE passthrough for committed local objects, when the kernel and pyfuse3 have it; off: $LAKEFUSE_PASSTHROUGH=0
+    passthrough: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_PASSTHROUGH", True))
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    return value not in ("0", "false", "no", "off")
 
 
 # ---------------------------------------------------------------------- notify socket
@@ -155,7 +164,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         spool = Spool(repo, SpoolConfig(Path(cache_dir), repo.name))
         fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
         fs.recover()  # spool leftovers and unfinished renames of a killed daemon
-    ops = Operations(fs, Offload(config.limits or None))
+    ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")

@@ -353,7 +353,10 @@ class Filesystem:
 
     # ------------------------------------------------------------------ files
 
-    def open(self, ino: int, flags: int) -> Opened:
+    def open(self, ino: int, flags: int, passthrough: bool = False) -> Opened:
+        """Open a file. With ``passthrough`` (the adapter can hand reads to the kernel), a
+        read-only open of a committed object of a local store names the object's file as
+        ``backing_fd``: immutable, the very bytes the daemon would read."""
         node = self.inodes.get(ino)
         writing = bool(flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND))
         if node.kind == Kind.INFO_FILE:
@@ -381,9 +384,12 @@ class Filesystem:
             reader = self._open_object(tree, node.path, entry)
         keep = tree.immutable or node.opened_identity == value.identity
         node.opened_identity = value.identity
+        backing_fd = -1
         if reader is not None and not hasattr(reader, "bytes_from_store"):  # a local object file
             content = None
-            if entry.size <= self.config.small_file_bytes:
+            if passthrough and tree.immutable and not writing:
+                backing_fd = reader.fileno()  # the kernel reads it: nothing to read ahead here
+            elif entry.size <= self.config.small_file_bytes:
                 # a small local file is read whole now, in the same thread call: its reads need no other
                 data = reader.read(0, entry.size)
                 if len(data) == entry.size:
@@ -395,7 +401,7 @@ class Filesystem:
             h = ObjectHandle(node, reader, entry.size, self.spool, self.stats, self.log_once, self.repo.name)
         self.inodes.open(node)
         self.stats.add("opens")
-        return Opened(self.new_fh(h), keep, False)
+        return Opened(self.new_fh(h), keep, False, backing_fd)
 
     def _open_object(self, tree: Tree, path: bytes, entry: Entry):
         try:

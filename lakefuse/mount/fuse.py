@@ -107,15 +107,44 @@ class Operations(pyfuse3.Operations):
     """pyfuse3's entry points, delegating to a :class:`Filesystem`."""
 
     supports_dot_lookup = True
-    enable_writeback_cache = False
+    enable_writeback_cache = False  # (FUSE passthrough would need it off too)
     enable_acl = False
 
-    def __init__(self, fs: Filesystem, offload: Offload | None = None):
+    def __init__(self, fs: Filesystem, offload: Offload | None = None, passthrough: bool = False):
         super().__init__()
         self.fs = fs
         self.stats = fs.stats
         self.offload = offload or Offload()
         self.log_once = LogOnce(log)
+        # FUSE passthrough: asked for at init when wanted and pyfuse3 has it (the patched build
+        # of scripts/setup.sh); in use once the kernel agreed (init)
+        has = hasattr(pyfuse3, "passthrough_open")
+        self.enable_passthrough = passthrough and has
+        self.passthrough = False
+        self.stats.set("passthrough", "off" if not passthrough else
+                       "on" if has else "unavailable (pyfuse3 without passthrough)")
+
+    def init(self):
+        if self.enable_passthrough:
+            self.passthrough = pyfuse3.passthrough_enabled()
+            if not self.passthrough:
+                self.stats.set("passthrough", "unavailable (the kernel does not offer it)")
+        log.debug("FUSE passthrough: %s", self.stats.get("passthrough"))
+
+    def _passthrough_open(self, ctx, fi: pyfuse3.FileInfo, fd: int) -> bool:
+        """Hand the open file's reads to the kernel (reading ``fd``'s file); False when it
+        refuses: the daemon serves it, as without passthrough (counted, never an error)."""
+        try:
+            fi.backing_id = pyfuse3.passthrough_open(ctx, fd)
+            fi.keep_cache = False  # the kernel refuses a passthrough open with any flag but direct_io
+            return True
+        except OSError as e:
+            self.stats.add("passthrough_refused")
+            if e.errno in (errno.EPERM, errno.EOPNOTSUPP):  # e.g. not CAP_SYS_ADMIN: for every file
+                self.passthrough = False
+                self.stats.set("passthrough", f"off (the kernel refused: {e.strerror})")
+            log.debug("passthrough open refused: %s", e)
+            return False
 
     def _count_error(self, code: int) -> None:
         self.stats.error(errno.errorcode.get(code, str(code)))
@@ -195,8 +224,13 @@ class Operations(pyfuse3.Operations):
 
     @boundary("open")
     async def open(self, inode, flags, ctx):
-        o = await self._meta(self.fs.open, inode, flags)
-        return pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io)
+        o = await self._meta(self.fs.open, inode, flags, self.passthrough)
+        fi = pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io)
+        if o.backing_fd >= 0 and self.passthrough and self._passthrough_open(ctx, fi, o.backing_fd):
+            self.stats.add("opens_passthrough")
+        else:
+            self.stats.add("opens_daemon")
+        return fi
 
     @boundary("read")
     async def read(self, fh, off, size):

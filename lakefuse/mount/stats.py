@@ -8,8 +8,9 @@ from collections import Counter
 
 
 class Stats:
-    """Thread-safe counters: FUSE requests by type, errors by errno name, and named
-    counts (lookups, bytes read from the store...)."""
+    """Thread-safe counters: FUSE requests by type, errors by errno name, named
+    counts (lookups, bytes read from the store, opens served by FUSE passthrough or by
+    the daemon...) and named states (``passthrough``: on, or why not)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -17,6 +18,7 @@ class Stats:
         self.requests: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
+        self.states: dict[str, str] = {}
 
     def request(self, op: str) -> None:
         with self._lock:
@@ -30,6 +32,15 @@ class Stats:
         with self._lock:
             self.counts[name] += n
 
+    def set(self, name: str, state: str) -> None:
+        """A named state (e.g. whether FUSE passthrough is on, and why not)."""
+        with self._lock:
+            self.states[name] = state
+
+    def get(self, name: str) -> str | None:
+        with self._lock:
+            return self.states.get(name)
+
     def snapshot(self) -> dict:
         with self._lock:
             return {
@@ -37,4 +48,5 @@ class Stats:
                 "requests": dict(sorted(self.requests.items())),
                 "errors": dict(sorted(self.errors.items())),
                 **dict(sorted(self.counts.items())),
+                **self.states,
             }

@@ -242,12 +242,17 @@ class PgTxn:
         bound = "" if end is None else " AND key < %s"
         params = (table, bytes(start)) + (() if end is None else (bytes(end),))
         sel = f"partition_key = %s AND tbl = %s AND key >= %s{bound}"
-        if limit is None:
-            return self._q(f"DELETE FROM {KV_TABLE} WHERE {sel}", *params).rowcount
-        return self._cur.execute(
-            f"DELETE FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key IN "
-            f"(SELECT key FROM {KV_TABLE} WHERE {sel} ORDER BY key LIMIT %s)",
-            (self._part, table, self._part, *params, int(limit))).rowcount
+        if limit is not None:
+            # The last key to go, then one range delete: two index range scans. (A ``key IN (SELECT ...
+            # LIMIT n)`` may be planned as a nested loop that rescans the subquery per row, quadratic
+            # while the table's statistics still say the range is small.)
+            if limit <= 0:
+                return 0
+            row = self._q(f"SELECT key FROM {KV_TABLE} WHERE {sel} ORDER BY key OFFSET %s LIMIT 1",
+                          *params, int(limit) - 1).fetchone()
+            if row is not None:
+                return self._q(f"DELETE FROM {KV_TABLE} WHERE {sel} AND key <= %s", *params, row[0]).rowcount
+        return self._q(f"DELETE FROM {KV_TABLE} WHERE {sel}", *params).rowcount
 
     def count(self, table: str) -> int:
         return self._q(f"SELECT count(*) FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s",

@@ -271,7 +271,8 @@ def test_a_server_restart_between_calls_costs_no_failed_call():
 
 def test_buffered_upserts_keep_their_order_with_other_statements(url):
     """put / put_many are sent together before the next read, delete, CAS or commit: each of those
-    sees them, and a later put of a key deleted in between wins."""
+    sees them, and a later put of a key deleted in between wins; a key read again in the same
+    transaction (answered without the server) shows the transaction's own changes."""
     b = postgres.PgBackend(url)
     try:
         s = b.open("r")
@@ -282,8 +283,13 @@ def test_buffered_upserts_keep_their_order_with_other_statements(url):
             assert t.get(kv.STAGING, b"x") == b"2"
             assert t.delete(kv.TAGS, b"a")
             t.put(kv.TAGS, b"a", b"3")
-            assert t.set_if(kv.TAGS, b"a", b"4", b"3")
+            assert t.set_if(kv.TAGS, b"a", b"4", b"3") and t.get(kv.TAGS, b"a") == b"4"
+            assert not t.insert(kv.TAGS, b"a", b"5") and t.get(kv.TAGS, b"a") == b"4"
+            assert not t.set_if(kv.TAGS, b"a", b"6", b"3") and t.get(kv.TAGS, b"a") == b"4"
             t.put(kv.STAGING, b"y", b"2")
+            assert t.delete_range(kv.STAGING, b"z", None) == 0 and t.get(kv.STAGING, b"y") == b"2"
+            t.put(kv.STAGING, b"z", b"1")
+            assert t.delete_range(kv.STAGING, b"z", None) == 1 and t.get(kv.STAGING, b"z") is None
             return t.count(kv.STAGING)
 
         assert s.write(fn) == 2

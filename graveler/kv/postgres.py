@@ -165,6 +165,9 @@ def _unavailable(server: str, e: BaseException, secret: str | None) -> StoreUnav
 # -- transactions -------------------------------------------------------------------
 
 
+_MISS = object()  # not in a transaction's cache
+
+
 def _check_key(key: bytes) -> bytes:
     if not isinstance(key, (bytes, bytearray, memoryview)) or not 0 < len(key) <= MAX_KEY_BYTES:
         raise InvalidArgument(f"a key must be 1 to {MAX_KEY_BYTES} bytes")
@@ -174,7 +177,7 @@ def _check_key(key: bytes) -> bytes:
 class PgTxn:
     """The protocol's transaction (:class:`graveler.kv.base.Txn`) on one pooled connection."""
 
-    __slots__ = ("_cur", "_part", "_write", "_pending")
+    __slots__ = ("_cur", "_part", "_write", "_pending", "_seen")
 
     def __init__(self, cur: psycopg.Cursor, partition: str, write: bool):
         self._cur = cur
@@ -184,6 +187,10 @@ class PgTxn:
         # the next statement of any other kind and before the commit (:meth:`flush`), so a staged
         # write's stamp bump and its records cost one round trip, and the order of effects is kept.
         self._pending: dict[tuple[str, bytes], bytes] = {}
+        # What this transaction has read or written of single keys ((table, key) -> value, None:
+        # absent). Its snapshot never changes but by its own writes, so a second get of a key (a
+        # group of staged writes reads one branch and one stamp once each) needs no round trip.
+        self._seen: dict[tuple[str, bytes], bytes | None] = {}
 
     def _x(self, sql: str, params: tuple) -> psycopg.Cursor:
         if self._pending:
@@ -197,6 +204,7 @@ class PgTxn:
         """Send the buffered upserts (one multi-row ``INSERT ... ON CONFLICT``)."""
         pending, self._pending = self._pending, {}
         if pending:
+            self._seen.update(pending)
             self._cur.execute(
                 f"INSERT INTO {KV_TABLE} SELECT %s, t, k, v FROM unnest(%s::text[], %s::bytea[], %s::bytea[]) "
                 "AS u(t, k, v) ON CONFLICT (partition_key, tbl, key) DO UPDATE SET value = EXCLUDED.value",
@@ -207,9 +215,23 @@ class PgTxn:
             raise InvalidArgument("a write in a read transaction")
 
     def get(self, table: str, key: bytes) -> bytes | None:
-        row = self._q(f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
-                      table, bytes(key)).fetchone()
-        return None if row is None else row[0]
+        k = (table, bytes(key))
+        v = self._pending.get(k, _MISS)
+        if v is _MISS:
+            v = self._seen.get(k, _MISS)
+            if v is _MISS:
+                row = self._q(f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
+                              table, k[1]).fetchone()
+                v = self._seen[k] = None if row is None else row[0]
+        return v
+
+    def _saw(self, table: str, key: bytes, done: bool, value: bytes | None) -> bool:
+        """After a conditional change of ``key``: its value is ``value`` if ``done``, else unknown here."""
+        if done:
+            self._seen[(table, key)] = value
+        else:
+            self._seen.pop((table, key), None)
+        return done
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
         self._writing()
@@ -224,8 +246,9 @@ class PgTxn:
 
     def insert(self, table: str, key: bytes, value: bytes) -> bool:
         self._writing()
-        return self._q(f"INSERT INTO {KV_TABLE} VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                       table, _check_key(key), bytes(value)).rowcount == 1
+        key, value = _check_key(key), bytes(value)
+        return self._saw(table, key, self._q(f"INSERT INTO {KV_TABLE} VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                                             table, key, value).rowcount == 1, value)
 
     def set_if(self, table: str, key: bytes, value: bytes | None, expected: bytes | None) -> bool:
         self._writing()
@@ -236,14 +259,18 @@ class PgTxn:
             return self.insert(table, key, value)
         where = "partition_key = %s AND tbl = %s AND key = %s AND value = %s"
         if value is None:
-            return self._q(f"DELETE FROM {KV_TABLE} WHERE {where}", table, key, bytes(expected)).rowcount == 1
-        return self._x(f"UPDATE {KV_TABLE} SET value = %s WHERE {where}",
-                       (bytes(value), self._part, table, key, bytes(expected))).rowcount == 1
+            return self._saw(table, key, self._q(f"DELETE FROM {KV_TABLE} WHERE {where}", table, key,
+                                                 bytes(expected)).rowcount == 1, None)
+        value = bytes(value)
+        return self._saw(table, key, self._x(f"UPDATE {KV_TABLE} SET value = %s WHERE {where}",
+                                             (value, self._part, table, key, bytes(expected))).rowcount == 1, value)
 
     def delete(self, table: str, key: bytes) -> bool:
         self._writing()
-        return self._q(f"DELETE FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
-                       table, bytes(key)).rowcount == 1
+        key = bytes(key)
+        n = self._q(f"DELETE FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s", table, key).rowcount
+        self._seen[(table, key)] = None
+        return n == 1
 
     def scan(self, table: str, start: bytes = b"", end: bytes | None = None,
              values: bool = True) -> Iterator[tuple[bytes, bytes | None]]:
@@ -262,6 +289,8 @@ class PgTxn:
 
     def delete_range(self, table: str, start: bytes, end: bytes | None, limit: int | None = None) -> int:
         self._writing()
+        self.flush()
+        self._seen.clear()
         bound = "" if end is None else " AND key < %s"
         params = (table, bytes(start)) + (() if end is None else (bytes(end),))
         sel = f"partition_key = %s AND tbl = %s AND key >= %s{bound}"

@@ -126,10 +126,10 @@ def test_a_deadlock_is_retried_transparently(two):
     def crossed(store, first, second):
         def fn(t):
             calls.append(first)
-            t.put(kv.STAGING, first, b"1")
+            t.insert(kv.STAGING, first, b"1")  # (an insert is sent at once; a put waits for the next statement)
             if len(calls) <= 2:
                 barrier.wait()
-            t.put(kv.STAGING, second, b"2")
+            t.insert(kv.STAGING, second, b"2")
             return True
         return lambda: store.write(fn)
 

@@ -338,8 +338,9 @@ def main() -> int:
 def report(args, out: dict, vis) -> None:
     lm, pg = out.get("lmdb", {}), out.get("postgres", {})
     p = args.procs
-    print(f"\nlakefuse KV backends, {os.cpu_count()} cores; medians of {args.reps}; writers: processes x "
-          f"{args.threads} threads; PostgreSQL durable (fsync, synchronous_commit on)")
+    print(f"\nlakefuse KV backends, {os.cpu_count()} cores (load average now {os.getloadavg()[0]:.1f}: other jobs "
+          f"share them); medians of {args.reps}; writers: processes x {args.threads} threads; PostgreSQL "
+          "durable (fsync, synchronous_commit on)")
 
     def ratio(key):
         return f"{pg[key] / lm[key]:.2f}" if key in pg and key in lm and lm[key] else "-"

@@ -9,11 +9,11 @@ The driver is psycopg 3 with :mod:`psycopg_pool`: it is libpq itself (every libp
 ``.pgpass``, service files, SSL and unix sockets work as they do for ``psql``), it
 passes ``bytes`` as ``bytea`` in the binary protocol without copies through text, it
 prepares hot statements by itself, and it has a pool. The pool does not check a connection
-before handing it out (that would be one more round trip per transaction): a
-transaction's ``BEGIN`` (with any ``SET LOCAL``) is its first message, and a connection
-found dead there -- a server restart -- is dropped and another one taken before anything
-of the transaction ran, so a restart costs no failed call, and no pool of dead sockets
-stays (:class:`_Session`).
+before handing it out (that would be one more round trip per transaction); a
+transaction's first statement is its ``BEGIN`` (with any ``SET LOCAL``, one round trip in
+the simple protocol), and a connection found dead there -- a server restart -- is
+dropped and another one taken before the caller's code runs, so a restart costs no
+failed call, and no pool of dead sockets stays.
 
 Schema (lakeFS's shape, one table for every repository)::
 
@@ -42,14 +42,14 @@ it off (visible at once, flushed by the WAL writer within milliseconds), and
 :meth:`PgStore.sync` makes every earlier write durable by one synchronous commit of
 an empty transaction (a WAL flush covers everything before it).
 
-Round trips: the BEGIN goes in one message with the transaction's first statement when
-that is a point get (parameters inlined as literals, the simple protocol), so a one-get
-read is two round trips (that, COMMIT). A write buffers its upserts (``put`` /
-``put_many``) and sends them as one multi-row ``INSERT ... ON CONFLICT`` before its next
-statement of another kind or its commit, and a transaction answers a second get of a key
-from what it read or wrote, so a staged write (read the branch, read and bump its stamp,
-upsert the records) -- or a whole group of them sharing a transaction -- is four round
-trips: BEGIN + the branch, the stamp, the upsert, COMMIT.
+Round trips: a write buffers its upserts (``put`` / ``put_many``) and sends them as one
+multi-row ``INSERT ... ON CONFLICT`` before its next statement of another kind or its
+commit, and a transaction answers a second get of a key from what it read or wrote, so
+a staged write (read the branch, read and bump its stamp, upsert the records) -- or a
+whole group of them sharing a transaction -- is BEGIN, two reads, one upsert and COMMIT.
+(Sending the BEGIN with the first get, literals inlined, saves a round trip but costs a
+server-side parse and plan per transaction; on a busy 2-core machine it measured no
+faster, so every statement stays prepared.)
 
 Scans are paged: ``key >= start ORDER BY key LIMIT n``, then ``key > last``, so a big
 staging area is never one huge fetch and no server cursor stays open while the
@@ -183,8 +183,8 @@ class PgTxn:
 
     __slots__ = ("_cur", "_part", "_write", "_pending", "_seen")
 
-    def __init__(self, session: "_Session", partition: str, write: bool):
-        self._cur = session
+    def __init__(self, cur: psycopg.Cursor, partition: str, write: bool):
+        self._cur = cur
         self._part = partition
         self._write = write
         # Upserts not yet sent: (table, key) -> value. They go to the server as ONE statement before
@@ -199,7 +199,7 @@ class PgTxn:
     def _x(self, sql: str, params: tuple) -> psycopg.Cursor:
         if self._pending:
             self.flush()
-        return self._cur.execute(sql, params)
+        return self._cur.execute(sql, params, binary=True)
 
     def _q(self, sql: str, *params) -> psycopg.Cursor:
         return self._x(sql, (self._part, *params))
@@ -212,7 +212,7 @@ class PgTxn:
             self._cur.execute(
                 f"INSERT INTO {KV_TABLE} SELECT %s, t, k, v FROM unnest(%s::text[], %s::bytea[], %s::bytea[]) "
                 "AS u(t, k, v) ON CONFLICT (partition_key, tbl, key) DO UPDATE SET value = EXCLUDED.value",
-                (self._part, [t for t, _ in pending], [k for _, k in pending], list(pending.values())))
+                (self._part, [t for t, _ in pending], [k for _, k in pending], list(pending.values())), binary=True)
 
     def _writing(self) -> None:
         if not self._write:
@@ -224,10 +224,8 @@ class PgTxn:
         if v is _MISS:
             v = self._seen.get(k, _MISS)
             if v is _MISS:
-                if self._pending:
-                    self.flush()
-                row = self._cur.execute(f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s "
-                                        "AND key = %s", (self._part, table, k[1]), merge=True).fetchone()
+                row = self._q(f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
+                              table, k[1]).fetchone()
                 v = self._seen[k] = None if row is None else row[0]
         return v
 
@@ -317,77 +315,6 @@ class PgTxn:
                        table).fetchone()[0]
 
 
-class _Session:
-    """One transaction's pooled connection. Its BEGIN (with any ``SET LOCAL``) is sent by
-    :meth:`start`, or -- lazily -- with the transaction's first statement: a point get goes in
-    the same simple-protocol message as the BEGIN (its parameters inlined as literals), so a
-    one-get read is two round trips (that, COMMIT), not three. A connection found dead by the
-    BEGIN (a server restart while it sat in the pool) is replaced before anything else runs,
-    so the pool needs no check (a round trip) at checkout."""
-
-    __slots__ = ("_pool", "_begin", "conn", "cur")
-
-    def __init__(self, pool: ConnectionPool, begin: str):
-        self._pool = pool
-        self._begin: str | None = begin  # not sent yet
-        self.conn = pool.getconn()
-        self.cur = self.conn.cursor()
-
-    def execute(self, sql: str, params: tuple | None = None, merge: bool = False) -> psycopg.Cursor:
-        if self._begin is None:
-            return self.cur.execute(sql, params, binary=True)
-        for attempt in range(POOL_MAX + 1):
-            try:
-                if merge:  # BEGIN and the statement: one message, one round trip (results in text format)
-                    literal = psycopg.ClientCursor(self.conn).mogrify(sql, params)
-                    self.cur.execute(f"{self._begin}; {literal}")
-                    for _ in range(self._begin.count(";") + 1):
-                        self.cur.nextset()
-                    self._begin = None
-                    return self.cur
-                self.start()
-                return self.cur.execute(sql, params, binary=True)
-            except psycopg.OperationalError:
-                if self._begin is None or not self.conn.broken or attempt == POOL_MAX:
-                    raise
-                self._replace()
-        raise AssertionError("unreachable")
-
-    def start(self) -> None:
-        """Send the BEGIN now (a dead connection is replaced first)."""
-        for attempt in range(POOL_MAX + 1):
-            try:
-                self.conn.execute(self._begin)
-                self._begin = None
-                return
-            except psycopg.OperationalError:
-                if not self.conn.broken or attempt == POOL_MAX:
-                    raise
-                self._replace()
-
-    def _replace(self) -> None:
-        """The connection died while pooled (the server restarted): the pool drops it; take another."""
-        conn, self.conn = self.conn, None
-        self._pool.putconn(conn)
-        self.conn = self._pool.getconn()
-        self.cur = self.conn.cursor()
-
-    def commit(self) -> None:
-        if self._begin is None:  # (a transaction that sent nothing has nothing to commit)
-            if self.conn.execute("COMMIT").statusmessage != "COMMIT":  # an aborted transaction "commits" as ROLLBACK
-                raise psycopg.errors.InFailedSqlTransaction("the transaction was aborted and rolled back")
-
-    def rollback(self) -> None:
-        if self._begin is None and self.conn is not None and not self.conn.broken:
-            with contextlib.suppress(psycopg.Error):
-                self.conn.execute("ROLLBACK")
-
-    def release(self) -> None:
-        if self.conn is not None:
-            self._pool.putconn(self.conn)
-            self.conn = None
-
-
 # -- stores ----------------------------------------------------------------------------
 
 
@@ -410,8 +337,8 @@ class PgStore:
         if held is not None:
             yield held
             return
-        with self.backend.transaction(self.label, write=False, lazy=True) as session:
-            t = PgTxn(session, self.repo, write=False)
+        with self.backend.transaction(self.label, write=False) as cur:
+            t = PgTxn(cur, self.repo, write=False)
             with self._txns.holding(t):
                 yield t
 
@@ -420,13 +347,13 @@ class PgStore:
             raise NestedTransaction(f"{self.label}: a write was asked for inside another transaction of the "
                                     "same thread; finish that one first")
 
-        def body(session: _Session) -> T:
-            t = PgTxn(session, self.repo, write=True)
+        def body(cur: psycopg.Cursor) -> T:
+            t = PgTxn(cur, self.repo, write=True)
             with self._txns.holding(t):
                 result = fn(t)
             t.flush()
             return result
-        return self.backend.run_write(self.label, body, durable, lazy=True)
+        return self.backend.run_write(self.label, body, durable)
 
     def write_grouped(self, fn: Callable[[PgTxn], T], durable: bool = True) -> T:
         if self._txns.held() is not None:
@@ -502,10 +429,8 @@ class PgBackend:
                 raise _unavailable(self.server, e, self._secret) from None
 
     @contextlib.contextmanager
-    def transaction(self, label: str, write: bool, durable: bool = True,
-                    lazy: bool = False) -> Iterator["_Session"]:
-        """One transaction on a pooled connection; psycopg's errors become graveler's. ``lazy``: its
-        BEGIN goes with its first statement (see :class:`_Session`)."""
+    def transaction(self, label: str, write: bool, durable: bool = True) -> Iterator[psycopg.Cursor]:
+        """One transaction on a pooled connection; psycopg's errors become graveler's."""
         if not write:
             begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
         elif durable:
@@ -513,17 +438,26 @@ class PgBackend:
         else:
             begin = "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE; SET LOCAL synchronous_commit = off"
         try:
-            session = _Session(self.pool, begin)
-            try:
-                if not lazy:
-                    session.start()
-                yield session
-                session.commit()
-            except BaseException:
-                session.rollback()
-                raise
-            finally:
-                session.release()
+            for attempt in range(POOL_MAX + 1):
+                with self.pool.connection() as conn:
+                    try:
+                        conn.execute(begin)  # one round trip (BEGIN; SET: the simple protocol takes both)
+                    except psycopg.OperationalError:
+                        if conn.broken and attempt < POOL_MAX:
+                            continue  # died while pooled (a server restart): the pool drops it; take another
+                        raise
+                    done = False
+                    try:
+                        with conn.cursor() as cur:
+                            yield cur
+                        done = True
+                    finally:
+                        if not done and not conn.broken:
+                            with contextlib.suppress(psycopg.Error):
+                                conn.execute("ROLLBACK")
+                    if conn.execute("COMMIT").statusmessage != "COMMIT":  # an aborted transaction "commits" as ROLLBACK
+                        raise psycopg.errors.InFailedSqlTransaction("the transaction was aborted and rolled back")
+                    break
             if write and not durable:
                 with self._lock:
                     self._unsynced += 1
@@ -544,16 +478,15 @@ class PgBackend:
             return _one_line(e, self._secret)
         return f"all {POOL_MAX} connections of this process are busy"
 
-    def run_write(self, label: str, body: Callable[["_Session"], T], durable: bool = True,
-                  lazy: bool = False) -> T:
+    def run_write(self, label: str, body: Callable[[psycopg.Cursor], T], durable: bool = True) -> T:
         """``body(cursor)`` in a SERIALIZABLE transaction, rerun (jittered backoff) while the server
         answers 40001 / 40P01; its result once committed."""
         deadline = time.monotonic() + WRITE_RETRY_S
         delay = 0.002
         while True:
             try:
-                with self.transaction(label, write=True, durable=durable, lazy=lazy) as session:
-                    return body(session)
+                with self.transaction(label, write=True, durable=durable) as cur:
+                    return body(cur)
             except _Retry:
                 if time.monotonic() > deadline:
                     raise StoreUnavailable(f"{label}: a write kept conflicting with concurrent writes for "
@@ -577,8 +510,8 @@ class PgBackend:
             raise
 
     def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        with self.transaction(self.server, write=False) as session:
-            return session.execute(sql, params).fetchall()
+        with self.transaction(self.server, write=False) as cur:
+            return cur.execute(sql, params).fetchall()
 
     # -- the protocol
 

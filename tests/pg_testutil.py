@@ -4,7 +4,9 @@ PostgreSQL refuses to run as root, so under root the cluster belongs to the ``po
 OS user (``runuser -u postgres --``); as any other user it runs as that user. No TCP
 port is opened (``listen_addresses=''``): the socket lives in the cluster's directory,
 so clusters of concurrent sessions never meet. ``fsync=off``: the cluster is thrown
-away, durability across a machine crash is not what these tests prove.
+away, durability across a machine crash is not what these tests prove. A benchmark that
+times durable commits asks for ``PgCluster(durable=True)`` (fsync, full page writes and
+synchronous commit on, as a production server runs).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def unavailable_reason() -> str | None:
 class PgCluster:
     """initdb + pg_ctl start/stop in a temp dir; :attr:`url` reaches database ``TEST_DB``."""
 
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        self.durable = durable
         self.bindir = pg_bindir()
         self.dir = Path(tempfile.mkdtemp(prefix="lakefuse-pg-"))
         self.data = self.dir / "data"
@@ -77,8 +80,10 @@ class PgCluster:
 
     def server_options(self) -> str:
         """``postgres`` options of :meth:`start` (a subclass adds TCP, TLS ...)."""
-        return (f"-k {self.dir} -c listen_addresses='' -c fsync=off -c full_page_writes=off "
-                "-c max_connections=300 -c shared_buffers=32MB" + (f" -p {self.port}" if self.port else ""))
+        safety = ("-c fsync=on -c full_page_writes=on -c synchronous_commit=on -c shared_buffers=128MB"
+                  if self.durable else "-c fsync=off -c full_page_writes=off -c shared_buffers=32MB")
+        return (f"-k {self.dir} -c listen_addresses='' {safety} -c max_connections=300"
+                + (f" -p {self.port}" if self.port else ""))
 
     def start(self) -> None:
         opts = self.server_options()

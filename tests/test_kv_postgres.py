@@ -126,10 +126,10 @@ def test_a_deadlock_is_retried_transparently(two):
     def crossed(store, first, second):
         def fn(t):
             calls.append(first)
-            t.put(kv.STAGING, first, b"1")
+            t.insert(kv.STAGING, first, b"1")  # (an insert is sent at once; a put waits for the next statement)
             if len(calls) <= 2:
                 barrier.wait()
-            t.put(kv.STAGING, second, b"2")
+            t.insert(kv.STAGING, second, b"2")
             return True
         return lambda: store.write(fn)
 
@@ -244,5 +244,56 @@ def test_durable_false_then_sync_and_grouped_writes(url):
         assert got == [True] * 16
         with s.read() as t:
             assert t.count(kv.STAGING) == 17
+    finally:
+        b.shutdown()
+
+
+def test_a_server_restart_between_calls_costs_no_failed_call():
+    """Pooled connections die with the server; the next transaction finds that at its BEGIN and takes
+    a fresh connection before the caller's code runs (the pool checks nothing at checkout)."""
+    cluster = pg_testutil.PgCluster()
+    try:
+        b = postgres.PgBackend(cluster.url)
+        s = b.open("r")
+        got = _race([lambda i=i: s.write(lambda t: t.put(kv.BRANCHES, b"b%d" % i, b"1")) for i in range(4)])
+        assert got == [None] * 4  # several connections in the pool now
+        cluster.stop("fast")
+        cluster.start()
+        with s.read() as t:  # the first call after the restart
+            assert t.get(kv.BRANCHES, b"b0") == b"1"
+        s.write(lambda t: t.put(kv.BRANCHES, b"b9", b"2"))
+        with s.read() as t:
+            assert len(list(t.scan(kv.BRANCHES))) == 5
+        b.shutdown()
+    finally:
+        cluster.destroy()
+
+
+def test_buffered_upserts_keep_their_order_with_other_statements(url):
+    """put / put_many are sent together before the next read, delete, CAS or commit: each of those
+    sees them, and a later put of a key deleted in between wins; a key read again in the same
+    transaction (answered without the server) shows the transaction's own changes."""
+    b = postgres.PgBackend(url)
+    try:
+        s = b.open("r")
+
+        def fn(t):
+            t.put(kv.TAGS, b"a", b"1")
+            t.put_many(kv.STAGING, [(b"x", b"1"), (b"x", b"2"), (b"y", b"1")])
+            assert t.get(kv.STAGING, b"x") == b"2"
+            assert t.delete(kv.TAGS, b"a")
+            t.put(kv.TAGS, b"a", b"3")
+            assert t.set_if(kv.TAGS, b"a", b"4", b"3") and t.get(kv.TAGS, b"a") == b"4"
+            assert not t.insert(kv.TAGS, b"a", b"5") and t.get(kv.TAGS, b"a") == b"4"
+            assert not t.set_if(kv.TAGS, b"a", b"6", b"3") and t.get(kv.TAGS, b"a") == b"4"
+            t.put(kv.STAGING, b"y", b"2")
+            assert t.delete_range(kv.STAGING, b"z", None) == 0 and t.get(kv.STAGING, b"y") == b"2"
+            t.put(kv.STAGING, b"z", b"1")
+            assert t.delete_range(kv.STAGING, b"z", None) == 1 and t.get(kv.STAGING, b"z") is None
+            return t.count(kv.STAGING)
+
+        assert s.write(fn) == 2
+        with s.read() as t:
+            assert dict(t.scan(kv.TAGS)) == {b"a": b"4"} and dict(t.scan(kv.STAGING)) == {b"x": b"2", b"y": b"2"}
     finally:
         b.shutdown()

@@ -149,27 +149,42 @@ def prefix_successor(prefix: bytes) -> bytes | None:
 
 
 class GroupCommit:
-    """Group commit over a store's ``write(fn, durable)``: concurrent callers queue their ``fn``; whoever
-    gets the leader lock runs every queued one in ONE transaction (durable if any caller asked for it).
-    If that shared transaction fails, each ``fn`` runs in its own, so one caller's error (a missing
-    branch) is its own and never another's. The backends' ``Store.write_grouped`` is this."""
+    """Group commit over a store's ``write(fn, durable)``: concurrent callers queue their ``fn``; one of
+    them at a time leads: it takes every queued ``fn`` and runs them in ONE transaction (durable if any
+    caller asked for it), then a waiting caller whose ``fn`` was not in it takes over. A caller whose
+    ``fn`` a leader ran is woken at once (it does not queue for the leadership to learn that). If a shared transaction fails, each ``fn`` runs in its own, so
+    one caller's error (a missing branch) is its own and never another's. The backends'
+    ``Store.write_grouped`` is this."""
 
     def __init__(self, write: Callable[[Callable[[Txn], T], bool], T]):
         self._write = write
-        self._queue_lock = threading.Lock()
+        self._cv = threading.Condition(threading.Lock())
         self._queue: list[list] = []  # [fn, durable, result, error, done] waiting for a leader
-        self._leader = threading.Lock()
+        self._leading = False
         self.saved = 0  # transactions saved by grouping
 
     def run(self, fn: Callable[[Txn], T], durable: bool) -> T:
         slot = [fn, durable, None, None, False]
-        with self._queue_lock:
+        with self._cv:
             self._queue.append(slot)
-        with self._leader:
-            if not slot[4]:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
+            while self._leading and not slot[4]:
+                self._cv.wait()
+            lead = not slot[4]
+            if lead:
+                self._leading = True
+        if lead:  # our slot is still queued: this batch has it
+            with self._cv:
+                batch, self._queue = self._queue, []
+            try:
                 self._run(batch)
+            except BaseException as e:  # noqa: BLE001 -- (an interrupt) every caller of the batch gets it
+                for s in batch:
+                    if not s[4]:
+                        s[3], s[4] = e, True
+            finally:
+                with self._cv:
+                    self._leading = False
+                    self._cv.notify_all()
         if slot[3] is not None:
             raise slot[3]
         return slot[2]

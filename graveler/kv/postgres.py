@@ -8,8 +8,12 @@ from ``~/.pgpass`` or ``$PGPASSWORD`` and the URL may carry libpq options (for i
 The driver is psycopg 3 with :mod:`psycopg_pool`: it is libpq itself (every libpq URL,
 ``.pgpass``, service files, SSL and unix sockets work as they do for ``psql``), it
 passes ``bytes`` as ``bytea`` in the binary protocol without copies through text, it
-prepares hot statements by itself, and its pool checks a connection before handing it
-out, so a server restart costs one failed call, not a pool of dead sockets.
+prepares hot statements by itself, and it has a pool. The pool does not check a connection
+before handing it out (that would be one more round trip per transaction); a
+transaction's first statement is its ``BEGIN`` (with any ``SET LOCAL``, one round trip in
+the simple protocol), and a connection found dead there -- a server restart -- is
+dropped and another one taken before the caller's code runs, so a restart costs no
+failed call, and no pool of dead sockets stays.
 
 Schema (lakeFS's shape, one table for every repository)::
 
@@ -38,6 +42,15 @@ it off (visible at once, flushed by the WAL writer within milliseconds), and
 :meth:`PgStore.sync` makes every earlier write durable by one synchronous commit of
 an empty transaction (a WAL flush covers everything before it).
 
+Round trips: a write buffers its upserts (``put`` / ``put_many``) and sends them as one
+multi-row ``INSERT ... ON CONFLICT`` before its next statement of another kind or its
+commit, and a transaction answers a second get of a key from what it read or wrote, so
+a staged write (read the branch, read and bump its stamp, upsert the records) -- or a
+whole group of them sharing a transaction -- is BEGIN, two reads, one upsert and COMMIT.
+(Sending the BEGIN with the first get, literals inlined, saves a round trip but costs a
+server-side parse and plan per transaction; on a busy 2-core machine it measured no
+faster, so every statement stays prepared.)
+
 Scans are paged: ``key >= start ORDER BY key LIMIT n``, then ``key > last``, so a big
 staging area is never one huge fetch and no server cursor stays open while the
 caller works. ``set_if`` is a compare-and-set in SQL (``UPDATE ... WHERE value =
@@ -65,7 +78,6 @@ from urllib.parse import unquote, urlsplit
 
 import psycopg
 import psycopg.errors
-from psycopg import IsolationLevel
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -169,6 +181,9 @@ def _unavailable(server: str, e: BaseException, secret: str | None) -> StoreUnav
 # -- transactions -------------------------------------------------------------------
 
 
+_MISS = object()  # not in a transaction's cache
+
+
 def _check_key(key: bytes) -> bytes:
     if not isinstance(key, (bytes, bytearray, memoryview)) or not 0 < len(key) <= MAX_KEY_BYTES:
         raise InvalidArgument(f"a key must be 1 to {MAX_KEY_BYTES} bytes")
@@ -178,43 +193,78 @@ def _check_key(key: bytes) -> bytes:
 class PgTxn:
     """The protocol's transaction (:class:`graveler.kv.base.Txn`) on one pooled connection."""
 
-    __slots__ = ("_cur", "_part", "_write")
+    __slots__ = ("_cur", "_part", "_write", "_pending", "_seen")
 
     def __init__(self, cur: psycopg.Cursor, partition: str, write: bool):
         self._cur = cur
         self._part = partition
         self._write = write
+        # Upserts not yet sent: (table, key) -> value. They go to the server as ONE statement before
+        # the next statement of any other kind and before the commit (:meth:`flush`), so a staged
+        # write's stamp bump and its records cost one round trip, and the order of effects is kept.
+        self._pending: dict[tuple[str, bytes], bytes] = {}
+        # What this transaction has read or written of single keys ((table, key) -> value, None:
+        # absent). Its snapshot never changes but by its own writes, so a second get of a key (a
+        # group of staged writes reads one branch and one stamp once each) needs no round trip.
+        self._seen: dict[tuple[str, bytes], bytes | None] = {}
+
+    def _x(self, sql: str, params: tuple) -> psycopg.Cursor:
+        if self._pending:
+            self.flush()
+        return self._cur.execute(sql, params, binary=True)
 
     def _q(self, sql: str, *params) -> psycopg.Cursor:
-        return self._cur.execute(sql, (self._part, *params), binary=True)
+        return self._x(sql, (self._part, *params))
+
+    def flush(self) -> None:
+        """Send the buffered upserts (one multi-row ``INSERT ... ON CONFLICT``)."""
+        pending, self._pending = self._pending, {}
+        if pending:
+            self._seen.update(pending)
+            self._cur.execute(
+                f"INSERT INTO {KV_TABLE} SELECT %s, t, k, v FROM unnest(%s::text[], %s::bytea[], %s::bytea[]) "
+                "AS u(t, k, v) ON CONFLICT (partition_key, tbl, key) DO UPDATE SET value = EXCLUDED.value",
+                (self._part, [t for t, _ in pending], [k for _, k in pending], list(pending.values())), binary=True)
 
     def _writing(self) -> None:
         if not self._write:
             raise InvalidArgument("a write in a read transaction")
 
     def get(self, table: str, key: bytes) -> bytes | None:
-        row = self._q(f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
-                      table, bytes(key)).fetchone()
-        return None if row is None else row[0]
+        k = (table, bytes(key))
+        v = self._pending.get(k, _MISS)
+        if v is _MISS:
+            v = self._seen.get(k, _MISS)
+            if v is _MISS:
+                row = self._q(f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
+                              table, k[1]).fetchone()
+                v = self._seen[k] = None if row is None else row[0]
+        return v
+
+    def _saw(self, table: str, key: bytes, done: bool, value: bytes | None) -> bool:
+        """After a conditional change of ``key``: its value is ``value`` if ``done``, else unknown here."""
+        if done:
+            self._seen[(table, key)] = value
+        else:
+            self._seen.pop((table, key), None)
+        return done
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
         self._writing()
-        self._q(f"INSERT INTO {KV_TABLE} VALUES (%s, %s, %s, %s) ON CONFLICT (partition_key, tbl, key) "
-                "DO UPDATE SET value = EXCLUDED.value", table, _check_key(key), bytes(value))
+        self._pending[(table, _check_key(key))] = bytes(value)
 
     def put_many(self, table: str, items: list[tuple[bytes, bytes]]) -> int:
         self._writing()
-        last = {_check_key(k): bytes(v) for k, v in items}  # one row may not be upserted twice in a statement
-        if last:
-            self._q(f"INSERT INTO {KV_TABLE} SELECT %s, %s, k, v FROM unnest(%s::bytea[], %s::bytea[]) AS u(k, v) "
-                    "ON CONFLICT (partition_key, tbl, key) DO UPDATE SET value = EXCLUDED.value",
-                    table, list(last), list(last.values()))
+        pending = self._pending  # a dict: one row is never upserted twice in a statement (the last value wins)
+        for k, v in items:
+            pending[(table, _check_key(k))] = bytes(v)
         return len(items)
 
     def insert(self, table: str, key: bytes, value: bytes) -> bool:
         self._writing()
-        return self._q(f"INSERT INTO {KV_TABLE} VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                       table, _check_key(key), bytes(value)).rowcount == 1
+        key, value = _check_key(key), bytes(value)
+        return self._saw(table, key, self._q(f"INSERT INTO {KV_TABLE} VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                                             table, key, value).rowcount == 1, value)
 
     def set_if(self, table: str, key: bytes, value: bytes | None, expected: bytes | None) -> bool:
         self._writing()
@@ -225,14 +275,18 @@ class PgTxn:
             return self.insert(table, key, value)
         where = "partition_key = %s AND tbl = %s AND key = %s AND value = %s"
         if value is None:
-            return self._q(f"DELETE FROM {KV_TABLE} WHERE {where}", table, key, bytes(expected)).rowcount == 1
-        return self._cur.execute(f"UPDATE {KV_TABLE} SET value = %s WHERE {where}",
-                                 (bytes(value), self._part, table, key, bytes(expected))).rowcount == 1
+            return self._saw(table, key, self._q(f"DELETE FROM {KV_TABLE} WHERE {where}", table, key,
+                                                 bytes(expected)).rowcount == 1, None)
+        value = bytes(value)
+        return self._saw(table, key, self._x(f"UPDATE {KV_TABLE} SET value = %s WHERE {where}",
+                                             (value, self._part, table, key, bytes(expected))).rowcount == 1, value)
 
     def delete(self, table: str, key: bytes) -> bool:
         self._writing()
-        return self._q(f"DELETE FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
-                       table, bytes(key)).rowcount == 1
+        key = bytes(key)
+        n = self._q(f"DELETE FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s", table, key).rowcount
+        self._seen[(table, key)] = None
+        return n == 1
 
     def scan(self, table: str, start: bytes = b"", end: bytes | None = None,
              values: bool = True) -> Iterator[tuple[bytes, bytes | None]]:
@@ -251,15 +305,22 @@ class PgTxn:
 
     def delete_range(self, table: str, start: bytes, end: bytes | None, limit: int | None = None) -> int:
         self._writing()
+        self.flush()
+        self._seen.clear()
         bound = "" if end is None else " AND key < %s"
         params = (table, bytes(start)) + (() if end is None else (bytes(end),))
         sel = f"partition_key = %s AND tbl = %s AND key >= %s{bound}"
-        if limit is None:
-            return self._q(f"DELETE FROM {KV_TABLE} WHERE {sel}", *params).rowcount
-        return self._cur.execute(
-            f"DELETE FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key IN "
-            f"(SELECT key FROM {KV_TABLE} WHERE {sel} ORDER BY key LIMIT %s)",
-            (self._part, table, self._part, *params, int(limit))).rowcount
+        if limit is not None:
+            # The last key to go, then one range delete: two index range scans. (A ``key IN (SELECT ...
+            # LIMIT n)`` may be planned as a nested loop that rescans the subquery per row, quadratic
+            # while the table's statistics still say the range is small.)
+            if limit <= 0:
+                return 0
+            row = self._q(f"SELECT key FROM {KV_TABLE} WHERE {sel} ORDER BY key OFFSET %s LIMIT 1",
+                          *params, int(limit) - 1).fetchone()
+            if row is not None:
+                return self._q(f"DELETE FROM {KV_TABLE} WHERE {sel} AND key <= %s", *params, row[0]).rowcount
+        return self._q(f"DELETE FROM {KV_TABLE} WHERE {sel}", *params).rowcount
 
     def count(self, table: str) -> int:
         return self._q(f"SELECT count(*) FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s",
@@ -301,7 +362,9 @@ class PgStore:
         def body(cur: psycopg.Cursor) -> T:
             t = PgTxn(cur, self.repo, write=True)
             with self._txns.holding(t):
-                return fn(t)
+                result = fn(t)
+            t.flush()
+            return result
         return self.backend.run_write(self.label, body, durable)
 
     def write_grouped(self, fn: Callable[[PgTxn], T], durable: bool = True) -> T:
@@ -341,8 +404,10 @@ class PgBackend:
         self._lock = threading.Lock()
         self._unsynced = 0  # non-durable commits since the last sync
         self._check_schema()
+        # No check at checkout (it would cost a round trip per transaction): every transaction's first
+        # statement is its BEGIN, and a connection found dead there is replaced before the caller runs.
         self.pool = ConnectionPool(kwargs={**params, "autocommit": True}, min_size=1, max_size=POOL_MAX,
-                                   timeout=pool_timeout, check=ConnectionPool.check_connection,
+                                   timeout=pool_timeout,
                                    configure=_configure, name=f"lakefuse-kv {self.server}", open=False)
         try:
             self.pool.open(wait=True, timeout=pool_timeout)
@@ -384,14 +449,33 @@ class PgBackend:
     @contextlib.contextmanager
     def transaction(self, label: str, write: bool, durable: bool = True) -> Iterator[psycopg.Cursor]:
         """One transaction on a pooled connection; psycopg's errors become graveler's."""
+        if not write:
+            begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        elif durable:
+            begin = "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE"
+        else:
+            begin = "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE; SET LOCAL synchronous_commit = off"
         try:
-            with self.pool.connection() as conn:
-                conn.isolation_level = IsolationLevel.SERIALIZABLE if write else IsolationLevel.REPEATABLE_READ
-                conn.read_only = not write
-                with conn.transaction(), conn.cursor() as cur:
-                    if write and not durable:
-                        cur.execute("SET LOCAL synchronous_commit = off")
-                    yield cur
+            for attempt in range(POOL_MAX + 1):
+                with self.pool.connection() as conn:
+                    try:
+                        conn.execute(begin)  # one round trip (BEGIN; SET: the simple protocol takes both)
+                    except psycopg.OperationalError:
+                        if conn.broken and attempt < POOL_MAX:
+                            continue  # died while pooled (a server restart): the pool drops it; take another
+                        raise
+                    done = False
+                    try:
+                        with conn.cursor() as cur:
+                            yield cur
+                        done = True
+                    finally:
+                        if not done and not conn.broken:
+                            with contextlib.suppress(psycopg.Error):
+                                conn.execute("ROLLBACK")
+                    if conn.execute("COMMIT").statusmessage != "COMMIT":  # an aborted transaction "commits" as ROLLBACK
+                        raise psycopg.errors.InFailedSqlTransaction("the transaction was aborted and rolled back")
+                    break
             if write and not durable:
                 with self._lock:
                     self._unsynced += 1

@@ -161,8 +161,7 @@ class RepoCore:
 
     def change_stamp(self, branch: str) -> int:
         """The branch's change stamp (see :meth:`graveler.repository.Repository.change_stamp`)."""
-        with self.env.read() as txn:
-            return self.refs.stamp_txn(txn, branch)
+        return self.refs.stamp(branch)
 
     # -- staging vs committed ---------------------------------------------------------------
     def diff_staged(self, tokens: tuple[str, ...], mr: str, start: bytes = b"", guard=None) -> Iterator[DiffRecord]:

@@ -139,3 +139,20 @@ def test_keys_up_to_the_one_limit(store):
     store.write(lambda t: t.put(kv.STAGING, k, b"v"))
     with store.read() as t:
         assert t.get(kv.STAGING, k) == b"v"
+
+
+def test_store_get_reads_one_key_on_its_own_and_sees_the_callers_transaction(store):
+    assert store.get(kv.STAGING, b"k") is None
+    store.write(lambda txn: txn.put(kv.STAGING, b"k", b"v1"))
+    assert store.get(kv.STAGING, b"k") == b"v1"
+    assert store.get(kv.BRANCHES, b"k") is None  # tables stay apart
+
+    def fn(txn):
+        txn.put(kv.STAGING, b"k", b"v2")
+        return store.get(kv.STAGING, b"k")  # inside this thread's write: its own view
+
+    assert store.write(fn) == b"v2"
+    with store.read() as txn:
+        assert store.get(kv.STAGING, b"k") == txn.get(kv.STAGING, b"k") == b"v2"
+    store.write(lambda txn: txn.delete(kv.STAGING, b"k"))
+    assert store.get(kv.STAGING, b"k") is None

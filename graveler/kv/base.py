@@ -98,6 +98,11 @@ class Store(Protocol):
     def read(self) -> ContextManager[Txn]:
         """A read snapshot; keep the ``with`` body short and free of I/O."""
 
+    def get(self, table: str, key: bytes) -> bytes | None:
+        """One key's value (None if absent): a read of its own, as cheap as the backend can
+        make it (one statement on a server); inside a transaction of this thread, that
+        transaction's view."""
+
     def write(self, fn: Callable[[Txn], T], durable: bool = True) -> T:
         """Run ``fn(txn)`` in one serializable write transaction (perhaps more than once) and
         commit it; return its result. An exception from ``fn`` aborts and propagates."""

@@ -332,6 +332,11 @@ class Env:
             self._adopt_size()
         raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
 
+    def get(self, table: str, key: bytes) -> bytes | None:
+        """One key's value (see :meth:`graveler.kv.base.Store.get`)."""
+        with self.read() as txn:
+            return txn.get(table, key)
+
     def write(self, fn: Callable[["LmdbTxn"], T], durable: bool = True) -> T:
         """Run ``fn(txn)`` in one write transaction and commit it; return its result.
 

@@ -142,6 +142,11 @@ class MemoryStore:
             with self._txns.holding(t):
                 yield t
 
+    def get(self, table: str, key: bytes) -> bytes | None:
+        """One key's value (see :meth:`graveler.kv.base.Store.get`)."""
+        with self.read() as txn:
+            return txn.get(table, key)
+
     def write(self, fn: Callable[[MemoryTxn], T], durable: bool = True) -> T:
         if self._txns.held() is not None:
             raise NestedTransaction(f"{self.label}: a write was asked for inside another transaction of the "

@@ -81,7 +81,7 @@ import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from graveler.errors import CorruptedData, InvalidArgument, NotFound, StoreUnavailable
+from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.kv.base import MAX_KEY_BYTES, TABLES, GroupCommit, NestedTransaction, ThreadTxns
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,9 @@ CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (
     version integer NOT NULL
 );
 """
+
+
+_GET_SQL = f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s"
 
 
 # -- URLs and messages ---------------------------------------------------------------
@@ -236,8 +239,7 @@ class PgTxn:
         if v is _MISS:
             v = self._seen.get(k, _MISS)
             if v is _MISS:
-                row = self._q(f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s",
-                              table, k[1]).fetchone()
+                row = self._q(_GET_SQL, table, k[1]).fetchone()
                 v = self._seen[k] = None if row is None else row[0]
         return v
 
@@ -342,6 +344,12 @@ class PgStore:
         self.closed = False
 
     stats_retries = 0  # write transactions rerun after a serialization failure or deadlock
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        held = self._txns.held()
+        if held is not None:
+            return held.get(table, key)
+        return self.backend.get_one(self.label, self.repo, table, bytes(key))
 
     @contextlib.contextmanager
     def read(self) -> Iterator[PgTxn]:
@@ -484,9 +492,31 @@ class PgBackend:
         except psycopg.Error as e:
             if write and getattr(e, "sqlstate", None) in _RETRY_SQLSTATES:
                 raise _Retry from None
-            if isinstance(e, psycopg.errors.ProgramLimitExceeded):
-                raise InvalidArgument(f"{label}: {_one_line(e, self._secret)}") from None
-            raise StoreUnavailable(f"{label}: {_one_line(e, self._secret)}") from None
+            raise self._error(label, e) from None
+
+    def _error(self, label: str, e: psycopg.Error) -> GravelerError:
+        if isinstance(e, psycopg.errors.ProgramLimitExceeded):
+            return InvalidArgument(f"{label}: {_one_line(e, self._secret)}")
+        return StoreUnavailable(f"{label}: {_one_line(e, self._secret)}")
+
+    def get_one(self, label: str, partition: str, table: str, key: bytes) -> bytes | None:
+        """One key's value in one statement and one round trip: no BEGIN / COMMIT (a single
+        statement is a consistent snapshot by itself), prepared by psycopg once it is hot."""
+        try:
+            for attempt in range(POOL_MAX + 1):
+                with self.pool.connection() as conn:
+                    try:
+                        row = conn.execute(_GET_SQL, (partition, table, key), binary=True).fetchone()
+                    except psycopg.OperationalError:
+                        if conn.broken and attempt < POOL_MAX:
+                            continue  # died while pooled (a server restart): the pool drops it; take another
+                        raise
+                    return None if row is None else row[0]
+        except PoolTimeout:
+            raise StoreUnavailable(f"{label}: no connection within {self.pool.timeout:g}s: {self._why()}") from None
+        except psycopg.Error as e:
+            raise self._error(label, e) from None
+        raise StoreUnavailable(f"{label}: every pooled connection was broken")  # not reached: the pool refills
 
     def _why(self) -> str:
         """Why the pool has no connection to give: the server's (or libpq's) answer to a fresh connect."""

@@ -141,6 +141,12 @@ class RefManager:
         txn.put(STAMPS, k, n.to_bytes(8, "big"))
         return n
 
+    def stamp(self, name: str) -> int:
+        """The branch's change stamp, read on its own (one statement on a server: asked per
+        request by a mount's branch trees)."""
+        raw = self.env.get(STAMPS, name.encode())
+        return int.from_bytes(raw, "big") if raw else 0
+
     def stamp_txn(self, txn: Txn, name: str) -> int:
         raw = txn.get(STAMPS, name.encode())
         return int.from_bytes(raw, "big") if raw else 0

@@ -8,7 +8,7 @@ really on disk before it is acknowledged):
 * staged writes/s by 1 and by ``--procs`` writer processes (each running ``--threads``
   writer threads, as a mount daemon serves concurrent closes): one ``Repository.stage``
   per object, acknowledged durable, batched with concurrent writers by group commit;
-* KV point gets/s (``Store.read()`` + ``Txn.get`` of a staged key) and
+* KV point gets/s (``Store.get`` of a staged key: one statement on PostgreSQL) and
   ``Repository.get`` of staged paths/s, by 1 and by ``--procs`` processes;
 * a recursive listing of a branch of ``--list-entries`` committed entries with 10% of
   them staged over it (entries/s);
@@ -98,9 +98,8 @@ def worker(spec: dict) -> None:
 
                 def op():
                     i[0] += 1
-                    with store.read() as txn:
-                        if txn.get(kv.STAGING, keys[i[0] % len(keys)]) is None:
-                            raise SystemExit("a staged key is missing")
+                    if store.get(kv.STAGING, keys[i[0] % len(keys)]) is None:
+                        raise SystemExit("a staged key is missing")
                 return op
         else:
             def op_factory(t):
@@ -195,7 +194,7 @@ def bench_backend(name: str, url: str, root: Path, args, out: dict) -> None:
         row(f"stage{procs}", statistics.median(rates),
             f"staged writes, {procs} process(es) x {args.threads} threads: {statistics.median(rates):,.0f}/s")
     b = f"w{args.procs}-0"
-    for mode, label in (("kvget", "KV point gets (Store.read + Txn.get)"), ("repoget", "Repository.get of staged paths")):
+    for mode, label in (("kvget", "KV point gets (Store.get)"), ("repoget", "Repository.get of staged paths")):
         for procs in (1, args.procs):
             r = median_rate(lambda: concurrent({**base, "branch": b, "mode": mode, "threads": 1}, procs), args.reps)
             row(f"{mode}{procs}", r, f"{label}, {procs} process(es): {r:,.0f}/s")

@@ -239,7 +239,8 @@ def visibility(url: str, root: Path, samples: int) -> list[float] | str:
         return "no /dev/fuse or fusermount3 here"
     env = {**os.environ, "LAKEFUSE_KV": url}
     ha, hb = root / "host-a", root / "host-b"
-    subprocess.run(lakefuse_cmd(ha, "repo", "create", "lakefs://vis", "--storage", f"file://{root}/ns-vis"), check=True,
+    subprocess.run(lakefuse_cmd(ha, "repo", "create", "lakefs://vis", "--storage", f"file://{root}/ns-vis",
+                                "--allow-local-storage"), check=True,  # both "hosts" are this machine
                    capture_output=True, env=env, cwd=ROOT)
     ma, mb = root / "mnt-a", root / "mnt-b"
     a = MountProc(ha, "vis", ma, log_dir=root, env={"LAKEFUSE_KV": url})

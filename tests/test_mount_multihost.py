@@ -1,0 +1,282 @@
+"""Mounts on many hosts sharing one PostgreSQL KV, simulated on this machine.
+
+Each "host" is a ``lakefuse mount -f`` daemon with its own ``$LAKEFUSE_HOME`` (its own spool
+and caches), all of them on one PostgreSQL (``$LAKEFUSE_KV``, a schema of the test's own) and
+one moto S3 bucket as the storage namespace: what one host writes and commits, another sees.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from graveler import Graveler, GravelerConfig
+from graveler.config import KVConfig
+from tests.mount_testutil import MountProc, needs_fuse
+
+pytestmark = [needs_fuse, pytest.mark.s3]
+
+REPO = "xrepo"
+VISIBLE_S = 1.0  # a change made on one host is seen on every other within this
+
+
+def wait_for(cond, timeout: float = 10.0, step: float = 0.01) -> float:
+    """Poll ``cond()`` until it is true; the seconds it took (AssertionError after ``timeout``)."""
+    t0 = time.monotonic()
+    last = None
+    while True:
+        try:
+            if cond():
+                return time.monotonic() - t0
+        except OSError as e:  # a name not there yet, an attribute about to change
+            last = e
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"not seen within {timeout} s (last error: {last})")
+        time.sleep(step)
+
+
+class World:
+    """One PostgreSQL schema, one bucket, a repository on them, and the hosts' daemons."""
+
+    def __init__(self, tmp: Path, kv_url: str, s3_endpoint: str, s3_config, bucket: str):
+        self.tmp = tmp
+        self.kv_url = kv_url
+        self.s3_config = s3_config
+        self.env = {"LAKEFUSE_KV": kv_url, "LAKEFUSE_S3_ENDPOINT": s3_endpoint}
+        self.g = self.graveler(tmp / "admin")
+        self.repo = self.g.create_repository(REPO, f"s3://{bucket}/ns")
+        self.repo.upload("main", "seen.txt", b"old content\n")
+        self.repo.commit("main", "base")
+        self.mounts: list[MountProc] = []
+
+    def graveler(self, home: Path) -> Graveler:
+        return Graveler(GravelerConfig(home=home, kv=KVConfig(url=self.kv_url), store=self.s3_config))
+
+    def host(self, name: str, *extra: str) -> tuple[MountProc, Path]:
+        mp = self.tmp / f"mnt-{name}"
+        m = MountProc(self.tmp / f"home-{name}", REPO, mp, *extra, log_dir=self.tmp / f"log-{name}", env=self.env)
+        (self.tmp / f"log-{name}").mkdir(exist_ok=True)
+        self.mounts.append(m.start())
+        return m, mp
+
+    def close(self) -> None:
+        for m in self.mounts:
+            m.stop()
+        self.g.close()
+        for m in self.mounts:
+            assert "Traceback" not in m.log(), m.log()
+
+
+@pytest.fixture
+def world(tmp_path, postgres_url, s3_endpoint, s3_config, s3_bucket):
+    from tests.pg_testutil import schema_url
+
+    w = World(tmp_path, schema_url(postgres_url, str(tmp_path)), s3_endpoint, s3_config, s3_bucket)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def commit_by_control(mp: Path, branch: str, message: str) -> dict:
+    r = subprocess.run(["bash", "-c", f"echo '{message}' > {mp}/{branch}/.lakefuse/commit"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    out = json.loads((mp / branch / ".lakefuse" / "commit").read_text())
+    assert out["ok"], out
+    return out["commit"]
+
+
+class Watcher:
+    """A reader on host B that looks at ``probe()`` in a loop (keeping the kernel's caches of it
+    warm), noting when it first returns ``want``."""
+
+    def __init__(self, probe, want):
+        self.probe, self.want = probe, want
+        self.seen_at: float | None = None
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop and self.seen_at is None:
+            try:
+                if self.probe() == self.want:
+                    self.seen_at = time.monotonic()
+            except OSError:
+                pass
+            time.sleep(0.002)
+
+    def latency(self, since: float, timeout: float = 10.0) -> float:
+        self.thread.join(timeout)
+        self.stop = True
+        assert self.seen_at is not None, f"not seen within {timeout} s"
+        return max(0.0, self.seen_at - since)
+
+
+def test_writes_and_commit_on_one_host_are_seen_on_another_within_1s(world):
+    """(a) A file written and closed on host A, and a commit by control file on A, are seen on host
+    B within 1 s: its listing, attributes and content, ``.lakefuse/head`` -- also for names B keeps
+    looking up and a file B keeps reading (the kernel's cached names, attributes and pages)."""
+    _, a = world.host("a")
+    _, b = world.host("b")
+    old = b"old content\n"
+    new = b"new content, longer than the old\n"
+    assert sorted(os.listdir(b / "main")) == ["seen.txt"]
+    assert (b / "main" / "seen.txt").read_bytes() == old
+    old_head = (b / "main" / ".lakefuse" / "head").read_text().strip()
+    lat = {}
+    # B keeps reading, stat-ing, looking up and listing while A writes
+    w_content = Watcher(lambda: (b / "main" / "seen.txt").read_bytes(), new)
+    w_size = Watcher(lambda: os.stat(b / "main" / "seen.txt").st_size, len(new))
+    w_lookup = Watcher(lambda: os.path.exists(b / "main" / "new.txt"), True)
+    w_list = Watcher(lambda: "new.txt" in os.listdir(b / "main"), True)
+    time.sleep(0.3)
+    with open(a / "main" / "seen.txt", "wb") as f:
+        f.write(new)
+    t_seen = time.monotonic()  # the close returned
+    (a / "main" / "new.txt").write_bytes(b"written on A\n")
+    t_new = time.monotonic()
+    lat["content"] = w_content.latency(t_seen)
+    lat["size"] = w_size.latency(t_seen)
+    lat["lookup"] = w_lookup.latency(t_new)
+    lat["listing"] = w_list.latency(t_new)
+    assert (b / "main" / "new.txt").read_bytes() == b"written on A\n"
+    # a commit by control file on A
+    w_head = Watcher(lambda: (b / "main" / ".lakefuse" / "head").read_text().strip(), "?")
+    time.sleep(0.2)
+    c = commit_by_control(a, "main", "from host A")
+    t0 = time.monotonic()
+    w_head.want = c["id"]
+    lat["head"] = w_head.latency(t0)
+    assert c["id"] != old_head
+    assert (b / "main" / ".lakefuse" / "status").read_text() == ""
+    assert (b / c["id"] / "new.txt").read_bytes() == b"written on A\n"  # the commit by its ID
+    # a delete on A: the name B keeps looking up goes away on B
+    w_gone = Watcher(lambda: os.path.exists(b / "main" / "new.txt"), False)
+    time.sleep(0.2)
+    os.unlink(a / "main" / "new.txt")
+    lat["unlink"] = w_gone.latency(time.monotonic())
+    print("cross-host latency (s):", {k: round(v, 3) for k, v in lat.items()})
+    for what, s in lat.items():
+        assert s < VISIBLE_S, (what, lat)
+
+
+_COMMIT_LOOP = r"""
+import errno, json, os, sys, time
+mp, host, rounds, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+with open(log, "a") as out:
+    for i in range(rounds):
+        for j in range(3):
+            name = f"{host}-{i:03d}-{j}.txt"
+            with open(os.path.join(mp, "main", name), "wb") as f:
+                f.write(f"{name} from {host}\n".encode())
+            out.write(f"ok {name}\n"); out.flush()
+        try:
+            with open(os.path.join(mp, "main", ".lakefuse", "commit"), "w") as f:
+                f.write(f"{host} round {i}\n")
+            out.write(f"commit {i}\n")
+        except OSError as e:  # the other host's commit took our files: nothing left to commit
+            out.write(f"commitfail {i} {errno.errorcode.get(e.errno)}\n")
+        out.flush()
+"""
+
+
+def test_two_hosts_committing_one_branch_lose_nothing(world):
+    """(b) Two hosts write their own files and commit the same branch in a loop: every file whose
+    close returned is in the final tree with its content; every commit is whole (each later
+    commit holds everything an earlier one did; the graph is one first-parent line)."""
+    _, a = world.host("a")
+    _, b = world.host("b")
+    rounds = 8
+    procs = [subprocess.Popen([sys.executable, "-c", _COMMIT_LOOP, str(mp), host, str(rounds),
+                               str(world.tmp / f"{host}.log")]) for host, mp in (("A", a), ("B", b))]
+    for p in procs:
+        assert p.wait(240) == 0
+    acked, commits, fails = [], 0, []
+    for host in ("A", "B"):
+        for line in (world.tmp / f"{host}.log").read_text().splitlines():
+            kind, rest = line.split(" ", 1)
+            if kind == "ok":
+                acked.append(rest)
+            elif kind == "commit":
+                commits += 1
+            else:
+                fails.append(rest)
+    assert len(acked) == 2 * rounds * 3 and commits >= rounds, (commits, fails)
+    assert all(f.endswith(("EBUSY", "EAGAIN")) for f in fails), fails
+    commit_by_control(a, "main", "the last one") if (a / "main" / ".lakefuse" / "status").read_text() else None
+    r = world.repo
+    final = {it.path.decode() for it in r.list("main", "", delimiter="")}
+    for name in acked:
+        assert name in final, name
+        assert r.read("main", name) == f"{name} from {name[0]}\n".encode()
+    assert not r.has_uncommitted("main")
+    # the commit graph: one first-parent line, each commit holding all of its parent's files
+    log = list(r.log("main"))
+    assert len(log) >= commits + 1
+    prev: set[str] | None = None
+    for c in reversed(log):
+        assert len(c.parents) <= 1, c
+        files = {it.path.decode() for it in r.list(c.id, "", delimiter="")}
+        if prev is not None:
+            assert prev <= files, (c.id, prev - files)
+        prev = files
+    assert prev == final
+
+
+_WRITER = r"""
+import hashlib, os, sys
+mp, log = sys.argv[1], sys.argv[2]
+with open(log, "a", buffering=1) as out:
+    for i in range(100000):
+        name = f"w{i:05d}.bin"
+        data = os.urandom(1000 + i * 37 % 50000)
+        out.write(f"try {name} {hashlib.md5(data).hexdigest()}\n")
+        try:
+            with open(os.path.join(mp, "main", name), "wb") as f:
+                f.write(data)
+        except OSError:
+            break
+        out.write(f"ok {name} {hashlib.md5(data).hexdigest()}\n")
+"""
+
+
+def test_kill_9_of_a_host_mid_write_loses_nothing_acknowledged(world):
+    """(c) kill -9 of host A's daemon while a program writes through it: every file whose close
+    had returned is there, with its content, on host B and on a fresh daemon of A's home."""
+    ma, a = world.host("a")
+    _, b = world.host("b")
+    log = world.tmp / "acks.log"
+    w = subprocess.Popen([sys.executable, "-c", _WRITER, str(a), str(log)])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("ok ") < 15):
+        time.sleep(0.05)
+    ma.proc.send_signal(signal.SIGKILL)
+    ma.proc.wait()
+    w.wait(60)
+    ma.stop()
+    acked = {}
+    for line in log.read_text().splitlines():
+        kind, name, md5 = line.split()
+        if kind == "ok":
+            acked[name] = md5
+    assert len(acked) >= 15
+    import hashlib
+
+    def check(mp: Path) -> None:
+        for name, md5 in acked.items():
+            assert hashlib.md5((mp / "main" / name).read_bytes()).hexdigest() == md5, name
+
+    check(b)
+    _, a2 = world.host("a")  # a fresh daemon of A's home (it recovers A's spool)
+    check(a2)

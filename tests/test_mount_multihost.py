@@ -280,3 +280,90 @@ def test_kill_9_of_a_host_mid_write_loses_nothing_acknowledged(world):
     check(b)
     _, a2 = world.host("a")  # a fresh daemon of A's home (it recovers A's spool)
     check(a2)
+
+
+@pytest.fixture
+def own_pg():
+    """A PostgreSQL cluster of this test's own (it is stopped and started again mid-test)."""
+    from tests import pg_testutil
+
+    reason = pg_testutil.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    c = pg_testutil.PgCluster()
+    try:
+        yield c
+    finally:
+        from graveler.kv.postgres import close_pg_backends
+
+        close_pg_backends()
+        c.destroy()
+
+
+@pytest.mark.slow
+@pytest.mark.expect_log("the KV is down on purpose: graveler reports it while the test runs")
+def test_postgres_restart_mid_run(tmp_path, own_pg, s3_endpoint, s3_config, s3_bucket):
+    """(d) PostgreSQL stopped mid-run: requests that need it fail with EIO, the daemons stay up, a
+    close that could not be staged reports the error (its content stays in the spool); once it is
+    back, reads, writes and commits work again and nothing acknowledged is lost. A commit cut by
+    the restart is whole or absent."""
+    w = World(tmp_path, own_pg.url, s3_endpoint, s3_config, s3_bucket)
+    try:
+        ma, a = w.host("a")
+        mb, b = w.host("b")
+        (a / "main" / "before.txt").write_bytes(b"acknowledged before the outage\n")
+        wait_for(lambda: (b / "main" / "before.txt").read_bytes() == b"acknowledged before the outage\n")
+        f = open(a / "main" / "during.txt", "wb")  # created (staged empty) before the outage
+        f.write(b"written during the outage\n")
+        time.sleep(1.2)  # the kernel's cached names and attributes of B expire
+        own_pg.stop("fast")
+        t0 = time.monotonic()
+        codes = {}
+        for what, fn in [
+            ("stat", lambda: os.stat(b / "main" / "before.txt")),
+            ("create", lambda: (a / "main" / "new.txt").write_bytes(b"x")),
+            ("close", f.close),
+            ("commit", lambda: (a / "main" / ".lakefuse" / "commit").write_text("during\n")),
+        ]:
+            with pytest.raises(OSError) as ei:
+                fn()
+            codes[what] = errno.errorcode.get(ei.value.errno)
+        outage = time.monotonic() - t0
+        assert set(codes.values()) <= {"EIO", "EAGAIN"}, codes
+        assert ma.proc.poll() is None and mb.proc.poll() is None
+        own_pg.start()
+        # back: reads, writes, commits; what was acknowledged is there, and the failed close is not
+        wait_for(lambda: (b / "main" / "before.txt").read_bytes() == b"acknowledged before the outage\n", 30)
+        (a / "main" / "after.txt").write_bytes(b"after\n")
+        c = commit_by_control(a, "main", "after the outage")
+        wait_for(lambda: (b / "main" / ".lakefuse" / "head").read_text().strip() == c["id"])
+        assert (b / c["id"] / "before.txt").read_bytes() == b"acknowledged before the outage\n"
+        assert (b / c["id"] / "after.txt").read_bytes() == b"after\n"
+        # the close that failed claimed nothing: the branch has the file as created, empty, and
+        # its content stays in A's spool (the next mount of A's home recovers it)
+        assert (b / c["id"] / "during.txt").read_bytes() == b""
+        spooled = [p for p in (w.tmp / "home-a").rglob("*.data") if p.read_bytes() == b"written during the outage\n"]
+        assert spooled, "the content of the failed close is not in the spool"
+        # a commit cut by a restart: stage many paths, stop the server while a commit of them runs
+        r = w.repo
+        for i in range(3000):
+            r.stage("main", f"many/{i:05d}", r.get("main", "after.txt"))
+        head0 = r.get_commit("main").id
+        t = threading.Thread(target=lambda: subprocess.run(
+            ["bash", "-c", f"echo big > {a}/main/.lakefuse/commit"], capture_output=True))
+        t.start()
+        time.sleep(0.15)
+        own_pg.stop("immediate")
+        t.join(60)
+        own_pg.start()
+        wait_for(lambda: r.get_commit("main") is not None, 30, 0.2)
+        head1 = r.get_commit("main")
+        many = sum(1 for _ in r.list("main", "many/", delimiter=""))
+        if head1.id == head0:  # absent: every path still staged
+            assert r.has_uncommitted("main") and many == 3000
+        else:  # whole: the commit holds every path
+            assert sum(1 for _ in r.list(head1.id, "many/", delimiter="")) == 3000
+        print(f"outage: {codes} in {outage:.1f}s; interrupted commit {'absent' if head1.id == head0 else 'whole'}")
+        assert ma.proc.poll() is None and mb.proc.poll() is None
+    finally:
+        w.close()

@@ -95,6 +95,7 @@ PARTITION_MARKER = ".partition"  # tbl of the row that says a repository exists
 SCAN_PAGE = 1000  # rows per page of an ordered scan
 POOL_MAX = 8  # connections per backend (a process)
 POOL_TIMEOUT_S = 10.0  # wait for a pooled connection before the server counts as unreachable
+QUICK_WAIT_S = 0.5  # no pooled connection this soon: check whether the server is up at all
 CONNECT_TIMEOUT_S = 10  # libpq connect_timeout when the URL sets none
 WRITE_RETRY_S = 60.0  # serialization failures are retried for this long
 _RETRY_SQLSTATES = ("40001", "40P01")  # serialization_failure, deadlock_detected
@@ -465,7 +466,7 @@ class PgBackend:
             begin = "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE; SET LOCAL synchronous_commit = off"
         try:
             for attempt in range(POOL_MAX + 1):
-                with self.pool.connection() as conn:
+                with self._pooled(label) as conn:
                     try:
                         conn.execute(begin)  # one round trip (BEGIN; SET: the simple protocol takes both)
                     except psycopg.OperationalError:
@@ -504,7 +505,7 @@ class PgBackend:
         statement is a consistent snapshot by itself), prepared by psycopg once it is hot."""
         try:
             for attempt in range(POOL_MAX + 1):
-                with self.pool.connection() as conn:
+                with self._pooled(label) as conn:
                     try:
                         row = conn.execute(_GET_SQL, (partition, table, key), binary=True).fetchone()
                     except psycopg.OperationalError:
@@ -517,6 +518,25 @@ class PgBackend:
         except psycopg.Error as e:
             raise self._error(label, e) from None
         raise StoreUnavailable(f"{label}: every pooled connection was broken")  # not reached: the pool refills
+
+    @contextlib.contextmanager
+    def _pooled(self, label: str) -> Iterator[psycopg.Connection]:
+        """A pooled connection for the ``with`` block. A pool with none to give within
+        :data:`QUICK_WAIT_S` asks the server directly: if it is down, that is ``StoreUnavailable``
+        now (a request of the mount must not hang for the pool's whole timeout while the database
+        restarts); if it answers, the pool is only busy and the wait goes on."""
+        try:
+            conn = self.pool.getconn(timeout=min(QUICK_WAIT_S, self.pool.timeout))
+        except PoolTimeout:
+            try:
+                psycopg.connect(**{**self._params, "connect_timeout": "3"}).close()
+            except psycopg.Error as e:
+                raise StoreUnavailable(f"{label}: no connection: {_one_line(e, self._secret)}") from None
+            conn = self.pool.getconn()
+        try:
+            yield conn
+        finally:
+            self.pool.putconn(conn)
 
     def _why(self) -> str:
         """Why the pool has no connection to give: the server's (or libpq's) answer to a fresh connect."""

@@ -475,9 +475,10 @@ class Spool:
             del self._files[ino]
         try:
             sf.flush()
-        except Exception:
-            log.error("could not save %s on branch %s after its last close; its content stays in %s",
-                      sf.key, sf.branch, sf.data_path, exc_info=True)
+        except Exception as e:
+            # the store or the KV refused (it is down): its message says why; anything else is a bug
+            log.error("could not save %s on branch %s after its last close (%s); its content stays in %s",
+                      sf.key, sf.branch, e, sf.data_path, exc_info=not isinstance(e, GravelerError))
             return
         sf.close()
 

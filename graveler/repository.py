@@ -26,7 +26,7 @@ from graveler.committed.manager import CommittedManager
 from graveler.config import GravelerConfig
 from graveler.core import BranchMoved, RepoCore
 from graveler.errors import Conflict, InvalidArgument, NotFound
-from graveler.kv.base import Store
+from graveler.kv.base import STAGING, Store
 from graveler.listing import ListItem, MergedIterator, list_items
 from graveler.model import AddressType, DiffRecord, Entry, MergeStrategy, RangeInfo, Value, encode_records
 from graveler.objects import EntryReader, UploadSource, put_object
@@ -185,6 +185,44 @@ class Repository:
             return self._staging.put_records_txn(txn, b.staging_token, paths, records)
 
         return self._env.write_grouped(fn, durable)  # concurrent stagers share a transaction
+
+    def stage_if(self, branch: str, path: str | bytes, entry: Entry | Value, expected: bytes | None) -> bool:
+        """Stage ``entry`` at ``path`` only if ``branch`` still shows the entry whose identity is
+        ``expected`` there (None: no entry), or already shows ``entry`` itself; False (nothing
+        changed) if anything else is there -- another writer saved a newer version meanwhile.
+        For a retried or recovered save, which must never put stale bytes over a newer write; a
+        first save is :meth:`stage` (the last one wins). The staging record is replaced by
+        compare-and-set (``Txn.set_if``) against what the same transaction read."""
+        p = as_path(path)
+        value = entry.to_value() if isinstance(entry, Entry) else entry
+        record = encode_records([value])[0]
+        core = self._core
+
+        def attempt(n: int) -> bool | None:
+            b, head = core.branch_head(branch)
+            committed = self._committed.get(head.meta_range_id, p)  # may read the store: not in the transaction
+
+            def fn(txn) -> bool | None:
+                b2 = core.branch_txn(txn, branch)
+                if b2.commit_id != b.commit_id:
+                    return None  # committed meanwhile: look again
+                found, cur = self._staging.get_txn(txn, b2.tokens, p)
+                if not found:
+                    cur = committed
+                ident = None if cur is None else cur.identity
+                if ident == value.identity:
+                    return True  # already there (an earlier try that reported a failure went through)
+                if ident != expected:
+                    return False
+                key = self._staging.key(b2.staging_token, p)
+                if not txn.set_if(STAGING, key, record, txn.get(STAGING, key)):
+                    return None
+                self._refs.bump_stamp_txn(txn, branch)
+                return True
+
+            return self._env.write(fn)
+
+        return core.retry(attempt, f"branch {branch!r} kept changing while staging {p.decode()!r}; try again")
 
     def sync(self) -> None:
         """Make every staging change of this process durable (after ``durable=False`` ones)."""

@@ -58,8 +58,11 @@ class StagingManager:
         self.env = env
 
     @staticmethod
-    def _key(token: str, path: bytes) -> bytes:
+    def key(token: str, path: bytes) -> bytes:
+        """The staging table's key of ``path`` in ``token``."""
         return token.encode("ascii") + SEP + path
+
+    _key = key
 
     # single keys
     def set_txn(self, txn: Txn, token: str, path: bytes, value: Staged) -> None:

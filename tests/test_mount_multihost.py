@@ -367,3 +367,82 @@ def test_postgres_restart_mid_run(tmp_path, own_pg, s3_endpoint, s3_config, s3_b
         assert ma.proc.poll() is None and mb.proc.poll() is None
     finally:
         w.close()
+
+
+def _host_cut_off(base_url: str, role: str, off: bool) -> None:
+    """Host A's database role refused (and its sessions ended) or allowed again: a KV outage seen
+    by host A alone, as a network partition would make it."""
+    import psycopg
+
+    with psycopg.connect(base_url, autocommit=True) as c:
+        c.execute(f"ALTER ROLE {role} {'NOLOGIN' if off else 'LOGIN'}")
+        if off:
+            c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+
+
+@pytest.mark.expect_log("host A's KV is cut off on purpose: its failed saves are logged")
+def test_last_close_wins_and_a_retried_save_never_stages_stale_bytes(tmp_path, postgres_cluster):
+    """Two hosts' mount clients (each its own Graveler and spool; host A with a database role of its own).
+    The last close wins; a save of A that failed while A's KV was unreachable, retried after host B
+    saved the same path, does not put A's older bytes over B's (compare-and-set on the staged
+    entry): it fails with a Conflict and A's content stays in its spool. A retry that nobody
+    overtook goes through."""
+    from graveler.errors import Conflict, StoreUnavailable
+    from graveler.objects import PosixAttrs
+    from lakefuse.mount.spool import Spool, SpoolConfig
+    from tests.pg_testutil import PW_ROLE, PW_SECRET, schema_url
+
+    key = str(tmp_path)
+    url_b = schema_url(postgres_cluster.url, key)
+    url_a = schema_url(postgres_cluster.url_with_password(PW_SECRET), key)
+    gb = Graveler(GravelerConfig(home=tmp_path / "hb", kv=KVConfig(url=url_b)))
+    rb = gb.create_repository("cas", f"file://{tmp_path}/ns")
+    for name in ("lcw.txt", "race.txt", "alone.txt"):
+        rb.upload("main", name, b"v0")
+    rb.commit("main", "base")
+    ga = Graveler(GravelerConfig(home=tmp_path / "ha", kv=KVConfig(url=url_a)))
+    ra = ga.repository("cas")
+    spool = Spool(ra, SpoolConfig(tmp_path / "cache-a", "cas"))
+    attrs = PosixAttrs(mode=0o100644, uid=0, gid=0)
+
+    def open_a(ino: int, name: str):
+        return spool.open(ino, "main", name.encode(), ra.get("main", name), attrs)
+
+    try:
+        # last close wins: A opened the file before B saved it, A closes after B
+        sf = open_a(1, "lcw.txt")
+        sf.write(0, b"A, closed last")
+        rb.upload("main", "lcw.txt", b"B, closed first")
+        sf.flush()
+        assert rb.read("main", "lcw.txt") == b"A, closed last"
+        spool.release(1)
+        # a save of A fails (A cut off), B saves the path meanwhile, A retries: B's bytes stay
+        sf = open_a(2, "race.txt")
+        sf.write(0, b"A, stale after its failed save")
+        sf2 = open_a(3, "alone.txt")
+        sf2.write(0, b"A, saved on retry")
+        _host_cut_off(postgres_cluster.url, PW_ROLE, True)
+        try:
+            with pytest.raises(StoreUnavailable):
+                sf.flush()
+            rb.upload("main", "race.txt", b"B, saved while A was cut off")
+            with pytest.raises(StoreUnavailable):
+                sf2.flush()
+        finally:
+            _host_cut_off(postgres_cluster.url, PW_ROLE, False)
+        with pytest.raises(Conflict, match="another writer saved a newer version"):
+            sf.flush()
+        assert rb.read("main", "race.txt") == b"B, saved while A was cut off"
+        assert sf.dirty and sf.read(0, 100) == b"A, stale after its failed save"  # kept, not lost
+        data = sf.data_path
+        spool.release(2)  # the last close tries again, fails again, keeps the copy for recovery
+        assert data.read_bytes() == b"A, stale after its failed save"
+        assert rb.read("main", "race.txt") == b"B, saved while A was cut off"
+        # nobody overtook this one: the retry goes through
+        assert sf2.flush() is not None
+        assert rb.read("main", "alone.txt") == b"A, saved on retry"
+        spool.release(3)
+    finally:
+        spool.close()
+        ga.close()
+        gb.close()

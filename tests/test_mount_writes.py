@@ -21,8 +21,15 @@ from tests.graveler_testutil import make_repo
 ME = Caller(uid=1000, gid=100)
 
 
+# The branch-tree tests that exercise staging, commit, rename, delete and listing run on both
+# persistent KV backends (the mount on LMDB, and on a PostgreSQL shared by many hosts).
+PERSISTENT_KVS = pytest.mark.parametrize("kv_backend", ["lmdb", "postgres"], indirect=True)
+
+
 @pytest.fixture
-def repo(tmp_path):
+def repo(tmp_path, request):
+    if "kv_backend" in request.fixturenames:
+        request.getfixturevalue("kv_backend")  # before the repository is made on it
     r = make_repo(tmp_path, "wrt")
     r.upload("main", "data/a.csv", b"a,b\n1,2\n")
     r.upload("main", "data/sub/x", b"x")
@@ -89,7 +96,8 @@ def read_control(fs, tree, name) -> bytes:
         fs.release(o.fh)
 
 
-def test_create_write_close_stages_with_posix_attrs(fs, repo):
+@PERSISTENT_KVS
+def test_create_write_close_stages_with_posix_attrs(fs, repo, kv_backend):
     write_file(fs, "main/data", "new.txt", b"hello")
     assert repo.read("main", "data/new.txt") == b"hello"
     pa = PosixAttrs.from_metadata(repo.get("main", "data/new.txt").metadata)
@@ -113,7 +121,8 @@ def test_created_file_is_visible_before_close_and_reads_back(fs, repo):
     assert repo.read("main", "f") == b"abc"
 
 
-def test_overwrite_append_and_random_writes_on_committed_file(fs, repo):
+@PERSISTENT_KVS
+def test_overwrite_append_and_random_writes_on_committed_file(fs, repo, kv_backend):
     ino = ino_of(fs, "main/data/a.csv")
     o = fs.open(ino, os.O_WRONLY)
     assert fs.spool.get(ino).loaded is False  # lazy copy-in: nothing read yet
@@ -156,7 +165,8 @@ def test_chmod_chown_utimens_keep_the_object(fs, repo):
     assert fs.getattr(ino).mtime_ns == 1_600_000_000_000_000_000
 
 
-def test_mkdir_marker_rmdir_and_notempty(fs, repo):
+@PERSISTENT_KVS
+def test_mkdir_marker_rmdir_and_notempty(fs, repo, kv_backend):
     a = fs.mkdir(ino_of(fs, "main"), b"empty", stat.S_IFDIR | 0o750, ME)
     assert stat.S_IMODE(a.mode) == 0o750 and a.uid == 1000
     assert repo.exists("main", "empty/")
@@ -171,14 +181,16 @@ def test_mkdir_marker_rmdir_and_notempty(fs, repo):
     assert fs_errno(fs.lookup, ino_of(fs, "main"), b"empty") == errno.ENOENT
 
 
-def test_unlinking_last_file_keeps_an_implicit_directory(fs, repo):
+@PERSISTENT_KVS
+def test_unlinking_last_file_keeps_an_implicit_directory(fs, repo, kv_backend):
     fs.unlink(ino_of(fs, "main/data/sub"), b"x")
     assert repo.exists("main", "data/sub/")  # a marker keeps it
     fs.rmdir(ino_of(fs, "main/data"), b"sub")
     assert not any(p.startswith(b"data/sub") for p in (it.path for it in repo.list("main", "", delimiter="")))
 
 
-def test_rename_file_and_directory_without_copying(fs, repo):
+@PERSISTENT_KVS
+def test_rename_file_and_directory_without_copying(fs, repo, kv_backend):
     fs.empty_entry()  # the mount's one shared empty object (markers point at it)
     objects = sorted(o.key for o in repo._store.list("data/"))
     main = ino_of(fs, "main")
@@ -191,7 +203,8 @@ def test_rename_file_and_directory_without_copying(fs, repo):
     assert read_path(fs, "main/renamed/sub/x") == b"x"
 
 
-def test_rename_rules(fs, repo):
+@PERSISTENT_KVS
+def test_rename_rules(fs, repo, kv_backend):
     main = ino_of(fs, "main")
     write_file(fs, "main", "f1", b"1")
     write_file(fs, "main", "f2", b"2")
@@ -243,7 +256,8 @@ def test_link_mknod_reserved_and_erofs(fs, repo):
     assert fs_errno(fs.create, ino_of(fs, commit[:10]), b"n", 0o644, os.O_WRONLY, ME) == errno.EROFS
 
 
-def test_unlink_open_file_detaches_it(fs, repo):
+@PERSISTENT_KVS
+def test_unlink_open_file_detaches_it(fs, repo, kv_backend):
     opened, attr = fs.create(ino_of(fs, "main"), b"tmp", stat.S_IFREG | 0o644, os.O_RDWR, ME)
     fs.write(opened.fh, 0, b"data")
     fs.unlink(ino_of(fs, "main"), b"tmp")
@@ -262,7 +276,8 @@ def test_mkdir_at_root_makes_a_branch_and_rmdir_is_eperm(fs, repo):
 
 
 @pytest.mark.expect_log("a failed control request is logged as a warning")
-def test_commit_control_file(fs, repo):
+@PERSISTENT_KVS
+def test_commit_control_file(fs, repo, kv_backend):
     write_file(fs, "main", "c.txt", b"c")
     assert read_control(fs, "main", "status") == b"A c.txt\n"
     control(fs, "main", "commit", b"add c\n")
@@ -293,7 +308,8 @@ def test_control_files_listed_and_immutable_trees_refuse(fs, repo):
     assert repo.get_tag("v2").commit_id == repo.get_commit("main").id
 
 
-def test_writes_during_commit_go_to_the_next_one(fs, repo):
+@PERSISTENT_KVS
+def test_writes_during_commit_go_to_the_next_one(fs, repo, kv_backend):
     opened, _ = fs.create(ino_of(fs, "main"), b"open.txt", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
     fs.write(opened.fh, 0, b"unsaved")
     write_file(fs, "main", "saved.txt", b"saved")

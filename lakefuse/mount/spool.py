@@ -66,7 +66,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graveler.errors import GravelerError, InvalidArgument, NotFound
+from graveler.errors import Conflict, GravelerError, InvalidArgument, NotFound
 from graveler.model import Entry
 from graveler.objects import PosixAttrs
 
@@ -77,6 +77,7 @@ RECOVERED_DIR = "recovered"
 LOCK_NAME = "lock"
 OWNER_NAME = "owner.json"
 PENDING_PREFIX = ".new-"  # an instance directory being made (not locked yet): never recovered
+_UNSET = object()  # SpoolFile._expect when the last flush did not fail
 PENDING_STALE_S = 600  # a pending directory this old belongs to a daemon that died while starting
 _COPY_CHUNK = 8 << 20
 
@@ -167,6 +168,10 @@ class SpoolFile:
         self._gen = 1 if new else 0  # bumped by every change of content or attributes
         self._saved_gen = 0
         self.saved: Entry | None = None  # the entry staged by the last successful flush
+        # after a failed flush: the identity the next one expects at the key (None: no entry),
+        # and (gen, (branch, key), entry) of an object it uploaded but could not stage
+        self._expect: bytes | None | object = _UNSET
+        self._pending: tuple | None = None
         # MD5 of bytes [0, _md5_off) of the spool file while it is written from the start
         # in order (None once a write lands elsewhere): the etag without a second pass.
         self._md5 = None
@@ -326,30 +331,41 @@ class SpoolFile:
     def flush(self) -> Entry | None:
         """Upload and stage the file if it changed since the last flush; return the
         staged entry (None if nothing was to do). Raises a GravelerError (the file
-        stays dirty and spooled) if the store or LMDB failed."""
+        stays dirty and spooled) if the store or the KV failed.
+
+        A first save stages unconditionally (the last close wins, as on S3). A save that
+        follows a failed one (a retried close, the last release, the unmount) stages only if
+        the branch still shows what this file last knew at its key -- the entry it was opened
+        or last saved with -- (:meth:`graveler.Repository.stage_if`): if another writer saved
+        a newer version meanwhile, this content is not put over it (Conflict; the copy stays
+        in the spool, and the next mount's recovery keeps it for the user)."""
         with self.lock:
             if not self.dirty or self.key is None:
                 self.spool.repo.sync()  # e.g. the staging of its create(2), not synced yet
                 return None
             gen = self._gen
-            md = dict(self.user_metadata)
-            md.update(self.attrs.to_metadata())
             repo = self.spool.repo
-            if not self.loaded:
-                # Only attributes changed: restage the base object under new metadata. The
-                # entry's last_modified is the change time (ctime); the mtime stays as it was.
-                if self.attrs.mtime_ns is None:
-                    md.update(PosixAttrs(mtime_ns=self.mtime_ns).to_metadata())
-                entry = Entry(self.base.address, self.base.size, self.base.etag, time.time_ns(),
-                              md, self.base.address_type, self.base.content_type)
-                repo.stage(self.branch, self.key, entry)
+            known = self.saved or self.base  # what this file last knew at its key
+            expect = self._expect
+            if self._pending is not None and self._pending[0] == gen and self._pending[1] == (self.branch, self.key):
+                entry = self._pending[2]  # uploaded by the failed try: only its staging is left to do
             else:
-                entry = repo.upload(self.branch, self.key, str(self.data_path), content_type=self.content_type,
-                                    metadata=md, adopt=True, etag=self._etag())
-                self.spool.stats["uploaded_bytes"] += entry.size
-                self.spool.stats["uploads"] += 1
-                if os.fstat(self._fd).st_nlink > 1:
-                    self._handed_over(entry)
+                entry = self._entry_to_stage()
+            try:
+                if expect is _UNSET:
+                    repo.stage(self.branch, self.key, entry)
+                elif not repo.stage_if(self.branch, self.key, entry, expect):
+                    raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved a "
+                                   f"newer version after this file's save failed; this content was not saved and "
+                                   f"stays in {self.data_path if self._fd is not None else 'the store'}")
+            except GravelerError:
+                self._pending = (gen, (self.branch, self.key), entry)
+                if self._expect is _UNSET:
+                    self._expect = None if known is None else known.to_value().identity
+                raise
+            self._pending, self._expect = None, _UNSET
+            if self.loaded and self._fd is not None and os.fstat(self._fd).st_nlink > 1:
+                self._handed_over(entry)
             self._saved_gen = gen
             self.saved = entry
             if self._fd is not None:  # the spool copy stays until the last close: note it is saved
@@ -358,6 +374,25 @@ class SpoolFile:
                 except OSError as e:  # the save stands; recovery then compares with the branch
                     log.warning("spool: cannot note the save of %s in %s: %s", self.key, self.meta_path, e)
             return entry
+
+    def _entry_to_stage(self) -> Entry:
+        """The entry this flush stages: the base object under new metadata when only attributes
+        changed, else the spool file uploaded to a new object."""
+        md = dict(self.user_metadata)
+        md.update(self.attrs.to_metadata())
+        repo = self.spool.repo
+        if not self.loaded:
+            # Only attributes changed: restage the base object under new metadata. The
+            # entry's last_modified is the change time (ctime); the mtime stays as it was.
+            if self.attrs.mtime_ns is None:
+                md.update(PosixAttrs(mtime_ns=self.mtime_ns).to_metadata())
+            return Entry(self.base.address, self.base.size, self.base.etag, time.time_ns(),
+                         md, self.base.address_type, self.base.content_type)
+        entry = repo.put_object(str(self.data_path), content_type=self.content_type, metadata=md, adopt=True,
+                                etag=self._etag())
+        self.spool.stats["uploaded_bytes"] += entry.size
+        self.spool.stats["uploads"] += 1
+        return entry
 
     def _handed_over(self, entry: Entry) -> None:
         """The spool file became the stored object (a local store linked it into place)

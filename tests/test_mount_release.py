@@ -88,7 +88,7 @@ def test_a_slow_upload_at_release_holds_no_other_request(fs, repo, monkeypatch):
     opened, _ = fs.create(main, b"slow.bin", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
     fs.write(opened.fh, 0, b"x" * 1000)
     assert fs.release_pending(opened.fh)
-    entered, go = _slow(monkeypatch, repo, "upload")
+    entered, go = _slow(monkeypatch, repo, "put_object")
     assert _hold_release_and_ask_others(fs, opened.fh, entered, go) == ["lookup", "getattr", "opendir", "released"]
     assert repo.read("main", "slow.bin") == b"x" * 1000
 

@@ -175,9 +175,13 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         read_ahead.close()
         raise MountError(f"cannot mount on {mp}: {e}") from None
     log.info("mounted lakefs://%s on %s (pid %d)", repo.name, mp, os.getpid())
+    from lakefuse.mount.watch import StampWatch
+
+    watch = StampWatch(fs, pyfuse3.invalidate_entry, lambda ino: pyfuse3.invalidate_inode(ino, False)).start()
     try:
         trio.run(_main, mp, config.read_ahead_kb)
     finally:
+        watch.stop()
         try:
             pyfuse3.close(unmount=True)
         except Exception:  # already unmounted from outside

@@ -131,6 +131,11 @@ class Filesystem:
         with self._trees_lock:
             return self._trees.setdefault(tree.key, tree)
 
+    def branch_trees(self) -> list[Tree]:
+        """The branch trees the kernel knows now (a snapshot)."""
+        with self._trees_lock:
+            return [t for t in self._trees.values() if not t.immutable]
+
     def _made(self, node: Node) -> None:
         tree = node.tree
         if tree is not None:

@@ -146,6 +146,11 @@ class InodeTable:
                 n += 1
         return n
 
+    def of_tree(self, tree_key: Hashable) -> list[Node]:
+        """Every node of one tree (a snapshot)."""
+        with self._lock:
+            return [n for n in self._nodes.values() if n.tree is not None and n.tree.key == tree_key]
+
     def forget(self, ino: int, n: int) -> None:
         with self._lock:
             node = self._nodes.get(ino)

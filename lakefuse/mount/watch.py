@@ -1,0 +1,100 @@
+"""The stamp watch: a branch changed elsewhere drops the kernel's caches of its tree at once.
+
+The kernel keeps the names and attributes of a branch tree for ``--branch-timeout`` (1 s by
+default) without asking the daemon, and the pages of a file it read until the file is opened
+again. Every request that reaches the daemon re-checks the branch's change stamp
+(:meth:`lakefuse.mount.trees.Tree.repin`), but a request the kernel answers from its caches
+never arrives. So a thread polls the change stamp of every branch tree the kernel knows, every
+:data:`INTERVAL_S` (one short KV read per tree: a point read on LMDB or PostgreSQL), and when
+one moved -- a write, commit, merge or reset by another host, another process or this mount --
+it drops the kernel's entries of that tree's names, and the attributes and pages of its inodes
+(FUSE's ``notify_inval_entry`` / ``notify_inval_inode``). A reader on another host then sees a
+change within about :data:`INTERVAL_S` plus one request, not after the timeout.
+
+Why a poll and not PostgreSQL's LISTEN/NOTIFY: the stamp is the one signal every backend has
+(LMDB too, where another process's CLI commit must show the same way), a poll needs no
+connection of its own held open per daemon, survives a database restart without
+re-subscribing, and costs a few point reads a second; a NOTIFY would still need the poll as
+a fallback after a lost connection.
+
+The invalidations are called from this thread, never from a request handler (the kernel may
+wait on the daemon to finish a request on the same directory while it invalidates).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+from typing import Callable
+
+from graveler.errors import GravelerError
+from lakefuse.mount.inodes import Kind
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 0.25
+
+
+class StampWatch:
+    """Poll branch stamps of ``fs`` and drop the kernel's caches of the trees that moved."""
+
+    def __init__(self, fs, invalidate_entry: Callable[[int, bytes], None],
+                 invalidate_inode: Callable[[int], None], interval: float = INTERVAL_S):
+        self.fs = fs
+        self._entry = invalidate_entry
+        self._inode = invalidate_inode
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.dropped = 0  # trees whose caches were dropped
+
+    def poll_once(self) -> int:
+        """One round: how many kernel entries and inodes were invalidated."""
+        n = 0
+        for tree in self.fs.branch_trees():
+            try:
+                s = tree.view.change_stamp()
+            except GravelerError:
+                continue  # the KV is down: the requests themselves answer EIO
+            if s == tree.watched:
+                continue
+            tree.watched = s
+            self.dropped += 1
+            for node in self.fs.inodes.of_tree(tree.key):
+                if node.kind not in (Kind.FILE, Kind.DIR):
+                    continue
+                n += self._drop(node)
+        return n
+
+    def _drop(self, node) -> int:
+        n = 0
+        name = node.path.rsplit(b"/", 1)[-1]
+        calls = [(self._inode, (node.ino,))]
+        if node.path:  # a tree's root is named by the mount root: branches come and go by mkdir/CLI
+            calls.insert(0, (self._entry, (node.parent_ino, name)))
+        for fn, args in calls:
+            try:
+                fn(*args)
+                n += 1
+            except OSError as e:
+                if e.errno not in (errno.ENOENT, errno.ENOTDIR):  # the kernel had no such entry: nothing to drop
+                    log.debug("invalidating %r: %s", args, e)
+        return n
+
+    def start(self) -> "StampWatch":
+        self._thread = threading.Thread(target=self._run, name="lakefuse-stamp-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.poll_once()
+            except Exception:  # noqa: BLE001 -- the watch must outlive one bad round; requests still re-check
+                log.exception("stamp watch: one round failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)

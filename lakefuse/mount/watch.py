@@ -61,17 +61,30 @@ class StampWatch:
                 continue
             tree.watched = s
             self.dropped += 1
+            try:
+                tree.repin()
+            except GravelerError:
+                continue
             for node in self.fs.inodes.of_tree(tree.key):
                 if node.kind not in (Kind.FILE, Kind.DIR):
                     continue
-                n += self._drop(node)
+                n += self._drop(tree, node)
         return n
 
-    def _drop(self, node) -> int:
+    def _drop(self, tree, node) -> int:
+        """Drop the kernel's attributes and pages of ``node``, and its name: a file's always, a
+        directory's only once it is gone (a directory's dentry may be some process's working
+        directory, which an invalidated dentry would turn into "deleted")."""
         n = 0
         name = node.path.rsplit(b"/", 1)[-1]
         calls = [(self._inode, (node.ino,))]
-        if node.path:  # a tree's root is named by the mount root: branches come and go by mkdir/CLI
+        drop_name = bool(node.path)  # a tree's root is named by the mount root (branches: mkdir / CLI)
+        if drop_name and node.kind == Kind.DIR:
+            try:
+                drop_name = not tree.view.stat(node.path).is_dir
+            except GravelerError:
+                drop_name = False
+        if drop_name:
             calls.insert(0, (self._entry, (node.parent_ino, name)))
         for fn, args in calls:
             try:

@@ -34,6 +34,7 @@ from lakefuse.mount.inodes import Kind
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 0.25
+MAX_DIR_CHECKS = 512  # directories looked up again per round to see whether they are gone (one read each)
 
 
 class StampWatch:
@@ -48,6 +49,7 @@ class StampWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.dropped = 0  # trees whose caches were dropped
+        self._dir_checks = MAX_DIR_CHECKS
 
     def poll_once(self) -> int:
         """One round: how many kernel entries and inodes were invalidated."""
@@ -65,6 +67,7 @@ class StampWatch:
                 tree.repin()
             except GravelerError:
                 continue
+            self._dir_checks = MAX_DIR_CHECKS
             for node in self.fs.inodes.of_tree(tree.key):
                 if node.kind not in (Kind.FILE, Kind.DIR):
                     continue
@@ -80,10 +83,14 @@ class StampWatch:
         calls = [(self._inode, (node.ino,))]
         drop_name = bool(node.path)  # a tree's root is named by the mount root (branches: mkdir / CLI)
         if drop_name and node.kind == Kind.DIR:
-            try:
-                drop_name = not tree.view.stat(node.path).is_dir
-            except GravelerError:
-                drop_name = False
+            # beyond MAX_DIR_CHECKS a removed directory's name lasts until the kernel's timeout
+            drop_name = False
+            if self._dir_checks > 0:
+                self._dir_checks -= 1
+                try:
+                    drop_name = not tree.view.stat(node.path).is_dir
+                except GravelerError:
+                    pass
         if drop_name:
             calls.insert(0, (self._entry, (node.parent_ino, name)))
         for fn, args in calls:

@@ -177,7 +177,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     log.info("mounted lakefs://%s on %s (pid %d)", repo.name, mp, os.getpid())
     from lakefuse.mount.watch import StampWatch
 
-    watch = StampWatch(fs, pyfuse3.invalidate_entry, lambda ino: pyfuse3.invalidate_inode(ino, False)).start()
+    watch = StampWatch(fs, lambda ino: pyfuse3.invalidate_inode(ino, False)).start()
     try:
         trio.run(_main, mp, config.read_ahead_kb)
     finally:

@@ -242,13 +242,26 @@ class SpoolHandle(Handle):
         return self.sf.dirty
 
     def flush(self) -> None:
-        self.sf.flush()
+        if self.sf.flush() is not None:
+            self._own_change()
 
     def release_pending(self) -> bool:
         return True  # the last handle's release saves the file (upload, staging, LMDB sync)
 
     def release(self) -> None:
+        was_dirty = self.sf.dirty
         self.spool.release(self.node.ino)
+        if was_dirty and not self.sf.dirty:
+            self._own_change()
+
+    def _own_change(self) -> None:
+        """The save moved the branch's stamp by one: this mount's own change (lakefuse.mount.watch)."""
+        tree = self.node.tree
+        if tree is not None and not tree.immutable:
+            try:
+                tree.own_change(tree.repin())
+            except GravelerError:  # the save stands; the watch then drops the caches, which is harmless
+                pass
 
 
 class ControlHandle(Handle):

@@ -44,6 +44,14 @@ class Tree:
                     self.stamp = s
         return s
 
+    def own_change(self, stamp: int) -> None:
+        """This mount made a change and the stamp is now ``stamp``: if that change is the only one
+        since the stamp watch last looked, the kernel's caches already show it (the write went
+        through the kernel), so the watch has nothing to drop for it."""
+        with self.lock:
+            if stamp == self.watched + 1:
+                self.watched = stamp
+
     @property
     def mtime_ns(self) -> int:
         return int(self.view.commit.creation_date.timestamp()) * 1_000_000_000

@@ -6,9 +6,10 @@ again. Every request that reaches the daemon re-checks the branch's change stamp
 (:meth:`lakefuse.mount.trees.Tree.repin`), but a request the kernel answers from its caches
 never arrives. So a thread polls the change stamp of every branch tree the kernel knows, every
 :data:`INTERVAL_S` (one short KV read per tree: a point read on LMDB or PostgreSQL), and when
-one moved -- a write, commit, merge or reset by another host, another process or this mount --
-it drops the kernel's entries of that tree's names, and the attributes and pages of its inodes
-(FUSE's ``notify_inval_entry`` / ``notify_inval_inode``). A reader on another host then sees a
+one moved -- a write, commit, merge or reset by another host, another process or this mount
+(not a single change this mount made through the kernel, :meth:`Tree.own_change`) --
+it drops the kernel's attributes and pages of that tree's inodes (FUSE's ``notify_inval_inode``),
+so the next stat, open or read of any of them asks the daemon. A reader on another host then sees a
 change within about :data:`INTERVAL_S` plus one request, not after the timeout.
 
 Why a poll and not PostgreSQL's LISTEN/NOTIFY: the stamp is the one signal every backend has
@@ -34,22 +35,18 @@ from lakefuse.mount.inodes import Kind
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 0.25
-MAX_DIR_CHECKS = 512  # directories looked up again per round to see whether they are gone (one read each)
 
 
 class StampWatch:
     """Poll branch stamps of ``fs`` and drop the kernel's caches of the trees that moved."""
 
-    def __init__(self, fs, invalidate_entry: Callable[[int, bytes], None],
-                 invalidate_inode: Callable[[int], None], interval: float = INTERVAL_S):
+    def __init__(self, fs, invalidate_inode: Callable[[int], None], interval: float = INTERVAL_S):
         self.fs = fs
-        self._entry = invalidate_entry
         self._inode = invalidate_inode
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.dropped = 0  # trees whose caches were dropped
-        self._dir_checks = MAX_DIR_CHECKS
 
     def poll_once(self) -> int:
         """One round: how many kernel entries and inodes were invalidated."""
@@ -59,15 +56,15 @@ class StampWatch:
                 s = tree.view.change_stamp()
             except GravelerError:
                 continue  # the KV is down: the requests themselves answer EIO
-            if s == tree.watched:
-                continue
-            tree.watched = s
+            with tree.lock:
+                if s == tree.watched:
+                    continue
+                tree.watched = s
             self.dropped += 1
             try:
                 tree.repin()
             except GravelerError:
                 continue
-            self._dir_checks = MAX_DIR_CHECKS
             for node in self.fs.inodes.of_tree(tree.key):
                 if node.kind not in (Kind.FILE, Kind.DIR):
                     continue
@@ -75,32 +72,18 @@ class StampWatch:
         return n
 
     def _drop(self, tree, node) -> int:
-        """Drop the kernel's attributes and pages of ``node``, and its name: a file's always, a
-        directory's only once it is gone (a directory's dentry may be some process's working
-        directory, which an invalidated dentry would turn into "deleted")."""
-        n = 0
-        name = node.path.rsplit(b"/", 1)[-1]
-        calls = [(self._inode, (node.ino,))]
-        drop_name = bool(node.path)  # a tree's root is named by the mount root (branches: mkdir / CLI)
-        if drop_name and node.kind == Kind.DIR:
-            # beyond MAX_DIR_CHECKS a removed directory's name lasts until the kernel's timeout
-            drop_name = False
-            if self._dir_checks > 0:
-                self._dir_checks -= 1
-                try:
-                    drop_name = not tree.view.stat(node.path).is_dir
-                except GravelerError:
-                    pass
-        if drop_name:
-            calls.insert(0, (self._entry, (node.parent_ino, name)))
-        for fn, args in calls:
-            try:
-                fn(*args)
-                n += 1
-            except OSError as e:
-                if e.errno not in (errno.ENOENT, errno.ENOTDIR):  # the kernel had no such entry: nothing to drop
-                    log.debug("invalidating %r: %s", args, e)
-        return n
+        """Drop the kernel's attributes and pages of ``node``: its next stat asks the daemon, which
+        answers from the branch as it is now (ENOENT for a name that is gone). Names are kept: an
+        invalidated name would make the kernel forget the inode (a new inode number at the next
+        lookup, a process's working directory shown as deleted); the kernel caches no negative
+        names of a branch tree and reads its listings from the daemon anyway."""
+        try:
+            self._inode(node.ino)
+            return 1
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR):  # the kernel had no such inode: nothing to drop
+                log.debug("invalidating inode %d: %s", node.ino, e)
+            return 0
 
     def start(self) -> "StampWatch":
         self._thread = threading.Thread(target=self._run, name="lakefuse-stamp-watch", daemon=True)

@@ -163,8 +163,8 @@ class BranchWrites:
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
     def _stage(self, tree: Tree, items, durable: bool = True) -> None:
-        self.repo.stage_many(tree.view.branch, items, durable)
-        tree.repin()
+        self.repo.stage_many(tree.view.branch, items, durable)  # one stamp bump
+        tree.own_change(tree.repin())
 
     # ------------------------------------------------------------------ open for writing
 

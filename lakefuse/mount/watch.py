@@ -49,7 +49,7 @@ class StampWatch:
         self.dropped = 0  # trees whose caches were dropped
 
     def poll_once(self) -> int:
-        """One round: how many kernel entries and inodes were invalidated."""
+        """One round: how many inodes' kernel caches were dropped."""
         n = 0
         for tree in self.fs.branch_trees():
             try:
@@ -68,10 +68,10 @@ class StampWatch:
             for node in self.fs.inodes.of_tree(tree.key):
                 if node.kind not in (Kind.FILE, Kind.DIR):
                     continue
-                n += self._drop(tree, node)
+                n += self._drop(node)
         return n
 
-    def _drop(self, tree, node) -> int:
+    def _drop(self, node) -> int:
         """Drop the kernel's attributes and pages of ``node``: its next stat asks the daemon, which
         answers from the branch as it is now (ENOENT for a name that is gone). Names are kept: an
         invalidated name would make the kernel forget the inode (a new inode number at the next

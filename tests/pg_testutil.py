@@ -57,6 +57,13 @@ class PgCluster:
             pw = pwd.getpwnam("postgres")
             os.chown(self.dir, pw.pw_uid, pw.pw_gid)
         os.chmod(self.dir, 0o755)
+        try:
+            self._create()
+        except BaseException:
+            self.destroy()  # a cluster that started and then failed is never left running
+            raise
+
+    def _create(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
                   "--locale=C", "--no-sync")
         hba = self.data / "pg_hba.conf"

@@ -156,12 +156,3 @@ def test_store_get_reads_one_key_on_its_own_and_sees_the_callers_transaction(sto
         assert store.get(kv.STAGING, b"k") == txn.get(kv.STAGING, b"k") == b"v2"
     store.write(lambda txn: txn.delete(kv.STAGING, b"k"))
     assert store.get(kv.STAGING, b"k") is None
-
-
-def test_store_get_range_reads_a_small_range_in_order(store):
-    store.write(lambda txn: txn.put_many(kv.STAMPS, [(b"a", b"1"), (b"b", b"2"), (b"b\0\x05", b"3"),
-                                                     (b"b\0\x07", b"4"), (b"ba", b"5"), (b"c", b"6")]))
-    assert store.get_range(kv.STAMPS, b"b", b"b\x01") == [(b"b", b"2"), (b"b\0\x05", b"3"), (b"b\0\x07", b"4")]
-    assert store.get_range(kv.STAMPS, b"b", b"b\x01", limit=2) == [(b"b", b"2"), (b"b\0\x05", b"3")]
-    assert store.get_range(kv.STAGING, b"a", b"z") == []
-    assert store.counter_stripes >= 1

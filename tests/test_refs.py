@@ -339,21 +339,18 @@ def test_prefix_successor():
 
 
 def test_change_stamp_counts_every_change_from_concurrent_stagers(tmp_path, kv_backend):
-    """The stamp is the sum of its stripes (several on a server, where stagers run at once):
-    every staged write adds exactly 1, whichever stripe it bumped, and readers in and out of a
+    """Every staged write adds exactly 1 to the branch's change stamp, also when concurrent
+    stagers share a transaction (group commit) or race on a server; readers in and out of a
     transaction agree."""
     import threading
 
-    from graveler.kv import STAMPS  # noqa: F401  (the table the stamps live in)
     from tests.graveler_testutil import make_repo
 
     repo = make_repo(tmp_path)
-    before = repo.change_stamp("main")
     src = tmp_path / "f"
     src.write_bytes(b"x")
     entry = repo.upload("main", "seed", str(src))
     start = repo.change_stamp("main")
-    assert start > before
 
     def stager(t):
         for i in range(25):

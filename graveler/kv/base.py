@@ -103,15 +103,6 @@ class Store(Protocol):
         make it (one statement on a server); inside a transaction of this thread, that
         transaction's view."""
 
-    def get_range(self, table: str, start: bytes, end: bytes, limit: int = 256) -> list[tuple[bytes, bytes]]:
-        """Up to ``limit`` (key, value) with ``start <= key < end``, in key order: a small
-        range read on its own, like :meth:`get` (one statement on a server)."""
-
-    # How many rows a counter bumped by many concurrent writers is spread over (its value is
-    # their sum): 1 where write transactions run one at a time anyway (LMDB, memory); more
-    # where they run at once and two writes of one row would make one of them start again.
-    counter_stripes: int
-
     def write(self, fn: Callable[[Txn], T], durable: bool = True) -> T:
         """Run ``fn(txn)`` in one serializable write transaction (perhaps more than once) and
         commit it; return its result. An exception from ``fn`` aborts and propagates."""

@@ -337,18 +337,6 @@ class Env:
         with self.read() as txn:
             return txn.get(table, key)
 
-    counter_stripes = 1  # writers run one at a time: one row per counter
-
-    def get_range(self, table: str, start: bytes, end: bytes, limit: int = 256) -> list[tuple[bytes, bytes]]:
-        """A small range (see :meth:`graveler.kv.base.Store.get_range`)."""
-        with self.read() as txn:
-            out = []
-            for kv in txn.scan(table, start, end):
-                out.append(kv)
-                if len(out) >= limit:
-                    break
-            return out
-
     def write(self, fn: Callable[["LmdbTxn"], T], durable: bool = True) -> T:
         """Run ``fn(txn)`` in one write transaction and commit it; return its result.
 

@@ -147,18 +147,6 @@ class MemoryStore:
         with self.read() as txn:
             return txn.get(table, key)
 
-    counter_stripes = 1  # writers run one at a time: one row per counter
-
-    def get_range(self, table: str, start: bytes, end: bytes, limit: int = 256) -> list[tuple[bytes, bytes]]:
-        """A small range (see :meth:`graveler.kv.base.Store.get_range`)."""
-        with self.read() as txn:
-            out = []
-            for kv in txn.scan(table, start, end):
-                out.append(kv)
-                if len(out) >= limit:
-                    break
-            return out
-
     def write(self, fn: Callable[[MemoryTxn], T], durable: bool = True) -> T:
         if self._txns.held() is not None:
             raise NestedTransaction(f"{self.label}: a write was asked for inside another transaction of the "

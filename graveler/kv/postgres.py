@@ -118,8 +118,6 @@ CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (
 
 
 _GET_SQL = f"SELECT value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key = %s"
-_RANGE_SQL = (f"SELECT key, value FROM {KV_TABLE} WHERE partition_key = %s AND tbl = %s AND key >= %s AND key < %s "
-              "ORDER BY key LIMIT %s")
 
 
 # -- URLs and messages ---------------------------------------------------------------
@@ -354,22 +352,6 @@ class PgStore:
             return held.get(table, key)
         return self.backend.get_one(self.label, self.repo, table, bytes(key))
 
-    # A branch's change stamp is bumped by every staged write: on one row, concurrent writers'
-    # serializable transactions would queue on it through each other's commit (and start
-    # again), so it is spread over rows, each write bumping one at random (refs.manager).
-    counter_stripes = 32
-
-    def get_range(self, table: str, start: bytes, end: bytes, limit: int = 256) -> list[tuple[bytes, bytes]]:
-        held = self._txns.held()
-        if held is not None:
-            out = []
-            for kv in held.scan(table, start, end):
-                out.append(kv)
-                if len(out) >= limit:
-                    break
-            return out
-        return self.backend.query_one(self.label, _RANGE_SQL, (self.repo, table, bytes(start), bytes(end), int(limit)))
-
     @contextlib.contextmanager
     def read(self) -> Iterator[PgTxn]:
         held = self._txns.held()
@@ -521,20 +503,16 @@ class PgBackend:
     def get_one(self, label: str, partition: str, table: str, key: bytes) -> bytes | None:
         """One key's value in one statement and one round trip: no BEGIN / COMMIT (a single
         statement is a consistent snapshot by itself), prepared by psycopg once it is hot."""
-        rows = self.query_one(label, _GET_SQL, (partition, table, key))
-        return rows[0][0] if rows else None
-
-    def query_one(self, label: str, sql: str, params: tuple) -> list[tuple]:
-        """The rows of one read-only statement, on its own (autocommit: no BEGIN / COMMIT)."""
         try:
             for attempt in range(POOL_MAX + 1):
                 with self._pooled(label) as conn:
                     try:
-                        return conn.execute(sql, params, binary=True).fetchall()
+                        row = conn.execute(_GET_SQL, (partition, table, key), binary=True).fetchone()
                     except psycopg.OperationalError:
                         if conn.broken and attempt < POOL_MAX:
                             continue  # died while pooled (a server restart): the pool drops it; take another
                         raise
+                    return None if row is None else row[0]
         except PoolTimeout:
             raise StoreUnavailable(f"{label}: no connection within {self.pool.timeout:g}s: {self._why()}") from None
         except psycopg.Error as e:

@@ -13,8 +13,6 @@ write staging (or seal, or compare-and-set) atomically.
 
 from __future__ import annotations
 
-import random
-
 from typing import Iterator
 
 from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
@@ -135,36 +133,23 @@ class RefManager:
         self.bump_stamp_txn(txn, branch.name)
 
     # change stamps: one counter per branch name, bumped in the same transaction as every
-    # change of what the branch shows (head moves, seals, staging writes, creation, deletion).
-    # Its value is the sum of its stripes (Store.counter_stripes; 1 on LMDB): the row ``name``
-    # and, on a server where writers run at once, rows ``name\0<n>``; a write bumps one stripe
-    # at random, so concurrent stagers of one branch do not all write (and queue on) one row.
-    # Each bump adds exactly 1 to the sum.
-    def bump_stamp_txn(self, txn: Txn, name: str) -> None:
+    # change of what the branch shows (head moves, seals, staging writes, creation, deletion)
+    def bump_stamp_txn(self, txn: Txn, name: str) -> int:
         k = name.encode()
-        stripes = getattr(self.env, "counter_stripes", 1)
-        if stripes > 1:
-            n = random.randrange(stripes)
-            if n:
-                k += b"\0" + bytes([n])
         raw = txn.get(STAMPS, k)
-        txn.put(STAMPS, k, ((int.from_bytes(raw, "big") if raw else 0) + 1).to_bytes(8, "big"))
-
-    def stamp_txn(self, txn: Txn, name: str) -> int:
-        k = name.encode()
-        if getattr(self.env, "counter_stripes", 1) == 1:
-            raw = txn.get(STAMPS, k)
-            return int.from_bytes(raw, "big") if raw else 0
-        return sum(int.from_bytes(v, "big") for _, v in txn.scan(STAMPS, k, k + b"\x01"))
+        n = (int.from_bytes(raw, "big") if raw else 0) + 1
+        txn.put(STAMPS, k, n.to_bytes(8, "big"))
+        return n
 
     def stamp(self, name: str) -> int:
         """The branch's change stamp, read on its own (one statement on a server: asked per
         request by a mount's branch trees)."""
-        k = name.encode()
-        if getattr(self.env, "counter_stripes", 1) == 1:
-            raw = self.env.get(STAMPS, k)
-            return int.from_bytes(raw, "big") if raw else 0
-        return sum(int.from_bytes(v, "big") for _, v in self.env.get_range(STAMPS, k, k + b"\x01"))
+        raw = self.env.get(STAMPS, name.encode())
+        return int.from_bytes(raw, "big") if raw else 0
+
+    def stamp_txn(self, txn: Txn, name: str) -> int:
+        raw = txn.get(STAMPS, name.encode())
+        return int.from_bytes(raw, "big") if raw else 0
 
     def create_branch_txn(self, txn: Txn, name: str, commit_id: str) -> Branch:
         validate_branch_name(name)

@@ -89,7 +89,9 @@ def serve_dump(args, mp: str, cache_budget, fuse_options) -> int:
         # the kernel is told too (unless -o rw): EROFS for every user before a request reaches us,
         # and `findmnt` shows ro; the core refuses writes either way
         options = fuse_options if "rw" in fuse_options else fuse_options | {"ro"}
-        daemon.serve(repo, daemon.MountConfig(repo.name, mp, options), fs_config, data_cache)
+        cache_dir = cache_budget(args)[0]  # statfs reports its filesystem's space (None: the home's cache)
+        daemon.serve(repo, daemon.MountConfig(repo.name, mp, options, cache_dir=str(cache_dir) if cache_dir else None),
+                     fs_config, data_cache)
         return 0
     except (daemon.MountError, GravelerError) as e:
         reason = str(e)

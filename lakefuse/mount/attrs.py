@@ -41,6 +41,9 @@ class FsConfig:
     log_commits: int = 100  # lines of .lakefuse/log
     extra_stats: Callable[[], dict] | None = None  # more counters for .lakefuse/stats
     read_only: bool = False  # every tree immutable, branch trees too (a mount of a refs dump): no writes anywhere
+    # a directory's nlink is 2 + its subdirectories when its listing has at most this many names
+    # (one listing read of that size per stat); a larger one shows 1, Linux's "not counted"
+    nlink_scan: int = 1000
 
 
 @dataclass(slots=True)
@@ -58,6 +61,7 @@ class Attr:
     attr_timeout: float = 0.0
     atime_ns: int = 0  # 0: the mtime
     ctime_ns: int = 0  # 0: the mtime
+    uncounted: bool = False  # a directory from a listing: subdirectories not counted yet (nlink 1, not kept)
 
     @property
     def is_dir(self) -> bool:
@@ -89,9 +93,16 @@ class Opened:
 
 @dataclass(frozen=True, slots=True)
 class StatFs:
-    block_size: int
+    """statvfs(3) of the mount: the filesystem holding its spool and caches, NAME_MAX of its own."""
+
+    block_size: int  # f_bsize
+    fragment_size: int  # f_frsize: the unit of the block counts
     blocks: int
+    blocks_free: int
+    blocks_avail: int  # free to an unprivileged user
     files: int
+    files_free: int
+    files_avail: int
     name_max: int
 
 
@@ -126,6 +137,18 @@ class AttrRules:
     def dir_attr(self, ino: int, mtime_ns: int, entry_timeout: float, attr_timeout: float) -> Attr:
         c = self.config
         return Attr(ino, DIR_MODE, 0, mtime_ns, c.uid, c.gid, 2, entry_timeout, attr_timeout)
+
+    @staticmethod
+    def uncounted(attr: Attr) -> Attr:
+        """A directory's ``attr`` before its subdirectories are counted (a listing's entry):
+        nlink 1, and the kernel must ask again before showing it (attribute timeout 0)."""
+        attr.nlink, attr.attr_timeout, attr.uncounted = 1, 0.0, True
+        return attr
+
+    def counted(self, attr: Attr, tree, nlink: int) -> Attr:
+        """``attr`` (a directory of ``tree``) with its link count: a copy, kept as long as the tree says."""
+        at = self.config.branch_timeout if tree is None else self.timeouts(tree)[1]
+        return replace(attr, nlink=nlink, attr_timeout=at, uncounted=False)
 
     def timeouts(self, tree) -> tuple[float, float]:
         t = self.config.immutable_timeout if tree.immutable else self.config.branch_timeout

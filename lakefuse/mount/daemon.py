@@ -50,7 +50,8 @@ class MountConfig:
     fuse_options: frozenset[str] = frozenset()
     limits: dict = field(default_factory=dict)  # offload limiter sizes by name (defaults when empty)
     read_ahead_kb: int = 4096  # the kernel's read-ahead window for the mount (0: leave it)
-    cache_dir: str | None = None  # where the write spool lives (<cache_dir>/spool/<repo>); None: <home>/cache
+    # where the write spool lives (<cache_dir>/spool/<repo>), whose filesystem statfs reports; None: <home>/cache
+    cache_dir: str | None = None
     # FUSE passthrough for committed local objects, when the kernel and pyfuse3 have it; off: $LAKEFUSE_PASSTHROUGH=0
     passthrough: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_PASSTHROUGH", True))
 
@@ -156,11 +157,11 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     # then read the default branch's tree.
     repo.check_store()
     repo.view(repo.default_branch).list_page(b"", b"", 1)
+    cache_dir = config.cache_dir or os.path.join(str(repo.config.home), "cache")
     if fs_config is not None and fs_config.read_only:  # nothing is written: no spool, no recovery
         spool = None
-        fs = Filesystem(repo, fs_config, data_cache=data_cache)
+        fs = Filesystem(repo, fs_config, data_cache=data_cache, space_dir=cache_dir)  # statfs: the caches' disk
     else:
-        cache_dir = config.cache_dir or os.path.join(str(repo.config.home), "cache")
         spool = Spool(repo, SpoolConfig(Path(cache_dir), repo.name))
         fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
         fs.recover()  # spool leftovers and unfinished renames of a killed daemon

@@ -82,7 +82,7 @@ class Filesystem:
     :func:`lakefuse.mount.writes.WritableFilesystem` makes a writable core."""
 
     def __init__(self, repo, config: FsConfig | None = None, stats: Stats | None = None, data_cache=None,
-                 spool=None, writes=None):
+                 spool=None, writes=None, space_dir: str | None = None):
         if writes is not None and config is not None and config.read_only:
             raise ValueError("a read-only core (FsConfig.read_only) takes no branch writes")
         writable = writes is not None
@@ -91,6 +91,9 @@ class Filesystem:
         self.stats = stats or Stats()
         self.data_cache = data_cache  # graveler.objstore.chunked.DataCache for remote stores (or None)
         self.spool = spool
+        # statfs reports this directory's filesystem: the spool's (where files being written
+        # live), else the one given (the caches of a read-only mount), else the home's
+        self.space_dir = str(spool.config.root if spool is not None else space_dir or repo.config.home)
         self.writable = writable
         self.rules = AttrRules(self.config, writable)
         self.controls = control.Controls(repo)
@@ -155,7 +158,11 @@ class Filesystem:
     def acquire(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                 value: Value | None = None, stamp: int = 0, lookups: int = 1) -> Attr:
         node, new = self.inodes.acquire(key, kind, tree, path, parent_ino, lookups)
-        if new or tree is None or not tree.immutable or node.attr is None:
+        old = node.attr
+        if (not new and old is not None and not old.uncounted and attr.uncounted
+                and (tree.immutable or node.stamp == stamp)):
+            return old  # a listing's directory the node has counted already, at the same state
+        if new or tree is None or not tree.immutable or old is None or (old.uncounted and not attr.uncounted):
             attr.ino = node.ino
             node.attr = attr
             node.value = value
@@ -202,8 +209,9 @@ class Filesystem:
                 attr = self.rules.dir_attr(0, self.started_ns, 0.0, 0.0)
                 return self.acquire(("i", None), Kind.INFO_DIR, None, b"", ROOT_INO, attr)
             tree = self.tree(name)
+            stamp = tree.repin()
             return self.acquire(self.dir_key(tree, b""), Kind.DIR, tree, b"", ROOT_INO,
-                                self.rules.tree_dir_attr(tree, b""), stamp=tree.stamp)
+                                self._counted(self.rules.tree_dir_attr(tree, b""), tree, b""), stamp=stamp)
         if kind == Kind.INFO_DIR:
             spec = special.find(parent.tree, name, self.writable)
             if spec is None:
@@ -228,7 +236,8 @@ class Filesystem:
             if st.value is not None:
                 listing.shadowed(self, tree, path)
             return self.acquire(self.dir_key(tree, path), Kind.DIR, tree, path, parent_ino,
-                                self.rules.tree_dir_attr(tree, path, st.marker), stamp=stamp)
+                                self._counted(self.rules.tree_dir_attr(tree, path, st.marker), tree, path),
+                                stamp=stamp)
         if st.value is not None:
             return self.acquire(self.file_key(tree, path), Kind.FILE, tree, path, parent_ino,
                                 self.rules.file_attr(st.value, tree), st.value, stamp)
@@ -250,19 +259,27 @@ class Filesystem:
         for ino, n in items:
             self.inodes.forget(ino, n)
 
+    def _counted(self, attr: Attr, tree: Tree | None, path: bytes) -> Attr:
+        """A directory's ``attr`` with its link count (:func:`lakefuse.mount.listing.nlink`)."""
+        return self.rules.counted(attr, tree, listing.nlink(self, tree, path))
+
     def getattr_fast(self, ino: int) -> Attr | None:
         """The attributes when no I/O is needed to be sure of them (else None)."""
         node = self.inodes.get(ino)
-        if node.kind == Kind.ROOT:
+        if node.kind == Kind.INFO_DIR:
             return node.attr
-        if node.kind in (Kind.DIR, Kind.FILE) and node.tree.immutable and node.attr is not None:
+        if (node.kind in (Kind.DIR, Kind.FILE) and node.tree.immutable and node.attr is not None
+                and not node.attr.uncounted):
             return node.attr
         return None
 
     def getattr(self, ino: int) -> Attr:
         node = self.inodes.get(ino)
         kind = node.kind
-        if kind in (Kind.ROOT, Kind.INFO_DIR):
+        if kind == Kind.ROOT:  # its refs are counted at each ask (the kernel keeps it branch_timeout)
+            node.attr = self._counted(node.attr, None, b"")
+            return node.attr
+        if kind == Kind.INFO_DIR:
             return node.attr
         if kind == Kind.INFO_FILE:
             return self._special_attr(node)
@@ -281,6 +298,8 @@ class Filesystem:
         """A branch node whose tree's stamp moved is read again (ENOENT if it is gone)."""
         tree: Tree = node.tree
         if tree.immutable:
+            if node.attr is not None and node.attr.uncounted:  # a listing's directory, stat'ed now
+                node.attr = self._counted(node.attr, tree, node.path)
             return node
         try:
             stamp = tree.repin()
@@ -288,14 +307,17 @@ class Filesystem:
             self.inodes.replace(node)
             raise FsError(errno.ENOENT, f"branch {tree.name!r} is gone") from None
         if node.stamp == stamp and node.attr is not None:
+            if node.attr.uncounted:
+                node.attr = self._counted(node.attr, tree, node.path)
             return node
         if not node.path:
-            node.attr = self._with_ino(self.rules.tree_dir_attr(tree, b""), node.ino)
+            node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, b""), tree, b""), node.ino)
             node.stamp = stamp
             return node
         st = tree.view.stat(node.path)
         if node.kind == Kind.DIR and st.is_dir:
-            node.attr = self._with_ino(self.rules.tree_dir_attr(tree, node.path, st.marker), node.ino)
+            node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, node.path, st.marker), tree,
+                                                     node.path), node.ino)
         elif node.kind == Kind.FILE and st.value is not None and not st.is_dir:
             node.value = st.value
             node.attr = self._with_ino(self.rules.file_attr(st.value, tree), node.ino)
@@ -563,4 +585,18 @@ class Filesystem:
         return self.writes.recover() if self.writes is not None else None
 
     def statfs(self) -> StatFs:
-        return StatFs(block_size=4096, blocks=0, files=len(self.inodes), name_max=paths.MAX_NAME_BYTES)
+        """The space and inodes of the filesystem holding the spool and caches (a branch tree
+        cannot take more), the mount's own name limit. Blocking (one statvfs)."""
+        path = self.space_dir
+        while True:
+            try:
+                st = os.statvfs(path)
+                break
+            except FileNotFoundError:  # not made yet (a read-only mount's cache): the disk it will be on
+                parent = os.path.dirname(path)
+                if parent == path:
+                    raise
+                path = parent
+        return StatFs(block_size=st.f_bsize, fragment_size=st.f_frsize, blocks=st.f_blocks,
+                      blocks_free=st.f_bfree, blocks_avail=st.f_bavail, files=st.f_files,
+                      files_free=st.f_ffree, files_avail=st.f_favail, name_max=paths.MAX_NAME_BYTES)

@@ -178,12 +178,11 @@ class Operations(pyfuse3.Operations):
 
     @boundary("statfs")
     async def statfs(self, ctx):
-        s = self.fs.statfs()
+        s = await self._meta(self.fs.statfs)
         out = pyfuse3.StatvfsData()
-        out.f_bsize = out.f_frsize = s.block_size
-        out.f_blocks = out.f_bfree = out.f_bavail = s.blocks
-        out.f_files = s.files
-        out.f_ffree = out.f_favail = 0
+        out.f_bsize, out.f_frsize = s.block_size, s.fragment_size
+        out.f_blocks, out.f_bfree, out.f_bavail = s.blocks, s.blocks_free, s.blocks_avail
+        out.f_files, out.f_ffree, out.f_favail = s.files, s.files_free, s.files_avail
         out.f_namemax = s.name_max
         return out
 

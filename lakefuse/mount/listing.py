@@ -7,6 +7,13 @@ directory of the same name is hidden). A :class:`DirHandle` keeps the page read
 last and a mark per page, so ``readdir`` resumes without re-reading and a seek
 restarts from the nearest mark. The root and ``.lakefuse`` directories are small
 and held whole.
+
+A directory's link count is 2 + the subdirectories its listing shows (:func:`nlink`; the
+root's are the refs it lists). Counting reads the directory's listing, so it is bounded:
+a directory whose listing has more than ``FsConfig.nlink_scan`` names shows 1, Linux's
+"subdirectories not counted" (btrfs's directories, ext4's beyond 65,000 subdirectories),
+and a listing's directory entries are handed out uncounted (:meth:`AttrRules.uncounted`):
+their count is read when they are stat'ed, not once per entry listed.
 """
 
 from __future__ import annotations
@@ -123,7 +130,7 @@ def _page_entries(fs, tree: "Tree", node: Node, page, complete: bool, stamp: int
             path = key[:-1]
             marker = tree.view.get(key)  # the common prefix "d/" is also d's marker key
             out.append(DirEntry(name, 0, fs.dir_key(tree, path), Kind.DIR, tree, path, None,
-                                rules.tree_dir_attr(tree, path, marker), stamp))
+                                rules.uncounted(rules.tree_dir_attr(tree, path, marker)), stamp))
             continue
         name = key[plen:]
         why = paths.name_problem(name)
@@ -156,25 +163,42 @@ def shadowed(fs, tree: "Tree", path: bytes) -> None:
                 fs.repo.name, tree.name, path.decode("utf-8", "replace"))
 
 
-def root_entries(fs) -> list[DirEntry]:
-    """One directory per branch and tag (a branch wins a name both have)."""
+def root_names(fs) -> list[bytes]:
+    """The names the root lists: one per branch and tag (a branch wins a name both have)."""
     names: dict[str, None] = {}
     for b in fs.repo.list_branches():
         names[b.name] = None
     for t in fs.repo.list_tags():
         names.setdefault(t.name, None)
+    out = [ref.encode() for ref in names]
+    return sorted(n for n in out if paths.name_problem(n) is None)
+
+
+def root_entries(fs) -> list[DirEntry]:
+    """One directory per branch and tag (:func:`root_names`)."""
     out = []
-    for ref in sorted(names, key=lambda s: s.encode()):
-        name = ref.encode()
-        if paths.name_problem(name) is not None:
-            continue
+    for name in root_names(fs):
         try:
             tree = fs.tree(name)
         except FsError:
             continue  # deleted meanwhile
         out.append(DirEntry(name, len(out) + 1, fs.dir_key(tree, b""), Kind.DIR, tree, b"", None,
-                            fs.rules.tree_dir_attr(tree, b""), tree.stamp))
+                            fs.rules.uncounted(fs.rules.tree_dir_attr(tree, b"")), tree.stamp))
     return out
+
+
+def nlink(fs, tree: "Tree | None", path: bytes) -> int:
+    """A directory's link count: 2 + the subdirectories its listing shows, or 1 when its
+    listing has more than ``FsConfig.nlink_scan`` names (not counted: see the module
+    docstring). ``tree`` None: the mount root, whose subdirectories are its refs. Blocking."""
+    if tree is None:
+        return 2 + len(root_names(fs))
+    limit = fs.config.nlink_scan
+    page = tree.view.list_page(paths.dir_prefix(path), b"", limit + 1)
+    if len(page) > limit:
+        return 1
+    plen = len(path) + 1 if path else 0
+    return 2 + sum(1 for it in page if it.value is None and paths.name_problem(it.path[plen:-1]) is None)
 
 
 def special_entries(fs, node: Node) -> list[DirEntry]:

@@ -1,0 +1,253 @@
+"""statfs reports the filesystem of the spool and caches; a directory's nlink is 2 + its
+subdirectories (bounded: see lakefuse.mount.listing). The core driven directly (no kernel),
+then a real mount."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from lakefuse.mount.fs import Filesystem, FsConfig
+from lakefuse.mount.inodes import ROOT_INO
+from lakefuse.mount.spool import Spool, SpoolConfig
+from lakefuse.mount.writes import Caller, WritableFilesystem
+from tests.graveler_testutil import make_repo
+from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
+
+ME = Caller(uid=1000, gid=100)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = make_repo(tmp_path, "nlk")
+    r.upload("main", "none/f", b"f")  # no subdirectory
+    r.upload("main", "one/sub/f", b"f")  # one
+    r.upload("main", "three/a/f", b"f")
+    r.upload("main", "three/b/deep/f", b"f")
+    r.upload("main", "three/c/f", b"f")
+    r.upload("main", "three/f", b"f")  # a file beside them: not counted
+    r.upload("main", "three/" + "x" * 300 + "/f", b"f")  # a name the mount does not show: not counted
+    r.commit("main", "base")
+    r.create_tag("v1", "main")
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def fs(repo, tmp_path):
+    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    f = WritableFilesystem(repo, FsConfig(uid=1000, gid=100, readdir_page=2), spool=sp)
+    yield f
+    sp.close()
+
+
+def ino_of(fs, path: str) -> int:
+    ino = ROOT_INO
+    for part in path.strip("/").split("/"):
+        if part:
+            ino = fs.lookup(ino, part.encode()).ino
+    return ino
+
+
+def nlink(fs, path: str) -> int:
+    return fs.getattr(ino_of(fs, path)).nlink
+
+
+def list_all(fs, ino: int) -> dict[bytes, object]:
+    fh = fs.opendir(ino)
+    out, off = {}, 0
+    try:
+        while True:
+            entries = fs.readdir_fast(fh, off)
+            if entries is None:
+                fs.readdir_fill(fh, off)
+                entries = fs.readdir_fast(fh, off)
+            if not entries:
+                return out
+            for e in entries:
+                out[e.name] = fs.accept(fh, e)
+                off = e.offset
+    finally:
+        fs.releasedir(fh)
+
+
+# ---------------------------------------------------------------------- core: statfs
+
+
+def test_statfs_reports_the_spool_filesystem(fs, tmp_path):
+    s = fs.statfs()
+    st = os.statvfs(tmp_path / "cache" / "spool" / "nlk")
+    assert (s.block_size, s.fragment_size, s.blocks, s.files) == (st.f_bsize, st.f_frsize, st.f_blocks, st.f_files)
+    # free space and inodes as the spool's filesystem has them (other processes write there too)
+    assert abs(s.blocks_free - st.f_bfree) * st.f_frsize < 64 << 20
+    assert abs(s.blocks_avail - st.f_bavail) * st.f_frsize < 64 << 20
+    assert abs(s.files_free - st.f_ffree) < 10_000 and s.files_avail <= s.files_free
+    assert 0 < s.blocks_avail <= s.blocks_free <= s.blocks
+    assert s.name_max == 255
+
+
+def test_statfs_of_a_read_only_core_reports_its_cache_dir(repo, tmp_path):
+    # the cache directory is not made yet: the filesystem it will be made on
+    f = Filesystem(repo, FsConfig(read_only=True), space_dir=str(tmp_path / "not-yet" / "cache"))
+    s = f.statfs()
+    st = os.statvfs(tmp_path)
+    assert (s.blocks, s.files, s.fragment_size) == (st.f_blocks, st.f_files, st.f_frsize)
+    assert s.blocks_free > 0 and s.files_free > 0
+
+
+# ---------------------------------------------------------------------- core: nlink
+
+
+@pytest.mark.parametrize("ref", ["main", "v1"])
+def test_directory_nlink_is_2_plus_subdirectories(fs, ref):
+    assert nlink(fs, f"{ref}/none") == 2
+    assert nlink(fs, f"{ref}/one") == 3
+    assert nlink(fs, f"{ref}/one/sub") == 2
+    assert nlink(fs, f"{ref}/three") == 5  # a, b, c; not the file f, not the hidden name
+    assert nlink(fs, f"{ref}/three/b") == 3
+    assert nlink(fs, ref) == 5  # the ref root: none, one, three
+    # the mount root: its refs (main, v1)
+    assert fs.getattr(ROOT_INO).nlink == 4
+    assert fs.getattr_fast(ROOT_INO) is None  # counted at each ask: never answered without reading the refs
+
+
+def test_nlink_follows_mkdir_rmdir_rename_and_new_refs(fs):
+    main = ino_of(fs, "main")
+    fs.mkdir(ino_of(fs, "main/none"), b"d1", 0o755, ME)
+    assert nlink(fs, "main/none") == 3 and nlink(fs, "main/none/d1") == 2
+    fs.mkdir(ino_of(fs, "main/none"), b"d2", 0o755, ME)
+    assert nlink(fs, "main/none") == 4
+    fs.rename(ino_of(fs, "main/none"), b"d2", ino_of(fs, "main/one"), b"moved", 0)
+    assert nlink(fs, "main/none") == 3 and nlink(fs, "main/one") == 4
+    fs.rmdir(ino_of(fs, "main/none"), b"d1")
+    assert nlink(fs, "main/none") == 2
+    fs.mkdir(main, b"top", 0o755, ME)
+    assert fs.getattr(main).nlink == 6
+    assert nlink(fs, "v1") == 5  # the tag did not move
+    fs.mkdir(ROOT_INO, b"feature", 0o755, ME)  # a new branch: a new subdirectory of the root
+    assert fs.getattr(ROOT_INO).nlink == 5
+    assert nlink(fs, "feature") == 5
+
+
+@pytest.mark.parametrize("ref", ["main", "v1"])
+def test_listed_directories_are_counted_when_stated(fs, ref):
+    entries = list_all(fs, ino_of(fs, ref))
+    three = entries[b"three"]
+    # a listing hands its directories out uncounted: nlink 1, and the kernel may not keep it
+    assert three.nlink == 1 and three.attr_timeout == 0.0 and three.uncounted
+    assert fs.getattr_fast(three.ino) is None
+    counted = fs.getattr(three.ino)
+    assert counted.nlink == 5 and counted.attr_timeout > 0 and not counted.uncounted
+    # listed again: the count the inode has (same tree state) is handed out, not the uncounted one
+    again = list_all(fs, ino_of(fs, ref))[b"three"]
+    assert again.nlink == 5 and again.attr_timeout > 0
+    if ref == "v1":
+        assert fs.getattr_fast(three.ino).nlink == 5
+    roots = list_all(fs, ROOT_INO)
+    assert set(roots) == {b"main", b"v1"}
+    assert fs.getattr(roots[b"v1"].ino).nlink == 5
+
+
+def test_a_directory_over_the_scan_limit_shows_nlink_1(repo, tmp_path):
+    for i in range(4):
+        repo.upload("main", f"big/d{i}/f", b"f")
+    repo.upload("main", "edge/d0/f", b"f")
+    repo.upload("main", "edge/d1/f", b"f")
+    repo.upload("main", "edge/f", b"f")
+    f = Filesystem(repo, FsConfig(nlink_scan=3))
+    assert nlink(f, "main/edge") == 4  # 3 names: counted
+    assert nlink(f, "main/big") == 1  # 4 names: more than nlink_scan, not counted (Linux's "unknown")
+    assert nlink(f, "main/big/d0") == 2
+
+
+# ---------------------------------------------------------------------- a real mount
+
+REPO = "nlrepo"
+
+
+def cli(home, *args) -> str:
+    r = subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def mounted(tmp_path_factory):
+    h = tmp_path_factory.mktemp("nlhome")
+    src = tmp_path_factory.mktemp("nlsrc")
+    for rel in ("none/f", "one/sub/f", "three/a/f", "three/b/deep/f", "three/c/f", "three/f"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(b"f")
+    cli(h, "repo", "create", f"lakefs://{REPO}")
+    cli(h, "fs", "upload", "--recursive", "-s", str(src), f"lakefs://{REPO}/main/")
+    cli(h, "commit", f"lakefs://{REPO}/main", "-m", "base")
+    cli(h, "tag", "create", f"lakefs://{REPO}/v1", f"lakefs://{REPO}/main")
+    mp = tmp_path_factory.mktemp("nlmnt")
+    m = MountProc(h, REPO, mp, "--branch-timeout", "0.5").start()
+    yield h, mp
+    m.stop()
+    assert "Traceback" not in m.log(), m.log()
+
+
+@needs_fuse
+def test_statfs_of_a_mount_is_its_spool_filesystem(mounted):
+    home, mp = mounted
+    spool = home / "cache" / "spool" / REPO
+    assert spool.is_dir()
+    a, s, b = os.statvfs(spool), os.statvfs(mp), os.statvfs(spool)
+    assert (s.f_bsize, s.f_frsize, s.f_blocks, s.f_files) == (a.f_bsize, a.f_frsize, a.f_blocks, a.f_files)
+    # free blocks and inodes between the two reads of the spool's (other processes write on this disk)
+    for field in ("f_bfree", "f_bavail", "f_ffree"):
+        lo, hi = sorted((getattr(a, field), getattr(b, field)))
+        slack = 16 << 20 if field != "f_ffree" else 1000
+        slack = slack // a.f_frsize if field != "f_ffree" else slack
+        assert lo - slack <= getattr(s, field) <= hi + slack, field
+    assert s.f_namemax == 255
+    # df shows the same disk (sizes in 1 KiB blocks: total exact, used and free within the slack)
+    out = subprocess.run(["df", "-P", "-k", str(mp), str(spool)], capture_output=True, text=True, check=True).stdout
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert rows[0][0] == f"lakefs://{REPO}" and rows[0][5] == str(mp)
+    assert rows[0][1] == rows[1][1] and int(rows[0][1]) > 0
+    assert abs(int(rows[0][3]) - int(rows[1][3])) < 64 * 1024  # available, KiB
+    out = subprocess.run(["df", "-P", "-i", str(mp)], capture_output=True, text=True, check=True).stdout
+    itotal, iused, ifree = (int(x) for x in out.splitlines()[1].split()[1:4])
+    assert itotal == a.f_files and ifree > 0 and iused >= 0
+
+
+@needs_fuse
+def test_directory_nlink_on_a_mount(mounted):
+    home, mp = mounted
+    for ref in ("main", "v1"):
+        t = mp / ref
+        assert [os.stat(t / d).st_nlink for d in ("none", "one", "three", "three/b")] == [2, 3, 5, 3], ref
+        assert os.stat(t).st_nlink == 5
+        os.listdir(t)  # a listing's entries are counted when stat'ed, not shown as listed
+        assert os.stat(t / "three").st_nlink == 5 and os.lstat(t / "none").st_nlink == 2
+    assert os.stat(mp).st_nlink == 4  # main, v1
+    # on the branch, through the kernel: its attribute caches are dropped by each change
+    d = mp / "main" / "none"
+    os.mkdir(d / "d1")
+    assert os.stat(d).st_nlink == 3 and os.stat(d / "d1").st_nlink == 2
+    os.mkdir(d / "d2")
+    assert os.stat(d).st_nlink == 4
+    os.rename(d / "d2", mp / "main" / "one" / "moved")
+    assert os.stat(d).st_nlink == 3 and os.stat(mp / "main" / "one").st_nlink == 4
+    os.rmdir(d / "d1")
+    assert os.stat(d).st_nlink == 2
+    assert os.stat(mp / "v1" / "none").st_nlink == 2 and os.stat(mp / "v1" / "one").st_nlink == 3
+    os.mkdir(mp / "nlbranch")  # a branch: the root gains a subdirectory
+    assert os.stat(mp).st_nlink == 5 and os.stat(mp / "nlbranch").st_nlink == 5
+    # a subdirectory made by another process (the CLI): shown within the branch timeout
+    cli(home, "fs", "upload", "-s", str(Path(__file__)), f"lakefs://{REPO}/main/none/cli/x.py")
+    deadline = time.monotonic() + 5
+    while os.stat(d).st_nlink != 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert os.stat(d).st_nlink == 3
+    assert shutil.which("find") is None or subprocess.run(
+        ["find", str(mp / "main"), "-type", "d"], capture_output=True, text=True, check=True
+    ).stdout.count("\n") == 11  # main, none, none/cli, one, one/{sub,moved}, three, three/{a,b,b/deep,c}

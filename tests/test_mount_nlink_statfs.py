@@ -154,15 +154,22 @@ def test_listed_directories_are_counted_when_stated(fs, ref):
 
 
 def test_a_directory_over_the_scan_limit_shows_nlink_1(repo, tmp_path):
-    for i in range(4):
-        repo.upload("main", f"big/d{i}/f", b"f")
+    limit = FsConfig().nlink_scan
+    assert limit == 256  # the figure docs/SEMANTICS.md gives
+    for i in range(limit - 2):
+        repo.upload("main", f"edge/f{i:04d}", b"f")
     repo.upload("main", "edge/d0/f", b"f")
     repo.upload("main", "edge/d1/f", b"f")
-    repo.upload("main", "edge/f", b"f")
-    f = Filesystem(repo, FsConfig(nlink_scan=3))
-    assert nlink(f, "main/edge") == 4  # 3 names: counted
-    assert nlink(f, "main/big") == 1  # 4 names: more than nlink_scan, not counted (Linux's "unknown")
+    for i in range(limit - 1):
+        repo.upload("main", f"big/f{i:04d}", b"f")
+    repo.upload("main", "big/d0/f", b"f")
+    repo.upload("main", "big/d1/f", b"f")
+    f = Filesystem(repo, FsConfig())
+    assert nlink(f, "main/edge") == 4  # 256 names: counted
+    assert nlink(f, "main/big") == 1  # 257 names: more than nlink_scan, not counted (Linux's "unknown")
     assert nlink(f, "main/big/d0") == 2
+    small = Filesystem(repo, FsConfig(nlink_scan=3))
+    assert nlink(small, "main/one") == 3 and nlink(small, "main/three") == 1  # the bound is a setting
 
 
 # ---------------------------------------------------------------------- a real mount

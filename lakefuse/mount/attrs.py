@@ -42,8 +42,8 @@ class FsConfig:
     extra_stats: Callable[[], dict] | None = None  # more counters for .lakefuse/stats
     read_only: bool = False  # every tree immutable, branch trees too (a mount of a refs dump): no writes anywhere
     # a directory's nlink is 2 + its subdirectories when its listing has at most this many names
-    # (one listing read of that size per stat); a larger one shows 1, Linux's "not counted"
-    nlink_scan: int = 1000
+    # (a listing read of up to that many per count: ~3 us a name); a larger one shows 1, Linux's "not counted"
+    nlink_scan: int = 256
 
 
 @dataclass(slots=True)

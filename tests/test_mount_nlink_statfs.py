@@ -172,6 +172,33 @@ def test_a_directory_over_the_scan_limit_shows_nlink_1(repo, tmp_path):
     assert nlink(small, "main/one") == 3 and nlink(small, "main/three") == 1  # the bound is a setting
 
 
+def test_a_directory_whose_listing_fails_shows_nlink_1(tmp_path):
+    """A damaged range: the directories whose listing reads it are stat'ed (nlink 1, not
+    counted); reading their paths is what answers EIO."""
+    from graveler.committed.writer import RangeParams
+
+    r = make_repo(tmp_path, "dmg", range_params=RangeParams(min_range_size=0, max_range_size=2048, raggedness=5))
+    for i in range(6):
+        for j in range(8):
+            r.upload("main", f"d{i}/s{j}/f", b"f")
+    r.commit("main", "many ranges")
+    infos = r._committed.list_ranges(r.get_commit("main").meta_range_id)
+    assert len(infos) >= 3
+    victim = infos[1]
+    path = tmp_path / "ns-dmg" / "_lakefs" / victim.id
+    data = bytearray(path.read_bytes())
+    data[10:40] = b"\x00" * 30
+    path.write_bytes(bytes(data))
+    f = Filesystem(r, FsConfig())
+    hit = victim.min_key.split(b"/")[0].decode()
+    assert nlink(f, "main") == 1 and nlink(f, f"main/{hit}") == 1
+    clean = [i for i in range(6) if f"d{i}0".encode() <= victim.min_key or f"d{i}/".encode() > victim.max_key]
+    assert clean
+    for i in clean:
+        assert nlink(f, f"main/d{i}") == 10  # its listing avoids the damaged range: counted
+    r.close()
+
+
 # ---------------------------------------------------------------------- a real mount
 
 REPO = "nlrepo"

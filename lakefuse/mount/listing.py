@@ -23,11 +23,14 @@ import threading
 from typing import TYPE_CHECKING
 
 from graveler import paths
+from graveler.errors import GravelerError
 from lakefuse.mount import special
 from lakefuse.mount.attrs import DirEntry
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.handles import Handle
 from lakefuse.mount.inodes import Kind, Node
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from lakefuse.mount.trees import Tree
@@ -190,11 +193,17 @@ def root_entries(fs) -> list[DirEntry]:
 def nlink(fs, tree: "Tree | None", path: bytes) -> int:
     """A directory's link count: 2 + the subdirectories its listing shows, or 1 when its
     listing has more than ``FsConfig.nlink_scan`` names (not counted: see the module
-    docstring). ``tree`` None: the mount root, whose subdirectories are its refs. Blocking."""
-    if tree is None:
-        return 2 + len(root_names(fs))
+    docstring). ``tree`` None: the mount root, whose subdirectories are its refs. A listing
+    that fails (a damaged range, the KV away) leaves it uncounted (1): reading a path answers
+    the error, a stat of the directory does not. Blocking."""
     limit = fs.config.nlink_scan
-    page = tree.view.list_page(paths.dir_prefix(path), b"", limit + 1)
+    try:
+        if tree is None:
+            return 2 + len(root_names(fs))
+        page = tree.view.list_page(paths.dir_prefix(path), b"", limit + 1)
+    except (GravelerError, OSError) as e:  # e.g. a damaged range: its paths answer EIO, the directory's stat does not
+        log.debug("%s: %r: subdirectories not counted: %s", fs.repo.name, path, e)
+        return 1
     if len(page) > limit:
         return 1
     plen = len(path) + 1 if path else 0

@@ -103,8 +103,10 @@ def test_statfs_of_a_read_only_core_reports_its_cache_dir(repo, tmp_path):
 # ---------------------------------------------------------------------- core: nlink
 
 
-@pytest.mark.parametrize("ref", ["main", "v1"])
-def test_directory_nlink_is_2_plus_subdirectories(fs, ref):
+@pytest.mark.parametrize("ref", ["main", "v1", "commit"])
+def test_directory_nlink_is_2_plus_subdirectories(fs, repo, ref):
+    if ref == "commit":
+        ref = repo.get_commit("v1").id
     assert nlink(fs, f"{ref}/none") == 2
     assert nlink(fs, f"{ref}/one") == 3
     assert nlink(fs, f"{ref}/one/sub") == 2
@@ -256,7 +258,8 @@ def test_statfs_of_a_mount_is_its_spool_filesystem(mounted):
 @needs_fuse
 def test_directory_nlink_on_a_mount(mounted):
     home, mp = mounted
-    for ref in ("main", "v1"):
+    commit = os.getxattr(mp / "v1", "user.lakefs.commit").decode()
+    for ref in ("main", "v1", commit):  # a branch, a tag, a commit (not listed at the root)
         t = mp / ref
         assert [os.stat(t / d).st_nlink for d in ("none", "one", "three", "three/b")] == [2, 3, 5, 3], ref
         assert os.stat(t).st_nlink == 5

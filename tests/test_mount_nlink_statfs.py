@@ -22,8 +22,14 @@ from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
 ME = Caller(uid=1000, gid=100)
 
 
+# the branch-tree counts follow staging, commit and rename on both persistent KV backends
+PERSISTENT_KVS = pytest.mark.parametrize("kv_backend", ["lmdb", "postgres"], indirect=True)
+
+
 @pytest.fixture
-def repo(tmp_path):
+def repo(tmp_path, request):
+    if "kv_backend" in request.fixturenames:
+        request.getfixturevalue("kv_backend")  # before the repository is made on it
     r = make_repo(tmp_path, "nlk")
     r.upload("main", "none/f", b"f")  # no subdirectory
     r.upload("main", "one/sub/f", b"f")  # one
@@ -118,7 +124,8 @@ def test_directory_nlink_is_2_plus_subdirectories(fs, repo, ref):
     assert fs.getattr_fast(ROOT_INO) is None  # counted at each ask: never answered without reading the refs
 
 
-def test_nlink_follows_mkdir_rmdir_rename_and_new_refs(fs):
+@PERSISTENT_KVS
+def test_nlink_follows_mkdir_rmdir_rename_and_new_refs(fs, kv_backend):
     main = ino_of(fs, "main")
     fs.mkdir(ino_of(fs, "main/none"), b"d1", 0o755, ME)
     assert nlink(fs, "main/none") == 3 and nlink(fs, "main/none/d1") == 2

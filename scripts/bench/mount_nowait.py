@@ -2,11 +2,13 @@
 """Warm re-read of a big file of a branch tree whose object file is in the page cache, FUSE
 passthrough off: every read a FUSE request the daemon answers, either on the trio thread
 (``preadv2(RWF_NOWAIT)`` from the page cache: inline reads, the default) or through a worker
-thread (``LAKEFUSE_INLINE_READS=0``); against reading the object file directly (warm).
+thread (``LAKEFUSE_INLINE_READS=0``); against reading the object file directly (warm), and
+against pyfuse3's own ceiling: a minimal pyfuse3 file system (started here) whose reads return a
+prebuilt 1 MiB buffer at once, with the same kernel read-ahead window.
 
 Each run mounts afresh (the kernel holds none of the mount's pages), reads the object file
 once to warm its pages, then reads ``<mnt>/main/big.bin`` in 1 MiB reads; the three are
-read in a rotating order, ``--reps`` times; medians and same-run ratios are printed as JSON.
+read (and the ceiling's file) in a rotating order, ``--reps`` times; medians and same-run ratios are printed as JSON.
 The mount's ``.lakefuse/stats`` must show the path it claims (inline reads with it on, none
 with it off).
 
@@ -17,14 +19,65 @@ with it off).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import shutil
+import stat
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_read import MiB, LakefuseMount, log, make_big, med, read_file, timed  # noqa: E402
+from mount_read import (MiB, LakefuseMount, is_mounted, log, make_big, med, read_file,  # noqa: E402
+                        timed, unmount)
+
+
+def serve_ceiling(mountpoint: str, size: int) -> None:
+    """The minimal pyfuse3 file system: one file ``big`` of ``size`` bytes, every read a slice
+    of one prebuilt 1 MiB buffer (no I/O, no thread): what pyfuse3 and the kernel carry."""
+    import pyfuse3
+    import trio
+
+    block = os.urandom(MiB)
+
+    class Ops(pyfuse3.Operations):
+        async def getattr(self, inode, ctx=None):
+            e = pyfuse3.EntryAttributes()
+            e.st_ino = inode
+            e.attr_timeout = e.entry_timeout = 300
+            if inode == pyfuse3.ROOT_INODE:
+                e.st_mode, e.st_nlink = stat.S_IFDIR | 0o755, 2
+            else:
+                e.st_mode, e.st_nlink, e.st_size = stat.S_IFREG | 0o644, 1, size
+            return e
+
+        async def lookup(self, parent_inode, name, ctx=None):
+            if name != b"big":
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return await self.getattr(2)
+
+        async def open(self, inode, flags, ctx):
+            return pyfuse3.FileInfo(fh=inode)
+
+        async def read(self, fh, off, n):
+            n = max(0, min(n, size - off))
+            return block if n == MiB else block[:n]
+
+    pyfuse3.init(Ops(), mountpoint, {"fsname=ceiling"})
+    try:
+        trio.run(pyfuse3.main)
+    finally:
+        pyfuse3.close(unmount=True)
+
+
+def set_read_ahead(mp: Path, kib: int = 4096) -> None:
+    """The window lakefuse's daemon sets for its mount (MountConfig.read_ahead_kb)."""
+    st = os.stat(mp)
+    with open(f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb", "w") as f:
+        f.write(str(kib))
 
 
 def main() -> int:
@@ -32,7 +85,11 @@ def main() -> int:
     ap.add_argument("--big-mib", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--work", default=None, help="a directory for the data (default: a temporary one, removed)")
+    ap.add_argument("--serve-ceiling", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve_ceiling:
+        serve_ceiling(args.serve_ceiling, args.big_mib * MiB)
+        return 0
 
     from graveler import Graveler, GravelerConfig
 
@@ -51,7 +108,7 @@ def main() -> int:
         obj = work / "ns" / entry.address
         size = args.big_mib * MiB
         mp = work / "mnt"
-        runs: dict[str, list[float]] = {"inline": [], "thread": [], "direct": []}
+        runs: dict[str, list[float]] = {"inline": [], "thread": [], "direct": [], "ceiling": []}
         served: dict[str, list[str]] = {"inline": [], "thread": []}
 
         def through_mount(kind: str) -> float:
@@ -73,10 +130,29 @@ def main() -> int:
             read_file(obj)
             return size / timed(lambda: read_file(obj))
 
+        def ceiling() -> float:
+            cmp = work / "ceiling"
+            cmp.mkdir(exist_ok=True)
+            proc = subprocess.Popen([sys.executable, __file__, "--serve-ceiling", str(cmp), "--big-mib",
+                                     str(args.big_mib)], stdin=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 30
+                while not is_mounted(cmp) or not (cmp / "big").exists():  # it lists nothing: no readdir
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise SystemExit("the pyfuse3 ceiling file system did not mount")
+                    time.sleep(0.1)
+                set_read_ahead(cmp)
+                return size / timed(lambda: read_file(cmp / "big"))
+            finally:
+                unmount(cmp)
+                proc.wait(30)
+
         kinds = list(runs)
+        do = {"inline": lambda: through_mount("inline"), "thread": lambda: through_mount("thread"),
+              "direct": direct, "ceiling": ceiling}
         for rep in range(args.reps):
-            for kind in kinds[rep % 3:] + kinds[:rep % 3]:
-                runs[kind].append(through_mount(kind) if kind != "direct" else direct())
+            for kind in kinds[rep % 4:] + kinds[:rep % 4]:
+                runs[kind].append(do[kind]())
             log(f"run {rep + 1}: " + ", ".join(f"{k} {runs[k][-1] / 1e6:.0f} MB/s" for k in kinds))
         m = {k: med(v) for k, v in runs.items()}
         out = {
@@ -87,6 +163,8 @@ def main() -> int:
             "inline_vs_direct": round(m["inline"] / m["direct"], 2),
             "thread_vs_direct": round(m["thread"] / m["direct"], 2),
             "inline_vs_thread": round(m["inline"] / m["thread"], 2),
+            "inline_vs_pyfuse3_ceiling": round(m["inline"] / m["ceiling"], 2),
+            "thread_vs_pyfuse3_ceiling": round(m["thread"] / m["ceiling"], 2),
             "reads_served": served,
         }
         print(json.dumps(out, indent=2))

@@ -158,6 +158,15 @@ def test_a_branch_file_being_written_reads_back_inline_through_other_handles(fs)
                 go.set()
                 t.join()
             assert fs.read_nowait(after.fh, 0, 100) == want[:100]
+            # the spool's table lock (held while a spool file is made on disk) is not taken either
+            got = []
+            with fs.spool._lock:
+                t = threading.Thread(target=lambda: got.append(fs.read_nowait(before.fh, 0, 100)))
+                t.start()
+                t.join(5)
+                answered = bool(got)  # while the lock is still held
+            t.join()
+            assert answered and got == [want[:100]]
             fs.flush(w.fh)
         finally:
             fs.release(after.fh)

@@ -106,7 +106,7 @@ class ObjectHandle(Handle):
         self.repo_name = repo_name
 
     def _written(self) -> bool:
-        return self.spool is not None and self.spool.get(self.node.ino) is not None
+        return self.spool is not None and self.spool.peek(self.node.ino) is not None
 
     def _spooled_read(self, offset: int, size: int) -> bytes | None:
         if self.spool is None:
@@ -173,7 +173,7 @@ class LocalObjectHandle(ObjectHandle):
 
     def read_nowait(self, offset: int, size: int) -> bytes | bytearray | None:
         if self.spool is not None:
-            sf = self.spool.get(self.node.ino)
+            sf = self.spool.peek(self.node.ino)
             if sf is not None and (sf.loaded or sf.saved is not None):
                 return sf.read_nowait(offset, size)  # another handle is writing it (as _spooled_read)
         if offset >= self.size or self.reader is None:

@@ -492,6 +492,11 @@ class Spool:
         with self._lock:
             return self._files.get(ino)
 
+    def peek(self, ino: int) -> SpoolFile | None:
+        """:meth:`get` without the lock, for the trio thread: :meth:`open` holds the lock while
+        it makes a spool file on disk. (One dict lookup: atomic in CPython.)"""
+        return self._files.get(ino)
+
     def open(self, ino: int, branch: str, key: bytes, base: Entry | None, attrs: PosixAttrs,
              new: bool = False) -> SpoolFile:
         """The spool file of ``ino`` (made on first open), with one more handle."""

@@ -14,8 +14,9 @@ what kind it holds. The kinds:
 
 Every method may block (it runs in a worker thread) except :meth:`Handle.read_fast`,
 :meth:`Handle.read_nowait`, :meth:`Handle.pending` and :meth:`Handle.release_pending`,
-which answer on the trio thread (they take no lock a worker may hold for long). A new kind of handle subclasses :class:`Handle`, overrides what it does,
-and is made by whatever opens it (the core's ``open``, or :mod:`lakefuse.mount.special`).
+which answer on the trio thread (they wait for no lock a worker may hold for long). A new
+kind of handle subclasses :class:`Handle`, overrides what it does, and is made by whatever
+opens it (the core's ``open``, or :mod:`lakefuse.mount.special`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ against pyfuse3's own ceiling: a minimal pyfuse3 file system (started here) whos
 prebuilt 1 MiB buffer at once, with the same kernel read-ahead window.
 
 Each run mounts afresh (the kernel holds none of the mount's pages), reads the object file
-once to warm its pages, then reads ``<mnt>/main/big.bin`` in 1 MiB reads; the three are
+once to warm its pages, then reads ``<mnt>/main/big.bin`` in 1 MiB reads, then (the
+mount's pages of it dropped, read-ahead off) 4 KiB at ``--random-reads`` random pages, each
+one a FUSE request; the three are
 read (and the ceiling's file) in a rotating order, ``--reps`` times; medians and same-run ratios are printed as JSON.
 The mount's ``.lakefuse/stats`` must show the path it claims (inline reads with it on, none
 with it off).
@@ -22,6 +24,7 @@ import argparse
 import errno
 import json
 import os
+import random
 import shutil
 import stat
 import subprocess
@@ -84,6 +87,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--big-mib", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--random-reads", type=int, default=20000, help="4 KiB random reads per run (read-ahead off)")
     ap.add_argument("--work", default=None, help="a directory for the data (default: a temporary one, removed)")
     ap.add_argument("--serve-ceiling", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -108,27 +112,51 @@ def main() -> int:
         obj = work / "ns" / entry.address
         size = args.big_mib * MiB
         mp = work / "mnt"
-        runs: dict[str, list[float]] = {"inline": [], "thread": [], "direct": [], "ceiling": []}
+        runs: dict[str, list[float]] = {"inline": [], "thread": [], "direct": [], "ceiling": [],
+                                        "random_inline": [], "random_thread": [], "random_direct": []}
         served: dict[str, list[str]] = {"inline": [], "thread": []}
+
+        offsets = random.Random(5).sample(range(size // 4096), args.random_reads)
+
+        def random_reads(path: Path, drop: bool = True) -> float:
+            """4 KiB preads at distinct random pages, read-ahead off: through the mount each one a
+            FUSE request (per second)."""
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                if drop:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the mount's pages of it: gone
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                return len(offsets) / timed(lambda: [os.pread(fd, 4096, i * 4096) for i in offsets])
+            finally:
+                os.close(fd)
+
+        def check_served(kind: str, before: dict, st: dict, least: int) -> str:
+            inline = st.get("reads_inline", 0) - before.get("reads_inline", 0)
+            thread = st.get("reads_thread", 0) - before.get("reads_thread", 0)
+            if (kind == "inline") != (inline > thread) or inline + thread < least:
+                raise SystemExit(f"{kind}: the mount says inline reads {st.get('inline_reads')!r}, "
+                                 f"{inline} reads inline, {thread} in a thread (at least {least} expected)")
+            return f"{inline} inline / {thread} thread"
 
         def through_mount(kind: str) -> float:
             env = {"LAKEFUSE_PASSTHROUGH": "0", "LAKEFUSE_INLINE_READS": "1" if kind == "inline" else "0"}
+            path = mp / "main" / "big.bin"
             with LakefuseMount(home, "bench", mp, env=env) as m:
                 read_file(obj)  # the object file's pages: warm
                 before = m.stats()
-                secs = timed(lambda: read_file(mp / "main" / "big.bin"))
+                secs = timed(lambda: read_file(path))
                 st = m.stats()
-            inline = st.get("reads_inline", 0) - before.get("reads_inline", 0)
-            thread = st.get("reads_thread", 0) - before.get("reads_thread", 0)
-            served[kind].append(f"{inline} inline / {thread} thread")
-            if (kind == "inline") != (inline > thread) or inline + thread == 0:
-                raise SystemExit(f"{kind}: the mount says inline reads {st.get('inline_reads')!r}, "
-                                 f"{inline} reads inline, {thread} in a thread")
+                served[kind].append(check_served(kind, before, st, size // MiB))
+                rate = random_reads(path)
+                served[kind].append(check_served(kind, st, m.stats(), int(len(offsets) * 0.9)))
+            runs[f"random_{kind}"].append(rate)
             return size / secs
 
         def direct() -> float:
             read_file(obj)
-            return size / timed(lambda: read_file(obj))
+            secs = timed(lambda: read_file(obj))
+            runs["random_direct"].append(random_reads(obj, drop=False))  # warm
+            return size / secs
 
         def ceiling() -> float:
             cmp = work / "ceiling"
@@ -147,7 +175,7 @@ def main() -> int:
                 unmount(cmp)
                 proc.wait(30)
 
-        kinds = list(runs)
+        kinds = ["inline", "thread", "direct", "ceiling"]
         do = {"inline": lambda: through_mount("inline"), "thread": lambda: through_mount("thread"),
               "direct": direct, "ceiling": ceiling}
         for rep in range(args.reps):
@@ -158,13 +186,18 @@ def main() -> int:
         out = {
             "big_mib": args.big_mib,
             "reps": args.reps,
-            **{f"{k}_MBps": round(v / 1e6, 1) for k, v in m.items()},
-            **{f"{k}_runs_MBps": [round(x / 1e6) for x in v] for k, v in runs.items()},
+            **{f"{k}_MBps": round(m[k] / 1e6, 1) for k in kinds},
+            **{f"{k}_runs_MBps": [round(x / 1e6) for x in runs[k]] for k in kinds},
+            "random_4k_reads": args.random_reads,
+            **{f"{k}_per_s": round(m[k]) for k in runs if k.startswith("random_")},
+            **{f"{k}_runs_per_s": [round(x) for x in runs[k]] for k in runs if k.startswith("random_")},
             "inline_vs_direct": round(m["inline"] / m["direct"], 2),
             "thread_vs_direct": round(m["thread"] / m["direct"], 2),
             "inline_vs_thread": round(m["inline"] / m["thread"], 2),
             "inline_vs_pyfuse3_ceiling": round(m["inline"] / m["ceiling"], 2),
             "thread_vs_pyfuse3_ceiling": round(m["thread"] / m["ceiling"], 2),
+            "random_inline_vs_thread": round(m["random_inline"] / m["random_thread"], 2),
+            "random_inline_vs_direct": round(m["random_inline"] / m["random_direct"], 2),
             "reads_served": served,
         }
         print(json.dumps(out, indent=2))

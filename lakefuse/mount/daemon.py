@@ -54,6 +54,8 @@ class MountConfig:
     cache_dir: str | None = None
     # FUSE passthrough for committed local objects, when the kernel and pyfuse3 have it; off: $LAKEFUSE_PASSTHROUGH=0
     passthrough: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_PASSTHROUGH", True))
+    # reads a local file's page cache holds whole answered on the trio thread; off: $LAKEFUSE_INLINE_READS=0
+    inline_reads: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_INLINE_READS", True))
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -165,7 +167,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         spool = Spool(repo, SpoolConfig(Path(cache_dir), repo.name))
         fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
         fs.recover()  # spool leftovers and unfinished renames of a killed daemon
-    ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough)
+    ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough,
+                     inline_reads=config.inline_reads)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")

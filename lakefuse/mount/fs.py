@@ -452,7 +452,17 @@ class Filesystem:
         sequential read fetched ahead), else None."""
         return self._handle(fh).read_fast(offset, size)
 
+    def read_nowait(self, fh: int, offset: int, size: int) -> bytes | bytearray | None:
+        """The bytes when a local file's page cache holds them all (on the trio thread,
+        never blocks; counted ``reads_inline``), else None: then :meth:`read`."""
+        data = self._handle(fh).read_nowait(offset, size)
+        if data is not None:
+            self.stats.add("reads_inline")
+        return data
+
     def read(self, fh: int, offset: int, size: int) -> bytes:
+        """A read that may block (in a worker thread; counted ``reads_thread``)."""
+        self.stats.add("reads_thread")
         return self._handle(fh).read(offset, size)
 
     def write(self, fh: int, offset: int, data: bytes) -> int:

@@ -110,11 +110,15 @@ class Operations(pyfuse3.Operations):
     enable_writeback_cache = False  # (FUSE passthrough would need it off too)
     enable_acl = False
 
-    def __init__(self, fs: Filesystem, offload: Offload | None = None, passthrough: bool = False):
+    def __init__(self, fs: Filesystem, offload: Offload | None = None, passthrough: bool = False,
+                 inline_reads: bool = True):
         super().__init__()
         self.fs = fs
         self.stats = fs.stats
         self.offload = offload or Offload()
+        # reads a local file's page cache holds whole: answered on the trio thread (RWF_NOWAIT)
+        self.inline_reads = inline_reads
+        self.stats.set("inline_reads", "on" if inline_reads else "off")
         self.log_once = LogOnce(log)
         # FUSE passthrough: asked for at init when wanted and pyfuse3 has it (the patched build
         # of scripts/setup.sh); in use once the kernel agreed (init)
@@ -234,6 +238,8 @@ class Operations(pyfuse3.Operations):
     @boundary("read")
     async def read(self, fh, off, size):
         data = self.fs.read_fast(fh, off, size)
+        if data is None and self.inline_reads:
+            data = self.fs.read_nowait(fh, off, size)
         if data is None:
             data = await self.offload.run(DATA, self.fs.read, fh, off, size)
         return data

@@ -13,9 +13,10 @@ what kind it holds. The kinds:
 * :class:`InfoHandle` -- a generated read-only file (``stats``, ``head``, ``log``).
 
 Every method may block (it runs in a worker thread) except :meth:`Handle.read_fast`,
-:meth:`Handle.pending` and :meth:`Handle.release_pending`, which answer on the trio
-thread. A new kind of handle subclasses :class:`Handle`, overrides what it does,
-and is made by whatever opens it (the core's ``open``, or :mod:`lakefuse.mount.special`).
+:meth:`Handle.read_nowait`, :meth:`Handle.pending` and :meth:`Handle.release_pending`,
+which answer on the trio thread (they wait for no lock a worker may hold for long). A new
+kind of handle subclasses :class:`Handle`, overrides what it does, and is made by whatever
+opens it (the core's ``open``, or :mod:`lakefuse.mount.special`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import threading
 from graveler.errors import GravelerError, NotFound
 from lakefuse.mount import control
 from lakefuse.mount.errors import FsError
+from lakefuse.mount.nowait import pread_nowait
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,11 @@ class Handle:
 
     def read_fast(self, offset: int, size: int) -> bytes | None:
         """The bytes when they are in memory already (never blocks), else None."""
+        return None
+
+    def read_nowait(self, offset: int, size: int) -> bytes | bytearray | None:
+        """The bytes when a local file's page cache holds them all (never blocks), else
+        None: the read then goes to a worker thread (:meth:`read`)."""
         return None
 
     def read(self, offset: int, size: int) -> bytes:
@@ -100,7 +107,7 @@ class ObjectHandle(Handle):
         self.repo_name = repo_name
 
     def _written(self) -> bool:
-        return self.spool is not None and self.spool.get(self.node.ino) is not None
+        return self.spool is not None and self.spool.peek(self.node.ino) is not None
 
     def _spooled_read(self, offset: int, size: int) -> bytes | None:
         if self.spool is None:
@@ -164,6 +171,25 @@ class LocalObjectHandle(ObjectHandle):
         if self._written():
             return None  # another handle is writing it: no read-ahead buffer is current
         return self._from_memory(offset, size)
+
+    def read_nowait(self, offset: int, size: int) -> bytes | bytearray | None:
+        if self.spool is not None:
+            sf = self.spool.peek(self.node.ino)
+            if sf is not None and (sf.loaded or sf.saved is not None):
+                return sf.read_nowait(offset, size)  # another handle is writing it (as _spooled_read)
+        if offset >= self.size or self.reader is None:
+            return b""
+        fileno = getattr(self.reader, "fileno", None)
+        fd = fileno() if fileno is not None else -1
+        if fd < 0:
+            return None
+        n = min(size, self.size - offset)
+        data = pread_nowait(fd, offset, n)  # never past the size the entry says: a short read is "not cached"
+        if data is not None:
+            self.next_off = max(self.next_off, offset + n)
+            self.stats.add("bytes_read", n)
+            self.stats.add("bytes_from_store", n)
+        return data
 
     def _from_memory(self, offset: int, size: int) -> bytes | None:
         if self.content is not None:
@@ -229,6 +255,9 @@ class SpoolHandle(Handle):
         self.sf = sf
         self.writable = writable
         self.spool = spool
+
+    def read_nowait(self, offset: int, size: int) -> bytes | bytearray | None:
+        return self.sf.read_nowait(offset, size)
 
     def read(self, offset: int, size: int) -> bytes:
         return self.sf.read(offset, size)

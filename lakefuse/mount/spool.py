@@ -69,6 +69,7 @@ from pathlib import Path
 from graveler.errors import Conflict, GravelerError, InvalidArgument, NotFound
 from graveler.model import Entry
 from graveler.objects import PosixAttrs
+from lakefuse.mount.nowait import pread_nowait
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +257,21 @@ class SpoolFile:
             if self.loaded:
                 return os.pread(self._fd, length, offset)
             return self.spool.repo.read_entry(self.base, offset, length)
+
+    def read_nowait(self, offset: int, length: int) -> bytearray | bytes | None:
+        """:meth:`read` when it cannot block (on the trio thread): the bytes from the page
+        cache, else None -- the lock is held (a flush may be uploading), the content is not
+        copied in yet, or not all of it is cached (:func:`lakefuse.mount.nowait.pread_nowait`)."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            if offset >= self.size or length <= 0:
+                return b""
+            if not self.loaded or self._fd is None:
+                return None
+            return pread_nowait(self._fd, offset, min(length, self.size - offset))
+        finally:
+            self.lock.release()
 
     def write(self, offset: int, data: bytes) -> int:
         with self.lock:
@@ -475,6 +491,11 @@ class Spool:
     def get(self, ino: int) -> SpoolFile | None:
         with self._lock:
             return self._files.get(ino)
+
+    def peek(self, ino: int) -> SpoolFile | None:
+        """:meth:`get` without the lock, for the trio thread: :meth:`open` holds the lock while
+        it makes a spool file on disk. (One dict lookup: atomic in CPython.)"""
+        return self._files.get(ino)
 
     def open(self, ino: int, branch: str, key: bytes, base: Entry | None, attrs: PosixAttrs,
              new: bool = False) -> SpoolFile:

@@ -10,7 +10,9 @@ from collections import Counter
 class Stats:
     """Thread-safe counters: FUSE requests by type, errors by errno name, named
     counts (lookups, bytes read from the store, opens served by FUSE passthrough or by
-    the daemon...) and named states (``passthrough``: on, or why not)."""
+    the daemon, reads answered on the trio thread from the page cache (``reads_inline``)
+    or in a worker thread (``reads_thread``)...) and named states (``passthrough``: on, or
+    why not; ``inline_reads``: on or off)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

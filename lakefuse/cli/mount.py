@@ -14,12 +14,12 @@ answers (or fails with the reason). With ``-f`` this process is the daemon
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
 
+from graveler.config import KV_ENV
 from graveler.errors import GravelerError, InvalidArgument
 from lakefuse.cli import mount_dump
 from lakefuse.cli.common import add_kv_option, add_store_options, store_config
@@ -184,26 +184,6 @@ def _graveler(args):
                                              cache=cache, store=store_config(args)))
 
 
-@contextlib.contextmanager
-def _kv_in_environment(url: str | None):
-    """``$LAKEFUSE_KV`` set to ``url`` while the daemon is started: the daemon inherits it, so a
-    URL with a password never appears in its command line (``ps``)."""
-    from graveler.config import KV_ENV
-
-    if url is None:
-        yield
-        return
-    old = os.environ.get(KV_ENV)
-    os.environ[KV_ENV] = url
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(KV_ENV, None)
-        else:
-            os.environ[KV_ENV] = old
-
-
 def _sources(args) -> None:
     """``lakefs://REPO MOUNTPOINT``, or ``--refs-dump URL MOUNTPOINT`` (InvalidArgument otherwise)."""
     if args.refs_dump is not None:
@@ -246,8 +226,9 @@ def cmd_mount(args) -> int:
         for o in args.options:
             argv += ["-o", o]
         try:
-            with _kv_in_environment(getattr(args, "kv", None)):
-                pid = daemon.start_daemon(argv, log_path, args.ready_timeout)
+            # a KV URL goes to the daemon in its environment: a password never shows in its command line (ps)
+            kv = getattr(args, "kv", None)
+            pid = daemon.start_daemon(argv, log_path, args.ready_timeout, env={KV_ENV: kv} if kv else None)
         except daemon.MountError as e:
             print(f"lakefuse: {e}", file=sys.stderr)
             status = getattr(e, "exit_status", None)

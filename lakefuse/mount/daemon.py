@@ -254,10 +254,11 @@ async def _announce_ready(mountpoint: str, read_ahead_kb: int = 0) -> None:
 # ---------------------------------------------------------------------- daemonizing
 
 
-def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0) -> int:
+def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> int:
     """Run ``argv`` (a ``lakefuse mount ... -f`` command line) as a daemon in a new
     session and wait for its ``READY=1``. Returns its pid; MountError with the
-    daemon's reason if it exits or stays silent."""
+    daemon's reason if it exits or stays silent. ``env``: variables the daemon gets on top
+    of this process's environment (e.g. a KV URL kept out of its command line)."""
     tmp = tempfile.mkdtemp(prefix="lakefuse-notify-")
     sock_path = os.path.join(tmp, "notify")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -268,7 +269,7 @@ def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0) -> int:
         with open(log_path, "ab") as logf:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd="/", start_new_session=True,
-                env={**os.environ, "NOTIFY_SOCKET": sock_path}, close_fds=True,
+                env={**os.environ, **(env or {}), "NOTIFY_SOCKET": sock_path}, close_fds=True,
             )
         status = ""
         deadline = time.monotonic() + timeout

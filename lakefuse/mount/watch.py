@@ -53,18 +53,14 @@ class StampWatch:
         n = 0
         for tree in self.fs.branch_trees():
             try:
-                s = tree.view.change_stamp()
+                s = tree.repin()  # one stamp read; the view is read again only if the stamp moved
             except GravelerError:
-                continue  # the KV is down: the requests themselves answer EIO
+                continue  # the KV is down (the requests themselves answer EIO), or the branch is gone
             with tree.lock:
                 if s == tree.watched:
                     continue
                 tree.watched = s
             self.dropped += 1
-            try:
-                tree.repin()
-            except GravelerError:
-                continue
             for node in self.fs.inodes.of_tree(tree.key):
                 if node.kind not in (Kind.FILE, Kind.DIR):
                     continue

@@ -14,16 +14,14 @@ import pytest
 
 from lakefuse.mount.fs import Filesystem, FsConfig
 from lakefuse.mount.inodes import ROOT_INO
-from lakefuse.mount.spool import Spool, SpoolConfig
-from lakefuse.mount.writes import Caller, WritableFilesystem
+from lakefuse.mount.writes import Caller
 from tests.graveler_testutil import make_repo
+from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, writable_core
 from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
 
 ME = Caller(uid=1000, gid=100)
 
 
-# the branch-tree counts follow staging, commit and rename on both persistent KV backends
-PERSISTENT_KVS = pytest.mark.parametrize("kv_backend", ["lmdb", "postgres"], indirect=True)
 
 
 @pytest.fixture
@@ -46,18 +44,9 @@ def repo(tmp_path, request):
 
 @pytest.fixture
 def fs(repo, tmp_path):
-    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
-    f = WritableFilesystem(repo, FsConfig(uid=1000, gid=100, readdir_page=2), spool=sp)
-    yield f
-    sp.close()
+    with writable_core(repo, tmp_path / "cache", readdir_page=2) as f:
+        yield f
 
-
-def ino_of(fs, path: str) -> int:
-    ino = ROOT_INO
-    for part in path.strip("/").split("/"):
-        if part:
-            ino = fs.lookup(ino, part.encode()).ino
-    return ino
 
 
 def nlink(fs, path: str) -> int:

@@ -14,12 +14,10 @@ import threading
 
 import pytest
 
-from lakefuse.mount.fs import FsConfig
-from lakefuse.mount.inodes import ROOT_INO
 from lakefuse.mount.nowait import pread_nowait
-from lakefuse.mount.spool import Spool, SpoolConfig
-from lakefuse.mount.writes import Caller, WritableFilesystem
+from lakefuse.mount.writes import Caller
 from tests.graveler_testutil import make_repo
+from tests.mount_core_testutil import ino_of, writable_core
 from tests.mount_testutil import MountProc, is_mounted, needs_fuse
 
 BIG = random.Random(23).randbytes(3 * 1024 * 1024 + 321)  # over small_file_bytes: not read whole at open
@@ -39,17 +37,9 @@ def repo(tmp_path):
 
 @pytest.fixture
 def fs(repo, tmp_path):
-    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
-    f = WritableFilesystem(repo, FsConfig(uid=1000, gid=100), spool=sp)
-    yield f
-    sp.close()
+    with writable_core(repo, tmp_path / "cache") as f:
+        yield f
 
-
-def ino_of(fs, path: str) -> int:
-    ino = ROOT_INO
-    for part in path.strip("/").split("/"):
-        ino = fs.lookup(ino, part.encode()).ino
-    return ino
 
 
 def drop_pages(fd: int) -> None:

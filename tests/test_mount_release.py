@@ -15,12 +15,11 @@ import threading
 import pytest
 import trio
 
-from lakefuse.mount.fs import FsConfig
 from lakefuse.mount.fuse import Operations
 from lakefuse.mount.inodes import ROOT_INO
-from lakefuse.mount.spool import Spool, SpoolConfig
-from lakefuse.mount.writes import Caller, WritableFilesystem
+from lakefuse.mount.writes import Caller
 from tests.graveler_testutil import make_repo
+from tests.mount_core_testutil import writable_core
 
 ME = Caller(uid=1000, gid=100)
 HOLD = 10.0  # seconds the slow store call waits at most (the old inline release waited all of it)
@@ -37,10 +36,8 @@ def repo(tmp_path):
 
 @pytest.fixture
 def fs(repo, tmp_path):
-    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
-    f = WritableFilesystem(repo, FsConfig(uid=1000, gid=100), spool=sp)
-    yield f
-    sp.close()
+    with writable_core(repo, tmp_path / "cache") as f:
+        yield f
 
 
 def _slow(monkeypatch, repo, method: str):

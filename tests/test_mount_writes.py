@@ -11,19 +11,17 @@ import pytest
 
 from graveler.errors import InvalidArgument, NothingToCommit
 from graveler.objects import PosixAttrs
-from lakefuse.mount.errors import FsError, errno_for
+from lakefuse.mount.errors import errno_for
 from lakefuse.mount.fs import FsConfig
 from lakefuse.mount.inodes import ROOT_INO
 from lakefuse.mount.spool import Spool, SpoolConfig
 from lakefuse.mount.writes import RENAME_EXCHANGE, RENAME_NOREPLACE, Caller, SetAttr, WritableFilesystem
 from tests.graveler_testutil import make_repo
+from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, writable_core
 
 ME = Caller(uid=1000, gid=100)
 
 
-# The branch-tree tests that exercise staging, commit, rename, delete and listing run on both
-# persistent KV backends (the mount on LMDB, and on a PostgreSQL shared by many hosts).
-PERSISTENT_KVS = pytest.mark.parametrize("kv_backend", ["lmdb", "postgres"], indirect=True)
 
 
 @pytest.fixture
@@ -42,17 +40,9 @@ def repo(tmp_path, request):
 
 @pytest.fixture
 def fs(repo, tmp_path):
-    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
-    f = WritableFilesystem(repo, FsConfig(uid=1000, gid=100), spool=sp)
-    yield f
-    sp.close()
+    with writable_core(repo, tmp_path / "cache") as f:
+        yield f
 
-
-def ino_of(fs, path: str) -> int:
-    ino = ROOT_INO
-    for part in path.strip("/").split("/"):
-        ino = fs.lookup(ino, part.encode()).ino
-    return ino
 
 
 def fs_errno(fn, *args) -> int:

@@ -1,0 +1,38 @@
+"""What the kernel-less tests of the mount core share: a writable core over a spool, the
+inode of a path, and the persistent KV backends its branch-tree tests run on."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from lakefuse.mount.fs import FsConfig
+from lakefuse.mount.inodes import ROOT_INO
+from lakefuse.mount.spool import Spool, SpoolConfig
+from lakefuse.mount.writes import WritableFilesystem
+
+# the mount on LMDB, and on a PostgreSQL shared by many hosts (``kv_backend`` of tests/conftest.py)
+PERSISTENT_KVS = pytest.mark.parametrize("kv_backend", ["lmdb", "postgres"], indirect=True)
+
+
+@contextmanager
+def writable_core(repo, cache_dir: Path, **config) -> Iterator[WritableFilesystem]:
+    """A writable mount core of ``repo`` as uid 1000 / gid 100, its spool under ``cache_dir``
+    (closed after the block); ``config``: more :class:`FsConfig` fields."""
+    spool = Spool(repo, SpoolConfig(Path(cache_dir), repo.name))
+    try:
+        yield WritableFilesystem(repo, FsConfig(uid=1000, gid=100, **config), spool=spool)
+    finally:
+        spool.close()
+
+
+def ino_of(fs, path: str) -> int:
+    """The inode of ``path`` (``main/data/a.csv``; ``/`` is the root), looked up name by name."""
+    ino = ROOT_INO
+    for part in path.strip("/").split("/"):
+        if part:
+            ino = fs.lookup(ino, part.encode()).ino
+    return ino

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_read import (MiB, LakefuseMount, is_mounted, log, make_big, med, read_file,  # noqa: E402
+from mount_read import (MiB, LakefuseMount, is_mounted, log, big_file_repo, med, read_file,  # noqa: E402
                         timed, unmount)
 
 
@@ -95,21 +95,10 @@ def main() -> int:
         serve_ceiling(args.serve_ceiling, args.big_mib * MiB)
         return 0
 
-    from graveler import Graveler, GravelerConfig
-
     work = Path(args.work or tempfile.mkdtemp(prefix="lakefuse-bench-nowait-"))
     try:
         home = work / "home"
-        g = Graveler(GravelerConfig(home=home))
-        r = g.create_repository("bench", f"file://{work}/ns")
-        src = work / "big.src"
-        log(f"generating {args.big_mib} MiB in {work}")
-        make_big(src, args.big_mib)
-        entry = r.upload("main", "big.bin", str(src))
-        src.unlink()
-        r.commit("main", "big")
-        g.close()
-        obj = work / "ns" / entry.address
+        obj = big_file_repo(work, args.big_mib)
         size = args.big_mib * MiB
         mp = work / "mnt"
         runs: dict[str, list[float]] = {"inline": [], "thread": [], "direct": [], "ceiling": [],

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_read import MiB, LakefuseMount, drop_file_cache, log, make_big, med, read_file, timed  # noqa: E402
+from mount_read import MiB, LakefuseMount, drop_file_cache, log, big_file_repo, med, read_file, timed  # noqa: E402
 
 
 def main() -> int:
@@ -32,22 +32,10 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="a directory for the data (default: a temporary one, removed)")
     args = ap.parse_args()
 
-    from graveler import Graveler, GravelerConfig
-
     work = Path(args.work or tempfile.mkdtemp(prefix="lakefuse-bench-passthru-"))
     try:
         home = work / "home"
-        g = Graveler(GravelerConfig(home=home))
-        r = g.create_repository("bench", f"file://{work}/ns")
-        src = work / "big.src"
-        log(f"generating {args.big_mib} MiB in {work}")
-        make_big(src, args.big_mib)
-        entry = r.upload("main", "big.bin", str(src))
-        src.unlink()
-        r.commit("main", "big")
-        r.create_tag("v1", "main")
-        g.close()
-        obj = work / "ns" / entry.address
+        obj = big_file_repo(work, args.big_mib, tag="v1")
         size = args.big_mib * MiB
         mp = work / "mnt"
         runs: dict[str, list[float]] = {"passthrough": [], "daemon": [], "direct": []}

@@ -181,6 +181,25 @@ def make_big(path: Path, mib: int) -> None:
             left -= n
 
 
+def big_file_repo(work: Path, mib: int, tag: str | None = None) -> Path:
+    """A home ``work/home`` with repository ``bench`` on ``file://work/ns`` holding ``main/big.bin``
+    (``mib`` MiB of random bytes) committed (and tagged ``tag``); the object's file."""
+    from graveler import Graveler, GravelerConfig
+
+    g = Graveler(GravelerConfig(home=work / "home"))
+    r = g.create_repository("bench", f"file://{work}/ns")
+    src = work / "big.src"
+    log(f"generating {mib} MiB in {work}")
+    make_big(src, mib)
+    entry = r.upload("main", "big.bin", str(src))
+    src.unlink()
+    r.commit("main", "big")
+    if tag:
+        r.create_tag(tag, "main")
+    g.close()
+    return work / "ns" / entry.address
+
+
 def nested_names(n: int) -> list[str]:
     per_dir = 100
     return [f"n{(i // per_dir) // 10:02d}/m{(i // per_dir) % 10}/f{i:06d}.bin" for i in range(n)]

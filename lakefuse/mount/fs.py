@@ -46,7 +46,7 @@ from graveler import paths
 from graveler.errors import InvalidArgument, NotFound
 from graveler.model import Entry, Value
 from graveler.objects import POSIX_KEYS, PosixAttrs, user_metadata
-from lakefuse.mount import control, listing, special
+from lakefuse.mount import control, listing, special, xattrs
 from lakefuse.mount.attrs import (  # noqa: F401  (the core's vocabulary, importable from here)
     DIR_MODE,
     FILE_MODE,
@@ -505,6 +505,9 @@ class Filesystem:
     # ------------------------------------------------------------------ xattrs
 
     def _xattrs(self, ino: int) -> dict[bytes, bytes]:
+        """Every name and value the node shows: the computed ``user.lakefs.*`` ones, then
+        the user's (:mod:`lakefuse.mount.xattrs`: kept in the entry's metadata, a
+        directory's in its marker; a file being written shows its spool file's)."""
         node = self.inodes.get(ino)
         if node.kind not in (Kind.DIR, Kind.FILE, Kind.INFO_DIR) or node.tree is None:
             return {}
@@ -518,11 +521,24 @@ class Filesystem:
             if e.content_type:
                 out[XATTR_PREFIX + b"content_type"] = e.content_type.encode()
             for k, v in sorted(user_metadata(e.metadata).items()):
-                if k not in POSIX_KEYS:
+                if k not in POSIX_KEYS and not xattrs.is_key(k):
                     out[XATTR_PREFIX + b"meta." + k.encode()] = v.encode()
+            sf = self.spooled(ino) if not tree.immutable else None
+            out.update(xattrs.read(sf.user_metadata if sf is not None else e.metadata))
+        elif node.kind == Kind.DIR and node.path:
+            marker = tree.view.get(node.path + b"/")
+            if marker is not None:
+                out.update(xattrs.read(Entry.from_value(marker).metadata))
         return out
 
+    @staticmethod
+    def check_xattr_name(name: bytes) -> None:
+        """Refuse at once (never blocks) a name the mount holds no value for: a namespace
+        other than ``user`` (ENOTSUP), a name longer than 255 bytes (ERANGE)."""
+        xattrs.check_name(name, writing=False)
+
     def getxattr(self, ino: int, name: bytes) -> bytes:
+        xattrs.check_name(name, writing=False)
         v = self._xattrs(ino).get(name)
         if v is None:
             raise FsError(errno.ENODATA)
@@ -541,9 +557,16 @@ class Filesystem:
             self.stats.add("writes_refused")
             raise FsError(errno.EROFS, "read-only tree")
 
-    def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
+    def setxattr(self, ino: int, name: bytes, value: bytes, flags: int = 0) -> None:
+        """Set a ``user.*`` attribute of a branch tree's file or directory (``flags``:
+        XATTR_CREATE / XATTR_REPLACE, checked atomically here; pyfuse3 checks them with a
+        getxattr before calling and passes none)."""
         self.check_writable(ino)
-        raise FsError(errno.ENOTSUP, "extended attributes are read-only")
+        self._writer().setxattr(ino, name, value, flags)
+
+    def removexattr(self, ino: int, name: bytes) -> None:
+        self.check_writable(ino)
+        self._writer().setxattr(ino, name, None)
 
     def _writer(self):
         """The branch-tree write operations (EROFS on a read-only core)."""

@@ -20,7 +20,7 @@ import pyfuse3
 from pyfuse3 import FUSEError
 
 from graveler.errors import GravelerError
-from lakefuse.mount.attrs import XATTR_PREFIX, Attr, Caller, SetAttr
+from lakefuse.mount.attrs import Attr, Caller, SetAttr
 from lakefuse.mount.errors import FsError, LogOnce, errno_for
 from lakefuse.mount.fs import Filesystem
 from lakefuse.mount.offload import DATA, META, WRITE, Offload
@@ -266,9 +266,8 @@ class Operations(pyfuse3.Operations):
     @boundary("getxattr")
     async def getxattr(self, inode, name, ctx):
         name = bytes(name)
-        if not name.startswith(XATTR_PREFIX):
-            # e.g. security.capability, asked before every write: never held, no thread needed
-            raise FsError(errno.ENODATA)
+        # e.g. security.capability, asked before every write: refused here, no thread needed
+        self.fs.check_xattr_name(name)
         return await self._meta(self.fs.getxattr, inode, name)
 
     @boundary("listxattr")
@@ -302,11 +301,12 @@ class Operations(pyfuse3.Operations):
 
     @boundary("setxattr")
     async def setxattr(self, inode, name, value, ctx):
-        self.fs.setxattr(inode, bytes(name), bytes(value))
+        # pyfuse3 passes no flags: it checks XATTR_CREATE / XATTR_REPLACE with a getxattr first
+        await self.offload.run(DATA, self.fs.setxattr, inode, bytes(name), bytes(value))
 
     @boundary("removexattr")
     async def removexattr(self, inode, name, ctx):
-        self.fs.setxattr(inode, bytes(name), b"")
+        await self.offload.run(DATA, self.fs.removexattr, inode, bytes(name))
 
     @boundary("mknod")
     async def mknod(self, parent_inode, name, mode, rdev, ctx):

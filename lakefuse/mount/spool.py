@@ -328,6 +328,14 @@ class SpoolFile:
                 self.ctime_ns = time.time_ns()
                 self._gen += 1
 
+    def set_user_metadata(self, md: dict[str, str]) -> None:
+        """New user metadata (extended attributes), staged with the next flush."""
+        with self.lock:
+            if md != self.user_metadata:
+                self.user_metadata = md
+                self.ctime_ns = time.time_ns()
+                self._gen += 1
+
     def move(self, branch: str, key: bytes) -> None:
         """The file was renamed: its next flush stages it at ``key``."""
         with self.lock:

@@ -49,6 +49,7 @@ from graveler.model import Entry, Value
 from graveler.objects import PosixAttrs, user_metadata
 from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
+from lakefuse.mount import xattrs
 from lakefuse.mount.attrs import BRANCH_DIR_MODE, BRANCH_FILE_MODE, Attr, Caller, FsConfig, Opened, SetAttr
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.fs import Filesystem
@@ -81,6 +82,7 @@ class BranchWrites:
         self.rules = fs.rules
         self._empty: Entry | None = None
         self._empty_lock = threading.Lock()
+        self._xattr_lock = threading.Lock()  # one attribute change at a time (each rewrites an entry's metadata)
 
     # ------------------------------------------------------------------ helpers
 
@@ -554,6 +556,59 @@ class BranchWrites:
             md.update(new.to_metadata())
             self._stage(tree, [(node.path + b"/", replace(e, metadata=md, last_modified_ns=time.time_ns()).to_value())])
         return self._fresh_attr(node)
+
+    # ------------------------------------------------------------------ extended attributes
+
+    def setxattr(self, ino: int, name: bytes, value: bytes | None, flags: int = 0) -> None:
+        """Set (``value``) or remove (None) the user attribute ``name`` of a file or
+        directory: its entry (a directory's marker, made for a directory that has none) is
+        restaged with the new metadata (:mod:`lakefuse.mount.xattrs`), same object; a file
+        open for writing takes it through its spool file, like chmod."""
+        node = self._branch_node(ino, (Kind.DIR, Kind.FILE))
+        xattrs.check_name(name, writing=True)
+        if node.kind == Kind.FILE and node.attr is not None and not stat.S_ISREG(node.attr.mode):
+            raise FsError(errno.EPERM, "user.* attributes are for regular files and directories (as Linux says)")
+        if node.kind == Kind.DIR and not node.path:
+            raise FsError(errno.EPERM, "a branch's root directory has no entry to keep extended attributes in")
+        tree: Tree = node.tree
+        with self._xattr_lock:
+            if node.kind == Kind.DIR:
+                with self.fs.tree_lock(tree).shared():
+                    tree.repin()
+                    key = node.path + b"/"
+                    marker = tree.view.get(key)
+                    if marker is not None:
+                        e = Entry.from_value(marker)
+                        md = xattrs.changed(e.metadata, name, value, flags)
+                    else:  # a directory that exists through its keys only: it gets a marker
+                        if value is None or flags & xattrs.XATTR_REPLACE:
+                            raise FsError(errno.ENODATA, f"no attribute {name!r}")
+                        cur = self.rules.tree_dir_attr(tree, node.path, None)
+                        e = self.empty_entry()
+                        md = xattrs.changed(PosixAttrs(mode=cur.mode, uid=cur.uid, gid=cur.gid,
+                                                       mtime_ns=cur.mtime_ns).to_metadata(), name, value, flags)
+                    self._stage(tree, [(key, replace(e, metadata=md, last_modified_ns=time.time_ns()).to_value())])
+                node.stamp = -1
+                return
+            sf = self.spool.hold(ino) if self.spool is not None else None
+            if sf is not None:
+                try:
+                    with sf.lock:
+                        sf.set_user_metadata(xattrs.changed(sf.user_metadata, name, value, flags))
+                    if not sf.loaded or sf.handles == 1:
+                        sf.flush()  # nothing else will save it soon
+                finally:
+                    self.spool.release(ino)
+                return
+            with self.fs.tree_lock(tree).shared():
+                node = self.fs.revalidate(node)
+                e = Entry.from_value(node.value)
+                md = xattrs.changed(e.metadata, name, value, flags)
+                if PosixAttrs.from_metadata(e.metadata).mtime_ns is None:
+                    # the entry's last_modified becomes the ctime: keep the mtime
+                    md.update(PosixAttrs(mtime_ns=e.last_modified_ns).to_metadata())
+                self._stage(tree, [(node.path, replace(e, metadata=md, last_modified_ns=time.time_ns()).to_value())])
+            node.stamp = -1
 
     # ------------------------------------------------------------------ the rest
 

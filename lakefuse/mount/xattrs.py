@@ -1,0 +1,130 @@
+"""Extended attributes: which names the mount takes, and how they are kept in entry metadata.
+
+The mount shows two kinds of names (``docs/SEMANTICS.md``, "Extended attributes"):
+
+* ``user.lakefs.*`` -- computed from the entry and its tree (commit, etag, ...):
+  reserved, never stored; setting or removing one is ``EPERM``;
+* every other ``user.*`` name -- the user's own, set with ``setxattr`` on a branch
+  tree's file or directory, kept in the metadata of the entry that carries the
+  file (a directory's: its marker ``<dir>/``), so it is committed with the entry
+  and shown (read-only) on every commit and tag tree that holds it.
+
+Storage, one metadata key per attribute (metadata is ``str -> str``, names and
+values are bytes):
+
+* key: :data:`KEY_PREFIX` (``lakefuse-xattr-``) + the whole name, percent-encoded
+  (:func:`urllib.parse.quote` with no safe characters: ``A-Z a-z 0-9 _ . - ~`` stay
+  as they are, every other byte is ``%XX``): ``user.comment`` is kept as
+  ``lakefuse-xattr-user.comment``, ``user.a b`` as ``lakefuse-xattr-user.a%20b``;
+* value: ``t:`` + the value itself when it is UTF-8 text without NUL, else ``b:`` +
+  its standard base64 (with padding). Any bytes round-trip; a key written by other
+  means without either prefix reads as its UTF-8 bytes.
+
+The prefix is not ``lakefuse-posix-``: chmod, chown, utimens and content saves
+rewrite those keys and keep every other key as it is, so attributes survive them.
+
+Limits (ext4's where it has one): a name of 1 to 255 bytes (``ERANGE``; the kernel
+checks this too), a value up to 64 KiB (``E2BIG``; the kernel too), and per entry at
+most :data:`TOTAL_MAX` bytes of names and values and :data:`LIST_MAX` bytes of names
+(``ENOSPC``, as ext4 answers when an inode's attribute space is full), so a
+``listxattr`` with the computed names stays under the kernel's 64 KiB list limit.
+Only the ``user`` namespace is kept: ``security.*``, ``trusted.*``, ``system.*``
+and any other are ``ENOTSUP``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import errno
+from urllib.parse import quote_from_bytes, unquote_to_bytes
+
+from lakefuse.mount.attrs import XATTR_PREFIX
+from lakefuse.mount.errors import FsError
+
+USER = b"user."
+KEY_PREFIX = "lakefuse-xattr-"
+NAME_MAX = 255  # XATTR_NAME_MAX
+VALUE_MAX = 65536  # XATTR_SIZE_MAX
+TOTAL_MAX = 256 * 1024  # names + values of one entry
+LIST_MAX = 32 * 1024  # names (each with its NUL) of one entry: the computed names fit beside them in 64 KiB
+
+XATTR_CREATE = 1
+XATTR_REPLACE = 2
+
+
+def check_name(name: bytes, writing: bool) -> None:
+    """Refuse a name the mount does not keep (FsError with the errno Linux gives)."""
+    if not name or len(name) > NAME_MAX:
+        raise FsError(errno.ERANGE, f"an attribute name has 1 to {NAME_MAX} bytes, not {len(name)}")
+    if not name.startswith(USER):
+        raise FsError(errno.ENOTSUP, "only user.* extended attributes are kept")
+    if writing and name.startswith(XATTR_PREFIX):
+        raise FsError(errno.EPERM, f"{XATTR_PREFIX.decode()}* attributes are the mount's, read-only")
+
+
+def is_key(key: str) -> bool:
+    return key.startswith(KEY_PREFIX)
+
+
+def encode_value(value: bytes) -> str:
+    if b"\0" not in value:
+        try:
+            return "t:" + value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return "b:" + base64.b64encode(value).decode("ascii")
+
+
+def decode_value(text: str) -> bytes:
+    if text.startswith("t:"):
+        return text[2:].encode("utf-8")
+    if text.startswith("b:"):
+        try:
+            return base64.b64decode(text[2:], validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    return text.encode("utf-8")
+
+
+def key_of(name: bytes) -> str:
+    return KEY_PREFIX + quote_from_bytes(name, safe="")
+
+
+def read(metadata: dict[str, str]) -> dict[bytes, bytes]:
+    """The user's attributes kept in ``metadata``, by name (sorted)."""
+    out = {}
+    for k in sorted(metadata):
+        if is_key(k):
+            name = unquote_to_bytes(k[len(KEY_PREFIX):])
+            if name.startswith(USER) and not name.startswith(XATTR_PREFIX) and 0 < len(name) <= NAME_MAX:
+                out[name] = decode_value(metadata[k])
+    return out
+
+
+def changed(metadata: dict[str, str], name: bytes, value: bytes | None, flags: int = 0) -> dict[str, str]:
+    """``metadata`` with attribute ``name`` set to ``value`` (removed when None), as
+    ``setxattr``/``removexattr`` would change it; the name is checked already."""
+    if value is not None and len(value) > VALUE_MAX:
+        raise FsError(errno.E2BIG, f"an attribute value has at most {VALUE_MAX} bytes, not {len(value)}")
+    key = key_of(name)
+    have = key in metadata
+    if value is None or flags & XATTR_REPLACE:
+        if not have:
+            raise FsError(errno.ENODATA, f"no attribute {name!r}")
+    elif flags & XATTR_CREATE and have:
+        raise FsError(errno.EEXIST, f"attribute {name!r} exists")
+    md = dict(metadata)
+    if value is None:
+        del md[key]
+        return md
+    md[key] = encode_value(value)
+    cur = read(md)
+    if sum(len(n) + 1 for n in cur) > LIST_MAX or sum(len(n) + len(v) for n, v in cur.items()) > TOTAL_MAX:
+        raise FsError(errno.ENOSPC, f"no room for more extended attributes on this entry "
+                                    f"({LIST_MAX} bytes of names, {TOTAL_MAX} of names and values)")
+    return md
+
+
+__all__ = ["KEY_PREFIX", "NAME_MAX", "VALUE_MAX", "TOTAL_MAX", "LIST_MAX", "XATTR_CREATE", "XATTR_REPLACE",
+           "changed", "check_name", "decode_value", "encode_value", "is_key", "key_of", "read"]

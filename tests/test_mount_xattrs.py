@@ -1,0 +1,304 @@
+"""Extended attributes through a real FUSE mount: the user's ``user.*`` names on branch
+trees (kept in entry metadata, committed), the mount's ``user.lakefs.*`` names, and the
+errno of every refusal (docs/SEMANTICS.md, "Extended attributes")."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from graveler.config import GravelerConfig
+from graveler.home import Graveler
+from lakefuse.mount import xattrs
+from lakefuse.mount.errors import FsError
+from lakefuse.mount.writes import Caller
+from tests.graveler_testutil import make_repo
+from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, writable_core
+from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
+
+REPO = "xattrs"
+ALL_BYTES = bytes(range(256)) + b"\x00\xff\x00"  # NUL, 0xff, invalid UTF-8
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.getxattr.restype = _libc.listxattr.restype = ctypes.c_ssize_t
+_libc.getxattr.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+_libc.listxattr.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+
+
+def raw_getxattr(path: Path, name: str, size: int) -> tuple[int, bytes]:
+    """getxattr(2) with a buffer of ``size`` bytes: (result or -errno, the bytes returned)."""
+    buf = ctypes.create_string_buffer(max(size, 1))
+    n = _libc.getxattr(os.fsencode(path), name.encode(), buf if size else None, size)
+    return (n, buf.raw[:n] if n > 0 and size else b"") if n >= 0 else (-ctypes.get_errno(), b"")
+
+
+def raw_listxattr(path: Path, size: int) -> int:
+    buf = ctypes.create_string_buffer(max(size, 1))
+    n = _libc.listxattr(os.fsencode(path), buf if size else None, size)
+    return n if n >= 0 else -ctypes.get_errno()
+
+
+def cli(home, *args):
+    r = subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def err(fn, *args, **kw) -> int:
+    with pytest.raises(OSError) as ei:
+        fn(*args, **kw)
+    return ei.value.errno
+
+
+def user_xattrs(path: Path, follow: bool = True) -> dict[str, bytes]:
+    return {n: os.getxattr(path, n, follow_symlinks=follow)
+            for n in os.listxattr(path, follow_symlinks=follow) if not n.startswith("user.lakefs.")}
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    h = tmp_path_factory.mktemp("xhome")
+    src = tmp_path_factory.mktemp("xsrc")
+    (src / "implicit" / "deeper").mkdir(parents=True)
+    (src / "implicit" / "deeper" / "f.txt").write_bytes(b"uploaded\n")
+    cli(h, "repo", "create", f"lakefs://{REPO}")
+    cli(h, "fs", "upload", "--recursive", "-s", str(src), f"lakefs://{REPO}/main/up")
+    cli(h, "commit", f"lakefs://{REPO}/main", "-m", "base")
+    return h
+
+
+@pytest.fixture(scope="module")
+def mnt(home, tmp_path_factory):
+    mp = tmp_path_factory.mktemp("xmnt")
+    m = MountProc(home, REPO, mp, "--branch-timeout", "0.2").start()
+    yield mp
+    m.stop()
+    assert "Traceback" not in m.log(), m.log()
+
+
+@needs_fuse
+def test_user_xattrs_on_branch_files_and_directories(mnt, home):
+    b = mnt / "main"
+    f = b / "f.bin"
+    f.write_bytes(b"content")
+    os.setxattr(f, "user.bytes", ALL_BYTES)
+    os.setxattr(f, "user.text", "héllo wörld".encode())
+    os.setxattr(f, "user.empty", b"")
+    os.setxattr(f, b"user.odd name %41\xff", b"v")  # not UTF-8
+    assert user_xattrs(f) == {"user.bytes": ALL_BYTES, "user.text": "héllo wörld".encode(), "user.empty": b"",
+                              "user.odd name %41\udcff": b"v"}
+    # beside the mount's own names, which stay
+    names = os.listxattr(f)
+    assert {"user.lakefs.commit", "user.lakefs.etag", "user.lakefs.physical_address"} <= set(names)
+    os.setxattr(f, "user.text", b"replaced")  # set over an existing name
+    assert os.getxattr(f, "user.text") == b"replaced"
+    os.removexattr(f, "user.empty")
+    assert "user.empty" not in os.listxattr(f)
+
+    # kept in the entry's metadata, under lakefuse-xattr-<name> (t: text, b: base64)
+    e = Graveler(GravelerConfig.from_home(home)).repository(REPO).get("main", "f.bin")
+    assert e.metadata["lakefuse-xattr-user.text"] == "t:replaced"
+    assert xattrs.decode_value(e.metadata["lakefuse-xattr-user.bytes"]) == ALL_BYTES
+    assert e.metadata["lakefuse-xattr-user.bytes"].startswith("b:")
+    assert e.metadata["lakefuse-xattr-user.odd%20name%20%2541%FF"] == "t:v"
+
+    # they survive chmod, utime, a rewrite of the content and a rename
+    os.chmod(f, 0o600)
+    os.utime(f, (1_000_000, 2_000_000))
+    with open(f, "r+b") as w:
+        w.write(b"CONTENT and more")
+    os.rename(f, b / "g.bin")
+    g = b / "g.bin"
+    assert g.read_bytes() == b"CONTENT and more"
+    assert user_xattrs(g)["user.bytes"] == ALL_BYTES and os.stat(g).st_mtime != 2_000_000
+
+    # a directory made with mkdir keeps them in its marker; one that exists only through
+    # the keys under it gets a marker (its stat unchanged)
+    d = b / "made"
+    d.mkdir()
+    os.setxattr(d, "user.dir", b"\x00d\xff")
+    assert user_xattrs(d) == {"user.dir": b"\x00d\xff"}
+    imp = b / "up" / "implicit"
+    before = os.stat(imp)
+    os.setxattr(imp, "user.imp", b"1")
+    after = os.stat(imp)
+    assert (after.st_mode, after.st_uid, after.st_gid, after.st_mtime_ns) == (
+        before.st_mode, before.st_uid, before.st_gid, before.st_mtime_ns)
+    assert os.listdir(imp) == ["deeper"]
+    assert user_xattrs(imp) == {"user.imp": b"1"}
+    os.removexattr(imp, "user.imp")
+    assert user_xattrs(imp) == {}
+
+    # a file open for writing takes them through its spool file; its close saves both
+    with open(b / "open.txt", "wb") as w:
+        w.write(b"being written")
+        w.flush()
+        os.setxattr(b / "open.txt", "user.while", b"open")
+        assert os.getxattr(b / "open.txt", "user.while") == b"open"
+        w.write(b", still")
+    assert (b / "open.txt").read_bytes() == b"being written, still"
+    assert user_xattrs(b / "open.txt") == {"user.while": b"open"}
+
+
+@needs_fuse
+def test_xattr_errnos(mnt):
+    b = mnt / "main"
+    f = b / "e.txt"
+    f.write_bytes(b"e")
+    os.setxattr(f, "user.have", b"12345")
+    assert err(os.getxattr, f, "user.missing") == errno.ENODATA
+    assert err(os.removexattr, f, "user.missing") == errno.ENODATA
+    assert err(os.setxattr, f, "user.have", b"x", os.XATTR_CREATE) == errno.EEXIST
+    assert err(os.setxattr, f, "user.missing", b"x", os.XATTR_REPLACE) == errno.ENODATA
+    os.setxattr(f, "user.new", b"x", os.XATTR_CREATE)
+    os.setxattr(f, "user.new", b"y", os.XATTR_REPLACE)
+    assert os.getxattr(f, "user.new") == b"y"
+    # names of 255 bytes at most, values of 64 KiB at most (ext4's limits)
+    longest = "user." + "n" * 250
+    os.setxattr(f, longest, b"1")
+    assert os.getxattr(f, longest) == b"1"
+    assert err(os.setxattr, f, longest + "n", b"1") == errno.ERANGE
+    assert err(os.getxattr, f, longest + "n") == errno.ERANGE
+    os.setxattr(f, "user.big", b"\xff" * 65536)
+    assert os.getxattr(f, "user.big") == b"\xff" * 65536
+    assert err(os.setxattr, f, "user.big", b"\xff" * 65537) == errno.E2BIG
+    assert os.getxattr(f, "user.big") == b"\xff" * 65536  # the refused value changed nothing
+    # per entry, 256 KiB of names and values: ENOSPC past it, as a full ext4 inode
+    os.setxattr(f, "user.big2", b"2" * 65536)
+    os.setxattr(f, "user.big3", b"3" * 65536)
+    assert err(os.setxattr, f, "user.big4", b"4" * 65536) == errno.ENOSPC
+    for n in ("user.big", "user.big2", "user.big3", longest):
+        os.removexattr(f, n)
+    # a size query gives the length, a buffer too small ERANGE (getxattr and listxattr)
+    assert raw_getxattr(f, "user.have", 0) == (5, b"")
+    assert raw_getxattr(f, "user.have", 4) == (-errno.ERANGE, b"")
+    assert raw_getxattr(f, "user.have", 5) == (5, b"12345")
+    size = raw_listxattr(f, 0)
+    assert size == len(b"\0".join(n.encode() for n in os.listxattr(f)) + b"\0")
+    assert raw_listxattr(f, size - 1) == -errno.ERANGE
+    assert raw_listxattr(f, size) == size
+    # other namespaces are not kept: security, trusted, system (POSIX ACLs too: the kernel
+    # passes system.posix_acl_* to a daemon without ACL support, which refuses them)
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, 0xFFFFFFFF)
+                                          for tag, perm in ((0x01, 6), (0x04, 4), (0x20, 4)))  # a valid u::rw,g::r,o::r
+    for name in ("security.x", "trusted.x", "system.posix_acl_access", "system.x"):
+        assert err(os.getxattr, f, name) == errno.ENOTSUP, name
+        assert err(os.setxattr, f, name, acl) == errno.ENOTSUP, name
+        assert err(os.removexattr, f, name) == errno.ENOTSUP, name
+    assert err(os.getxattr, f, "security.capability") == errno.ENOTSUP  # asked by the kernel before writes
+    before = json.loads((mnt / ".lakefuse" / "stats").read_text())["requests"].get("setxattr", 0)
+    assert err(os.setxattr, f, "system.posix_acl_access", acl) == errno.ENOTSUP
+    after = json.loads((mnt / ".lakefuse" / "stats").read_text())["requests"].get("setxattr", 0)
+    assert after == before + 1  # the kernel passed it on: the daemon's answer
+    assert err(os.setxattr, b / "up", "system.posix_acl_default", acl) == errno.ENOTSUP
+    # the mount's names are read-only
+    for name in ("user.lakefs.etag", "user.lakefs.commit", "user.lakefs.new"):
+        assert err(os.setxattr, f, name, b"x") == errno.EPERM, name
+        assert err(os.removexattr, f, name) == errno.EPERM, name
+    assert os.getxattr(f, "user.lakefs.etag") != b"x"
+    # what has no entry to keep them: a branch's root, the mount root, .lakefuse
+    assert err(os.setxattr, b, "user.x", b"1") == errno.EPERM
+    assert err(os.setxattr, mnt, "user.x", b"1") == errno.EPERM
+    assert err(os.setxattr, b / ".lakefuse", "user.x", b"1") == errno.EPERM
+    # symlinks: Linux takes user.* attributes on regular files and directories only
+    os.symlink("e.txt", b / "link")
+    assert err(os.setxattr, b / "link", "user.x", b"1", follow_symlinks=False) == errno.EPERM
+    assert err(os.getxattr, b / "link", "user.x", follow_symlinks=False) == errno.ENODATA
+    assert "user.lakefs.commit" in os.listxattr(b / "link", follow_symlinks=False)
+    os.setxattr(b / "link", "user.through", b"1")  # follows the link to e.txt
+    assert os.getxattr(f, "user.through") == b"1"
+    assert user_xattrs(f) == {"user.have": b"12345", "user.new": b"y", "user.through": b"1"}
+
+
+@needs_fuse
+def test_xattrs_are_committed_and_read_only_on_commit_and_tag_trees(mnt, home):
+    b = mnt / "main"
+    (b / "c").mkdir()
+    f = b / "c" / "kept.bin"
+    f.write_bytes(b"kept")
+    os.setxattr(f, "user.k", ALL_BYTES)
+    os.setxattr(b / "c", "user.dir", b"d\x00")
+    r = subprocess.run(["bash", "-c", f"echo 'with xattrs' > {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    commit = json.loads((b / ".lakefuse" / "commit").read_text())["commit"]["id"]
+    cli(home, "tag", "create", f"lakefs://{REPO}/xt1", f"lakefs://{REPO}/{commit}")
+    os.setxattr(f, "user.k", b"changed on the branch after the commit")
+    for root in (mnt / commit, mnt / "xt1"):
+        cf = root / "c" / "kept.bin"
+        assert user_xattrs(cf) == {"user.k": ALL_BYTES}
+        assert user_xattrs(root / "c") == {"user.dir": b"d\x00"}
+        names = os.listxattr(cf)
+        assert {"user.lakefs.commit", "user.lakefs.etag", "user.k"} <= set(names)
+        assert os.getxattr(cf, "user.lakefs.commit") == commit.encode()
+        for call in (lambda: os.setxattr(cf, "user.k", b"x"), lambda: os.setxattr(cf, "user.n", b"x"),
+                     lambda: os.removexattr(cf, "user.k"), lambda: os.setxattr(root / "c", "user.n", b"x"),
+                     lambda: os.setxattr(cf, "user.lakefs.etag", b"x")):
+            assert err(call) == errno.EROFS
+        assert user_xattrs(cf) == {"user.k": ALL_BYTES}
+    assert os.getxattr(f, "user.k") == b"changed on the branch after the commit"
+
+
+def _fs_err(fn, *args) -> int:
+    with pytest.raises(FsError) as ei:
+        fn(*args)
+    return ei.value.errno
+
+
+@PERSISTENT_KVS
+def test_xattr_flags_and_refusals_in_the_core(kv_backend, tmp_path):
+    """Without a kernel: XATTR_CREATE / XATTR_REPLACE are checked by the core in the same
+    change (pyfuse3 checks them with a getxattr before calling), and every refusal the
+    kernel may make first is the core's own too."""
+    repo = make_repo(tmp_path, "xcore")
+    try:
+        with writable_core(repo, tmp_path / "cache") as fs:
+            main = ino_of(fs, "main")
+            o, attr = fs.create(main, b"f", 0o644, os.O_WRONLY, Caller(uid=1000, gid=100))
+            fs.release(o.fh)
+            ino = attr.ino
+            fs.setxattr(ino, b"user.a", b"1", xattrs.XATTR_CREATE)
+            assert _fs_err(fs.setxattr, ino, b"user.a", b"2", xattrs.XATTR_CREATE) == errno.EEXIST
+            assert _fs_err(fs.setxattr, ino, b"user.b", b"2", xattrs.XATTR_REPLACE) == errno.ENODATA
+            fs.setxattr(ino, b"user.a", b"3", xattrs.XATTR_REPLACE)
+            assert fs.getxattr(ino, b"user.a") == b"3"
+            assert _fs_err(fs.setxattr, ino, b"user." + b"n" * 251, b"") == errno.ERANGE
+            assert _fs_err(fs.setxattr, ino, b"", b"") == errno.ERANGE
+            assert _fs_err(fs.setxattr, ino, b"user.v", b"v" * 65537) == errno.E2BIG
+            assert _fs_err(fs.setxattr, ino, b"trusted.a", b"v") == errno.ENOTSUP
+            assert _fs_err(fs.getxattr, ino, b"security.a") == errno.ENOTSUP
+            assert _fs_err(fs.setxattr, ino, b"user.lakefs.etag", b"v") == errno.EPERM
+            assert _fs_err(fs.removexattr, ino, b"user.lakefs.etag") == errno.EPERM
+            assert _fs_err(fs.removexattr, ino, b"user.b") == errno.ENODATA
+            link = fs.symlink(main, b"l", b"f", Caller(uid=1000, gid=100))
+            assert _fs_err(fs.setxattr, link.ino, b"user.a", b"1") == errno.EPERM
+            assert _fs_err(fs.setxattr, main, b"user.a", b"1") == errno.EPERM
+            # a directory without a marker has nothing to remove
+            repo.upload("main", "imp/x", b"x")
+            assert _fs_err(fs.removexattr, ino_of(fs, "main/imp"), b"user.a") == errno.ENODATA
+            assert repo.get("main", "f").metadata["lakefuse-xattr-user.a"] == "t:3"
+    finally:
+        repo.close()
+
+
+def test_xattr_value_encoding_round_trips_any_bytes():
+    for v in (b"", b"text", "ünï".encode(), b"\x00", b"\xff\xfe", bytes(range(256)), b"t:x", b"b:AA=="):
+        enc = xattrs.encode_value(v)
+        assert xattrs.decode_value(enc) == v
+        assert enc.startswith("t:" if b"\0" not in v and _utf8(v) else "b:")
+    assert xattrs.read({"lakefuse-xattr-user.raw": "no prefix", "lakefuse-xattr-user.lakefs.etag": "t:x",
+                        "other": "t:y"}) == {b"user.raw": b"no prefix"}
+
+
+def _utf8(v: bytes) -> bool:
+    try:
+        v.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False

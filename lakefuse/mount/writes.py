@@ -29,7 +29,8 @@ How each change reaches graveler:
   its branch tree's lock exclusively, so no reader of the mount sees half of it;
   an intent record in the spool lets the next mount finish one a crash cut short.
 * ``chmod`` / ``chown`` / ``utimens`` restage the entry (or the directory's
-  marker) with new ``lakefuse-posix-*`` metadata, same object.
+  marker) with new ``lakefuse-posix-*`` metadata, same object; ``setxattr`` /
+  ``removexattr`` likewise with ``lakefuse-xattr-*`` keys (:mod:`lakefuse.mount.xattrs`).
 """
 
 from __future__ import annotations

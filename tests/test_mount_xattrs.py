@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from graveler.config import GravelerConfig
+from graveler.errors import NotFound
 from graveler.home import Graveler
 from lakefuse.mount import xattrs
 from lakefuse.mount.errors import FsError
@@ -124,6 +125,11 @@ def test_user_xattrs_on_branch_files_and_directories(mnt, home):
     d = b / "made"
     d.mkdir()
     os.setxattr(d, "user.dir", b"\x00d\xff")
+    (d / "child").write_bytes(b"c")  # a change inside restages the marker: the attributes stay
+    os.rename(d / "child", d / "child2")
+    assert user_xattrs(d) == {"user.dir": b"\x00d\xff"}
+    os.rename(d, b / "made2")  # a directory rename moves the marker with them
+    d = b / "made2"
     assert user_xattrs(d) == {"user.dir": b"\x00d\xff"}
     imp = b / "up" / "implicit"
     before = os.stat(imp)
@@ -281,7 +287,12 @@ def test_xattr_flags_and_refusals_in_the_core(kv_backend, tmp_path):
             assert _fs_err(fs.setxattr, main, b"user.a", b"1") == errno.EPERM
             # a directory without a marker has nothing to remove
             repo.upload("main", "imp/x", b"x")
-            assert _fs_err(fs.removexattr, ino_of(fs, "main/imp"), b"user.a") == errno.ENODATA
+            imp = ino_of(fs, "main/imp")
+            assert _fs_err(fs.removexattr, imp, b"user.a") == errno.ENODATA
+            repo.delete("main", "imp/x")  # gone under the node: no marker is made for it
+            assert _fs_err(fs.setxattr, imp, b"user.a", b"1") == errno.ENOENT
+            with pytest.raises(NotFound):
+                repo.get("main", "imp/")
             assert repo.get("main", "f").metadata["lakefuse-xattr-user.a"] == "t:3"
     finally:
         repo.close()

@@ -582,6 +582,8 @@ class BranchWrites:
                         e = Entry.from_value(marker)
                         md = xattrs.changed(e.metadata, name, value, flags)
                     else:  # a directory that exists through its keys only: it gets a marker
+                        if not tree.view.stat(node.path).is_dir:
+                            raise FsError(errno.ENOENT, f"{node.path!r} is gone from branch {tree.name!r}")
                         if value is None or flags & xattrs.XATTR_REPLACE:
                             raise FsError(errno.ENODATA, f"no attribute {name!r}")
                         cur = self.rules.tree_dir_attr(tree, node.path, None)

@@ -152,6 +152,15 @@ def test_user_xattrs_on_branch_files_and_directories(mnt, home):
     assert (b / "open.txt").read_bytes() == b"being written, still"
     assert user_xattrs(b / "open.txt") == {"user.while": b"open"}
 
+    # cp -a copies the user's names (the mount's own are refused, quietly); asked to keep
+    # every attribute, cp reports the mount's names it could not set, and copies the user's
+    r = subprocess.run(["cp", "-a", str(g), str(b / "copy.bin")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert user_xattrs(b / "copy.bin") == user_xattrs(g)
+    r = subprocess.run(["cp", "--preserve=xattr", str(g), str(b / "copy2.bin")], capture_output=True, text=True)
+    assert r.returncode == 1 and "user.lakefs.etag" in r.stderr and "user.bytes" not in r.stderr
+    assert user_xattrs(b / "copy2.bin") == user_xattrs(g)
+
 
 @needs_fuse
 def test_xattr_errnos(mnt):

@@ -83,7 +83,8 @@ class BranchWrites:
         self.rules = fs.rules
         self._empty: Entry | None = None
         self._empty_lock = threading.Lock()
-        self._xattr_lock = threading.Lock()  # one attribute change at a time (each rewrites an entry's metadata)
+        # one attribute change of an inode at a time (each rewrites its entry's metadata); striped by inode
+        self._xattr_locks = [threading.Lock() for _ in range(64)]
 
     # ------------------------------------------------------------------ helpers
 
@@ -572,7 +573,7 @@ class BranchWrites:
         if node.kind == Kind.DIR and not node.path:
             raise FsError(errno.EPERM, "a branch's root directory has no entry to keep extended attributes in")
         tree: Tree = node.tree
-        with self._xattr_lock:
+        with self._xattr_locks[ino % len(self._xattr_locks)]:
             if node.kind == Kind.DIR:
                 with self.fs.tree_lock(tree).shared():
                     tree.repin()

@@ -160,6 +160,9 @@ def test_user_xattrs_on_branch_files_and_directories(mnt, home):
     r = subprocess.run(["cp", "--preserve=xattr", str(g), str(b / "copy2.bin")], capture_output=True, text=True)
     assert r.returncode == 1 and "user.lakefs.etag" in r.stderr and "user.bytes" not in r.stderr
     assert user_xattrs(b / "copy2.bin") == user_xattrs(g)
+    r = subprocess.run(["rsync", "-aX", str(g), str(b / "copy3.bin")], capture_output=True, text=True)
+    assert r.returncode == 23 and "user.lakefs.etag" in r.stderr, r.stderr
+    assert user_xattrs(b / "copy3.bin") == user_xattrs(g)
 
 
 @needs_fuse

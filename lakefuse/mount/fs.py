@@ -17,7 +17,9 @@ own module:
   creation at the root), only on a writable core (``writable=True``); a read-only
   core answers every write EROFS;
 * :mod:`lakefuse.mount.attrs` -- the plain data handed out, and how entries become
-  attributes; :mod:`lakefuse.mount.trees` -- a ref as a tree, and its rename lock.
+  attributes; :mod:`lakefuse.mount.trees` -- a ref as a tree, and its rename lock;
+* :mod:`lakefuse.mount.xattrs` -- the extended attributes the mount takes (``user.*``)
+  and how they are kept in entry metadata.
 
 Every method is synchronous and thread-safe and may block on graveler (LMDB,
 object store, table decoding): the FUSE adapter calls them through

@@ -156,3 +156,50 @@ def test_store_get_reads_one_key_on_its_own_and_sees_the_callers_transaction(sto
         assert store.get(kv.STAGING, b"k") == txn.get(kv.STAGING, b"k") == b"v2"
     store.write(lambda txn: txn.delete(kv.STAGING, b"k"))
     assert store.get(kv.STAGING, b"k") is None
+
+
+def test_store_get_range_reads_a_small_range_on_its_own(store):
+    store.write(lambda t: t.put_many(kv.STAMPS, [(b"a", b"1"), (b"m", b"2"), (b"m\x00\x01", b"3"), (b"n", b"4")]))
+    assert store.get_range(kv.STAMPS, b"m", b"m\x01") == [(b"m", b"2"), (b"m\x00\x01", b"3")]
+    assert store.get_range(kv.STAMPS, b"x", b"z") == []
+
+    def fn(txn):
+        txn.put(kv.STAMPS, b"m\x00\x02", b"5")
+        return store.get_range(kv.STAMPS, b"m", b"m\x01")  # inside this thread's write: its own view
+
+    assert [k for k, _ in store.write(fn)] == [b"m", b"m\x00\x01", b"m\x00\x02"]
+
+
+def _u64(raw):
+    return int.from_bytes(raw, "big")
+
+
+def test_add_bumps_a_counter_without_reading_it(store):
+    store.write(lambda t: t.add(kv.STAMPS, b"c", 1))  # absent: from 0
+    assert _u64(store.get(kv.STAMPS, b"c")) == 1
+
+    def fn(t):
+        t.add(kv.STAMPS, b"c", 2)
+        t.add(kv.STAMPS, b"c", 3)  # two adds in one transaction: both count
+        t.put(kv.STAGING, b"k", b"v")  # beside other writes
+        t.put(kv.STAMPS, b"d", (40).to_bytes(8, "big"))
+        t.add(kv.STAMPS, b"d", 2)  # after a put of the same key: on top of it
+    store.write(fn)
+    assert _u64(store.get(kv.STAMPS, b"c")) == 6 and _u64(store.get(kv.STAMPS, b"d")) == 42
+    assert store.get(kv.STAGING, b"k") == b"v"
+    assert store.write(lambda t: (t.add(kv.STAMPS, b"c", 1), t.get(kv.STAMPS, b"c"))[1]) == (7).to_bytes(8, "big")
+
+
+def test_concurrent_adds_lose_nothing_grouped_or_not(store):
+    def bump(grouped):
+        def go():
+            for _ in range(25):
+                (store.write_grouped if grouped else store.write)(lambda t: t.add(kv.STAMPS, b"n", 1))
+        return go
+
+    threads = [threading.Thread(target=bump(i % 2 == 0)) for i in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert _u64(store.get(kv.STAMPS, b"n")) == 150

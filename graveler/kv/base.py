@@ -45,7 +45,7 @@ BRANCHES = "branches"  # branch name -> graveler_pb2.BranchData
 TAGS = "tags"  # tag name -> graveler_pb2.TagData
 COMMITS = "commits"  # commit ID (hex) -> graveler_pb2.CommitData
 STAGING = "staging"  # token + b"\0" + path -> staged value or tombstone
-STAMPS = "stamps"  # branch name -> change stamp (u64 big-endian), bumped by every change of the branch
+STAMPS = "stamps"  # branch name [+ b"\0" + writer stripe] -> u64 big-endian counter (graveler.refs.manager)
 TABLES = (REPO, BRANCHES, TAGS, COMMITS, STAGING, STAMPS)
 
 MAX_KEY_BYTES = 511  # LMDB's key limit; the one limit of every backend
@@ -89,6 +89,11 @@ class Txn(Protocol):
     def count(self, table: str) -> int:
         """How many keys ``table`` holds."""
 
+    def add(self, table: str, key: bytes, delta: int) -> None:
+        """Add ``delta`` to the counter at ``key`` (a u64 big-endian value; absent: 0) without
+        reading it first, so concurrent adds to one key never fail each other (a server applies
+        each to the latest committed value)."""
+
 
 class Store(Protocol):
     """One repository's refs and staging (see the module docstring)."""
@@ -109,7 +114,18 @@ class Store(Protocol):
 
     def write_grouped(self, fn: Callable[[Txn], T], durable: bool = True) -> T:
         """:meth:`write`, sharing a transaction and a sync with concurrent callers; one
-        caller's error is its own (the group is retried one by one)."""
+        caller's error is its own (the group is retried one by one).
+
+        For the hot path of many writers (staged writes), a backend may run a group with
+        row locks instead of serializable snapshots: every key ``fn`` gets that exists is
+        locked against change (shared) until the commit, so a decision resting on such a key
+        stays true; an absent key and a scan are read as of the statement, unprotected. So
+        ``fn`` may decide only on present keys it got; counters it bumps use :meth:`Txn.add`."""
+
+    def get_range(self, table: str, start: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """The (key, value) pairs with ``start <= key < end``, as one read of their own (one
+        statement on a server), for ranges known to be small; inside a transaction of this
+        thread, that transaction's view."""
 
     def sync(self) -> None:
         """Make every write of this process so far durable."""

@@ -337,6 +337,11 @@ class Env:
         with self.read() as txn:
             return txn.get(table, key)
 
+    def get_range(self, table: str, start: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """A small range (see :meth:`graveler.kv.base.Store.get_range`)."""
+        with self.read() as txn:
+            return list(txn.scan(table, start, end))
+
     def write(self, fn: Callable[["LmdbTxn"], T], durable: bool = True) -> T:
         """Run ``fn(txn)`` in one write transaction and commit it; return its result.
 
@@ -577,6 +582,11 @@ class LmdbTxn:
 
     def count(self, table: str) -> int:
         return self.raw.stat(self._dbs[table])["entries"]
+
+    def add(self, table: str, key: bytes, delta: int) -> None:
+        db = self._dbs[table]
+        raw = self.raw.get(key, db=db)  # a write transaction of LMDB is the only one: nothing races it
+        self.raw.put(key, ((int.from_bytes(raw, "big") if raw else 0) + delta).to_bytes(8, "big"), db=db)
 
 
 class LmdbBackend:

@@ -120,6 +120,10 @@ class MemoryTxn:
     def count(self, table: str) -> int:
         return len(self._tables[table].keys)
 
+    def add(self, table: str, key: bytes, delta: int) -> None:
+        raw = self._tables[table].data.get(key)
+        self._change(table, key, ((int.from_bytes(raw, "big") if raw else 0) + delta).to_bytes(8, "big"))
+
 
 class MemoryStore:
     """One repository's tables in memory (see the module docstring)."""
@@ -146,6 +150,11 @@ class MemoryStore:
         """One key's value (see :meth:`graveler.kv.base.Store.get`)."""
         with self.read() as txn:
             return txn.get(table, key)
+
+    def get_range(self, table: str, start: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """A small range (see :meth:`graveler.kv.base.Store.get_range`)."""
+        with self.read() as txn:
+            return list(txn.scan(table, start, end))
 
     def write(self, fn: Callable[[MemoryTxn], T], durable: bool = True) -> T:
         if self._txns.held() is not None:

@@ -180,8 +180,8 @@ class Repository:
         records = encode_records(values)  # one compiled call, outside the (shared) write transaction
 
         def fn(txn):
-            b = self._core.branch_txn(txn, branch)
-            self._refs.bump_stamp_txn(txn, branch)
+            b = self._core.branch_txn(txn, branch)  # locked until the commit (see Store.write_grouped)
+            self._refs.bump_staged_stamp_txn(txn, branch)
             return self._staging.put_records_txn(txn, b.staging_token, paths, records)
 
         return self._env.write_grouped(fn, durable)  # concurrent stagers share a transaction

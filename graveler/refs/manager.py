@@ -13,6 +13,9 @@ write staging (or seal, or compare-and-set) atomically.
 
 from __future__ import annotations
 
+import os
+import socket
+import zlib
 from typing import Iterator
 
 from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
@@ -31,6 +34,22 @@ from graveler.refs.names import (
 from graveler.refs.records import Branch, Commit, RepositoryRecord, Tag, new_staging_token
 
 _RECORD_KEY = b"record"
+_STRIPES = 256  # stamp stripes per branch (see RefManager.bump_staged_stamp_txn)
+_stripes: dict[int, int] = {}  # pid -> this process's stripe
+
+
+def _stripe() -> int:
+    """This process's stamp stripe: its PID offset by a hash of the host name, so processes of one
+    host whose PIDs lie within 256 of each other (a job's workers) never share one."""
+    pid = os.getpid()
+    s = _stripes.get(pid)
+    if s is None:
+        s = _stripes[pid] = (pid + zlib.crc32(socket.gethostname().encode())) % _STRIPES
+    return s
+
+
+def _sum(rows) -> int:
+    return sum(int.from_bytes(v, "big") for _, v in rows)
 
 
 class RefManager:
@@ -132,8 +151,12 @@ class RefManager:
         txn.put(BRANCHES, branch.name.encode(), branch.to_bytes())
         self.bump_stamp_txn(txn, branch.name)
 
-    # change stamps: one counter per branch name, bumped in the same transaction as every
-    # change of what the branch shows (head moves, seals, staging writes, creation, deletion)
+    # Change stamps: the sum of a branch's counters, bumped in the same transaction as every change
+    # of what the branch shows. Changes of the branch record (head moves, seals, resets, creation,
+    # deletion) bump its base counter (key: the name); staged writes bump their writer's stripe
+    # (key: name + b"\0" + a stripe byte of this process), with Txn.add, so staged writes of many
+    # processes never contend for one row. A sum only grows, by exactly one per change. Stripes are
+    # few (256) and kept, as the base counter is: a branch made again later goes on counting.
     def bump_stamp_txn(self, txn: Txn, name: str) -> int:
         k = name.encode()
         raw = txn.get(STAMPS, k)
@@ -141,15 +164,19 @@ class RefManager:
         txn.put(STAMPS, k, n.to_bytes(8, "big"))
         return n
 
+    def bump_staged_stamp_txn(self, txn: Txn, name: str) -> None:
+        """A staged write's bump: this process's stripe of the branch's stamp."""
+        txn.add(STAMPS, name.encode() + b"\0" + bytes((_stripe(),)), 1)
+
     def stamp(self, name: str) -> int:
         """The branch's change stamp, read on its own (one statement on a server: asked per
         request by a mount's branch trees)."""
-        raw = self.env.get(STAMPS, name.encode())
-        return int.from_bytes(raw, "big") if raw else 0
+        k = name.encode()
+        return _sum(self.env.get_range(STAMPS, k, k + b"\x01"))
 
     def stamp_txn(self, txn: Txn, name: str) -> int:
-        raw = txn.get(STAMPS, name.encode())
-        return int.from_bytes(raw, "big") if raw else 0
+        k = name.encode()
+        return _sum(txn.scan(STAMPS, k, k + b"\x01"))
 
     def create_branch_txn(self, txn: Txn, name: str, commit_id: str) -> Branch:
         validate_branch_name(name)

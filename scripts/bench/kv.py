@@ -114,6 +114,7 @@ def worker(spec: dict) -> None:
     print("ready", flush=True)
     sys.stdin.readline()
     start = time.perf_counter()
+    cpu0 = time.process_time()
     deadline = start + spec["seconds"]
     ends = [0.0] * threads
 
@@ -133,7 +134,8 @@ def worker(spec: dict) -> None:
         th.join()
     pg = sys.modules.get("graveler.kv.postgres")
     retries = pg.PgStore.stats_retries if pg else 0
-    print(json.dumps({"ops": sum(counts), "s": max(ends) - start, "retries": retries}), flush=True)
+    print(json.dumps({"ops": sum(counts), "s": max(ends) - start, "retries": retries,
+                      "cpu": time.process_time() - cpu0}), flush=True)
     g.close()
 
 
@@ -164,6 +166,7 @@ def concurrent(spec: dict, procs: int) -> float:
                 p.kill()
                 p.wait()
     concurrent.retries = sum(r["retries"] for r in results)
+    concurrent.cpu_per_op = sum(r["cpu"] for r in results) / max(1, sum(r["ops"] for r in results))
     return sum(r["ops"] for r in results) / max(r["s"] for r in results)
 
 

@@ -243,6 +243,14 @@ class Controls:
         with self._lock:
             self._outcomes[(branch, name)] = raw
 
+    def refuse(self, branch: str | None, name: str, reason: str) -> None:
+        """Record (for the read-back) and log a request refused before it could run: one
+        whose write failed (e.g. over :data:`MAX_REQUEST_BYTES`), which never runs."""
+        self._record(branch, name, {"ok": False, "operation": name, "error": reason, "error_type": "NotRun",
+                                    "at": _now()})
+        where = f"branch {branch}" if branch else "the mount root"
+        log.warning("%s: %s request on %s not run: %s", self.repo.name, name, where, reason)
+
     def execute(self, branch: str | None, name: str, data: bytes) -> dict:
         """Run the request ``data`` written to control file ``name`` of ``branch``
         (None: the mount root). Returns the success outcome; raises the

@@ -295,9 +295,11 @@ class SpoolHandle(Handle):
 
 class ControlHandle(Handle):
     """An open control file: what is written is one request, run when a write ends a line,
-    else on flush (close) or fsync; reading returns the last outcome."""
+    else on flush (close) or fsync; reading returns the last outcome. A request one of
+    whose writes failed (over :data:`control.MAX_REQUEST_BYTES`) never runs: what was
+    written of it is dropped, and the close (flush, fsync) fails with the same errno."""
 
-    __slots__ = ("controls", "branch", "name", "buf", "writable", "content")
+    __slots__ = ("controls", "branch", "name", "buf", "writable", "content", "failed")
 
     def __init__(self, node, controls, branch: str | None, name: str, writable: bool, content: bytes):
         super().__init__(node)
@@ -307,6 +309,7 @@ class ControlHandle(Handle):
         self.buf = bytearray()
         self.writable = writable
         self.content = content
+        self.failed: FsError | None = None  # a write of the request being written failed: it never runs
 
     def read_fast(self, offset: int, size: int) -> bytes:
         return self.content[offset:offset + size]
@@ -317,8 +320,11 @@ class ControlHandle(Handle):
     def write(self, offset: int, data: bytes) -> int:
         if not self.writable:
             raise FsError(errno.EBADF, "not open for writing")
+        if self.failed is not None:
+            raise FsError(self.failed.errno, str(self.failed))
         if offset + len(data) > control.MAX_REQUEST_BYTES:
-            raise FsError(errno.EFBIG, f"control requests are at most {control.MAX_REQUEST_BYTES} bytes")
+            self._fail(FsError(errno.EFBIG, f"control requests are at most {control.MAX_REQUEST_BYTES} bytes: "
+                                            f"a write reached byte {offset + len(data)}, the request was not run"))
         if offset > len(self.buf):
             self.buf.extend(b"\0" * (offset - len(self.buf)))
         self.buf[offset:offset + len(data)] = data
@@ -330,10 +336,21 @@ class ControlHandle(Handle):
             self._run(req)
         return len(data)
 
+    def _fail(self, e: FsError) -> None:
+        """This request's write failed: drop what was written of it, keep the failure for
+        the close (and the read-back), and answer the write with it."""
+        self.buf.clear()
+        self.failed = e
+        self.controls.refuse(self.branch, self.name, str(e))
+        self.content = self.controls.outcome(self.branch, self.name)
+        raise e
+
     def pending(self) -> bool:
-        return bool(self.buf)
+        return bool(self.buf) or self.failed is not None
 
     def flush(self) -> None:
+        if self.failed is not None:
+            raise FsError(self.failed.errno, str(self.failed))
         if self.writable and self.buf:
             data = bytes(self.buf)
             self.buf.clear()

@@ -3,6 +3,7 @@ meets first (an oversized request, ``ls -a``, writing an info file, an empty req
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
@@ -29,6 +30,9 @@ def home(tmp_path_factory):
     src = tmp_path_factory.mktemp("csrc")
     (src / "in").mkdir()
     (src / "in" / "a.txt").write_bytes(b"committed a\n")
+    (src / "in" / "many").mkdir()
+    for i in range(300):  # more than one readdir reply holds
+        (src / "in" / "many" / f"f{i:03d}").write_bytes(b"x")
     cli(h, "repo", "create", f"lakefs://{REPO}")
     cli(h, "fs", "upload", "--recursive", "-s", str(src / "in"), f"lakefs://{REPO}/main/in")
     cli(h, "commit", f"lakefs://{REPO}/main", "-m", "base")
@@ -88,3 +92,74 @@ def test_oversized_control_request_never_runs(mnt, tmp_path):
     # a request of its own size afterwards runs
     (b / ".lakefuse" / "commit").write_text("a real commit\n")
     assert head_of(b) != head and outcome(b, "commit")["commit"]["message"] == "a real commit"
+
+
+class _Dirent(ctypes.Structure):
+    _fields_ = [("d_ino", ctypes.c_uint64), ("d_off", ctypes.c_int64), ("d_reclen", ctypes.c_ushort),
+                ("d_type", ctypes.c_ubyte), ("d_name", ctypes.c_char * 256)]
+
+
+def raw_readdir(d: Path, seek_after: int | None = None) -> list[tuple[bytes, int, int]]:
+    """(name, d_ino, d_type) of every entry readdir(3) returns, in its order, "." and ".." included.
+    With ``seek_after`` n: read n entries, telldir, read the rest, seekdir back and read the
+    rest again (which must be the same); return the whole listing."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.opendir.restype = ctypes.c_void_p
+    libc.readdir.restype = ctypes.POINTER(_Dirent)
+    libc.telldir.restype = ctypes.c_long
+    libc.readdir.argtypes = libc.closedir.argtypes = libc.telldir.argtypes = [ctypes.c_void_p]
+    libc.seekdir.argtypes = [ctypes.c_void_p, ctypes.c_long]
+    dirp = libc.opendir(os.fsencode(d))
+    assert dirp, os.strerror(ctypes.get_errno())
+
+    def read(n: int | None = None) -> list[tuple[bytes, int, int]]:
+        out = []
+        while n is None or len(out) < n:
+            e = libc.readdir(dirp)
+            if not e:
+                break
+            out.append((e.contents.d_name, e.contents.d_ino, e.contents.d_type))
+        return out
+
+    try:
+        if seek_after is None:
+            return read()
+        head = read(seek_after)
+        pos = libc.telldir(dirp)
+        rest = read()
+        libc.seekdir(dirp, pos)
+        assert read() == rest, f"{d}: seekdir to after entry {seek_after} gives another rest"
+        return head + rest
+    finally:
+        libc.closedir(dirp)
+
+
+def _ls(*args: str) -> list[str]:
+    r = subprocess.run(["ls", *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_ls_a_lists_dot_and_dotdot_everywhere(mnt):
+    b = branch(mnt, "dots")
+    (b / "sub").mkdir()
+    (b / "sub" / "x").write_text("x")
+    dirs = [mnt, mnt / ".lakefuse", mnt / "main", mnt / "main" / "in", mnt / "main" / ".lakefuse", mnt / "v1" / "in",
+            b / "sub", mnt / "v1" / "in" / "many"]
+    for d in dirs:
+        names = os.listdir(d)
+        listed = _ls("-a", str(d))
+        assert listed[:2] == [".", ".."], (d, listed[:4])
+        assert sorted(listed[2:]) == sorted(names), d
+        unsorted = _ls("-f", str(d))  # the raw readdir order: "." and ".." first, each name once
+        assert unsorted[:2] == [".", ".."] and len(unsorted) == len(set(unsorted)) == len(names) + 2, d
+        # readdir itself: "." is the directory's inode, ".." its parent's (the mount root is its own)
+        raw = raw_readdir(d)
+        assert [n for n, _, _ in raw[:2]] == [b".", b".."] and raw[0][2] == raw[1][2] == 4, (d, raw[:2])  # DT_DIR
+        assert raw[0][1] == os.stat(d).st_ino, d
+        assert raw[1][1] == (os.stat(d / "..").st_ino if d != mnt else os.stat(mnt).st_ino), d
+        assert sorted(n.decode() for n, _, _ in raw[2:]) == sorted(names), d
+    many = mnt / "v1" / "in" / "many"
+    assert len(os.listdir(many)) == 300
+    for n in (0, 1, 2, 3, 150):  # seekdir back to any position, the dots' included
+        assert raw_readdir(many, seek_after=n) == raw_readdir(many)

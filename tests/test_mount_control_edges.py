@@ -163,3 +163,20 @@ def test_ls_a_lists_dot_and_dotdot_everywhere(mnt):
     assert len(os.listdir(many)) == 300
     for n in (0, 1, 2, 3, 150):  # seekdir back to any position, the dots' included
         assert raw_readdir(many, seek_after=n) == raw_readdir(many)
+
+
+def test_info_files_refuse_writing_at_open(mnt):
+    b = branch(mnt, "info")
+    for f in (b / ".lakefuse" / "head", b / ".lakefuse" / "log", b / ".lakefuse" / "status",
+              mnt / ".lakefuse" / "stats"):
+        for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_APPEND, os.O_RDONLY | os.O_TRUNC):
+            with pytest.raises(OSError) as ei:
+                os.close(os.open(f, flags))
+            assert ei.value.errno == errno.EACCES, (f, flags, ei.value)
+        r = subprocess.run(["bash", "-c", f"echo x > {f}"], capture_output=True, text=True)
+        assert r.returncode != 0 and "Permission denied" in r.stderr, (f, r.stderr)
+        assert f.read_bytes() or f.name == "status"  # still readable (a new branch has no status)
+    assert (b / ".lakefuse" / "head").read_text().strip() == (mnt / "main" / ".lakefuse" / "head").read_text().strip()
+    with pytest.raises(OSError) as ei:  # on an immutable tree, as every write there
+        os.open(mnt / "v1" / ".lakefuse" / "head", os.O_WRONLY)
+    assert ei.value.errno == errno.EROFS

@@ -180,3 +180,21 @@ def test_info_files_refuse_writing_at_open(mnt):
     with pytest.raises(OSError) as ei:  # on an immutable tree, as every write there
         os.open(mnt / "v1" / ".lakefuse" / "head", os.O_WRONLY)
     assert ei.value.errno == errno.EROFS
+
+
+def test_control_files_of_commit_and_tag_trees_are_erofs(mnt):
+    head = (mnt / "main" / ".lakefuse" / "head").read_text().strip()
+    for tree in ("v1", head[:12], "main~0"):
+        d = mnt / tree / ".lakefuse"
+        for name in ("commit", "merge", "reset", "revert", "newfile"):
+            with pytest.raises(OSError) as ei:
+                (d / name).write_text("a message\n")
+            assert ei.value.errno == errno.EROFS, (tree, name, ei.value)
+        for fn in (lambda: os.mkdir(d / "x"), lambda: os.symlink("head", d / "l"), lambda: os.unlink(d / "head"),
+                   lambda: os.rename(d / "head", d / "h2")):
+            with pytest.raises(OSError) as ei:
+                fn()
+            assert ei.value.errno == errno.EROFS, (tree, ei.value)
+        r = subprocess.run(["bash", "-c", f"echo msg > {d}/commit"], capture_output=True, text=True)
+        assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
+    assert (mnt / "v1" / ".lakefuse" / "head").read_text().strip() == head

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,30 @@ def test_control_files_of_commit_and_tag_trees_are_erofs(mnt):
         r = subprocess.run(["bash", "-c", f"echo msg > {d}/commit"], capture_output=True, text=True)
         assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
     assert (mnt / "v1" / ".lakefuse" / "head").read_text().strip() == head
+
+
+def test_reset_of_a_path_that_names_nothing_is_enoent(mnt):
+    b = branch(mnt, "rst")
+    (b / "new").mkdir()
+    (b / "new" / "n.txt").write_text("n")
+    os.unlink(b / "in" / "a.txt")
+    status = (b / ".lakefuse" / "status").read_text()
+    for request in ("nosuch.txt", "in/nosuch", "nosuch/", "in/a.txt/x"):
+        r = subprocess.run(["bash", "-c", f"echo {request} > {b}/.lakefuse/reset"], capture_output=True, text=True)
+        assert r.returncode != 0 and "No such file or directory" in r.stderr, (request, r.stderr)
+        back = outcome(b, "reset")
+        assert not back["ok"] and back["error_type"] == "NotFound" and "matches nothing" in back["error"], back
+        with pytest.raises(OSError) as ei:  # without a newline: the close fails
+            with open(b / ".lakefuse" / "reset", "w") as f:
+                f.write(request)
+        assert ei.value.errno == errno.ENOENT
+    assert (b / ".lakefuse" / "status").read_text() == status  # nothing changed
+    # what exists, staged or committed, still resets; a committed file without changes is no error
+    (b / ".lakefuse" / "reset").write_text("in\n")
+    time.sleep(0.3)  # the kernel's entry cache of a branch tree (--branch-timeout)
+    assert (b / "in" / "a.txt").read_text() == "committed a\n"  # the deletion undone (found in the head commit)
+    (b / ".lakefuse" / "reset").write_text("in/a.txt\n")
+    assert outcome(b, "reset")["ok"]
+    (b / ".lakefuse" / "reset").write_text("new/\n")
+    time.sleep(0.3)
+    assert not (b / "new").exists() and (b / ".lakefuse" / "status").read_text() == ""

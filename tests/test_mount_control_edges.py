@@ -226,3 +226,53 @@ def test_reset_of_a_path_that_names_nothing_is_enoent(mnt):
     (b / ".lakefuse" / "reset").write_text("new/\n")
     time.sleep(0.3)
     assert not (b / "new").exists() and (b / ".lakefuse" / "status").read_text() == ""
+
+
+def _outcome_soon(b: Path, name: str, at_least: str) -> dict:
+    """The read-back once it is newer than ``at_least`` (the last close's release reaches the
+    daemon just after close returns)."""
+    deadline = time.monotonic() + 5
+    while True:
+        back = outcome(b, name)
+        if back.get("at", "") > at_least or time.monotonic() > deadline:
+            return back
+        time.sleep(0.02)
+
+
+def test_an_empty_request_is_einval(mnt):
+    b = branch(mnt, "empty")
+    (b / "staged.txt").write_text("s")
+    head = head_of(b)
+    last = ""
+    for cmd in (": > {c}", "printf '' > {c}", "true > {c}"):
+        # nothing written: no commit, the read-back says why (a shell cannot show it: it
+        # ignores errors of close, the only call that could report it)
+        r = subprocess.run(["bash", "-c", cmd.format(c=b / ".lakefuse" / "commit")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        back = _outcome_soon(b, "commit", last)
+        assert not back["ok"] and back["error_type"] == "InvalidArgument" and "empty request" in back["error"], back
+        last = back["at"]
+        assert head_of(b) == head
+    for name in ("commit", "reset", "merge"):  # a program that checks close sees EINVAL
+        with pytest.raises(OSError) as ei:
+            open(b / ".lakefuse" / name, "w").close()
+        assert ei.value.errno == errno.EINVAL, name
+        fd = os.open(b / ".lakefuse" / name, os.O_WRONLY | os.O_TRUNC)
+        with pytest.raises(OSError) as ei:
+            os.close(fd)
+        assert ei.value.errno == errno.EINVAL, name
+    with pytest.raises(OSError) as ei:
+        os.close(os.open(mnt / ".lakefuse" / "tag", os.O_WRONLY))
+    assert ei.value.errno == errno.EINVAL
+    assert head_of(b) == head and (b / ".lakefuse" / "status").read_text() == "A staged.txt\n"
+    # one newline is a request: a commit with an empty message, refused by the write itself
+    r = subprocess.run(["bash", "-c", f"echo > {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode != 0 and "Invalid argument" in r.stderr, r.stderr
+    assert "the commit message is empty" in outcome(b, "commit")["error"]
+    # truncation at open is no request: with a write after it, the request runs, and the
+    # shell's first close (before the command writes) leaves no failure behind
+    r = subprocess.run(["bash", "-c", f"echo 'a message' > {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    time.sleep(0.2)  # any release that could still record something has arrived
+    back = outcome(b, "commit")
+    assert back["ok"] and back["commit"]["message"] == "a message" and head_of(b) != head

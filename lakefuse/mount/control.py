@@ -257,10 +257,11 @@ class Controls:
         with self._lock:
             self._outcomes[(branch, name)] = raw
 
-    def refuse(self, branch: str | None, name: str, reason: str) -> None:
+    def refuse(self, branch: str | None, name: str, reason: str, error_type: str = "NotRun") -> None:
         """Record (for the read-back) and log a request refused before it could run: one
-        whose write failed (e.g. over :data:`MAX_REQUEST_BYTES`), which never runs."""
-        self._record(branch, name, {"ok": False, "operation": name, "error": reason, "error_type": "NotRun",
+        whose write failed (e.g. over :data:`MAX_REQUEST_BYTES`: NotRun), or an empty one
+        (nothing written: InvalidArgument)."""
+        self._record(branch, name, {"ok": False, "operation": name, "error": reason, "error_type": error_type,
                                     "at": _now()})
         where = f"branch {branch}" if branch else "the mount root"
         log.warning("%s: %s request on %s not run: %s", self.repo.name, name, where, reason)

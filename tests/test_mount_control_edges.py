@@ -90,6 +90,11 @@ def test_oversized_control_request_never_runs(mnt, tmp_path):
     r = subprocess.run(["bash", "-c", f"cat {msg} > {b}/.lakefuse/commit"], capture_output=True, text=True)
     assert r.returncode != 0 and "too large" in r.stderr.lower(), r.stderr
     assert head_of(b) == head
+    # a message of lines whose 128 KiB blocks each end a line: no block runs as a request
+    msg.write_bytes((b"x" * 63 + b"\n") * (10 << 14))
+    r = subprocess.run(["bash", "-c", f"cat {msg} > {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode != 0 and "too large" in r.stderr.lower(), r.stderr
+    assert head_of(b) == head
     # a request of its own size afterwards runs
     (b / ".lakefuse" / "commit").write_text("a real commit\n")
     assert head_of(b) != head and outcome(b, "commit")["commit"]["message"] == "a real commit"

@@ -49,6 +49,11 @@ CONTROL_DIR = ".lakefuse"
 BRANCH_REQUESTS = ("commit", "merge", "reset", "revert")  # writable control files of a branch tree
 ROOT_REQUESTS = ("branch", "tag")  # writable control files of the mount root
 MAX_REQUEST_BYTES = 1 << 20
+# A write that ends a line runs the request at once only when it is shorter than this: the
+# block writers fill (cat, stdio and Python buffer st_blksize, 128 KiB; the kernel splits one
+# write(2) into FUSE writes of at least that much), so a full block is a piece of a longer
+# request, whatever its last byte, and the request runs at close.
+RUN_AT_NEWLINE_BELOW = 128 * 1024
 _STRATEGIES = {"dest-wins": MergeStrategy.DEST_WINS, "source-wins": MergeStrategy.SOURCE_WINS}
 _STATUS_LETTER = {DiffType.ADDED: "A", DiffType.CHANGED: "M", DiffType.REMOVED: "D"}
 

@@ -294,10 +294,11 @@ class SpoolHandle(Handle):
 
 
 class ControlHandle(Handle):
-    """An open control file: what is written is one request, run when a write ends a line,
-    else on flush (close) or fsync; reading returns the last outcome. A request one of
-    whose writes failed (over :data:`control.MAX_REQUEST_BYTES`) never runs: what was
-    written of it is dropped, and the close (flush, fsync) fails with the same errno.
+    """An open control file: what is written is one request, run when a write shorter than
+    a block ends a line, else on flush (close) or fsync; reading returns the last outcome.
+    A request one of whose writes failed (over :data:`control.MAX_REQUEST_BYTES`) never
+    runs: what was written of it is dropped, and the close (flush, fsync) fails with the
+    same errno.
     Opened for writing and closed with nothing written (``: > commit``; a truncation at
     open is no write) is an empty request: every flush before a write fails with EINVAL
     (it records nothing: bash closes its first descriptor before the command writes),
@@ -334,9 +335,10 @@ class ControlHandle(Handle):
         if offset > len(self.buf):
             self.buf.extend(b"\0" * (offset - len(self.buf)))
         self.buf[offset:offset + len(data)] = data
-        if data.endswith(b"\n"):
+        if data.endswith(b"\n") and len(data) < control.RUN_AT_NEWLINE_BELOW:
             # A write that ends a line ends the request: run it now, so the write itself
             # fails when the request does (bash ignores errors of close, not of write).
+            # A full block is a piece of a longer request (control.RUN_AT_NEWLINE_BELOW).
             req = bytes(self.buf)
             self.buf.clear()
             self._run(req)

@@ -418,6 +418,20 @@ def test_cli_help(capsys):
             assert w in out, (cmd, w)
 
 
+def test_mount_help_says_cache_dir_holds_the_write_spool(capsys):
+    """--cache-dir is not only for S3 caches: it holds the write spool, which bounds the
+    size of a file being written on every store, local ones too."""
+    from lakefuse.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["mount", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    cache_dir = out[out.index("--cache-dir DIR"):out.index("--cache-size BYTES")]
+    assert "DIR/spool/REPO" in cache_dir and "local" in cache_dir and "free space" in cache_dir, cache_dir
+    cache_size = out[out.index("--cache-size BYTES"):]
+    assert "not the spool" in cache_size[:400], cache_size[:400]
+
+
 def test_unreachable_store_is_eio_and_recovers(tmp_path):
     """A remote store that stops answering: reads are EIO (the store's bounded retries are
     its own), the core keeps serving, and reads work again once the store is back."""

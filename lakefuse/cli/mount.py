@@ -90,11 +90,14 @@ def register(sub) -> None:
     p.add_argument("-f", "--foreground", action="store_true",
                    help="stay in the foreground: this process is the daemon (systemd, tests)")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
-                   help="disk caches for remote (S3) stores: DIR/tables (range/metarange files) and DIR/data "
-                        "(object data) (default: <home>/cache and <home>/data-cache)")
+                   help="the mount's local disk: DIR/spool/REPO holds every file being written on a "
+                        "branch tree until close/fsync saves it, on every store, local ones too (so a "
+                        "written file cannot outgrow this disk's free space; df on the mount shows it); "
+                        "DIR/tables (range/metarange files) and DIR/data (object data) are the caches "
+                        "of remote (S3) stores (default: <home>/cache, object data in <home>/data-cache)")
     p.add_argument("--cache-size", metavar="BYTES", type=_size, default=None,
                    help="bound of the disk caches together, e.g. 10G: a quarter for tables, the rest for "
-                        "data (default: 16G)")
+                        "data; not the spool, which holds what is being written (default: 16G)")
     p.add_argument("-o", dest="options", metavar="OPT[,OPT...]", action="append", default=[],
                    help="FUSE mount options, e.g. allow_other (not set unless asked)")
     p.add_argument("--log", metavar="FILE", default=None,

@@ -13,7 +13,8 @@ In every branch tree (``<branch>/.lakefuse/``):
 ``merge``   ``SOURCE_REF [dest-wins|source-wins]``: merge into this branch;
             a conflict fails and the read-back lists the conflicting paths
 ``reset``   ``*`` (everything), ``PATH`` (a file; or a directory: everything
-            under it), ``PREFIX/`` (every path under it): discard staged changes
+            under it), ``PREFIX/`` (every path under it): discard staged changes;
+            one that names nothing (staged or in the head commit) is NotFound
 ``revert``  ``REF [PARENT_NUMBER]``: revert that commit on this branch
 ``status``  read-only: uncommitted changes, ``A|M|D path`` per line
 =========  =====================================================================
@@ -37,7 +38,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from graveler.errors import GravelerError, InvalidArgument, MergeConflict
+from graveler.errors import GravelerError, InvalidArgument, MergeConflict, NotFound
 from graveler.model import DiffType, MergeStrategy
 from graveler.refs import Commit
 from graveler.staging import as_path
@@ -48,6 +49,11 @@ CONTROL_DIR = ".lakefuse"
 BRANCH_REQUESTS = ("commit", "merge", "reset", "revert")  # writable control files of a branch tree
 ROOT_REQUESTS = ("branch", "tag")  # writable control files of the mount root
 MAX_REQUEST_BYTES = 1 << 20
+# A write that ends a line runs the request at once only when it is shorter than this: the
+# block writers fill (cat, stdio and Python buffer st_blksize, 128 KiB; the kernel splits one
+# write(2) into FUSE writes of at least that much), so a full block is a piece of a longer
+# request, whatever its last byte, and the request runs at close.
+RUN_AT_NEWLINE_BELOW = 128 * 1024
 _STRATEGIES = {"dest-wins": MergeStrategy.DEST_WINS, "source-wins": MergeStrategy.SOURCE_WINS}
 _STATUS_LETTER = {DiffType.ADDED: "A", DiffType.CHANGED: "M", DiffType.REMOVED: "D"}
 
@@ -222,6 +228,19 @@ def status_lines(repo, branch: str) -> bytes:
     return "".join(out).encode()
 
 
+def _reset_matches(repo, branch: str, r: ResetRequest) -> bool:
+    """Whether the path or prefix of reset request ``r`` names anything on ``branch``: in
+    its tree as staged (a file, or a directory: something under it) or in its head commit
+    (a deletion to undo)."""
+    prefix = r.value if r.kind == "prefix" else r.value + "/"
+    for ref in (branch, repo.get_branch(branch).commit_id):
+        if r.kind == "path" and repo.exists(ref, r.value):
+            return True
+        if next(iter(repo.list(ref, prefix)), None) is not None:
+            return True
+    return False
+
+
 class Controls:
     """Runs control-file requests of one repository and keeps each file's last
     outcome (per branch, or for the root) for the read-back. Thread-safe."""
@@ -242,6 +261,15 @@ class Controls:
         raw = (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode()
         with self._lock:
             self._outcomes[(branch, name)] = raw
+
+    def refuse(self, branch: str | None, name: str, reason: str, error_type: str = "NotRun") -> None:
+        """Record (for the read-back) and log a request refused before it could run: one
+        whose write failed (e.g. over :data:`MAX_REQUEST_BYTES`: NotRun), or an empty one
+        (nothing written: InvalidArgument)."""
+        self._record(branch, name, {"ok": False, "operation": name, "error": reason, "error_type": error_type,
+                                    "at": _now()})
+        where = f"branch {branch}" if branch else "the mount root"
+        log.warning("%s: %s request on %s not run: %s", self.repo.name, name, where, reason)
 
     def execute(self, branch: str | None, name: str, data: bytes) -> dict:
         """Run the request ``data`` written to control file ``name`` of ``branch``
@@ -287,6 +315,11 @@ class Controls:
             return {"commit": commit_summary(c), "reverted": r.ref}
         if name == "reset":
             r = parse_reset(data)
+            if r.kind != "all" and not _reset_matches(repo, branch, r):
+                # as `git restore nosuchfile`: a path that names nothing is an error, not a silent success
+                what = "prefix" if r.kind == "prefix" else "path"
+                raise NotFound(f"reset: {what} {r.value!r} matches nothing on branch {branch!r} "
+                               "(no file or directory there, staged or committed)")
             if r.kind == "all":
                 repo.reset(branch)
             elif r.kind == "prefix":

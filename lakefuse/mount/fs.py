@@ -374,6 +374,11 @@ class Filesystem:
         """Read the entries from ``offset`` on (blocking)."""
         listing.fill(self, self._handle(fh), offset)
 
+    def readdir_dots(self, fh: int) -> list[tuple[bytes, Attr]]:
+        """``.`` and ``..`` (name, attributes) of the open directory: the readdir offsets
+        before its entries' (:data:`listing.DOTS`); neither takes a lookup (never blocks)."""
+        return listing.dots(self._handle(fh).node)
+
     def accept(self, fh: int, e: DirEntry) -> Attr:
         """Make (or find) the inode of a readdir entry, lookup count +1 (never blocks).
         Call :meth:`forget` with it if the kernel refused the entry."""

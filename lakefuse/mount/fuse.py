@@ -23,6 +23,7 @@ from graveler.errors import GravelerError
 from lakefuse.mount.attrs import Attr, Caller, SetAttr
 from lakefuse.mount.errors import FsError, LogOnce, errno_for
 from lakefuse.mount.fs import Filesystem
+from lakefuse.mount.listing import DOTS
 from lakefuse.mount.offload import DATA, META, WRITE, Offload
 
 log = logging.getLogger(__name__)
@@ -198,8 +199,14 @@ class Operations(pyfuse3.Operations):
 
     @boundary("readdir")
     async def readdir(self, fh, start_id, token):
+        # "." and ".." first (the kernel fills in neither for FUSE, and links neither: no
+        # lookup to count), then the directory's entries, their offsets shifted past the two
         fs = self.fs
-        off = start_id
+        if start_id < DOTS:
+            for i, (name, attr) in enumerate(fs.readdir_dots(fh)[start_id:], start_id + 1):
+                if not pyfuse3.readdir_reply(token, name, _entry(attr), i):
+                    return
+        off = max(start_id - DOTS, 0)
         while True:
             entries = fs.readdir_fast(fh, off)
             if entries is None:
@@ -211,7 +218,7 @@ class Operations(pyfuse3.Operations):
                 return
             for e in entries:
                 attr = fs.accept(fh, e)
-                if not pyfuse3.readdir_reply(token, e.name, _entry(attr), e.offset):
+                if not pyfuse3.readdir_reply(token, e.name, _entry(attr), e.offset + DOTS):
                     fs.forget([(attr.ino, 1)])
                     return
                 off = e.offset

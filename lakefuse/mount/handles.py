@@ -294,10 +294,17 @@ class SpoolHandle(Handle):
 
 
 class ControlHandle(Handle):
-    """An open control file: what is written is one request, run when a write ends a line,
-    else on flush (close) or fsync; reading returns the last outcome."""
+    """An open control file: what is written is one request, run when a write shorter than
+    a block ends a line, else on flush (close) or fsync; reading returns the last outcome.
+    A request one of whose writes failed (over :data:`control.MAX_REQUEST_BYTES`) never
+    runs: what was written of it is dropped, and the close (flush, fsync) fails with the
+    same errno.
+    Opened for writing and closed with nothing written (``: > commit``; a truncation at
+    open is no write) is an empty request: every flush before a write fails with EINVAL
+    (it records nothing: bash closes its first descriptor before the command writes),
+    and the last close (release) records the failure for the read-back."""
 
-    __slots__ = ("controls", "branch", "name", "buf", "writable", "content")
+    __slots__ = ("controls", "branch", "name", "buf", "writable", "content", "failed", "written")
 
     def __init__(self, node, controls, branch: str | None, name: str, writable: bool, content: bytes):
         super().__init__(node)
@@ -307,6 +314,8 @@ class ControlHandle(Handle):
         self.buf = bytearray()
         self.writable = writable
         self.content = content
+        self.failed: FsError | None = None  # a write of the request being written failed: it never runs
+        self.written = False  # a write arrived (a truncation is none)
 
     def read_fast(self, offset: int, size: int) -> bytes:
         return self.content[offset:offset + size]
@@ -317,33 +326,56 @@ class ControlHandle(Handle):
     def write(self, offset: int, data: bytes) -> int:
         if not self.writable:
             raise FsError(errno.EBADF, "not open for writing")
+        self.written = True
+        if self.failed is not None:
+            raise FsError(self.failed.errno, str(self.failed))
         if offset + len(data) > control.MAX_REQUEST_BYTES:
-            raise FsError(errno.EFBIG, f"control requests are at most {control.MAX_REQUEST_BYTES} bytes")
+            self._fail(FsError(errno.EFBIG, f"control requests are at most {control.MAX_REQUEST_BYTES} bytes: "
+                                            f"a write reached byte {offset + len(data)}, the request was not run"))
         if offset > len(self.buf):
             self.buf.extend(b"\0" * (offset - len(self.buf)))
         self.buf[offset:offset + len(data)] = data
-        if data.endswith(b"\n"):
+        if data.endswith(b"\n") and len(data) < control.RUN_AT_NEWLINE_BELOW:
             # A write that ends a line ends the request: run it now, so the write itself
             # fails when the request does (bash ignores errors of close, not of write).
+            # A full block is a piece of a longer request (control.RUN_AT_NEWLINE_BELOW).
             req = bytes(self.buf)
             self.buf.clear()
             self._run(req)
         return len(data)
 
+    def _fail(self, e: FsError) -> None:
+        """This request's write failed: drop what was written of it, keep the failure for
+        the close (and the read-back), and answer the write with it."""
+        self.buf.clear()
+        self.failed = e
+        self.controls.refuse(self.branch, self.name, str(e))
+        self.content = self.controls.outcome(self.branch, self.name)
+        raise e
+
+    def _empty(self) -> str:
+        return f"{self.name}: empty request: nothing was written (e.g. echo REQUEST > {self.name})"
+
     def pending(self) -> bool:
-        return bool(self.buf)
+        return bool(self.buf) or self.failed is not None or (self.writable and not self.written)
 
     def flush(self) -> None:
+        if self.failed is not None:
+            raise FsError(self.failed.errno, str(self.failed))
+        if self.writable and not self.written:
+            raise FsError(errno.EINVAL, self._empty())
         if self.writable and self.buf:
             data = bytes(self.buf)
             self.buf.clear()
             self._run(data)
 
     def release_pending(self) -> bool:
-        return self.writable and bool(self.buf)
+        return self.writable and (bool(self.buf) or not self.written)
 
     def release(self) -> None:
-        if self.writable and self.buf:  # written without a flush (never for close(2))
+        if self.writable and not self.written:
+            self.controls.refuse(self.branch, self.name, self._empty(), "InvalidArgument")
+        elif self.writable and self.buf:  # written without a flush (never for close(2))
             try:
                 self._run(bytes(self.buf))
             except GravelerError:

@@ -8,6 +8,11 @@ last and a mark per page, so ``readdir`` resumes without re-reading and a seek
 restarts from the nearest mark. The root and ``.lakefuse`` directories are small
 and held whole.
 
+Every directory also lists ``.`` and ``..`` (for FUSE the kernel fills in neither):
+they take the first :data:`DOTS` offsets of a ``readdir`` (:func:`dots`), before the
+listing, whose own offsets the adapter shifts by :data:`DOTS`. The kernel takes no
+lookup of either (it links neither), so they are handed over without one.
+
 A directory's link count is 2 + the subdirectories its listing shows (:func:`nlink`; the
 root's are the refs it lists). Counting reads the directory's listing, so it is bounded:
 a directory whose listing has more than ``FsConfig.nlink_scan`` names shows 1, Linux's
@@ -19,13 +24,14 @@ their count is read when they are stat'ed, not once per entry listed.
 from __future__ import annotations
 
 import logging
+import stat
 import threading
 from typing import TYPE_CHECKING
 
 from graveler import paths
 from graveler.errors import GravelerError
 from lakefuse.mount import special
-from lakefuse.mount.attrs import DirEntry
+from lakefuse.mount.attrs import Attr, DirEntry
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.handles import Handle
 from lakefuse.mount.inodes import Kind, Node
@@ -34,6 +40,16 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from lakefuse.mount.trees import Tree
+
+
+DOTS = 2  # "." and "..": the first offsets of every directory's readdir
+
+
+def dots(node: Node) -> list[tuple[bytes, Attr]]:
+    """``.`` and ``..`` of directory ``node``, at offsets 1 and 2: only their inode numbers
+    and type reach ``readdir`` (the kernel keeps no attributes of either). The root is its
+    own parent. Never blocks."""
+    return [(b".", Attr(node.ino, stat.S_IFDIR)), (b"..", Attr(node.parent_ino, stat.S_IFDIR))]
 
 
 class DirHandle(Handle):

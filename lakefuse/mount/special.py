@@ -127,13 +127,13 @@ def attr(fs, spec: SpecialFile, tree: "Tree | None") -> Attr:
 
 def open_handle(fs, node: "Node", spec: SpecialFile, writing: bool) -> Handle:
     tree = node.tree
-    if not spec.control:
-        return InfoHandle(node, spec.read(fs, tree), fs.stats)
-    if writing:
+    if writing:  # refused at open, not at the first write (which could only answer EBADF)
         if tree is not None and tree.immutable:
-            raise FsError(errno.EROFS, "control files of immutable trees are read-only")
+            raise FsError(errno.EROFS, "the .lakefuse files of immutable trees are read-only")
         if not spec.writable:
             raise FsError(errno.EACCES, f"{spec.name.decode()} is read-only")
+    if not spec.control:
+        return InfoHandle(node, spec.read(fs, tree), fs.stats)
     branch = tree.view.branch if tree is not None else None
     return ControlHandle(node, fs.controls, branch, spec.name.decode(), writing, spec.read(fs, tree))
 

@@ -93,11 +93,11 @@ class BranchWrites:
         node = self.inodes.get(ino)
         if node.kind == Kind.ROOT:
             raise FsError(errno.EPERM, "the mount root holds refs: make a branch with mkdir")
-        if node.tree is None or node.kind in (Kind.INFO_DIR, Kind.INFO_FILE):
-            raise FsError(errno.EPERM, "the .lakefuse directory is managed by the mount")
-        if node.tree.immutable:
+        if node.tree is not None and node.tree.immutable:  # its .lakefuse too: every write there is EROFS
             self.stats.add("writes_refused")
             raise FsError(errno.EROFS, f"{node.tree.name!r} is not a branch: its tree is read-only")
+        if node.tree is None or node.kind in (Kind.INFO_DIR, Kind.INFO_FILE):
+            raise FsError(errno.EPERM, "the .lakefuse directory is managed by the mount")
         if node.kind not in kinds:
             raise FsError(errno.ENOTDIR if Kind.DIR in kinds else errno.EISDIR)
         return node

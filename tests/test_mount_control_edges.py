@@ -1,0 +1,283 @@
+"""Control files and listings at their edges, through a real FUSE mount: what a new user
+meets first (an oversized request, ``ls -a``, writing an info file, an empty request)."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
+
+pytestmark = needs_fuse
+
+REPO = "crepo"
+
+
+def cli(home, *args) -> None:
+    r = subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True)
+    assert r.returncode == 0, f"lakefuse {' '.join(args)} failed: {r.stderr}"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    h = tmp_path_factory.mktemp("chome")
+    src = tmp_path_factory.mktemp("csrc")
+    (src / "in").mkdir()
+    (src / "in" / "a.txt").write_bytes(b"committed a\n")
+    (src / "in" / "many").mkdir()
+    for i in range(300):  # more than one readdir reply holds
+        (src / "in" / "many" / f"f{i:03d}").write_bytes(b"x")
+    cli(h, "repo", "create", f"lakefs://{REPO}")
+    cli(h, "fs", "upload", "--recursive", "-s", str(src / "in"), f"lakefs://{REPO}/main/in")
+    cli(h, "commit", f"lakefs://{REPO}/main", "-m", "base")
+    cli(h, "tag", "create", f"lakefs://{REPO}/v1", f"lakefs://{REPO}/main")
+    return h
+
+
+@pytest.fixture(scope="module")
+def mnt(home, tmp_path_factory):
+    mp = tmp_path_factory.mktemp("cmnt")
+    m = MountProc(home, REPO, mp, "--branch-timeout", "0.2").start()
+    yield mp
+    m.stop()
+    assert "Traceback" not in m.log(), m.log()
+
+
+def branch(mnt: Path, name: str) -> Path:
+    p = mnt / name
+    if not p.exists():
+        os.mkdir(p)  # mkdir at the mount root makes a branch
+    return p
+
+
+def head_of(b: Path) -> str:
+    return (b / ".lakefuse" / "head").read_text().strip()
+
+
+def outcome(b: Path, name: str) -> dict:
+    return json.loads((b / ".lakefuse" / name).read_text())
+
+
+def test_oversized_control_request_never_runs(mnt, tmp_path):
+    b = branch(mnt, "big")
+    (b / "f.txt").write_text("f")
+    head = head_of(b)
+    # one write(2) of 10 MiB: the kernel splits it; the piece past 1 MiB fails with EFBIG,
+    # and the close fails the same way: the first MiB is not run as a request of its own
+    fd = os.open(b / ".lakefuse" / "commit", os.O_WRONLY | os.O_TRUNC)
+    data = memoryview(b"m" * (10 << 20))
+    with pytest.raises(OSError) as ei:
+        while data:
+            data = data[os.write(fd, data):]
+    assert ei.value.errno == errno.EFBIG
+    with pytest.raises(OSError) as ei:
+        os.close(fd)
+    assert ei.value.errno == errno.EFBIG
+    assert head_of(b) == head
+    assert (b / ".lakefuse" / "status").read_text() == "A f.txt\n"
+    back = outcome(b, "commit")
+    assert not back["ok"] and back["error_type"] == "NotRun" and "at most 1048576 bytes" in back["error"]
+    # the same from the shell: cat fails, nothing is committed
+    msg = tmp_path / "10MB.msg"
+    msg.write_bytes(b"m" * (10 << 20))
+    r = subprocess.run(["bash", "-c", f"cat {msg} > {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode != 0 and "too large" in r.stderr.lower(), r.stderr
+    assert head_of(b) == head
+    # a message of lines whose 128 KiB blocks each end a line: no block runs as a request
+    msg.write_bytes((b"x" * 63 + b"\n") * (10 << 14))
+    r = subprocess.run(["bash", "-c", f"cat {msg} > {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode != 0 and "too large" in r.stderr.lower(), r.stderr
+    assert head_of(b) == head
+    # a request of its own size afterwards runs
+    (b / ".lakefuse" / "commit").write_text("a real commit\n")
+    assert head_of(b) != head and outcome(b, "commit")["commit"]["message"] == "a real commit"
+
+
+class _Dirent(ctypes.Structure):
+    _fields_ = [("d_ino", ctypes.c_uint64), ("d_off", ctypes.c_int64), ("d_reclen", ctypes.c_ushort),
+                ("d_type", ctypes.c_ubyte), ("d_name", ctypes.c_char * 256)]
+
+
+def raw_readdir(d: Path, seek_after: int | None = None) -> list[tuple[bytes, int, int]]:
+    """(name, d_ino, d_type) of every entry readdir(3) returns, in its order, "." and ".." included.
+    With ``seek_after`` n: read n entries, telldir, read the rest, seekdir back and read the
+    rest again (which must be the same); return the whole listing."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.opendir.restype = ctypes.c_void_p
+    libc.readdir.restype = ctypes.POINTER(_Dirent)
+    libc.telldir.restype = ctypes.c_long
+    libc.readdir.argtypes = libc.closedir.argtypes = libc.telldir.argtypes = [ctypes.c_void_p]
+    libc.seekdir.argtypes = [ctypes.c_void_p, ctypes.c_long]
+    dirp = libc.opendir(os.fsencode(d))
+    assert dirp, os.strerror(ctypes.get_errno())
+
+    def read(n: int | None = None) -> list[tuple[bytes, int, int]]:
+        out = []
+        while n is None or len(out) < n:
+            e = libc.readdir(dirp)
+            if not e:
+                break
+            out.append((e.contents.d_name, e.contents.d_ino, e.contents.d_type))
+        return out
+
+    try:
+        if seek_after is None:
+            return read()
+        head = read(seek_after)
+        pos = libc.telldir(dirp)
+        rest = read()
+        libc.seekdir(dirp, pos)
+        assert read() == rest, f"{d}: seekdir to after entry {seek_after} gives another rest"
+        return head + rest
+    finally:
+        libc.closedir(dirp)
+
+
+def _ls(*args: str) -> list[str]:
+    r = subprocess.run(["ls", *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_ls_a_lists_dot_and_dotdot_everywhere(mnt):
+    b = branch(mnt, "dots")
+    (b / "sub").mkdir()
+    (b / "sub" / "x").write_text("x")
+    dirs = [mnt, mnt / ".lakefuse", mnt / "main", mnt / "main" / "in", mnt / "main" / ".lakefuse", mnt / "v1" / "in",
+            b / "sub", mnt / "v1" / "in" / "many"]
+    for d in dirs:
+        names = os.listdir(d)
+        listed = _ls("-a", str(d))
+        assert listed[:2] == [".", ".."], (d, listed[:4])
+        assert sorted(listed[2:]) == sorted(names), d
+        unsorted = _ls("-f", str(d))  # the raw readdir order: "." and ".." first, each name once
+        assert unsorted[:2] == [".", ".."] and len(unsorted) == len(set(unsorted)) == len(names) + 2, d
+        # readdir itself: "." is the directory's inode, ".." its parent's (the mount root is its own)
+        raw = raw_readdir(d)
+        assert [n for n, _, _ in raw[:2]] == [b".", b".."] and raw[0][2] == raw[1][2] == 4, (d, raw[:2])  # DT_DIR
+        assert raw[0][1] == os.stat(d).st_ino, d
+        assert raw[1][1] == (os.stat(d / "..").st_ino if d != mnt else os.stat(mnt).st_ino), d
+        assert sorted(n.decode() for n, _, _ in raw[2:]) == sorted(names), d
+    many = mnt / "v1" / "in" / "many"
+    assert len(os.listdir(many)) == 300
+    for n in (0, 1, 2, 3, 150):  # seekdir back to any position, the dots' included
+        assert raw_readdir(many, seek_after=n) == raw_readdir(many)
+
+
+def test_info_files_refuse_writing_at_open(mnt):
+    b = branch(mnt, "info")
+    for f in (b / ".lakefuse" / "head", b / ".lakefuse" / "log", b / ".lakefuse" / "status",
+              mnt / ".lakefuse" / "stats"):
+        for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_APPEND, os.O_RDONLY | os.O_TRUNC):
+            with pytest.raises(OSError) as ei:
+                os.close(os.open(f, flags))
+            assert ei.value.errno == errno.EACCES, (f, flags, ei.value)
+        r = subprocess.run(["bash", "-c", f"echo x > {f}"], capture_output=True, text=True)
+        assert r.returncode != 0 and "Permission denied" in r.stderr, (f, r.stderr)
+        assert f.read_bytes() or f.name == "status"  # still readable (a new branch has no status)
+    assert (b / ".lakefuse" / "head").read_text().strip() == (mnt / "main" / ".lakefuse" / "head").read_text().strip()
+    with pytest.raises(OSError) as ei:  # on an immutable tree, as every write there
+        os.open(mnt / "v1" / ".lakefuse" / "head", os.O_WRONLY)
+    assert ei.value.errno == errno.EROFS
+
+
+def test_control_files_of_commit_and_tag_trees_are_erofs(mnt):
+    head = (mnt / "main" / ".lakefuse" / "head").read_text().strip()
+    for tree in ("v1", head[:12], "main~0"):
+        d = mnt / tree / ".lakefuse"
+        for name in ("commit", "merge", "reset", "revert", "newfile"):
+            with pytest.raises(OSError) as ei:
+                (d / name).write_text("a message\n")
+            assert ei.value.errno == errno.EROFS, (tree, name, ei.value)
+        for fn in (lambda: os.mkdir(d / "x"), lambda: os.symlink("head", d / "l"), lambda: os.unlink(d / "head"),
+                   lambda: os.rename(d / "head", d / "h2")):
+            with pytest.raises(OSError) as ei:
+                fn()
+            assert ei.value.errno == errno.EROFS, (tree, ei.value)
+        r = subprocess.run(["bash", "-c", f"echo msg > {d}/commit"], capture_output=True, text=True)
+        assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
+    assert (mnt / "v1" / ".lakefuse" / "head").read_text().strip() == head
+
+
+def test_reset_of_a_path_that_names_nothing_is_enoent(mnt):
+    b = branch(mnt, "rst")
+    (b / "new").mkdir()
+    (b / "new" / "n.txt").write_text("n")
+    os.unlink(b / "in" / "a.txt")
+    status = (b / ".lakefuse" / "status").read_text()
+    for request in ("nosuch.txt", "in/nosuch", "nosuch/", "in/a.txt/x"):
+        r = subprocess.run(["bash", "-c", f"echo {request} > {b}/.lakefuse/reset"], capture_output=True, text=True)
+        assert r.returncode != 0 and "No such file or directory" in r.stderr, (request, r.stderr)
+        back = outcome(b, "reset")
+        assert not back["ok"] and back["error_type"] == "NotFound" and "matches nothing" in back["error"], back
+        with pytest.raises(OSError) as ei:  # without a newline: the close fails
+            with open(b / ".lakefuse" / "reset", "w") as f:
+                f.write(request)
+        assert ei.value.errno == errno.ENOENT
+    assert (b / ".lakefuse" / "status").read_text() == status  # nothing changed
+    # what exists, staged or committed, still resets; a committed file without changes is no error
+    (b / ".lakefuse" / "reset").write_text("in\n")
+    time.sleep(0.3)  # the kernel's entry cache of a branch tree (--branch-timeout)
+    assert (b / "in" / "a.txt").read_text() == "committed a\n"  # the deletion undone (found in the head commit)
+    (b / ".lakefuse" / "reset").write_text("in/a.txt\n")
+    assert outcome(b, "reset")["ok"]
+    (b / ".lakefuse" / "reset").write_text("new/\n")
+    time.sleep(0.3)
+    assert not (b / "new").exists() and (b / ".lakefuse" / "status").read_text() == ""
+
+
+def _outcome_soon(b: Path, name: str, at_least: str) -> dict:
+    """The read-back once it is newer than ``at_least`` (the last close's release reaches the
+    daemon just after close returns)."""
+    deadline = time.monotonic() + 5
+    while True:
+        back = outcome(b, name)
+        if back.get("at", "") > at_least or time.monotonic() > deadline:
+            return back
+        time.sleep(0.02)
+
+
+def test_an_empty_request_is_einval(mnt):
+    b = branch(mnt, "empty")
+    (b / "staged.txt").write_text("s")
+    head = head_of(b)
+    last = ""
+    for cmd in (": > {c}", "printf '' > {c}", "true > {c}"):
+        # nothing written: no commit, the read-back says why (a shell cannot show it: it
+        # ignores errors of close, the only call that could report it)
+        r = subprocess.run(["bash", "-c", cmd.format(c=b / ".lakefuse" / "commit")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        back = _outcome_soon(b, "commit", last)
+        assert not back["ok"] and back["error_type"] == "InvalidArgument" and "empty request" in back["error"], back
+        last = back["at"]
+        assert head_of(b) == head
+    for name in ("commit", "reset", "merge"):  # a program that checks close sees EINVAL
+        with pytest.raises(OSError) as ei:
+            open(b / ".lakefuse" / name, "w").close()
+        assert ei.value.errno == errno.EINVAL, name
+        fd = os.open(b / ".lakefuse" / name, os.O_WRONLY | os.O_TRUNC)
+        with pytest.raises(OSError) as ei:
+            os.close(fd)
+        assert ei.value.errno == errno.EINVAL, name
+    with pytest.raises(OSError) as ei:
+        os.close(os.open(mnt / ".lakefuse" / "tag", os.O_WRONLY))
+    assert ei.value.errno == errno.EINVAL
+    assert head_of(b) == head and (b / ".lakefuse" / "status").read_text() == "A staged.txt\n"
+    # one newline is a request: a commit with an empty message, refused by the write itself
+    r = subprocess.run(["bash", "-c", f"echo > {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode != 0 and "Invalid argument" in r.stderr, r.stderr
+    assert "the commit message is empty" in outcome(b, "commit")["error"]
+    # truncation at open is no request: with a write after it, the request runs, and the
+    # shell's first close (before the command writes) leaves no failure behind
+    r = subprocess.run(["bash", "-c", f"echo 'a message' > {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    time.sleep(0.2)  # any release that could still record something has arrived
+    back = outcome(b, "commit")
+    assert back["ok"] and back["commit"]["message"] == "a message" and head_of(b) != head

@@ -63,10 +63,12 @@ def int8(n: int) -> bytes:
 def _check(conn: psycopg.Connection, res: pq.abc.PGresult | None) -> pq.abc.PGresult:
     if res is not None and res.status in _OK:
         return res
-    if conn.pgconn.status == _BAD or res is None:
-        msg = conn.pgconn.get_error_message() if conn.pgconn.status != _BAD or res is None else \
-            res.get_error_message()
-        raise psycopg.OperationalError(msg or "the connection to the server was lost")
+    if res is None or conn.pgconn.status == _BAD or not res.error_field(pq.DiagnosticField.SQLSTATE):
+        # no answer of the server's (no SQLSTATE): the connection failed, as psycopg would say
+        msg = (res.get_error_message() if res is not None else "") or conn.pgconn.get_error_message()
+        if isinstance(msg, bytes):
+            msg = msg.decode("utf-8", "replace")
+        raise psycopg.OperationalError(msg.strip() or "the connection to the server was lost")
     raise psycopg.errors.error_from_result(res)
 
 

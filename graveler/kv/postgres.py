@@ -541,8 +541,9 @@ class PgBackend:
                     try:
                         pg_wire.simple(conn, begin)  # one round trip (BEGIN; SET: the simple protocol takes both)
                     except psycopg.OperationalError:
-                        if conn.broken and attempt < POOL_MAX:
-                            continue  # died while pooled (a server restart): the pool drops it; take another
+                        conn.close()  # died while pooled (a server restart): the pool drops it
+                        if attempt < POOL_MAX:
+                            continue  # take another
                         raise
                     done = False
                     try:
@@ -593,8 +594,9 @@ class PgBackend:
                     try:
                         return run(conn)
                     except psycopg.OperationalError:
-                        if conn.broken and attempt < POOL_MAX:
-                            continue  # died while pooled (a server restart): the pool drops it; take another
+                        conn.close()  # died while pooled (a server restart): the pool drops it
+                        if attempt < POOL_MAX:
+                            continue  # take another
                         raise
         except PoolTimeout:
             raise StoreUnavailable(f"{label}: no connection within {self.pool.timeout:g}s: {self._why()}") from None

@@ -595,8 +595,8 @@ class Filesystem:
     def symlink(self, parent_ino: int, name: bytes, target: bytes, caller: Caller) -> Attr:
         return self._writer().symlink(parent_ino, name, target, caller)
 
-    def mknod(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
-        return self._writer().mknod(parent_ino, name, mode, caller)
+    def mknod(self, parent_ino: int, name: bytes, mode: int, caller: Caller, rdev: int = 0) -> Attr:
+        return self._writer().mknod(parent_ino, name, mode, caller, rdev)
 
     def link(self, ino: int, new_parent_ino: int, new_name: bytes) -> Attr:
         return self._writer().link(ino, new_parent_ino, new_name)

@@ -281,9 +281,17 @@ def test_unlink_open_file_detaches_it(fs, repo, kv_backend):
     fs.unlink(ino_of(fs, "main"), b"tmp")
     fs.write(opened.fh, 4, b"more")
     assert fs.read(opened.fh, 0, 100) == b"datamore"
+    assert fs.getattr(attr.ino).nlink == 0 and fs.getattr(attr.ino).size == 8  # fstat: no name left
     fs.flush(opened.fh)
     fs.release(opened.fh)
     assert not repo.exists("main", "tmp")
+    top = ino_of(fs, "main/top")
+    o = fs.open(top, os.O_RDONLY)  # a committed file open for reading, then unlinked
+    fs.unlink(ino_of(fs, "main"), b"top")
+    a = fs.getattr(top)
+    assert (a.nlink, a.size) == (0, 3) and fs.read(o.fh, 0, 10) == b"top"
+    fs.release(o.fh)
+    assert fs_errno(fs.getattr, top) == errno.ENOENT  # closed: gone
 
 
 def test_mkdir_at_root_makes_a_branch_and_rmdir_is_eperm(fs, repo):

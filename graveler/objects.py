@@ -17,7 +17,10 @@ prefix, :data:`POSIX_PREFIX` (``lakefuse-posix-``):
 
 =========================  ==========================================
 ``lakefuse-posix-mode``    st_mode, octal (``100644``, ``120777``, ``40755``; ``10644`` a FIFO,
-                           ``140755`` a socket: empty objects, like symlinks)
+                           ``140755`` a socket, ``20600`` a character device, ``60660`` a
+                           block device: empty objects, like symlinks)
+``lakefuse-posix-rdev``    st_rdev of a character or block device, decimal (Linux's
+                           ``makedev(major, minor)``); absent for every other kind
 ``lakefuse-posix-uid``     owner uid, decimal
 ``lakefuse-posix-gid``     owner gid, decimal
 ``lakefuse-posix-symlink`` symlink target (UTF-8 text); the object is empty
@@ -99,7 +102,8 @@ POSIX_GID = POSIX_PREFIX + "gid"
 POSIX_SYMLINK = POSIX_PREFIX + "symlink"
 POSIX_MTIME = POSIX_PREFIX + "mtime"
 POSIX_ATIME = POSIX_PREFIX + "atime"
-POSIX_KEYS = (POSIX_MODE, POSIX_UID, POSIX_GID, POSIX_SYMLINK, POSIX_MTIME, POSIX_ATIME)
+POSIX_RDEV = POSIX_PREFIX + "rdev"
+POSIX_KEYS = (POSIX_MODE, POSIX_UID, POSIX_GID, POSIX_SYMLINK, POSIX_MTIME, POSIX_ATIME, POSIX_RDEV)
 
 RESERVED_NAME = ".lakefuse"
 
@@ -123,6 +127,7 @@ class PosixAttrs:
     symlink: str | None = None
     mtime_ns: int | None = None
     atime_ns: int | None = None
+    rdev: int | None = None  # a character or block device's st_rdev
 
     def to_metadata(self) -> dict[str, str]:
         md: dict[str, str] = {}
@@ -138,6 +143,8 @@ class PosixAttrs:
             md[POSIX_MTIME] = str(self.mtime_ns)
         if self.atime_ns is not None:
             md[POSIX_ATIME] = str(self.atime_ns)
+        if self.rdev is not None:
+            md[POSIX_RDEV] = str(self.rdev)
         return md
 
     @staticmethod
@@ -153,7 +160,7 @@ class PosixAttrs:
 
         return PosixAttrs(
             num(POSIX_MODE, 8), num(POSIX_UID, 10), num(POSIX_GID, 10), md.get(POSIX_SYMLINK), num(POSIX_MTIME, 10),
-            num(POSIX_ATIME, 10),
+            num(POSIX_ATIME, 10), num(POSIX_RDEV, 10),
         )
 
 
@@ -419,6 +426,7 @@ __all__ = [
     "POSIX_ATIME",
     "POSIX_MTIME",
     "POSIX_PREFIX",
+    "POSIX_RDEV",
     "POSIX_SYMLINK",
     "POSIX_UID",
     "PosixAttrs",

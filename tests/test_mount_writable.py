@@ -255,7 +255,6 @@ def test_errnos_of_unsupported_and_refused_operations(mnt):
     (b / "e").mkdir()
     cases = [
         (lambda: os.link(b / "f", b / "hard"), errno.EPERM),
-        (lambda: os.mknod(b / "dev", stat.S_IFCHR | 0o600, os.makedev(1, 3)), errno.EPERM),
         (lambda: (b / "d" / ".lakefuse").write_text("x"), errno.EPERM),
         (lambda: os.mkdir(b / "d" / ".lakefuse"), errno.EPERM),
         (lambda: os.rename(b / "f", b / "d" / ".lakefuse"), errno.EPERM),
@@ -275,6 +274,50 @@ def test_errnos_of_unsupported_and_refused_operations(mnt):
     assert _renameat2(b / "f", b / "g", 2) == errno.EINVAL  # RENAME_EXCHANGE is not supported
     assert _renameat2(b / "f", b / "new", 1) == 0
     assert (b / "new").read_text() == "f"
+
+
+def _mount_options(mp: Path) -> set[str]:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        f = line.split()
+        if f[1] == str(mp):
+            return set(f[3].split(","))
+    raise AssertionError(f"{mp} is not mounted")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a device needs CAP_MKNOD")
+def test_device_nodes_through_the_mount(mnt):
+    b = branch(mnt, "devs")
+    d = b / "dev"
+    d.mkdir()
+    os.mknod(d / "null", stat.S_IFCHR | 0o644, os.makedev(1, 3))
+    os.mknod(d / "disk", stat.S_IFBLK | 0o640, os.makedev(8, 17))
+    st = os.stat(d / "null")
+    assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o644 and st.st_size == 0
+    assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
+    st = os.stat(d / "disk")
+    assert stat.S_ISBLK(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (8, 17)
+    assert "nodev" in _mount_options(mnt)  # the kernel refuses to open them
+    with pytest.raises(OSError) as ei:
+        open(d / "null", "rb")
+    assert ei.value.errno == errno.EACCES
+    os.chmod(d / "disk", 0o600)
+    os.chown(d / "disk", 7, 8)
+    os.rename(d / "disk", d / "sda1")
+    st = os.stat(d / "sda1")
+    assert st.st_mode == stat.S_IFBLK | 0o600 and (st.st_uid, st.st_gid) == (7, 8)
+    assert st.st_rdev == os.makedev(8, 17)
+    assert not (d / "disk").exists()
+    os.mknod(d / "gone", stat.S_IFCHR | 0o600, os.makedev(4, 5))
+    os.unlink(d / "gone")
+    assert sorted(os.listdir(d)) == ["null", "sda1"]
+    (b / ".lakefuse" / "commit").write_text("devices\n")
+    head = (b / ".lakefuse" / "head").read_text().strip()
+    for tree in (mnt / head / "dev", d):
+        st = os.stat(tree / "sda1")
+        assert st.st_mode == stat.S_IFBLK | 0o600 and st.st_rdev == os.makedev(8, 17), tree
+        st = os.stat(tree / "null")
+        assert st.st_mode == stat.S_IFCHR | 0o644 and st.st_rdev == os.makedev(1, 3), tree
+    assert not (mnt / head / "dev" / "gone").exists()
 
 
 def test_read_back_while_writing_from_two_handles(mnt):

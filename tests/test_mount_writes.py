@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from graveler.errors import InvalidArgument, NothingToCommit
-from graveler.objects import PosixAttrs
+from graveler.objects import POSIX_MODE, POSIX_RDEV, PosixAttrs
 from lakefuse.mount.errors import errno_for
 from lakefuse.mount.fs import FsConfig
 from lakefuse.mount.inodes import ROOT_INO
@@ -225,10 +225,38 @@ def test_symlink_and_readlink(fs, repo):
     assert PosixAttrs.from_metadata(repo.get("main", "ln").metadata).symlink == "data/a.csv"
 
 
+def test_device_nodes_keep_type_and_rdev_through_chmod_rename_and_commit(fs, repo):
+    main = ino_of(fs, "main")
+    c = fs.mknod(main, b"null", stat.S_IFCHR | 0o666, ME, os.makedev(1, 3))
+    b = fs.mknod(main, b"disk", stat.S_IFBLK | 0o660, ME, os.makedev(8, 17))
+    assert stat.S_ISCHR(c.mode) and stat.S_IMODE(c.mode) == 0o666 and c.size == 0
+    assert (os.major(c.rdev), os.minor(c.rdev)) == (1, 3) and (c.uid, c.gid) == (1000, 100)
+    assert stat.S_ISBLK(b.mode) and b.rdev == os.makedev(8, 17)
+    md = repo.get("main", "disk").metadata
+    assert md[POSIX_MODE] == "60660" and md[POSIX_RDEV] == str(os.makedev(8, 17))
+    assert POSIX_RDEV not in repo.get("main", "data/a.csv").metadata
+    assert fs.mknod(main, b"fifo", stat.S_IFIFO | 0o600, ME, os.makedev(1, 3)).rdev == 0  # rdev: devices only
+    assert POSIX_RDEV not in repo.get("main", "fifo").metadata
+    a = fs.setattr(b.ino, SetAttr(mode=0o600, uid=7, gid=8))  # chmod, chown: type and rdev stay
+    assert a.mode == stat.S_IFBLK | 0o600 and (a.uid, a.gid) == (7, 8) and a.rdev == os.makedev(8, 17)
+    fs.rename(main, b"disk", ino_of(fs, "main/data"), b"sda1", 0)
+    a = fs.lookup(ino_of(fs, "main/data"), b"sda1")
+    assert a.mode == stat.S_IFBLK | 0o600 and a.rdev == os.makedev(8, 17) and a.uid == 7
+    assert fs_errno(fs.mknod, main, b"null", stat.S_IFBLK | 0o600, ME, 0) == errno.EEXIST
+    commit = repo.commit("main", "devices").id
+    for tree in (commit[:10], "main"):
+        a = fs.lookup(ino_of(fs, f"{tree}/data"), b"sda1")
+        assert a.mode == stat.S_IFBLK | 0o600 and a.rdev == os.makedev(8, 17), tree
+        a = fs.lookup(ino_of(fs, tree), b"null")
+        assert a.mode == stat.S_IFCHR | 0o666 and a.rdev == os.makedev(1, 3), tree
+    fs.unlink(main, b"null")
+    assert not repo.exists("main", "null")
+    assert fs_errno(fs.mknod, ino_of(fs, commit[:10]), b"d", stat.S_IFCHR | 0o600, ME, 0) == errno.EROFS
+
+
 def test_link_mknod_reserved_and_erofs(fs, repo):
     main = ino_of(fs, "main")
     assert fs_errno(fs.link, ino_of(fs, "main/top"), main, b"hard") == errno.EPERM
-    assert fs_errno(fs.mknod, main, b"dev", stat.S_IFCHR | 0o644, ME) == errno.EPERM
     fifo = fs.mknod(main, b"fifo", stat.S_IFIFO | 0o640, ME)  # kept as an entry, like a symlink
     assert stat.S_ISFIFO(fifo.mode) and stat.S_IMODE(fifo.mode) == 0o640
     assert PosixAttrs.from_metadata(repo.get("main", "fifo").metadata).mode == stat.S_IFIFO | 0o640
@@ -253,9 +281,17 @@ def test_unlink_open_file_detaches_it(fs, repo, kv_backend):
     fs.unlink(ino_of(fs, "main"), b"tmp")
     fs.write(opened.fh, 4, b"more")
     assert fs.read(opened.fh, 0, 100) == b"datamore"
+    assert fs.getattr(attr.ino).nlink == 0 and fs.getattr(attr.ino).size == 8  # fstat: no name left
     fs.flush(opened.fh)
     fs.release(opened.fh)
     assert not repo.exists("main", "tmp")
+    top = ino_of(fs, "main/top")
+    o = fs.open(top, os.O_RDONLY)  # a committed file open for reading, then unlinked
+    fs.unlink(ino_of(fs, "main"), b"top")
+    a = fs.getattr(top)
+    assert (a.nlink, a.size) == (0, 3) and fs.read(o.fh, 0, 10) == b"top"
+    fs.release(o.fh)
+    assert fs_errno(fs.getattr, top) == errno.ENOENT  # closed: gone
 
 
 def test_mkdir_at_root_makes_a_branch_and_rmdir_is_eperm(fs, repo):

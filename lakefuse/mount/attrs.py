@@ -25,6 +25,9 @@ DIR_MODE = stat.S_IFDIR | 0o555
 FILE_MODE = stat.S_IFREG | 0o444
 BRANCH_FILE_MODE = 0o644  # a branch tree's file or directory without POSIX metadata
 BRANCH_DIR_MODE = 0o755
+# kinds kept as an entry of the empty object, the kind (and a device's rdev) in its metadata
+SPECIAL_KINDS = (stat.S_IFIFO, stat.S_IFSOCK, stat.S_IFCHR, stat.S_IFBLK)
+DEVICE_KINDS = (stat.S_IFCHR, stat.S_IFBLK)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Attr:
     atime_ns: int = 0  # 0: the mtime
     ctime_ns: int = 0  # 0: the mtime
     uncounted: bool = False  # a directory from a listing: subdirectories not counted yet (nlink 1, not kept)
+    rdev: int = 0  # st_rdev: a character or block device's number
 
     @property
     def is_dir(self) -> bool:
@@ -165,8 +169,10 @@ class AttrRules:
         if self.writable:
             e = Entry.from_value(value)
             pa = PosixAttrs.from_metadata(e.metadata) if e.metadata else PosixAttrs()
-            if pa.mode is not None and stat.S_IFMT(pa.mode) in (stat.S_IFIFO, stat.S_IFSOCK) and pa.symlink is None:
+            if pa.mode is not None and stat.S_IFMT(pa.mode) in SPECIAL_KINDS and pa.symlink is None:
                 a.mode, a.size = pa.mode, 0
+                if stat.S_IFMT(pa.mode) in DEVICE_KINDS:
+                    a.rdev = pa.rdev or 0
             elif not tree.immutable and pa.mode is None and pa.symlink is None:
                 a.mode = stat.S_IFREG | BRANCH_FILE_MODE  # a writable default on branch trees
             _times(a, e, pa)

@@ -37,6 +37,7 @@ the kernel keeps them only for ``branch_timeout`` seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -288,6 +289,9 @@ class Filesystem:
         tree: Tree = node.tree
         if tree.immutable:
             return self.revalidate(node).attr
+        if kind == Kind.FILE and node.opens > 0 and node.attr is not None and not self.inodes.attached(node):
+            # unlinked (or renamed over) while open: fstat still answers, with no name left
+            return dataclasses.replace(self.rules.spooled(self.spooled(ino), node.attr), nlink=0)
         if kind == Kind.FILE:
             sf = self.spooled(ino)
             if sf is not None:
@@ -595,8 +599,8 @@ class Filesystem:
     def symlink(self, parent_ino: int, name: bytes, target: bytes, caller: Caller) -> Attr:
         return self._writer().symlink(parent_ino, name, target, caller)
 
-    def mknod(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
-        return self._writer().mknod(parent_ino, name, mode, caller)
+    def mknod(self, parent_ino: int, name: bytes, mode: int, caller: Caller, rdev: int = 0) -> Attr:
+        return self._writer().mknod(parent_ino, name, mode, caller, rdev)
 
     def link(self, ino: int, new_parent_ino: int, new_name: bytes) -> Attr:
         return self._writer().link(ino, new_parent_ino, new_name)

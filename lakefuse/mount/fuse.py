@@ -41,7 +41,7 @@ def _entry(attr: Attr) -> pyfuse3.EntryAttributes:
     e.st_nlink = attr.nlink
     e.st_uid = attr.uid
     e.st_gid = attr.gid
-    e.st_rdev = 0
+    e.st_rdev = attr.rdev
     e.st_size = attr.size
     e.st_blksize = BLKSIZE
     e.st_blocks = (attr.size + 511) // 512
@@ -317,7 +317,8 @@ class Operations(pyfuse3.Operations):
 
     @boundary("mknod")
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        return _entry(await self.offload.run(DATA, self.fs.mknod, parent_inode, bytes(name), mode, self._caller(ctx)))
+        return _entry(await self.offload.run(DATA, self.fs.mknod, parent_inode, bytes(name), mode,
+                                             self._caller(ctx), rdev))
 
     @boundary("mkdir")
     async def mkdir(self, parent_inode, name, mode, ctx):

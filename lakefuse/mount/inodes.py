@@ -115,6 +115,11 @@ class InodeTable:
             if self._by_key.get(node.key) == node.ino:
                 del self._by_key[node.key]
 
+    def attached(self, node: Node) -> bool:
+        """True while ``node`` answers to its key (not unlinked, replaced or renamed over)."""
+        with self._lock:
+            return self._by_key.get(node.key) == node.ino
+
     def rekey(self, node: Node, key: Hashable, path: bytes) -> None:
         """``node`` now shows ``path`` (a rename): it answers to ``key`` from now on."""
         with self._lock:

@@ -51,7 +51,17 @@ from graveler.objects import PosixAttrs, user_metadata
 from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
 from lakefuse.mount import xattrs
-from lakefuse.mount.attrs import BRANCH_DIR_MODE, BRANCH_FILE_MODE, Attr, Caller, FsConfig, Opened, SetAttr
+from lakefuse.mount.attrs import (
+    BRANCH_DIR_MODE,
+    BRANCH_FILE_MODE,
+    DEVICE_KINDS,
+    SPECIAL_KINDS,
+    Attr,
+    Caller,
+    FsConfig,
+    Opened,
+    SetAttr,
+)
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.fs import Filesystem
 from lakefuse.mount.handles import SpoolHandle
@@ -292,7 +302,7 @@ class BranchWrites:
         return self._make_special(parent, path, attrs)
 
     def _make_special(self, parent: Node, path: bytes, attrs: PosixAttrs) -> Attr:
-        """A symlink, FIFO or socket: an entry of the shared empty object, kind in its metadata."""
+        """A symlink, FIFO, socket or device: an entry of the shared empty object, kind in its metadata."""
         tree: Tree = parent.tree
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
@@ -304,20 +314,22 @@ class BranchWrites:
             return self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent.ino, attr,
                                        entry.to_value(), tree.stamp)
 
-    def mknod(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
-        """A regular file is created empty; a FIFO or a socket is kept as an entry (like a
-        symlink); character and block devices: EPERM."""
+    def mknod(self, parent_ino: int, name: bytes, mode: int, caller: Caller, rdev: int = 0) -> Attr:
+        """A regular file is created empty; a FIFO, a socket or a character or block device
+        is kept as an entry (like a symlink), a device's ``rdev`` in its metadata. Opening a
+        device is the kernel's business (the mount is ``nodev`` unless asked otherwise)."""
         parent = self._branch_node(parent_ino)
         kind = stat.S_IFMT(mode)
         if kind in (0, stat.S_IFREG):
             opened, attr = self.create(parent_ino, name, stat.S_IFREG | stat.S_IMODE(mode), os.O_EXCL, caller)
             self.fs.release(opened.fh)
             return attr
-        if kind not in (stat.S_IFIFO, stat.S_IFSOCK):
-            raise FsError(errno.EPERM, "device files are not supported")
+        if kind not in SPECIAL_KINDS:
+            raise FsError(errno.EINVAL, f"mknod of file type {kind:#o}")
         path = self._child_path(parent, name)
         return self._make_special(parent, path, PosixAttrs(mode=kind | stat.S_IMODE(mode), uid=caller.uid,
-                                                           gid=caller.gid))
+                                                           gid=caller.gid,
+                                                           rdev=rdev if kind in DEVICE_KINDS else None))
 
     def link(self, ino: int, new_parent_ino: int, new_name: bytes) -> Attr:
         self._branch_node(new_parent_ino)
@@ -506,6 +518,7 @@ class BranchWrites:
                 symlink=pa.symlink,
                 mtime_ns=changes.mtime_ns if changes.mtime_ns is not None else cur.mtime_ns,
                 atime_ns=changes.atime_ns if changes.atime_ns is not None else pa.atime_ns,
+                rdev=pa.rdev,
             )
             md = user_metadata(e.metadata)
             md.update(new.to_metadata())

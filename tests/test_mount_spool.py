@@ -135,7 +135,13 @@ def test_failed_upload_keeps_the_file_dirty_and_spooled(repo, spool, monkeypatch
 
 @pytest.mark.expect_log("recovered spool files are reported as warnings")
 def test_recovery_after_a_crash(repo, tmp_path):
+    """A killed daemon's leftovers: a saved copy is dropped; unsaved bytes are staged at their
+    key (what ext4 shows after a process kill) if the branch still shows what that file last
+    knew there, else kept in recovered/ (another writer's newer save is never put under)."""
     cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    repo.upload("main", "dir/old", b"committed version")
+    repo.upload("main", "dir/raced", b"committed version")
+    repo.commit("main", "base")
     dead = Spool(repo, cfg)
     saved = dead.open(1, "main", b"dir/saved", None, ATTRS, new=True)
     saved.write(0, b"safe")
@@ -144,21 +150,34 @@ def test_recovery_after_a_crash(repo, tmp_path):
     os.link(repo._store._path(saved.saved.address), saved.data_path)
     lost = dead.open(2, "main", b"dir/unsaved", None, ATTRS, new=True)
     lost.write(0, b"never closed")
+    old = dead.open(3, "main", b"dir/old", repo.get("main", "dir/old"), ATTRS)
+    old.write(0, b"COMMITTED")  # an existing file rewritten in place, never closed
+    raced = dead.open(4, "main", b"dir/raced", repo.get("main", "dir/raced"), ATTRS)
+    raced.write(0, b"stale")
     intent = dead.begin_intent({"op": "rename", "branch": "main", "src": "a/", "dst": "b/"})
     assert intent.exists()
     os.close(dead._lock_fd)  # what kill -9 does to the flock: it goes away
+    repo.upload("main", "dir/raced", b"another writer's newer version")  # saved after the crash
 
     live = Spool(repo, cfg)
     report = live.recover()
-    assert {(r.key, r.action) for r in report.files} == {("dir/saved", "saved"), ("dir/unsaved", "kept")}
+    assert {(r.key, r.action) for r in report.files} == {
+        ("dir/saved", "saved"), ("dir/unsaved", "staged"), ("dir/old", "staged"), ("dir/raced", "kept")}
+    assert repo.read("main", "dir/unsaved") == b"never closed"
+    assert repo.read("main", "dir/old") == b"COMMITTED version"
+    assert repo.read("main", "dir/raced") == b"another writer's newer version"  # not put under
     kept = report.kept[0]
-    assert open(kept.recovered_path, "rb").read() == b"never closed"
-    assert kept.recovered_path.endswith("main/dir/unsaved")
+    assert open(kept.recovered_path, "rb").read() == b"staletted version"
+    assert kept.recovered_path.endswith("main/dir/raced") and "another version" in kept.reason
     rep = json.loads(open(os.path.join(report.directory, "REPORT.json")).read())
-    assert rep["files"][0]["key"] == "dir/unsaved"
+    assert {(f["key"], f["action"]) for f in rep["files"]} == {
+        ("dir/unsaved", "staged"), ("dir/old", "staged"), ("dir/raced", "kept")}
+    lines = report.lines()
+    assert any(line.startswith("recovered main/dir/unsaved: 12 bytes") for line in lines), lines
+    assert any(line.startswith("NOT recovered main/dir/raced") for line in lines), lines
     assert report.intents == [{"op": "rename", "branch": "main", "src": "a/", "dst": "b/"}]
     assert not dead.dir.exists()
-    assert repo.read("main", "dir/saved") == b"safe" and not repo.exists("main", "dir/unsaved")
+    assert repo.read("main", "dir/saved") == b"safe"
     # a second recovery finds nothing; a live mount's spool is never taken
     other = Spool(repo, cfg)
     f = other.open(1, "main", b"busy", None, ATTRS, new=True)

@@ -42,9 +42,13 @@ sidecar records that save) or what the branch shows at its key (it was saved and
 the daemon died before deleting its spool copy) the copy is deleted -- a save that
 close/fsync acknowledged is never reported as lost, even when a newer write has
 replaced it since; otherwise (it was never saved: no close or fsync returned
-success for that content) it is moved to
-``recovered/<stamp>/<branch>/<key>`` and listed in ``recovered/<stamp>/REPORT.json``
-and the log, for the user to look at; it is not staged behind their back.
+success for that content) it is staged at its key, as ext4 keeps what was written
+to a file when its writer is killed -- unless another writer saved that path
+meanwhile: then it is moved to ``recovered/<stamp>/<branch>/<key>``
+(:mod:`lakefuse.mount.recovery` has the rules). Both are listed in
+``recovered/<stamp>/REPORT.json``, the log and on the terminal of ``lakefuse mount``.
+A copy-in of a saved file is made as ``<sid>.copyin`` and renamed to ``<sid>.data``
+once whole: a daemon killed during it leaves nothing recovery could take for work.
 Unfinished intents are returned to the caller, who finishes them (a directory
 rename is idempotent, so it is simply run again).
 
@@ -63,13 +67,14 @@ import secrets
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from graveler.errors import Conflict, GravelerError, InvalidArgument, NotFound
+from graveler.errors import Conflict, GravelerError, InvalidArgument
 from graveler.model import Entry
-from graveler.objects import PosixAttrs
+from graveler.objects import PosixAttrs, user_metadata
 from lakefuse.mount.nowait import pread_nowait
+from lakefuse.mount.recovery import RecoveryReport, recover_instance
 
 log = logging.getLogger(__name__)
 
@@ -93,37 +98,6 @@ class SpoolConfig:
     @property
     def root(self) -> Path:
         return Path(self.cache_dir) / SPOOL_DIR / self.repository
-
-
-@dataclass(frozen=True)
-class Recovered:
-    """One spool leftover found by :meth:`Spool.recover`."""
-
-    branch: str | None
-    key: str | None
-    size: int
-    action: str  # "saved" (already staged: copy deleted) or "kept" (moved to recovered_path)
-    recovered_path: str | None = None
-
-
-@dataclass
-class RecoveryReport:
-    files: list[Recovered] = field(default_factory=list)
-    intents: list[dict] = field(default_factory=list)  # unfinished operations to run again
-    directory: str | None = None  # recovered/<stamp>, when files were kept
-
-    @property
-    def kept(self) -> list[Recovered]:
-        return [r for r in self.files if r.action == "kept"]
-
-
-def _md5_fd(fd: int) -> tuple[str, int]:
-    h = hashlib.md5(usedforsecurity=False)
-    off = 0
-    while chunk := os.pread(fd, 1 << 20, off):
-        h.update(chunk)
-        off += len(chunk)
-    return h.hexdigest(), off
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -152,8 +126,6 @@ class SpoolFile:
         self.user_metadata: dict[str, str] = {}
         self.content_type = ""
         if base is not None:
-            from graveler.objects import user_metadata
-
             self.user_metadata = user_metadata(base.metadata)
             self.content_type = base.content_type
         self.sid = f"{time.time_ns():019d}-{secrets.token_hex(4)}"
@@ -169,6 +141,9 @@ class SpoolFile:
         self._gen = 1 if new else 0  # bumped by every change of content or attributes
         self._saved_gen = 0
         self.saved: Entry | None = None  # the entry staged by the last successful flush
+        # the identity the branch shows at ``key`` as this file last knew it (opened, saved or
+        # renamed with; None: no entry): a retried or recovered save stages only over that
+        self.known: bytes | None = None if base is None else base.identity()
         # after a failed flush: the identity the next one expects at the key (None: no entry),
         # and (gen, (branch, key), entry) of an object it uploaded but could not stage
         self._expect: bytes | None | object = _UNSET
@@ -199,9 +174,13 @@ class SpoolFile:
     def meta_path(self) -> Path:
         return self.spool.dir / f"{self.sid}.json"
 
-    def _create(self) -> None:
+    @property
+    def copy_path(self) -> Path:
+        return self.spool.dir / f"{self.sid}.copyin"
+
+    def _create(self, path: Path | None = None) -> None:
         self._write_sidecar()
-        self._fd = os.open(self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         self._md5 = hashlib.md5(usedforsecurity=False)
         self._md5_off = 0
 
@@ -216,15 +195,22 @@ class SpoolFile:
             # content was saved, whatever the branch shows at its key by recovery time
             "saved_etag": saved.etag if saved is not None else None,
             "saved_size": saved.size if saved is not None else None,
+            # what the branch showed at the key when this file last knew it (hex identity,
+            # None: no entry): recovery stages the leftover only if it still shows that
+            "expect": None if self.known is None else self.known.hex(),
+            "expect_known": True,
         })
 
     def _load(self) -> None:
         """Copy the base content into the spool file (the lazy copy-in)."""
         if self.loaded:
             return
+        copying = self.base is not None and self.base.size > 0
         if self._fd is None:
-            self._create()
-        if self.base is not None and self.base.size:
+            # The copy is made under another name and renamed once whole: a daemon killed
+            # during it leaves no partial copy of the saved file for recovery to take as work.
+            self._create(self.copy_path if copying else None)
+        if copying:
             off = 0
             try:
                 while off < self.base.size:
@@ -240,11 +226,14 @@ class SpoolFile:
                 os.close(self._fd)
                 self._fd = None
                 self._md5 = None
-                try:
-                    os.unlink(self.data_path)
-                except FileNotFoundError:
-                    pass
+                for p in (self.copy_path, self.data_path):
+                    try:
+                        os.unlink(p)
+                    except FileNotFoundError:
+                        pass
                 raise
+            if self.copy_path.exists():
+                os.rename(self.copy_path, self.data_path)
             self.spool.stats["copy_in_bytes"] += off
         self.loaded = True
 
@@ -336,10 +325,14 @@ class SpoolFile:
                 self.ctime_ns = time.time_ns()
                 self._gen += 1
 
-    def move(self, branch: str, key: bytes) -> None:
-        """The file was renamed: its next flush stages it at ``key``."""
+    def move(self, branch: str, key: bytes, identity: bytes | None | object = _UNSET) -> None:
+        """The file was renamed: its next flush stages it at ``key``, where the branch now
+        shows the entry of ``identity`` (unchanged when not given: a directory rename moves
+        entries as they are)."""
         with self.lock:
             self.branch, self.key = branch, key
+            if identity is not _UNSET:
+                self.known = identity
             if self._fd is not None:
                 self._write_sidecar()
 
@@ -369,7 +362,6 @@ class SpoolFile:
                 return None
             gen = self._gen
             repo = self.spool.repo
-            known = self.saved or self.base  # what this file last knew at its key
             expect = self._expect
             if self._pending is not None and self._pending[0] == gen and self._pending[1] == (self.branch, self.key):
                 entry = self._pending[2]  # uploaded by the failed try: only its staging is left to do
@@ -385,13 +377,14 @@ class SpoolFile:
             except GravelerError:
                 self._pending = (gen, (self.branch, self.key), entry)
                 if self._expect is _UNSET:
-                    self._expect = None if known is None else known.to_value().identity
+                    self._expect = self.known
                 raise
             self._pending, self._expect = None, _UNSET
             if self.loaded and self._fd is not None and os.fstat(self._fd).st_nlink > 1:
                 self._handed_over(entry)
             self._saved_gen = gen
             self.saved = entry
+            self.known = entry.identity()
             if self._fd is not None:  # the spool copy stays until the last close: note it is saved
                 try:
                     self._write_sidecar()
@@ -602,21 +595,11 @@ class Spool:
                     log.info("spool: %s belongs to another repository named %s; left alone",
                              inst, self.config.repository)
                     continue
-                self._recover_instance(inst, out_dir, report)
+                recover_instance(self.repo, inst, out_dir, report)
                 shutil.rmtree(inst, ignore_errors=True)  # still locked: no other recovery takes it meanwhile
             finally:
                 os.close(fd)
-        if report.kept:
-            report.directory = str(out_dir)
-            _write_json(out_dir / "REPORT.json", {
-                "recovered_at": stamp,
-                "repository": self.config.repository,
-                "note": "content written through the mount whose close/fsync never returned success "
-                        "(the daemon died first); nothing here was staged",
-                "files": [r.__dict__ for r in report.kept],
-            })
-            log.warning("spool: %d unsaved file(s) from a previous mount were kept in %s (see REPORT.json)",
-                        len(report.kept), out_dir)
+        report.write(out_dir, stamp, self.config.repository)
         return report
 
     def _drop_stale_pending(self, inst: Path) -> None:
@@ -639,51 +622,6 @@ class Spool:
         finally:
             os.close(fd)
 
-    def _recover_instance(self, inst: Path, out_dir: Path, report: RecoveryReport) -> None:
-        for p in sorted(inst.glob("*.intent")):
-            try:
-                report.intents.append(json.loads(p.read_text()))
-            except (OSError, ValueError) as e:
-                log.warning("spool: unreadable intent %s (%s); ignored", p, e)
-        for data in sorted(inst.glob("*.data")):
-            meta_path = data.with_suffix(".json")
-            branch = key = None
-            meta: dict = {}
-            try:
-                meta = json.loads(meta_path.read_text())
-                branch, key = meta.get("branch"), meta.get("key")
-            except (OSError, ValueError):
-                pass
-            fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                etag, size = _md5_fd(fd)
-            finally:
-                os.close(fd)
-            if branch and meta.get("key", "") is None:
-                os.unlink(data)  # unlinked while open: nothing to save
-                continue
-            acked = meta.get("saved_etag") == etag and meta.get("saved_size") == size
-            if branch and key and (acked or self._already_saved(branch, key, etag, size)):
-                os.unlink(data)
-                report.files.append(Recovered(branch, key, size, "saved"))
-                log.info("spool: %s on %s was saved before the crash; dropped its spool copy", key, branch)
-                continue
-            rel = Path(branch or "unknown-branch") / (key if key else data.stem)
-            dest = out_dir / rel
-            if dest.exists() or not _inside(out_dir, dest):
-                dest = out_dir / "unknown-branch" / data.stem
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(data), dest)
-            report.files.append(Recovered(branch, key, size, "kept", str(dest)))
-            log.warning("spool: unsaved content of %s on branch %s (%d bytes) kept in %s", key, branch, size, dest)
-
-    def _already_saved(self, branch: str, key: str, etag: str, size: int) -> bool:
-        try:
-            e = self.repo.get(branch, key)
-        except (NotFound, GravelerError):
-            return False
-        return e.etag == etag and e.size == size
-
     def close(self) -> None:
         """Unmount: every file must have been released (a still-dirty one stays for recovery)."""
         with self._lock:
@@ -699,11 +637,3 @@ class Spool:
         if not left or all(not sf.data_path.exists() for sf in left):
             shutil.rmtree(self.dir, ignore_errors=True)
         os.close(self._lock_fd)
-
-
-def _inside(root: Path, p: Path) -> bool:
-    try:
-        p.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False

@@ -448,7 +448,7 @@ class BranchWrites:
             self.inodes.rekey(node, self.fs.file_key(tree, dst), dst)
             sf = self.spool.get(node.ino) if self.spool is not None else None
             if sf is not None:
-                sf.move(branch, dst)
+                sf.move(branch, dst, moved.identity)  # what the branch now shows at dst: its next save's base
         self.stats.add("renames")
 
     def _rename_dir(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_exists: bool) -> None:
@@ -629,8 +629,9 @@ class BranchWrites:
 
     # ------------------------------------------------------------------ the rest
 
-    def recover(self) -> None:
-        """At mount start: take over spool leftovers and finish interrupted directory renames."""
+    def recover(self):
+        """At mount start: take over spool leftovers (:mod:`lakefuse.mount.recovery`) and finish
+        interrupted directory renames; the :class:`~lakefuse.mount.recovery.RecoveryReport`."""
         if self.spool is None:
             return
         report = self.spool.recover()

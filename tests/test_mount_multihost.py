@@ -388,8 +388,8 @@ def test_last_close_wins_and_a_retried_save_never_stages_stale_bytes(tmp_path, p
     """Two hosts' mount clients (each its own Graveler and spool; host A with a database role of its own).
     The last close wins; a save of A that failed while A's KV was unreachable, retried after host B
     saved the same path, does not put A's older bytes over B's (compare-and-set on the staged
-    entry): it fails with a Conflict and A's content stays in its spool. A retry that nobody
-    overtook goes through."""
+    entry): it fails with a Conflict and A's content is kept in its spool's recovered/. A retry
+    that nobody overtook goes through."""
     from graveler.errors import Conflict, StoreUnavailable
     from graveler.objects import PosixAttrs
     from lakefuse.mount.spool import Spool, SpoolConfig
@@ -437,9 +437,9 @@ def test_last_close_wins_and_a_retried_save_never_stages_stale_bytes(tmp_path, p
             sf.flush()
         assert rb.read("main", "race.txt") == b"B, saved while A was cut off"
         assert sf.dirty and sf.read(0, 100) == b"A, stale after its failed save"  # kept, not lost
-        data = sf.data_path
-        spool.release(2)  # the last close tries again, fails again, keeps the copy for recovery
-        assert data.read_bytes() == b"A, stale after its failed save"
+        spool.release(2)  # the last close tries again, fails again: it can never succeed, so it is given up
+        (kept,) = (tmp_path / "cache-a" / "spool" / "cas" / "recovered").rglob("race.txt")
+        assert kept.read_bytes() == b"A, stale after its failed save"  # kept for the user, not lost
         assert rb.read("main", "race.txt") == b"B, saved while A was cut off"
         # nobody overtook this one: the retry goes through
         assert sf2.flush() is not None

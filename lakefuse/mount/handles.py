@@ -267,10 +267,17 @@ class SpoolHandle(Handle):
             raise FsError(errno.EBADF, "not open for writing")
         return self.sf.write(offset, data)
 
+    def _reader_of_unsaved(self) -> bool:
+        """A read-only handle of a file whose save failed: its close leaves the save to the
+        spool's retry (a reader's close does not fail for a writer's save)."""
+        return not self.writable and self.sf.failure is not None
+
     def pending(self) -> bool:
-        return self.sf.dirty
+        return self.sf.dirty and not self._reader_of_unsaved()
 
     def flush(self) -> None:
+        if self._reader_of_unsaved():
+            return
         if self.sf.flush() is not None:
             self._own_change()
 

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -207,6 +208,18 @@ def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path) -> str 
     except (GravelerError, OSError) as e:
         return f"could not stage it: {e}"
     return None
+
+
+def keep_copy(root: Path, branch: str, key: bytes, data: Path) -> Path:
+    """Copy a live spool file whose save can never succeed to ``root/<stamp>/<branch>/<key>``
+    (a copy: the live file may be a stored object's other name); where it went."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest = root / stamp / branch / key.decode("utf-8", "surrogateescape")
+    if dest.exists() or not _inside(root, dest):
+        dest = root / stamp / "unknown-branch" / data.stem
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(data, dest)
+    return dest
 
 
 def _already_saved(repo, branch: str, key: str, etag: str, size: int) -> bool:

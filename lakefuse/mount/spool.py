@@ -70,11 +70,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from graveler.errors import Conflict, GravelerError, InvalidArgument
+from graveler.errors import Conflict, GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.model import Entry
 from graveler.objects import PosixAttrs, user_metadata
 from lakefuse.mount.nowait import pread_nowait
-from lakefuse.mount.recovery import RecoveryReport, recover_instance
+from lakefuse.mount.recovery import RecoveryReport, keep_copy, recover_instance
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,8 @@ PENDING_PREFIX = ".new-"  # an instance directory being made (not locked yet): n
 _UNSET = object()  # SpoolFile._expect when the last flush did not fail
 PENDING_STALE_S = 600  # a pending directory this old belongs to a daemon that died while starting
 _COPY_CHUNK = 8 << 20
+RETRY_FIRST_S = 1.0  # a failed save is retried after this, then twice as long each time...
+RETRY_MAX_S = 30.0  # ...up to this
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ class SpoolFile:
         # and (gen, (branch, key), entry) of an object it uploaded but could not stage
         self._expect: bytes | None | object = _UNSET
         self._pending: tuple | None = None
+        self.failure: BaseException | None = None  # why the last save failed (None: it did not)
+        self.pinned = False  # its inode held by the spool while a failed save waits for a retry
         # MD5 of bytes [0, _md5_off) of the spool file while it is written from the start
         # in order (None once a write lands elsewhere): the etag without a second pass.
         self._md5 = None
@@ -359,6 +363,7 @@ class SpoolFile:
         with self.lock:
             if not self.dirty or self.key is None:
                 self.spool.repo.sync()  # e.g. the staging of its create(2), not synced yet
+                self.failure = None
                 return None
             gen = self._gen
             repo = self.spool.repo
@@ -366,7 +371,13 @@ class SpoolFile:
             if self._pending is not None and self._pending[0] == gen and self._pending[1] == (self.branch, self.key):
                 entry = self._pending[2]  # uploaded by the failed try: only its staging is left to do
             else:
-                entry = self._entry_to_stage()
+                try:
+                    entry = self._entry_to_stage()
+                except (GravelerError, OSError) as e:
+                    self.failure = e
+                    if self._expect is _UNSET:  # its retry must not put these bytes over a newer save
+                        self._expect = self.known
+                    raise
             try:
                 if expect is _UNSET:
                     repo.stage(self.branch, self.key, entry)
@@ -374,12 +385,13 @@ class SpoolFile:
                     raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved a "
                                    f"newer version after this file's save failed; this content was not saved and "
                                    f"stays in {self.data_path if self._fd is not None else 'the store'}")
-            except GravelerError:
+            except GravelerError as e:
                 self._pending = (gen, (self.branch, self.key), entry)
                 if self._expect is _UNSET:
                     self._expect = self.known
+                self.failure = e
                 raise
-            self._pending, self._expect = None, _UNSET
+            self._pending, self._expect, self.failure = None, _UNSET, None
             if self.loaded and self._fd is not None and os.fstat(self._fd).st_nlink > 1:
                 self._handed_over(entry)
             self._saved_gen = gen
@@ -437,6 +449,10 @@ class SpoolFile:
                     pass
 
 
+def _name(sf: SpoolFile) -> str:
+    return "?" if sf.key is None else sf.key.decode("utf-8", "replace")
+
+
 def _drop_mtime(a: PosixAttrs) -> PosixAttrs:
     """Attributes after a content change: the mtime (and atime) become the write time."""
     if a.mtime_ns is None and a.atime_ns is None:
@@ -452,7 +468,12 @@ class Spool:
         self.config = config
         self._lock = threading.Lock()
         self._files: dict[int, SpoolFile] = {}
-        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0}
+        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0, "save_retries": 0}
+        # pin(ino, True/False): hold / let go the inode of a file whose failed save waits for a
+        # retry, so its content stays reachable through the mount (set by the mount core)
+        self.pin = None
+        self._retrier: threading.Thread | None = None
+        self._stop = threading.Event()
         config.root.mkdir(parents=True, exist_ok=True)
         name = f"{os.getpid()}-{secrets.token_hex(4)}"
         # Made, owned and locked under a hidden name, then renamed: a recovery running now
@@ -519,9 +540,10 @@ class Spool:
             return sf
 
     def release(self, ino: int) -> None:
-        """One handle of ``ino`` closed. The last one saves the file if it is still
-        dirty (a failed flush) and drops the spool copy once the content is saved;
-        if saving fails the copy stays for recovery and the error is logged."""
+        """One handle of ``ino`` closed. The last one saves the file if it is still dirty
+        (a failed flush) and drops the spool copy once the content is saved. If saving
+        fails the file stays in the spool and the mount (reads show what was written) and
+        is retried in the background (:meth:`retry_saves`) until it is saved."""
         with self._lock:
             sf = self._files.get(ino)
             if sf is None:
@@ -529,15 +551,109 @@ class Spool:
             sf.handles -= 1
             if sf.handles > 0:
                 return
-            del self._files[ino]
         try:
             sf.flush()
         except Exception as e:
-            # the store or the KV refused (it is down): its message says why; anything else is a bug
-            log.error("could not save %s on branch %s after its last close (%s); its content stays in %s",
-                      sf.key, sf.branch, e, sf.data_path, exc_info=not isinstance(e, GravelerError))
+            self._save_failed(sf, e, "after its last close")
             return
-        sf.close()
+        self._finish(sf)
+
+    def _finish(self, sf: SpoolFile) -> None:
+        """``sf`` is saved: let go of its inode; drop it unless a handle opened it again."""
+        with self._lock:
+            done = sf.handles == 0 and self._files.get(sf.ino) is sf
+            if done:
+                del self._files[sf.ino]
+            pinned, sf.pinned = sf.pinned, False
+        if pinned and self.pin is not None:
+            self.pin(sf.ino, False)
+        if done:
+            sf.close()
+
+    def _save_failed(self, sf: SpoolFile, e: BaseException, when: str) -> None:
+        """The save of a file no handle holds failed: keep it for the background retry, or
+        give it up when it can never succeed (another writer saved the path, it is gone)."""
+        if isinstance(e, (Conflict, NotFound)):
+            self._give_up(sf, e)
+            return
+        # the store or the KV refused (it is down): its message says why; anything else is a bug
+        log.error("could not save %s on branch %s %s (%s); its content stays in the mount and in %s, "
+                  "and its save is retried every %d s at most until it goes through", _name(sf), sf.branch, when, e,
+                  sf.data_path, RETRY_MAX_S, exc_info=not isinstance(e, (GravelerError, OSError)))
+        with self._lock:
+            pin = not sf.pinned and sf.handles == 0 and self._files.get(sf.ino) is sf
+            sf.pinned = sf.pinned or pin
+            start = self._retrier is None and not self._stop.is_set()
+            if start:
+                self._retrier = threading.Thread(target=self._retry_loop, name="lakefuse-save-retry", daemon=True)
+        if pin and self.pin is not None:
+            self.pin(sf.ino, True)
+        if start:
+            self._retrier.start()
+
+    def _give_up(self, sf: SpoolFile, e: BaseException) -> None:
+        """A failed save that can never succeed: the spool copy goes to ``recovered/`` (see
+        the log) and the file shows what the branch has."""
+        kept = None
+        with sf.lock:
+            if sf._fd is not None and sf.loaded:
+                kept = keep_copy(self.config.root / RECOVERED_DIR, sf.branch, sf.key, sf.data_path)
+        log.warning("%s on branch %s is not saved: %s; %s", _name(sf), sf.branch, e,
+                    f"what was written to it is kept in {kept}" if kept else "nothing of it is kept")
+        self._finish(sf)
+
+    def failing(self, branch: str | None = None) -> list[SpoolFile]:
+        """The files (of ``branch``) whose last save failed."""
+        return [sf for sf in self.open_files() if sf.failure is not None and sf.key is not None
+                and (branch is None or sf.branch == branch)]
+
+    def retry_saves(self, branch: str | None = None) -> list[SpoolFile]:
+        """Try the failed saves (of ``branch``) again now; the files still failing."""
+        left = []
+        for sf in self.failing(branch):
+            self.stats["save_retries"] += 1
+            try:
+                sf.flush()
+            except Exception as e:
+                if sf.handles == 0 and isinstance(e, (Conflict, NotFound)):
+                    self._give_up(sf, e)
+                elif sf.failure is not None:
+                    left.append(sf)
+                continue
+            log.warning("saved %s on branch %s: its earlier save had failed", _name(sf), sf.branch)
+            self._finish(sf)
+        return left
+
+    def check_saved(self, branch: str) -> None:
+        """Before a commit of ``branch``: retry its failed saves; if any still fails, refuse
+        (the commit would publish such a file as the branch shows it, e.g. empty)."""
+        left = self.retry_saves(branch)
+        if left:
+            names = ", ".join(sf.key.decode("utf-8", "replace") for sf in left[:10])
+            more = f" and {len(left) - 10} more" if len(left) > 10 else ""
+            err = left[0].failure
+            cls = StoreUnavailable if isinstance(err, StoreUnavailable) else GravelerError
+            raise cls(f"commit refused: the save of {len(left)} file(s) written through this mount failed and is "
+                      f"retried until it goes through: {names}{more} (last error: {err}); nothing was committed "
+                      "(the commit would publish them without what was written); commit again once they are saved")
+
+    def _retry_loop(self) -> None:
+        """The background retry: failed saves tried again after 1 s, then twice as long each
+        time up to :data:`RETRY_MAX_S`, while any is left; the thread ends when none is."""
+        delay = RETRY_FIRST_S
+        while not self._stop.wait(delay):
+            try:
+                left = self.retry_saves()
+            except Exception:
+                log.error("spool: the retry of failed saves failed", exc_info=True)
+                left = True
+            with self._lock:
+                if not left and not any(sf.failure is not None for sf in self._files.values()):
+                    self._retrier = None
+                    return
+            delay = min(delay * 2, RETRY_MAX_S)
+        with self._lock:
+            self._retrier = None
 
     def detach(self, ino: int) -> None:
         sf = self.get(ino)
@@ -624,6 +740,10 @@ class Spool:
 
     def close(self) -> None:
         """Unmount: every file must have been released (a still-dirty one stays for recovery)."""
+        self._stop.set()
+        t = self._retrier
+        if t is not None:
+            t.join(60)
         with self._lock:
             left = list(self._files.values())
             self._files.clear()

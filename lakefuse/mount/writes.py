@@ -95,6 +95,21 @@ class BranchWrites:
         self._empty_lock = threading.Lock()
         # one attribute change of an inode at a time (each rewrites its entry's metadata); striped by inode
         self._xattr_locks = [threading.Lock() for _ in range(64)]
+        if self.spool is not None:
+            # a file whose save failed keeps its inode (its content readable through the mount)
+            # until a retry saves it; a commit first retries its branch's failed saves
+            self.spool.pin = self._pin
+            fs.controls.before_commit = self.spool.check_saved
+
+    def _pin(self, ino: int, held: bool) -> None:
+        try:
+            node = self.inodes.get(ino)
+        except FsError:
+            return
+        if held:
+            self.inodes.open(node)
+        else:
+            self.inodes.close(node)
 
     # ------------------------------------------------------------------ helpers
 

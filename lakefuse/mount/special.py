@@ -146,6 +146,8 @@ def stats_json(fs, extra: dict) -> bytes:
     snap.update(fs.repo.cache_stats())
     if fs.data_cache is not None:
         snap["data_cache"] = fs.data_cache.stats()
+    if fs.spool is not None:  # copies in, uploads, adoptions, copies-on-write, retried saves
+        snap["spool"] = dict(fs.spool.stats)
     if fs.config.extra_stats is not None:
         snap.update(fs.config.extra_stats())
     return (json.dumps(snap, indent=1, sort_keys=True) + "\n").encode()

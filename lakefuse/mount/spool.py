@@ -12,9 +12,9 @@ One :class:`SpoolFile` per inode being written, shared by every handle of it:
   ``fsync``) uploads the spool file to a new object in the store and stages its
   entry in LMDB. A local store takes the spool file itself (fsynced and hard-linked
   into the object's place, its MD5 computed while it was written): no copy. The
-  spool then drops its name and descriptor of that file, so a later write to the
-  same file copies the saved object into a new spool file first (copy-on-write):
-  a stored object is never modified. It returns only when both are durable: the local store fsyncs
+  spool keeps reading that file; a later write to it first copies it to a new
+  spool file, locally (copy-on-write, :meth:`SpoolFile._unshare`): a stored object
+  is never modified, and nothing is copied unless the file changes. It returns only when both are durable: the local store fsyncs
   the object and its directory, S3 answered the PUT, and the LMDB transaction is
   synced. Only then does close/fsync report success to the program.
 * A file unlinked while open is *detached*: later writes still work, its flush
@@ -58,6 +58,7 @@ FUSE core calls it from worker threads.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -150,6 +151,7 @@ class SpoolFile:
         # and (gen, (branch, key), entry) of an object it uploaded but could not stage
         self._expect: bytes | None | object = _UNSET
         self._pending: tuple | None = None
+        self._adopted = False  # the spool file is a stored object now (a local store linked it): never written
         self.failure: BaseException | None = None  # why the last save failed (None: it did not)
         self.pinned = False  # its inode held by the spool while a failed save waits for a retry
         # MD5 of bytes [0, _md5_off) of the spool file while it is written from the start
@@ -269,6 +271,7 @@ class SpoolFile:
     def write(self, offset: int, data: bytes) -> int:
         with self.lock:
             self._load()
+            self._unshare()
             n = os.pwrite(self._fd, data, offset)
             self._hash(offset, data[:n] if n < len(data) else data)
             self.size = max(self.size, offset + n)
@@ -287,6 +290,7 @@ class SpoolFile:
                 self.loaded = True
             else:
                 self._load()
+            self._unshare(keep=size > 0)
             os.ftruncate(self._fd, size)
             if size == 0:
                 self._md5, self._md5_off = hashlib.md5(usedforsecurity=False), 0
@@ -410,13 +414,14 @@ class SpoolFile:
         md = dict(self.user_metadata)
         md.update(self.attrs.to_metadata())
         repo = self.spool.repo
-        if not self.loaded:
-            # Only attributes changed: restage the base object under new metadata. The
-            # entry's last_modified is the change time (ctime); the mtime stays as it was.
+        if not self.loaded or self._adopted:
+            # Only attributes changed (the content is the base's, or the object the spool
+            # file became): restage that object under new metadata. The entry's
+            # last_modified is the change time (ctime); the mtime stays as it was.
             if self.attrs.mtime_ns is None:
                 md.update(PosixAttrs(mtime_ns=self.mtime_ns).to_metadata())
-            return Entry(self.base.address, self.base.size, self.base.etag, time.time_ns(),
-                         md, self.base.address_type, self.base.content_type)
+            b = self.base
+            return Entry(b.address, b.size, b.etag, time.time_ns(), md, b.address_type, b.content_type)
         entry = repo.put_object(str(self.data_path), content_type=self.content_type, metadata=md, adopt=True,
                                 etag=self._etag())
         self.spool.stats["uploaded_bytes"] += entry.size
@@ -425,16 +430,48 @@ class SpoolFile:
 
     def _handed_over(self, entry: Entry) -> None:
         """The spool file became the stored object (a local store linked it into place)
-        and the entry is staged: drop the spool's name and descriptor of it, so nothing
-        here writes to the stored object again. The saved entry becomes the base: a later
-        write copies it into a new spool file (copy-on-write), reads come from the store."""
-        os.close(self._fd)
-        self._fd = None
-        os.unlink(self.data_path)
+        and the entry is staged. The spool keeps its name and descriptor of it: reads come
+        from it and nothing is copied unless the file changes again -- then
+        :meth:`_unshare` first copies it to a new spool file (a stored object is never
+        modified). The saved entry becomes the base (what an attribute change restages)."""
         self.base = entry
-        self.loaded = False
-        self._md5 = None
+        self._adopted = True
         self.spool.stats["adopted"] += 1
+
+    def _unshare(self, keep: bool = True) -> None:
+        """Before a change of a spool file that became a stored object: copy it (``keep``;
+        in the kernel, ``copy_file_range``, nothing through the store) to a new file that
+        takes the spool file's name, and write that one. The MD5 computed while it was
+        written stays valid (same bytes), so an append keeps hashing where it was. A daemon
+        killed during the copy leaves only ``<sid>.copyin``, never taken by recovery."""
+        if not self._adopted:
+            return
+        fd = os.open(self.copy_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        off = 0
+        try:
+            while keep and off < self.size:
+                try:
+                    n = os.copy_file_range(self._fd, fd, self.size - off, off, off)
+                except OSError as e:
+                    if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    chunk = os.pread(self._fd, min(_COPY_CHUNK, self.size - off), off)
+                    n = os.pwrite(fd, chunk, off) if chunk else 0
+                if n == 0:
+                    raise OSError(errno.EIO, f"spool file of {_name(self)} ended at {off} of {self.size} bytes")
+                off += n
+            os.rename(self.copy_path, self.data_path)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(self.copy_path)
+            except FileNotFoundError:
+                pass
+            raise
+        os.close(self._fd)
+        self._fd = fd
+        self._adopted = False
+        self.spool.stats["cow_bytes"] += off
 
     def close(self) -> None:
         """Forget the spool copy (after a successful flush, or a discard)."""
@@ -468,7 +505,8 @@ class Spool:
         self.config = config
         self._lock = threading.Lock()
         self._files: dict[int, SpoolFile] = {}
-        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0, "save_retries": 0}
+        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0, "save_retries": 0,
+                      "cow_bytes": 0}
         # pin(ino, True/False): hold / let go the inode of a file whose failed save waits for a
         # retry, so its content stays reachable through the mount (set by the mount core)
         self.pin = None

@@ -84,6 +84,27 @@ def test_damaged_tag_record_is_corrupted_data(repo):
             call()
 
 
+@pytest.mark.parametrize("damage", ["commit id not hex", "commit id short", "another name", "no name"])
+def test_a_damaged_tag_record_that_still_parses_is_corrupted_data(repo, damage):
+    """protobuf parses many damaged byte strings without an error: a tag record whose
+    commit ID lost a hex digit, or whose id names another tag, was taken as it read --
+    a tag listed under another name, "commit not found" (exit 3), or the damage copied
+    into a refs dump. Healthy tags (made here, or restored from a lakeFS dump) pass."""
+    from graveler.proto import graveler_pb2
+
+    c = repo.create_tag("v1", "main").commit_id
+    repo.create_tag("v2", "main")
+    assert [t.name for t in repo.list_tags()] == ["v1", "v2"] and repo.resolve("v1").commit_id == c
+    bad = {"commit id not hex": ("v1", "g" + c[1:]), "commit id short": ("v1", c[:-1]),
+           "another name": ("v9", c), "no name": ("", c)}[damage]
+    raw = graveler_pb2.TagData(id=bad[0], commit_id=bad[1]).SerializeToString()
+    repo._env.write(lambda txn: txn.put(TAGS, b"v1", raw))
+    for call in (repo.list_tags, lambda: repo.resolve("v1"), lambda: repo.get_tag("v1")):
+        with pytest.raises(CorruptedData, match=r"damaged tag record.* in v1$"):
+            call()
+    assert repo.resolve("v2").commit_id == c  # the other tag is healthy
+
+
 def test_repository_deletion_failure_is_store_unavailable(tmp_path, monkeypatch):
     import shutil
 

@@ -136,3 +136,50 @@ def test_a_failed_save_keeps_its_inode_and_content_until_a_retry_saves_it(tmp_pa
             fs.inodes.get(attr.ino)
     finally:
         spool.close()
+
+
+@pytest.mark.expect_log("the failed saves are logged as errors")
+def test_a_failed_save_follows_a_rename_and_an_unlink_ends_it(tmp_path, monkeypatch):
+    """A file whose save failed, then renamed (``mv``): the mount's own rename is no other
+    writer's save, so the retry stages the content at the new name (not given up to
+    recovered/). One unlinked meanwhile: nothing is left to save; its retry ends and the
+    mount lets go of it."""
+    import stat
+
+    from graveler.errors import StoreUnavailable
+    from lakefuse.mount.spool import Spool, SpoolConfig
+    from lakefuse.mount.writes import Caller, WritableFilesystem
+    from tests.graveler_testutil import make_repo
+    from tests.mount_core_testutil import ino_of
+
+    repo = make_repo(tmp_path)
+    spool = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    fs = WritableFilesystem(repo, spool=spool)
+    try:
+        main = ino_of(fs, "main")
+        made = {}
+        for name in (b"moved", b"gone"):
+            opened, attr = fs.create(main, name, stat.S_IFREG | 0o644, os.O_WRONLY, Caller(0, 0))
+            fs.write(opened.fh, 0, b"content of " + name)
+            made[name] = (opened.fh, attr.ino)
+
+        def down(*a, **k):
+            raise StoreUnavailable("store down (test)")
+
+        monkeypatch.setattr(repo._store, "put_file", down)
+        monkeypatch.setattr(repo._store, "adopt_file", down)
+        for fh, _ in made.values():
+            with pytest.raises(StoreUnavailable):
+                fs.flush(fh)
+            fs.release(fh)
+        assert len(spool.failing()) == 2
+        fs.rename(main, b"moved", main, b"renamed", 0)
+        fs.unlink(main, b"gone")
+        assert [sf.key for sf in spool.failing()] == [b"renamed"]
+        monkeypatch.undo()
+        assert spool.retry_saves() == []
+        assert repo.read("main", "renamed") == b"content of moved" and not repo.exists("main", "gone")
+        assert not (tmp_path / "cache" / "spool" / repo.name / "recovered").exists()
+        assert spool.open_files() == []
+    finally:
+        spool.close()

@@ -38,6 +38,8 @@ from graveler.objects import PosixAttrs, user_metadata
 
 log = logging.getLogger("lakefuse.mount.spool")
 
+RECOVERED_DIR = "recovered"  # <cache>/spool/<repo>/recovered/<stamp>/: what recovery kept, not staged
+
 
 def _write_json(path: Path, obj: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")

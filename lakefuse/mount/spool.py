@@ -71,24 +71,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from graveler.errors import Conflict, GravelerError, InvalidArgument, NotFound, StoreUnavailable
+from graveler.errors import Conflict, GravelerError, InvalidArgument
 from graveler.model import Entry
 from graveler.objects import PosixAttrs, user_metadata
 from lakefuse.mount.nowait import pread_nowait
-from lakefuse.mount.recovery import RecoveryReport, keep_copy, recover_instance
+from lakefuse.mount.recovery import RECOVERED_DIR, RecoveryReport, recover_instance
+from lakefuse.mount.retry import SaveRetries
 
 log = logging.getLogger(__name__)
 
 SPOOL_DIR = "spool"
-RECOVERED_DIR = "recovered"
 LOCK_NAME = "lock"
 OWNER_NAME = "owner.json"
 PENDING_PREFIX = ".new-"  # an instance directory being made (not locked yet): never recovered
 _UNSET = object()  # SpoolFile._expect when the last flush did not fail
 PENDING_STALE_S = 600  # a pending directory this old belongs to a daemon that died while starting
 _COPY_CHUNK = 8 << 20
-RETRY_FIRST_S = 1.0  # a failed save is retried after this, then twice as long each time...
-RETRY_MAX_S = 30.0  # ...up to this
 
 
 @dataclass(frozen=True)
@@ -341,6 +339,8 @@ class SpoolFile:
             self.branch, self.key = branch, key
             if identity is not _UNSET:
                 self.known = identity
+                if self._expect is not _UNSET:  # a failed save's retry: this rename is no other writer's
+                    self._expect = identity
             if self._fd is not None:
                 self._write_sidecar()
 
@@ -348,6 +348,7 @@ class SpoolFile:
         """The file was unlinked while open: keep serving its handles, stage nothing."""
         with self.lock:
             self.key = None
+            self.failure = None
             self._saved_gen = self._gen
             if self._fd is not None:
                 self._write_sidecar()
@@ -497,8 +498,9 @@ def _drop_mtime(a: PosixAttrs) -> PosixAttrs:
     return PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None, None)
 
 
-class Spool:
-    """Every file being written through one mount of one repository."""
+class Spool(SaveRetries):
+    """Every file being written through one mount of one repository (its failed saves:
+    :class:`lakefuse.mount.retry.SaveRetries`)."""
 
     def __init__(self, repo, config: SpoolConfig):
         self.repo = repo
@@ -596,107 +598,12 @@ class Spool:
             return
         self._finish(sf)
 
-    def _finish(self, sf: SpoolFile) -> None:
-        """``sf`` is saved: let go of its inode; drop it unless a handle opened it again."""
-        with self._lock:
-            done = sf.handles == 0 and self._files.get(sf.ino) is sf
-            if done:
-                del self._files[sf.ino]
-            pinned, sf.pinned = sf.pinned, False
-        if pinned and self.pin is not None:
-            self.pin(sf.ino, False)
-        if done:
-            sf.close()
-
-    def _save_failed(self, sf: SpoolFile, e: BaseException, when: str) -> None:
-        """The save of a file no handle holds failed: keep it for the background retry, or
-        give it up when it can never succeed (another writer saved the path, it is gone)."""
-        if isinstance(e, (Conflict, NotFound)):
-            self._give_up(sf, e)
-            return
-        # the store or the KV refused (it is down): its message says why; anything else is a bug
-        log.error("could not save %s on branch %s %s (%s); its content stays in the mount and in %s, "
-                  "and its save is retried every %d s at most until it goes through", _name(sf), sf.branch, when, e,
-                  sf.data_path, RETRY_MAX_S, exc_info=not isinstance(e, (GravelerError, OSError)))
-        with self._lock:
-            pin = not sf.pinned and sf.handles == 0 and self._files.get(sf.ino) is sf
-            sf.pinned = sf.pinned or pin
-            start = self._retrier is None and not self._stop.is_set()
-            if start:
-                self._retrier = threading.Thread(target=self._retry_loop, name="lakefuse-save-retry", daemon=True)
-        if pin and self.pin is not None:
-            self.pin(sf.ino, True)
-        if start:
-            self._retrier.start()
-
-    def _give_up(self, sf: SpoolFile, e: BaseException) -> None:
-        """A failed save that can never succeed: the spool copy goes to ``recovered/`` (see
-        the log) and the file shows what the branch has."""
-        kept = None
-        with sf.lock:
-            if sf._fd is not None and sf.loaded:
-                kept = keep_copy(self.config.root / RECOVERED_DIR, sf.branch, sf.key, sf.data_path)
-        log.warning("%s on branch %s is not saved: %s; %s", _name(sf), sf.branch, e,
-                    f"what was written to it is kept in {kept}" if kept else "nothing of it is kept")
-        self._finish(sf)
-
-    def failing(self, branch: str | None = None) -> list[SpoolFile]:
-        """The files (of ``branch``) whose last save failed."""
-        return [sf for sf in self.open_files() if sf.failure is not None and sf.key is not None
-                and (branch is None or sf.branch == branch)]
-
-    def retry_saves(self, branch: str | None = None) -> list[SpoolFile]:
-        """Try the failed saves (of ``branch``) again now; the files still failing."""
-        left = []
-        for sf in self.failing(branch):
-            self.stats["save_retries"] += 1
-            try:
-                sf.flush()
-            except Exception as e:
-                if sf.handles == 0 and isinstance(e, (Conflict, NotFound)):
-                    self._give_up(sf, e)
-                elif sf.failure is not None:
-                    left.append(sf)
-                continue
-            log.warning("saved %s on branch %s: its earlier save had failed", _name(sf), sf.branch)
-            self._finish(sf)
-        return left
-
-    def check_saved(self, branch: str) -> None:
-        """Before a commit of ``branch``: retry its failed saves; if any still fails, refuse
-        (the commit would publish such a file as the branch shows it, e.g. empty)."""
-        left = self.retry_saves(branch)
-        if left:
-            names = ", ".join(sf.key.decode("utf-8", "replace") for sf in left[:10])
-            more = f" and {len(left) - 10} more" if len(left) > 10 else ""
-            err = left[0].failure
-            cls = StoreUnavailable if isinstance(err, StoreUnavailable) else GravelerError
-            raise cls(f"commit refused: the save of {len(left)} file(s) written through this mount failed and is "
-                      f"retried until it goes through: {names}{more} (last error: {err}); nothing was committed "
-                      "(the commit would publish them without what was written); commit again once they are saved")
-
-    def _retry_loop(self) -> None:
-        """The background retry: failed saves tried again after 1 s, then twice as long each
-        time up to :data:`RETRY_MAX_S`, while any is left; the thread ends when none is."""
-        delay = RETRY_FIRST_S
-        while not self._stop.wait(delay):
-            try:
-                left = self.retry_saves()
-            except Exception:
-                log.error("spool: the retry of failed saves failed", exc_info=True)
-                left = True
-            with self._lock:
-                if not left and not any(sf.failure is not None for sf in self._files.values()):
-                    self._retrier = None
-                    return
-            delay = min(delay * 2, RETRY_MAX_S)
-        with self._lock:
-            self._retrier = None
-
     def detach(self, ino: int) -> None:
         sf = self.get(ino)
         if sf is not None:
             sf.detach()
+            if sf.pinned:  # a failed save no handle holds: nothing of it is to be saved now
+                self._finish(sf)
 
     def open_files(self) -> list[SpoolFile]:
         with self._lock:

@@ -194,3 +194,21 @@ def test_recovery_stages_a_file_renamed_while_written_at_its_new_name(tmp_path):
     assert repo.read("main", "d/renamed") == b"written, never closed"
     assert repo.read("main", "d/moved") == b"BASE content"
     assert not repo.exists("main", "d/new") and not repo.exists("main", "d/old")
+
+
+@pytest.mark.expect_log("the kept file is reported as a warning")
+def test_a_leftover_raced_at_staging_is_kept_as_a_file_of_its_own(tmp_path, monkeypatch):
+    """Recovery hands a leftover to a local store (linked, not copied) before its
+    compare-and-set; another writer saving the path in between makes that fail: the bytes
+    kept in recovered/ must be a file of their own, not another name of the stored object."""
+    repo = make_repo(tmp_path)
+    cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    dead = Spool(repo, cfg)
+    sf = dead.open(1, "main", b"f", None, PosixAttrs(mode=0o100644), new=True)
+    sf.write(0, b"unsaved")
+    os.close(dead._lock_fd)
+    monkeypatch.setattr(repo, "stage_if", lambda *a, **k: False)  # lost the race to another writer
+    report = Spool(repo, cfg).recover()
+    (kept,) = report.kept
+    assert "another version" in kept.reason and os.stat(kept.recovered_path).st_nlink == 1
+    assert open(kept.recovered_path, "rb").read() == b"unsaved"

@@ -201,15 +201,30 @@ def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path) -> str 
         md.update(replace(pa, mtime_ns=None, atime_ns=None).to_metadata())  # its mtime: the content's
         content_type = cur.content_type
     try:
-        entry = repo.put_object(str(data), content_type=content_type, metadata=md)
-        entry = Entry(entry.address, entry.size, entry.etag, data.stat().st_mtime_ns, entry.metadata,
+        mtime = data.stat().st_mtime_ns
+        # handed over: a local store links the file into place (nothing copied); it is unlinked here after
+        entry = repo.put_object(str(data), content_type=content_type, metadata=md, adopt=True)
+        entry = Entry(entry.address, entry.size, entry.etag, mtime, entry.metadata,
                       entry.address_type, entry.content_type)
         if not repo.stage_if(branch, key, entry, expect):
+            _own_copy(data)  # kept for the user: not another name of the (unreferenced) object
             return ("the branch shows another version at this path, saved after this content was written "
                     "(by another writer or host): not put over it")
     except (GravelerError, OSError) as e:
+        _own_copy(data)
         return f"could not stage it: {e}"
     return None
+
+
+def _own_copy(data: Path) -> None:
+    """Make ``data`` a file of its own if a local store linked it as an object."""
+    try:
+        if data.stat().st_nlink > 1:
+            tmp = data.with_suffix(".own")
+            shutil.copyfile(data, tmp)
+            os.replace(tmp, data)
+    except OSError as e:
+        log.warning("spool: cannot copy %s apart from the store: %s", data, e)
 
 
 def keep_copy(root: Path, branch: str, key: bytes, data: Path) -> Path:

@@ -74,6 +74,8 @@ def test_failed_save_keeps_its_content_is_retried_and_blocks_the_commit_meanwhil
             assert staged_size(home, "retry", "out.bin") == len(data), m.log()
             (main / ".lakefuse" / "commit").write_text("after the store came back\n")
             assert (main / "out.bin").read_bytes() == data
+            spool = json.loads((mp / ".lakefuse" / "stats").read_text())["spool"]
+            assert spool["save_retries"] >= 2 and spool["uploads"] >= 2, spool
     g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
     try:
         r = g.repository("retry")

@@ -485,12 +485,23 @@ class Filesystem:
         return h is not None and h.pending()
 
     def flush(self, fh: int) -> None:
-        """close(2): save a written file (upload + stage, durable) or run a control request."""
+        """close(2): save a written file (upload + stage: visible, kept if the daemon dies)
+        or run a control request."""
         h = self._handles.get(fh)
         if h is not None:
             h.flush()
 
-    fsync = flush
+    def fsyncdir(self) -> None:
+        """fsync(2) of a directory: every change staged through this mount (each a committed,
+        unsynced KV transaction: create, mkdir, rename, unlink, chmod...) is on disk."""
+        if self.writes is not None:
+            self.repo.sync()
+
+    def fsync(self, fh: int) -> None:
+        """fsync(2) / fdatasync(2): :meth:`flush`, and the file's saved content on disk."""
+        h = self._handles.get(fh)
+        if h is not None:
+            h.fsync()
 
     def release_pending(self, fh: int) -> bool:
         """True when ``release`` of ``fh`` may block (never blocks itself)."""

@@ -10,13 +10,22 @@ One :class:`SpoolFile` per inode being written, shared by every handle of it:
   any handle, so a file reads back what was written to it before it is saved.
 * :meth:`SpoolFile.flush` (the mount calls it on close -- FUSE ``flush`` -- and on
   ``fsync``) uploads the spool file to a new object in the store and stages its
-  entry in LMDB. A local store takes the spool file itself (fsynced and hard-linked
-  into the object's place, its MD5 computed while it was written): no copy. The
-  spool then drops its name and descriptor of that file, so a later write to the
-  same file copies the saved object into a new spool file first (copy-on-write):
-  a stored object is never modified. It returns only when both are durable: the local store fsyncs
-  the object and its directory, S3 answered the PUT, and the LMDB transaction is
-  synced. Only then does close/fsync report success to the program.
+  entry in the KV. A local store takes the spool file itself (hard-linked into the
+  object's place, its MD5 computed while it was written): no copy. The spool then
+  drops its name and descriptor of that file, so a later write to the same file
+  copies the saved object into a new spool file first (copy-on-write): a stored
+  object is never modified. What it promises is ext4's contract:
+
+  - ``flush(durable=False)`` (close): the object is complete (S3 answered the PUT;
+    a local store linked it in, not fsynced) and the entry is staged by a committed
+    but unsynced KV transaction: every reader sees it, the death of the daemon
+    (``kill -9``) loses nothing (page cache, LMDB's map, PostgreSQL's WAL buffers),
+    and the next commit takes it (a commit syncs the store and the KV first:
+    :meth:`graveler.Repository.commit`). A power loss before an fsync or a commit may
+    lose it.
+  - ``flush(durable=True)`` (fsync): also the object (:meth:`graveler.Repository.sync_entry`)
+    and the KV (:meth:`graveler.Repository.sync`) are on disk before it returns --
+    including a save that an earlier close made without them.
 * A file unlinked while open is *detached*: later writes still work, its flush
   stages nothing.
 
@@ -352,10 +361,12 @@ class SpoolFile:
                 self._write_sidecar()
 
     # -- saving
-    def flush(self) -> Entry | None:
+    def flush(self, durable: bool = False) -> Entry | None:
         """Upload and stage the file if it changed since the last flush; return the
         staged entry (None if nothing was to do). Raises a GravelerError (the file
-        stays dirty and spooled) if the store or the KV failed.
+        stays dirty and spooled) if the store or the KV failed. ``durable`` (fsync): the
+        object and the staging are on disk when it returns, also when an earlier flush
+        saved the content (see the module docstring).
 
         A first save stages unconditionally (the last close wins, as on S3). A save that
         follows a failed one (a retried close, the last release, the unmount) stages only if
@@ -364,11 +375,18 @@ class SpoolFile:
         a newer version meanwhile, this content is not put over it (Conflict; the copy stays
         in the spool, and the next mount's recovery keeps it for the user)."""
         with self.lock:
+            repo = self.spool.repo
             if not self.dirty or self.key is None:
-                self.spool.repo.sync()  # e.g. the staging of its create(2), not synced yet
+                if durable and self.key is not None:
+                    # what an earlier close saved (or what it was opened with), and the
+                    # staging of its create(2): neither is synced yet, perhaps
+                    known = self.saved or self.base
+                    if known is not None and known.size:
+                        repo.sync_entry(known)
+                    repo.sync()
+                    self.spool.stats["syncs"] += 1
                 return None
             gen = self._gen
-            repo = self.spool.repo
             known = self.saved or self.base  # what this file last knew at its key
             expect = self._expect
             if self._pending is not None and self._pending[0] == gen and self._pending[1] == (self.branch, self.key):
@@ -376,8 +394,10 @@ class SpoolFile:
             else:
                 entry = self._entry_to_stage()
             try:
+                if durable and entry.size:
+                    repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
                 if expect is _UNSET:
-                    repo.stage(self.branch, self.key, entry)
+                    repo.stage_many(self.branch, [(self.key, entry)], durable)
                 elif not repo.stage_if(self.branch, self.key, entry, expect):
                     raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved a "
                                    f"newer version after this file's save failed; this content was not saved and "
@@ -387,6 +407,8 @@ class SpoolFile:
                 if self._expect is _UNSET:
                     self._expect = None if known is None else known.to_value().identity
                 raise
+            if durable:
+                self.spool.stats["syncs"] += 1
             self._pending, self._expect = None, _UNSET
             if self.loaded and self._fd is not None and os.fstat(self._fd).st_nlink > 1:
                 self._handed_over(entry)
@@ -413,7 +435,7 @@ class SpoolFile:
             return Entry(self.base.address, self.base.size, self.base.etag, time.time_ns(),
                          md, self.base.address_type, self.base.content_type)
         entry = repo.put_object(str(self.data_path), content_type=self.content_type, metadata=md, adopt=True,
-                                etag=self._etag())
+                                etag=self._etag(), durable=False)  # flush(durable=True) syncs it
         self.spool.stats["uploaded_bytes"] += entry.size
         self.spool.stats["uploads"] += 1
         return entry
@@ -459,7 +481,7 @@ class Spool:
         self.config = config
         self._lock = threading.Lock()
         self._files: dict[int, SpoolFile] = {}
-        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0}
+        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0, "syncs": 0}
         config.root.mkdir(parents=True, exist_ok=True)
         name = f"{os.getpid()}-{secrets.token_hex(4)}"
         # Made, owned and locked under a hidden name, then renamed: a recovery running now
@@ -545,6 +567,16 @@ class Spool:
                       sf.key, sf.branch, e, sf.data_path, exc_info=not isinstance(e, GravelerError))
             return
         sf.close()
+
+    def sync_saved(self, entry: Entry | None) -> None:
+        """fsync(2) of a branch file with no unsaved content here: make what it shows durable
+        -- ``entry``'s object, if an earlier close saved it without an fsync, and every staging
+        write of this process (:meth:`SpoolFile.flush` with ``durable=True`` for a file being
+        written)."""
+        if entry is not None and entry.size:
+            self.repo.sync_entry(entry)
+        self.repo.sync()
+        self.stats["syncs"] += 1
 
     def detach(self, ino: int) -> None:
         sf = self.get(ino)
@@ -698,6 +730,11 @@ class Spool:
                           sf.key, sf.branch, sf.data_path, exc_info=True)
         if not left or all(not sf.data_path.exists() for sf in left):
             shutil.rmtree(self.dir, ignore_errors=True)
+        try:  # as umount(8) of a local filesystem: what closes saved is on disk once it returns
+            self.repo.store.sync()
+            self.repo.sync()
+        except GravelerError as e:
+            log.error("could not sync the store and the KV at unmount: %s", e)
         os.close(self._lock_fd)
 
 

@@ -13,8 +13,12 @@ user's account of it. Control files are :mod:`lakefuse.mount.special` and
 How each change reaches graveler:
 
 * File content goes through the spool (:mod:`lakefuse.mount.spool`): written to
-  local disk, uploaded and staged on close (FUSE ``flush``) and ``fsync``, which
-  return only once the object and the staging entry are durable.
+  local disk, uploaded and staged on close (FUSE ``flush``) and ``fsync``; close
+  promises what ext4's does (visible, kept if the daemon dies), fsync also that the
+  object and the staging entry are on disk.
+* Every other change is staged by a KV transaction that is committed but not synced,
+  as ext4 journals a metadata change without flushing it: ``fsync`` of a file or
+  of a directory (FUSE ``fsyncdir``) and every commit make it durable.
 * ``create`` stages the new file at once as an empty entry (pointing at one
   shared empty object of the mount), so every lookup -- another process, the
   CLI -- sees it while it is being written; its content is staged on close.
@@ -176,7 +180,7 @@ class BranchWrites:
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
-    def _stage(self, tree: Tree, items, durable: bool = True) -> None:
+    def _stage(self, tree: Tree, items, durable: bool = False) -> None:
         self.repo.stage_many(tree.view.branch, items, durable)  # one stamp bump
         tree.own_change(tree.repin())
 
@@ -231,10 +235,8 @@ class BranchWrites:
                 raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
             if st.value is not None and flags & os.O_EXCL:
                 raise FsError(errno.EEXIST)
-            # Not synced: create(2) promises nothing durable; the close (or fsync) of the
-            # file makes this transaction durable (with its own, or alone if unwritten).
-            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now),
-                        durable=False)
+            # Not synced (nothing but fsync and commit sync): create(2) promises nothing durable.
+            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now))
             stamp = tree.stamp
             attr = self.rules.file_attr(entry.to_value(), tree)
             attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,

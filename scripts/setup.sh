@@ -19,6 +19,7 @@ java_ok || apt_pkgs+=(openjdk-17-jre-headless)
 command -v autoreconf >/dev/null 2>&1 || apt_pkgs+=(autoconf automake libtool)
 command -v make >/dev/null 2>&1 || apt_pkgs+=(make)
 command -v prove >/dev/null 2>&1 || apt_pkgs+=(perl)
+command -v strace >/dev/null 2>&1 || apt_pkgs+=(strace)  # tests/test_mount_durability.py counts the daemon's syncs
 # tools the writable-mount tests drive through a branch tree
 command -v rsync >/dev/null 2>&1 || apt_pkgs+=(rsync)
 command -v git >/dev/null 2>&1 || apt_pkgs+=(git)

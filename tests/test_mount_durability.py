@@ -79,7 +79,7 @@ def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path):
     """close: no sync of the object or its directory (LMDB's fdatasync of its own data pages
     at each transaction is all); fsync: the object file, its directory and the KV's file
     are synced before the call returns; fsync on a descriptor opened after the close syncs
-    what the close saved; a commit syncfs()es the store before it returns."""
+    what the close saved; a commit syncfs()es the store before it returns; so does unmount."""
     home = tmp_path / "home"
     store = tmp_path / "store"
     subprocess.run(lakefuse_cmd(home, "repo", "create", f"lakefs://{REPO}", "--storage", f"file://{store}"),
@@ -142,6 +142,14 @@ def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path):
             assert syncfs_at, during
             assert any(c == "fdatasync" and p.endswith("data.mdb") for c, p in during), during
             assert t_write < t_close  # (the clock moved: the windows above are real)
+
+            # unmount: the store's filesystem and the KV are synced before the daemon exits
+            t7 = time.time()
+            m.stop()
+            trace.proc.wait(30)  # strace ends with the daemon
+            after = [(c, p) for t, c, p in trace.calls() if t >= t7]
+            assert ("syncfs", str(store)) in after, after
         finally:
-            trace.stop()
+            if trace.proc.poll() is None:
+                trace.stop()
     assert "Traceback" not in m.log(), m.log()

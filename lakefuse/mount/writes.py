@@ -274,6 +274,7 @@ class BranchWrites:
             if st.exists:
                 raise FsError(errno.EEXIST)
             self._stage(tree, [(path + b"/", entry.to_value())] + self._touch_parent(tree, parent.path, now))
+            self.fs.subdirs_changed(tree, parent.path)
             attr = self.rules.tree_dir_attr(tree, path, entry.to_value())
             attr = self._acquire_fresh(self.fs.dir_key(tree, path), Kind.DIR, tree, path, parent_ino, attr,
                                        None, tree.stamp)
@@ -383,6 +384,7 @@ class BranchWrites:
                 raise FsError(errno.ENOTEMPTY)
             self._stage(tree, [(marker, None)] + self._touch_parent(tree, parent.path, time.time_ns(),
                                                                     frozenset({marker})))
+            self.fs.subdirs_changed(tree, parent.path)
             self._forget_path(tree, path, Kind.DIR)
         self.stats.add("rmdirs")
 
@@ -470,6 +472,7 @@ class BranchWrites:
             if pre:
                 self._stage(tree, pre)
             rename_prefix(self.repo, branch, src, dst, batch=DIR_RENAME_BATCH)
+            self.fs.subdirs_changed(tree, None)  # every directory under src moved: count them all again
             if intent is not None:
                 self.spool.end_intent(intent)
             tree.repin()

@@ -140,8 +140,12 @@ def test_recovery_after_a_crash(repo, tmp_path):
     saved = dead.open(1, "main", b"dir/saved", None, ATTRS, new=True)
     saved.write(0, b"safe")
     saved.flush()  # acknowledged: staged (the spool file became the stored object)
-    # the daemon dies between staging and dropping the spool's name of the file
+    # the daemon dies between staging and dropping the spool's name of the file (and its
+    # sidecar, as it was written when the spool file was made)
     os.link(repo._store._path(saved.saved.address), saved.data_path)
+    acked, saved.saved = saved.saved, None
+    saved._write_sidecar()
+    saved.saved = acked
     lost = dead.open(2, "main", b"dir/unsaved", None, ATTRS, new=True)
     lost.write(0, b"never closed")
     intent = dead.begin_intent({"op": "rename", "branch": "main", "src": "a/", "dst": "b/"})

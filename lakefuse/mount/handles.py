@@ -300,7 +300,9 @@ class SpoolHandle(Handle):
             self._own_change()
 
     def release_pending(self) -> bool:
-        return True  # the last handle's release saves the file if a flush failed (upload, staging)
+        # the last handle's release saves the file if a flush failed (upload, staging) and
+        # removes its spool files; a saved file with none left is released on the trio thread
+        return not self.spool.release_is_inline(self.node.ino)
 
     def release(self) -> None:
         was_dirty = self.sf.dirty

@@ -135,6 +135,14 @@ def _md5_fd(fd: int) -> tuple[str, int]:
     return h.hexdigest(), off
 
 
+def _write_new_json(path: Path, obj: dict) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, json.dumps(obj, sort_keys=True).encode())
+    finally:
+        os.close(fd)
+
+
 def _write_json(path: Path, obj: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, sort_keys=True))
@@ -169,6 +177,7 @@ class SpoolFile:
         self.lock = threading.RLock()
         self.handles = 0
         self._fd: int | None = None
+        self.on_disk = False  # a spool file or its sidecar exists (close has files to remove)
         self.loaded = False  # the spool file holds the whole content
         self.size = 0 if base is None else base.size
         self.mtime_ns = time.time_ns() if base is None else (base.last_modified_ns or time.time_ns())
@@ -209,14 +218,17 @@ class SpoolFile:
         return self.spool.dir / f"{self.sid}.json"
 
     def _create(self) -> None:
-        self._write_sidecar()
+        self._write_sidecar(fresh=True)
+        self.on_disk = True
         self._fd = os.open(self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         self._md5 = hashlib.md5(usedforsecurity=False)
         self._md5_off = 0
 
-    def _write_sidecar(self) -> None:
+    def _write_sidecar(self, fresh: bool = False) -> None:
+        """``fresh``: a new spool file (its name is new): written in place, no rename needed
+        (a crash meanwhile leaves no content behind it: the data file comes after)."""
         saved = self.saved
-        _write_json(self.meta_path, {
+        (_write_new_json if fresh else _write_json)(self.meta_path, {
             "repository": self.spool.config.repository,
             "branch": self.branch,
             "key": None if self.key is None else self.key.decode("utf-8", "surrogateescape"),
@@ -448,6 +460,11 @@ class SpoolFile:
         os.close(self._fd)
         self._fd = None
         os.unlink(self.data_path)
+        try:
+            os.unlink(self.meta_path)  # nothing left for a recovery to look at
+        except FileNotFoundError:
+            pass
+        self.on_disk = False
         self.base = entry
         self.loaded = False
         self._md5 = None
@@ -459,6 +476,9 @@ class SpoolFile:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            if not self.on_disk:
+                return
+            self.on_disk = False
             for p in (self.data_path, self.meta_path):
                 try:
                     os.unlink(p)
@@ -537,6 +557,13 @@ class Spool:
                 self._files[ino] = sf
             sf.handles += 1
             return sf
+
+    def release_is_inline(self, ino: int) -> bool:
+        """Whether :meth:`release` of one handle of ``ino`` does no I/O now: another handle
+        stays, or the file is saved and nothing of it is on disk (never blocks: reads flags
+        the handle's own writes and flushes set, which are finished)."""
+        sf = self._files.get(ino)
+        return sf is None or sf.handles > 1 or not (sf.dirty or sf.on_disk or sf._fd is not None)
 
     def hold(self, ino: int) -> SpoolFile | None:
         """The spool file of ``ino`` with one more handle (None if it has none): a

@@ -758,7 +758,8 @@ class Spool:
         if not left or all(not sf.data_path.exists() for sf in left):
             shutil.rmtree(self.dir, ignore_errors=True)
         try:  # as umount(8) of a local filesystem: what closes saved is on disk once it returns
-            self.repo.store.sync()
+            if self.repo.config.kv.sync:  # (a home that syncs nothing: benchmarks, tests)
+                self.repo.store.sync()
             self.repo.sync()
         except GravelerError as e:
             log.error("could not sync the store and the KV at unmount: %s", e)

@@ -52,6 +52,8 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
             assert f.read(3_000_000) == BIG[17_000_000:20_000_000]
         s1 = _stats(mp)
         assert s1["data_cache"]["misses"] >= 3 and s1["bytes_from_store"] >= len(BIG)
+        dc = s1["data_cache"]
+        assert dc["hit_ratio"] == round(dc["hits"] / (dc["hits"] + dc["misses"]), 4)
         # the object is gone from the store: stat and ls still work, reads are EIO, the daemon stays up
         e = w["repo"].get("main", "gone.txt")
         s3_client.delete_object(Bucket=w["bucket"], Key=f"ns/{e.address}")

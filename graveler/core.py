@@ -13,8 +13,9 @@ Reads that span transactions are *pinned*: :meth:`RepoCore.pin` resolves a ref o
 and :meth:`RepoCore.value_at` read staging over committed through a pin and raise
 :class:`BranchMoved` when the branch record changed since (its staging tokens may be
 gone), and the caller pins again and resumes. :class:`graveler.view.View` (the
-mount's read handle) and :class:`graveler.repository.Repository`'s reads and listings
-both read this way: one staged-over-committed read in graveler.
+mount's read handle) and :class:`graveler.repository.Repository`'s listings both read
+this way: one staged-over-committed read in graveler. A single lookup needs no pin: it
+reads the ref and its staging in one snapshot (:meth:`RepoCore.value_of`).
 
 Concurrency: refs and staging share one LMDB environment, so a staging write
 reads the branch and writes to its current token in one write transaction, and
@@ -147,6 +148,19 @@ class RepoCore:
             if found:
                 return v
         return self.committed.get(pin.commit.meta_range_id, path)
+
+    def value_of(self, ref: str, path: bytes) -> Value | None:
+        """The value at ``path`` on ``ref`` (None: nothing there, or a staged delete): the ref,
+        its commit and its staging read in one snapshot, then the committed tree if staging
+        has nothing (one read transaction: what :meth:`pin` + :meth:`value_at` take two for)."""
+        with self.env.read() as txn:
+            rr = self.refs.resolve_txn(txn, ref)
+            commit = self.refs.get_commit_txn(txn, rr.commit_id)
+            if rr.tokens:
+                found, v = self.staging.get_txn(txn, rr.tokens, path)
+                if found:
+                    return v
+        return self.committed.get(commit.meta_range_id, path)
 
     def pinned(self, ref: str, fn: Callable[[Pin], T], pin: Pin | None = None, attempts: int = 16) -> T:
         """``fn(pin)`` (a fresh pin of ``ref`` if none is given); pin again and rerun it

@@ -324,7 +324,7 @@ class Repository:
     def get_value(self, ref: str, path: str | bytes) -> Value:
         """The record value at ``path`` (staging over committed for a branch); NotFound if none."""
         p = as_path(path)
-        v = self._core.pinned(ref, lambda pin: self._core.value_at(pin, p))
+        v = self._core.value_of(ref, p)
         if v is None:
             raise NotFound(f"{p.decode()!r} not found on {ref!r}")
         return v

@@ -498,7 +498,10 @@ class Filesystem:
     def read_fast(self, fh: int, offset: int, size: int) -> bytes | None:
         """The bytes when they are in memory already (a small file read at open, or what a
         sequential read fetched ahead), else None."""
-        return self._handle(fh).read_fast(offset, size)
+        data = self._handle(fh).read_fast(offset, size)
+        if data is not None:
+            self.stats.add("bytes_memory", len(data))
+        return data
 
     def read_nowait(self, fh: int, offset: int, size: int) -> bytes | bytearray | None:
         """The bytes when a local file's page cache holds them all (on the trio thread,
@@ -506,12 +509,15 @@ class Filesystem:
         data = self._handle(fh).read_nowait(offset, size)
         if data is not None:
             self.stats.add("reads_inline")
+            self.stats.add("bytes_inline", len(data))
         return data
 
     def read(self, fh: int, offset: int, size: int) -> bytes:
         """A read that may block (in a worker thread; counted ``reads_thread``)."""
         self.stats.add("reads_thread")
-        return self._handle(fh).read(offset, size)
+        data = self._handle(fh).read(offset, size)
+        self.stats.add("bytes_thread", len(data))
+        return data
 
     def write(self, fh: int, offset: int, data: bytes) -> int:
         return self._handle(fh).write(offset, data)

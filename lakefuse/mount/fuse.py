@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import time
 
 import pyfuse3
 from pyfuse3 import FUSEError
@@ -65,6 +66,7 @@ def boundary(op: str):
         @functools.wraps(fn)
         async def handler(self: "Operations", *args):
             self.stats.request(op)
+            t0 = time.perf_counter_ns()
             try:
                 return await fn(self, *args)
             except FUSEError as e:
@@ -98,6 +100,8 @@ def boundary(op: str):
                 self._count_error(errno.EIO)
                 log.exception("%s%r: unexpected error, answered EIO (the mount stays up)", op, args[:2])
                 raise FUSEError(errno.EIO) from None
+            finally:
+                self.stats.done(op, time.perf_counter_ns() - t0)
 
         return handler
 

@@ -145,7 +145,9 @@ def stats_json(fs, extra: dict) -> bytes:
     snap.update(extra)
     snap.update(fs.repo.cache_stats())
     if fs.data_cache is not None:
-        snap["data_cache"] = fs.data_cache.stats()
+        dc = snap["data_cache"] = fs.data_cache.stats()
+        asked = dc.get("hits", 0) + dc.get("misses", 0)
+        dc["hit_ratio"] = round(dc.get("hits", 0) / asked, 4) if asked else None
     if fs.config.extra_stats is not None:
         snap.update(fs.config.extra_stats())
     return (json.dumps(snap, indent=1, sort_keys=True) + "\n").encode()

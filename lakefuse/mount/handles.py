@@ -161,12 +161,15 @@ class ObjectHandle(Handle):
         if self.spool is None or tree is None or tree.immutable:
             return
         sf = self.spool.get(self.node.ino)
-        if sf is not None:  # another handle writes it: save that too, durably
-            sf.flush(durable=True)
-            return
-        tree.repin()
-        value = tree.view.get(self.node.path)
-        self.spool.sync_saved(Entry.from_value(value) if value is not None else None)
+        try:
+            if sf is not None:  # another handle writes it: save that too, durably
+                sf.flush(durable=True)
+                return
+            tree.repin()
+            value = tree.view.get(self.node.path)
+            self.spool.sync_saved(Entry.from_value(value) if value is not None else None)
+        except NotFound:
+            raise FsError(errno.EIO, "object missing") from None
 
     def release(self) -> None:
         if self.reader is not None:
@@ -296,7 +299,11 @@ class SpoolHandle(Handle):
             self._own_change()
 
     def fsync(self) -> None:
-        if self.sf.flush(durable=True) is not None:
+        try:
+            staged = self.sf.flush(durable=True)
+        except NotFound:  # the object it was saved with is gone from the store
+            raise FsError(errno.EIO, "object missing") from None
+        if staged is not None:
             self._own_change()
 
     def release_pending(self) -> bool:

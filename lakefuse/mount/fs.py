@@ -424,7 +424,12 @@ class Filesystem:
         """Make (or find) the inode of a readdir entry, lookup count +1 (never blocks).
         Call :meth:`forget` with it if the kernel refused the entry."""
         node = self._handle(fh).node
-        return self.acquire(e.key, e.kind, e.tree, e.path, node.ino, e.attr, e.value, e.stamp)
+        attr = self.acquire(e.key, e.kind, e.tree, e.path, node.ino, e.attr, e.value, e.stamp)
+        if e.kind == Kind.FILE and not e.tree.immutable and self.spool is not None:
+            # a file being written: as its handles see it (the kernel takes a listing's attributes
+            # for the inode it has; a smaller staged size would cut reads of the open file short)
+            return self.rules.spooled(self.spool.peek(attr.ino), attr)
+        return attr
 
     # ------------------------------------------------------------------ files
 

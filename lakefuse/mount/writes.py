@@ -45,6 +45,7 @@ import os
 import stat
 import threading
 import time
+from contextlib import ExitStack, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -434,8 +435,17 @@ class BranchWrites:
         self._rename_dir(tree, op, np_, src, dst, d.is_dir)
 
     def _rename_file(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes) -> None:
+        node = self.inodes.find(self.fs.file_key(tree, src))
+        sf = self.spool.get(node.ino) if node is not None and self.spool is not None else None
+        # an open file's save (its lock) is not under way while it moves: one that was waits
+        # for it (and its entry is the one moved), the next one stages at dst
+        with sf.lock if sf is not None else nullcontext():
+            self._rename_file_locked(tree, op, np_, src, dst, node, sf)
+
+    def _rename_file_locked(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, node, sf) -> None:
         branch = tree.view.branch
         now = time.time_ns()
+        tree.repin()  # a save that was under way staged src meanwhile
         e = Entry.from_value(tree.view.get(src))
         pa = PosixAttrs.from_metadata(e.metadata)
         md = dict(e.metadata)
@@ -447,17 +457,21 @@ class BranchWrites:
             items += self._touch_parent(tree, np_.path, now)
         self._stage(tree, items)
         self._forget_path(tree, dst, Kind.FILE)  # an open file replaced at dst: detached
-        node = self.inodes.find(self.fs.file_key(tree, src))
         if node is not None:
             self.inodes.rekey(node, self.fs.file_key(tree, dst), dst)
-            sf = self.spool.get(node.ino) if self.spool is not None else None
             if sf is not None:
                 sf.move(branch, dst)
         self.stats.add("renames")
 
     def _rename_dir(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_exists: bool) -> None:
         branch = tree.view.branch
-        with self.fs.tree_lock(tree).exclusive():
+        with self.fs.tree_lock(tree).exclusive(), ExitStack() as saving:
+            # the open files below src: no save of one is under way while the keys move (one
+            # that was is waited for, and its entry moves with the rest); the next stages at dst
+            below = [sf for sf in (self.spool.open_files() if self.spool is not None else ())
+                     if sf.branch == branch and sf.key is not None and sf.key.startswith(src + b"/")]
+            for sf in below:
+                saving.enter_context(sf.lock)
             intent = None
             if self.spool is not None:
                 intent = self.spool.begin_intent({"op": "rename_dir", "branch": branch,
@@ -478,10 +492,8 @@ class BranchWrites:
             tree.repin()
             self._forget_path(tree, dst, Kind.DIR)
             moved = self.inodes.rekey_prefix(tree.key, src, dst)
-            if self.spool is not None:
-                for sf in self.spool.open_files():
-                    if sf.branch == branch and sf.key is not None and sf.key.startswith(src + b"/"):
-                        sf.move(branch, dst + sf.key[len(src):])
+            for sf in below:
+                sf.move(branch, dst + sf.key[len(src):])
         log.debug("renamed directory %r -> %r on %s (%d inodes)", src, dst, branch, moved)
         self.stats.add("renames")
 

@@ -120,3 +120,23 @@ def test_repository_deletion_failure_is_store_unavailable(tmp_path, monkeypatch)
     with pytest.raises(StoreUnavailable):
         g.delete_repository("gone")
     assert issubclass(StoreUnavailable, GravelerError)
+
+
+def test_stat_reads_a_few_staged_entries_not_a_batch(repo, monkeypatch):
+    """stat answers from one to three entries: its staging read starts small (4), where a
+    listing's starts at 64 -- a create in a directory of many staged files is not a scan."""
+    from graveler.staging import StagingManager
+
+    repo.stage_many("main", [(f"d/f{i:03d}", entry(f"e{i}")) for i in range(200)])
+    limits: list[int | None] = []
+    real = StagingManager.scan
+    monkeypatch.setattr(StagingManager, "scan",
+                        lambda self, token, start=b"", limit=None, end=None, guard=None:
+                        (limits.append(limit), real(self, token, start, limit, end, guard))[1])
+    v = repo.view("main")
+    st = v.stat(b"d/f100")
+    assert st.value is not None and not st.is_dir and limits == [4]
+    limits.clear()
+    assert v.stat(b"d").is_dir and limits == [4]
+    limits.clear()
+    assert len(v.list_page(b"d/", b"", 100)) == 100 and limits[0] == 64

@@ -532,3 +532,17 @@ def test_error_boundary_answers_every_failure_with_an_errno(fs):
         assert (await ops.getattr(ROOT_INO)).st_ino == ROOT_INO
 
     trio.run(run)
+
+
+def test_stats_latency_quantiles_are_within_a_bucket_of_the_truth():
+    from lakefuse.mount.stats import Stats
+
+    st = Stats()
+    for _ in range(97):
+        st.done("read", 100_000)  # 100 us
+    for _ in range(3):
+        st.done("read", 10_000_000)  # 10 ms
+    st.done("lookup", 1)  # the smallest bucket
+    lat = st.snapshot()["latency"]
+    assert 100 <= lat["read"]["p50_us"] <= 100 * 1.19 and 10_000 <= lat["read"]["p99_us"] <= 10_000 * 1.19
+    assert lat["read"]["n"] == 100 and lat["lookup"]["n"] == 1 and lat["lookup"]["p99_us"] <= 0.01

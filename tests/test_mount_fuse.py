@@ -195,6 +195,22 @@ def test_info_files(world):
     assert ".lakefuse" not in os.listdir(mp / "main")  # reserved: reachable by path, never listed
 
 
+def test_stats_say_how_long_requests_took_and_which_path_served_the_bytes(world):
+    mp = world["mp"]
+    before = json.loads((mp / ".lakefuse" / "stats").read_text())
+    data = (mp / "dev" / "dev-only.txt").read_bytes()  # a branch tree: served by the daemon
+    assert data == DEV["dev-only.txt"]
+    stats = json.loads((mp / ".lakefuse" / "stats").read_text())
+    for op in ("lookup", "open", "read"):
+        lat = stats["latency"][op]
+        in_flight = 1 if op == "open" else 0  # reading the stats: its own open is not answered yet
+        assert lat["n"] == stats["requests"][op] - in_flight and 0 < lat["p50_us"] <= lat["p99_us"] < 10_000_000, \
+            (op, lat)
+    served = {k: stats.get(k, 0) - before.get(k, 0) for k in ("bytes_memory", "bytes_inline", "bytes_thread")}
+    assert sum(served.values()) >= len(data), served
+    assert "data_cache" not in stats  # a local store has no data cache (S3: test_mount_s3)
+
+
 def _read_everything(root: str) -> dict[str, str]:
     out = {}
     for d, _, files in os.walk(root):

@@ -52,6 +52,8 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
             assert f.read(3_000_000) == BIG[17_000_000:20_000_000]
         s1 = _stats(mp)
         assert s1["data_cache"]["misses"] >= 3 and s1["bytes_from_store"] >= len(BIG)
+        dc = s1["data_cache"]
+        assert dc["hit_ratio"] == round(dc["hits"] / (dc["hits"] + dc["misses"]), 4)
         # the object is gone from the store: stat and ls still work, reads are EIO, the daemon stays up
         e = w["repo"].get("main", "gone.txt")
         s3_client.delete_object(Bucket=w["bucket"], Key=f"ns/{e.address}")
@@ -107,3 +109,37 @@ def test_s3_unreachable_store_fails_the_mount_with_a_reason(s3world, tmp_path):
     assert r.returncode != 0
     assert "s3demo" in r.stderr and ("unavailable" in r.stderr.lower() or "connect" in r.stderr.lower()
                                      or "reach" in r.stderr.lower()), r.stderr
+
+
+def test_a_hung_endpoint_fails_one_read_within_one_bound(tmp_path, s3_endpoint, s3_config, s3_bucket):
+    """A store that accepts and never answers: a 1 MiB read(2) is EIO after one bound (timeout x
+    attempts), not two -- the kernel follows the failed read-ahead with a read of the same page,
+    which must not wait out the attempts again -- and reads work again once the store answers."""
+    import time
+
+    from tests.faultproxy import Fault, FaultProxy
+
+    data = os.urandom(12 << 20)
+    home = tmp_path / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    r = g.create_repository("hung", f"s3://{s3_bucket}/ns")
+    r.upload("main", "big.bin", data)
+    c = r.commit("main", "data")
+    g.close()
+    bound = 2 * 1.0  # --timeout 1 --max-attempts 2
+    with FaultProxy(s3_endpoint) as proxy:
+        mp = tmp_path / "mnt"
+        with MountProc(home, "hung", mp, "--cache-dir", str(tmp_path / "cache"), "--timeout", "1",
+                       "--max-attempts", "2", env={"LAKEFUSE_S3_ENDPOINT": proxy.url}):
+            os.listdir(mp / c.id)
+            proxy.add(Fault("hang", method="GET", path="/data/"))
+            with open(mp / c.id / "big.bin", "rb", buffering=0) as f:
+                t0 = time.monotonic()
+                with pytest.raises(OSError) as ei:
+                    f.read(1 << 20)
+                took = time.monotonic() - t0
+            assert ei.value.errno == errno.EIO
+            assert bound * 0.8 <= took < bound * 1.5, took  # one bound (it was two)
+            proxy.clear()
+            time.sleep(2.1)  # the failed chunk is remembered for 2 s (graveler.objstore.chunked)
+            assert (mp / c.id / "big.bin").read_bytes() == data

@@ -145,8 +145,13 @@ def test_recovery_after_a_crash(repo, tmp_path):
     dead = Spool(repo, cfg)
     saved = dead.open(1, "main", b"dir/saved", None, ATTRS, new=True)
     saved.write(0, b"safe")
-    saved.flush()  # acknowledged: staged (the spool file became the stored object; its spool name stays)
-    assert saved.data_path.exists()
+    saved.flush()  # acknowledged: staged (the spool file became the stored object)
+    # the daemon dies between staging and dropping the spool's name of the file (and its
+    # sidecar, as it was written when the spool file was made)
+    os.link(repo._store._path(saved.saved.address), saved.data_path)
+    acked, saved.saved = saved.saved, None
+    saved._write_sidecar()
+    saved.saved = acked
     lost = dead.open(2, "main", b"dir/unsaved", None, ATTRS, new=True)
     lost.write(0, b"never closed")
     old = dead.open(3, "main", b"dir/old", repo.get("main", "dir/old"), ATTRS)
@@ -188,10 +193,11 @@ def test_recovery_after_a_crash(repo, tmp_path):
 
 
 def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_write(repo, spool, monkeypatch):
-    """On a local store the spool file becomes the object (linked, not copied); the handle
-    keeps reading that file, and a later write never modifies that stored object: only
-    then is the file copied (in the kernel, nothing read through the store), and the MD5
-    computed while it was written carries on for an append (no second read pass)."""
+    """On a local store the spool file becomes the object (linked, not copied) and its spool
+    names go (nothing left on disk); the handle keeps reading that file through its
+    descriptor, and a later write never modifies that stored object: only then is the
+    file copied (in the kernel, nothing read through the store), and the MD5 computed
+    while it was written carries on for an append (no second read pass)."""
     sf = spool.open(8, "main", b"cow", None, ATTRS, new=True)
     sf.write(0, b"first ")
     sf.write(6, b"version")
@@ -199,7 +205,8 @@ def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_wr
     ino = os.stat(spool_path).st_ino
     e1 = sf.flush()
     obj1 = repo._store._path(e1.address)
-    assert os.stat(obj1).st_ino == ino and os.stat(spool_path).st_ino == ino  # the same file, no copy
+    assert os.stat(obj1).st_ino == ino and os.stat(obj1).st_nlink == 1  # the same file, no copy
+    assert not spool_path.exists() and not sf.meta_path.exists() and spool.release_is_inline(8)
     umask = os.umask(0o022)
     os.umask(umask)
     assert os.stat(obj1).st_mode & 0o777 == 0o666 & ~umask  # the mode any put gives
@@ -219,7 +226,7 @@ def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_wr
     monkeypatch.setattr(repo._store, "_etag", no_rehash)
     sf.write(13, b", appended")  # after fsync, the same handle writes on: copy-on-write, locally
     assert spool.stats["cow_bytes"] == 13 and spool.stats["copy_in_bytes"] == 0
-    assert os.stat(spool_path).st_ino != ino
+    assert os.stat(spool_path).st_ino != ino and sf.meta_path.exists()  # a spool file again, for recovery
     assert sf.read(0, 100) == b"first version, appended"
     assert open(obj1, "rb").read() == b"first version"
     e2 = sf.flush()

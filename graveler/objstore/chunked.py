@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -37,6 +38,12 @@ from graveler.objstore.base import ObjectReader, check_range
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
+# A chunk whose fetch found the store unavailable slowly (attempts that timed out: at least
+# SLOW_FAILURE_S) fails at once when asked for again within UNAVAILABLE_MEMO_S: the kernel follows
+# a failed read-ahead with a read of the same page, which would otherwise wait out every attempt
+# again. A quick failure (connection refused) is not remembered: trying again costs nothing.
+UNAVAILABLE_MEMO_S = 2.0
+SLOW_FAILURE_S = 1.0
 _CACHE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
 
 _pool_lock = threading.Lock()
@@ -175,6 +182,7 @@ class ChunkedReader(ObjectReader):
         self._keep = max(keep, read_ahead + self.max_window + 2)
         self._lock = threading.Lock()
         self._chunks: OrderedDict[int, Future] = OrderedDict()
+        self._unavailable: dict[int, float] = {}  # chunk -> when its fetch found the store unavailable
         self._next_offset = -1
         self._window = 1
         self.bytes_from_store = 0
@@ -186,11 +194,23 @@ class ChunkedReader(ObjectReader):
     def _ck(self, index: int) -> str:
         return DataCache.key(self.address, self.etag, index)
 
+    def _present(self, index: int) -> Future | None:
+        """The chunk's future, unless it failed for want of the store longer ago than
+        :data:`UNAVAILABLE_MEMO_S` (then it is dropped: the next read fetches again). Under the lock."""
+        f = self._chunks.get(index)
+        if f is not None and index in self._unavailable:
+            if time.monotonic() - self._unavailable[index] < UNAVAILABLE_MEMO_S:
+                return f
+            del self._chunks[index], self._unavailable[index]
+            return None
+        return f
+
     def _fetch_run(self, first: int, futures: list[Future]) -> None:
         """Fill the futures of chunks ``first``, ``first + 1``...: from the data cache where
         it has them, the rest with one ranged GET."""
         n = len(futures)
         results: list[bytes | None] = [None] * n
+        t0 = time.monotonic()
         try:
             if self.cache is not None:
                 for k in range(n):
@@ -218,6 +238,12 @@ class ChunkedReader(ObjectReader):
                     if len(piece) == expected and self.cache is not None:
                         self.cache.put(self._ck(first + k), piece)
         except BaseException as e:  # every reader waiting on these chunks sees it
+            now = time.monotonic()
+            if isinstance(e, StoreUnavailable) and now - t0 >= SLOW_FAILURE_S:
+                with self._lock:
+                    for k in range(n):
+                        if results[k] is None and self._chunks.get(first + k) is futures[k]:
+                            self._unavailable[first + k] = now  # see UNAVAILABLE_MEMO_S
             for k, f in enumerate(futures):
                 if results[k] is not None:
                     f.set_result(results[k])
@@ -233,7 +259,7 @@ class ChunkedReader(ObjectReader):
         runs: list[tuple[int, list[Future]]] = []
         with self._lock:
             for i in range(first, min(first + count, self._nchunks())):
-                f = self._chunks.get(i)
+                f = self._present(i)
                 if f is not None:
                     self._chunks.move_to_end(i)
                     continue
@@ -244,7 +270,7 @@ class ChunkedReader(ObjectReader):
                 else:
                     runs.append((i, [f]))
             while len(self._chunks) > self._keep:
-                self._chunks.popitem(last=False)
+                self._unavailable.pop(self._chunks.popitem(last=False)[0], None)
         for start, futures in runs:
             if background:
                 _executor().submit(self._fetch_run, start, futures)
@@ -253,7 +279,7 @@ class ChunkedReader(ObjectReader):
 
     def _chunk(self, index: int, window: int = 1) -> Future:
         with self._lock:
-            f = self._chunks.get(index)
+            f = self._present(index)
         if f is None:
             self._request(index, window, background=False)
             with self._lock:
@@ -292,7 +318,7 @@ class ChunkedReader(ObjectReader):
                 data = f.result()
             except BaseException:
                 with self._lock:
-                    if self._chunks.get(i) is f:
+                    if self._chunks.get(i) is f and i not in self._unavailable:
                         del self._chunks[i]  # a failed fetch is tried again by the next read
                 raise
             base = i * self.chunk_size
@@ -308,6 +334,7 @@ class ChunkedReader(ObjectReader):
     def close(self) -> None:
         with self._lock:
             self._chunks.clear()
+            self._unavailable.clear()
 
 
 __all__ = ["ChunkedReader", "DataCache", "ReadAheadPool"]

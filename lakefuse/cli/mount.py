@@ -31,8 +31,10 @@ MOUNT_EPILOG = """\
 The mount root lists every branch and tag as a directory; any other ref expression
 (main~1, v1^2, a commit-ID prefix, main@) is reachable by path. Trees of commits,
 tags and expressions are immutable (EROFS on writes); branch trees show staging over
-the head and are writable: a file is uploaded and staged when it is closed (or
-fsynced), and close returns once both are durable. Each ref has .lakefuse/head and
+the head and are writable: a file is uploaded and staged when it is closed, as ext4
+closes a file (visible to every reader, kept if the daemon is killed, in the next
+commit); fsync/fdatasync of the file and every commit put it on disk before
+returning (sync(1) does not reach the mount). Each ref has .lakefuse/head and
 .lakefuse/log; a branch also has .lakefuse/commit, status, merge, reset and revert
 (write a request, read back the outcome); the root has .lakefuse/branch and tag, and
 .lakefuse/stats (JSON counters); mkdir at the root makes a branch. Files being written

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import time
 
 import pyfuse3
 from pyfuse3 import FUSEError
@@ -65,6 +66,7 @@ def boundary(op: str):
         @functools.wraps(fn)
         async def handler(self: "Operations", *args):
             self.stats.request(op)
+            t0 = time.perf_counter_ns()
             try:
                 return await fn(self, *args)
             except FUSEError as e:
@@ -98,6 +100,8 @@ def boundary(op: str):
                 self._count_error(errno.EIO)
                 log.exception("%s%r: unexpected error, answered EIO (the mount stays up)", op, args[:2])
                 raise FUSEError(errno.EIO) from None
+            finally:
+                self.stats.done(op, time.perf_counter_ns() - t0)
 
         return handler
 
@@ -227,8 +231,9 @@ class Operations(pyfuse3.Operations):
     async def releasedir(self, fh):
         self.fs.releasedir(fh)
 
+    @boundary("fsyncdir")
     async def fsyncdir(self, fh, datasync):
-        return None
+        await self.offload.run(WRITE, self.fs.fsyncdir)
 
     # -- files ---------------------------------------------------------------------------
 
@@ -258,8 +263,9 @@ class Operations(pyfuse3.Operations):
 
     @boundary("fsync")
     async def fsync(self, fh, datasync):
-        if self.fs.pending(fh):
-            await self.offload.run(WRITE, self.fs.fsync, fh)
+        # always: a close saved the file without syncing it (fsync = fdatasync here: what
+        # is synced is a new object and its entry, metadata included)
+        await self.offload.run(WRITE, self.fs.fsync, fh)
 
     @boundary("release")
     async def release(self, fh):

@@ -5,7 +5,11 @@ entries from graveler per call), with the path rule of :mod:`graveler.paths`
 applied (a key that is no valid name is hidden; an object shadowed by a
 directory of the same name is hidden). A :class:`DirHandle` keeps the page read
 last and a mark per page, so ``readdir`` resumes without re-reading and a seek
-restarts from the nearest mark. The root and ``.lakefuse`` directories are small
+restarts from the nearest mark. Marks are names relative to the directory, never
+keys: a rename of the directory or of one above it while it is open (the node's path
+changes) leaves them true, and the page read under the old path is read again under
+the new one (its entries name the old paths), so the listing goes on where it was,
+no entry twice, none skipped. The root and ``.lakefuse`` directories are small
 and held whole.
 
 Every directory also lists ``.`` and ``..`` (for FUSE the kernel fills in neither):
@@ -53,16 +57,18 @@ def dots(node: Node) -> list[tuple[bytes, Attr]]:
 
 
 class DirHandle(Handle):
-    __slots__ = ("lock", "buf", "buf_start", "marks", "next_off", "next_after", "done", "entries")
+    __slots__ = ("lock", "buf", "buf_start", "buf_path", "marks", "next_off", "next_after", "done", "entries")
 
     def __init__(self, node: Node):
         super().__init__(node)
         self.lock = threading.Lock()
         self.buf: list[DirEntry] = []
         self.buf_start = 0
-        self.marks: dict[int, bytes] = {0: b""}  # offset -> listing key to resume after
+        self.buf_path = node.path  # the directory's path when buf was read
+        # offset -> the name (relative to the directory: a key less its prefix) to resume after
+        self.marks: dict[int, bytes] = {0: b""}
         self.next_off = 0
-        self.next_after = b""
+        self.next_after = b""  # relative, as the marks
         self.done = False
         self.entries: list[DirEntry] | None = None  # a small directory held whole (root, .lakefuse)
 
@@ -70,6 +76,8 @@ class DirHandle(Handle):
         """Entries from ``offset`` on that are already read (``[]``: the end), or None."""
         if self.entries is not None:
             return self.entries[offset:]
+        if self.node.path != self.buf_path:  # renamed (or one above it) since: read again under the new path
+            return None
         i = offset - self.buf_start
         if 0 <= i < len(self.buf):
             return self.buf[i:]
@@ -98,14 +106,16 @@ def fill(fs, h: DirHandle, offset: int) -> None:
 def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     node = h.node
     tree: Tree = node.tree
+    path = node.path  # the tree lock (shared) keeps a rename from changing it meanwhile
     if offset == h.next_off:
-        after, start = h.next_after, offset
+        rel, start = h.next_after, offset
     else:  # a seek: resume from the nearest page mark at or before offset, skip the rest
         start = max(o for o in h.marks if o <= offset)
-        after = h.marks[start]
+        rel = h.marks[start]
     skip = offset - start
     stamp = tree.repin()
-    prefix = paths.dir_prefix(node.path)
+    prefix = paths.dir_prefix(path)
+    after = prefix + rel if rel else b""
     page_size = fs.config.readdir_page
     entries: list[DirEntry] = []
     want = skip + page_size
@@ -121,11 +131,12 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     # offsets: the entry at index i (counted from `start`) resumes at start + i + 1
     for i, e in enumerate(entries):
         e.offset = start + i + 1
-    h.marks[start] = after
+    h.marks[start] = rel
     h.buf = entries[skip:]
     h.buf_start = offset
+    h.buf_path = path
     h.next_off = start + len(entries)
-    h.next_after = last
+    h.next_after = last[len(prefix):] if last else b""
     h.done = done
     if not h.buf and not done:  # nothing visible in what was read: keep going later
         h.done = False

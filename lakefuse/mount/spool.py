@@ -10,13 +10,24 @@ One :class:`SpoolFile` per inode being written, shared by every handle of it:
   any handle, so a file reads back what was written to it before it is saved.
 * :meth:`SpoolFile.flush` (the mount calls it on close -- FUSE ``flush`` -- and on
   ``fsync``) uploads the spool file to a new object in the store and stages its
-  entry in LMDB. A local store takes the spool file itself (fsynced and hard-linked
-  into the object's place, its MD5 computed while it was written): no copy. The
-  spool keeps reading that file; a later write to it first copies it to a new
+  entry in the KV. A local store takes the spool file itself (hard-linked into the
+  object's place, its MD5 computed while it was written): no copy. The spool then
+  drops its names of that file (nothing is left on disk for a recovery) but keeps
+  reading it through its descriptor; a later write to it first copies it to a new
   spool file, locally (copy-on-write, :meth:`SpoolFile._unshare`): a stored object
-  is never modified, and nothing is copied unless the file changes. It returns only when both are durable: the local store fsyncs
-  the object and its directory, S3 answered the PUT, and the LMDB transaction is
-  synced. Only then does close/fsync report success to the program.
+  is never modified, and nothing is copied unless the file changes. What it
+  promises is ext4's contract:
+
+  - ``flush(durable=False)`` (close): the object is complete (S3 answered the PUT;
+    a local store linked it in, not fsynced) and the entry is staged by a committed
+    but unsynced KV transaction: every reader sees it, the death of the daemon
+    (``kill -9``) loses nothing (page cache, LMDB's map, PostgreSQL's WAL buffers),
+    and the next commit takes it (a commit syncs the store and the KV first:
+    :meth:`graveler.Repository.commit`). A power loss before an fsync or a commit may
+    lose it.
+  - ``flush(durable=True)`` (fsync): also the object (:meth:`graveler.Repository.sync_entry`)
+    and the KV (:meth:`graveler.Repository.sync`) are on disk before it returns --
+    including a save that an earlier close made without them.
 * A file unlinked while open is *detached*: later writes still work, its flush
   stages nothing.
 
@@ -101,6 +112,14 @@ class SpoolConfig:
         return Path(self.cache_dir) / SPOOL_DIR / self.repository
 
 
+def _write_new_json(path: Path, obj: dict) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, json.dumps(obj, sort_keys=True).encode())
+    finally:
+        os.close(fd)
+
+
 def _write_json(path: Path, obj: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, sort_keys=True))
@@ -133,6 +152,7 @@ class SpoolFile:
         self.lock = threading.RLock()
         self.handles = 0
         self._fd: int | None = None
+        self.on_disk = False  # a spool file or its sidecar exists (close has files to remove)
         self.loaded = False  # the spool file holds the whole content
         self.size = 0 if base is None else base.size
         self.mtime_ns = time.time_ns() if base is None else (base.last_modified_ns or time.time_ns())
@@ -183,14 +203,17 @@ class SpoolFile:
         return self.spool.dir / f"{self.sid}.copyin"
 
     def _create(self, path: Path | None = None) -> None:
-        self._write_sidecar()
+        self._write_sidecar(fresh=True)
+        self.on_disk = True
         self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         self._md5 = hashlib.md5(usedforsecurity=False)
         self._md5_off = 0
 
-    def _write_sidecar(self) -> None:
+    def _write_sidecar(self, fresh: bool = False) -> None:
+        """``fresh``: a new spool file (its name is new): written in place, no rename needed
+        (a crash meanwhile leaves no content behind it: the data file comes after)."""
         saved = self.saved
-        _write_json(self.meta_path, {
+        (_write_new_json if fresh else _write_json)(self.meta_path, {
             "repository": self.spool.config.repository,
             "branch": self.branch,
             "key": None if self.key is None else self.key.decode("utf-8", "surrogateescape"),
@@ -230,11 +253,12 @@ class SpoolFile:
                 os.close(self._fd)
                 self._fd = None
                 self._md5 = None
-                for p in (self.copy_path, self.data_path):
+                for p in (self.copy_path, self.data_path, self.meta_path):
                     try:
                         os.unlink(p)
                     except FileNotFoundError:
                         pass
+                self.on_disk = False  # the next write starts afresh (its sidecar too)
                 raise
             if self.copy_path.exists():
                 os.rename(self.copy_path, self.data_path)
@@ -341,7 +365,7 @@ class SpoolFile:
                 self.known = identity
                 if self._expect is not _UNSET:  # a failed save's retry: this rename is no other writer's
                     self._expect = identity
-            if self._fd is not None:
+            if self.on_disk:
                 self._write_sidecar()
 
     def detach(self) -> None:
@@ -350,14 +374,16 @@ class SpoolFile:
             self.key = None
             self.failure = None
             self._saved_gen = self._gen
-            if self._fd is not None:
+            if self.on_disk:
                 self._write_sidecar()
 
     # -- saving
-    def flush(self) -> Entry | None:
+    def flush(self, durable: bool = False) -> Entry | None:
         """Upload and stage the file if it changed since the last flush; return the
         staged entry (None if nothing was to do). Raises a GravelerError (the file
-        stays dirty and spooled) if the store or the KV failed.
+        stays dirty and spooled) if the store or the KV failed. ``durable`` (fsync): the
+        object and the staging are on disk when it returns, also when an earlier flush
+        saved the content (see the module docstring).
 
         A first save stages unconditionally (the last close wins, as on S3). A save that
         follows a failed one (a retried close, the last release, the unmount) stages only if
@@ -366,12 +392,19 @@ class SpoolFile:
         a newer version meanwhile, this content is not put over it (Conflict; the copy stays
         in the spool, and the next mount's recovery keeps it for the user)."""
         with self.lock:
+            repo = self.spool.repo
             if not self.dirty or self.key is None:
-                self.spool.repo.sync()  # e.g. the staging of its create(2), not synced yet
                 self.failure = None
+                if durable and self.key is not None:
+                    # what an earlier close saved (or what it was opened with), and the
+                    # staging of its create(2): neither is synced yet, perhaps
+                    known = self.saved or self.base
+                    if known is not None and known.size:
+                        repo.sync_entry(known)
+                    repo.sync()
+                    self.spool.stats["syncs"] += 1
                 return None
             gen = self._gen
-            repo = self.spool.repo
             expect = self._expect
             if self._pending is not None and self._pending[0] == gen and self._pending[1] == (self.branch, self.key):
                 entry = self._pending[2]  # uploaded by the failed try: only its staging is left to do
@@ -384,8 +417,10 @@ class SpoolFile:
                         self._expect = self.known
                     raise
             try:
+                if durable and entry.size:
+                    repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
                 if expect is _UNSET:
-                    repo.stage(self.branch, self.key, entry)
+                    repo.stage_many(self.branch, [(self.key, entry)], durable)
                 elif not repo.stage_if(self.branch, self.key, entry, expect):
                     raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved a "
                                    f"newer version after this file's save failed; this content was not saved and "
@@ -396,13 +431,15 @@ class SpoolFile:
                     self._expect = self.known
                 self.failure = e
                 raise
+            if durable:
+                self.spool.stats["syncs"] += 1
             self._pending, self._expect, self.failure = None, _UNSET, None
             if self.loaded and self._fd is not None and os.fstat(self._fd).st_nlink > 1:
                 self._handed_over(entry)
             self._saved_gen = gen
             self.saved = entry
             self.known = entry.identity()
-            if self._fd is not None:  # the spool copy stays until the last close: note it is saved
+            if self._fd is not None and self.on_disk:  # the spool copy stays until the last close: note it is saved
                 try:
                     self._write_sidecar()
                 except OSError as e:  # the save stands; recovery then compares with the branch
@@ -424,7 +461,7 @@ class SpoolFile:
             b = self.base
             return Entry(b.address, b.size, b.etag, time.time_ns(), md, b.address_type, b.content_type)
         entry = repo.put_object(str(self.data_path), content_type=self.content_type, metadata=md, adopt=True,
-                                etag=self._etag())
+                                etag=self._etag(), durable=False)  # flush(durable=True) syncs it
         self.spool.stats["uploaded_bytes"] += entry.size
         self.spool.stats["uploads"] += 1
         return entry
@@ -434,7 +471,15 @@ class SpoolFile:
         and the entry is staged. The spool keeps its name and descriptor of it: reads come
         from it and nothing is copied unless the file changes again -- then
         :meth:`_unshare` first copies it to a new spool file (a stored object is never
-        modified). The saved entry becomes the base (what an attribute change restages)."""
+        modified). Its names go now (nothing is left on disk for a recovery to look at, and
+        the last release does no I/O); the descriptor keeps the file readable. The saved
+        entry becomes the base (what an attribute change restages)."""
+        for p in (self.data_path, self.meta_path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        self.on_disk = False
         self.base = entry
         self._adopted = True
         self.spool.stats["adopted"] += 1
@@ -447,6 +492,9 @@ class SpoolFile:
         killed during the copy leaves only ``<sid>.copyin``, never taken by recovery."""
         if not self._adopted:
             return
+        if not self.on_disk:
+            self._write_sidecar(fresh=True)  # it says which save this copy was made from
+            self.on_disk = True
         fd = os.open(self.copy_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         off = 0
         try:
@@ -480,6 +528,9 @@ class SpoolFile:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            if not self.on_disk:
+                return
+            self.on_disk = False
             for p in (self.data_path, self.meta_path):
                 try:
                     os.unlink(p)
@@ -507,8 +558,8 @@ class Spool(SaveRetries):
         self.config = config
         self._lock = threading.Lock()
         self._files: dict[int, SpoolFile] = {}
-        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0, "save_retries": 0,
-                      "cow_bytes": 0}
+        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0, "syncs": 0,
+                      "save_retries": 0, "cow_bytes": 0}
         # pin(ino, True/False): hold / let go the inode of a file whose failed save waits for a
         # retry, so its content stays reachable through the mount (set by the mount core)
         self.pin = None
@@ -570,6 +621,15 @@ class Spool(SaveRetries):
             sf.handles += 1
             return sf
 
+    def release_is_inline(self, ino: int) -> bool:
+        """Whether :meth:`release` of one handle of ``ino`` does no I/O now: another handle
+        stays, or the file is saved and nothing of it is on disk (never blocks: reads flags
+        the handle's own writes and flushes set, which are finished). The descriptor of a
+        spool file a local store adopted is only closed (the object keeps the file)."""
+        sf = self._files.get(ino)
+        return sf is None or sf.handles > 1 or not (
+            sf.dirty or sf.on_disk or sf.failure is not None or (sf._fd is not None and not sf._adopted))
+
     def hold(self, ino: int) -> SpoolFile | None:
         """The spool file of ``ino`` with one more handle (None if it has none): a
         change made through it is saved by whoever releases the last handle."""
@@ -597,6 +657,16 @@ class Spool(SaveRetries):
             self._save_failed(sf, e, "after its last close")
             return
         self._finish(sf)
+
+    def sync_saved(self, entry: Entry | None) -> None:
+        """fsync(2) of a branch file with no unsaved content here: make what it shows durable
+        -- ``entry``'s object, if an earlier close saved it without an fsync, and every staging
+        write of this process (:meth:`SpoolFile.flush` with ``durable=True`` for a file being
+        written)."""
+        if entry is not None and entry.size:
+            self.repo.sync_entry(entry)
+        self.repo.sync()
+        self.stats["syncs"] += 1
 
     def detach(self, ino: int) -> None:
         sf = self.get(ino)
@@ -701,4 +771,10 @@ class Spool(SaveRetries):
                           sf.key, sf.branch, sf.data_path, exc_info=True)
         if not left or all(not sf.data_path.exists() for sf in left):
             shutil.rmtree(self.dir, ignore_errors=True)
+        try:  # as umount(8) of a local filesystem: what closes saved is on disk once it returns
+            if self.repo.config.kv.sync:  # (a home that syncs nothing: benchmarks, tests)
+                self.repo.store.sync()
+            self.repo.sync()
+        except GravelerError as e:
+            log.error("could not sync the store and the KV at unmount: %s", e)
         os.close(self._lock_fd)

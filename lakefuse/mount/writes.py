@@ -13,8 +13,12 @@ user's account of it. Control files are :mod:`lakefuse.mount.special` and
 How each change reaches graveler:
 
 * File content goes through the spool (:mod:`lakefuse.mount.spool`): written to
-  local disk, uploaded and staged on close (FUSE ``flush``) and ``fsync``, which
-  return only once the object and the staging entry are durable.
+  local disk, uploaded and staged on close (FUSE ``flush``) and ``fsync``; close
+  promises what ext4's does (visible, kept if the daemon dies), fsync also that the
+  object and the staging entry are on disk.
+* Every other change is staged by a KV transaction that is committed but not synced,
+  as ext4 journals a metadata change without flushing it: ``fsync`` of a file or
+  of a directory (FUSE ``fsyncdir``) and every commit make it durable.
 * ``create`` stages the new file at once as an empty entry (pointing at one
   shared empty object of the mount), so every lookup -- another process, the
   CLI -- sees it while it is being written; its content is staged on close.
@@ -41,6 +45,7 @@ import os
 import stat
 import threading
 import time
+from contextlib import ExitStack, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -191,7 +196,7 @@ class BranchWrites:
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
-    def _stage(self, tree: Tree, items, durable: bool = True) -> None:
+    def _stage(self, tree: Tree, items, durable: bool = False) -> None:
         self.repo.stage_many(tree.view.branch, items, durable)  # one stamp bump
         tree.own_change(tree.repin())
 
@@ -246,10 +251,8 @@ class BranchWrites:
                 raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
             if st.value is not None and flags & os.O_EXCL:
                 raise FsError(errno.EEXIST)
-            # Not synced: create(2) promises nothing durable; the close (or fsync) of the
-            # file makes this transaction durable (with its own, or alone if unwritten).
-            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now),
-                        durable=False)
+            # Not synced (nothing but fsync and commit sync): create(2) promises nothing durable.
+            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now))
             stamp = tree.stamp
             attr = self.rules.file_attr(entry.to_value(), tree)
             attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
@@ -287,6 +290,7 @@ class BranchWrites:
             if st.exists:
                 raise FsError(errno.EEXIST)
             self._stage(tree, [(path + b"/", entry.to_value())] + self._touch_parent(tree, parent.path, now))
+            self.fs.subdirs_changed(tree, parent.path)
             attr = self.rules.tree_dir_attr(tree, path, entry.to_value())
             attr = self._acquire_fresh(self.fs.dir_key(tree, path), Kind.DIR, tree, path, parent_ino, attr,
                                        None, tree.stamp)
@@ -396,6 +400,7 @@ class BranchWrites:
                 raise FsError(errno.ENOTEMPTY)
             self._stage(tree, [(marker, None)] + self._touch_parent(tree, parent.path, time.time_ns(),
                                                                     frozenset({marker})))
+            self.fs.subdirs_changed(tree, parent.path)
             self._forget_path(tree, path, Kind.DIR)
         self.stats.add("rmdirs")
 
@@ -445,8 +450,17 @@ class BranchWrites:
         self._rename_dir(tree, op, np_, src, dst, d.is_dir)
 
     def _rename_file(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes) -> None:
+        node = self.inodes.find(self.fs.file_key(tree, src))
+        sf = self.spool.get(node.ino) if node is not None and self.spool is not None else None
+        # an open file's save (its lock) is not under way while it moves: one that was waits
+        # for it (and its entry is the one moved), the next one stages at dst
+        with sf.lock if sf is not None else nullcontext():
+            self._rename_file_locked(tree, op, np_, src, dst, node, sf)
+
+    def _rename_file_locked(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, node, sf) -> None:
         branch = tree.view.branch
         now = time.time_ns()
+        tree.repin()  # a save that was under way staged src meanwhile
         e = Entry.from_value(tree.view.get(src))
         pa = PosixAttrs.from_metadata(e.metadata)
         md = dict(e.metadata)
@@ -458,17 +472,21 @@ class BranchWrites:
             items += self._touch_parent(tree, np_.path, now)
         self._stage(tree, items)
         self._forget_path(tree, dst, Kind.FILE)  # an open file replaced at dst: detached
-        node = self.inodes.find(self.fs.file_key(tree, src))
         if node is not None:
             self.inodes.rekey(node, self.fs.file_key(tree, dst), dst)
-            sf = self.spool.get(node.ino) if self.spool is not None else None
             if sf is not None:
                 sf.move(branch, dst, moved.identity)  # what the branch now shows at dst: its next save's base
         self.stats.add("renames")
 
     def _rename_dir(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_exists: bool) -> None:
         branch = tree.view.branch
-        with self.fs.tree_lock(tree).exclusive():
+        with self.fs.tree_lock(tree).exclusive(), ExitStack() as saving:
+            # the open files below src: no save of one is under way while the keys move (one
+            # that was is waited for, and its entry moves with the rest); the next stages at dst
+            below = [sf for sf in (self.spool.open_files() if self.spool is not None else ())
+                     if sf.branch == branch and sf.key is not None and sf.key.startswith(src + b"/")]
+            for sf in below:
+                saving.enter_context(sf.lock)
             intent = None
             if self.spool is not None:
                 intent = self.spool.begin_intent({"op": "rename_dir", "branch": branch,
@@ -483,15 +501,14 @@ class BranchWrites:
             if pre:
                 self._stage(tree, pre)
             rename_prefix(self.repo, branch, src, dst, batch=DIR_RENAME_BATCH)
+            self.fs.subdirs_changed(tree, None)  # every directory under src moved: count them all again
             if intent is not None:
                 self.spool.end_intent(intent)
             tree.repin()
             self._forget_path(tree, dst, Kind.DIR)
             moved = self.inodes.rekey_prefix(tree.key, src, dst)
-            if self.spool is not None:
-                for sf in self.spool.open_files():
-                    if sf.branch == branch and sf.key is not None and sf.key.startswith(src + b"/"):
-                        sf.move(branch, dst + sf.key[len(src):])
+            for sf in below:
+                sf.move(branch, dst + sf.key[len(src):])
         log.debug("renamed directory %r -> %r on %s (%d inodes)", src, dst, branch, moved)
         self.stats.add("renames")
 

@@ -7,6 +7,7 @@ with ``fusermount3 -u`` (lazily if busy) and reaps the daemon, whatever state it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -116,3 +118,38 @@ class MountProc:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def clean_mount(home: Path | str, repo: str, mountpoint: Path | str, *extra: str) -> Iterator[Path]:
+    """A module's mount for the ``with`` block: started, then stopped, and its log checked for
+    a traceback (a request the daemon answered EIO after an unexpected error)."""
+    m = MountProc(home, repo, mountpoint, *extra).start()
+    try:
+        yield Path(mountpoint)
+    finally:
+        m.stop()
+    assert "Traceback" not in m.log(), m.log()[-4000:]
+
+
+@contextlib.contextmanager
+def empty_repo_mount(base: Path, repo: str, *extra: str) -> Iterator[Path]:
+    """A new empty repository (a local namespace under ``base``) mounted at ``base/mnt``; yields
+    its ``main`` branch tree."""
+    from graveler import Graveler, GravelerConfig
+
+    g = Graveler(GravelerConfig.from_home(base / "home"))
+    try:
+        g.create_repository(repo, f"file://{base}/ns")
+    finally:
+        g.close()
+    with clean_mount(base / "home", repo, base / "mnt", *extra) as mp:
+        yield mp / "main"
+
+
+def branch_dir(mnt: Path, name: str) -> Path:
+    """The branch tree ``name``, made by a mkdir at the mount root if it is not there."""
+    p = mnt / name
+    if not p.exists():
+        os.mkdir(p)
+    return p

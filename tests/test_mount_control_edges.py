@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
+from tests.mount_testutil import branch_dir, clean_mount, lakefuse_cmd, needs_fuse
 
 pytestmark = needs_fuse
 
@@ -43,18 +43,11 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mnt(home, tmp_path_factory):
-    mp = tmp_path_factory.mktemp("cmnt")
-    m = MountProc(home, REPO, mp, "--branch-timeout", "0.2").start()
-    yield mp
-    m.stop()
-    assert "Traceback" not in m.log(), m.log()
+    with clean_mount(home, REPO, tmp_path_factory.mktemp("cmnt"), "--branch-timeout", "0.2") as mp:
+        yield mp
 
 
-def branch(mnt: Path, name: str) -> Path:
-    p = mnt / name
-    if not p.exists():
-        os.mkdir(p)  # mkdir at the mount root makes a branch
-    return p
+branch = branch_dir  # mkdir at the mount root makes a branch
 
 
 def head_of(b: Path) -> str:

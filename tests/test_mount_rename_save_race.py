@@ -14,8 +14,7 @@ import time
 
 import pytest
 
-from graveler import Graveler, GravelerConfig
-from tests.mount_testutil import MountProc, needs_fuse
+from tests.mount_testutil import empty_repo_mount, needs_fuse
 
 pytestmark = needs_fuse
 
@@ -25,17 +24,8 @@ ROUNDS = 60
 
 @pytest.fixture(scope="module")
 def main(tmp_path_factory):
-    base = tmp_path_factory.mktemp("race")
-    home = base / "home"
-    g = Graveler(GravelerConfig.from_home(home))
-    try:
-        g.create_repository(REPO, f"file://{base}/ns")
-    finally:
-        g.close()
-    m = MountProc(home, REPO, base / "mnt", "--branch-timeout", "0.1").start()
-    yield base / "mnt" / "main"
-    m.stop()
-    assert "Traceback" not in m.log(), m.log()[-4000:]
+    with empty_repo_mount(tmp_path_factory.mktemp("race"), REPO, "--branch-timeout", "0.1") as main:
+        yield main
 
 
 def _writer(fd: int, stop: threading.Event, last: list[bytes], errors: list[BaseException]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import random
@@ -18,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from graveler.home import Graveler
-from graveler.objects import PosixAttrs
 from graveler.config import GravelerConfig
-from tests.mount_testutil import MountProc, force_unmount, lakefuse_cmd, needs_fuse
+from tests.mount_testutil import MountProc, branch_dir, clean_mount, lakefuse_cmd, needs_fuse
 
 pytestmark = needs_fuse
 
@@ -55,18 +55,11 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mnt(home, tmp_path_factory):
-    mp = tmp_path_factory.mktemp("wmnt")
-    m = MountProc(home, REPO, mp, "--branch-timeout", "0.2").start()
-    yield mp
-    m.stop()
-    assert "Traceback" not in m.log(), m.log()
+    with clean_mount(home, REPO, tmp_path_factory.mktemp("wmnt"), "--branch-timeout", "0.2") as mp:
+        yield mp
 
 
-def branch(mnt: Path, name: str) -> Path:
-    p = mnt / name
-    if not p.exists():
-        os.mkdir(p)  # mkdir at the mount root makes a branch
-    return p
+branch = branch_dir  # mkdir at the mount root makes a branch
 
 
 def tree_files(root: Path) -> dict[str, bytes]:

@@ -22,7 +22,7 @@ from lakefuse.mount.errors import FsError
 from lakefuse.mount.writes import Caller
 from tests.graveler_testutil import make_repo
 from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, writable_core
-from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
+from tests.mount_testutil import clean_mount, lakefuse_cmd, needs_fuse
 
 REPO = "xattrs"
 ALL_BYTES = bytes(range(256)) + b"\x00\xff\x00"  # NUL, 0xff, invalid UTF-8
@@ -77,11 +77,8 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mnt(home, tmp_path_factory):
-    mp = tmp_path_factory.mktemp("xmnt")
-    m = MountProc(home, REPO, mp, "--branch-timeout", "0.2").start()
-    yield mp
-    m.stop()
-    assert "Traceback" not in m.log(), m.log()
+    with clean_mount(home, REPO, tmp_path_factory.mktemp("xmnt"), "--branch-timeout", "0.2") as mp:
+        yield mp
 
 
 @needs_fuse

@@ -153,3 +153,14 @@ def branch_dir(mnt: Path, name: str) -> Path:
     if not p.exists():
         os.mkdir(p)
     return p
+
+
+def seed_repo(home: Path | str, repo: str, src: Path, tag: str | None = "v1") -> None:
+    """Through the CLI: create ``repo``, upload the tree ``src`` to ``main/in``, commit it
+    ("base") and tag the commit ``tag``."""
+    for args in (("repo", "create", f"lakefs://{repo}"),
+                 ("fs", "upload", "--recursive", "-s", str(src), f"lakefs://{repo}/main/in"),
+                 ("commit", f"lakefs://{repo}/main", "-m", "base"),
+                 *((("tag", "create", f"lakefs://{repo}/{tag}", f"lakefs://{repo}/main"),) if tag else ())):
+        r = subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True)
+        assert r.returncode == 0, f"lakefuse {' '.join(args)} failed: {r.stderr}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mount_testutil import branch_dir, clean_mount, lakefuse_cmd, needs_fuse
+from tests.mount_testutil import branch_dir, clean_mount, lakefuse_cmd, needs_fuse, seed_repo
 
 pytestmark = needs_fuse
 
@@ -34,10 +34,7 @@ def home(tmp_path_factory):
     (src / "in" / "many").mkdir()
     for i in range(300):  # more than one readdir reply holds
         (src / "in" / "many" / f"f{i:03d}").write_bytes(b"x")
-    cli(h, "repo", "create", f"lakefs://{REPO}")
-    cli(h, "fs", "upload", "--recursive", "-s", str(src / "in"), f"lakefs://{REPO}/main/in")
-    cli(h, "commit", f"lakefs://{REPO}/main", "-m", "base")
-    cli(h, "tag", "create", f"lakefs://{REPO}/v1", f"lakefs://{REPO}/main")
+    seed_repo(h, REPO, src / "in")
     return h
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from graveler.home import Graveler
 from graveler.config import GravelerConfig
-from tests.mount_testutil import MountProc, branch_dir, clean_mount, lakefuse_cmd, needs_fuse
+from tests.mount_testutil import MountProc, branch_dir, clean_mount, lakefuse_cmd, needs_fuse, seed_repo
 
 pytestmark = needs_fuse
 
@@ -46,10 +46,7 @@ def home(tmp_path_factory):
     (src / "in").mkdir()
     (src / "in" / "a.txt").write_bytes(b"committed a\n")
     (src / "in" / "b.bin").write_bytes(os.urandom(300_000))
-    cli(h, "repo", "create", f"lakefs://{REPO}")
-    cli(h, "fs", "upload", "--recursive", "-s", str(src / "in"), f"lakefs://{REPO}/main/in")
-    cli(h, "commit", f"lakefs://{REPO}/main", "-m", "base")
-    cli(h, "tag", "create", f"lakefs://{REPO}/v1", f"lakefs://{REPO}/main")
+    seed_repo(h, REPO, src / "in")
     return h
 
 

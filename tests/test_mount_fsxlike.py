@@ -1,0 +1,98 @@
+"""Our own fsx-style exerciser (tests/fsxlike.py) on a file of a branch tree, then the same
+bytes read back from the commit made right after: the run ``test_mount_fsx`` does with
+xfstests' fsx, but with no binary to install, so it runs everywhere.
+
+Random reads (through the read-write descriptor and a second read-only one), writes
+(extending the file, and leaving holes), truncates down and up, mapped reads, mapped
+writes with msync (``MAP_SHARED``: each msync is an fsync, a save on a branch tree),
+fsyncs, a close and reopen every 500 operations (each close saves the file) and a
+whole-file compare every 100, each checked against a model of the file.
+``$LAKEFUSE_FSXLIKE_OPS`` sets the number of operations on a local store (default
+100,000); on S3 (moto) a tenth of that. A failure prints the seed and the last 1,000
+operations; ``python tests/fsxlike.py PATH --ops N --seed S`` replays it on any file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from graveler import Graveler, GravelerConfig
+from tests.fsxlike import Exerciser, Mismatch, Options
+from tests.mount_testutil import MountProc, needs_fuse
+
+REPO = "fsxlike"
+OPS = int(os.environ.get("LAKEFUSE_FSXLIKE_OPS", "100000"))
+SEED = 2020  # issue 20
+
+
+def test_fsxlike_reports_a_file_changed_behind_its_back(tmp_path):
+    """The exerciser itself: a byte changed under it is found, with the seed and the log."""
+    path = tmp_path / "f"
+    ex = Exerciser(path, Options(seed=7, max_size=64 * 1024, max_op_len=8 * 1024, check_every=10))
+    assert ex.run(300)["mapwrite"] > 10  # a clean run matches
+    real_op_truncate = ex._op_truncate
+
+    def truncate_then_corrupt():
+        real_op_truncate()
+        if ex.model:
+            fd = os.open(path, os.O_WRONLY)
+            os.pwrite(fd, bytes([ex.model[0] ^ 0xFF]), 0)
+            os.close(fd)
+
+    ex._op_truncate = truncate_then_corrupt
+    ex.opts.reopen_every = 0
+    with pytest.raises(Mismatch) as e:
+        ex.run(300)
+    msg = str(e.value)
+    assert "of seed 7 failed" in msg and "first difference at file offset 0" in msg, msg[:2000]
+    assert " truncate " in msg and " write " in msg  # the log of the operations before
+
+
+def _repo(tmp_path: Path, request, store: str) -> tuple[Path, dict | None]:
+    home = tmp_path / "home"
+    env = None
+    if store == "s3":
+        cfg = GravelerConfig.from_home(home, store=request.getfixturevalue("s3_config"))
+        ns = f"s3://{request.getfixturevalue('s3_bucket')}/ns"
+        env = {"LAKEFUSE_S3_ENDPOINT": request.getfixturevalue("s3_endpoint")}
+    else:
+        cfg = GravelerConfig.from_home(home)
+        ns = f"file://{tmp_path}/ns"
+    g = Graveler(cfg)
+    try:
+        g.create_repository(REPO, ns)
+    finally:
+        g.close()
+    return home, env
+
+
+@needs_fuse
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_fsxlike_on_a_branch_file_and_the_commit_reads_it_back(tmp_path, request, store):
+    home, env = _repo(tmp_path, request, store)
+    mp = tmp_path / "mnt"
+    m = MountProc(home, REPO, mp, "--cache-dir", str(tmp_path / "cache"), env=env).start()
+    try:
+        f = mp / "main" / "fsx.dat"
+        ops = OPS if store == "local" else OPS // 10  # S3: the same code paths; each save uploads
+        ex = Exerciser(f, Options(seed=SEED))
+        counts = ex.run(ops)
+        for op in ("read", "read2", "write", "truncate", "mapread", "mapwrite"):
+            assert counts[op] > ops // 20, counts
+        assert counts["fsync"] > 0 and counts["reopen"] == ops // 500 and counts["check"] > ops // 100, counts
+        print(f"\nfsxlike on a {store} branch file: {ops} operations matched, {dict(counts)}")
+
+        (mp / "main" / ".lakefuse" / "commit").write_text("after fsxlike\n")
+        outcome = json.loads((mp / "main" / ".lakefuse" / "commit").read_text())
+        assert outcome["ok"], outcome
+        commit = (mp / "main" / ".lakefuse" / "head").read_text().strip()
+        assert commit == outcome["commit"]["id"]
+        ex.check_other(mp / commit / "fsx.dat", f"the file in commit {commit}")
+        ex.check_other(f, "the branch file after the commit")
+    finally:
+        m.stop()
+    assert "Traceback" not in m.log(), m.log()[-4000:]

@@ -23,13 +23,17 @@ raises :class:`Mismatch`, whose message has the seed, the operation that saw it,
 differing offset, which logged operations last touched that offset, and the log.
 
 As a script: ``python tests/fsxlike.py PATH --ops N --seed S`` (``--help`` for the rest);
-exit 0 and a summary line when every operation matched, 1 and the report otherwise.
+exit 0 and a summary line when every operation matched, 1 and the report otherwise
+(``--model-out FILE`` keeps the final model, for comparing copies of the file later).
+A program that serves the file from its own process (a moto server in a test's thread)
+must run it as a script: ``mmap.flush`` and page faults hold Python's GIL.
 Standard library only, so the script runs without the project on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import mmap
 import os
 import random
@@ -343,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-mmap", action="store_true", help="no mapped reads and writes")
     p.add_argument("--log-keep", type=int, default=d.log_keep,
                    help="operations kept for the failure report (default %(default)s)")
+    p.add_argument("--model-out", metavar="FILE",
+                   help="after a run that matched, write the model (the bytes the file must hold) to FILE")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     a = p.parse_args(argv)
     if a.ops < 0 or a.max_size < 1 or a.max_op_len < 1 or a.log_keep < 1:
         p.error("--ops must be >= 0; --max-size, --max-op-len and --log-keep >= 1")
@@ -356,6 +363,13 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 1
     took = time.monotonic() - t0
+    if a.model_out:
+        with open(a.model_out, "wb") as f:
+            f.write(ex.model)
+    if a.json:
+        print(json.dumps({"ops": a.ops, "seed": a.seed, "seconds": round(took, 3), "size": len(ex.model),
+                          "counts": dict(counts)}))
+        return 0
     print(f"fsxlike: {a.ops} operations on {a.path} matched the model (seed {a.seed}, {took:.1f} s, "
           f"{a.ops / took if took else 0:.0f} ops/s, final size {len(ex.model)}): "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))

@@ -6,9 +6,13 @@ Operations (chosen by a seeded RNG, so a run is reproducible from its seed):
 * ``read``: ``pread`` of a random range, compared with the model (a read past the end is
   short, exactly at the model's size);
 * ``read2``: the same through a second, read-only descriptor of the same file;
+* ``openread``: the same through an open of the path of its own, closed right after;
 * ``write``: ``pwrite`` of random bytes at a random offset; now and then past the end, which
   leaves a hole the model fills with zeros;
+* ``copyrange``: ``copy_file_range`` of a range of the file to a place that does not
+  overlap it, possibly past the end;
 * ``truncate``: ``ftruncate`` to a random size, down or up (up leaves zeros);
+  ``ptruncate``: the same by ``truncate(2)`` of the path;
 * ``mapread``: ``mmap`` (``MAP_SHARED``) of a range of the file, compared with the model;
 * ``mapwrite``: the same, written through the map, then ``msync`` (the file is first
   extended with ``ftruncate`` when the range runs past its end: a store past the end of a
@@ -45,8 +49,10 @@ from dataclasses import dataclass, field
 PAGE = mmap.ALLOCATIONGRANULARITY
 
 # Relative weights of the random operations (reopen and the whole-file check are periodic).
-WEIGHTS = {"read": 18, "read2": 5, "write": 20, "truncate": 8, "mapread": 12, "mapwrite": 12, "fsync": 1}
+WEIGHTS = {"read": 16, "read2": 4, "openread": 3, "write": 18, "copyrange": 5, "truncate": 6, "ptruncate": 2,
+           "mapread": 12, "mapwrite": 12, "fsync": 1}
 MAP_OPS = ("mapread", "mapwrite")
+SKIP = "skip"  # what an operation returns when the file gave it nothing to do (counted as "skip")
 
 
 class Mismatch(AssertionError):
@@ -116,12 +122,12 @@ class Exerciser:
                 self.opnum += 1
                 name = self._pick()
                 try:
-                    getattr(self, "_op_" + name)()
+                    skipped = getattr(self, "_op_" + name)() == SKIP
                 except Mismatch:
                     raise
                 except OSError as e:
                     self._fail(f"{name} failed: {e!r}")
-                self.counts[name] += 1
+                self.counts["skip" if skipped else name] += 1
                 o = self.opts
                 if o.check_every and self.opnum % o.check_every == 0:
                     self.check_whole("check")
@@ -206,11 +212,11 @@ class Exerciser:
             self.model.extend(bytes(new - size))
         self._check_size("after truncate")
 
-    def _op_mapread(self) -> None:
+    def _op_mapread(self) -> str | None:
         size = len(self.model)
         if size == 0:
             self.log.append((self.opnum, "mapread(skip: empty)", 0, 0, 0))
-            return
+            return SKIP
         off, n = self._range(size)
         self.log.append((self.opnum, "mapread", off, n, size))
         base = off - off % PAGE
@@ -237,6 +243,59 @@ class Exerciser:
             m.flush()  # msync(MS_SYNC)
         self.model[off:off + n] = data
         self._check_size("after mapwrite")
+
+    def _op_openread(self) -> None:
+        """A read through an open of the path of its own, closed again (a close of another
+        handle while the file is being written: a save on a lakefuse branch tree)."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            self._op_read(fd, "openread")
+        finally:
+            os.close(fd)
+
+    def _op_copyrange(self) -> str | None:
+        """``copy_file_range`` of a range of the file to a place that does not overlap it
+        (possibly past the end: it extends the file)."""
+        o = self.opts
+        size = len(self.model)
+        if size == 0:
+            self.log.append((self.opnum, "copyrange(skip: empty)", 0, 0, 0))
+            return SKIP
+        src, n = self._range(size)
+        n = max(1, min(n, o.max_size // 4))  # leaves room for dst on one side of src
+        # dst in [0, max_size - n], outside (src - n, src + n): the ranges must not overlap
+        below, above = max(0, src - n + 1), min(o.max_size - n + 1, src + n)
+        choices = below + max(0, o.max_size - n + 1 - above)
+        if choices <= 0:  # only for a tiny max_size
+            self.log.append((self.opnum, "copyrange(skip: no room)", 0, 0, size))
+            return SKIP
+        k = self.rng.randrange(choices)
+        dst = k if k < below else above + (k - below)
+        self.log.append((self.opnum, "copyrange", dst, n, size))
+        self.log.append((self.opnum, "  (from)", src, n, size))
+        done = 0
+        while done < n:
+            c = os.copy_file_range(self.fd, self.fd, n - done, src + done, dst + done)
+            if c <= 0:
+                self._fail(f"copy_file_range returned {c} after {done} of {n} bytes")
+            done += c
+        data = bytes(self.model[src:src + n])
+        if dst > size:
+            self.model.extend(bytes(dst - size))
+        self.model[dst:dst + n] = data
+        self._check_size("after copyrange")
+
+    def _op_ptruncate(self) -> None:
+        """``truncate(2)`` of the path, not the descriptor."""
+        size = len(self.model)
+        new = self.rng.randint(0, self.opts.max_size)
+        self.log.append((self.opnum, "ptruncate", new, 0, size))
+        os.truncate(self.path, new)
+        if new < size:
+            del self.model[new:]
+        else:
+            self.model.extend(bytes(new - size))
+        self._check_size("after ptruncate")
 
     def _op_fsync(self) -> None:
         self.log.append((self.opnum, "fsync", 0, 0, len(self.model)))
@@ -299,17 +358,17 @@ class Exerciser:
 
 def _touches(entry: tuple, offset: int) -> bool:
     _, name, off, n, size = entry
-    if name in ("write", "mapwrite"):
+    if name in ("write", "mapwrite", "copyrange"):
         return off <= offset < off + n
-    if name == "truncate":  # off is the new size
+    if name in ("truncate", "ptruncate"):  # off is the new size
         return min(off, size) <= offset
     return False
 
 
 def _fmt(entry: tuple) -> str:
     num, name, off, n, size = entry
-    if name == "truncate":
-        return f"{num:7d} truncate    {size:#x} -> {off:#x}"
+    if name in ("truncate", "ptruncate"):
+        return f"{num:7d} {name:<11} {size:#x} -> {off:#x}"
     if name in ("reopen", "fsync"):
         return f"{num:7d} {name:<11} (size {size:#x})"
     return f"{num:7d} {name:<11} {off:#x} + {n:#x} = {off + n:#x} (size {size:#x})"

@@ -9,7 +9,7 @@ fsyncs, a close and reopen every 500 operations (each close saves the file) and 
 whole-file compare every 100, each checked against a model of the file.
 ``$LAKEFUSE_FSXLIKE_OPS`` sets the number of operations on a local store (default
 20,000, about 40 s here; issue 20's 100,000 take about 170 s); on S3 (moto) a tenth of
-that. A failure prints the seed and the last 1,000
+that on the same file sizes, and a sixtieth on a file of up to 12 MiB (multipart saves). A failure prints the seed and the last 1,000
 operations; ``python tests/fsxlike.py PATH --ops N --seed S`` replays it on any file."""
 
 from __future__ import annotations
@@ -73,30 +73,41 @@ def _repo(tmp_path: Path, request, store: str) -> tuple[Path, dict | None]:
     return home, env
 
 
+# (store, operations, largest file, longest operation, reopen every, compare every)
+RUNS = {
+    "local": ("local", OPS, 256 << 10, 64 << 10, 500, 100),
+    "s3": ("s3", OPS // 10, 256 << 10, 64 << 10, 500, 100),  # the same code paths; each save uploads
+    # files up to 12 MiB: saves past the 5 MiB multipart threshold, reads across the chunked reader's chunks
+    "s3-large": ("s3", OPS // 60, 12 << 20, 1 << 20, 50, 20),
+}
+
+
 @needs_fuse
 @pytest.mark.slow
-@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
-def test_fsxlike_on_a_branch_file_and_the_commit_reads_it_back(tmp_path, request, store):
+@pytest.mark.parametrize("run", [pytest.param(k, marks=[pytest.mark.s3] if v[0] == "s3" else []) for k, v in RUNS.items()])
+def test_fsxlike_on_a_branch_file_and_the_commit_reads_it_back(tmp_path, request, run):
+    store, ops, max_size, max_op_len, reopen_every, check_every = RUNS[run]
     home, env = _repo(tmp_path, request, store)
     mp = tmp_path / "mnt"
     m = MountProc(home, REPO, mp, "--cache-dir", str(tmp_path / "cache"), env=env).start()
     try:
         f = mp / "main" / "fsx.dat"
-        ops = OPS if store == "local" else OPS // 10  # S3: the same code paths; each save uploads
         model = tmp_path / "model"
         # In a process of its own: a page fault or msync on the mount holds this process's
         # GIL, and the moto server the daemon uploads to runs in a thread of this process.
         cmd = [sys.executable, str(FSXLIKE), str(f), "--ops", str(ops), "--seed", str(SEED),
-               "--model-out", str(model), "--json"]
+               "--max-size", str(max_size), "--max-op-len", str(max_op_len), "--reopen-every", str(reopen_every),
+               "--check-every", str(check_every), "--model-out", str(model), "--json"]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + ops // 100)
         if r.returncode != 0:
             raise AssertionError(f"fsxlike failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr}{r.stdout}")
         summary = json.loads(r.stdout)
         counts = summary["counts"]
-        for op in ("read", "read2", "write", "truncate", "mapread", "mapwrite"):
-            assert counts[op] > ops // 20, counts
-        assert counts["fsync"] > 0 and counts["reopen"] == ops // 500 and counts["check"] > ops // 100, counts
-        print(f"\nfsxlike on a {store} branch file: {ops} operations matched in {summary['seconds']} s, {counts}")
+        for op, share in {"read": 20, "read2": 50, "openread": 100, "write": 20, "copyrange": 50, "truncate": 50,
+                          "ptruncate": 200, "mapread": 20, "mapwrite": 20, "fsync": 400}.items():
+            assert counts.get(op, 0) > ops // share, (op, counts)
+        assert counts["reopen"] == ops // reopen_every and counts["check"] > ops // check_every, counts
+        print(f"\nfsxlike on a {run} branch file: {ops} operations matched in {summary['seconds']} s, {counts}")
 
         want = model.read_bytes()
         assert len(want) == summary["size"] and f.read_bytes() == want

@@ -2,15 +2,17 @@
 bytes read back from the commit made right after: the run ``test_mount_fsx`` does with
 xfstests' fsx, but with no binary to install, so it runs everywhere.
 
-Random reads (through the read-write descriptor and a second read-only one), writes
-(extending the file, and leaving holes), truncates down and up, mapped reads, mapped
+Random reads (through the read-write descriptor, a second read-only one, and an open of
+their own closed right after), writes (extending the file, and leaving holes),
+copy_file_range, truncates down and up (by descriptor and by path), mapped reads, mapped
 writes with msync (``MAP_SHARED``: each msync is an fsync, a save on a branch tree),
 fsyncs, a close and reopen every 500 operations (each close saves the file) and a
-whole-file compare every 100, each checked against a model of the file.
-``$LAKEFUSE_FSXLIKE_OPS`` sets the number of operations on a local store (default
-20,000, about 40 s here; issue 20's 100,000 took 159 s); on S3 (moto) a tenth of
-that on the same file sizes, and a sixtieth on a file of up to 12 MiB (multipart saves). A failure prints the seed and the last 1,000
-operations; ``python tests/fsxlike.py PATH --ops N --seed S`` replays it on any file."""
+whole-file compare every 100, each checked against a model of the file (see
+tests/fsxlike.py). ``$LAKEFUSE_FSXLIKE_OPS`` sets the number of operations on a local
+store (default 20,000, about 35 s here; issue 20's 100,000 took 159 s); on S3 (moto) a
+tenth of that on the same file sizes, and a sixtieth on a file of up to 12 MiB (saves past
+the multipart threshold). A failure prints the seed and the last 1,000 operations;
+``python tests/fsxlike.py PATH --ops N --seed S`` replays it on any file."""
 
 from __future__ import annotations
 
@@ -84,7 +86,8 @@ RUNS = {
 
 @needs_fuse
 @pytest.mark.slow
-@pytest.mark.parametrize("run", [pytest.param(k, marks=[pytest.mark.s3] if v[0] == "s3" else []) for k, v in RUNS.items()])
+@pytest.mark.parametrize("run", [pytest.param(k, marks=[pytest.mark.s3] if v[0] == "s3" else [])
+                                 for k, v in RUNS.items()])
 def test_fsxlike_on_a_branch_file_and_the_commit_reads_it_back(tmp_path, request, run):
     store, ops, max_size, max_op_len, reopen_every, check_every = RUNS[run]
     home, env = _repo(tmp_path, request, store)

@@ -56,6 +56,12 @@ class Commits:
                 raise NothingToCommit(f"nothing to commit on branch {branch!r}")
 
         c.env.write(seal)
+        # Every object a sealed entry names was written before its staging, so before the
+        # seal: make them durable before a commit record can name them. (Objects adopted
+        # without an fsync, by this process or another one; one syncfs on a local store.)
+        # A home that syncs nothing (KVConfig.sync off: benchmarks, tests) skips it too.
+        if c.config.kv.sync:
+            c.store.sync()
 
         def attempt(n: int) -> Commit | None:
             b, head = c.branch_head(branch)

@@ -125,14 +125,15 @@ class RepoCore:
 
         return Pin(rr, commit, raw, guard)
 
-    def iterator(self, pin: Pin, start: bytes = b""):
+    def iterator(self, pin: Pin, start: bytes = b"", batch: int = 64):
         """Seekable (path, value) iterator of what ``pin`` shows from ``start``: the
         committed tree, under the branch's staging tokens for a branch (tombstones hide
-        committed keys). BranchMoved from ``next`` when the branch moved."""
+        committed keys). BranchMoved from ``next`` when the branch moved. ``batch``: the
+        staged entries read at first (and after each seek; more as reading goes on)."""
         committed = CommittedIterator(self.committed, pin.commit.meta_range_id, start)
         if not pin.resolved.tokens:
             return committed
-        sources = [self.staging.iterator(t, start, pin.guard) for t in pin.resolved.tokens]
+        sources = [self.staging.iterator(t, start, pin.guard, batch) for t in pin.resolved.tokens]
         sources.append(committed)
         return MergedIterator(sources)
 

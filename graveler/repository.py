@@ -380,13 +380,24 @@ class Repository:
     # ------------------------------------------------------------------ data
 
     def put_object(self, source: UploadSource, content_type: str = "", metadata: dict[str, str] | None = None,
-                   adopt: bool = False, etag: str | None = None) -> Entry:
+                   adopt: bool = False, etag: str | None = None, durable: bool = True) -> Entry:
         """Upload bytes, a local file (path) or a binary file object to a new object
         under ``data/`` in the namespace, WITHOUT staging it: the entry (RELATIVE
         address, md5 etag) is the caller's to stage (e.g. many at once with
-        :meth:`stage_many`). ``adopt``/``etag``: see :func:`graveler.objects.put_object`
-        (a local file handed over, linked into a local store instead of copied)."""
-        return put_object(self._store, source, content_type, metadata, self.config.upload_spool_dir, adopt, etag)
+        :meth:`stage_many`). ``adopt``/``etag``/``durable``: see
+        :func:`graveler.objects.put_object` (a local file handed over, linked into a local
+        store instead of copied; ``durable=False``: not fsynced -- :meth:`sync_entry` or
+        the next :meth:`commit` makes it durable)."""
+        return put_object(self._store, source, content_type, metadata, self.config.upload_spool_dir, adopt, etag,
+                          durable)
+
+    def sync_entry(self, entry: Entry) -> None:
+        """Make the object of ``entry`` (in this namespace) durable if ``put_object(durable=False)``
+        left it in the page cache only; a no-op on a store whose writes are durable at once (S3)
+        and for an object elsewhere (FULL address). NotFound if the object is missing."""
+        if entry.address_type == AddressType.FULL or "://" in entry.address:
+            return
+        self._store.sync_object(entry.address)
 
     def upload(
         self,
@@ -470,9 +481,12 @@ class Repository:
     ) -> Commit:
         """Commit the staged changes of ``branch``.
 
-        Seals the staging token (later writes go to the next commit), applies the
-        sealed changes to the head's metarange, writes the commit and moves the
-        branch by compare-and-set, retrying on a lost race. NothingToCommit when
+        Seals the staging token (later writes go to the next commit), makes the objects
+        of the store durable (:meth:`ObjectStore.sync`: what ``put_object(durable=False)``
+        left in the page cache, from any process), applies the sealed changes to the
+        head's metarange, writes the commit and moves the branch by compare-and-set
+        (a durable KV write: every earlier staging write is durable with it), retrying
+        on a lost race. NothingToCommit when
         there are no changes and not ``allow_empty``; PreconditionFailed when the
         branch kept moving (the sealed changes stay staged and readable).
         """

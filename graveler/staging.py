@@ -127,11 +127,12 @@ class StagingManager:
             return self.scan_txn(txn, token, start, limit, end)
 
     def iterator(
-        self, token: str, start: bytes = b"", guard: Callable[[Txn], None] | None = None
+        self, token: str, start: bytes = b"", guard: Callable[[Txn], None] | None = None, batch: int = 64
     ) -> "TokenIterator":
         """A seekable iterator over ``token`` that reads in batches, one short
-        transaction each, calling ``guard(txn)`` in each of them."""
-        it = TokenIterator(self, token, guard)
+        transaction each, calling ``guard(txn)`` in each of them; ``batch``: the first
+        batch after a seek (a reader that wants one or two entries reads few)."""
+        it = TokenIterator(self, token, guard, batch)
         if start:
             it.seek_ge(start)
         return it
@@ -200,13 +201,14 @@ class TokenIterator:
 
     ``next()`` returns ``(path, staged)`` or None at the end; ``seek_ge(key)``
     moves to the first path >= key (within the current batch when it can).
-    Batches grow from 64 to 4096 entries, so a seek-then-few-reads (a listing
-    that skips directories) stays cheap.
+    Batches grow from 64 (or ``batch``) to 4096 entries, so a seek-then-few-reads (a
+    listing that skips directories) stays cheap.
     """
 
-    __slots__ = ("_sm", "_token", "_guard", "_buf", "_keys", "_i", "_resume", "_done", "_batch")
+    __slots__ = ("_sm", "_token", "_guard", "_buf", "_keys", "_i", "_resume", "_done", "_batch", "_first")
 
-    def __init__(self, sm: StagingManager, token: str, guard: Callable[[Txn], None] | None = None):
+    def __init__(self, sm: StagingManager, token: str, guard: Callable[[Txn], None] | None = None,
+                 batch: int = 64):
         self._sm = sm
         self._token = token
         self._guard = guard
@@ -215,7 +217,7 @@ class TokenIterator:
         self._i = 0
         self._resume: bytes | None = b""
         self._done = False
-        self._batch = 64
+        self._first = self._batch = max(1, batch)
 
     def _fill(self) -> None:
         if self._resume is None:
@@ -244,7 +246,7 @@ class TokenIterator:
         self._buf, self._keys, self._i = [], [], 0
         self._resume = key
         self._done = False
-        self._batch = 64
+        self._batch = self._first
 
     def next(self) -> tuple[bytes, Staged] | None:
         if self._i >= len(self._buf):

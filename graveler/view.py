@@ -132,7 +132,7 @@ class View:
         below = path + _SEP
 
         def run(pin: Pin) -> PathStat:
-            it = self._core.iterator(pin, path)
+            it = self._core.iterator(pin, path, batch=4)  # it reads one to three entries: not a 64-entry batch
             item = it.next()
             value = None
             if item is not None and item[0] == path:

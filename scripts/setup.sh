@@ -19,6 +19,7 @@ java_ok || apt_pkgs+=(openjdk-17-jre-headless)
 command -v autoreconf >/dev/null 2>&1 || apt_pkgs+=(autoconf automake libtool)
 command -v make >/dev/null 2>&1 || apt_pkgs+=(make)
 command -v prove >/dev/null 2>&1 || apt_pkgs+=(perl)
+command -v strace >/dev/null 2>&1 || apt_pkgs+=(strace)  # tests/test_mount_durability.py counts the daemon's syncs
 # tools the writable-mount tests drive through a branch tree
 command -v rsync >/dev/null 2>&1 || apt_pkgs+=(rsync)
 command -v git >/dev/null 2>&1 || apt_pkgs+=(git)
@@ -75,18 +76,18 @@ vendor=scripts/vendor
 root="$PWD"
 fuse_prefix="$root/.venv/opt/libfuse"
 pt_stamp=.venv/.lakefuse-passthrough
-pt_sum="$(cat "$vendor"/libfuse-*.tar.gz "$vendor"/pyfuse3-*.tar.gz "$vendor"/pyfuse3-passthrough.patch | sha256sum | cut -d' ' -f1)"
+pt_sum="$(cat "$vendor"/fuse3_*.orig.tar.gz "$vendor"/pyfuse3-*.tar.gz "$vendor"/pyfuse3-passthrough.patch | sha256sum | cut -d' ' -f1)"
 pt_check='import pyfuse3; assert hasattr(pyfuse3, "passthrough_open"), "pyfuse3 without the passthrough patch"'
 if [ "$(cat "$pt_stamp" 2>/dev/null)" != "$pt_sum" ] || ! .venv/bin/python -c "$pt_check" >/dev/null 2>&1; then
     echo "setup: building libfuse and pyfuse3 with FUSE passthrough from $vendor"
     .venv/bin/python -m pip install -q --disable-pip-version-check meson ninja 2>&1 | grep -v '^WARNING' || true
     work="$(mktemp -d)"
     trap 'rm -rf "$work"' EXIT
-    tar -xzf "$vendor"/libfuse-*.tar.gz -C "$work"
+    tar -xzf "$vendor"/fuse3_*.orig.tar.gz -C "$work"
     tar -xzf "$vendor"/pyfuse3-*.tar.gz -C "$work"
     (
         export PATH="$root/.venv/bin:$PATH"
-        cd "$work"/libfuse-*/
+        cd "$work"/fuse-*/
         rm -rf "$fuse_prefix"
         meson setup build --prefix="$fuse_prefix" --libdir=lib --buildtype=release -Dexamples=false -Dutils=false \
             -Dtests=false -Duseroot=false -Dinitscriptdir= -Dudevrulesdir="$fuse_prefix/udev" >"$work/meson.log" 2>&1 ||

@@ -76,7 +76,7 @@ class MountProc:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 try:
-                    msg = sock.recv(4096).decode()
+                    msg = sock.recv(1 << 16).decode()
                     self.messages += msg.splitlines()
                     if "READY=1" in msg.splitlines():
                         return self

@@ -109,6 +109,42 @@ def test_damaged_refs_database_is_exit_5_and_repo_list_shows_the_others(tmp_path
     assert run(home, "log", "lakefs://rep2/main").returncode == 0
 
 
+def test_damaged_tag_record_in_an_intact_page_is_exit_5(tmp_path):
+    """One tag record damaged inside an intact LMDB page (a byte of its commit ID changed in
+    data.mdb: the file, its pages and the protobuf framing are sound): every command that
+    reads it says which tag is damaged, one line, exit 5 -- it was exit 3 ("commit ...
+    not found"), and `refs dump` copied the damage into the dump with exit 0. The other
+    refs keep working."""
+    home = tmp_path / "home"
+    src = tmp_path / "f"
+    src.write_bytes(b"x")
+    for args in (("repo", "create", "lakefs://rep1"), ("fs", "upload", "lakefs://rep1/main/f", "-s", str(src)),
+                 ("commit", "lakefs://rep1/main", "-m", "one"), ("tag", "create", "lakefs://rep1/v1.0-release", "main"),
+                 ("tag", "create", "lakefs://rep1/v2", "main")):
+        assert main([*args, "--home", str(home)]) == 0
+    assert run(home, "tag", "list", "lakefs://rep1").returncode == 0  # healthy first
+    from graveler.kv import close_env
+
+    db = home / "repos" / "rep1" / "refs.lmdb"
+    close_env(db)
+    raw = bytearray((db / "data.mdb").read_bytes())
+    record = b"\x0a\x0cv1.0-release\x12\x40"  # the tag's record: id, then its commit ID
+    at = raw.find(record)
+    assert at >= 0
+    while at >= 0:  # the live page's copy, and any older copy of that page left in the file
+        raw[at + len(record) + 3] = ord("g")  # one hex digit of the commit ID damaged
+        at = raw.find(record, at + 1)
+    (db / "data.mdb").write_bytes(bytes(raw))
+    for args in (("tag", "list", "lakefs://rep1"), ("log", "lakefs://rep1/v1.0-release"),
+                 ("fs", "ls", "lakefs://rep1/v1.0-release/"), ("refs", "dump", "lakefs://rep1")):
+        r = run(home, *args)
+        err = r.stderr.decode()
+        assert r.returncode == 5 and err.count("\n") == 1, (args, r)
+        assert "damaged tag record" in err and "v1.0-release" in err and "Traceback" not in err, err
+    assert run(home, "log", "lakefs://rep1/v2").returncode == 0
+    assert run(home, "log", "lakefs://rep1/main").returncode == 0
+
+
 def _capture(home, capsys, *args) -> tuple[int, str, str]:
     capsys.readouterr()
     rc = main([*args, "--home", str(home)])

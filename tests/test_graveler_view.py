@@ -84,6 +84,27 @@ def test_damaged_tag_record_is_corrupted_data(repo):
             call()
 
 
+@pytest.mark.parametrize("damage", ["commit id not hex", "commit id short", "another name", "no name"])
+def test_a_damaged_tag_record_that_still_parses_is_corrupted_data(repo, damage):
+    """protobuf parses many damaged byte strings without an error: a tag record whose
+    commit ID lost a hex digit, or whose id names another tag, was taken as it read --
+    a tag listed under another name, "commit not found" (exit 3), or the damage copied
+    into a refs dump. Healthy tags (made here, or restored from a lakeFS dump) pass."""
+    from graveler.proto import graveler_pb2
+
+    c = repo.create_tag("v1", "main").commit_id
+    repo.create_tag("v2", "main")
+    assert [t.name for t in repo.list_tags()] == ["v1", "v2"] and repo.resolve("v1").commit_id == c
+    bad = {"commit id not hex": ("v1", "g" + c[1:]), "commit id short": ("v1", c[:-1]),
+           "another name": ("v9", c), "no name": ("", c)}[damage]
+    raw = graveler_pb2.TagData(id=bad[0], commit_id=bad[1]).SerializeToString()
+    repo._env.write(lambda txn: txn.put(TAGS, b"v1", raw))
+    for call in (repo.list_tags, lambda: repo.resolve("v1"), lambda: repo.get_tag("v1")):
+        with pytest.raises(CorruptedData, match=r"damaged tag record.* in v1$"):
+            call()
+    assert repo.resolve("v2").commit_id == c  # the other tag is healthy
+
+
 def test_repository_deletion_failure_is_store_unavailable(tmp_path, monkeypatch):
     import shutil
 
@@ -99,3 +120,23 @@ def test_repository_deletion_failure_is_store_unavailable(tmp_path, monkeypatch)
     with pytest.raises(StoreUnavailable):
         g.delete_repository("gone")
     assert issubclass(StoreUnavailable, GravelerError)
+
+
+def test_stat_reads_a_few_staged_entries_not_a_batch(repo, monkeypatch):
+    """stat answers from one to three entries: its staging read starts small (4), where a
+    listing's starts at 64 -- a create in a directory of many staged files is not a scan."""
+    from graveler.staging import StagingManager
+
+    repo.stage_many("main", [(f"d/f{i:03d}", entry(f"e{i}")) for i in range(200)])
+    limits: list[int | None] = []
+    real = StagingManager.scan
+    monkeypatch.setattr(StagingManager, "scan",
+                        lambda self, token, start=b"", limit=None, end=None, guard=None:
+                        (limits.append(limit), real(self, token, start, limit, end, guard))[1])
+    v = repo.view("main")
+    st = v.stat(b"d/f100")
+    assert st.value is not None and not st.is_dir and limits == [4]
+    limits.clear()
+    assert v.stat(b"d").is_dir and limits == [4]
+    limits.clear()
+    assert len(v.list_page(b"d/", b"", 100)) == 100 and limits[0] == 64

@@ -307,9 +307,10 @@ def own_pg():
 @pytest.mark.expect_log("the KV is down on purpose: graveler reports it while the test runs")
 def test_postgres_restart_mid_run(tmp_path, own_pg, s3_endpoint, s3_config, s3_bucket):
     """(d) PostgreSQL stopped mid-run: requests that need it fail with EIO, the daemons stay up, a
-    close that could not be staged reports the error (its content stays in the spool); once it is
-    back, reads, writes and commits work again and nothing acknowledged is lost. A commit cut by
-    the restart is whole or absent."""
+    close that could not be staged reports the error (its content stays in the mount and is
+    retried); once it is back, reads, writes and commits work again, nothing acknowledged is
+    lost, and the failed close's content is saved and committed. A commit cut by the restart is
+    whole or absent."""
     w = World(tmp_path, own_pg.url, s3_endpoint, s3_config, s3_bucket)
     try:
         ma, a = w.host("a")
@@ -342,11 +343,12 @@ def test_postgres_restart_mid_run(tmp_path, own_pg, s3_endpoint, s3_config, s3_b
         wait_for(lambda: (b / "main" / ".lakefuse" / "head").read_text().strip() == c["id"])
         assert (b / c["id"] / "before.txt").read_bytes() == b"acknowledged before the outage\n"
         assert (b / c["id"] / "after.txt").read_bytes() == b"after\n"
-        # the close that failed claimed nothing: the branch has the file as created, empty, and
-        # its content stays in A's spool (the next mount of A's home recovers it)
-        assert (b / c["id"] / "during.txt").read_bytes() == b""
+        # the close that failed was retried once the server was back (by A's background retry,
+        # or by the commit, which retries first): the commit holds what was written, not the
+        # file as created (empty), and A's spool let go of it
+        assert (b / c["id"] / "during.txt").read_bytes() == b"written during the outage\n"
         spooled = [p for p in (w.tmp / "home-a").rglob("*.data") if p.read_bytes() == b"written during the outage\n"]
-        assert spooled, "the content of the failed close is not in the spool"
+        assert not spooled, spooled
         # a commit cut by a restart: stage many paths, stop the server while a commit of them runs
         r = w.repo
         for i in range(3000):
@@ -388,8 +390,8 @@ def test_last_close_wins_and_a_retried_save_never_stages_stale_bytes(tmp_path, p
     """Two hosts' mount clients (each its own Graveler and spool; host A with a database role of its own).
     The last close wins; a save of A that failed while A's KV was unreachable, retried after host B
     saved the same path, does not put A's older bytes over B's (compare-and-set on the staged
-    entry): it fails with a Conflict and A's content stays in its spool. A retry that nobody
-    overtook goes through."""
+    entry): it fails with a Conflict and A's content is kept in its spool's recovered/. A retry
+    that nobody overtook goes through."""
     from graveler.errors import Conflict, StoreUnavailable
     from graveler.objects import PosixAttrs
     from lakefuse.mount.spool import Spool, SpoolConfig
@@ -437,9 +439,9 @@ def test_last_close_wins_and_a_retried_save_never_stages_stale_bytes(tmp_path, p
             sf.flush()
         assert rb.read("main", "race.txt") == b"B, saved while A was cut off"
         assert sf.dirty and sf.read(0, 100) == b"A, stale after its failed save"  # kept, not lost
-        data = sf.data_path
-        spool.release(2)  # the last close tries again, fails again, keeps the copy for recovery
-        assert data.read_bytes() == b"A, stale after its failed save"
+        spool.release(2)  # the last close tries again, fails again: it can never succeed, so it is given up
+        (kept,) = (tmp_path / "cache-a" / "spool" / "cas" / "recovered").rglob("race.txt")
+        assert kept.read_bytes() == b"A, stale after its failed save"  # kept for the user, not lost
         assert rb.read("main", "race.txt") == b"B, saved while A was cut off"
         # nobody overtook this one: the retry goes through
         assert sf2.flush() is not None

@@ -284,3 +284,38 @@ def test_directory_nlink_on_a_mount(mounted):
     assert shutil.which("find") is None or subprocess.run(
         ["find", str(mp / "main"), "-type", "d"], capture_output=True, text=True, check=True
     ).stdout.count("\n") == 11  # main, none, none/cli, one, one/{sub,moved}, three, three/{a,b,b/deep,c}
+
+
+def test_files_made_in_a_directory_do_not_count_it_again(fs, repo, monkeypatch):
+    """The kernel asks a directory's attributes again after every create in it: the count of
+    its subdirectories (a listing read) is kept across files made, saved and unlinked there,
+    and read again after a mkdir, rmdir or directory rename through the mount, or when the
+    stamp watch finds a change the mount did not make (the CLI, another host)."""
+    import os as _os
+
+    from lakefuse.mount import listing
+    from lakefuse.mount.watch import StampWatch
+
+    reads: list[bytes] = []
+    real = listing.nlink
+    monkeypatch.setattr(listing, "nlink", lambda f, tree, path: (reads.append(path), real(f, tree, path))[1])
+    one = ino_of(fs, "main/one")
+    assert fs.getattr(one).nlink == 3 and reads.count(b"one") == 1
+    for i in range(5):
+        o, _ = fs.create(one, f"f{i}".encode(), 0o644, _os.O_WRONLY | _os.O_CREAT, ME)
+        fs.write(o.fh, 0, b"x")
+        fs.flush(o.fh)
+        fs.release(o.fh)
+        assert fs.getattr(one).nlink == 3
+    fs.unlink(one, b"f0")
+    assert fs.getattr(one).nlink == 3 and reads.count(b"one") == 1  # five files and an unlink: no listing read
+    fs.mkdir(one, b"d", 0o755, ME)
+    assert fs.getattr(one).nlink == 4 and reads.count(b"one") == 2
+    fs.rename(one, b"d", ino_of(fs, "main/none"), b"moved", 0)
+    assert fs.getattr(one).nlink == 3 and nlink(fs, "main/none") == 3
+    fs.rmdir(ino_of(fs, "main/none"), b"moved")
+    assert nlink(fs, "main/none") == 2
+    n = reads.count(b"one")
+    repo.upload("main", "one/ext/f", b"behind the mount")
+    StampWatch(fs, lambda ino: None).poll_once()
+    assert fs.getattr(one).nlink == 4 and reads.count(b"one") == n + 1

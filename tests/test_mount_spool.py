@@ -135,30 +135,53 @@ def test_failed_upload_keeps_the_file_dirty_and_spooled(repo, spool, monkeypatch
 
 @pytest.mark.expect_log("recovered spool files are reported as warnings")
 def test_recovery_after_a_crash(repo, tmp_path):
+    """A killed daemon's leftovers: a saved copy is dropped; unsaved bytes are staged at their
+    key (what ext4 shows after a process kill) if the branch still shows what that file last
+    knew there, else kept in recovered/ (another writer's newer save is never put under)."""
     cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    repo.upload("main", "dir/old", b"committed version")
+    repo.upload("main", "dir/raced", b"committed version")
+    repo.commit("main", "base")
     dead = Spool(repo, cfg)
     saved = dead.open(1, "main", b"dir/saved", None, ATTRS, new=True)
     saved.write(0, b"safe")
     saved.flush()  # acknowledged: staged (the spool file became the stored object)
-    # the daemon dies between staging and dropping the spool's name of the file
+    # the daemon dies between staging and dropping the spool's name of the file (and its
+    # sidecar, as it was written when the spool file was made)
     os.link(repo._store._path(saved.saved.address), saved.data_path)
+    acked, saved.saved = saved.saved, None
+    saved._write_sidecar()
+    saved.saved = acked
     lost = dead.open(2, "main", b"dir/unsaved", None, ATTRS, new=True)
     lost.write(0, b"never closed")
+    old = dead.open(3, "main", b"dir/old", repo.get("main", "dir/old"), ATTRS)
+    old.write(0, b"COMMITTED")  # an existing file rewritten in place, never closed
+    raced = dead.open(4, "main", b"dir/raced", repo.get("main", "dir/raced"), ATTRS)
+    raced.write(0, b"stale")
     intent = dead.begin_intent({"op": "rename", "branch": "main", "src": "a/", "dst": "b/"})
     assert intent.exists()
     os.close(dead._lock_fd)  # what kill -9 does to the flock: it goes away
+    repo.upload("main", "dir/raced", b"another writer's newer version")  # saved after the crash
 
     live = Spool(repo, cfg)
     report = live.recover()
-    assert {(r.key, r.action) for r in report.files} == {("dir/saved", "saved"), ("dir/unsaved", "kept")}
+    assert {(r.key, r.action) for r in report.files} == {
+        ("dir/saved", "saved"), ("dir/unsaved", "staged"), ("dir/old", "staged"), ("dir/raced", "kept")}
+    assert repo.read("main", "dir/unsaved") == b"never closed"
+    assert repo.read("main", "dir/old") == b"COMMITTED version"
+    assert repo.read("main", "dir/raced") == b"another writer's newer version"  # not put under
     kept = report.kept[0]
-    assert open(kept.recovered_path, "rb").read() == b"never closed"
-    assert kept.recovered_path.endswith("main/dir/unsaved")
+    assert open(kept.recovered_path, "rb").read() == b"staletted version"
+    assert kept.recovered_path.endswith("main/dir/raced") and "another version" in kept.reason
     rep = json.loads(open(os.path.join(report.directory, "REPORT.json")).read())
-    assert rep["files"][0]["key"] == "dir/unsaved"
+    assert {(f["key"], f["action"]) for f in rep["files"]} == {
+        ("dir/unsaved", "staged"), ("dir/old", "staged"), ("dir/raced", "kept")}
+    lines = report.lines()
+    assert any(line.startswith("recovered main/dir/unsaved: 12 bytes") for line in lines), lines
+    assert any(line.startswith("NOT recovered main/dir/raced") for line in lines), lines
     assert report.intents == [{"op": "rename", "branch": "main", "src": "a/", "dst": "b/"}]
     assert not dead.dir.exists()
-    assert repo.read("main", "dir/saved") == b"safe" and not repo.exists("main", "dir/unsaved")
+    assert repo.read("main", "dir/saved") == b"safe"
     # a second recovery finds nothing; a live mount's spool is never taken
     other = Spool(repo, cfg)
     f = other.open(1, "main", b"busy", None, ATTRS, new=True)
@@ -169,9 +192,12 @@ def test_recovery_after_a_crash(repo, tmp_path):
     live.close()
 
 
-def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_write(repo, spool):
-    """On a local store the spool file becomes the object (linked, not copied); a
-    later write to the same file never modifies that stored object."""
+def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_write(repo, spool, monkeypatch):
+    """On a local store the spool file becomes the object (linked, not copied) and its spool
+    names go (nothing left on disk); the handle keeps reading that file through its
+    descriptor, and a later write never modifies that stored object: only then is the
+    file copied (in the kernel, nothing read through the store), and the MD5 computed
+    while it was written carries on for an append (no second read pass)."""
     sf = spool.open(8, "main", b"cow", None, ATTRS, new=True)
     sf.write(0, b"first ")
     sf.write(6, b"version")
@@ -180,18 +206,42 @@ def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_wr
     e1 = sf.flush()
     obj1 = repo._store._path(e1.address)
     assert os.stat(obj1).st_ino == ino and os.stat(obj1).st_nlink == 1  # the same file, no copy
+    assert not spool_path.exists() and not sf.meta_path.exists() and spool.release_is_inline(8)
     umask = os.umask(0o022)
     os.umask(umask)
     assert os.stat(obj1).st_mode & 0o777 == 0o666 & ~umask  # the mode any put gives
-    assert not spool_path.exists() and spool.stats["adopted"] == 1
+    assert spool.stats["adopted"] == 1 and spool.stats["cow_bytes"] == 0
     assert e1.etag == hashlib.md5(b"first version").hexdigest()  # hashed while written
     assert sf.read(0, 100) == b"first version" and not sf.dirty
-    sf.write(0, b"FIRST")  # after fsync, the same handle writes on: copy-on-write
-    assert sf.read(0, 100) == b"FIRST version"
+    e1b = sf.flush()  # an fsync with nothing new: no copy
+    assert e1b is None and spool.stats["cow_bytes"] == 0
+
+    def no_store_read(*a, **k):
+        raise AssertionError("the saved object was read back through the store")
+
+    def no_rehash(*a, **k):
+        raise AssertionError("the file was hashed again")
+
+    monkeypatch.setattr(repo, "read_entry", no_store_read)
+    monkeypatch.setattr(repo._store, "_etag", no_rehash)
+    sf.write(13, b", appended")  # after fsync, the same handle writes on: copy-on-write, locally
+    assert spool.stats["cow_bytes"] == 13 and spool.stats["copy_in_bytes"] == 0
+    assert os.stat(spool_path).st_ino != ino and sf.meta_path.exists()  # a spool file again, for recovery
+    assert sf.read(0, 100) == b"first version, appended"
     assert open(obj1, "rb").read() == b"first version"
     e2 = sf.flush()
-    assert e2.address != e1.address and repo.read("main", "cow") == b"FIRST version"
-    assert e2.etag == hashlib.md5(b"FIRST version").hexdigest()  # out-of-order write: hashed on adopt
-    assert open(obj1, "rb").read() == b"first version" and repo.read_entry(e1) == b"first version"
+    assert e2.etag == hashlib.md5(b"first version, appended").hexdigest()  # hashing carried on
+    monkeypatch.undo()
+    assert e2.address != e1.address and repo.read("main", "cow") == b"first version, appended"
+    sf.set_attrs(PosixAttrs(mode=0o100600, uid=0, gid=0))
+    e3 = sf.flush()  # only attributes changed: the same object, restaged
+    assert e3.address == e2.address and spool.stats["uploads"] == 2
+    sf.truncate(0)  # nothing of the object needs copying
+    sf.write(0, b"new")
+    assert spool.stats["cow_bytes"] == 13
+    assert open(repo._store._path(e2.address), "rb").read() == b"first version, appended"
+    e4 = sf.flush()
     spool.release(8)
-    assert open(repo._store._path(e2.address), "rb").read() == b"FIRST version"
+    assert not spool_path.exists() and repo.read("main", "cow") == b"new"
+    assert open(repo._store._path(e4.address), "rb").read() == b"new"
+    assert open(obj1, "rb").read() == b"first version" and repo.read_entry(e1) == b"first version"

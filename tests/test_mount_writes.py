@@ -349,13 +349,18 @@ def test_writes_during_commit_go_to_the_next_one(fs, repo, kv_backend):
     assert read_control(fs, "main", "status") == b"M open.txt\n"
 
 
-def test_create_is_not_synced_alone_but_close_makes_it_durable(tmp_path):
-    """create(2)'s staging is committed without a sync of its own; the close of the
-    file -- written or not -- returns only once every commit is synced."""
+def test_close_saves_without_a_sync_and_fsync_makes_it_durable(tmp_path):
+    """ext4's contract: create(2) and close(2) stage by committed, unsynced KV transactions and
+    adopt the object without an fsync (visible at once, kept if the daemon dies); fsync(2)
+    of the file -- on the handle that wrote it, or on another descriptor after the close --
+    syncs the object (file and directory) and every KV commit before it returns."""
     from graveler.config import KVConfig
 
     repo = make_repo(tmp_path, "dur", kv=KVConfig(map_size=1 << 24, sync=True))
     env = repo._env
+    synced: list[str] = []
+    sync_object = repo._store.sync_object
+    repo._store.sync_object = lambda key: (synced.append(key), sync_object(key))[1]  # records, then syncs
     sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
     fs = WritableFilesystem(repo, FsConfig(uid=1000, gid=100), spool=sp)
     try:
@@ -366,9 +371,30 @@ def test_create_is_not_synced_alone_but_close_makes_it_durable(tmp_path):
             if data:
                 fs.write(opened.fh, 0, data)
             fs.flush(opened.fh)
-            assert env._synced_seq == env._commit_seq  # close: everything durable
-            fs.release(opened.fh)
+            assert env._synced_seq < env._commit_seq and synced == []  # close: saved, nothing synced
             assert repo.read("main", name) == data
+            fs.fsync(opened.fh)
+            assert env._synced_seq == env._commit_seq  # fsync: every KV commit durable
+            fs.release(opened.fh)
+        e = repo.get("main", "full")
+        assert synced == [e.address]  # the object of the written file (the empty one has none)
+        # a later write, closed; then fsync through a descriptor opened read-only after the close
+        ino = ino_of(fs, "main/full")
+        opened = fs.open(ino, os.O_WRONLY | os.O_TRUNC)
+        fs.write(opened.fh, 0, b"newer")
+        fs.flush(opened.fh)
+        fs.release(opened.fh)
+        e2 = repo.get("main", "full")
+        assert env._synced_seq < env._commit_seq and synced == [e.address]
+        ro = fs.open(ino, os.O_RDONLY)
+        fs.fsync(ro.fh)
+        fs.release(ro.fh)
+        assert synced == [e.address, e2.address] and env._synced_seq == env._commit_seq
+        # a metadata change (chmod) is committed unsynced too; fsync of its directory syncs it
+        fs.setattr(ino, SetAttr(mode=0o600))
+        assert env._synced_seq < env._commit_seq
+        fs.fsyncdir()
+        assert env._synced_seq == env._commit_seq
     finally:
         sp.close()
         repo.close()

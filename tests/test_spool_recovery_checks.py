@@ -249,7 +249,8 @@ def test_leftovers_of_a_same_named_repository_of_another_home_are_not_taken(home
         # home2's own next mount takes them over
         live = Spool(repo2, cfg)
         report = live.recover()
-        assert [(r.key, r.action) for r in report.files] == [("keep/new.txt", "kept")]
+        assert [(r.key, r.action) for r in report.files] == [("keep/new.txt", "staged")]
+        assert repo2.read("main", "keep/new.txt") == b"home2's unsaved work"
         assert report.intents == [{"op": "rename_dir", "branch": "main", "src": "dir", "dst": "moved"}]
         live.close()
     finally:
@@ -368,7 +369,7 @@ def test_pid_in_an_instance_name_never_decides_liveness(repo, tmp_path, monkeypa
     df.write(0, b"dead data")
     os.close(dead._lock_fd)
     report = Spool(repo, cfg).recover()
-    assert [(r.key, r.action) for r in report.files] == [("dead", "kept")]
+    assert [(r.key, r.action) for r in report.files] == [("dead", "staged")]
     assert lf.data_path.read_bytes() == b"live data"
     live.close()
 

@@ -281,6 +281,16 @@ class ObjectStore(abc.ABC):
     def full_uri(self, key: str) -> str:
         """The URI of one object: "file:///root/key" or "s3://bucket/prefix/key"."""
 
+    def sync_object(self, key: str) -> None:
+        """Make one object durable if a write left it in the page cache only (a local
+        store's ``adopt_file(durable=False)``). A no-op where every write is durable when it
+        returns (S3 answered the PUT)."""
+
+    def sync(self) -> None:
+        """Make every object written so far durable, whoever wrote it (any process): what a
+        commit does before its record lands. A no-op where every write is durable when it
+        returns."""
+
     def close(self) -> None:
         """Release clients and connections; the store is unusable afterwards."""
 

@@ -105,6 +105,27 @@ def _copy_fd(src: int, dst: int, size: int) -> None:
         offset += len(chunk)
 
 
+_libc = None
+
+
+def _syncfs(fd: int) -> None:
+    """syncfs(2) of the filesystem holding ``fd`` (os.sync() where libc has no syncfs)."""
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(_libc, "syncfs", None)
+    if fn is None:
+        os.sync()
+        return
+    if fn(fd) != 0:
+        import ctypes
+
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
 def _write_all(fd: int, data) -> None:
     view = memoryview(data).cast("B")
     while view:
@@ -357,17 +378,20 @@ class LocalStore(ObjectStore):
         finally:
             os.close(src)
 
-    def adopt_file(self, key: str, path: str, etag: str | None = None) -> ObjectInfo:
+    def adopt_file(self, key: str, path: str, etag: str | None = None, durable: bool = True) -> ObjectInfo:
         """Make the local file ``path`` the object ``key`` without copying it: it is
         hard-linked into place, then fsynced, then its new directory entry is fsynced,
         so the object and ``path`` are one inode, durable when this returns. (Linking
         before the fsync lets one journal commit carry both on ext4; until this returns
         nothing refers to the new address, so a crash in between leaves at most an
-        unreferenced object.) The caller hands the file over: it must never write to it
-        again (it unlinks ``path`` once the object is referenced). ``etag``: the MD5 the
-        caller computed while writing (hashed here in one read pass if None). Falls
-        back to a copy (:meth:`put_file`) when ``path`` is on another filesystem or the
-        filesystem has no hard links."""
+        unreferenced object.) ``durable=False``: no fsync -- the object is complete and
+        visible (it survives the death of this process: it is in the page cache) but a
+        power loss before :meth:`sync_object` or :meth:`sync` may lose it, as a file
+        closed without fsync on the same filesystem. The caller hands the file over: it
+        must never write to it again (it unlinks ``path`` once the object is
+        referenced). ``etag``: the MD5 the caller computed while writing (hashed here in
+        one read pass if None). Falls back to a copy (:meth:`put_file`, durable) when
+        ``path`` is on another filesystem or the filesystem has no hard links."""
         dest = self._path(key)
         directory = os.path.dirname(dest)
         try:
@@ -402,16 +426,50 @@ class LocalStore(ObjectStore):
                     raise self._os_error("put", key, exc, writing=True) from exc
             else:
                 raise StoreUnavailable(f"put {self.full_uri(key)}: directory {directory!r} keeps disappearing")
-            try:
-                os.fsync(fd)
-            except OSError as exc:
-                _unlink_quietly(dest)
-                raise self._os_error("put", key, exc, writing=True) from exc
+            if durable:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    _unlink_quietly(dest)
+                    raise self._os_error("put", key, exc, writing=True) from exc
         finally:
             os.close(fd)
-        self._fsync_dir(key, directory)
+        if durable:
+            self._fsync_dir(key, directory)
         log.debug("adopted %s (%d bytes) from %s", key, st.st_size, path)
         return ObjectInfo(key, st.st_size, st.st_mtime, etag)
+
+    def sync_object(self, key: str) -> None:
+        """fsync the object's file and its directory (see :meth:`adopt_file`); NotFound if absent."""
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise NotFound(f"{self.full_uri(key)} not found") from None
+        except OSError as exc:
+            raise self._os_error("sync", key, exc, writing=True) from exc
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise self._os_error("sync", key, exc, writing=True) from exc
+        finally:
+            os.close(fd)
+        self._fsync_dir(key, os.path.dirname(path))
+
+    def sync(self) -> None:
+        """``syncfs(2)`` of the filesystem holding the store: every object on it is durable
+        after this, whichever process adopted it without an fsync (one call, not one fsync
+        per object; it also flushes whatever else is dirty on that filesystem)."""
+        try:
+            fd = os.open(self.root, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
+        except OSError as exc:
+            raise self._os_error("sync", "", exc, writing=True) from exc
+        try:
+            _syncfs(fd)
+        except OSError as exc:
+            raise self._os_error("sync", "", exc, writing=True) from exc
+        finally:
+            os.close(fd)
 
     def _create_tmp(self, key: str, directory: str) -> tuple[int, str]:
         for _ in range(_CREATE_ATTEMPTS):

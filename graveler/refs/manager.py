@@ -18,9 +18,8 @@ import socket
 import zlib
 from typing import Iterator
 
-from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
+from graveler.errors import AlreadyExists, AmbiguousRef, InvalidArgument, NotFound
 from graveler.kv.base import BRANCHES, COMMITS, REPO, STAMPS, TAGS, Store, Txn
-from graveler.proto import graveler_pb2
 from graveler.refs import graph
 from graveler.refs.expr import RefType, ResolvedRef, parse_ref
 from graveler.refs.names import (
@@ -203,18 +202,12 @@ class RefManager:
         raw = txn.get(TAGS, name.encode())
         if raw is None:
             raise NotFound(f"tag {name!r} not found")
-        pb = graveler_pb2.TagData()
-        try:
-            pb.ParseFromString(raw)
-        except Exception as e:
-            raise CorruptedData(f"malformed tag record ({e})", name) from None
-        return Tag(pb.id, pb.commit_id)
+        return Tag.from_bytes(raw, name)
 
     def create_tag_txn(self, txn: Txn, name: str, commit_id: str) -> Tag:
         validate_tag_name(name)
         self.get_commit_txn(txn, commit_id)
-        raw = graveler_pb2.TagData(id=name, commit_id=commit_id).SerializeToString(deterministic=True)
-        if not txn.insert(TAGS, name.encode(), raw):
+        if not txn.insert(TAGS, name.encode(), Tag(name, commit_id).to_bytes()):
             raise AlreadyExists(f"tag {name!r} already exists")
         return Tag(name, commit_id)
 
@@ -227,12 +220,7 @@ class RefManager:
         out = []
         with self.env.read() as txn:
             for k, v in txn.scan(TAGS):
-                pb = graveler_pb2.TagData()
-                try:
-                    pb.ParseFromString(v)
-                except Exception as e:  # protobuf's DecodeError
-                    raise CorruptedData(f"malformed tag record ({e})", k.decode(errors="replace")) from None
-                out.append(Tag(pb.id, pb.commit_id))
+                out.append(Tag.from_bytes(v, k.decode(errors="replace")))
         return out
 
     # resolution
@@ -279,12 +267,7 @@ class RefManager:
             return ResolvedRef(RefType.BRANCH, b.commit_id, branch=b.name, tokens=b.tokens)
         raw = txn.get(TAGS, base.encode())
         if raw is not None:
-            pb = graveler_pb2.TagData()
-            try:
-                pb.ParseFromString(raw)
-            except Exception as e:  # protobuf's DecodeError
-                raise CorruptedData(f"malformed tag record ({e})", base) from None
-            return ResolvedRef(RefType.TAG, pb.commit_id)
+            return ResolvedRef(RefType.TAG, Tag.from_bytes(raw, base).commit_id)
         if is_hex and MIN_COMMIT_PREFIX <= len(base) < COMMIT_ID_LENGTH:
             c = self.commit_by_prefix_txn(txn, base)
             if c is not None:

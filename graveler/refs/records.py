@@ -7,6 +7,7 @@ its ID as lakeFS does (:mod:`graveler.ident`).
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -14,6 +15,9 @@ from datetime import datetime, timezone
 from graveler import ident
 from graveler.errors import CorruptedData
 from graveler.proto import graveler_pb2
+from graveler.refs.names import COMMIT_ID_LENGTH
+
+_COMMIT_ID_RE = re.compile(rf"[0-9a-f]{{{COMMIT_ID_LENGTH}}}\Z")
 
 COMMIT_VERSION = 1
 INITIAL_COMMIT_MESSAGE = "Repository created"
@@ -141,8 +145,31 @@ class Branch:
 
 @dataclass(frozen=True, slots=True)
 class Tag:
+    """A tag (lakeFS's ``TagData``): its name and the commit it points at."""
+
     name: str
     commit_id: str
+
+    def to_bytes(self) -> bytes:
+        return graveler_pb2.TagData(id=self.name, commit_id=self.commit_id).SerializeToString(deterministic=True)
+
+    @staticmethod
+    def from_bytes(raw: bytes, name: str) -> "Tag":
+        """The tag stored under ``name``. CorruptedData (naming the tag) for a record that is
+        not a ``TagData``, or one that parses but cannot be this tag's: its ``id`` another
+        name, its ``commit_id`` not a commit ID (64 lowercase hex digits, as every commit
+        graveler or lakeFS makes) -- protobuf parses many damaged byte strings without error."""
+        pb = graveler_pb2.TagData()
+        try:
+            pb.ParseFromString(raw)
+        except Exception as e:  # protobuf's DecodeError (and its RuntimeWarnings' kin)
+            raise CorruptedData(f"malformed tag record ({e})", name) from None
+        if pb.id != name:
+            raise CorruptedData(f"damaged tag record: it names tag {pb.id!r}", name)
+        if not _COMMIT_ID_RE.match(pb.commit_id):
+            raise CorruptedData(f"damaged tag record: its commit {pb.commit_id!r} is not a commit ID "
+                                f"({COMMIT_ID_LENGTH} lowercase hex digits)", name)
+        return Tag(name, pb.commit_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,12 +31,17 @@ MOUNT_EPILOG = """\
 The mount root lists every branch and tag as a directory; any other ref expression
 (main~1, v1^2, a commit-ID prefix, main@) is reachable by path. Trees of commits,
 tags and expressions are immutable (EROFS on writes); branch trees show staging over
-the head and are writable: a file is uploaded and staged when it is closed (or
-fsynced), and close returns once both are durable. Each ref has .lakefuse/head and
+the head and are writable: a file is uploaded and staged when it is closed, as ext4
+closes a file (visible to every reader, kept if the daemon is killed, in the next
+commit); fsync/fdatasync of the file and every commit put it on disk before
+returning (sync(1) does not reach the mount). Each ref has .lakefuse/head and
 .lakefuse/log; a branch also has .lakefuse/commit, status, merge, reset and revert
 (write a request, read back the outcome); the root has .lakefuse/branch and tag, and
 .lakefuse/stats (JSON counters); mkdir at the root makes a branch. Files being written
-are spooled under --cache-dir (spool/REPO/). See docs/SEMANTICS.md.
+are spooled under --cache-dir (spool/REPO/). After a killed mount, the next one stages
+what was written to files whose close never returned (unless another writer saved them
+since: then they are kept in spool/REPO/recovered/) and says so here. See
+docs/SEMANTICS.md.
 
 examples:
   lakefuse mount lakefs://sales /mnt/sales
@@ -231,11 +236,15 @@ def cmd_mount(args) -> int:
         try:
             # a KV URL goes to the daemon in its environment: a password never shows in its command line (ps)
             kv = getattr(args, "kv", None)
-            pid = daemon.start_daemon(argv, log_path, args.ready_timeout, env={KV_ENV: kv} if kv else None)
+            notices: list[str] = []
+            pid = daemon.start_daemon(argv, log_path, args.ready_timeout, env={KV_ENV: kv} if kv else None,
+                                      notices=notices)
         except daemon.MountError as e:
             print(f"lakefuse: {e}", file=sys.stderr)
             status = getattr(e, "exit_status", None)
             return status if dump and status in (2, 3, 4, 5, 6) else 1
+        for line in notices:  # what the daemon found (files recovered from a killed mount's spool)
+            print(f"lakefuse: {line}", file=sys.stderr)
         print(f"mounted {uri or args.refs_dump} on {mp} (daemon pid {pid}, log {log_path}); "
               f"unmount with: lakefuse umount {mp}", file=sys.stderr)
         return 0

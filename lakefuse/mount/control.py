@@ -249,6 +249,9 @@ class Controls:
         self.repo = repo
         self._lock = threading.Lock()
         self._outcomes: dict[tuple[str | None, str], bytes] = {}
+        # before_commit(branch): raises when the branch must not be committed now (the mount's
+        # spool: a file whose save failed would be published without what was written)
+        self.before_commit = None
 
     def outcome(self, branch: str | None, name: str) -> bytes:
         """What reading ``name`` returns: the last outcome, or ``{}`` before any request."""
@@ -303,6 +306,8 @@ class Controls:
             raise InvalidArgument(f"{name!r} is not a control file of the mount root")
         if name == "commit":
             r = parse_commit(data)
+            if self.before_commit is not None:
+                self.before_commit(branch)
             c = repo.commit(branch, r.message, metadata=r.metadata or None, allow_empty=r.allow_empty)
             return {"commit": commit_summary(c)}
         if name == "merge":

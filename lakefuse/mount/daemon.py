@@ -85,6 +85,22 @@ def sd_notify(message: str) -> bool:
         return False
 
 
+NOTICE = "LAKEFUSE_NOTICE"  # a notify-socket variable: one line for the terminal of `lakefuse mount`
+
+
+def tell_user(lines: list[str]) -> None:
+    """Say ``lines`` on the terminal of whoever started the mount: this daemon's stderr
+    (``-f``), and to a daemonizing ``lakefuse mount`` as ``LAKEFUSE_NOTICE=`` lines on the
+    notify socket before ``READY=1`` (:func:`start_daemon` prints them; systemd ignores them)."""
+    if not lines:
+        return
+    import sys
+
+    for line in lines:
+        print(f"lakefuse: {line}", file=sys.stderr, flush=True)
+    sd_notify("\n".join(f"{NOTICE}={line.replace(chr(10), ' ')}" for line in lines))
+
+
 # ---------------------------------------------------------------------- mount table
 
 
@@ -166,7 +182,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     else:
         spool = Spool(repo, SpoolConfig(Path(cache_dir), repo.name))
         fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
-        fs.recover()  # spool leftovers and unfinished renames of a killed daemon
+        report = fs.recover()  # spool leftovers and unfinished renames of a killed daemon
+        tell_user(report.lines() if report is not None else [])
     ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough,
                      inline_reads=config.inline_reads)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
@@ -254,11 +271,13 @@ async def _announce_ready(mountpoint: str, read_ahead_kb: int = 0) -> None:
 # ---------------------------------------------------------------------- daemonizing
 
 
-def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> int:
+def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0, env: dict[str, str] | None = None,
+                 notices: list[str] | None = None) -> int:
     """Run ``argv`` (a ``lakefuse mount ... -f`` command line) as a daemon in a new
     session and wait for its ``READY=1``. Returns its pid; MountError with the
     daemon's reason if it exits or stays silent. ``env``: variables the daemon gets on top
-    of this process's environment (e.g. a KV URL kept out of its command line)."""
+    of this process's environment (e.g. a KV URL kept out of its command line).
+    ``notices``: gets the lines the daemon said for the user's terminal (:func:`tell_user`)."""
     tmp = tempfile.mkdtemp(prefix="lakefuse-notify-")
     sock_path = os.path.join(tmp, "notify")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -275,12 +294,14 @@ def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0, env: dic
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                msg = sock.recv(4096).decode(errors="replace")
+                msg = sock.recv(1 << 16).decode(errors="replace")
             except socket.timeout:
                 msg = ""
             for line in msg.splitlines():
                 if line.startswith("STATUS="):
                     status = line[len("STATUS="):]
+                if line.startswith(NOTICE + "=") and notices is not None:
+                    notices.append(line[len(NOTICE) + 1:])
                 if line == "READY=1":
                     return proc.pid
             if proc.poll() is not None:

@@ -111,6 +111,10 @@ class Filesystem:
         self._handles: dict[int, Handle] = {}
         self._handles_lock = threading.Lock()
         self._next_fh = 1
+        # (tree, dir path) -> (subdirectory count, tree.foreign when counted): see _nlink
+        self._nlinks: dict[tuple, tuple[int, int]] = {}
+        self._nlinks_lock = threading.Lock()
+        self._nlinks_gen = 0  # bumped by every subdirs_changed: a count read across one is not kept
         self.writes = writes(self) if writable else None
         root = self.inodes.get(ROOT_INO)
         root.attr = self.rules.dir_attr(ROOT_INO, self.started_ns, self.config.branch_timeout,
@@ -264,7 +268,40 @@ class Filesystem:
 
     def _counted(self, attr: Attr, tree: Tree | None, path: bytes) -> Attr:
         """A directory's ``attr`` with its link count (:func:`lakefuse.mount.listing.nlink`)."""
-        return self.rules.counted(attr, tree, listing.nlink(self, tree, path))
+        return self.rules.counted(attr, tree, self._nlink(tree, path))
+
+    def _nlink(self, tree: Tree | None, path: bytes) -> int:
+        """:func:`lakefuse.mount.listing.nlink`, remembered for a branch directory: a file
+        created, saved or unlinked there changes no subdirectory count, so the count (a
+        listing read of up to ``nlink_scan`` names, which would otherwise follow every create
+        in it: the kernel asks the directory's attributes again after each) stays true until
+        this mount makes or removes a subdirectory there (:meth:`subdirs_changed`) or the
+        stamp watch sees a change this mount did not make (``Tree.foreign``)."""
+        if tree is None or tree.immutable:
+            return listing.nlink(self, tree, path)
+        key = (tree, path)  # the Tree itself: a branch made again is another Tree, its counts start afresh
+        hit = self._nlinks.get(key)
+        if hit is not None and hit[1] == tree.foreign:
+            return hit[0]
+        epoch, gen = tree.foreign, self._nlinks_gen
+        n = listing.nlink(self, tree, path)
+        with self._nlinks_lock:
+            if gen == self._nlinks_gen:  # no subdirectory changed meanwhile: the count is current
+                if len(self._nlinks) >= 100_000:
+                    self._nlinks.clear()
+                self._nlinks[key] = (n, epoch)
+        return n
+
+    def subdirs_changed(self, tree: Tree, path: bytes | None) -> None:
+        """This mount made, removed or moved a subdirectory of ``path`` (called once it is
+        staged): count it again. None: every directory of ``tree`` (a directory rename)."""
+        with self._nlinks_lock:
+            self._nlinks_gen += 1
+            if path is None:
+                for k in [k for k in self._nlinks if k[0] is tree]:
+                    del self._nlinks[k]
+            else:
+                self._nlinks.pop((tree, path), None)
 
     def getattr_fast(self, ino: int) -> Attr | None:
         """The attributes when no I/O is needed to be sure of them (else None)."""
@@ -496,12 +533,23 @@ class Filesystem:
         return h is not None and h.pending()
 
     def flush(self, fh: int) -> None:
-        """close(2): save a written file (upload + stage, durable) or run a control request."""
+        """close(2): save a written file (upload + stage: visible, kept if the daemon dies)
+        or run a control request."""
         h = self._handles.get(fh)
         if h is not None:
             h.flush()
 
-    fsync = flush
+    def fsyncdir(self) -> None:
+        """fsync(2) of a directory: every change staged through this mount (each a committed,
+        unsynced KV transaction: create, mkdir, rename, unlink, chmod...) is on disk."""
+        if self.writes is not None:
+            self.repo.sync()
+
+    def fsync(self, fh: int) -> None:
+        """fsync(2) / fdatasync(2): :meth:`flush`, and the file's saved content on disk."""
+        h = self._handles.get(fh)
+        if h is not None:
+            h.fsync()
 
     def release_pending(self, fh: int) -> bool:
         """True when ``release`` of ``fh`` may block (never blocks itself)."""

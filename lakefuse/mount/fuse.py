@@ -231,8 +231,9 @@ class Operations(pyfuse3.Operations):
     async def releasedir(self, fh):
         self.fs.releasedir(fh)
 
+    @boundary("fsyncdir")
     async def fsyncdir(self, fh, datasync):
-        return None
+        await self.offload.run(WRITE, self.fs.fsyncdir)
 
     # -- files ---------------------------------------------------------------------------
 
@@ -262,8 +263,9 @@ class Operations(pyfuse3.Operations):
 
     @boundary("fsync")
     async def fsync(self, fh, datasync):
-        if self.fs.pending(fh):
-            await self.offload.run(WRITE, self.fs.fsync, fh)
+        # always: a close saved the file without syncing it (fsync = fdatasync here: what
+        # is synced is a new object and its entry, metadata included)
+        await self.offload.run(WRITE, self.fs.fsync, fh)
 
     @boundary("release")
     async def release(self, fh):

@@ -8,7 +8,9 @@ what kind it holds. The kinds:
 * :class:`LocalObjectHandle` -- a committed object that is a local file (a local
   store): small ones read whole at open, sequential reads fetched a chunk ahead;
 * :class:`SpoolHandle` -- a file of a branch tree opened for writing (or while
-  another handle writes it): its content lives in the spool until close/fsync;
+  another handle writes it): its content lives in the spool until close/fsync
+  (close saves it as ext4 does -- visible, kept if the daemon dies; fsync also
+  puts it on disk: :mod:`lakefuse.mount.spool`);
 * :class:`ControlHandle` -- a control file: what is written is one request;
 * :class:`InfoHandle` -- a generated read-only file (``stats``, ``head``, ``log``).
 
@@ -26,6 +28,7 @@ import logging
 import threading
 
 from graveler.errors import GravelerError, NotFound
+from graveler.model import Entry
 from lakefuse.mount import control
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.nowait import pread_nowait
@@ -61,7 +64,11 @@ class Handle:
         return False
 
     def flush(self) -> None:
-        """close(2) or fsync(2): make what was written take effect."""
+        """close(2): make what was written take effect (visible, kept if the daemon dies)."""
+
+    def fsync(self) -> None:
+        """fsync(2) / fdatasync(2): :meth:`flush`, and what the file shows is on disk when it returns."""
+        self.flush()
 
     def release_pending(self) -> bool:
         """True when :meth:`release` may block (it then runs in a worker thread)."""
@@ -146,6 +153,23 @@ class ObjectHandle(Handle):
 
     def _count_from_store(self, n: int) -> None:
         pass  # a remote reader counts its own GETs (bytes_from_store, added at release)
+
+    def fsync(self) -> None:
+        """A branch file open for reading: its inode's saved content is made durable, as an fsync
+        of any descriptor of a file does (an earlier close saved it without syncing)."""
+        tree = self.node.tree
+        if self.spool is None or tree is None or tree.immutable:
+            return
+        sf = self.spool.get(self.node.ino)
+        try:
+            if sf is not None:  # another handle writes it: save that too, durably
+                sf.flush(durable=True)
+                return
+            tree.repin()
+            value = tree.view.get(self.node.path)
+            self.spool.sync_saved(Entry.from_value(value) if value is not None else None)
+        except NotFound:
+            raise FsError(errno.EIO, "object missing") from None
 
     def release(self) -> None:
         if self.reader is not None:
@@ -245,8 +269,8 @@ class LocalObjectHandle(ObjectHandle):
 
 class SpoolHandle(Handle):
     """A file of a branch tree whose content goes through the spool: written to local
-    disk, uploaded and staged (durably) on flush; the last release saves what a failed
-    flush left and drops the spool copy."""
+    disk, uploaded and staged on flush (durably on fsync); the last release saves what a
+    failed flush left and drops the spool copy."""
 
     __slots__ = ("sf", "writable", "spool")
 
@@ -267,15 +291,32 @@ class SpoolHandle(Handle):
             raise FsError(errno.EBADF, "not open for writing")
         return self.sf.write(offset, data)
 
+    def _reader_of_unsaved(self) -> bool:
+        """A read-only handle of a file whose save failed: its close leaves the save to the
+        spool's retry (a reader's close does not fail for a writer's save)."""
+        return not self.writable and self.sf.failure is not None
+
     def pending(self) -> bool:
-        return self.sf.dirty
+        return self.sf.dirty and not self._reader_of_unsaved()
 
     def flush(self) -> None:
+        if self._reader_of_unsaved():
+            return
         if self.sf.flush() is not None:
             self._own_change()
 
+    def fsync(self) -> None:
+        try:
+            staged = self.sf.flush(durable=True)
+        except NotFound:  # the object it was saved with is gone from the store
+            raise FsError(errno.EIO, "object missing") from None
+        if staged is not None:
+            self._own_change()
+
     def release_pending(self) -> bool:
-        return True  # the last handle's release saves the file (upload, staging, LMDB sync)
+        # the last handle's release saves the file if a flush failed (upload, staging) and
+        # removes its spool files; a saved file with none left is released on the trio thread
+        return not self.spool.release_is_inline(self.node.ino)
 
     def release(self) -> None:
         was_dirty = self.sf.dirty

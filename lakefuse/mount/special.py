@@ -148,6 +148,8 @@ def stats_json(fs, extra: dict) -> bytes:
         dc = snap["data_cache"] = fs.data_cache.stats()
         asked = dc.get("hits", 0) + dc.get("misses", 0)
         dc["hit_ratio"] = round(dc.get("hits", 0) / asked, 4) if asked else None
+    if fs.spool is not None:  # copies in, uploads, adoptions, syncs, copies-on-write, retried saves
+        snap["spool"] = dict(fs.spool.stats)
     if fs.config.extra_stats is not None:
         snap.update(fs.config.extra_stats())
     return (json.dumps(snap, indent=1, sort_keys=True) + "\n").encode()

@@ -10,13 +10,24 @@ One :class:`SpoolFile` per inode being written, shared by every handle of it:
   any handle, so a file reads back what was written to it before it is saved.
 * :meth:`SpoolFile.flush` (the mount calls it on close -- FUSE ``flush`` -- and on
   ``fsync``) uploads the spool file to a new object in the store and stages its
-  entry in LMDB. A local store takes the spool file itself (fsynced and hard-linked
-  into the object's place, its MD5 computed while it was written): no copy. The
-  spool then drops its name and descriptor of that file, so a later write to the
-  same file copies the saved object into a new spool file first (copy-on-write):
-  a stored object is never modified. It returns only when both are durable: the local store fsyncs
-  the object and its directory, S3 answered the PUT, and the LMDB transaction is
-  synced. Only then does close/fsync report success to the program.
+  entry in the KV. A local store takes the spool file itself (hard-linked into the
+  object's place, its MD5 computed while it was written): no copy. The spool then
+  drops its names of that file (nothing is left on disk for a recovery) but keeps
+  reading it through its descriptor; a later write to it first copies it to a new
+  spool file, locally (copy-on-write, :meth:`SpoolFile._unshare`): a stored object
+  is never modified, and nothing is copied unless the file changes. What it
+  promises is ext4's contract:
+
+  - ``flush(durable=False)`` (close): the object is complete (S3 answered the PUT;
+    a local store linked it in, not fsynced) and the entry is staged by a committed
+    but unsynced KV transaction: every reader sees it, the death of the daemon
+    (``kill -9``) loses nothing (page cache, LMDB's map, PostgreSQL's WAL buffers),
+    and the next commit takes it (a commit syncs the store and the KV first:
+    :meth:`graveler.Repository.commit`). A power loss before an fsync or a commit may
+    lose it.
+  - ``flush(durable=True)`` (fsync): also the object (:meth:`graveler.Repository.sync_entry`)
+    and the KV (:meth:`graveler.Repository.sync`) are on disk before it returns --
+    including a save that an earlier close made without them.
 * A file unlinked while open is *detached*: later writes still work, its flush
   stages nothing.
 
@@ -42,9 +53,13 @@ sidecar records that save) or what the branch shows at its key (it was saved and
 the daemon died before deleting its spool copy) the copy is deleted -- a save that
 close/fsync acknowledged is never reported as lost, even when a newer write has
 replaced it since; otherwise (it was never saved: no close or fsync returned
-success for that content) it is moved to
-``recovered/<stamp>/<branch>/<key>`` and listed in ``recovered/<stamp>/REPORT.json``
-and the log, for the user to look at; it is not staged behind their back.
+success for that content) it is staged at its key, as ext4 keeps what was written
+to a file when its writer is killed -- unless another writer saved that path
+meanwhile: then it is moved to ``recovered/<stamp>/<branch>/<key>``
+(:mod:`lakefuse.mount.recovery` has the rules). Both are listed in
+``recovered/<stamp>/REPORT.json``, the log and on the terminal of ``lakefuse mount``.
+A copy-in of a saved file is made as ``<sid>.copyin`` and renamed to ``<sid>.data``
+once whole: a daemon killed during it leaves nothing recovery could take for work.
 Unfinished intents are returned to the caller, who finishes them (a directory
 rename is idempotent, so it is simply run again).
 
@@ -54,6 +69,7 @@ FUSE core calls it from worker threads.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -63,18 +79,19 @@ import secrets
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from graveler.errors import Conflict, GravelerError, InvalidArgument, NotFound
+from graveler.errors import Conflict, GravelerError, InvalidArgument
 from graveler.model import Entry
-from graveler.objects import PosixAttrs
+from graveler.objects import PosixAttrs, user_metadata
 from lakefuse.mount.nowait import pread_nowait
+from lakefuse.mount.recovery import RECOVERED_DIR, RecoveryReport, recover_instance
+from lakefuse.mount.retry import SaveRetries
 
 log = logging.getLogger(__name__)
 
 SPOOL_DIR = "spool"
-RECOVERED_DIR = "recovered"
 LOCK_NAME = "lock"
 OWNER_NAME = "owner.json"
 PENDING_PREFIX = ".new-"  # an instance directory being made (not locked yet): never recovered
@@ -95,35 +112,12 @@ class SpoolConfig:
         return Path(self.cache_dir) / SPOOL_DIR / self.repository
 
 
-@dataclass(frozen=True)
-class Recovered:
-    """One spool leftover found by :meth:`Spool.recover`."""
-
-    branch: str | None
-    key: str | None
-    size: int
-    action: str  # "saved" (already staged: copy deleted) or "kept" (moved to recovered_path)
-    recovered_path: str | None = None
-
-
-@dataclass
-class RecoveryReport:
-    files: list[Recovered] = field(default_factory=list)
-    intents: list[dict] = field(default_factory=list)  # unfinished operations to run again
-    directory: str | None = None  # recovered/<stamp>, when files were kept
-
-    @property
-    def kept(self) -> list[Recovered]:
-        return [r for r in self.files if r.action == "kept"]
-
-
-def _md5_fd(fd: int) -> tuple[str, int]:
-    h = hashlib.md5(usedforsecurity=False)
-    off = 0
-    while chunk := os.pread(fd, 1 << 20, off):
-        h.update(chunk)
-        off += len(chunk)
-    return h.hexdigest(), off
+def _write_new_json(path: Path, obj: dict) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, json.dumps(obj, sort_keys=True).encode())
+    finally:
+        os.close(fd)
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -152,14 +146,13 @@ class SpoolFile:
         self.user_metadata: dict[str, str] = {}
         self.content_type = ""
         if base is not None:
-            from graveler.objects import user_metadata
-
             self.user_metadata = user_metadata(base.metadata)
             self.content_type = base.content_type
         self.sid = f"{time.time_ns():019d}-{secrets.token_hex(4)}"
         self.lock = threading.RLock()
         self.handles = 0
         self._fd: int | None = None
+        self.on_disk = False  # a spool file or its sidecar exists (close has files to remove)
         self.loaded = False  # the spool file holds the whole content
         self.size = 0 if base is None else base.size
         self.mtime_ns = time.time_ns() if base is None else (base.last_modified_ns or time.time_ns())
@@ -169,10 +162,16 @@ class SpoolFile:
         self._gen = 1 if new else 0  # bumped by every change of content or attributes
         self._saved_gen = 0
         self.saved: Entry | None = None  # the entry staged by the last successful flush
+        # the identity the branch shows at ``key`` as this file last knew it (opened, saved or
+        # renamed with; None: no entry): a retried or recovered save stages only over that
+        self.known: bytes | None = None if base is None else base.identity()
         # after a failed flush: the identity the next one expects at the key (None: no entry),
         # and (gen, (branch, key), entry) of an object it uploaded but could not stage
         self._expect: bytes | None | object = _UNSET
         self._pending: tuple | None = None
+        self._adopted = False  # the spool file is a stored object now (a local store linked it): never written
+        self.failure: BaseException | None = None  # why the last save failed (None: it did not)
+        self.pinned = False  # its inode held by the spool while a failed save waits for a retry
         # MD5 of bytes [0, _md5_off) of the spool file while it is written from the start
         # in order (None once a write lands elsewhere): the etag without a second pass.
         self._md5 = None
@@ -199,15 +198,22 @@ class SpoolFile:
     def meta_path(self) -> Path:
         return self.spool.dir / f"{self.sid}.json"
 
-    def _create(self) -> None:
-        self._write_sidecar()
-        self._fd = os.open(self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    @property
+    def copy_path(self) -> Path:
+        return self.spool.dir / f"{self.sid}.copyin"
+
+    def _create(self, path: Path | None = None) -> None:
+        self._write_sidecar(fresh=True)
+        self.on_disk = True
+        self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         self._md5 = hashlib.md5(usedforsecurity=False)
         self._md5_off = 0
 
-    def _write_sidecar(self) -> None:
+    def _write_sidecar(self, fresh: bool = False) -> None:
+        """``fresh``: a new spool file (its name is new): written in place, no rename needed
+        (a crash meanwhile leaves no content behind it: the data file comes after)."""
         saved = self.saved
-        _write_json(self.meta_path, {
+        (_write_new_json if fresh else _write_json)(self.meta_path, {
             "repository": self.spool.config.repository,
             "branch": self.branch,
             "key": None if self.key is None else self.key.decode("utf-8", "surrogateescape"),
@@ -216,15 +222,22 @@ class SpoolFile:
             # content was saved, whatever the branch shows at its key by recovery time
             "saved_etag": saved.etag if saved is not None else None,
             "saved_size": saved.size if saved is not None else None,
+            # what the branch showed at the key when this file last knew it (hex identity,
+            # None: no entry): recovery stages the leftover only if it still shows that
+            "expect": None if self.known is None else self.known.hex(),
+            "expect_known": True,
         })
 
     def _load(self) -> None:
         """Copy the base content into the spool file (the lazy copy-in)."""
         if self.loaded:
             return
+        copying = self.base is not None and self.base.size > 0
         if self._fd is None:
-            self._create()
-        if self.base is not None and self.base.size:
+            # The copy is made under another name and renamed once whole: a daemon killed
+            # during it leaves no partial copy of the saved file for recovery to take as work.
+            self._create(self.copy_path if copying else None)
+        if copying:
             off = 0
             try:
                 while off < self.base.size:
@@ -240,11 +253,15 @@ class SpoolFile:
                 os.close(self._fd)
                 self._fd = None
                 self._md5 = None
-                try:
-                    os.unlink(self.data_path)
-                except FileNotFoundError:
-                    pass
+                for p in (self.copy_path, self.data_path, self.meta_path):
+                    try:
+                        os.unlink(p)
+                    except FileNotFoundError:
+                        pass
+                self.on_disk = False  # the next write starts afresh (its sidecar too)
                 raise
+            if self.copy_path.exists():
+                os.rename(self.copy_path, self.data_path)
             self.spool.stats["copy_in_bytes"] += off
         self.loaded = True
 
@@ -276,6 +293,7 @@ class SpoolFile:
     def write(self, offset: int, data: bytes) -> int:
         with self.lock:
             self._load()
+            self._unshare()
             n = os.pwrite(self._fd, data, offset)
             self._hash(offset, data[:n] if n < len(data) else data)
             self.size = max(self.size, offset + n)
@@ -294,6 +312,7 @@ class SpoolFile:
                 self.loaded = True
             else:
                 self._load()
+            self._unshare(keep=size > 0)
             os.ftruncate(self._fd, size)
             if size == 0:
                 self._md5, self._md5_off = hashlib.md5(usedforsecurity=False), 0
@@ -336,26 +355,35 @@ class SpoolFile:
                 self.ctime_ns = time.time_ns()
                 self._gen += 1
 
-    def move(self, branch: str, key: bytes) -> None:
-        """The file was renamed: its next flush stages it at ``key``."""
+    def move(self, branch: str, key: bytes, identity: bytes | None | object = _UNSET) -> None:
+        """The file was renamed: its next flush stages it at ``key``, where the branch now
+        shows the entry of ``identity`` (unchanged when not given: a directory rename moves
+        entries as they are)."""
         with self.lock:
             self.branch, self.key = branch, key
-            if self._fd is not None:
+            if identity is not _UNSET:
+                self.known = identity
+                if self._expect is not _UNSET:  # a failed save's retry: this rename is no other writer's
+                    self._expect = identity
+            if self.on_disk:
                 self._write_sidecar()
 
     def detach(self) -> None:
         """The file was unlinked while open: keep serving its handles, stage nothing."""
         with self.lock:
             self.key = None
+            self.failure = None
             self._saved_gen = self._gen
-            if self._fd is not None:
+            if self.on_disk:
                 self._write_sidecar()
 
     # -- saving
-    def flush(self) -> Entry | None:
+    def flush(self, durable: bool = False) -> Entry | None:
         """Upload and stage the file if it changed since the last flush; return the
         staged entry (None if nothing was to do). Raises a GravelerError (the file
-        stays dirty and spooled) if the store or the KV failed.
+        stays dirty and spooled) if the store or the KV failed. ``durable`` (fsync): the
+        object and the staging are on disk when it returns, also when an earlier flush
+        saved the content (see the module docstring).
 
         A first save stages unconditionally (the last close wins, as on S3). A save that
         follows a failed one (a retried close, the last release, the unmount) stages only if
@@ -364,35 +392,54 @@ class SpoolFile:
         a newer version meanwhile, this content is not put over it (Conflict; the copy stays
         in the spool, and the next mount's recovery keeps it for the user)."""
         with self.lock:
+            repo = self.spool.repo
             if not self.dirty or self.key is None:
-                self.spool.repo.sync()  # e.g. the staging of its create(2), not synced yet
+                self.failure = None
+                if durable and self.key is not None:
+                    # what an earlier close saved (or what it was opened with), and the
+                    # staging of its create(2): neither is synced yet, perhaps
+                    known = self.saved or self.base
+                    if known is not None and known.size:
+                        repo.sync_entry(known)
+                    repo.sync()
+                    self.spool.stats["syncs"] += 1
                 return None
             gen = self._gen
-            repo = self.spool.repo
-            known = self.saved or self.base  # what this file last knew at its key
             expect = self._expect
             if self._pending is not None and self._pending[0] == gen and self._pending[1] == (self.branch, self.key):
                 entry = self._pending[2]  # uploaded by the failed try: only its staging is left to do
             else:
-                entry = self._entry_to_stage()
+                try:
+                    entry = self._entry_to_stage()
+                except (GravelerError, OSError) as e:
+                    self.failure = e
+                    if self._expect is _UNSET:  # its retry must not put these bytes over a newer save
+                        self._expect = self.known
+                    raise
             try:
+                if durable and entry.size:
+                    repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
                 if expect is _UNSET:
-                    repo.stage(self.branch, self.key, entry)
+                    repo.stage_many(self.branch, [(self.key, entry)], durable)
                 elif not repo.stage_if(self.branch, self.key, entry, expect):
                     raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved a "
                                    f"newer version after this file's save failed; this content was not saved and "
                                    f"stays in {self.data_path if self._fd is not None else 'the store'}")
-            except GravelerError:
+            except GravelerError as e:
                 self._pending = (gen, (self.branch, self.key), entry)
                 if self._expect is _UNSET:
-                    self._expect = None if known is None else known.to_value().identity
+                    self._expect = self.known
+                self.failure = e
                 raise
-            self._pending, self._expect = None, _UNSET
+            if durable:
+                self.spool.stats["syncs"] += 1
+            self._pending, self._expect, self.failure = None, _UNSET, None
             if self.loaded and self._fd is not None and os.fstat(self._fd).st_nlink > 1:
                 self._handed_over(entry)
             self._saved_gen = gen
             self.saved = entry
-            if self._fd is not None:  # the spool copy stays until the last close: note it is saved
+            self.known = entry.identity()
+            if self._fd is not None and self.on_disk:  # the spool copy stays until the last close: note it is saved
                 try:
                     self._write_sidecar()
                 except OSError as e:  # the save stands; recovery then compares with the branch
@@ -405,31 +452,75 @@ class SpoolFile:
         md = dict(self.user_metadata)
         md.update(self.attrs.to_metadata())
         repo = self.spool.repo
-        if not self.loaded:
-            # Only attributes changed: restage the base object under new metadata. The
-            # entry's last_modified is the change time (ctime); the mtime stays as it was.
+        if not self.loaded or self._adopted:
+            # Only attributes changed (the content is the base's, or the object the spool
+            # file became): restage that object under new metadata. The entry's
+            # last_modified is the change time (ctime); the mtime stays as it was.
             if self.attrs.mtime_ns is None:
                 md.update(PosixAttrs(mtime_ns=self.mtime_ns).to_metadata())
-            return Entry(self.base.address, self.base.size, self.base.etag, time.time_ns(),
-                         md, self.base.address_type, self.base.content_type)
+            b = self.base
+            return Entry(b.address, b.size, b.etag, time.time_ns(), md, b.address_type, b.content_type)
         entry = repo.put_object(str(self.data_path), content_type=self.content_type, metadata=md, adopt=True,
-                                etag=self._etag())
+                                etag=self._etag(), durable=False)  # flush(durable=True) syncs it
         self.spool.stats["uploaded_bytes"] += entry.size
         self.spool.stats["uploads"] += 1
         return entry
 
     def _handed_over(self, entry: Entry) -> None:
         """The spool file became the stored object (a local store linked it into place)
-        and the entry is staged: drop the spool's name and descriptor of it, so nothing
-        here writes to the stored object again. The saved entry becomes the base: a later
-        write copies it into a new spool file (copy-on-write), reads come from the store."""
-        os.close(self._fd)
-        self._fd = None
-        os.unlink(self.data_path)
+        and the entry is staged. The spool keeps its name and descriptor of it: reads come
+        from it and nothing is copied unless the file changes again -- then
+        :meth:`_unshare` first copies it to a new spool file (a stored object is never
+        modified). Its names go now (nothing is left on disk for a recovery to look at, and
+        the last release does no I/O); the descriptor keeps the file readable. The saved
+        entry becomes the base (what an attribute change restages)."""
+        for p in (self.data_path, self.meta_path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        self.on_disk = False
         self.base = entry
-        self.loaded = False
-        self._md5 = None
+        self._adopted = True
         self.spool.stats["adopted"] += 1
+
+    def _unshare(self, keep: bool = True) -> None:
+        """Before a change of a spool file that became a stored object: copy it (``keep``;
+        in the kernel, ``copy_file_range``, nothing through the store) to a new file that
+        takes the spool file's name, and write that one. The MD5 computed while it was
+        written stays valid (same bytes), so an append keeps hashing where it was. A daemon
+        killed during the copy leaves only ``<sid>.copyin``, never taken by recovery."""
+        if not self._adopted:
+            return
+        if not self.on_disk:
+            self._write_sidecar(fresh=True)  # it says which save this copy was made from
+            self.on_disk = True
+        fd = os.open(self.copy_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        off = 0
+        try:
+            while keep and off < self.size:
+                try:
+                    n = os.copy_file_range(self._fd, fd, self.size - off, off, off)
+                except OSError as e:
+                    if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    chunk = os.pread(self._fd, min(_COPY_CHUNK, self.size - off), off)
+                    n = os.pwrite(fd, chunk, off) if chunk else 0
+                if n == 0:
+                    raise OSError(errno.EIO, f"spool file of {_name(self)} ended at {off} of {self.size} bytes")
+                off += n
+            os.rename(self.copy_path, self.data_path)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(self.copy_path)
+            except FileNotFoundError:
+                pass
+            raise
+        os.close(self._fd)
+        self._fd = fd
+        self._adopted = False
+        self.spool.stats["cow_bytes"] += off
 
     def close(self) -> None:
         """Forget the spool copy (after a successful flush, or a discard)."""
@@ -437,11 +528,18 @@ class SpoolFile:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            if not self.on_disk:
+                return
+            self.on_disk = False
             for p in (self.data_path, self.meta_path):
                 try:
                     os.unlink(p)
                 except FileNotFoundError:
                     pass
+
+
+def _name(sf: SpoolFile) -> str:
+    return "?" if sf.key is None else sf.key.decode("utf-8", "replace")
 
 
 def _drop_mtime(a: PosixAttrs) -> PosixAttrs:
@@ -451,15 +549,22 @@ def _drop_mtime(a: PosixAttrs) -> PosixAttrs:
     return PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None, None)
 
 
-class Spool:
-    """Every file being written through one mount of one repository."""
+class Spool(SaveRetries):
+    """Every file being written through one mount of one repository (its failed saves:
+    :class:`lakefuse.mount.retry.SaveRetries`)."""
 
     def __init__(self, repo, config: SpoolConfig):
         self.repo = repo
         self.config = config
         self._lock = threading.Lock()
         self._files: dict[int, SpoolFile] = {}
-        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0}
+        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0, "syncs": 0,
+                      "save_retries": 0, "cow_bytes": 0}
+        # pin(ino, True/False): hold / let go the inode of a file whose failed save waits for a
+        # retry, so its content stays reachable through the mount (set by the mount core)
+        self.pin = None
+        self._retrier: threading.Thread | None = None
+        self._stop = threading.Event()
         config.root.mkdir(parents=True, exist_ok=True)
         name = f"{os.getpid()}-{secrets.token_hex(4)}"
         # Made, owned and locked under a hidden name, then renamed: a recovery running now
@@ -516,6 +621,15 @@ class Spool:
             sf.handles += 1
             return sf
 
+    def release_is_inline(self, ino: int) -> bool:
+        """Whether :meth:`release` of one handle of ``ino`` does no I/O now: another handle
+        stays, or the file is saved and nothing of it is on disk (never blocks: reads flags
+        the handle's own writes and flushes set, which are finished). The descriptor of a
+        spool file a local store adopted is only closed (the object keeps the file)."""
+        sf = self._files.get(ino)
+        return sf is None or sf.handles > 1 or not (
+            sf.dirty or sf.on_disk or sf.failure is not None or (sf._fd is not None and not sf._adopted))
+
     def hold(self, ino: int) -> SpoolFile | None:
         """The spool file of ``ino`` with one more handle (None if it has none): a
         change made through it is saved by whoever releases the last handle."""
@@ -526,9 +640,10 @@ class Spool:
             return sf
 
     def release(self, ino: int) -> None:
-        """One handle of ``ino`` closed. The last one saves the file if it is still
-        dirty (a failed flush) and drops the spool copy once the content is saved;
-        if saving fails the copy stays for recovery and the error is logged."""
+        """One handle of ``ino`` closed. The last one saves the file if it is still dirty
+        (a failed flush) and drops the spool copy once the content is saved. If saving
+        fails the file stays in the spool and the mount (reads show what was written) and
+        is retried in the background (:meth:`retry_saves`) until it is saved."""
         with self._lock:
             sf = self._files.get(ino)
             if sf is None:
@@ -536,20 +651,29 @@ class Spool:
             sf.handles -= 1
             if sf.handles > 0:
                 return
-            del self._files[ino]
         try:
             sf.flush()
         except Exception as e:
-            # the store or the KV refused (it is down): its message says why; anything else is a bug
-            log.error("could not save %s on branch %s after its last close (%s); its content stays in %s",
-                      sf.key, sf.branch, e, sf.data_path, exc_info=not isinstance(e, GravelerError))
+            self._save_failed(sf, e, "after its last close")
             return
-        sf.close()
+        self._finish(sf)
+
+    def sync_saved(self, entry: Entry | None) -> None:
+        """fsync(2) of a branch file with no unsaved content here: make what it shows durable
+        -- ``entry``'s object, if an earlier close saved it without an fsync, and every staging
+        write of this process (:meth:`SpoolFile.flush` with ``durable=True`` for a file being
+        written)."""
+        if entry is not None and entry.size:
+            self.repo.sync_entry(entry)
+        self.repo.sync()
+        self.stats["syncs"] += 1
 
     def detach(self, ino: int) -> None:
         sf = self.get(ino)
         if sf is not None:
             sf.detach()
+            if sf.pinned:  # a failed save no handle holds: nothing of it is to be saved now
+                self._finish(sf)
 
     def open_files(self) -> list[SpoolFile]:
         with self._lock:
@@ -602,21 +726,11 @@ class Spool:
                     log.info("spool: %s belongs to another repository named %s; left alone",
                              inst, self.config.repository)
                     continue
-                self._recover_instance(inst, out_dir, report)
+                recover_instance(self.repo, inst, out_dir, report)
                 shutil.rmtree(inst, ignore_errors=True)  # still locked: no other recovery takes it meanwhile
             finally:
                 os.close(fd)
-        if report.kept:
-            report.directory = str(out_dir)
-            _write_json(out_dir / "REPORT.json", {
-                "recovered_at": stamp,
-                "repository": self.config.repository,
-                "note": "content written through the mount whose close/fsync never returned success "
-                        "(the daemon died first); nothing here was staged",
-                "files": [r.__dict__ for r in report.kept],
-            })
-            log.warning("spool: %d unsaved file(s) from a previous mount were kept in %s (see REPORT.json)",
-                        len(report.kept), out_dir)
+        report.write(out_dir, stamp, self.config.repository)
         return report
 
     def _drop_stale_pending(self, inst: Path) -> None:
@@ -639,53 +753,12 @@ class Spool:
         finally:
             os.close(fd)
 
-    def _recover_instance(self, inst: Path, out_dir: Path, report: RecoveryReport) -> None:
-        for p in sorted(inst.glob("*.intent")):
-            try:
-                report.intents.append(json.loads(p.read_text()))
-            except (OSError, ValueError) as e:
-                log.warning("spool: unreadable intent %s (%s); ignored", p, e)
-        for data in sorted(inst.glob("*.data")):
-            meta_path = data.with_suffix(".json")
-            branch = key = None
-            meta: dict = {}
-            try:
-                meta = json.loads(meta_path.read_text())
-                branch, key = meta.get("branch"), meta.get("key")
-            except (OSError, ValueError):
-                pass
-            fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                etag, size = _md5_fd(fd)
-            finally:
-                os.close(fd)
-            if branch and meta.get("key", "") is None:
-                os.unlink(data)  # unlinked while open: nothing to save
-                continue
-            acked = meta.get("saved_etag") == etag and meta.get("saved_size") == size
-            if branch and key and (acked or self._already_saved(branch, key, etag, size)):
-                os.unlink(data)
-                report.files.append(Recovered(branch, key, size, "saved"))
-                log.info("spool: %s on %s was saved before the crash; dropped its spool copy", key, branch)
-                continue
-            rel = Path(branch or "unknown-branch") / (key if key else data.stem)
-            dest = out_dir / rel
-            if dest.exists() or not _inside(out_dir, dest):
-                dest = out_dir / "unknown-branch" / data.stem
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(data), dest)
-            report.files.append(Recovered(branch, key, size, "kept", str(dest)))
-            log.warning("spool: unsaved content of %s on branch %s (%d bytes) kept in %s", key, branch, size, dest)
-
-    def _already_saved(self, branch: str, key: str, etag: str, size: int) -> bool:
-        try:
-            e = self.repo.get(branch, key)
-        except (NotFound, GravelerError):
-            return False
-        return e.etag == etag and e.size == size
-
     def close(self) -> None:
         """Unmount: every file must have been released (a still-dirty one stays for recovery)."""
+        self._stop.set()
+        t = self._retrier
+        if t is not None:
+            t.join(60)
         with self._lock:
             left = list(self._files.values())
             self._files.clear()
@@ -698,12 +771,10 @@ class Spool:
                           sf.key, sf.branch, sf.data_path, exc_info=True)
         if not left or all(not sf.data_path.exists() for sf in left):
             shutil.rmtree(self.dir, ignore_errors=True)
+        try:  # as umount(8) of a local filesystem: what closes saved is on disk once it returns
+            if self.repo.config.kv.sync:  # (a home that syncs nothing: benchmarks, tests)
+                self.repo.store.sync()
+            self.repo.sync()
+        except GravelerError as e:
+            log.error("could not sync the store and the KV at unmount: %s", e)
         os.close(self._lock_fd)
-
-
-def _inside(root: Path, p: Path) -> bool:
-    try:
-        p.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False

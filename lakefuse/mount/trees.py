@@ -17,7 +17,7 @@ from graveler.view import View
 class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
-    __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched")
+    __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -30,6 +30,7 @@ class Tree:
         self.stamp = view.change_stamp()
         self.lock = threading.Lock()
         self.watched = self.stamp  # the stamp the kernel's caches were last dropped at (lakefuse.mount.watch)
+        self.foreign = 0  # changes the stamp watch found that this mount did not make (each round: +1)
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound

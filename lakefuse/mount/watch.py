@@ -60,6 +60,7 @@ class StampWatch:
                 if s == tree.watched:
                     continue
                 tree.watched = s
+                tree.foreign += 1  # what the mount remembers of this tree is stale too (Filesystem.nlink)
             self.dropped += 1
             for node in self.fs.inodes.of_tree(tree.key):
                 if node.kind not in (Kind.FILE, Kind.DIR):

@@ -13,8 +13,12 @@ user's account of it. Control files are :mod:`lakefuse.mount.special` and
 How each change reaches graveler:
 
 * File content goes through the spool (:mod:`lakefuse.mount.spool`): written to
-  local disk, uploaded and staged on close (FUSE ``flush``) and ``fsync``, which
-  return only once the object and the staging entry are durable.
+  local disk, uploaded and staged on close (FUSE ``flush``) and ``fsync``; close
+  promises what ext4's does (visible, kept if the daemon dies), fsync also that the
+  object and the staging entry are on disk.
+* Every other change is staged by a KV transaction that is committed but not synced,
+  as ext4 journals a metadata change without flushing it: ``fsync`` of a file or
+  of a directory (FUSE ``fsyncdir``) and every commit make it durable.
 * ``create`` stages the new file at once as an empty entry (pointing at one
   shared empty object of the mount), so every lookup -- another process, the
   CLI -- sees it while it is being written; its content is staged on close.
@@ -96,6 +100,21 @@ class BranchWrites:
         self._empty_lock = threading.Lock()
         # one attribute change of an inode at a time (each rewrites its entry's metadata); striped by inode
         self._xattr_locks = [threading.Lock() for _ in range(64)]
+        if self.spool is not None:
+            # a file whose save failed keeps its inode (its content readable through the mount)
+            # until a retry saves it; a commit first retries its branch's failed saves
+            self.spool.pin = self._pin
+            fs.controls.before_commit = self.spool.check_saved
+
+    def _pin(self, ino: int, held: bool) -> None:
+        try:
+            node = self.inodes.get(ino)
+        except FsError:
+            return
+        if held:
+            self.inodes.open(node)
+        else:
+            self.inodes.close(node)
 
     # ------------------------------------------------------------------ helpers
 
@@ -177,7 +196,7 @@ class BranchWrites:
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
-    def _stage(self, tree: Tree, items, durable: bool = True) -> None:
+    def _stage(self, tree: Tree, items, durable: bool = False) -> None:
         self.repo.stage_many(tree.view.branch, items, durable)  # one stamp bump
         tree.own_change(tree.repin())
 
@@ -232,10 +251,8 @@ class BranchWrites:
                 raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
             if st.value is not None and flags & os.O_EXCL:
                 raise FsError(errno.EEXIST)
-            # Not synced: create(2) promises nothing durable; the close (or fsync) of the
-            # file makes this transaction durable (with its own, or alone if unwritten).
-            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now),
-                        durable=False)
+            # Not synced (nothing but fsync and commit sync): create(2) promises nothing durable.
+            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now))
             stamp = tree.stamp
             attr = self.rules.file_attr(entry.to_value(), tree)
             attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
@@ -273,6 +290,7 @@ class BranchWrites:
             if st.exists:
                 raise FsError(errno.EEXIST)
             self._stage(tree, [(path + b"/", entry.to_value())] + self._touch_parent(tree, parent.path, now))
+            self.fs.subdirs_changed(tree, parent.path)
             attr = self.rules.tree_dir_attr(tree, path, entry.to_value())
             attr = self._acquire_fresh(self.fs.dir_key(tree, path), Kind.DIR, tree, path, parent_ino, attr,
                                        None, tree.stamp)
@@ -382,6 +400,7 @@ class BranchWrites:
                 raise FsError(errno.ENOTEMPTY)
             self._stage(tree, [(marker, None)] + self._touch_parent(tree, parent.path, time.time_ns(),
                                                                     frozenset({marker})))
+            self.fs.subdirs_changed(tree, parent.path)
             self._forget_path(tree, path, Kind.DIR)
         self.stats.add("rmdirs")
 
@@ -456,7 +475,7 @@ class BranchWrites:
         if node is not None:
             self.inodes.rekey(node, self.fs.file_key(tree, dst), dst)
             if sf is not None:
-                sf.move(branch, dst)
+                sf.move(branch, dst, moved.identity)  # what the branch now shows at dst: its next save's base
         self.stats.add("renames")
 
     def _rename_dir(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_exists: bool) -> None:
@@ -482,6 +501,7 @@ class BranchWrites:
             if pre:
                 self._stage(tree, pre)
             rename_prefix(self.repo, branch, src, dst, batch=DIR_RENAME_BATCH)
+            self.fs.subdirs_changed(tree, None)  # every directory under src moved: count them all again
             if intent is not None:
                 self.spool.end_intent(intent)
             tree.repin()
@@ -641,8 +661,9 @@ class BranchWrites:
 
     # ------------------------------------------------------------------ the rest
 
-    def recover(self) -> None:
-        """At mount start: take over spool leftovers and finish interrupted directory renames."""
+    def recover(self):
+        """At mount start: take over spool leftovers (:mod:`lakefuse.mount.recovery`) and finish
+        interrupted directory renames; the :class:`~lakefuse.mount.recovery.RecoveryReport`."""
         if self.spool is None:
             return
         report = self.spool.recover()

@@ -5,17 +5,20 @@ Work (each timed ``--reps`` times; medians reported):
 
 * sequential write of one file (``--seq-mib``, default 1024) in 1 MiB writes, closed
   (for lakefuse the close returns once the object is uploaded and staged);
-* create + write (1 KiB) + close of ``--files`` small files (default 10,000) in 10 directories;
+* create + write (``--size`` bytes, default 4 KiB) + close of ``--files`` small files
+  (default 10,000) in 10 directories;
 * the same by ``--writers`` processes at once (default 8; concurrent closes share
-  LMDB transactions and syncs: group commit);
+  KV transactions: group commit);
+* the same from 1 process with an fsync before each close (beside native with one);
+* ``tar -x`` of an archive of ``--tar-files`` small files (default 10,000);
 * ``cp -r`` of a tree of ``--files`` small files;
 * commit of the ``--files`` staged files through ``.lakefuse/commit`` (lakefuse only);
 * rename (``mv``) of a directory holding ``--files`` files.
 
 The peer for every figure is the same work on a native directory of the same
-filesystem (no fsync, as ``cp`` does), in the same run; close on lakefuse is
-durable (the object and the staging entry are fsynced), so the native figure
-with an fsync before each close is printed too. With ``--s3`` the sequential and
+filesystem (no fsync, as ``cp`` does), in the same run; the native figure with an
+fsync before each close is printed too. Each file through the mount is about six FUSE
+requests (lookup, create, write, flush, release, and the getattr of the next lookup). With ``--s3`` the sequential and
 small-file work also runs on S3 (a moto server on 127.0.0.1): lakefuse with an
 S3 storage namespace, ``rclone mount`` and ``s3fs`` on the same server (installed
 with apt when missing; skipped with a note if that fails).
@@ -102,8 +105,8 @@ def seq_write(path: Path, mib: int, fsync: bool = False) -> float:
     return time.perf_counter() - t0
 
 
-def small_files(root: Path, n: int, fsync: bool = False) -> float:
-    data = os.urandom(1024)
+def small_files(root: Path, n: int, fsync: bool = False, size: int = 4096) -> float:
+    data = os.urandom(size)
     t0 = time.perf_counter()
     for d in range(10):
         os.makedirs(root / f"d{d}", exist_ok=True)
@@ -120,19 +123,19 @@ def _small_files_job(a) -> float:
     return small_files(*a)
 
 
-def small_files_parallel(root: Path, n: int, writers: int, fsync: bool = False) -> float:
+def small_files_parallel(root: Path, n: int, writers: int, fsync: bool = False, size: int = 4096) -> float:
     """``small_files`` by ``writers`` processes at once (``n`` files in all): wall time."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(writers) as pool:
         t0 = time.perf_counter()
-        pool.map(_small_files_job, [(root / f"w{w}", n // writers, fsync) for w in range(writers)])
+        pool.map(_small_files_job, [(root / f"w{w}", n // writers, fsync, size) for w in range(writers)])
         return time.perf_counter() - t0
 
 
-def make_tree(root: Path, n: int) -> None:
-    data = os.urandom(1024)
+def make_tree(root: Path, n: int, size: int = 1024) -> None:
+    data = os.urandom(size)
     for i in range(n):
         d = root / f"a{i % 10}" / f"b{i % 7}"
         d.mkdir(parents=True, exist_ok=True)
@@ -203,25 +206,48 @@ def bench_local(args, work: Path, rep: Report) -> None:
             os.unlink(native / f"seq{r}")
             os.unlink(native / f"seqf{r}")
         # small files
-        nat = [small_files(native / f"small{r}", args.files) for r in range(args.reps)]
-        nat_f = [small_files(native / f"smallf{r}", args.files, fsync=True) for r in range(args.reps)]
-        ours = [small_files(b / f"small{r}", args.files) for r in range(args.reps)]
-        rep.add(f"create+write+close {args.files} x 1 KiB: lakefuse", f"{args.files / median(ours):.0f} files/s",
+        kib = f"{args.size / 1024:g} KiB"
+        sz = args.size
+        nat = [small_files(native / f"small{r}", args.files, size=sz) for r in range(args.reps)]
+        nat_f = [small_files(native / f"smallf{r}", args.files, fsync=True, size=sz) for r in range(args.reps)]
+        ours = [small_files(b / f"small{r}", args.files, size=sz) for r in range(args.reps)]
+        rep.add(f"create+write+close {args.files} x {kib}: lakefuse", f"{args.files / median(ours):.0f} files/s",
                 f"x{median(nat) / median(ours):.2f} of native ({args.files / median(nat):.0f}/s), "
                 f"x{median(nat_f) / median(ours):.2f} of native+fsync ({args.files / median(nat_f):.0f}/s)")
-        # small files by concurrent writers (their closes share LMDB transactions and syncs)
+        # small files by concurrent writers (their closes share KV transactions)
         w, nw = args.writers, args.files // args.writers * args.writers
-        nat = [small_files_parallel(native / f"par{r}", nw, w) for r in range(args.reps)]
-        nat_f = [small_files_parallel(native / f"parf{r}", nw, w, fsync=True) for r in range(args.reps)]
-        ours = [small_files_parallel(b / f"par{r}", nw, w) for r in range(args.reps)]
-        rep.add(f"create+write+close {nw} x 1 KiB by {w} processes: lakefuse", f"{nw / median(ours):.0f} files/s",
+        nat = [small_files_parallel(native / f"par{r}", nw, w, size=sz) for r in range(args.reps)]
+        nat_f = [small_files_parallel(native / f"parf{r}", nw, w, fsync=True, size=sz) for r in range(args.reps)]
+        ours = [small_files_parallel(b / f"par{r}", nw, w, size=sz) for r in range(args.reps)]
+        rep.add(f"create+write+close {nw} x {kib} by {w} processes: lakefuse", f"{nw / median(ours):.0f} files/s",
                 f"x{median(nat) / median(ours):.2f} of native ({nw / median(nat):.0f}/s), "
                 f"x{median(nat_f) / median(ours):.2f} of native+fsync ({nw / median(nat_f):.0f}/s)")
+        # small files with an fsync before each close, 1 process
+        nf = args.fsync_files
+        nat_f = [small_files(native / f"fsync{r}", nf, fsync=True, size=sz) for r in range(args.reps)]
+        ours = [small_files(b / f"fsync{r}", nf, fsync=True, size=sz) for r in range(args.reps)]
+        rep.add(f"create+write+fsync+close {nf} x {kib}: lakefuse", f"{nf / median(ours):.0f} files/s",
+                f"x{median(nat_f) / median(ours):.2f} of native+fsync ({nf / median(nat_f):.0f}/s)")
+        # tar -x of an archive of small files
+        tsrc = work / "tarsrc"
+        make_tree(tsrc, args.tar_files, sz)
+        tarball = work / "small.tar"
+        subprocess.run(["tar", "-cf", str(tarball), "-C", str(tsrc), "."], check=True)
+        shutil.rmtree(tsrc)
+        nat, ours = [], []
+        for r in range(args.reps):
+            (native / f"tar{r}").mkdir()
+            nat.append(timed_cmd("tar", "-xf", str(tarball), "-C", str(native / f"tar{r}")))
+            (b / f"tar{r}").mkdir()
+            ours.append(timed_cmd("tar", "-xf", str(tarball), "-C", str(b / f"tar{r}")))
+        rep.add(f"tar -x of {args.tar_files} x {kib}: lakefuse", f"{median(ours):.2f} s",
+                f"x{median(nat) / median(ours):.2f} of native ({median(nat):.2f} s); "
+                f"{args.tar_files / median(ours):.0f} files/s")
         # commit of the staged files (the first rep's set plus the big files)
         t0 = time.perf_counter()
         (b / ".lakefuse" / "commit").write_text("bench: small files\n")
         commit_s = time.perf_counter() - t0
-        n_staged = (args.files + nw) * args.reps + args.reps
+        n_staged = (args.files + nw + nf + args.tar_files) * args.reps + args.reps
         rep.add(f"commit of {n_staged} staged files via .lakefuse/commit", f"{commit_s:.2f} s")
         # cp -r
         src = work / "tree"
@@ -287,7 +313,7 @@ def bench_s3(args, work: Path, rep: Report) -> None:
 
         def run(name: str, root: Path) -> None:
             seq = [seq_write(root / f"seq{r}", args.s3_seq_mib) for r in range(args.reps)]
-            small = [small_files(root / f"small{r}", args.s3_files) for r in range(args.reps)]
+            small = [small_files(root / f"small{r}", args.s3_files, size=args.size) for r in range(args.reps)]
             results[name] = (median(seq), median(small))
             rep.add(f"S3 {name}: sequential {args.s3_seq_mib} MiB", f"{mb / median(seq):.0f} MB/s")
             rep.add(f"S3 {name}: {args.s3_files} small files", f"{args.s3_files / median(small):.0f} files/s")
@@ -348,6 +374,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-mib", type=int, default=1024)
     ap.add_argument("--files", type=int, default=10_000)
+    ap.add_argument("--size", type=int, default=4096, help="bytes per small file")
+    ap.add_argument("--fsync-files", type=int, default=2000, help="small files written with an fsync each")
+    ap.add_argument("--tar-files", type=int, default=10_000, help="small files in the archive tar -x extracts")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--writers", type=int, default=8, help="processes for the concurrent small-file work")
     ap.add_argument("--s3", action="store_true", help="also run on S3 (moto) with rclone and s3fs as peers")

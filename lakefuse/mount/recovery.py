@@ -1,0 +1,255 @@
+"""Spool recovery: what a killed mount daemon left in its spool, taken over by the next mount.
+
+:meth:`lakefuse.mount.spool.Spool.recover` finds the instance directories of dead
+mounts of the same repository (their flock free) and hands each to
+:func:`recover_instance`, which decides the fate of every leftover spool file:
+
+* its content is what the last acknowledged save of it staged (the sidecar records
+  that save), or what the branch shows at its key: it was saved -- the copy is deleted;
+* else it holds what was written to the file and never acknowledged as saved (the
+  daemon died before close/fsync returned): the ext4 answer after a process kill is
+  that the file holds what was written to it, so the bytes are uploaded and **staged
+  at its key** -- if the branch still shows there what that file last knew (the
+  entry it was opened, saved or renamed with: the sidecar's ``expect``), by
+  compare-and-set (:meth:`graveler.Repository.stage_if`). If another writer (another
+  mount, host or the CLI) saved that path meanwhile, or the branch is gone, the newer
+  version is not put under: the bytes are moved to ``recovered/<stamp>/<branch>/<key>``
+  with the reason;
+* a file unlinked while open: deleted (nothing to save).
+
+Staged and kept files are listed in ``recovered/<stamp>/REPORT.json`` and the log, and
+:meth:`RecoveryReport.lines` is what ``lakefuse mount`` prints on its terminal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from graveler.errors import GravelerError, NotFound
+from graveler.model import Entry
+from graveler.objects import PosixAttrs, user_metadata
+
+log = logging.getLogger("lakefuse.mount.spool")
+
+RECOVERED_DIR = "recovered"  # <cache>/spool/<repo>/recovered/<stamp>/: what recovery kept, not staged
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, sort_keys=True))
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """One spool leftover found by :meth:`Spool.recover`."""
+
+    branch: str | None
+    key: str | None
+    size: int
+    # "saved" (already staged: copy deleted), "staged" (its bytes staged at its key now) or
+    # "kept" (moved to recovered_path, not staged: ``reason`` says why)
+    action: str
+    recovered_path: str | None = None
+    reason: str | None = None
+
+
+@dataclass
+class RecoveryReport:
+    files: list[Recovered] = field(default_factory=list)
+    intents: list[dict] = field(default_factory=list)  # unfinished operations to run again
+    directory: str | None = None  # recovered/<stamp>, when files were staged or kept
+
+    @property
+    def kept(self) -> list[Recovered]:
+        return [r for r in self.files if r.action == "kept"]
+
+    @property
+    def staged(self) -> list[Recovered]:
+        return [r for r in self.files if r.action == "staged"]
+
+    def lines(self, limit: int = 20) -> list[str]:
+        """What the mount tells its user on the terminal: one line per file staged or kept
+        (at most ``limit``, then how many more), the directory of the report."""
+        shown = self.staged + self.kept
+        out = []
+        for r in shown[:limit]:
+            where = f"{r.branch}/{r.key}" if r.branch and r.key else "?"
+            if r.action == "staged":
+                out.append(f"recovered {where}: {r.size} bytes written before the previous mount was killed, "
+                           "staged (not committed)")
+            else:
+                out.append(f"NOT recovered {where}: {r.size} bytes kept in {r.recovered_path} ({r.reason})")
+        if len(shown) > limit:
+            out.append(f"... and {len(shown) - limit} more")
+        if self.directory:
+            out.append(f"spool recovery report: {self.directory}/REPORT.json")
+        return out
+
+    def write(self, out_dir: Path, stamp: str, repository: str) -> None:
+        """``REPORT.json`` in ``out_dir`` and the log's warnings, when anything was staged or kept."""
+        if self.kept or self.staged:
+            self.directory = str(out_dir)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            _write_json(out_dir / "REPORT.json", {
+                "recovered_at": stamp,
+                "repository": repository,
+                "note": "content written through the mount whose close/fsync never returned success "
+                        "(the daemon died first): 'staged' files hold it at their path now (not committed); "
+                        "'kept' ones are here, not staged (see reason)",
+                "files": [r.__dict__ for r in self.files if r.action != "saved"],
+            })
+        if self.staged:
+            log.warning("spool: %d file(s) written before a previous mount was killed were recovered and staged: %s",
+                        len(self.staged), ", ".join(f"{r.branch}/{r.key}" for r in self.staged[:20]))
+        if self.kept:
+            log.warning("spool: %d unsaved file(s) from a previous mount were kept in %s, not staged "
+                        "(see REPORT.json)", len(self.kept), out_dir)
+
+
+def _md5_fd(fd: int) -> tuple[str, int]:
+    h = hashlib.md5(usedforsecurity=False)
+    off = 0
+    while chunk := os.pread(fd, 1 << 20, off):
+        h.update(chunk)
+        off += len(chunk)
+    return h.hexdigest(), off
+
+
+def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) -> None:
+    """Take over the leftovers of one dead mount instance ``inst`` (its lock held by the caller):
+    see the module docstring."""
+    for p in sorted(inst.glob("*.intent")):
+        try:
+            report.intents.append(json.loads(p.read_text()))
+        except (OSError, ValueError) as e:
+            log.warning("spool: unreadable intent %s (%s); ignored", p, e)
+    for data in sorted(inst.glob("*.data")):
+        meta_path = data.with_suffix(".json")
+        branch = key = None
+        meta: dict = {}
+        try:
+            meta = json.loads(meta_path.read_text())
+            branch, key = meta.get("branch"), meta.get("key")
+        except (OSError, ValueError):
+            pass
+        fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            etag, size = _md5_fd(fd)
+        finally:
+            os.close(fd)
+        if branch and meta.get("key", "") is None:
+            os.unlink(data)  # unlinked while open: nothing to save
+            continue
+        acked = meta.get("saved_etag") == etag and meta.get("saved_size") == size
+        if branch and key and (acked or _already_saved(repo, branch, key, etag, size)):
+            os.unlink(data)
+            report.files.append(Recovered(branch, key, size, "saved"))
+            log.info("spool: %s on %s was saved before the crash; dropped its spool copy", key, branch)
+            continue
+        reason = "no branch or path recorded for it"
+        if branch and key and meta.get("expect_known"):
+            reason = _stage_leftover(repo, branch, key, meta, data)
+            if reason is None:
+                os.unlink(data)
+                report.files.append(Recovered(branch, key, size, "staged"))
+                log.warning("spool: %s on branch %s: %d bytes written before the daemon was killed, staged",
+                            key, branch, size)
+                continue
+        elif branch and key:
+            reason = "left by an older version of lakefuse, which did not record what it was written over"
+        rel = Path(branch or "unknown-branch") / (key if key else data.stem)
+        dest = out_dir / rel
+        if dest.exists() or not _inside(out_dir, dest):
+            dest = out_dir / "unknown-branch" / data.stem
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(data), dest)
+        report.files.append(Recovered(branch, key, size, "kept", str(dest), reason))
+        log.warning("spool: unsaved content of %s on branch %s (%d bytes) kept in %s, not staged: %s",
+                    key, branch, size, dest, reason)
+
+
+def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path) -> str | None:
+    """Stage a killed daemon's leftover at its key -- what ext4 shows after a process
+    kill: the file holds what was written to it -- if the branch still shows there what
+    that file last knew (the sidecar's ``expect``; compare-and-set with
+    :meth:`graveler.Repository.stage_if`): another writer's newer save is never put
+    under. None when staged, else why not. Its attributes and user metadata are the
+    entry's it replaces; its mtime is the spool file's."""
+    expect = bytes.fromhex(meta["expect"]) if meta.get("expect") else None
+    try:
+        cur = repo.get(branch, key)
+    except NotFound:
+        cur = None
+    except GravelerError as e:
+        return f"cannot read branch {branch}: {e}"
+    if (None if cur is None else cur.identity()) != expect:
+        return ("the branch shows another version at this path, saved after this content was written "
+                "(by another writer or host): not put over it")
+    md: dict[str, str] = {}
+    content_type = ""
+    if cur is not None:
+        md = user_metadata(cur.metadata)
+        pa = PosixAttrs.from_metadata(cur.metadata)
+        md.update(replace(pa, mtime_ns=None, atime_ns=None).to_metadata())  # its mtime: the content's
+        content_type = cur.content_type
+    try:
+        mtime = data.stat().st_mtime_ns
+        # handed over: a local store links the file into place (nothing copied); it is unlinked here after
+        entry = repo.put_object(str(data), content_type=content_type, metadata=md, adopt=True)
+        entry = Entry(entry.address, entry.size, entry.etag, mtime, entry.metadata,
+                      entry.address_type, entry.content_type)
+        if not repo.stage_if(branch, key, entry, expect):
+            _own_copy(data)  # kept for the user: not another name of the (unreferenced) object
+            return ("the branch shows another version at this path, saved after this content was written "
+                    "(by another writer or host): not put over it")
+    except (GravelerError, OSError) as e:
+        _own_copy(data)
+        return f"could not stage it: {e}"
+    return None
+
+
+def _own_copy(data: Path) -> None:
+    """Make ``data`` a file of its own if a local store linked it as an object."""
+    try:
+        if data.stat().st_nlink > 1:
+            tmp = data.with_suffix(".own")
+            shutil.copyfile(data, tmp)
+            os.replace(tmp, data)
+    except OSError as e:
+        log.warning("spool: cannot copy %s apart from the store: %s", data, e)
+
+
+def keep_copy(root: Path, branch: str, key: bytes, data: Path) -> Path:
+    """Copy a live spool file whose save can never succeed to ``root/<stamp>/<branch>/<key>``
+    (a copy: the live file may be a stored object's other name); where it went."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest = root / stamp / branch / key.decode("utf-8", "surrogateescape")
+    if dest.exists() or not _inside(root, dest):
+        dest = root / stamp / "unknown-branch" / data.stem
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(data, dest)
+    return dest
+
+
+def _already_saved(repo, branch: str, key: str, etag: str, size: int) -> bool:
+    try:
+        e = repo.get(branch, key)
+    except (NotFound, GravelerError):
+        return False
+    return e.etag == etag and e.size == size
+
+
+def _inside(root: Path, p: Path) -> bool:
+    try:
+        p.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False

@@ -1,0 +1,141 @@
+"""Failed saves of the write spool: kept, retried in the background, and a gate for commits.
+
+A save (close, fsync, the last release) that fails because the store or the KV does
+not answer leaves the file dirty in its spool file (:meth:`lakefuse.mount.spool.SpoolFile.flush`
+says why). When no handle holds it any more, :class:`SaveRetries` (a part of
+:class:`lakefuse.mount.spool.Spool`) keeps it: its spool file stays in the mount's table
+and its inode is held (``Spool.pin``, set by the mount core), so every lookup, ``stat``
+and read through the mount shows what was written; a thread tries the failed saves again
+1 s later, then twice as long each time up to :data:`RETRY_MAX_S`, until none is left --
+the user need not touch the file again, which a program that saw its close fail may
+never do. A commit of the branch through the mount first retries its failed saves
+(:meth:`SaveRetries.check_saved`) and is refused while one still fails: it would publish
+the file as the branch shows it (empty, or the old version). A save that can never go
+through (another writer saved the path since: the compare-and-set of a retried save
+fails; or the branch is gone) is given up: the written bytes are copied to the spool's
+``recovered/`` and the log says where.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from graveler.errors import Conflict, GravelerError, NotFound, StoreUnavailable
+from lakefuse.mount.recovery import RECOVERED_DIR, keep_copy
+
+log = logging.getLogger("lakefuse.mount.spool")
+
+RETRY_FIRST_S = 1.0  # a failed save is retried after this, then twice as long each time...
+RETRY_MAX_S = 30.0  # ...up to this
+
+
+def _name(sf) -> str:
+    return "?" if sf.key is None else sf.key.decode("utf-8", "replace")
+
+
+class SaveRetries:
+    """The failed-save part of :class:`lakefuse.mount.spool.Spool` (see the module
+    docstring); it uses the spool's ``_lock``, ``_files``, ``pin``, ``config``, ``stats``,
+    ``_retrier`` and ``_stop``."""
+
+    def _finish(self, sf) -> None:
+        """``sf`` is saved: let go of its inode; drop it unless a handle opened it again."""
+        with self._lock:
+            done = sf.handles == 0 and self._files.get(sf.ino) is sf
+            if done:
+                del self._files[sf.ino]
+            pinned, sf.pinned = sf.pinned, False
+        if pinned and self.pin is not None:
+            self.pin(sf.ino, False)
+        if done:
+            sf.close()
+
+    def _save_failed(self, sf, e: BaseException, when: str) -> None:
+        """The save of a file no handle holds failed: keep it for the background retry, or
+        give it up when it can never succeed (another writer saved the path, it is gone)."""
+        if isinstance(e, (Conflict, NotFound)):
+            self._give_up(sf, e)
+            return
+        # the store or the KV refused (it is down): its message says why; anything else is a bug
+        log.error("could not save %s on branch %s %s (%s); its content stays in the mount and in %s, "
+                  "and its save is retried every %d s at most until it goes through", _name(sf), sf.branch, when, e,
+                  sf.data_path, RETRY_MAX_S, exc_info=not isinstance(e, (GravelerError, OSError)))
+        with self._lock:
+            pin = not sf.pinned and sf.handles == 0 and self._files.get(sf.ino) is sf
+            sf.pinned = sf.pinned or pin
+            start = self._retrier is None and not self._stop.is_set()
+            if start:
+                self._retrier = threading.Thread(target=self._retry_loop, name="lakefuse-save-retry", daemon=True)
+        if pin and self.pin is not None:
+            self.pin(sf.ino, True)
+        if start:
+            self._retrier.start()
+
+    def _give_up(self, sf, e: BaseException) -> None:
+        """A failed save that can never succeed: the spool copy goes to ``recovered/`` (see
+        the log) and the file shows what the branch has."""
+        kept = None
+        with sf.lock:
+            if sf._fd is not None and sf.loaded:
+                kept = keep_copy(self.config.root / RECOVERED_DIR, sf.branch, sf.key, sf.data_path)
+        log.warning("%s on branch %s is not saved: %s; %s", _name(sf), sf.branch, e,
+                    f"what was written to it is kept in {kept}" if kept else "nothing of it is kept")
+        self._finish(sf)
+
+    def failing(self, branch: str | None = None) -> list:
+        """The files (of ``branch``) whose last save failed."""
+        return [sf for sf in self.open_files() if sf.failure is not None and sf.key is not None
+                and (branch is None or sf.branch == branch)]
+
+    def retry_saves(self, branch: str | None = None) -> list:
+        """Try the failed saves (of ``branch``) again now; the files still failing."""
+        left = []
+        for sf in self.failing(branch):
+            self.stats["save_retries"] += 1
+            try:
+                sf.flush()
+            except Exception as e:
+                if isinstance(e, (Conflict, NotFound)):
+                    if sf.handles == 0:
+                        self._give_up(sf, e)
+                    else:  # never going through: left to its handles (their close says so, EBUSY)
+                        with sf.lock:
+                            sf.failure = None
+                elif sf.failure is not None:
+                    left.append(sf)
+                continue
+            log.warning("saved %s on branch %s: its earlier save had failed", _name(sf), sf.branch)
+            self._finish(sf)
+        return left
+
+    def check_saved(self, branch: str) -> None:
+        """Before a commit of ``branch``: retry its failed saves; if any still fails, refuse
+        (the commit would publish such a file as the branch shows it, e.g. empty)."""
+        left = self.retry_saves(branch)
+        if left:
+            names = ", ".join(sf.key.decode("utf-8", "replace") for sf in left[:10])
+            more = f" and {len(left) - 10} more" if len(left) > 10 else ""
+            err = left[0].failure
+            cls = StoreUnavailable if isinstance(err, StoreUnavailable) else GravelerError
+            raise cls(f"commit refused: the save of {len(left)} file(s) written through this mount failed and is "
+                      f"retried until it goes through: {names}{more} (last error: {err}); nothing was committed "
+                      "(the commit would publish them without what was written); commit again once they are saved")
+
+    def _retry_loop(self) -> None:
+        """The background retry: failed saves tried again after 1 s, then twice as long each
+        time up to :data:`RETRY_MAX_S`, while any is left; the thread ends when none is."""
+        delay = RETRY_FIRST_S
+        while not self._stop.wait(delay):
+            try:
+                left = self.retry_saves()
+            except Exception:
+                log.error("spool: the retry of failed saves failed", exc_info=True)
+                left = True
+            with self._lock:
+                if not left and not any(sf.failure is not None and sf.key is not None for sf in self._files.values()):
+                    self._retrier = None
+                    return
+            delay = min(delay * 2, RETRY_MAX_S)
+        with self._lock:
+            self._retrier = None

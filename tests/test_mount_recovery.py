@@ -1,0 +1,214 @@
+"""After ``kill -9`` of the daemon, a file being written holds what was written to it.
+
+The ext4 answer to a process kill: the next mount's spool recovery stages the bytes a
+killed daemon had been given for a file whose close never returned (if the branch still
+shows what that file last knew at its path), and ``lakefuse mount`` says on its terminal
+what it recovered. Real mounts, a real local store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lakefuse.mount.spool as spool_mod
+from graveler.config import GravelerConfig
+from graveler.errors import StoreUnavailable
+from graveler.home import Graveler
+from graveler.objects import PosixAttrs
+from lakefuse.mount.spool import RECOVERED_DIR, Spool, SpoolConfig
+from tests.graveler_testutil import make_repo
+from tests.mount_testutil import MountProc, force_unmount, lakefuse_cmd, needs_fuse
+
+REPO = "rec"
+MiB = 1 << 20
+
+_WRITER = r"""
+import os, sys
+path, n, off = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+flags = os.O_WRONLY | (os.O_CREAT | os.O_TRUNC if off == 0 else 0)
+fd = os.open(path, flags, 0o644)
+data = bytes(range(256)) * (n // 256)
+done = 0
+while done < n:
+    done += os.pwrite(fd, data[done:done + (1 << 20)], off + done)
+print("written", flush=True)
+sys.stdin.read()  # holds the file open (never closed: the daemon dies first)
+"""
+
+
+def pattern(n: int) -> bytes:
+    return bytes(range(256)) * (n // 256)
+
+
+class Writer:
+    """A process that writes ``n`` bytes at ``off`` of a file through the mount and keeps
+    it open: the daemon was given the bytes; no close or fsync returned."""
+
+    def __init__(self, path: Path, n: int, off: int = 0):
+        self.proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(n), str(off)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "written", self.proc.stderr.read()
+
+    def end(self) -> None:
+        self.proc.kill()
+        self.proc.wait(30)
+
+
+def open_repo(home: Path):
+    g = Graveler(GravelerConfig.from_home(home))
+    return g, g.repository(REPO)
+
+
+@pytest.fixture
+def home(tmp_path):
+    h = tmp_path / "home"
+    g = Graveler(GravelerConfig.from_home(h))
+    r = g.create_repository(REPO, f"file://{h}/ns")
+    r.upload("main", "old.bin", b"o" * (2 * MiB))
+    r.upload("main", "raced.txt", b"committed version")
+    r.commit("main", "base")
+    g.close()
+    return h
+
+
+@needs_fuse
+@pytest.mark.expect_log("the recovery is reported as a warning")
+def test_kill_9_mid_write_then_remount_stages_what_was_written_and_says_so(home, tmp_path):
+    """Defect: a file being written when the daemon was killed (``cp`` of a big file,
+    kill -9, remount) was staged as 0 bytes, its written prefix only in
+    ``spool/.../recovered/``; the next commit published it empty. Now: a new file and an
+    existing file rewritten in place hold what was written before the kill, staged by
+    the next mount, which names them on its terminal; a file another writer saved
+    meanwhile keeps that newer version and the stale bytes stay in ``recovered/``."""
+    mp, cache = tmp_path / "m", tmp_path / "cache"
+    m = MountProc(home, REPO, mp, "--cache-dir", str(cache), "--branch-timeout", "0.2").start()
+    writers = []
+    try:
+        writers.append(Writer(mp / "main" / "big.bin", 24 * MiB))  # cp of a big file, cut short
+        writers.append(Writer(mp / "main" / "old.bin", MiB, off=MiB // 2))  # an existing file, rewritten in place
+        writers.append(Writer(mp / "main" / "raced.txt", 4096))
+        m.proc.send_signal(signal.SIGKILL)
+        m.proc.wait(10)
+    finally:
+        for w in writers:
+            w.end()
+        m.stop()
+    g, r = open_repo(home)
+    try:
+        assert r.get("main", "big.bin").size == 0  # created, not saved: staged empty until recovery
+        r.upload("main", "raced.txt", b"another writer's newer version")  # saved while the daemon was down
+    finally:
+        g.close()
+
+    mp.mkdir(exist_ok=True)
+    cmd = lakefuse_cmd(home, "mount", f"lakefs://{REPO}", str(mp), "--cache-dir", str(cache),
+                       "--log", str(tmp_path / "d.log"))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    try:
+        assert out.returncode == 0, out.stderr
+        err = out.stderr
+        assert "recovered main/big.bin: 25165824 bytes" in err, err
+        assert "recovered main/old.bin: 2097152 bytes" in err, err
+        assert "NOT recovered main/raced.txt" in err and "another version" in err, err
+        assert (mp / "main" / "big.bin").read_bytes() == pattern(24 * MiB)
+        old = (mp / "main" / "old.bin").read_bytes()
+        assert old == b"o" * (MiB // 2) + pattern(MiB) + b"o" * (MiB // 2)
+        assert (mp / "main" / "raced.txt").read_bytes() == b"another writer's newer version"
+        (mp / "main" / ".lakefuse" / "commit").write_text("after the crash\n")
+    finally:
+        u = subprocess.run(lakefuse_cmd(home, "umount", str(mp)), capture_output=True, text=True, timeout=60)
+        force_unmount(mp)
+    assert u.returncode == 0, u.stderr
+    g, r = open_repo(home)
+    try:
+        assert r.read("main", "big.bin") == pattern(24 * MiB)  # committed with what was written
+        assert r.read("main", "raced.txt") == b"another writer's newer version"
+    finally:
+        g.close()
+    (kept,) = [p for p in (cache / "spool" / REPO / RECOVERED_DIR).rglob("raced.txt")]
+    assert kept.read_bytes() == pattern(4096)
+
+
+def test_a_daemon_killed_during_a_copy_in_leaves_nothing_to_stage(tmp_path, monkeypatch):
+    """False positive: a write to an existing file copies its saved content into the spool
+    first; a daemon killed DURING that copy left a partial copy of the saved file, which
+    recovery would stage as the file's content (truncating a healthy file). The copy is
+    made under another name and renamed once whole; recovery ignores it."""
+    repo = make_repo(tmp_path)
+    repo.upload("main", "big", b"0123456789" * 10)
+    cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    dead = Spool(repo, cfg)
+    monkeypatch.setattr(spool_mod, "_COPY_CHUNK", 30)
+    real_read = repo.read_entry
+    seen = {}
+
+    def read_entry(entry, off, n):
+        if off > 0 and "report" not in seen:  # the daemon dies here, part way through the copy
+            seen["data"] = sf.data_path.exists()
+            os.close(dead._lock_fd)
+            seen["report"] = Spool(repo, cfg).recover()
+            raise StoreUnavailable("the daemon is gone")
+        return real_read(entry, off, n)
+
+    monkeypatch.setattr(repo, "read_entry", read_entry)
+    sf = dead.open(1, "main", b"big", repo.get("main", "big"), PosixAttrs(mode=0o100644))
+    with pytest.raises(StoreUnavailable):
+        sf.write(50, b"X")
+    monkeypatch.undo()
+    assert seen["data"] is False and seen["report"].files == []
+    assert repo.read("main", "big") == b"0123456789" * 10
+
+
+@pytest.mark.expect_log("the recovery is reported as a warning")
+def test_recovery_stages_a_file_renamed_while_written_at_its_new_name(tmp_path):
+    """False positive: a file renamed while open (``mv`` of a file a program writes: the
+    rename restages its entry with a new ctime), then the daemon killed: the branch shows
+    at the new name another entry than the file was opened with, which recovery would take
+    for another writer's save and keep the bytes out. The rename moves the expectation."""
+    import stat
+
+    from lakefuse.mount.writes import Caller, WritableFilesystem
+    from tests.mount_core_testutil import ino_of
+
+    repo = make_repo(tmp_path)
+    repo.upload("main", "d/old", b"base content")
+    cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    fs = WritableFilesystem(repo, spool=Spool(repo, cfg))
+    me = Caller(uid=1000, gid=100)
+    d = ino_of(fs, "main/d")
+    opened, _ = fs.create(d, b"new", stat.S_IFREG | 0o644, os.O_WRONLY, me)
+    fs.write(opened.fh, 0, b"written, never closed")
+    existing = fs.open(ino_of(fs, "main/d/old"), os.O_WRONLY)
+    fs.write(existing.fh, 0, b"BASE")
+    fs.rename(d, b"new", d, b"renamed", 0)
+    fs.rename(d, b"old", d, b"moved", 0)
+    os.close(fs.spool._lock_fd)  # kill -9: nothing closed, nothing saved
+    report = Spool(repo, cfg).recover()
+    assert sorted((r.key, r.action) for r in report.files) == [("d/moved", "staged"), ("d/renamed", "staged")]
+    assert repo.read("main", "d/renamed") == b"written, never closed"
+    assert repo.read("main", "d/moved") == b"BASE content"
+    assert not repo.exists("main", "d/new") and not repo.exists("main", "d/old")
+
+
+@pytest.mark.expect_log("the kept file is reported as a warning")
+def test_a_leftover_raced_at_staging_is_kept_as_a_file_of_its_own(tmp_path, monkeypatch):
+    """Recovery hands a leftover to a local store (linked, not copied) before its
+    compare-and-set; another writer saving the path in between makes that fail: the bytes
+    kept in recovered/ must be a file of their own, not another name of the stored object."""
+    repo = make_repo(tmp_path)
+    cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    dead = Spool(repo, cfg)
+    sf = dead.open(1, "main", b"f", None, PosixAttrs(mode=0o100644), new=True)
+    sf.write(0, b"unsaved")
+    os.close(dead._lock_fd)
+    monkeypatch.setattr(repo, "stage_if", lambda *a, **k: False)  # lost the race to another writer
+    report = Spool(repo, cfg).recover()
+    (kept,) = report.kept
+    assert "another version" in kept.reason and os.stat(kept.recovered_path).st_nlink == 1
+    assert open(kept.recovered_path, "rb").read() == b"unsaved"

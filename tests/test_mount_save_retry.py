@@ -1,0 +1,187 @@
+"""A file whose save failed because S3 was down: kept, retried, never committed empty.
+
+A real mount over a moto S3 server reached through :class:`tests.faultproxy.FaultProxy`
+(the store goes down by the proxy answering 503 to every object upload; no client is
+patched).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+
+import pytest
+
+from graveler import Graveler, GravelerConfig
+from tests.faultproxy import Fault, FaultProxy
+from tests.graveler_testutil import FAST_KV
+from tests.mount_testutil import MountProc, needs_fuse
+
+
+
+def staged_size(home, repo: str, key: str) -> int | None:
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV))
+    try:
+        r = g.repository(repo)
+        return r.get("main", key).size if r.exists("main", key) else None
+    finally:
+        g.close()
+
+
+@needs_fuse
+@pytest.mark.s3
+def test_failed_save_keeps_its_content_is_retried_and_blocks_the_commit_meanwhile(
+        tmp_path, s3_endpoint, s3_config, s3_bucket):
+    """Defect: a file whose close failed because S3 was down was left staged EMPTY, with no
+    retry when the store came back, and the next commit silently published it empty. Now:
+    reads through the mount show what was written; a commit meanwhile is refused (EIO)
+    with a read-back naming the file; once the store answers, the background retry saves
+    it (no further open or close) and the commit publishes the written content."""
+    home = tmp_path / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    g.create_repository("retry", f"s3://{s3_bucket}/ns").commit("main", "empty", allow_empty=True)
+    g.close()
+    mp = tmp_path / "m"
+    data = os.urandom(300_000)
+    with FaultProxy(s3_endpoint) as proxy:
+        env = {"LAKEFUSE_S3_ENDPOINT": proxy.url, "LAKEFUSE_S3_MAX_ATTEMPTS": "1", "LAKEFUSE_S3_READ_TIMEOUT": "2"}
+        with MountProc(home, "retry", mp, "--cache-dir", str(tmp_path / "cache"), env=env) as m:
+            main = mp / "main"
+            (main / "before.txt").write_bytes(b"saved while the store answered")
+            down = proxy.add(Fault("error", method="PUT", path="/ns/data/", status=503))
+            f = open(main / "out.bin", "wb")
+            f.write(data)
+            with pytest.raises(OSError) as ei:
+                f.close()  # the upload is refused: close reports it
+            assert ei.value.errno == errno.EIO and down.hits > 0
+            assert staged_size(home, "retry", "out.bin") == 0  # created: staged empty, content not saved
+            assert (main / "out.bin").read_bytes() == data  # the mount shows what was written
+            assert os.stat(main / "out.bin").st_size == len(data)
+            with pytest.raises(OSError) as ei:
+                (main / ".lakefuse" / "commit").write_text("while the store is down\n")
+            assert ei.value.errno == errno.EIO
+            outcome = json.loads((main / ".lakefuse" / "commit").read_text())
+            assert not outcome["ok"] and "commit refused" in outcome["error"] and "out.bin" in outcome["error"]
+            hits = down.hits
+            time.sleep(2.5)
+            assert down.hits > hits  # retried in the background, without any open or close
+            proxy.clear()  # the store is back
+            deadline = time.monotonic() + 40
+            while staged_size(home, "retry", "out.bin") != len(data) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert staged_size(home, "retry", "out.bin") == len(data), m.log()
+            (main / ".lakefuse" / "commit").write_text("after the store came back\n")
+            assert (main / "out.bin").read_bytes() == data
+            spool = json.loads((mp / ".lakefuse" / "stats").read_text())["spool"]
+            assert spool["save_retries"] >= 2 and spool["uploads"] >= 2, spool
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    try:
+        r = g.repository("retry")
+        head = r.get_branch("main").commit_id
+        assert r.read(head, "out.bin") == data
+        assert r.read(head, "before.txt") == b"saved while the store answered"
+        assert r.get_commit(head).message == "after the store came back"
+    finally:
+        g.close()
+
+
+@pytest.mark.expect_log("the failed save is logged as an error")
+def test_a_failed_save_keeps_its_inode_and_content_until_a_retry_saves_it(tmp_path, monkeypatch):
+    """Without a kernel: after the last close of a file whose save failed, the kernel may
+    forget its inode; the mount keeps it (and the spool file) so a lookup finds the same
+    inode and reads what was written; a reader's close does not fail for it; a commit of
+    its branch is refused naming it (another branch commits); once the store answers, a
+    retry saves it and the inode goes when the kernel has forgotten it."""
+    import stat
+
+    from graveler.errors import StoreUnavailable
+    from lakefuse.mount.errors import FsError
+    from lakefuse.mount.spool import Spool, SpoolConfig
+    from lakefuse.mount.writes import Caller, WritableFilesystem
+    from tests.graveler_testutil import make_repo
+    from tests.mount_core_testutil import ino_of
+
+    repo = make_repo(tmp_path)
+    repo.create_branch("other")
+    spool = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    fs = WritableFilesystem(repo, spool=spool)
+    try:
+        fs.create(ino_of(fs, "other"), b"x", stat.S_IFREG | 0o644, os.O_WRONLY, Caller(0, 0))[0]
+        opened, attr = fs.create(ino_of(fs, "main"), b"f", stat.S_IFREG | 0o644, os.O_WRONLY, Caller(0, 0))
+        fs.write(opened.fh, 0, b"precious")
+
+        def down(*a, **k):
+            raise StoreUnavailable("store down (test)")
+
+        monkeypatch.setattr(repo._store, "put_file", down)
+        monkeypatch.setattr(repo._store, "adopt_file", down)
+        with pytest.raises(StoreUnavailable):
+            fs.flush(opened.fh)
+        fs.release(opened.fh)
+        fs.forget([(attr.ino, 1)])  # the kernel lets go of it
+        assert ino_of(fs, "main/f") == attr.ino and fs.getattr(attr.ino).size == 8
+        assert repo.get("main", "f").size == 0
+        o = fs.open(attr.ino, os.O_RDONLY)
+        assert fs.read(o.fh, 0, 100) == b"precious"
+        fs.flush(o.fh)  # a reader's close: no error
+        fs.release(o.fh)
+        with pytest.raises(StoreUnavailable, match="commit refused.*: f "):
+            fs.controls.execute("main", "commit", b"while down")
+        fs.controls.execute("other", "commit", b"another branch commits")
+        monkeypatch.undo()  # the store is back: the commit retries the save first, then commits
+        c = fs.controls.execute("main", "commit", b"after the store came back")
+        assert repo.read(c["commit"]["id"], "f") == b"precious" and not spool.failing()
+        fs.forget([(attr.ino, 1)])
+        with pytest.raises(FsError):  # saved and forgotten: the mount let go of it
+            fs.inodes.get(attr.ino)
+    finally:
+        spool.close()
+
+
+@pytest.mark.expect_log("the failed saves are logged as errors")
+def test_a_failed_save_follows_a_rename_and_an_unlink_ends_it(tmp_path, monkeypatch):
+    """A file whose save failed, then renamed (``mv``): the mount's own rename is no other
+    writer's save, so the retry stages the content at the new name (not given up to
+    recovered/). One unlinked meanwhile: nothing is left to save; its retry ends and the
+    mount lets go of it."""
+    import stat
+
+    from graveler.errors import StoreUnavailable
+    from lakefuse.mount.spool import Spool, SpoolConfig
+    from lakefuse.mount.writes import Caller, WritableFilesystem
+    from tests.graveler_testutil import make_repo
+    from tests.mount_core_testutil import ino_of
+
+    repo = make_repo(tmp_path)
+    spool = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    fs = WritableFilesystem(repo, spool=spool)
+    try:
+        main = ino_of(fs, "main")
+        made = {}
+        for name in (b"moved", b"gone"):
+            opened, attr = fs.create(main, name, stat.S_IFREG | 0o644, os.O_WRONLY, Caller(0, 0))
+            fs.write(opened.fh, 0, b"content of " + name)
+            made[name] = (opened.fh, attr.ino)
+
+        def down(*a, **k):
+            raise StoreUnavailable("store down (test)")
+
+        monkeypatch.setattr(repo._store, "put_file", down)
+        monkeypatch.setattr(repo._store, "adopt_file", down)
+        for fh, _ in made.values():
+            with pytest.raises(StoreUnavailable):
+                fs.flush(fh)
+            fs.release(fh)
+        assert len(spool.failing()) == 2
+        fs.rename(main, b"moved", main, b"renamed", 0)
+        fs.unlink(main, b"gone")
+        assert [sf.key for sf in spool.failing()] == [b"renamed"]
+        monkeypatch.undo()
+        assert spool.retry_saves() == []
+        assert repo.read("main", "renamed") == b"content of moved" and not repo.exists("main", "gone")
+        assert not (tmp_path / "cache" / "spool" / repo.name / "recovered").exists()
+        assert spool.open_files() == []
+    finally:
+        spool.close()

@@ -9,7 +9,7 @@ writes with msync (``MAP_SHARED``: each msync is an fsync, a save on a branch tr
 fsyncs, a close and reopen every 500 operations (each close saves the file) and a
 whole-file compare every 100, each checked against a model of the file (see
 tests/fsxlike.py). ``$LAKEFUSE_FSXLIKE_OPS`` sets the number of operations on a local
-store (default 20,000, about 35 s here; issue 20's 100,000 took 159 s); on S3 (moto) a
+store (default 20,000, about 35 s here; issue 20's 100,000 took 134 s); on S3 (moto) a
 tenth of that on the same file sizes, and a sixtieth on a file of up to 12 MiB (saves past
 the multipart threshold). A failure prints the seed and the last 1,000 operations;
 ``python tests/fsxlike.py PATH --ops N --seed S`` replays it on any file."""

@@ -158,6 +158,20 @@ class Backend(Protocol):
         """Forget ``repo``'s refs and staging entirely."""
 
 
+class SnapshotReads:
+    """:meth:`Store.get` and :meth:`Store.get_range` as a read transaction of their own: what an
+    embedded backend, whose transactions cost nothing to start, needs (a server answers both in
+    one statement instead). Inside a transaction of this thread, ``read`` is that one."""
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        with self.read() as txn:
+            return txn.get(table, key)
+
+    def get_range(self, table: str, start: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        with self.read() as txn:
+            return list(txn.scan(table, start, end))
+
+
 def prefix_successor(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
     p = bytearray(prefix)

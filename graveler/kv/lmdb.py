@@ -57,7 +57,7 @@ from graveler.config import KVConfig
 from graveler.errors import CorruptedData, GravelerError, NotFound, StoreUnavailable
 from graveler.kv import lmdb_file
 from graveler.locks import RWLock
-from graveler.kv.base import TABLES, GroupCommit, NestedTransaction, ThreadTxns
+from graveler.kv.base import TABLES, GroupCommit, NestedTransaction, SnapshotReads, ThreadTxns
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def check_data_file(path: Path | str) -> lmdb_file.Verdict | None:
     return verdict
 
 
-class Env:
+class Env(SnapshotReads):
     """One open LMDB environment with the repository's named databases."""
 
     def __init__(self, path: Path, config: KVConfig = KVConfig(), create: bool = True):
@@ -331,16 +331,6 @@ class Env:
                     return
             self._adopt_size()
         raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
-
-    def get(self, table: str, key: bytes) -> bytes | None:
-        """One key's value (see :meth:`graveler.kv.base.Store.get`)."""
-        with self.read() as txn:
-            return txn.get(table, key)
-
-    def get_range(self, table: str, start: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
-        """A small range (see :meth:`graveler.kv.base.Store.get_range`)."""
-        with self.read() as txn:
-            return list(txn.scan(table, start, end))
 
     def write(self, fn: Callable[["LmdbTxn"], T], durable: bool = True) -> T:
         """Run ``fn(txn)`` in one write transaction and commit it; return its result.

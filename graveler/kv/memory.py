@@ -15,7 +15,7 @@ import threading
 from typing import Callable, Iterator, TypeVar
 
 from graveler.errors import InvalidArgument, NotFound
-from graveler.kv.base import MAX_KEY_BYTES, TABLES, NestedTransaction, ThreadTxns
+from graveler.kv.base import MAX_KEY_BYTES, TABLES, NestedTransaction, SnapshotReads, ThreadTxns
 
 T = TypeVar("T")
 
@@ -125,7 +125,7 @@ class MemoryTxn:
         self._change(table, key, ((int.from_bytes(raw, "big") if raw else 0) + delta).to_bytes(8, "big"))
 
 
-class MemoryStore:
+class MemoryStore(SnapshotReads):
     """One repository's tables in memory (see the module docstring)."""
 
     def __init__(self, label: str):
@@ -145,16 +145,6 @@ class MemoryStore:
             t = MemoryTxn(self._tables, write=False)
             with self._txns.holding(t):
                 yield t
-
-    def get(self, table: str, key: bytes) -> bytes | None:
-        """One key's value (see :meth:`graveler.kv.base.Store.get`)."""
-        with self.read() as txn:
-            return txn.get(table, key)
-
-    def get_range(self, table: str, start: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
-        """A small range (see :meth:`graveler.kv.base.Store.get_range`)."""
-        with self.read() as txn:
-            return list(txn.scan(table, start, end))
 
     def write(self, fn: Callable[[MemoryTxn], T], durable: bool = True) -> T:
         if self._txns.held() is not None:

@@ -8,6 +8,7 @@ with ``fusermount3 -u`` (lazily if busy) and reaps the daemon, whatever state it
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -121,10 +122,11 @@ class MountProc:
 
 
 @contextlib.contextmanager
-def clean_mount(home: Path | str, repo: str, mountpoint: Path | str, *extra: str) -> Iterator[Path]:
-    """A module's mount for the ``with`` block: started, then stopped, and its log checked for
-    a traceback (a request the daemon answered EIO after an unexpected error)."""
-    m = MountProc(home, repo, mountpoint, *extra).start()
+def clean_mount(home: Path | str, repo: str, mountpoint: Path | str, *extra: str,
+                env: dict | None = None) -> Iterator[Path]:
+    """A mount for the ``with`` block: started, then stopped, and its log checked for a
+    traceback (a request the daemon answered EIO after an unexpected error)."""
+    m = MountProc(home, repo, mountpoint, *extra, env=env).start()
     try:
         yield Path(mountpoint)
     finally:
@@ -164,3 +166,37 @@ def seed_repo(home: Path | str, repo: str, src: Path, tag: str | None = "v1") ->
                  *((("tag", "create", f"lakefs://{repo}/{tag}", f"lakefs://{repo}/main"),) if tag else ())):
         r = subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True)
         assert r.returncode == 0, f"lakefuse {' '.join(args)} failed: {r.stderr}"
+
+
+def empty_repo_on(tmp_path: Path, request, store: str, repo: str) -> tuple[Path, dict | None]:
+    """A new empty repository on a ``local`` namespace or on the session's moto S3 bucket
+    (``s3``); its home, and the environment a mount of it needs."""
+    from graveler import Graveler, GravelerConfig
+
+    home = tmp_path / "home"
+    env = None
+    if store == "s3":
+        cfg = GravelerConfig.from_home(home, store=request.getfixturevalue("s3_config"))
+        ns = f"s3://{request.getfixturevalue('s3_bucket')}/ns"
+        env = {"LAKEFUSE_S3_ENDPOINT": request.getfixturevalue("s3_endpoint")}
+    else:
+        cfg = GravelerConfig.from_home(home)
+        ns = f"file://{tmp_path}/ns"
+    g = Graveler(cfg)
+    try:
+        g.create_repository(repo, ns)
+    finally:
+        g.close()
+    return home, env
+
+
+def commit_and_read_back(mp: Path, name: str, want: bytes, message: str) -> None:
+    """Commit ``main`` through its control file; the new commit's tree and the branch both read
+    ``want`` at ``name``."""
+    (mp / "main" / ".lakefuse" / "commit").write_text(message + "\n")
+    outcome = json.loads((mp / "main" / ".lakefuse" / "commit").read_text())
+    assert outcome["ok"], outcome
+    commit = (mp / "main" / ".lakefuse" / "head").read_text().strip()
+    assert commit == outcome["commit"]["id"]
+    assert (mp / commit / name).read_bytes() == want
+    assert (mp / "main" / name).read_bytes() == want

@@ -18,7 +18,6 @@ one. ``$LAKEFUSE_FSX_OPS`` sets the number of operations on a local store (defau
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -27,8 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from graveler import Graveler, GravelerConfig
-from tests.mount_testutil import MountProc, needs_fuse
+from tests.mount_testutil import clean_mount, commit_and_read_back, empty_repo_on, needs_fuse
 
 REPO = "fsxrepo"
 OPS = int(os.environ.get("LAKEFUSE_FSX_OPS", "100000"))
@@ -90,26 +88,10 @@ def fsx_ops(opsfile: Path) -> tuple[Counter, int]:
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_fsx_on_a_branch_file_and_the_commit_reads_it_back(tmp_path, request, store):
-    home = tmp_path / "home"
-    env = None
-    if store == "s3":  # each save (a close) uploads to the moto server; reads of the saved object come from it
-        s3_endpoint = request.getfixturevalue("s3_endpoint")
-        cfg = GravelerConfig.from_home(home, store=request.getfixturevalue("s3_config"))
-        ns = f"s3://{request.getfixturevalue('s3_bucket')}/ns"
-        env = {"LAKEFUSE_S3_ENDPOINT": s3_endpoint}
-    else:
-        cfg = GravelerConfig.from_home(home)
-        ns = f"file://{tmp_path}/ns"
-    g = Graveler(cfg)
-    try:
-        g.create_repository(REPO, ns)
-    finally:
-        g.close()
-    mp = tmp_path / "mnt"
+    home, env = empty_repo_on(tmp_path, request, store, REPO)
     logs = tmp_path / "fsxlogs"
     logs.mkdir()
-    m = MountProc(home, REPO, mp, "--cache-dir", str(tmp_path / "cache"), env=env).start()
-    try:
+    with clean_mount(home, REPO, tmp_path / "mnt", "--cache-dir", str(tmp_path / "cache"), env=env) as mp:
         f = mp / "main" / "fsx.dat"
         ops = OPS if store == "local" else OPS // 5  # S3: the same code paths, a fifth of the time
         cmd = [FSX, "-q", "-N", str(ops), "-S", str(SEED), "-P", str(logs), *FSX_OFF, *FSX_ON,
@@ -129,13 +111,4 @@ def test_fsx_on_a_branch_file_and_the_commit_reads_it_back(tmp_path, request, st
 
         data = f.read_bytes()
         assert len(data) == os.stat(f).st_size
-        (mp / "main" / ".lakefuse" / "commit").write_text("after fsx\n")
-        outcome = json.loads((mp / "main" / ".lakefuse" / "commit").read_text())
-        assert outcome["ok"], outcome
-        commit = (mp / "main" / ".lakefuse" / "head").read_text().strip()
-        assert commit == outcome["commit"]["id"]
-        assert (mp / commit / "fsx.dat").read_bytes() == data
-        assert f.read_bytes() == data
-    finally:
-        m.stop()
-    assert "Traceback" not in m.log(), m.log()[-4000:]
+        commit_and_read_back(mp, "fsx.dat", data, "after fsx")

@@ -24,9 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from graveler import Graveler, GravelerConfig
 from tests.fsxlike import Exerciser, Mismatch, Options
-from tests.mount_testutil import MountProc, needs_fuse
+from tests.mount_testutil import clean_mount, commit_and_read_back, empty_repo_on, needs_fuse
 
 REPO = "fsxlike"
 FSXLIKE = Path(__file__).with_name("fsxlike.py")
@@ -57,24 +56,6 @@ def test_fsxlike_reports_a_file_changed_behind_its_back(tmp_path):
     assert " truncate " in msg and " write " in msg  # the log of the operations before
 
 
-def _repo(tmp_path: Path, request, store: str) -> tuple[Path, dict | None]:
-    home = tmp_path / "home"
-    env = None
-    if store == "s3":
-        cfg = GravelerConfig.from_home(home, store=request.getfixturevalue("s3_config"))
-        ns = f"s3://{request.getfixturevalue('s3_bucket')}/ns"
-        env = {"LAKEFUSE_S3_ENDPOINT": request.getfixturevalue("s3_endpoint")}
-    else:
-        cfg = GravelerConfig.from_home(home)
-        ns = f"file://{tmp_path}/ns"
-    g = Graveler(cfg)
-    try:
-        g.create_repository(REPO, ns)
-    finally:
-        g.close()
-    return home, env
-
-
 # (store, operations, largest file, longest operation, reopen every, compare every)
 RUNS = {
     "local": ("local", OPS, 256 << 10, 64 << 10, 500, 100),
@@ -90,10 +71,8 @@ RUNS = {
                                  for k, v in RUNS.items()])
 def test_fsxlike_on_a_branch_file_and_the_commit_reads_it_back(tmp_path, request, run):
     store, ops, max_size, max_op_len, reopen_every, check_every = RUNS[run]
-    home, env = _repo(tmp_path, request, store)
-    mp = tmp_path / "mnt"
-    m = MountProc(home, REPO, mp, "--cache-dir", str(tmp_path / "cache"), env=env).start()
-    try:
+    home, env = empty_repo_on(tmp_path, request, store, REPO)
+    with clean_mount(home, REPO, tmp_path / "mnt", "--cache-dir", str(tmp_path / "cache"), env=env) as mp:
         f = mp / "main" / "fsx.dat"
         model = tmp_path / "model"
         # In a process of its own: a page fault or msync on the mount holds this process's
@@ -114,13 +93,4 @@ def test_fsxlike_on_a_branch_file_and_the_commit_reads_it_back(tmp_path, request
 
         want = model.read_bytes()
         assert len(want) == summary["size"] and f.read_bytes() == want
-        (mp / "main" / ".lakefuse" / "commit").write_text("after fsxlike\n")
-        outcome = json.loads((mp / "main" / ".lakefuse" / "commit").read_text())
-        assert outcome["ok"], outcome
-        commit = (mp / "main" / ".lakefuse" / "head").read_text().strip()
-        assert commit == outcome["commit"]["id"]
-        assert (mp / commit / "fsx.dat").read_bytes() == want
-        assert f.read_bytes() == want
-    finally:
-        m.stop()
-    assert "Traceback" not in m.log(), m.log()[-4000:]
+        commit_and_read_back(mp, "fsx.dat", want, "after fsxlike")

@@ -36,3 +36,23 @@ def ino_of(fs, path: str) -> int:
         if part:
             ino = fs.lookup(ino, part.encode()).ino
     return ino
+
+
+@contextmanager
+def seeded_repo(tmp_path: Path, name: str, files: dict[str, bytes], request=None, tag: bool = True):
+    """A repository whose ``main`` holds ``files``, committed ("base") and tagged ``v1``; on the
+    KV backend a ``kv_backend`` parametrization of the test chose, when it has one."""
+    from tests.graveler_testutil import make_repo
+
+    if request is not None and "kv_backend" in request.fixturenames:
+        request.getfixturevalue("kv_backend")  # before the repository is made on it
+    r = make_repo(tmp_path, name)
+    for path, data in files.items():
+        r.upload("main", path, data)
+    r.commit("main", "base")
+    if tag:
+        r.create_tag("v1", "main")
+    try:
+        yield r
+    finally:
+        r.close()

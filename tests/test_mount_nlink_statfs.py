@@ -16,7 +16,7 @@ from lakefuse.mount.fs import Filesystem, FsConfig
 from lakefuse.mount.inodes import ROOT_INO
 from lakefuse.mount.writes import Caller
 from tests.graveler_testutil import make_repo
-from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, writable_core
+from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, seeded_repo, writable_core
 from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
 
 ME = Caller(uid=1000, gid=100)
@@ -26,20 +26,15 @@ ME = Caller(uid=1000, gid=100)
 
 @pytest.fixture
 def repo(tmp_path, request):
-    if "kv_backend" in request.fixturenames:
-        request.getfixturevalue("kv_backend")  # before the repository is made on it
-    r = make_repo(tmp_path, "nlk")
-    r.upload("main", "none/f", b"f")  # no subdirectory
-    r.upload("main", "one/sub/f", b"f")  # one
-    r.upload("main", "three/a/f", b"f")
-    r.upload("main", "three/b/deep/f", b"f")
-    r.upload("main", "three/c/f", b"f")
-    r.upload("main", "three/f", b"f")  # a file beside them: not counted
-    r.upload("main", "three/" + "x" * 300 + "/f", b"f")  # a name the mount does not show: not counted
-    r.commit("main", "base")
-    r.create_tag("v1", "main")
-    yield r
-    r.close()
+    files = {
+        "none/f": b"f",  # no subdirectory
+        "one/sub/f": b"f",  # one
+        "three/a/f": b"f", "three/b/deep/f": b"f", "three/c/f": b"f",
+        "three/f": b"f",  # a file beside them: not counted
+        "three/" + "x" * 300 + "/f": b"f",  # a name the mount does not show: not counted
+    }
+    with seeded_repo(tmp_path, "nlk", files, request) as r:
+        yield r
 
 
 @pytest.fixture

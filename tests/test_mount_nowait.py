@@ -16,8 +16,7 @@ import pytest
 
 from lakefuse.mount.nowait import pread_nowait
 from lakefuse.mount.writes import Caller
-from tests.graveler_testutil import make_repo
-from tests.mount_core_testutil import ino_of, writable_core
+from tests.mount_core_testutil import ino_of, seeded_repo, writable_core
 from tests.mount_testutil import MountProc, is_mounted, needs_fuse
 
 BIG = random.Random(23).randbytes(3 * 1024 * 1024 + 321)  # over small_file_bytes: not read whole at open
@@ -27,12 +26,8 @@ ME = Caller(uid=1000, gid=100)
 
 @pytest.fixture
 def repo(tmp_path):
-    r = make_repo(tmp_path, "nowait")
-    r.upload("main", "big.bin", BIG)
-    r.commit("main", "base")
-    r.create_tag("v1", "main")
-    yield r
-    r.close()
+    with seeded_repo(tmp_path, "nowait", {"big.bin": BIG}) as r:
+        yield r
 
 
 @pytest.fixture

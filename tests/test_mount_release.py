@@ -18,8 +18,7 @@ import trio
 from lakefuse.mount.fuse import Operations
 from lakefuse.mount.inodes import ROOT_INO
 from lakefuse.mount.writes import Caller
-from tests.graveler_testutil import make_repo
-from tests.mount_core_testutil import writable_core
+from tests.mount_core_testutil import seeded_repo, writable_core
 
 ME = Caller(uid=1000, gid=100)
 HOLD = 10.0  # seconds the slow store call waits at most (the old inline release waited all of it)
@@ -27,11 +26,8 @@ HOLD = 10.0  # seconds the slow store call waits at most (the old inline release
 
 @pytest.fixture
 def repo(tmp_path):
-    r = make_repo(tmp_path, "rel")
-    r.upload("main", "data/a.csv", b"a,b\n1,2\n")
-    r.commit("main", "base")
-    yield r
-    r.close()
+    with seeded_repo(tmp_path, "rel", {"data/a.csv": b"a,b\n1,2\n"}, tag=False) as r:
+        yield r
 
 
 @pytest.fixture

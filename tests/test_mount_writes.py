@@ -17,7 +17,7 @@ from lakefuse.mount.inodes import ROOT_INO
 from lakefuse.mount.spool import Spool, SpoolConfig
 from lakefuse.mount.writes import RENAME_EXCHANGE, RENAME_NOREPLACE, Caller, SetAttr, WritableFilesystem
 from tests.graveler_testutil import make_repo
-from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, writable_core
+from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, seeded_repo, writable_core
 
 ME = Caller(uid=1000, gid=100)
 
@@ -26,16 +26,9 @@ ME = Caller(uid=1000, gid=100)
 
 @pytest.fixture
 def repo(tmp_path, request):
-    if "kv_backend" in request.fixturenames:
-        request.getfixturevalue("kv_backend")  # before the repository is made on it
-    r = make_repo(tmp_path, "wrt")
-    r.upload("main", "data/a.csv", b"a,b\n1,2\n")
-    r.upload("main", "data/sub/x", b"x")
-    r.upload("main", "top", b"top")
-    r.commit("main", "base")
-    r.create_tag("v1", "main")
-    yield r
-    r.close()
+    files = {"data/a.csv": b"a,b\n1,2\n", "data/sub/x": b"x", "top": b"top"}
+    with seeded_repo(tmp_path, "wrt", files, request) as r:
+        yield r
 
 
 @pytest.fixture

@@ -56,3 +56,25 @@ def seeded_repo(tmp_path: Path, name: str, files: dict[str, bytes], request=None
         yield r
     finally:
         r.close()
+
+
+def readdir_all(fs, ino: int, start: int = 0, stop_after: int | None = None) -> list[tuple[object, object]]:
+    """readdir as the adapter drives it (fast path, else fill and retry): (entry, accepted attr)
+    pairs from offset ``start``, at most ``stop_after``; the directory handle released after."""
+    fh = fs.opendir(ino)
+    out, off = [], start
+    try:
+        while True:
+            entries = fs.readdir_fast(fh, off)
+            if entries is None:
+                fs.readdir_fill(fh, off)
+                entries = fs.readdir_fast(fh, off)
+            if not entries:
+                return out
+            for e in entries:
+                out.append((e, fs.accept(fh, e)))
+                off = e.offset
+                if stop_after is not None and len(out) >= stop_after:
+                    return out
+    finally:
+        fs.releasedir(fh)

@@ -16,6 +16,7 @@ from lakefuse.mount.errors import ERRNO_TABLE, FsError, errno_for
 from lakefuse.mount.fs import Filesystem, FsConfig
 from lakefuse.mount.inodes import ROOT_INO
 from tests.graveler_testutil import make_repo
+from tests.mount_core_testutil import readdir_all
 
 
 @pytest.fixture
@@ -48,26 +49,9 @@ def lookup_path(fs: Filesystem, path: str):
 
 def listdir(fs: Filesystem, ino: int, start: int = 0, stop_after: int | None = None) -> list[tuple[bytes, int]]:
     """readdir as the adapter drives it: (name, next offset) pairs."""
-    fh = fs.opendir(ino)
-    out = []
-    off = start
-    try:
-        while True:
-            entries = fs.readdir_fast(fh, off)
-            if entries is None:
-                fs.readdir_fill(fh, off)
-                entries = fs.readdir_fast(fh, off)
-            if not entries:
-                return out
-            for e in entries:
-                attr = fs.accept(fh, e)
-                assert attr.ino > ROOT_INO
-                out.append((e.name, e.offset))
-                off = e.offset
-                if stop_after is not None and len(out) >= stop_after:
-                    return out
-    finally:
-        fs.releasedir(fh)
+    out = readdir_all(fs, ino, start, stop_after)
+    assert all(attr.ino > ROOT_INO for _, attr in out)
+    return [(e.name, e.offset) for e, _ in out]
 
 
 def read_all(fs: Filesystem, ino: int) -> bytes:

@@ -16,7 +16,7 @@ from lakefuse.mount.fs import Filesystem, FsConfig
 from lakefuse.mount.inodes import ROOT_INO
 from lakefuse.mount.writes import Caller
 from tests.graveler_testutil import make_repo
-from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, seeded_repo, writable_core
+from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, readdir_all, seeded_repo, writable_core
 from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
 
 ME = Caller(uid=1000, gid=100)
@@ -49,21 +49,7 @@ def nlink(fs, path: str) -> int:
 
 
 def list_all(fs, ino: int) -> dict[bytes, object]:
-    fh = fs.opendir(ino)
-    out, off = {}, 0
-    try:
-        while True:
-            entries = fs.readdir_fast(fh, off)
-            if entries is None:
-                fs.readdir_fill(fh, off)
-                entries = fs.readdir_fast(fh, off)
-            if not entries:
-                return out
-            for e in entries:
-                out[e.name] = fs.accept(fh, e)
-                off = e.offset
-    finally:
-        fs.releasedir(fh)
+    return {e.name: attr for e, attr in readdir_all(fs, ino)}
 
 
 # ---------------------------------------------------------------------- core: statfs

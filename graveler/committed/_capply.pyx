@@ -230,24 +230,53 @@ cdef class RangeApply:
     def run(self):
         """Rewrite the source range with the changes; then the changes past its last record are added."""
         cdef RangeBlocks src = self.src
-        cdef Py_ssize_t nb = src.nb, k, start
+        cdef Py_ssize_t nb = src.nb, k, start, m
         cdef BlockRecords blk, nxt
         start = self.resume() if self.checkpoints and self.nch and nb else 0
         blk = src.read(start) if nb else None
-        for k in range(start, nb):
+        k = start
+        while k < nb:
             nxt = src.read(k + 1) if k + 1 < nb else None
             if blk.n:
                 if self.ci < self.nch and self.change_in(blk):
                     self.merge_block(blk, nxt is None)
                     self.blocks_rewritten += 1
                 elif src.carries and self.carry(k, blk, nxt):
-                    pass
+                    if nxt is not None:
+                        m = self.carry_run(k + 1)
+                        if m:
+                            # the blocks after it up to the next change went over in one run
+                            k += 1 + m
+                            blk = src.read(k)
+                            continue
                 else:
                     self.merge_block(blk, nxt is None)  # no change in it: its records as they are
                     self.blocks_rewritten += 1
             blk = nxt
+            k += 1
         self.changes_before(NULL, 0)
         return self
+
+    cdef Py_ssize_t carry_run(self, Py_ssize_t k) except -1:
+        """Right after block ``k - 1`` was carried: carry blocks ``k``, ``k + 1``, ... in one run
+        (``RangeBlocks.carry_run``) while the block after each lies wholly before the next change (so that
+        no change falls in them or between them) and is not the range's last. Returns how many went."""
+        cdef RangeBlocks src = self.src
+        cdef Py_ssize_t end, m, entries = 0
+        if self.b is None:
+            return 0  # the range closed after block k - 1
+        end = src.first_block_reaching(<bytes>self.ckeys[self.ci]) if self.ci < self.nch else src.nb
+        if end > src.nb:
+            end = src.nb
+        end -= 1
+        if k >= end:
+            return 0
+        m = src.carry_run(self.b, k, end, self.max_size, &entries)
+        if m:
+            self.written += entries
+            self.last_written = self.b.last_key
+            self.blocks_carried += m
+        return m
 
     cdef Py_ssize_t resume(self) except -1:
         """Where to start: the last checkpoint before the first block a change can reach (0: none fits).

@@ -58,6 +58,28 @@ cdef class BlockBuilder:
     cdef bytes finish_c(self)
 
 
+# What one walk over a decompressed data block's entries found (``scan_raw_block``): the records' count and
+# sizes, the size of their table-ID input, and the first record's key (user key, in the block) and value length.
+cdef struct RawBlockInfo:
+    Py_ssize_t n              # records
+    Py_ssize_t raw_k          # stored (internal) key bytes
+    Py_ssize_t raw_v          # value bytes
+    Py_ssize_t id_bytes       # bytes of their table-ID input (``len(key) key | len(value) value |`` each)
+    Py_ssize_t maxkey         # longest stored key
+    const unsigned char* first_key  # the first record's user key (it shares no prefix)
+    Py_ssize_t first_klen
+    Py_ssize_t first_vlen
+
+
+# A scratch buffer blocks are decompressed into (reused from block to block: no bytes object per block).
+cdef class Scratch:
+    cdef bytearray buf
+    cdef object view
+    cdef Py_ssize_t cap
+
+    cdef unsigned char* ensure(self, Py_ssize_t n) except NULL
+
+
 cdef class TableCore:
     cdef Block top
     cdef bint two_level
@@ -72,6 +94,7 @@ cdef class TableCore:
     cdef int checksum_type
 
     cdef bytes read_contents(self, uint64_t off, uint64_t size)
+    cdef Py_ssize_t read_raw(self, uint64_t off, uint64_t size, Scratch s, const unsigned char** out) except -1
     cdef Block read(self, uint64_t off, uint64_t size)
     cdef Block block_at(self, uint64_t off, uint64_t size)
     cdef int handle_of(self, Block blk, Py_ssize_t i, Py_ssize_t at, uint64_t* off, uint64_t* size) except -1
@@ -81,6 +104,9 @@ cdef class TableCore:
 
 cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_keys)
 cdef int hash_block_records(Sha256 h, Block blk, unsigned char* kb) except -1
+cdef int scan_raw_block(const unsigned char* d, Py_ssize_t n, RawBlockInfo* info) noexcept nogil
+cdef Py_ssize_t stage_raw_block(Sha256 h, const unsigned char* d, Py_ssize_t n, const RawBlockInfo* info,
+                                unsigned char* kb) except -1
 cdef bint should_flush_c(Py_ssize_t n_entries, Py_ssize_t size, Py_ssize_t restart_interval, Py_ssize_t key_len,
                          Py_ssize_t value_len, Py_ssize_t block_size, Py_ssize_t threshold) noexcept
 cdef bytes with_trailer(bytes key, bytes trailer)

@@ -645,6 +645,26 @@ def block_checksum(data, unsigned char ctype):
     return block_crc(<const unsigned char*>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), ctype)
 
 
+cdef class Scratch:
+    """A buffer blocks are decompressed into, one after another (grown as needed, never shrunk)."""
+
+    def __cinit__(self):
+        self.buf = None
+        self.view = None
+        self.cap = 0
+
+    cdef unsigned char* ensure(self, Py_ssize_t n) except NULL:
+        cdef Py_ssize_t cap = self.cap
+        if n > cap or self.buf is None:
+            cap = cap * 2 if cap else 1 << 16
+            while cap < n:
+                cap *= 2
+            self.buf = bytearray(cap)
+            self.view = memoryview(self.buf)
+            self.cap = cap
+        return <unsigned char*>(<char*>self.buf)
+
+
 cdef class TableCore:
     """The compiled lookup path of one open SSTable (graveler.sstable.reader.SSTable).
 
@@ -722,6 +742,43 @@ cdef class TableCore:
         if got != <Py_ssize_t>ulen:
             raise CorruptedData("bad Snappy block (short)", self.name, off)
         return out
+
+    cdef Py_ssize_t read_raw(self, uint64_t off, uint64_t size, Scratch s, const unsigned char** out) except -1:
+        """The contents of the block at (off, size), checksum verified, as ``read_contents`` reads them but
+        with no object made: ``out`` points into the file's buffer (an uncompressed block) or into ``s`` (a
+        Snappy block, decompressed there). Returns their length."""
+        cdef Py_ssize_t n, end, pos = 0
+        cdef const unsigned char* p
+        cdef uint64_t ulen
+        cdef unsigned char ctype
+        n = self.buf.shape[0]
+        if off > <uint64_t>n or size > <uint64_t>n or off + size + 5 > <uint64_t>n:
+            raise CorruptedData(f"block handle (offset {off}, size {size}) points past the end of the file "
+                                f"({n} bytes)", self.name, off)
+        end = <Py_ssize_t>(off + size)
+        p = &self.buf[0]
+        ctype = p[end]
+        if self.checksum_type == 1 and block_crc(p + off, <Py_ssize_t>size, ctype) != le32(p + end + 1):
+            raise CorruptedData("block checksum mismatch", self.name, off)
+        if ctype == 0:
+            out[0] = p + off
+            return <Py_ssize_t>size
+        if ctype != 1:
+            raise CorruptedData(f"unknown compression type {ctype}", self.name, off)
+        if read_uvarint(p + off, <Py_ssize_t>size, &pos, &ulen) != 0 or ulen > <uint64_t>(64 * size + 64) \
+                or ulen > (1 << 31):
+            raise CorruptedData("bad Snappy block (bad length)", self.name, off)
+        s.ensure(<Py_ssize_t>ulen)
+        if self.pybuf is None:
+            self.pybuf = memoryview(self.buf_obj)
+        try:
+            got = _snappy_decompress_into(self.pybuf[off:end], s.view)
+        except Exception as e:  # cramjam raises its own DecompressionError
+            raise CorruptedData(f"bad Snappy block ({e})", self.name, off) from None
+        if got != <Py_ssize_t>ulen:
+            raise CorruptedData("bad Snappy block (short)", self.name, off)
+        out[0] = <const unsigned char*>(<char*>s.buf)
+        return <Py_ssize_t>ulen
 
     cdef Block block_at(self, uint64_t off, uint64_t size):
         ck = (self.cache_id, off)
@@ -811,20 +868,33 @@ cdef class TableCore:
         """Feed every record's table-ID input (``len(key) key | len(value) value |``, lengths in decimal) to
         ``h``, in order: a table's ID hashes this, then its properties. Blocks are read uncached and each
         checked as any read is; nothing per record is built as a Python object. Returns the record count."""
-        cdef Py_ssize_t p, bi, at, count = 0, kcap = 0
+        cdef Py_ssize_t p, bi, at, count = 0, kcap = 0, dn
         cdef uint64_t off, size
         cdef Block part, blk
         cdef unsigned char* kb = NULL
         cdef unsigned char* nb
+        cdef const unsigned char* d
+        cdef RawBlockInfo info
+        cdef Scratch scratch = Scratch()
         try:
             for p in range(self.nparts()):
                 part = self.partition(p, &at)
                 for bi in range(part.n):
                     self.handle_of(part, bi, at, &off, &size)
                     if self.has_buf:
-                        blk = decode_block_c(self.read_contents(off, size), self.name, off, True)
-                    else:
-                        blk = self.read(off, size)
+                        # decompressed into one scratch buffer, walked once to size the input, once to stage it
+                        dn = self.read_raw(off, size, scratch, &d)
+                        if scan_raw_block(d, dn, &info) != 0:
+                            raise CorruptedData("malformed block", self.name, off)
+                        if info.maxkey > kcap:
+                            nb = <unsigned char*>realloc(kb, info.maxkey)
+                            if nb == NULL:
+                                raise MemoryError()
+                            kb, kcap = nb, info.maxkey
+                        stage_raw_block(h, d, dn, &info, kb)
+                        count += info.n
+                        continue
+                    blk = self.read(off, size)
                     if blk.maxkey > kcap:
                         nb = <unsigned char*>realloc(kb, blk.maxkey)
                         if nb == NULL:
@@ -865,6 +935,86 @@ cdef int hash_block_records(Sha256 h, Block blk, unsigned char* kb) except -1:
         q += 1
     h.commit(total)
     return 0
+
+
+cdef int scan_raw_block(const unsigned char* d, Py_ssize_t n, RawBlockInfo* info) noexcept nogil:
+    """Walk the entries of a decompressed data block (internal keys) once, checking each lies inside the block
+    and shares no more than the key before it had: ``info`` gets their count and sizes. -1 if malformed. (The
+    restart array is not checked: ``decode_block_c`` does that for blocks that are looked up.)"""
+    cdef uint64_t num_restarts, shared, unshared, vlen
+    cdef int64_t limit
+    cdef Py_ssize_t pos = 0, prevlen = 0, klen
+    info.n = info.raw_k = info.raw_v = info.id_bytes = info.maxkey = 0
+    info.first_key = NULL
+    info.first_klen = info.first_vlen = 0
+    if n < 4:
+        return -1
+    num_restarts = le32(d + n - 4)
+    limit = <int64_t>n - 4 - 4 * <int64_t>num_restarts
+    if limit < 0 or (num_restarts == 0 and limit > 0):
+        return -1
+    while pos < limit:
+        if read_uvarint(d, n, &pos, &shared) != 0 or read_uvarint(d, n, &pos, &unshared) != 0 \
+                or read_uvarint(d, n, &pos, &vlen) != 0:
+            return -1
+        if shared > <uint64_t>prevlen or unshared > <uint64_t>limit or vlen > <uint64_t>limit \
+                or <int64_t>(pos + unshared + vlen) > limit:
+            return -1
+        klen = <Py_ssize_t>(shared + unshared)
+        if klen < 8:
+            return -1
+        if info.n == 0:
+            info.first_key = d + pos
+            info.first_klen = klen - 8
+            info.first_vlen = <Py_ssize_t>vlen
+        if klen > info.maxkey:
+            info.maxkey = klen
+        info.raw_k += klen
+        info.raw_v += <Py_ssize_t>vlen
+        info.id_bytes += dec_len(klen - 8) + klen - 8 + dec_len(<Py_ssize_t>vlen) + <Py_ssize_t>vlen + 2
+        info.n += 1
+        prevlen = klen
+        pos += <Py_ssize_t>(unshared + vlen)
+    return 0
+
+
+cdef Py_ssize_t stage_raw_block(Sha256 h, const unsigned char* d, Py_ssize_t n, const RawBlockInfo* info,
+                                unsigned char* kb) except -1:
+    """Write the table-ID input of the records of a decompressed data block that ``scan_raw_block`` accepted
+    (``info``) into ``h``'s stage (None: none). ``kb``: a key buffer of at least ``info.maxkey`` bytes; it holds the last
+    record's stored key afterwards. Returns that key's user length."""
+    cdef uint64_t shared, unshared, vlen
+    cdef Py_ssize_t pos = 0, i, lk = 0
+    cdef unsigned char* q
+    if h is None:  # (an unhashed table: only the last key)
+        for i in range(info.n):
+            read_uvarint(d, n, &pos, &shared)
+            read_uvarint(d, n, &pos, &unshared)
+            read_uvarint(d, n, &pos, &vlen)
+            memcpy(kb + shared, d + pos, unshared)
+            lk = <Py_ssize_t>(shared + unshared) - 8
+            pos += <Py_ssize_t>(unshared + vlen)
+        return lk
+    q = h.reserve(info.id_bytes)
+    for i in range(info.n):
+        read_uvarint(d, n, &pos, &shared)
+        read_uvarint(d, n, &pos, &unshared)
+        read_uvarint(d, n, &pos, &vlen)
+        memcpy(kb + shared, d + pos, unshared)
+        lk = <Py_ssize_t>(shared + unshared) - 8
+        q += put_dec(q, lk)
+        memcpy(q, kb, lk)
+        q += lk
+        q[0] = 124
+        q += 1
+        q += put_dec(q, <Py_ssize_t>vlen)
+        memcpy(q, d + pos + unshared, vlen)
+        q += vlen
+        q[0] = 124
+        q += 1
+        pos += <Py_ssize_t>(unshared + vlen)
+    h.commit(info.id_bytes)
+    return lk
 
 
 cdef class TableIter:

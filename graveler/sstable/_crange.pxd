@@ -8,7 +8,7 @@
 
 from libc.stdint cimport uint64_t
 
-from graveler.sstable._cblock cimport Block, TableCore
+from graveler.sstable._cblock cimport Block, Scratch, TableCore
 from graveler.sstable._ctable cimport TableBuilder
 
 
@@ -44,6 +44,8 @@ cdef class RangeBlocks:
     cdef readonly Py_ssize_t nb     # number of data blocks
     cdef readonly object name       # the table's name (errors)
     cdef readonly bint carries      # blocks carry CRC32C trailers: they can be copied into our files verbatim
+    cdef Py_ssize_t* part_start     # (sstable-private) the first block of each index partition (and nb)
+    cdef Scratch scratch_a, scratch_b  # (sstable-private) what carry_run decompresses into
 
     # Block ``bi`` decoded (checksum verified), positioned before its first record.
     cdef BlockRecords read(self, Py_ssize_t bi)
@@ -69,3 +71,11 @@ cdef class RangeBlocks:
     cdef int resume(self, TableBuilder b, Py_ssize_t c, Py_ssize_t offset, Py_ssize_t entries,
                     Py_ssize_t raw_key_size, Py_ssize_t raw_value_size, bytes sha_state, bytes first_key,
                     bytes prev_last, bytes prior) except -1
+    # Carry blocks ``k``, ``k + 1``, ... (up to ``end`` excluded, ``end`` < ``nb``) to ``b`` verbatim, each as
+    # ``carry`` would with the next block's first record after it (the caller has made sure no change falls
+    # in or before block ``end``), right after block ``k - 1`` was carried to ``b``: their records are hashed
+    # from a scratch buffer, no Python object per record. Stops at the first block that cannot be carried
+    # (an empty one, a layout ``carry`` refuses, a size-based range break). Returns how many were carried;
+    # ``entries``: their records.
+    cdef Py_ssize_t carry_run(self, TableBuilder b, Py_ssize_t k, Py_ssize_t end, Py_ssize_t max_estimate,
+                              Py_ssize_t* entries) except -1

@@ -15,7 +15,9 @@ from libc.stdint cimport uint64_t
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from graveler._cbytes cimport cmp_keys, le32
-from graveler.sstable._cblock cimport Block, Ent, TableCore, decode_block_c
+
+from graveler.errors import CorruptedData
+from graveler.sstable._cblock cimport Block, Ent, RawBlockInfo, Scratch, TableCore, decode_block_c, scan_raw_block
 from graveler.sstable._ctable cimport TableBuilder
 
 
@@ -78,11 +80,16 @@ cdef class RangeBlocks:
         cdef uint64_t* no
         self.offs = NULL
         self.sizes = NULL
+        self.part_start = NULL
         self.table = table
         self.core = core
         self.name = core.name
+        self.part_start = <Py_ssize_t*>malloc((core.nparts() + 1) * sizeof(Py_ssize_t))
+        if self.part_start == NULL:
+            raise MemoryError()
         for p in range(core.nparts()):
             part = core.partition(p, &at)
+            self.part_start[p] = n
             for bi in range(part.n):
                 core.handle_of(part, bi, at, &off, &size)
                 if n == cap:
@@ -99,6 +106,7 @@ cdef class RangeBlocks:
                 self.sizes[n] = size
                 n += 1
         self.nb = n
+        self.part_start[core.nparts()] = n
         if n and not core.has_buf:
             raise ValueError("the compiled range kernels need a table read from a buffer")
         self.carries = core.checksum_type == 1
@@ -106,6 +114,7 @@ cdef class RangeBlocks:
     def __dealloc__(self):
         free(self.offs)
         free(self.sizes)
+        free(self.part_start)
 
     cdef BlockRecords read(self, Py_ssize_t bi):
         return BlockRecords(decode_block_c(self.core.read_contents(self.offs[bi], self.sizes[bi]), self.core.name,
@@ -133,24 +142,26 @@ cdef class RangeBlocks:
     cdef Py_ssize_t first_block_reaching(self, bytes key) except -1:
         cdef TableCore core = self.core
         cdef const unsigned char* kp = <const unsigned char*>PyBytes_AS_STRING(key)
-        cdef Py_ssize_t kl = PyBytes_GET_SIZE(key), p, bi, at, j = 0, lk, cap = 0
+        cdef Py_ssize_t kl = PyBytes_GET_SIZE(key), p = 0, at, cap
         cdef Block part
         cdef unsigned char* kb = NULL
-        cdef unsigned char* nb
+        cdef bint eq
         try:
-            for p in range(core.nparts()):
-                part = core.partition(p, &at)
-                if part.maxkey > cap:
-                    nb = <unsigned char*>realloc(kb, part.maxkey)
-                    if nb == NULL:
-                        raise MemoryError()
-                    kb, cap = nb, part.maxkey
-                for bi in range(part.n):
-                    lk = part.build_key(bi, kb) - part.trail
-                    if cmp_keys(kp, kl, kb, lk) <= 0:
-                        return j
-                    j += 1
-            return self.nb
+            if core.two_level:
+                # the top index holds each partition's last separator: the first >= key names the partition
+                kb = <unsigned char*>malloc(core.top.maxkey if core.top.maxkey > 0 else 1)
+                if kb == NULL:
+                    raise MemoryError()
+                p = core.top.find_c(kp, kl, kb, &eq)
+                if p >= core.nparts():
+                    return self.nb
+                free(kb)
+                kb = NULL
+            part = core.partition(p, &at)
+            kb = <unsigned char*>malloc(part.maxkey if part.maxkey > 0 else 1)
+            if kb == NULL:
+                raise MemoryError()
+            return self.part_start[p] + part.find_c(kp, kl, kb, &eq)
         finally:
             free(kb)
 
@@ -171,3 +182,47 @@ cdef class RangeBlocks:
                     bytes prev_last, bytes prior) except -1:
         return b.resume_c(self.core, c, offset, entries, raw_key_size, raw_value_size, sha_state, first_key,
                           prev_last, self.offs[c - 1], self.sizes[c - 1], prior)
+
+    cdef Py_ssize_t carry_run(self, TableBuilder b, Py_ssize_t k, Py_ssize_t end, Py_ssize_t max_estimate,
+                              Py_ssize_t* entries) except -1:
+        cdef Scratch cur, nxt, tmp
+        cdef const unsigned char* d
+        cdef const unsigned char* dn_p
+        cdef Py_ssize_t dn, dnn, j = k, kcap = 0
+        cdef RawBlockInfo info, ninfo
+        cdef unsigned char* kb = NULL
+        cdef unsigned char* nkb
+        entries[0] = 0
+        if k >= end or end >= self.nb:
+            return 0
+        if self.scratch_a is None:
+            self.scratch_a = Scratch()
+            self.scratch_b = Scratch()
+        cur, nxt = self.scratch_a, self.scratch_b
+        try:
+            dn = self.core.read_raw(self.offs[j], self.sizes[j], cur, &d)
+            if scan_raw_block(d, dn, &info) != 0:
+                raise CorruptedData("malformed block", self.name, self.offs[j])
+            while j < end:
+                dnn = self.core.read_raw(self.offs[j + 1], self.sizes[j + 1], nxt, &dn_p)
+                if scan_raw_block(dn_p, dnn, &ninfo) != 0:
+                    raise CorruptedData("malformed block", self.name, self.offs[j + 1])
+                if ninfo.n == 0:
+                    break
+                if info.maxkey > kcap:
+                    nkb = <unsigned char*>realloc(kb, info.maxkey)
+                    if nkb == NULL:
+                        raise MemoryError()
+                    kb, kcap = nkb, info.maxkey
+                if not b.carry_raw_c(&self.core.buf[0] + self.offs[j], <Py_ssize_t>self.sizes[j] + 5, d, dn, &info,
+                                     ninfo.first_klen, ninfo.first_vlen, max_estimate, kb):
+                    break
+                entries[0] += info.n
+                j += 1
+                tmp = cur
+                cur = nxt
+                nxt = tmp
+                d, dn, info = dn_p, dnn, ninfo
+        finally:
+            free(kb)
+        return j - k

@@ -3,7 +3,7 @@
 from libc.stdint cimport uint64_t
 
 from graveler.sstable._csha256 cimport Sha256
-from graveler.sstable._cblock cimport Block, BlockBuilder, TableCore
+from graveler.sstable._cblock cimport Block, BlockBuilder, RawBlockInfo, TableCore
 
 
 cdef class TableBuilder:
@@ -42,6 +42,14 @@ cdef class TableBuilder:
                      bytes last_key, Py_ssize_t n, Py_ssize_t raw_key_size, Py_ssize_t raw_value_size,
                      Py_ssize_t nbytes, bytes next_key, Py_ssize_t next_value_len, Py_ssize_t max_estimate,
                      bint closes, Block records) except -1
+    cdef int carry_raw_c(self, const unsigned char* raw, Py_ssize_t raw_len, const unsigned char* d, Py_ssize_t dn,
+                         const RawBlockInfo* info, Py_ssize_t next_klen, Py_ssize_t next_vlen,
+                         Py_ssize_t max_estimate, unsigned char* kb) except -1
+    cdef bint carry_fits(self, Py_ssize_t first_klen, Py_ssize_t first_vlen, Py_ssize_t n, Py_ssize_t nbytes,
+                         Py_ssize_t next_klen, Py_ssize_t next_vlen) noexcept
+    cdef int carry_bytes_c(self, const unsigned char* raw, Py_ssize_t raw_len, bytes first_key, object last_key,
+                           Py_ssize_t n, Py_ssize_t raw_key_size, Py_ssize_t raw_value_size, Py_ssize_t nbytes,
+                           Py_ssize_t max_estimate) except -1
     cdef int hash_block(self, Block blk) except -1
     cdef int resume_c(self, TableCore src, Py_ssize_t block, Py_ssize_t offset, Py_ssize_t entries,
                       Py_ssize_t raw_key_size, Py_ssize_t raw_value_size, bytes sha_state, bytes first_key,

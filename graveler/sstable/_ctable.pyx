@@ -27,8 +27,8 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes
 
 from graveler.sstable._csha256 cimport Sha256
 from graveler._cbytes cimport cmp_keys, dec_len, fnv1a64, le32, put_dec, put_uvarint
-from graveler.sstable._cblock cimport (Block, BlockBuilder, Ent, TableCore, hash_block_records, index_key, should_flush_c,
-                                      with_trailer)
+from graveler.sstable._cblock cimport (Block, BlockBuilder, Ent, RawBlockInfo, TableCore, hash_block_records, index_key,
+                                      should_flush_c, stage_raw_block, with_trailer)
 
 import struct
 
@@ -396,19 +396,62 @@ cdef class TableBuilder:
         next one (``next_key`` / ``next_value_len``; or ``closes``: the table is closed right after it),
         and no size-based range break falls inside it. Returns 1 if carried, 0 if not (nothing observable
         changed: the caller adds the records). ``records``: the block decoded (its records feed the ID hash)."""
-        cdef Py_ssize_t off
         if next_key is None and not closes:
             return 0
-        # (a) the open block would be closed before this block's first record
+        if not self.carry_fits(PyBytes_GET_SIZE(first_key), first_vlen, n, nbytes,
+                               PyBytes_GET_SIZE(next_key) if next_key is not None else -1, next_value_len):
+            return 0
+        if not self.carry_bytes_c(raw, raw_len, first_key, last_key, n, raw_key_size, raw_value_size, nbytes,
+                                  max_estimate):
+            return 0
+        if self.hasher is not None:
+            self.hash_block(records)
+        self.block_boundary()
+        return 1
+
+    cdef int carry_raw_c(self, const unsigned char* raw, Py_ssize_t raw_len, const unsigned char* d, Py_ssize_t dn,
+                         const RawBlockInfo* info, Py_ssize_t next_klen, Py_ssize_t next_vlen,
+                         Py_ssize_t max_estimate, unsigned char* kb) except -1:
+        """``carry_c`` for a block given decompressed (``d``, ``dn`` bytes, walked by ``scan_raw_block`` into
+        ``info``) rather than decoded, with another record after it (``next_klen``: its user key's length,
+        ``next_vlen``: its value's): no Python object per record. ``kb``: a key buffer of ``info.maxkey``
+        bytes. 1 if carried, 0 if not (as ``carry_c``)."""
+        cdef bytes first_key, last
+        cdef Py_ssize_t lk
+        if info.n == 0 or not self.carry_fits(info.first_klen, info.first_vlen, info.n, dn, next_klen, next_vlen):
+            return 0
+        first_key = PyBytes_FromStringAndSize(<const char*>info.first_key, info.first_klen)
+        if not self.carry_bytes_c(raw, raw_len, first_key, None, info.n, info.raw_k, info.raw_v, dn, max_estimate):
+            return 0
+        lk = stage_raw_block(self.hasher, d, dn, info, kb)
+        last = PyBytes_FromStringAndSize(<const char*>kb, lk)
+        self.pending_last = last
+        self.last_key = last
+        self.block_boundary()
+        return 1
+
+    cdef bint carry_fits(self, Py_ssize_t first_klen, Py_ssize_t first_vlen, Py_ssize_t n, Py_ssize_t nbytes,
+                         Py_ssize_t next_klen, Py_ssize_t next_vlen) noexcept:
+        """Whether a block (``n`` records, ``nbytes`` decoded, its first record's user key and value lengths)
+        stands as a block of its own here: (a) the open block would be closed before its first record, (b)
+        it would be closed before the record after it (``next_klen`` < 0: none, the table closes)."""
         if self.data.n_entries and not should_flush_c(self.data.n_entries, self.data.size,
-                                                      self.data.restart_interval,
-                                                      PyBytes_GET_SIZE(first_key) + 8, first_vlen,
+                                                      self.data.restart_interval, first_klen + 8, first_vlen,
                                                       self.block_size, self.threshold):
-            return 0
-        # (b) the block would be closed before the record after it
-        if next_key is not None and not should_flush_c(n, nbytes, 16, PyBytes_GET_SIZE(next_key) + 8,
-                                                       next_value_len, self.block_size, self.threshold):
-            return 0
+            return False
+        if next_klen >= 0 and not should_flush_c(n, nbytes, 16, next_klen + 8, next_vlen, self.block_size,
+                                                 self.threshold):
+            return False
+        return True
+
+    cdef int carry_bytes_c(self, const unsigned char* raw, Py_ssize_t raw_len, bytes first_key, object last_key,
+                           Py_ssize_t n, Py_ssize_t raw_key_size, Py_ssize_t raw_value_size, Py_ssize_t nbytes,
+                           Py_ssize_t max_estimate) except -1:
+        """The carry itself once ``carry_fits``: close the open block, give the one before its index entry,
+        and append ``raw`` unless a size-based range break would fall inside it (0, with the flush and the
+        index entry done: what adding the records would do first). The records are not hashed here; the
+        caller hashes them and marks the block boundary. ``last_key`` None: the caller sets it after."""
+        cdef Py_ssize_t off
         if self.last_key is not None and cmp_keys(<const unsigned char*>PyBytes_AS_STRING(first_key),
                                                   PyBytes_GET_SIZE(first_key),
                                                   <const unsigned char*>PyBytes_AS_STRING(<bytes>self.last_key),
@@ -420,7 +463,7 @@ cdef class TableBuilder:
             self.add_index_entry(index_key(self.pending_last, first_key))
         # (c) no size-based range break inside the block (checked against the estimate at its end)
         if self.out_len + nbytes + self.index.size >= max_estimate:
-            return 0  # (the flush and index entry above are what adding the records would do first)
+            return 0
         off = self.out_len
         self.append(raw, raw_len)
         self.verbatim = True
@@ -430,16 +473,14 @@ cdef class TableBuilder:
         self.pending = True
         self.pend_off = <uint64_t>off
         self.pend_size = <uint64_t>(raw_len - 5)
-        self.pending_last = last_key
         if self.last_key is None:
             self.first_key = first_key
-        self.last_key = last_key
+        if last_key is not None:
+            self.pending_last = <bytes>last_key
+            self.last_key = last_key
         self.num_entries += n
         self.raw_key_size += raw_key_size
         self.raw_value_size += raw_value_size
-        if self.hasher is not None:
-            self.hash_block(records)
-        self.block_boundary()
         return 1
 
     # -- finishing ----------------------------------------------------------------------------------

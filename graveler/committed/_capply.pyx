@@ -19,7 +19,10 @@ order:
 
 Blocks are read uncached (a rewrite streams through a range once) with one
 block of look-ahead, which tells whether Pebble would close the block before
-the next record. Table bytes are the sstable layer's: blocks, records, carrying
+the next record. Once a block is carried, the blocks after it up to the one
+before the next change goes in one run (``RangeBlocks.carry_run``): each is
+decompressed into a scratch buffer, checked to be carried as ``carry`` would,
+and its records hashed from there, with no Python object per block or record. Table bytes are the sstable layer's: blocks, records, carrying
 and resuming go through its kernel API (``graveler/sstable/_crange.pxd``).
 """
 
@@ -77,7 +80,7 @@ cdef class RangeApply:
     cdef uint64_t ragg
     cdef list ckeys, craws
     cdef Py_ssize_t ci, nch
-    cdef readonly Py_ssize_t added, removed, changed, written, blocks_carried, blocks_rewritten
+    cdef readonly Py_ssize_t added, removed, changed, written, blocks_carried, blocks_rewritten, blocks_in_runs
     cdef object last_written
     cdef list checkpoints
     cdef bytes cp_raw
@@ -276,6 +279,7 @@ cdef class RangeApply:
             self.written += entries
             self.last_written = self.b.last_key
             self.blocks_carried += m
+            self.blocks_in_runs += m
         return m
 
     cdef Py_ssize_t resume(self) except -1:

@@ -28,6 +28,7 @@ class ApplyStats:
     ranges_reused: int = 0
     blocks_carried: int = 0  # unchanged blocks of touched ranges copied verbatim (compiled apply)
     blocks_resumed: int = 0  # unchanged blocks before a change skipped through a checkpoint (compiled apply)
+    blocks_in_runs: int = 0  # of blocks_carried, those carried in runs between changes (compiled apply)
 
     @property
     def changes(self) -> int:

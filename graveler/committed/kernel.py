@@ -114,6 +114,7 @@ if not native.PURE_PYTHON:
             self.kernel_done(ra.last_key, ra.written, ra.blocks_carried)
             stats.blocks_carried += ra.blocks_carried
             stats.blocks_resumed += ra.resumed_at
+            stats.blocks_in_runs += ra.blocks_in_runs
             stats.added += ra.added
             stats.removed += ra.removed
             stats.changed += ra.changed

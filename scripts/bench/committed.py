@@ -4,7 +4,10 @@
 Builds an N-entry commit (default 1,000,000 entries with ~100-byte deep-path keys)
 in a local storage namespace behind the on-disk cache, then measures build rate,
 cold and warm random gets, full scans, a 1-key apply (against the same on a
-10,000-entry commit), a 10-key diff, and the hourly-ingest pattern.  The same
+10,000-entry commit), a 10-key diff, a merge of 1,000 changes per side spread over
+the keys, and the hourly-ingest pattern; the apply, the merge and the first get ever
+beside their same-run floors (writing and fsyncing the files, SHA-256 of what the
+table IDs hash).  The same
 random gets and scan run through RocksDB itself (rocksdict) over the same records,
 in the same process, as the native anchor; the table shows ours / RocksDB's.
 
@@ -30,7 +33,7 @@ from graveler import native  # noqa: E402
 from graveler.cache import CheckMemo, ImmutableCache  # noqa: E402
 from graveler.committed.manager import CommittedManager, StoreSource, verify_table  # noqa: E402
 from graveler.committed.writer import RangeParams  # noqa: E402
-from graveler.model import Entry, encode_records, encode_value, py_encode_records  # noqa: E402
+from graveler.model import Entry, MergeStrategy, encode_records, encode_value, py_encode_records  # noqa: E402
 from graveler.objstore import open_store  # noqa: E402
 from graveler.sstable.reader import BlockCache  # noqa: E402
 
@@ -81,13 +84,15 @@ class Namespace:
         self.memo_dir = os.path.join(root, "table-memo")  # what a home keeps (<home>/table-memo)
         self.fresh()
 
-    def fresh(self, forget: bool = False) -> CommittedManager:
+    def fresh(self, forget: bool = False, keep_empty: bool = False) -> CommittedManager:
         """A manager as a new process gets it: empty caches (disk tier, open tables, decoded blocks) and a
-        new handle on the home's table memo (``forget``: an empty memo too, as for tables never seen)."""
+        new handle on the home's table memo (``forget``: an empty memo too, as for tables never seen;
+        ``keep_empty``: the empty memo made by the last ``forget``, as it is)."""
         memo_dir = self.memo_dir
         if forget:  # a memo of its own, empty (the home's keeps what it knows, checkpoints included)
             memo_dir = os.path.join(self.root, "table-memo-empty")
-            shutil.rmtree(memo_dir, ignore_errors=True)
+            if not keep_empty:
+                shutil.rmtree(memo_dir, ignore_errors=True)
         memo = CheckMemo(memo_dir)
         if self.disk_cache:
             cache_dir = os.path.join(self.root, "cache")
@@ -97,6 +102,13 @@ class Namespace:
             source = StoreSource(self.store)
         self.mgr = CommittedManager(source, self.params, block_cache=BlockCache(1 << 30), memo=memo)
         return self.mgr
+
+
+def id_input_bytes(props) -> int:
+    """About how many bytes a table's ID hashes (``len(key) key | len(value) value |`` per record), from its
+    properties: the raw key and value sizes (the 8-byte trailer of each stored key, which the ID input does
+    not have, stands for the decimal lengths and separators it has)."""
+    return int(props["rocksdb.raw.key.size"]) + int(props["rocksdb.raw.value.size"])
 
 
 def timed(fn, *a, **kw):
@@ -189,17 +201,25 @@ def main() -> int:
             f"first get {first_s * 1000:.1f} ms (median of {len(firsts)})")
         # The same first get when the home has never seen the tables: the metarange and the range are checked
         # against their IDs first (every record read and hashed: what the table memo saves every later process).
+        # (The memo's directory exists beforehand, as a home's does: the get opens it as a new process would.)
+        # Beside it, the same run's floor: SHA-256 (hashlib) over as many bytes as the range's ID hashes.
         unchecked = []
         for rep in range(max(args.repeat, 3)):
-            m = ns.fresh(forget=True)
+            ns.fresh(forget=True).reader.memo._db  # an empty memo, made
+            m = ns.fresh(forget=True, keep_empty=True)
             k = keys[rnd.randrange(n)]
-            size = next(r.estimated_size for r in ranges if r.max_key >= k)
+            info = next(r for r in ranges if r.max_key >= k)
             _, s = timed(m.get, mr, k)
-            unchecked.append((s, size))
-        s_med = med([s for s, _ in unchecked])
-        mb = sum(size for _, size in unchecked) / len(unchecked) / 1e6
+            props = m.reader.open(info.id).properties
+            id_bytes = id_input_bytes(props)
+            unchecked.append((s, info.estimated_size, hash_floor(id_bytes), id_bytes))
+        s_med = med([x[0] for x in unchecked])
+        mb = sum(x[1] for x in unchecked) / len(unchecked) / 1e6
         row("get, first ever (tables checked against their IDs)", f"{s_med * 1000:.0f} ms for a range of {mb:.1f} MB "
-            f"on average (median of {len(unchecked)}); later processes: the first get above")
+            f"on average (median of {len(unchecked)}); later processes: the first get above",
+            f"| same run: SHA-256 over the {med([x[3] for x in unchecked]) / 1e6:.0f} MB its ID hashes "
+            f"{med([x[2] for x in unchecked]) * 1000:.0f} ms; get/that, median of the per-get ratios = "
+            f"{med([x[0] / x[2] for x in unchecked]):.2f}")
         m = ns.fresh()
         _ = sum(1 for _ in m.iterator(mr))  # warm every block
         warm = []
@@ -264,6 +284,11 @@ def main() -> int:
 
         m.source.put = timed_put
         reps = max(args.repeat, 7)
+        # Each apply's floors are measured right after it (under the same load): writing, fsyncing and keeping
+        # a new file of its range's size (kept, as the apply's range file is: both grow the page cache), and
+        # SHA-256 over the record bytes it re-hashed; from bytes made beforehand (no memory churned between).
+        pool = os.urandom(64 << 20)
+        kept: list[str] = []
         for rep in range(reps):
             k = keys[rnd.randrange(n)]
             stores.append(0.0)
@@ -274,12 +299,14 @@ def main() -> int:
             skipped.append(stats.blocks_resumed / max(1, stats.blocks_resumed + stats.blocks_carried))
             # the record bytes the range ID had to be hashed over again: those after the skipped blocks
             props = m.reader.open(info.id).properties
-            raw = int(props["rocksdb.raw.key.size"]) + int(props["rocksdb.raw.value.size"])
-            rehashed.append(int(raw * (1 - skipped[-1])))
-        # the floors after the applies (their buffers would otherwise churn memory between them)
-        for size, nbytes in zip(sizes, rehashed):
-            floors.append(write_floor(root, size))
-            hashes.append(hash_floor(nbytes))
+            rehashed.append(int(id_input_bytes(props) * (1 - skipped[-1])))
+            floors.append(write_floor(root, sizes[-1], keep=kept, pool=pool))
+            hashes.append(hash_floor(rehashed[-1], pool=pool))
+        # the write floor as measured before: each file removed at once (the next one reuses its page cache)
+        recycled = [write_floor(root, size, pool=pool) for size in sizes]
+        for path in kept:
+            os.unlink(path)
+        del pool
         m.source.put = store_put
         small_n = 10_000
         small_recs = list(records(max(1, n // small_n)))[:small_n]
@@ -296,10 +323,14 @@ def main() -> int:
             f"({min(stores) * 1000:.0f}-{max(stores) * 1000:.0f}), the rest (read, merge, encode, hash): median "
             f"{med([t - p for t, p in zip(big_times, stores)]) * 1000:.0f} ms "
             f"| the touched range: median {med(sizes) / 1e6:.1f} MB, {med(skipped) * 100:.0f}% of its blocks skipped "
-            f"through a checkpoint; same run: writing+fsyncing a new file of its size {med(floors) * 1000:.0f} ms, "
+            f"through a checkpoint; same run, right after each apply: writing+fsyncing a new file of its size, "
+            f"kept {med(floors) * 1000:.0f} ms ({min(floors) * 1000:.0f}-{max(floors) * 1000:.0f}), "
             f"SHA-256 over the record bytes after the skipped blocks {med(hashes) * 1000:.0f} ms; "
             f"apply/(both), median of the per-apply ratios = "
-            f"{med([t / (f + h) for t, f, h in zip(big_times, floors, hashes)]):.1f}")
+            f"{med([t / (f + h) for t, f, h in zip(big_times, floors, hashes)]):.2f} "
+            f"| (the write floor with each file removed at once, reusing the page cache the last one freed: "
+            f"{med(recycled) * 1000:.0f} ms; apply/(that + SHA-256) = "
+            f"{med([t / (f + h) for t, f, h in zip(big_times, recycled, hashes)]):.2f})")
 
         # -- diff of two commits differing in 10 keys
         changed = sorted(rnd.sample(keys, 10))
@@ -314,6 +345,40 @@ def main() -> int:
             d_reads.append(m.tables_read - r0)
         row("diff, 10 keys apart", f"{med(d_times) * 1000:.0f} ms, files read {med(d_reads):.0f} "
             f"(2 metaranges + differing ranges) of {2 + 2 * len(ranges)} (cold caches)")
+
+        # -- merge of 1,000 changes on each side spread over the keys (every range touched on both sides), in the
+        # process that made both sides (warm caches); source wins where both changed a key. Beside it, the same
+        # run's floors: writing+fsyncing (and keeping) new files of the sizes it wrote, and SHA-256 over the
+        # record bytes of the ranges it wrote.
+        m = ns.fresh()
+        pool = os.urandom(64 << 20)
+        kept = []
+        mtimes, mfloors, mhashes, mfiles, mbytes = [], [], [], [], []
+        for rep in range(args.repeat):
+            sides = []
+            for mul, add, version in ((997, rep, 40 + rep), (991, 5 + rep, 50 + rep)):
+                picks = sorted({keys[(i * mul + add) % n] for i in range(1000)})
+                sides.append(m.apply(mr, [(k, make_value(1, version)) for k in picks])[0])
+            left, right = sides
+            dest_ids = {r.id for r in m.list_ranges(right)}
+            (merged, mstats), s = timed(m.merge, mr, left, right, MergeStrategy.SOURCE_WINS)
+            mtimes.append(s)
+            new_ranges = [r for r in m.list_ranges(merged) if r.id not in dest_ids]
+            files = [r.estimated_size - 8 for r in new_ranges] + [m.reader.open(merged).size]
+            mfiles.append(len(files))
+            mbytes.append(sum(files))
+            mfloors.append(write_floor(root, files, keep=kept, pool=pool))
+            mhashes.append(sum(hash_floor(id_input_bytes(m.reader.open(r.id).properties), pool=pool)
+                               for r in new_ranges))
+        for path in kept:
+            os.unlink(path)
+        del pool
+        row("merge, 1,000 changes per side spread", f"{med(mtimes) * 1000:.0f} ms (median of {len(mtimes)}; "
+            f"{min(mtimes) * 1000:.0f}-{max(mtimes) * 1000:.0f}); wrote {med(mfiles):.0f} files, "
+            f"{med(mbytes) / 1e6:.1f} MB ({len(ranges)} ranges in the tree)",
+            f"| same run: writing+fsyncing new files of those sizes, kept {med(mfloors) * 1000:.0f} ms, SHA-256 "
+            f"over the records of the ranges written {med(mhashes) * 1000:.0f} ms; merge/(both), median of the "
+            f"per-merge ratios = {med([t / (f + h) for t, f, h in zip(mtimes, mfloors, mhashes)]):.2f}")
 
         # -- hourly ingest: a commit an hour over the base
         m = ns.fresh()

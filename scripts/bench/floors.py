@@ -6,14 +6,28 @@ import os
 import time
 
 
-def write_floor(root: str, sizes) -> float:
+_floor_files = 0
+
+
+def write_floor(root: str, sizes, keep: list[str] | None = None, pool: bytes | None = None) -> float:
     """Seconds to write and fsync new files of the given sizes (each file, then the directory once): what
     writing that many new range/metarange files costs on this disk, the floor under any commit, apply or
-    merge that writes them. ``sizes`` is one size or a list of sizes."""
+    merge that writes them. ``sizes`` is one size or a list of sizes.
+
+    ``keep``: the files stay (their paths are added to it; the caller removes them), as the files an
+    operation writes do, so the floor's page cache grows as the operation's does; otherwise they are
+    removed at once and the next floor writes into the page cache they freed. ``pool``: random bytes to
+    write slices of (made beforehand, so that no memory is allocated and freed around what is measured)."""
+    global _floor_files
     if isinstance(sizes, int):
         sizes = [sizes]
-    blobs = [os.urandom(size) for size in sizes]
-    paths = [os.path.join(root, f"floor-{i}.tmp") for i in range(len(blobs))]
+    if pool is not None and max(sizes, default=0) <= len(pool):
+        view = memoryview(pool)
+        blobs = [view[:size] for size in sizes]
+    else:
+        blobs = [os.urandom(size) for size in sizes]
+    paths = [os.path.join(root, f"floor-{_floor_files + i}.tmp") for i in range(len(blobs))]
+    _floor_files += len(blobs)
     t = time.perf_counter()
     for path, data in zip(paths, blobs):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -26,8 +40,11 @@ def write_floor(root: str, sizes) -> float:
     os.fsync(dfd)
     os.close(dfd)
     s = time.perf_counter() - t
-    for path in paths:
-        os.unlink(path)
+    if keep is not None:
+        keep.extend(paths)
+    else:
+        for path in paths:
+            os.unlink(path)
     return s
 
 
@@ -44,12 +61,12 @@ def tree_files(root: str) -> dict[str, int]:
     return out
 
 
-def hash_floor(nbytes: int) -> float:
+def hash_floor(nbytes: int, pool: bytes | None = None) -> float:
     """Seconds for one SHA-256 (hashlib: OpenSSL, SHA-NI where the CPU has it) over ``nbytes``: the floor
-    under re-hashing that many bytes of records into a range ID."""
+    under re-hashing that many bytes of records into a range ID (``pool``: as for ``write_floor``)."""
     import hashlib
 
-    data = os.urandom(nbytes)
+    data = memoryview(pool)[:nbytes] if pool is not None and nbytes <= len(pool) else os.urandom(nbytes)
     t = time.perf_counter()
     hashlib.sha256(data).digest()
     return time.perf_counter() - t

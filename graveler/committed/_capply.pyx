@@ -76,6 +76,7 @@ cdef class RangeApply:
     cdef object w                 # the MetaRangeWriter
     cdef TableBuilder b           # the table being written (None between a range break and the next record)
     cdef RangeBlocks src
+    cdef Py_ssize_t src_size
     cdef Py_ssize_t min_size, max_size
     cdef uint64_t ragg
     cdef list ckeys, craws
@@ -95,6 +96,7 @@ cdef class RangeApply:
         self.resumed_at = 0
         self.w = w
         self.src = RangeBlocks(table)
+        self.src_size = table.size
         self.ckeys = ckeys
         self.craws = craws
         self.ci = 0
@@ -116,6 +118,8 @@ cdef class RangeApply:
     cdef TableBuilder builder(self):
         if self.b is None:
             self.b = <TableBuilder?>self.w.open_table()
+            # room for a file the source range's size at once (not grown by doubling, copied each time)
+            self.b.reserve(self.src_size + 65536)
         return self.b
 
     cdef int after_record(self, bytes key, bint hashed_break) except -1:

@@ -29,6 +29,7 @@ class ApplyStats:
     blocks_carried: int = 0  # unchanged blocks of touched ranges copied verbatim (compiled apply)
     blocks_resumed: int = 0  # unchanged blocks before a change skipped through a checkpoint (compiled apply)
     blocks_in_runs: int = 0  # of blocks_carried, those carried in runs between changes (compiled apply)
+    blocks_rewritten: int = 0  # blocks of touched ranges written record by record (compiled apply)
 
     @property
     def changes(self) -> int:

@@ -115,6 +115,7 @@ if not native.PURE_PYTHON:
             stats.blocks_carried += ra.blocks_carried
             stats.blocks_resumed += ra.resumed_at
             stats.blocks_in_runs += ra.blocks_in_runs
+            stats.blocks_rewritten += ra.blocks_rewritten
             stats.added += ra.added
             stats.removed += ra.removed
             stats.changed += ra.changed

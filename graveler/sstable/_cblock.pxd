@@ -102,6 +102,8 @@ cdef class TableCore:
     cdef Py_ssize_t nparts(self)
 
 
+# The masked CRC32C of a block's stored bytes and its compression type byte (its trailer's checksum).
+cdef uint32_t block_crc(const unsigned char* p, Py_ssize_t n, unsigned char ctype)
 cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_keys)
 cdef int hash_block_records(Sha256 h, Block blk, unsigned char* kb) except -1
 cdef int scan_raw_block(const unsigned char* d, Py_ssize_t n, RawBlockInfo* info) noexcept nogil

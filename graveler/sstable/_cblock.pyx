@@ -629,7 +629,7 @@ def _bind_crc32c():
 CRC32C_LIBRARY = _bind_crc32c()
 
 
-cdef inline uint32_t block_crc(const unsigned char* p, Py_ssize_t n, unsigned char ctype):
+cdef uint32_t block_crc(const unsigned char* p, Py_ssize_t n, unsigned char ctype):
     """The masked CRC32C of a block's stored bytes and its compression type byte (its trailer's checksum)."""
     cdef uint32_t c
     if _crc_fn != NULL:

@@ -3,7 +3,7 @@
 from libc.stdint cimport uint64_t
 
 from graveler.sstable._csha256 cimport Sha256
-from graveler.sstable._cblock cimport Block, BlockBuilder, RawBlockInfo, TableCore
+from graveler.sstable._cblock cimport Block, BlockBuilder, RawBlockInfo, Scratch, TableCore
 
 
 cdef class TableBuilder:
@@ -24,6 +24,7 @@ cdef class TableBuilder:
     cdef Sha256 hasher
     cdef bytearray checkpoints
     cdef bint finished
+    cdef Scratch cscratch     # what blocks are compressed into
 
     cdef void release_out(self) noexcept
 

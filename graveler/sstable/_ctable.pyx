@@ -27,8 +27,8 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes
 
 from graveler.sstable._csha256 cimport Sha256
 from graveler._cbytes cimport cmp_keys, dec_len, fnv1a64, le32, put_dec, put_uvarint
-from graveler.sstable._cblock cimport (Block, BlockBuilder, Ent, RawBlockInfo, TableCore, hash_block_records, index_key,
-                                      should_flush_c, stage_raw_block, with_trailer)
+from graveler.sstable._cblock cimport (Block, BlockBuilder, Ent, RawBlockInfo, Scratch, TableCore, block_crc,
+                                      hash_block_records, index_key, should_flush_c, stage_raw_block, with_trailer)
 
 import struct
 
@@ -43,6 +43,7 @@ from graveler.sstable.writer import _index_key, pebble_properties, successor
 cdef object _crc32c = google_crc32c.value
 cdef object _crc32c_extend = google_crc32c.extend
 cdef object _compress = cramjam.snappy.compress_raw
+cdef object _compress_into = cramjam.snappy.compress_raw_into
 cdef bytes SET_TRAILER_B = b"\x01\x00\x00\x00\x00\x00\x00\x00"
 cdef list _CTYPE_BYTES = [bytes((i,)) for i in range(256)]
 
@@ -156,27 +157,33 @@ cdef class TableBuilder:
         return 0
 
     cdef int write_block(self, bytes contents, bint compress, uint64_t* off, uint64_t* size) except -1:
-        """Compress as Pebble does (Snappy only if it saves at least 1/8), append with its trailer."""
-        cdef bytes body = contents
+        """Compress as Pebble does (Snappy only if it saves at least 1/8), append with its trailer.
+        (Compressed into a scratch buffer of the builder's; the checksum through google-crc32c's C entry.)"""
+        cdef const unsigned char* body = <const unsigned char*>PyBytes_AS_STRING(contents)
         cdef unsigned char ctype = 0
         cdef unsigned char trailer[5]
         cdef uint32_t crc
-        cdef Py_ssize_t n = PyBytes_GET_SIZE(contents)
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(contents), blen = n, clen
+        cdef unsigned char* cbuf
         if compress:
-            comp = bytes(_compress(contents))
-            if PyBytes_GET_SIZE(comp) < n - n // 8:
-                body = <bytes>comp
+            if self.cscratch is None:
+                self.cscratch = Scratch()
+            cbuf = self.cscratch.ensure(32 + n + n // 6 + 64)
+            clen = _compress_into(contents, self.cscratch.view)
+            if clen < n - n // 8:
+                body = cbuf
+                blen = clen
                 ctype = 1
-        crc = mask_crc(_crc32c_extend(_crc32c(body), _CTYPE_BYTES[ctype]))
+        crc = block_crc(body, blen, ctype)
         off[0] = <uint64_t>self.out_len
-        size[0] = <uint64_t>PyBytes_GET_SIZE(body)
+        size[0] = <uint64_t>blen
         trailer[0] = ctype
         trailer[1] = crc & 0xFF
         trailer[2] = (crc >> 8) & 0xFF
         trailer[3] = (crc >> 16) & 0xFF
         trailer[4] = (crc >> 24) & 0xFF
-        self.reserve(PyBytes_GET_SIZE(body) + 5)
-        self.append(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+        self.reserve(blen + 5)
+        self.append(body, blen)
         self.append(trailer, 5)
         return 0
 

@@ -9,6 +9,10 @@ import threading
 
 from cpython.dict cimport PyDict_GetItemWithError
 
+# the insert lock's acquire and release, bound once (``with lock`` looks both up on every put)
+cdef object lock_acquire = type(threading.Lock()).acquire
+cdef object lock_release = type(threading.Lock()).release
+
 cdef class LRU:
     """graveler.lru.LRU compiled: the same behaviour, a hit costs one C call (block, table and metarange lookups)."""
 
@@ -54,11 +58,16 @@ cdef class LRU:
 
     def put(self, key, value):
         """Insert or replace ``key``, then evict the least recently used past the budget."""
-        with self._lock:
-            old = self._d.pop(key, None)
-            if old is not None:
-                self._bytes -= self._weight(old)
-            self._insert(key, value)
+        cdef object lock = self._lock
+        lock_acquire(lock)
+        try:
+            if PyDict_GetItemWithError(self._d, key) != NULL:  # (a replacement: rare)
+                old = self._d.pop(key, None)
+                if old is not None:
+                    self._bytes -= self._weight(old)
+            self.insert(key, value)
+        finally:
+            lock_release(lock)
 
     def setdefault(self, key, value):
         """The value already cached under ``key`` if any (another thread won the race), else ``value``, now cached."""
@@ -66,16 +75,17 @@ cdef class LRU:
             old = self._d.get(key)
             if old is not None:
                 return old
-            self._insert(key, value)
+            self.insert(key, value)
             return value
 
-    def _insert(self, key, value):
+    cdef int insert(self, key, value) except -1:
         d = self._d
-        d[key] = value
+        d[key] = value  # (OrderedDict's own item assignment: it keeps the order)
         self._bytes += self._weight(value)
         while self._bytes > self.max_bytes and len(d) > 1:
             _, ev = d.popitem(last=False)
             self._bytes -= self._weight(ev)
+        return 0
 
     def clear(self):
         with self._lock:

@@ -38,6 +38,12 @@ class TableSource(Protocol):
     def put(self, key: str, data: bytes) -> None: ...
 
 
+# Tables at least this large are memory-mapped from a local store rather than read into memory: a read copies
+# the file into fresh memory (a page fault per 4 KiB of it) each time a process opens it; a mapping shares the
+# page cache's pages, faulted in 64 KiB at a time. (The store's own default, for any object, is 4 MiB.)
+TABLE_MAP_MIN_BYTES = 256 << 10
+
+
 class StoreSource:
     """Tables straight from an object store, uncached (a local namespace, tests, one-shot tools)."""
 
@@ -49,8 +55,10 @@ class StoreSource:
         return self.store.get_mapped(key)
 
     def get_immutable(self, key: str):
-        """``get``'s buffer and the fingerprint of the local file it came from (None if not one)."""
-        return self.store.get_immutable(key)
+        """``get``'s buffer and the fingerprint of the local file it came from (None if not one). A table of
+        ``TABLE_MAP_MIN_BYTES`` or more is mapped (its pages read in place from the page cache as they are
+        used), a smaller one read whole."""
+        return self.store.get_immutable(key, TABLE_MAP_MIN_BYTES)
 
     def put(self, key: str, data: bytes) -> None:
         self.store.put_immutable(key, data)

@@ -191,13 +191,18 @@ class MetaRangeWriter:
                 buf = []
         self.write_batch(buf)
 
-    def close_range(self) -> None:
+    def close_range(self, inline: bool = False) -> None:
+        """Finish the range being written and store it (``inline``: on this thread, as ``close`` stores the
+        last one: it would only wait for the helper thread to do it)."""
         cur = self._current
         if cur is None:
             return
         self._current = None
         table_id, data, info = cur.finish()
-        self._store(table_key(table_id), data)
+        if inline:
+            self._put(table_key(table_id), data)
+        else:
+            self._store(table_key(table_id), data)
         if self._on_checkpoints is not None:
             blob = self._checkpoints_of(cur, data)
             if blob is not None:
@@ -242,8 +247,10 @@ class MetaRangeWriter:
 
     def close(self) -> str:
         """Close the last range, write the metarange; returns its ID."""
-        self.close_range()
-        self._drain()
+        try:
+            self.close_range(inline=True)  # (alongside the helper's puts still running)
+        finally:
+            self._drain()
         mr = TableWriter(METARANGES_TYPE, self.metadata, self.table_builder)
         for info in self.ranges:
             mr.add(info.max_key, encode_value(info.to_value()))

@@ -47,6 +47,8 @@ class FsConfig:
     # a directory's nlink is 2 + its subdirectories when its listing has at most this many names
     # (a listing read of up to that many per count: ~3 us a name); a larger one shows 1, Linux's "not counted"
     nlink_scan: int = 256
+    # names of immutable directories held in memory, whole, so that lookups need no thread (dircache)
+    dir_cache_names: int = 100_000
 
 
 @dataclass(slots=True)

@@ -165,8 +165,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary("lookup")
     async def lookup(self, parent_inode, name, ctx=None):
-        log.debug("lookup %d %r", parent_inode, name)
-        return _entry(await self._meta(self.fs.lookup, parent_inode, bytes(name)))
+        attr = self.fs.lookup_fast(parent_inode, name)  # a file of an immutable directory held in memory
+        if attr is None:
+            attr = await self._meta(self.fs.lookup, parent_inode, bytes(name))
+        return _entry(attr)
 
     async def forget(self, inode_list):
         try:  # must not raise
@@ -239,7 +241,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary("open")
     async def open(self, inode, flags, ctx):
-        o = await self._meta(self.fs.open, inode, flags, self.passthrough)
+        # a committed local file the kernel will read itself, opened from the dentry cache: no thread
+        o = self.fs.open_fast(inode, flags, True) if self.passthrough else None
+        if o is None:
+            o = await self._meta(self.fs.open, inode, flags, self.passthrough)
         fi = pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io)
         if o.backing_fd >= 0 and self.passthrough and self._passthrough_open(ctx, fi, o.backing_fd):
             self.stats.add("opens_passthrough")

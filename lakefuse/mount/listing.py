@@ -140,6 +140,23 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     h.done = done
     if not h.buf and not done:  # nothing visible in what was read: keep going later
         h.done = False
+    if done and start == 0 and tree.immutable:  # the whole directory, read in one go: lookups answer from it
+        fs.dircache.put(tree.key, path, entries)
+
+
+def whole(fs, node: Node) -> dict[bytes, DirEntry] | None:
+    """The whole listing of ``node``, a directory of an immutable tree, as
+    :class:`lakefuse.mount.dircache.DirCache` holds it (read now when it is not held
+    yet), or None when it has more than ``FsConfig.readdir_page`` names (blocking)."""
+    tree: Tree = node.tree
+    names = fs.dircache.get(tree.key, node.path)
+    if names is not None:
+        return names
+    limit = fs.config.readdir_page
+    page = tree.view.list_page(paths.dir_prefix(node.path), b"", limit)
+    if len(page) >= limit:
+        return None
+    return fs.dircache.put(tree.key, node.path, _page_entries(fs, tree, node, page, True, 0) if page else [])
 
 
 def _page_entries(fs, tree: "Tree", node: Node, page, complete: bool, stamp: int) -> list[DirEntry]:

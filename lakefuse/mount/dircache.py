@@ -1,0 +1,73 @@
+"""Whole listings of immutable directories, kept in memory: lookups answered without a thread.
+
+A directory of a commit, tag or ref expression never changes, so once its listing is
+read whole (a readdir that read it in one page, or a lookup that read it to answer
+the next ones) every name in it -- and every name not in it -- is known. The FUSE
+adapter then answers a ``lookup`` of a file there on the trio thread, from memory,
+without a thread hop or a KV read (``lookups_memory`` in ``.lakefuse/stats``); a
+name the listing does not have is a negative entry at once. Branch trees are never
+cached here: their listings change.
+
+Bounded: directories of at most ``FsConfig.readdir_page`` names, and
+``FsConfig.dir_cache_names`` names in all (the least recently used directories go
+first).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Hashable
+
+from lakefuse.mount.attrs import DirEntry
+
+
+class DirCache:
+    """(tree key, directory path) -> {name: DirEntry} of immutable directories (LRU)."""
+
+    def __init__(self, max_names: int):
+        self.max_names = max_names
+        self._dirs: OrderedDict[tuple[Hashable, bytes], dict[bytes, DirEntry]] = OrderedDict()
+        self._names = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._dirs)
+
+    @property
+    def names(self) -> int:
+        return self._names
+
+    def get(self, tree_key: Hashable, path: bytes) -> dict[bytes, DirEntry] | None:
+        """The whole listing of the directory (name -> entry), or None when not held.
+        Never blocks (a dict look-up; the recency update under a lock held for no I/O)."""
+        key = (tree_key, path)
+        names = self._dirs.get(key)
+        if names is not None:
+            with self._lock:
+                if key in self._dirs:
+                    self._dirs.move_to_end(key)
+        return names
+
+    def put(self, tree_key: Hashable, path: bytes, entries: list[DirEntry]) -> dict[bytes, DirEntry]:
+        """Hold ``entries``, the whole visible listing of an immutable directory."""
+        names = {e.name: e for e in entries}
+        if len(names) > self.max_names:
+            return names
+        key = (tree_key, path)
+        with self._lock:
+            old = self._dirs.pop(key, None)
+            if old is not None:
+                self._names -= len(old)
+            self._dirs[key] = names
+            self._names += len(names)
+            while self._names > self.max_names and self._dirs:
+                _, gone = self._dirs.popitem(last=False)
+                self._names -= len(gone)
+        return names
+
+    def drop_tree(self, tree_key: Hashable) -> None:
+        """Forget every directory of one tree (the tree is no longer shown)."""
+        with self._lock:
+            for key in [k for k in self._dirs if k[0] == tree_key]:
+                self._names -= len(self._dirs.pop(key))

@@ -30,6 +30,7 @@ class DirCache:
         self._dirs: OrderedDict[tuple[Hashable, bytes], dict[bytes, DirEntry]] = OrderedDict()
         self._names = 0
         self._lock = threading.Lock()
+        self._misses: dict[tuple[Hashable, bytes], int] = {}  # lookups that read the KV there; -1: too big
 
     def __len__(self) -> int:
         return len(self._dirs)
@@ -49,6 +50,24 @@ class DirCache:
                     self._dirs.move_to_end(key)
         return names
 
+    def wants_whole(self, tree_key: Hashable, path: bytes) -> bool:
+        """Whether a lookup in the directory that is about to read the KV should read the
+        whole listing instead: at the second such lookup (a lone lookup reads one key, many
+        read the listing once), never for a directory known to be too big."""
+        key = (tree_key, path)
+        with self._lock:
+            n = self._misses.get(key, 0)
+            if n == 0:
+                if len(self._misses) >= 10_000:
+                    self._misses.clear()
+                self._misses[key] = 1
+            return n > 0
+
+    def too_big(self, tree_key: Hashable, path: bytes) -> None:
+        """The directory has more names than are held: lookups there read the KV."""
+        with self._lock:
+            self._misses[(tree_key, path)] = -1
+
     def put(self, tree_key: Hashable, path: bytes, entries: list[DirEntry]) -> dict[bytes, DirEntry]:
         """Hold ``entries``, the whole visible listing of an immutable directory."""
         names = {e.name: e for e in entries}
@@ -56,6 +75,7 @@ class DirCache:
             return names
         key = (tree_key, path)
         with self._lock:
+            self._misses.pop(key, None)
             old = self._dirs.pop(key, None)
             if old is not None:
                 self._names -= len(old)

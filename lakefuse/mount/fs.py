@@ -107,7 +107,6 @@ class Filesystem:
         self.inodes.on_drop = self._dropped
         self.inodes.on_new = self._made
         self.dircache = DirCache(self.config.dir_cache_names)
-        self._dir_misses: dict[tuple, int] = {}  # immutable directory -> lookups that read the KV there
         self.started_ns = time.time_ns()
         self._trees: dict[tuple, Tree] = {}
         self._trees_lock = threading.Lock()
@@ -289,23 +288,12 @@ class Filesystem:
         raise FsError(errno.ENOENT, "", neg)
 
     def _read_whole(self, parent: Node) -> bool:
-        """Whether the immutable directory ``parent``'s whole listing is in memory: read at the
-        second lookup there that needed the KV (a lone lookup reads one key, many read it once),
-        unless it has more than ``readdir_page`` names (blocking)."""
+        """Whether the immutable directory ``parent``'s whole listing is in memory, read now
+        if :meth:`DirCache.wants_whole` says so (blocking)."""
         key = (parent.tree.key, parent.path)
         if self.dircache.get(*key) is not None:
             return True
-        n = self._dir_misses.get(key, 0)
-        if n < 0:
-            return False  # too big to hold
-        if n < 1:
-            if len(self._dir_misses) >= 10_000:
-                self._dir_misses.clear()
-            self._dir_misses[key] = n + 1
-            return False
-        held = listing.whole(self, parent) is not None
-        self._dir_misses[key] = 0 if held else -1
-        return held
+        return self.dircache.wants_whole(*key) and listing.whole(self, parent) is not None
 
     def _relookup(self, node: Node) -> Attr:
         attr = self.getattr(node.ino)
@@ -471,6 +459,19 @@ class Filesystem:
     def readdir_fill(self, fh: int, offset: int) -> None:
         """Read the entries from ``offset`` on (blocking)."""
         listing.fill(self, self._handle(fh), offset)
+
+    def readdir_wants_ahead(self, fh: int, offset: int, n: int) -> bool:
+        """Whether to read the next page now (:meth:`readdir_ahead`): a readdir just handed
+        out ``n`` entries up to ``offset`` and the next would run out. Never blocks."""
+        h = self._handles.get(fh)
+        return isinstance(h, listing.DirHandle) and listing.wants_ahead(h, offset, n)
+
+    def readdir_ahead(self, fh: int, keep_from: int) -> None:
+        """Read the next page of the open directory, keeping its entries from ``keep_from``
+        on (blocking; :func:`lakefuse.mount.listing.fill_ahead`)."""
+        h = self._handles.get(fh)
+        if isinstance(h, listing.DirHandle):
+            listing.fill_ahead(self, h, keep_from)
 
     def readdir_dots(self, fh: int) -> list[tuple[bytes, Attr]]:
         """``.`` and ``..`` (name, attributes) of the open directory: the readdir offsets

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import stat
 import threading
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from graveler import paths
@@ -103,6 +104,32 @@ def fill(fs, h: DirHandle, offset: int) -> None:
             _fill_tree_dir(fs, h, offset)
 
 
+def wants_ahead(h: DirHandle, offset: int, n: int) -> bool:
+    """Whether a readdir that just handed out ``n`` entries, up to ``offset``, should read
+    the next page now (:func:`fill_ahead`): the next request would likely run out of what
+    ``h`` holds. Never blocks."""
+    if h.entries is not None or h.done or h.node.kind != Kind.DIR:
+        return False
+    return h.buf_start <= offset and h.buf_start + len(h.buf) - offset < n
+
+
+def fill_ahead(fs, h: DirHandle, keep_from: int) -> None:
+    """Read the page after what ``h`` holds, keeping what it holds from offset ``keep_from``
+    on (blocking): the FUSE adapter runs it while the kernel takes in its last reply, so the
+    next readdir finds its entries read. Nothing to do when a seek or a rename moved
+    ``h`` meanwhile (that readdir then reads what it needs itself)."""
+    node = h.node
+    with (nullcontext() if node.tree.immutable else fs.tree_lock(node.tree).shared()), h.lock:
+        if (h.entries is not None or h.done or node.path != h.buf_path
+                or not h.buf_start <= keep_from <= h.buf_start + len(h.buf)
+                or h.next_off != h.buf_start + len(h.buf)):
+            return
+        keep = h.buf[keep_from - h.buf_start:]
+        _fill_tree_dir(fs, h, h.next_off)
+        h.buf = keep + h.buf
+        h.buf_start = keep_from
+
+
 def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     node = h.node
     tree: Tree = node.tree
@@ -155,47 +182,55 @@ def whole(fs, node: Node) -> dict[bytes, DirEntry] | None:
     limit = fs.config.readdir_page
     page = tree.view.list_page(paths.dir_prefix(node.path), b"", limit)
     if len(page) >= limit:
+        fs.dircache.too_big(tree.key, node.path)
         return None
     return fs.dircache.put(tree.key, node.path, _page_entries(fs, tree, node, page, True, 0) if page else [])
 
 
 def _page_entries(fs, tree: "Tree", node: Node, page, complete: bool, stamp: int) -> list[DirEntry]:
-    """Visible entries of one listing page, with the path rule applied."""
+    """Visible entries of one listing page, with the path rule applied (a listing's hot
+    path: one pass, names looked up once)."""
     prefixes = {it.path for it in page if it.value is None}
     last = page[-1].path
     out: list[DirEntry] = []
+    append = out.append
     plen = len(node.path) + 1 if node.path else 0
     rules = fs.rules
+    file_attr = rules.file_attr
+    name_problem = paths.name_problem
+    tkey = tree.key
     for it in page:
         key = it.path
-        if it.value is None:  # a common prefix: "<dir>/<name>/"
+        value = it.value
+        if value is None:  # a common prefix: "<dir>/<name>/"
             name = key[plen:-1]
-            why = paths.name_problem(name)
+            why = name_problem(name)
             if why is not None:
                 hidden(fs, tree, key, why)
                 continue
             path = key[:-1]
             marker = tree.view.get(key)  # the common prefix "d/" is also d's marker key
-            out.append(DirEntry(name, 0, fs.dir_key(tree, path), Kind.DIR, tree, path, None,
-                                rules.uncounted(rules.tree_dir_attr(tree, path, marker)), stamp))
+            append(DirEntry(name, 0, ("d", tkey, path), Kind.DIR, tree, path, None,
+                            rules.uncounted(rules.tree_dir_attr(tree, path, marker)), stamp))
             continue
         name = key[plen:]
-        why = paths.name_problem(name)
+        why = name_problem(name)
         if why is not None:
             if name:  # an empty name is the directory's own marker ("d/"), not a hidden key
                 hidden(fs, tree, key, why)
             continue
-        below = key + b"/"
-        if below in prefixes or (not complete and below > last and tree.view.stat(key).is_dir):
-            shadowed(fs, tree, key)
-            continue
+        if prefixes or not complete:
+            below = key + b"/"
+            if below in prefixes or (not complete and below > last and tree.view.stat(key).is_dir):
+                shadowed(fs, tree, key)
+                continue
         try:
-            attr = rules.file_attr(it.value, tree)
+            attr = file_attr(value, tree)
         except Exception as e:  # a damaged entry hides that one file, not the directory
             fs.log_once(logging.WARNING, ("bad", tree.key, key), "%s/%s: cannot show %r: %s",
                         fs.repo.name, tree.name, key.decode("utf-8", "replace"), e)
             continue
-        out.append(DirEntry(name, 0, fs.file_key(tree, key), Kind.FILE, tree, key, it.value, attr, stamp))
+        append(DirEntry(name, 0, ("f", tkey, key), Kind.FILE, tree, key, value, attr, stamp))
     return out
 
 

@@ -169,3 +169,20 @@ def test_a_mount_reads_a_tag_from_memory_and_passthrough(repo, tmp_path):
         assert (mp / "v1" / "d" / "f00").read_bytes() == FILES["d/f00"]
     finally:
         m.stop()
+
+
+@pytest.mark.parametrize("scan", [256, 3])
+def test_link_counts_of_listed_directories_come_from_memory_and_match(tmp_path, request, scan):
+    files = {"t/a/f": b"f", "t/b/deep/f": b"f", "t/c/f": b"f", "t/f": b"f", "t/" + "x" * 300 + "/f": b"f",
+             "t/h/" + "y" * 300: b"f", "t/h/z": b"z", "t/e/f": b"f"}
+    with seeded_repo(tmp_path, "links", files, request) as r:
+        fs, fresh = Filesystem(r, FsConfig(nlink_scan=scan)), Filesystem(r, FsConfig(nlink_scan=scan))
+        t = ino_of(fs, "v1/t")
+        subdirs = [(e.name, attr.ino) for e, attr in readdir_all(fs, t) if attr.is_dir]
+        for name, ino in subdirs:
+            readdir_all(fs, ino)  # the subdirectory's listing is held now
+            got = fs.getattr_fast(ino)
+            assert got is not None, name  # no KV read, no thread
+            assert got.nlink == fresh.getattr(ino_of(fresh, "v1/t/" + name.decode())).nlink, name
+        readdir_all(fs, ino_of(fs, "v1"))
+        assert fs.getattr_fast(t).nlink == fresh.getattr(ino_of(fresh, "v1/t")).nlink

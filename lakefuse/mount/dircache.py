@@ -31,6 +31,7 @@ class DirCache:
         self._names = 0
         self._lock = threading.Lock()
         self._misses: dict[tuple[Hashable, bytes], int] = {}  # lookups that read the KV there; -1: too big
+        self._nlinks: dict[tuple[Hashable, bytes], int] = {}  # each held directory's link count
 
     def __len__(self) -> int:
         return len(self._dirs)
@@ -68,8 +69,14 @@ class DirCache:
         with self._lock:
             self._misses[(tree_key, path)] = -1
 
-    def put(self, tree_key: Hashable, path: bytes, entries: list[DirEntry]) -> dict[bytes, DirEntry]:
-        """Hold ``entries``, the whole visible listing of an immutable directory."""
+    def nlink(self, tree_key: Hashable, path: bytes) -> int | None:
+        """The link count of a held directory (:func:`lakefuse.mount.listing.nlink`'s rule,
+        from the listing read), or None. Never blocks."""
+        return self._nlinks.get((tree_key, path))
+
+    def put(self, tree_key: Hashable, path: bytes, entries: list[DirEntry], nlink: int) -> dict[bytes, DirEntry]:
+        """Hold ``entries``, the whole visible listing of an immutable directory, and its
+        link count."""
         names = {e.name: e for e in entries}
         if len(names) > self.max_names:
             return names
@@ -80,9 +87,11 @@ class DirCache:
             if old is not None:
                 self._names -= len(old)
             self._dirs[key] = names
+            self._nlinks[key] = nlink
             self._names += len(names)
             while self._names > self.max_names and self._dirs:
-                _, gone = self._dirs.popitem(last=False)
+                k, gone = self._dirs.popitem(last=False)
+                self._nlinks.pop(k, None)
                 self._names -= len(gone)
         return names
 
@@ -91,3 +100,4 @@ class DirCache:
         with self._lock:
             for key in [k for k in self._dirs if k[0] == tree_key]:
                 self._names -= len(self._dirs.pop(key))
+                self._nlinks.pop(key, None)

@@ -323,7 +323,8 @@ class Filesystem:
         this mount makes or removes a subdirectory there (:meth:`subdirs_changed`) or the
         stamp watch sees a change this mount did not make (``Tree.foreign``)."""
         if tree is None or tree.immutable:
-            return listing.nlink(self, tree, path)
+            n = self.dircache.nlink(tree.key, path) if tree is not None else None
+            return listing.nlink(self, tree, path) if n is None else n
         key = (tree, path)  # the Tree itself: a branch made again is another Tree, its counts start afresh
         hit = self._nlinks.get(key)
         if hit is not None and hit[1] == tree.foreign:
@@ -353,9 +354,13 @@ class Filesystem:
         node = self.inodes.get(ino)
         if node.kind == Kind.INFO_DIR:
             return node.attr
-        if (node.kind in (Kind.DIR, Kind.FILE) and node.tree.immutable and node.attr is not None
-                and not node.attr.uncounted):
-            return node.attr
+        if node.kind in (Kind.DIR, Kind.FILE) and node.tree.immutable and node.attr is not None:
+            if not node.attr.uncounted:
+                return node.attr
+            n = self.dircache.nlink(node.tree.key, node.path)  # a listed directory: counted from memory
+            if n is not None:
+                node.attr = self.rules.counted(node.attr, node.tree, n)
+                return node.attr
         return None
 
     def getattr(self, ino: int) -> Attr:

@@ -148,8 +148,10 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     want = skip + page_size
     done = False
     last = after
+    raw = 0  # keys and common prefixes read (the link count's rule counts them)
     while len(entries) < want and not done:
         page = tree.view.list_page(prefix, last, page_size)
+        raw += len(page)
         done = len(page) < page_size
         if not page:
             break
@@ -168,7 +170,7 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     if not h.buf and not done:  # nothing visible in what was read: keep going later
         h.done = False
     if done and start == 0 and tree.immutable:  # the whole directory, read in one go: lookups answer from it
-        fs.dircache.put(tree.key, path, entries)
+        fs.dircache.put(tree.key, path, entries, _nlink_of(fs, entries, raw))
 
 
 def whole(fs, node: Node) -> dict[bytes, DirEntry] | None:
@@ -184,7 +186,14 @@ def whole(fs, node: Node) -> dict[bytes, DirEntry] | None:
     if len(page) >= limit:
         fs.dircache.too_big(tree.key, node.path)
         return None
-    return fs.dircache.put(tree.key, node.path, _page_entries(fs, tree, node, page, True, 0) if page else [])
+    entries = _page_entries(fs, tree, node, page, True, 0) if page else []
+    return fs.dircache.put(tree.key, node.path, entries, _nlink_of(fs, entries, len(page)))
+
+
+def _nlink_of(fs, entries: list[DirEntry], raw: int) -> int:
+    """:func:`nlink` of a directory from its whole listing (``raw``: the keys and common
+    prefixes read, hidden ones included)."""
+    return 1 if raw > fs.config.nlink_scan else 2 + sum(1 for e in entries if e.kind == Kind.DIR)
 
 
 def _page_entries(fs, tree: "Tree", node: Node, page, complete: bool, stamp: int) -> list[DirEntry]:

@@ -37,9 +37,9 @@ def _fields(attr) -> tuple:
 def test_a_listed_immutable_directory_answers_lookups_from_memory(repo, tmp_path):
     with writable_core(repo, tmp_path / "cache") as fs:
         d = ino_of(fs, "v1/d")
-        assert fs.lookup_fast(d, b"f00") is None  # nothing read yet: the thread path
-        names = {e.name for e, _ in readdir_all(fs, d)}
+        # the lookup of d counted its subdirectories: a read of its whole listing, now held
         assert fs.dircache.get(fs.inodes.get(d).tree.key, b"d") is not None
+        names = {e.name for e, _ in readdir_all(fs, d)}
         before = fs.stats.counts["lookups_memory"]
         with writable_core(repo, tmp_path / "cache2") as fresh:  # what a fresh mount reads, key by key
             fd = ino_of(fresh, "v1/d")
@@ -61,8 +61,9 @@ def test_a_listed_immutable_directory_answers_lookups_from_memory(repo, tmp_path
 
 
 def test_repeated_lookups_read_the_directory_once(repo, tmp_path):
-    fs = Filesystem(repo, FsConfig())
+    fs = Filesystem(repo, FsConfig(nlink_scan=3))  # more names than a link count reads: d is not held yet
     d = ino_of(fs, "v1/d")
+    assert fs.dircache.get(fs.inodes.get(d).tree.key, b"d") is None
     fs.lookup(d, b"f00")  # a lone lookup reads one key
     assert fs.dircache.get(fs.inodes.get(d).tree.key, b"d") is None
     fs.lookup(d, b"f01")  # the second reads the listing: the rest come from memory
@@ -70,7 +71,7 @@ def test_repeated_lookups_read_the_directory_once(repo, tmp_path):
     assert fs.lookup_fast(d, b"f02").size == len(FILES["d/f02"])
     with pytest.raises(FsError):
         fs.lookup(d, b"missing")
-    small = Filesystem(repo, FsConfig(readdir_page=3))  # more names than a page: never held
+    small = Filesystem(repo, FsConfig(readdir_page=3, nlink_scan=2))  # more names than a page: never held
     d = ino_of(small, "v1/d")
     for name in (b"f00", b"f01", b"f02"):
         small.lookup(d, name)
@@ -186,3 +187,14 @@ def test_link_counts_of_listed_directories_come_from_memory_and_match(tmp_path, 
             assert got.nlink == fresh.getattr(ino_of(fresh, "v1/t/" + name.decode())).nlink, name
         readdir_all(fs, ino_of(fs, "v1"))
         assert fs.getattr_fast(t).nlink == fresh.getattr(ino_of(fresh, "v1/t")).nlink
+
+
+def test_a_held_directory_lists_from_memory_as_a_fresh_mount_does(repo):
+    fs, fresh = Filesystem(repo, FsConfig()), Filesystem(repo, FsConfig(readdir_page=4, nlink_scan=2))
+    d, fd = ino_of(fs, "v1/d"), ino_of(fresh, "v1/d")
+    assert fs.dircache.get(fs.inodes.get(d).tree.key, b"d") is not None  # held by its lookup
+    assert fresh.dircache.get(fresh.inodes.get(fd).tree.key, b"d") is None  # read page by page
+    for start in (0, 1, 5, 13):  # from the start, and resuming at an offset (a seek)
+        got = [(e.name, e.offset, _fields(a)) for e, a in readdir_all(fs, d, start)]
+        want = [(e.name, e.offset, _fields(a)) for e, a in readdir_all(fresh, fd, start)]
+        assert got == want and got

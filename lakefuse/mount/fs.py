@@ -459,7 +459,14 @@ class Filesystem:
     def readdir_fast(self, fh: int, offset: int) -> list[DirEntry] | None:
         """Entries from ``offset`` on that are already read (``[]``: the end), or None
         when :meth:`readdir_fill` must read first."""
-        return self._handle(fh).ready(offset)
+        h = self._handle(fh)
+        entries = h.ready(offset)
+        if entries is None and h.entries is None and h.node.kind == Kind.DIR and h.node.tree.immutable:
+            names = self.dircache.get(h.node.tree.key, h.node.path)  # held whole: no KV read, no thread
+            if names is not None:
+                h.entries = list(names.values())
+                entries = h.entries[offset:]
+        return entries
 
     def readdir_fill(self, fh: int, offset: int) -> None:
         """Read the entries from ``offset`` on (blocking)."""

@@ -156,7 +156,7 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
         if not page:
             break
         last = page[-1].path
-        entries.extend(_page_entries(fs, tree, node, page, done, stamp))
+        entries.extend(_page_entries(fs, tree, path, page, done, stamp))
     # offsets: the entry at index i (counted from `start`) resumes at start + i + 1
     for i, e in enumerate(entries):
         e.offset = start + i + 1
@@ -186,8 +186,16 @@ def whole(fs, node: Node) -> dict[bytes, DirEntry] | None:
     if len(page) >= limit:
         fs.dircache.too_big(tree.key, node.path)
         return None
-    entries = _page_entries(fs, tree, node, page, True, 0) if page else []
-    return fs.dircache.put(tree.key, node.path, entries, _nlink_of(fs, entries, len(page)))
+    return _hold(fs, tree, node.path, page)
+
+
+def _hold(fs, tree: "Tree", path: bytes, page) -> dict[bytes, DirEntry]:
+    """Hold ``page``, the whole listing of ``path`` in immutable ``tree``, in the directory
+    cache; its entries at the offsets a readdir from the start gives them."""
+    entries = _page_entries(fs, tree, path, page, True, 0) if page else []
+    for i, e in enumerate(entries):
+        e.offset = i + 1
+    return fs.dircache.put(tree.key, path, entries, _nlink_of(fs, entries, len(page)))
 
 
 def _nlink_of(fs, entries: list[DirEntry], raw: int) -> int:
@@ -196,14 +204,14 @@ def _nlink_of(fs, entries: list[DirEntry], raw: int) -> int:
     return 1 if raw > fs.config.nlink_scan else 2 + sum(1 for e in entries if e.kind == Kind.DIR)
 
 
-def _page_entries(fs, tree: "Tree", node: Node, page, complete: bool, stamp: int) -> list[DirEntry]:
+def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp: int) -> list[DirEntry]:
     """Visible entries of one listing page, with the path rule applied (a listing's hot
     path: one pass, names looked up once)."""
     prefixes = {it.path for it in page if it.value is None}
     last = page[-1].path
     out: list[DirEntry] = []
     append = out.append
-    plen = len(node.path) + 1 if node.path else 0
+    plen = len(dir_path) + 1 if dir_path else 0
     rules = fs.rules
     file_attr = rules.file_attr
     name_problem = paths.name_problem
@@ -294,6 +302,8 @@ def nlink(fs, tree: "Tree | None", path: bytes) -> int:
         return 1
     if len(page) > limit:
         return 1
+    if tree.immutable:  # the whole directory was read: held, its readdir and lookups need no KV read
+        return fs.dircache.nlink(tree.key, path) if _hold(fs, tree, path, page) is not None else 1
     plen = len(path) + 1 if path else 0
     return 2 + sum(1 for it in page if it.value is None and paths.name_problem(it.path[plen:-1]) is None)
 

@@ -8,9 +8,13 @@ separate process), with data generated here:
   dropped with posix_fadvise, data cache empty) against reading the same object
   straight from the store with the same client (Python reads of the object file /
   one boto3 GET stream); warm re-read against a native copy on local disk;
-* a flat directory (default 100,000 entries): ``ls -f`` cold (fresh mount) and warm;
+* a flat directory (default 100,000 entries): ``ls -f`` cold (fresh mount) and warm,
+  beside ``ls -f`` of a native directory of as many files;
 * a nested tree (default 10,000 files of 100 KB): ``find -type f | xargs stat`` cold
   and warm; then N processes (default 8) reading every file, against the native copy;
+  locally, the listing, stat and read rows are measured through the branch tree (``main/``,
+  kept by the kernel for ``--branch-timeout``) and again through a tag of the same commit
+  (rows named ``tag_*``: an immutable tree, kept long, its reads handed to FUSE passthrough);
 * on S3 the same listing, stat and cold read through ``rclone mount`` and ``s3fs`` over
   the same objects (installed with apt if missing); lakefuse reads them as imported
   (FULL-address) entries of a repository whose metadata lives in the same bucket.

@@ -1,12 +1,14 @@
 """Whole listings of immutable directories, kept in memory: lookups answered without a thread.
 
 A directory of a commit, tag or ref expression never changes, so once its listing is
-read whole (a readdir that read it in one page, or a lookup that read it to answer
-the next ones) every name in it -- and every name not in it -- is known. The FUSE
-adapter then answers a ``lookup`` of a file there on the trio thread, from memory,
-without a thread hop or a KV read (``lookups_memory`` in ``.lakefuse/stats``); a
-name the listing does not have is a negative entry at once. Branch trees are never
-cached here: their listings change.
+read whole (a readdir that read it in one page; the count of its subdirectories, which
+reads up to ``FsConfig.nlink_scan`` names, when it has no more; the second lookup there
+that needed the KV) every name in it -- and every name not in it -- is known. The FUSE
+adapter then answers, on the trio thread, from memory, without a thread hop or a KV read:
+a ``lookup`` of a file there (``lookups_memory`` in ``.lakefuse/stats``; a name the
+listing does not have is a negative entry at once), a ``readdir`` of it, and a
+``getattr`` of it (its link count). Branch trees are never cached here: their listings
+change.
 
 Bounded: directories of at most ``FsConfig.readdir_page`` names, and
 ``FsConfig.dir_cache_names`` names in all (the least recently used directories go

@@ -23,8 +23,11 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
+_NR = _SYS_OPENAT2.get(os.uname().machine) if sys.platform.startswith("linux") else None
+
+
 def _load():
-    if not sys.platform.startswith("linux") or os.uname().machine not in _SYS_OPENAT2:
+    if _NR is None:
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -35,6 +38,7 @@ def _load():
     return fn
 
 
+_HOW_SIZE = ctypes.sizeof(_OpenHow)
 _syscall = _load()
 _available = _syscall is not None
 
@@ -48,8 +52,7 @@ def open_cached(path: str, flags: int) -> int | None:
     if not _available:
         return None
     how = _OpenHow(flags, 0, _RESOLVE_CACHED)
-    fd = _syscall(_SYS_OPENAT2[os.uname().machine], _AT_FDCWD, os.fsencode(path), ctypes.byref(how),
-                  ctypes.sizeof(how))
+    fd = _syscall(_NR, _AT_FDCWD, os.fsencode(path), ctypes.byref(how), _HOW_SIZE)
     if fd >= 0:
         return fd
     if ctypes.get_errno() in (errno.ENOSYS, errno.EINVAL, errno.E2BIG, errno.EPERM):  # no openat2 or no RESOLVE_CACHED

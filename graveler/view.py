@@ -184,6 +184,17 @@ class View:
             return store.open_reader(key)
         return ChunkedReader(store, key, entry.size, store.full_uri(key), entry.etag, cache)
 
+    def open_cached(self, entry: Entry):
+        """:meth:`open` of an object in this repository's local store when it opens from
+        the kernel's caches alone (never waits for the disk), else None: then :meth:`open`."""
+        from graveler.model import AddressType
+        from graveler.objstore import LocalStore
+
+        if entry.address_type == AddressType.FULL:  # maybe another store, made at its first use
+            return None
+        store, key = self._entries.locate(entry)
+        return store.open_reader_cached(key) if isinstance(store, LocalStore) else None
+
     def __repr__(self) -> str:
         return f"View({self._core.name}:{self.ref} -> {self._pin.commit.id[:12]})"
 

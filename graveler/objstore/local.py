@@ -43,6 +43,7 @@ from graveler.objstore.base import (
     validate_key,
     validate_prefix,
 )
+from graveler.objstore.cached_open import open_cached
 from graveler.objstore.uri import FILE, StorageURI
 
 log = logging.getLogger(__name__)
@@ -281,6 +282,23 @@ class LocalStore(ObjectStore):
     def open_reader(self, key: str) -> "LocalReader":
         """A read handle that keeps the object's file open: every read is one ``pread``."""
         fd, st = self._open_regular("open", key)
+        return LocalReader(self, key, fd, st.st_size)
+
+    def open_reader_cached(self, key: str) -> "LocalReader | None":
+        """:meth:`open_reader` when the object's file opens from the kernel's dentry cache
+        alone (never waits for the disk: :func:`graveler.objstore.cached_open.open_cached`),
+        else None: then :meth:`open_reader`, which may wait and says what is wrong."""
+        fd = open_cached(self._path(key), _READ_FLAGS)
+        if fd is None:
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None
         return LocalReader(self, key, fd, st.st_size)
 
     def get_range_sized(self, key: str, start: int, length: int) -> tuple[bytes, int]:

@@ -47,6 +47,8 @@ class FsConfig:
     # a directory's nlink is 2 + its subdirectories when its listing has at most this many names
     # (a listing read of up to that many per count: ~3 us a name); a larger one shows 1, Linux's "not counted"
     nlink_scan: int = 256
+    # names of immutable directories held in memory, whole, so that lookups need no thread (dircache)
+    dir_cache_names: int = 50_000  # ~800 bytes a name: 40 MB at most
 
 
 @dataclass(slots=True)
@@ -165,36 +167,39 @@ class AttrRules:
         return Attr(0, mode, size, time.time_ns(), c.uid, c.gid, 1, 0.0, 0.0)
 
     def file_attr(self, value: Value, tree) -> Attr:
-        a = self._file_attr(value, tree)
+        """A file's attributes from its entry, decoded once (:func:`graveler.model.entry_stat`:
+        a listing hands out one per name, so this is on the listing's hot path)."""
+        size, mtime_ns, metadata = entry_stat(value)
+        c = self.config
+        et, at = self.timeouts(tree)
+        if not metadata:
+            a = Attr(0, FILE_MODE, size, mtime_ns or tree.mtime_ns, c.uid, c.gid, 1, et, at)
+            if self.writable:
+                if not tree.immutable:
+                    a.mode = stat.S_IFREG | BRANCH_FILE_MODE  # a writable default on branch trees
+                a.ctime_ns = mtime_ns  # 0 (none kept): the mtime
+                a.atime_ns = a.mtime_ns
+            return a
+        pa = PosixAttrs.from_metadata(metadata)
+        mode, uid, gid = FILE_MODE, c.uid, c.gid
+        if pa.symlink is not None:
+            mode, size = stat.S_IFLNK | 0o777, len(pa.symlink.encode())
+        elif pa.mode is not None and stat.S_IFMT(pa.mode) in (0, stat.S_IFREG):
+            mode = stat.S_IFREG | stat.S_IMODE(pa.mode)
+        uid = pa.uid if pa.uid is not None else uid
+        gid = pa.gid if pa.gid is not None else gid
+        mtime = pa.mtime_ns if pa.mtime_ns is not None else (mtime_ns or tree.mtime_ns)
+        a = Attr(0, mode, size, mtime, uid, gid, 1, et, at)
         if self.writable:
-            e = Entry.from_value(value)
-            pa = PosixAttrs.from_metadata(e.metadata) if e.metadata else PosixAttrs()
             if pa.mode is not None and stat.S_IFMT(pa.mode) in SPECIAL_KINDS and pa.symlink is None:
                 a.mode, a.size = pa.mode, 0
                 if stat.S_IFMT(pa.mode) in DEVICE_KINDS:
                     a.rdev = pa.rdev or 0
             elif not tree.immutable and pa.mode is None and pa.symlink is None:
-                a.mode = stat.S_IFREG | BRANCH_FILE_MODE  # a writable default on branch trees
-            _times(a, e, pa)
+                a.mode = stat.S_IFREG | BRANCH_FILE_MODE
+            a.ctime_ns = mtime_ns  # when the entry was last staged (0: none kept, the mtime)
+            a.atime_ns = pa.atime_ns if pa.atime_ns is not None else a.mtime_ns
         return a
-
-    def _file_attr(self, value: Value, tree) -> Attr:
-        size, mtime_ns, metadata = entry_stat(value)
-        c = self.config
-        mode, uid, gid = FILE_MODE, c.uid, c.gid
-        if metadata:
-            pa = PosixAttrs.from_metadata(metadata)
-            if pa.symlink is not None:
-                mode, size = stat.S_IFLNK | 0o777, len(pa.symlink.encode())
-            elif pa.mode is not None and stat.S_IFMT(pa.mode) in (0, stat.S_IFREG):
-                mode = stat.S_IFREG | stat.S_IMODE(pa.mode)
-            uid = pa.uid if pa.uid is not None else uid
-            gid = pa.gid if pa.gid is not None else gid
-            if pa.mtime_ns is not None:
-                return Attr(0, mode, size, pa.mtime_ns, uid, gid, 1, *self.timeouts(tree))
-        mtime = mtime_ns or tree.mtime_ns
-        et, at = self.timeouts(tree)
-        return Attr(0, mode, size, mtime, uid, gid, 1, et, at)
 
     def tree_dir_attr(self, tree, path: bytes, marker: Value | None = None) -> Attr:
         """A directory of a tree: read-only defaults, or the POSIX attributes of its

@@ -63,6 +63,7 @@ from lakefuse.mount.attrs import (  # noqa: F401  (the core's vocabulary, import
     SetAttr,
     StatFs,
 )
+from lakefuse.mount.dircache import DirCache
 from lakefuse.mount.errors import FsError, LogOnce
 from lakefuse.mount.handles import Handle, LocalObjectHandle, ObjectHandle
 from lakefuse.mount.inodes import ROOT_INO, InodeTable, Kind, Node
@@ -105,6 +106,7 @@ class Filesystem:
         self.inodes = InodeTable()
         self.inodes.on_drop = self._dropped
         self.inodes.on_new = self._made
+        self.dircache = DirCache(self.config.dir_cache_names)
         self.started_ns = time.time_ns()
         self._trees: dict[tuple, Tree] = {}
         self._trees_lock = threading.Lock()
@@ -161,6 +163,11 @@ class Filesystem:
             tree.nodes -= 1
             if tree.nodes <= 0 and self._trees.get(tree.key) is tree:
                 del self._trees[tree.key]
+                gone = True
+            else:
+                gone = False
+        if gone and tree.immutable:
+            self.dircache.drop_tree(tree.key)  # its entries name this Tree: a new one is made if shown again
 
     def acquire(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                 value: Value | None = None, stamp: int = 0, lookups: int = 1) -> Attr:
@@ -189,6 +196,32 @@ class Filesystem:
         return self.spool.get(ino) if self.spool is not None else None
 
     # ------------------------------------------------------------------ lookup / forget / getattr
+
+    def lookup_fast(self, parent_ino: int, name: bytes) -> Attr | None:
+        """:meth:`lookup` of a file in an immutable directory whose whole listing is in memory
+        (:mod:`lakefuse.mount.dircache`; a name it lacks: ENOENT, cached by the kernel), else
+        None: then :meth:`lookup`. Never blocks."""
+        parent = self.inodes.peek(parent_ino)
+        if parent is None or parent.kind != Kind.DIR or not parent.tree.immutable:
+            return None
+        attr = self._from_listing(parent, name)
+        if attr is not None:
+            self.stats.add("lookups")
+        return attr
+
+    def _from_listing(self, parent: Node, name: bytes) -> Attr | None:
+        tree = parent.tree
+        names = self.dircache.get(tree.key, parent.path)
+        if names is None or len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..", INFO_NAME):
+            return None
+        e = names.get(name)
+        if e is None:
+            self.stats.add("lookups_memory")
+            raise FsError(errno.ENOENT, "", self.config.immutable_timeout)
+        if e.kind != Kind.FILE or e.tree is not tree:  # a directory's link count needs a listing read
+            return None
+        self.stats.add("lookups_memory")
+        return self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)
 
     def lookup(self, parent_ino: int, name: bytes) -> Attr:
         """The attributes of ``name`` in directory ``parent_ino``; its lookup count +1."""
@@ -237,6 +270,10 @@ class Filesystem:
                                 self.rules.dir_attr(0, tree.mtime_ns, 0.0, 0.0))
         if paths.name_problem(name) is not None:
             raise FsError(errno.ENOENT, paths.name_problem(name), neg)
+        if tree.immutable and self._read_whole(parent):
+            attr = self._from_listing(parent, name)  # the listing is in memory now
+            if attr is not None:
+                return attr
         path = paths.join(parent.path, name)
         st = tree.view.stat(path)
         if st.is_dir:
@@ -249,6 +286,14 @@ class Filesystem:
             return self.acquire(self.file_key(tree, path), Kind.FILE, tree, path, parent_ino,
                                 self.rules.file_attr(st.value, tree), st.value, stamp)
         raise FsError(errno.ENOENT, "", neg)
+
+    def _read_whole(self, parent: Node) -> bool:
+        """Whether the immutable directory ``parent``'s whole listing is in memory, read now
+        if :meth:`DirCache.wants_whole` says so (blocking)."""
+        key = (parent.tree.key, parent.path)
+        if self.dircache.get(*key) is not None:
+            return True
+        return self.dircache.wants_whole(*key) and listing.whole(self, parent) is not None
 
     def _relookup(self, node: Node) -> Attr:
         attr = self.getattr(node.ino)
@@ -278,7 +323,8 @@ class Filesystem:
         this mount makes or removes a subdirectory there (:meth:`subdirs_changed`) or the
         stamp watch sees a change this mount did not make (``Tree.foreign``)."""
         if tree is None or tree.immutable:
-            return listing.nlink(self, tree, path)
+            n = self.dircache.nlink(tree.key, path) if tree is not None else None
+            return listing.nlink(self, tree, path) if n is None else n
         key = (tree, path)  # the Tree itself: a branch made again is another Tree, its counts start afresh
         hit = self._nlinks.get(key)
         if hit is not None and hit[1] == tree.foreign:
@@ -308,9 +354,13 @@ class Filesystem:
         node = self.inodes.get(ino)
         if node.kind == Kind.INFO_DIR:
             return node.attr
-        if (node.kind in (Kind.DIR, Kind.FILE) and node.tree.immutable and node.attr is not None
-                and not node.attr.uncounted):
-            return node.attr
+        if node.kind in (Kind.DIR, Kind.FILE) and node.tree.immutable and node.attr is not None:
+            if not node.attr.uncounted:
+                return node.attr
+            n = self.dircache.nlink(node.tree.key, node.path)  # a listed directory: counted from memory
+            if n is not None:
+                node.attr = self.rules.counted(node.attr, node.tree, n)
+                return node.attr
         return None
 
     def getattr(self, ino: int) -> Attr:
@@ -409,11 +459,31 @@ class Filesystem:
     def readdir_fast(self, fh: int, offset: int) -> list[DirEntry] | None:
         """Entries from ``offset`` on that are already read (``[]``: the end), or None
         when :meth:`readdir_fill` must read first."""
-        return self._handle(fh).ready(offset)
+        h = self._handle(fh)
+        entries = h.ready(offset)
+        if entries is None and h.entries is None and h.node.kind == Kind.DIR and h.node.tree.immutable:
+            names = self.dircache.get(h.node.tree.key, h.node.path)  # held whole: no KV read, no thread
+            if names is not None:
+                h.entries = list(names.values())
+                entries = h.entries[offset:]
+        return entries
 
     def readdir_fill(self, fh: int, offset: int) -> None:
         """Read the entries from ``offset`` on (blocking)."""
         listing.fill(self, self._handle(fh), offset)
+
+    def readdir_wants_ahead(self, fh: int, offset: int, n: int) -> bool:
+        """Whether to read the next page now (:meth:`readdir_ahead`): a readdir just handed
+        out ``n`` entries up to ``offset`` and the next would run out. Never blocks."""
+        h = self._handles.get(fh)
+        return isinstance(h, listing.DirHandle) and listing.wants_ahead(h, offset, n)
+
+    def readdir_ahead(self, fh: int, keep_from: int) -> None:
+        """Read the next page of the open directory, keeping its entries from ``keep_from``
+        on (blocking; :func:`lakefuse.mount.listing.fill_ahead`)."""
+        h = self._handles.get(fh)
+        if isinstance(h, listing.DirHandle):
+            listing.fill_ahead(self, h, keep_from)
 
     def readdir_dots(self, fh: int) -> list[tuple[bytes, Attr]]:
         """``.`` and ``..`` (name, attributes) of the open directory: the readdir offsets
@@ -482,6 +552,31 @@ class Filesystem:
         self.inodes.open(node)
         self.stats.add("opens")
         return Opened(self.new_fh(h), keep, False, backing_fd)
+
+    def open_fast(self, ino: int, flags: int, passthrough: bool) -> Opened | None:
+        """:meth:`open` of a committed local object for reading when the kernel will read it
+        itself (``passthrough``) and its file opens from the kernel's caches alone
+        (:meth:`graveler.view.View.open_cached`), else None: then :meth:`open`. Never blocks."""
+        node = self.inodes.peek(ino)
+        if (not passthrough or node is None or node.kind != Kind.FILE or not node.tree.immutable
+                or node.value is None or node.attr is None or stat.S_ISLNK(node.attr.mode)
+                or flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND)):
+            return None
+        entry = Entry.from_value(node.value)
+        if entry.size <= 0:
+            return None
+        reader = node.tree.view.open_cached(entry)
+        if reader is None:
+            return None
+        if reader.size != entry.size:  # :meth:`open` says what is wrong
+            reader.close()
+            return None
+        h = LocalObjectHandle(node, reader, entry.size, None, self.config.sequential_chunk, self.spool,
+                              self.stats, self.log_once, self.repo.name)
+        self.inodes.open(node)
+        self.stats.add("opens")
+        self.stats.add("opens_inline")
+        return Opened(self.new_fh(h), True, False, reader.fileno())
 
     def _open_object(self, tree: Tree, path: bytes, entry: Entry):
         try:

@@ -18,6 +18,7 @@ import logging
 import time
 
 import pyfuse3
+import trio
 from pyfuse3 import FUSEError
 
 from graveler.errors import GravelerError
@@ -125,6 +126,7 @@ class Operations(pyfuse3.Operations):
         self.inline_reads = inline_reads
         self.stats.set("inline_reads", "on" if inline_reads else "off")
         self.log_once = LogOnce(log)
+        self._ahead: dict[int, trio.Event] = {}  # directory handle -> its next page being read (readdir)
         # FUSE passthrough: asked for at init when wanted and pyfuse3 has it (the patched build
         # of scripts/setup.sh); in use once the kernel agreed (init)
         has = hasattr(pyfuse3, "passthrough_open")
@@ -165,8 +167,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary("lookup")
     async def lookup(self, parent_inode, name, ctx=None):
-        log.debug("lookup %d %r", parent_inode, name)
-        return _entry(await self._meta(self.fs.lookup, parent_inode, bytes(name)))
+        attr = self.fs.lookup_fast(parent_inode, name)  # a file of an immutable directory held in memory
+        if attr is None:
+            attr = await self._meta(self.fs.lookup, parent_inode, bytes(name))
+        return _entry(attr)
 
     async def forget(self, inode_list):
         try:  # must not raise
@@ -206,11 +210,15 @@ class Operations(pyfuse3.Operations):
         # "." and ".." first (the kernel fills in neither for FUSE, and links neither: no
         # lookup to count), then the directory's entries, their offsets shifted past the two
         fs = self.fs
+        ahead = self._ahead.get(fh)
+        if ahead is not None:  # the next page is being read: wait for it rather than read it twice
+            await ahead.wait()
         if start_id < DOTS:
             for i, (name, attr) in enumerate(fs.readdir_dots(fh)[start_id:], start_id + 1):
                 if not pyfuse3.readdir_reply(token, name, _entry(attr), i):
                     return
         off = max(start_id - DOTS, 0)
+        n = 0
         while True:
             entries = fs.readdir_fast(fh, off)
             if entries is None:
@@ -224,8 +232,26 @@ class Operations(pyfuse3.Operations):
                 attr = fs.accept(fh, e)
                 if not pyfuse3.readdir_reply(token, e.name, _entry(attr), e.offset + DOTS):
                     fs.forget([(attr.ino, 1)])
+                    if fs.readdir_wants_ahead(fh, off, n):
+                        self._read_ahead(fh, off)  # while the kernel takes in this reply
                     return
                 off = e.offset
+                n += 1
+
+    def _read_ahead(self, fh: int, keep_from: int) -> None:
+        done = self._ahead[fh] = trio.Event()
+
+        async def run():
+            try:
+                await self.offload.run(META, self.fs.readdir_ahead, fh, keep_from)
+            except Exception as e:  # the next readdir reads the page itself, and answers its error
+                log.debug("readdir ahead of %d: %s", fh, e)
+            finally:
+                if self._ahead.get(fh) is done:
+                    del self._ahead[fh]
+                done.set()
+
+        trio.lowlevel.spawn_system_task(run)
 
     @boundary("releasedir")
     async def releasedir(self, fh):
@@ -239,7 +265,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary("open")
     async def open(self, inode, flags, ctx):
-        o = await self._meta(self.fs.open, inode, flags, self.passthrough)
+        # a committed local file the kernel will read itself, opened from the dentry cache: no thread
+        o = self.fs.open_fast(inode, flags, True) if self.passthrough else None
+        if o is None:
+            o = await self._meta(self.fs.open, inode, flags, self.passthrough)
         fi = pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io)
         if o.backing_fd >= 0 and self.passthrough and self._passthrough_open(ctx, fi, o.backing_fd):
             self.stats.add("opens_passthrough")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import stat
 import threading
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from graveler import paths
@@ -103,6 +104,32 @@ def fill(fs, h: DirHandle, offset: int) -> None:
             _fill_tree_dir(fs, h, offset)
 
 
+def wants_ahead(h: DirHandle, offset: int, n: int) -> bool:
+    """Whether a readdir that just handed out ``n`` entries, up to ``offset``, should read
+    the next page now (:func:`fill_ahead`): the next request would likely run out of what
+    ``h`` holds. Never blocks."""
+    if h.entries is not None or h.done or h.node.kind != Kind.DIR:
+        return False
+    return h.buf_start <= offset and h.buf_start + len(h.buf) - offset < n
+
+
+def fill_ahead(fs, h: DirHandle, keep_from: int) -> None:
+    """Read the page after what ``h`` holds, keeping what it holds from offset ``keep_from``
+    on (blocking): the FUSE adapter runs it while the kernel takes in its last reply, so the
+    next readdir finds its entries read. Nothing to do when a seek or a rename moved
+    ``h`` meanwhile (that readdir then reads what it needs itself)."""
+    node = h.node
+    with (nullcontext() if node.tree.immutable else fs.tree_lock(node.tree).shared()), h.lock:
+        if (h.entries is not None or h.done or node.path != h.buf_path
+                or not h.buf_start <= keep_from <= h.buf_start + len(h.buf)
+                or h.next_off != h.buf_start + len(h.buf)):
+            return
+        keep = h.buf[keep_from - h.buf_start:]
+        _fill_tree_dir(fs, h, h.next_off)
+        h.buf = keep + h.buf
+        h.buf_start = keep_from
+
+
 def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     node = h.node
     tree: Tree = node.tree
@@ -121,13 +148,15 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     want = skip + page_size
     done = False
     last = after
+    raw = 0  # keys and common prefixes read (the link count's rule counts them)
     while len(entries) < want and not done:
         page = tree.view.list_page(prefix, last, page_size)
+        raw += len(page)
         done = len(page) < page_size
         if not page:
             break
         last = page[-1].path
-        entries.extend(_page_entries(fs, tree, node, page, done, stamp))
+        entries.extend(_page_entries(fs, tree, path, page, done, stamp))
     # offsets: the entry at index i (counted from `start`) resumes at start + i + 1
     for i, e in enumerate(entries):
         e.offset = start + i + 1
@@ -140,45 +169,85 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     h.done = done
     if not h.buf and not done:  # nothing visible in what was read: keep going later
         h.done = False
+    if done and start == 0 and tree.immutable:  # the whole directory, read in one go: lookups answer from it
+        fs.dircache.put(tree.key, path, entries, _nlink_of(fs, entries, raw))
 
 
-def _page_entries(fs, tree: "Tree", node: Node, page, complete: bool, stamp: int) -> list[DirEntry]:
-    """Visible entries of one listing page, with the path rule applied."""
+def whole(fs, node: Node) -> dict[bytes, DirEntry] | None:
+    """The whole listing of ``node``, a directory of an immutable tree, as
+    :class:`lakefuse.mount.dircache.DirCache` holds it (read now when it is not held
+    yet), or None when it has more than ``FsConfig.readdir_page`` names (blocking)."""
+    tree: Tree = node.tree
+    names = fs.dircache.get(tree.key, node.path)
+    if names is not None:
+        return names
+    limit = fs.config.readdir_page
+    page = tree.view.list_page(paths.dir_prefix(node.path), b"", limit)
+    if len(page) >= limit:
+        fs.dircache.too_big(tree.key, node.path)
+        return None
+    return _hold(fs, tree, node.path, page)
+
+
+def _hold(fs, tree: "Tree", path: bytes, page) -> dict[bytes, DirEntry]:
+    """Hold ``page``, the whole listing of ``path`` in immutable ``tree``, in the directory
+    cache; its entries at the offsets a readdir from the start gives them."""
+    entries = _page_entries(fs, tree, path, page, True, 0) if page else []
+    for i, e in enumerate(entries):
+        e.offset = i + 1
+    return fs.dircache.put(tree.key, path, entries, _nlink_of(fs, entries, len(page)))
+
+
+def _nlink_of(fs, entries: list[DirEntry], raw: int) -> int:
+    """:func:`nlink` of a directory from its whole listing (``raw``: the keys and common
+    prefixes read, hidden ones included)."""
+    return 1 if raw > fs.config.nlink_scan else 2 + sum(1 for e in entries if e.kind == Kind.DIR)
+
+
+def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp: int) -> list[DirEntry]:
+    """Visible entries of one listing page, with the path rule applied (a listing's hot
+    path: one pass, names looked up once)."""
     prefixes = {it.path for it in page if it.value is None}
     last = page[-1].path
     out: list[DirEntry] = []
-    plen = len(node.path) + 1 if node.path else 0
+    append = out.append
+    plen = len(dir_path) + 1 if dir_path else 0
     rules = fs.rules
+    file_attr = rules.file_attr
+    name_problem = paths.name_problem
+    tkey = tree.key
     for it in page:
         key = it.path
-        if it.value is None:  # a common prefix: "<dir>/<name>/"
+        value = it.value
+        if value is None:  # a common prefix: "<dir>/<name>/"
             name = key[plen:-1]
-            why = paths.name_problem(name)
+            why = name_problem(name)
             if why is not None:
                 hidden(fs, tree, key, why)
                 continue
             path = key[:-1]
             marker = tree.view.get(key)  # the common prefix "d/" is also d's marker key
-            out.append(DirEntry(name, 0, fs.dir_key(tree, path), Kind.DIR, tree, path, None,
-                                rules.uncounted(rules.tree_dir_attr(tree, path, marker)), stamp))
+            append(DirEntry(name, 0, ("d", tkey, path), Kind.DIR, tree, path, None,
+                            rules.uncounted(rules.tree_dir_attr(tree, path, marker)), stamp))
             continue
         name = key[plen:]
-        why = paths.name_problem(name)
+        why = name_problem(name)
         if why is not None:
             if name:  # an empty name is the directory's own marker ("d/"), not a hidden key
                 hidden(fs, tree, key, why)
             continue
-        below = key + b"/"
-        if below in prefixes or (not complete and below > last and tree.view.stat(key).is_dir):
-            shadowed(fs, tree, key)
-            continue
+        if prefixes or not complete:
+            below = key + b"/"
+            if below in prefixes or (not complete and below > last and tree.view.stat(key).is_dir):
+                shadowed(fs, tree, key)
+                continue
         try:
-            attr = rules.file_attr(it.value, tree)
+            attr = file_attr(value, tree)
         except Exception as e:  # a damaged entry hides that one file, not the directory
             fs.log_once(logging.WARNING, ("bad", tree.key, key), "%s/%s: cannot show %r: %s",
                         fs.repo.name, tree.name, key.decode("utf-8", "replace"), e)
             continue
-        out.append(DirEntry(name, 0, fs.file_key(tree, key), Kind.FILE, tree, key, it.value, attr, stamp))
+        append(DirEntry(name, 0, ("f", tkey, key), Kind.FILE, tree, key, value, attr, stamp))
     return out
 
 
@@ -233,6 +302,8 @@ def nlink(fs, tree: "Tree | None", path: bytes) -> int:
         return 1
     if len(page) > limit:
         return 1
+    if tree.immutable:  # the whole directory was read: held, its readdir and lookups need no KV read
+        return fs.dircache.nlink(tree.key, path) if _hold(fs, tree, path, page) is not None else 1
     plen = len(path) + 1 if path else 0
     return 2 + sum(1 for it in page if it.value is None and paths.name_problem(it.path[plen:-1]) is None)
 

@@ -8,9 +8,13 @@ separate process), with data generated here:
   dropped with posix_fadvise, data cache empty) against reading the same object
   straight from the store with the same client (Python reads of the object file /
   one boto3 GET stream); warm re-read against a native copy on local disk;
-* a flat directory (default 100,000 entries): ``ls -f`` cold (fresh mount) and warm;
+* a flat directory (default 100,000 entries): ``ls -f`` cold (fresh mount) and warm,
+  beside ``ls -f`` of a native directory of as many files;
 * a nested tree (default 10,000 files of 100 KB): ``find -type f | xargs stat`` cold
   and warm; then N processes (default 8) reading every file, against the native copy;
+  locally, the listing, stat and read rows are measured through the branch tree (``main/``,
+  kept by the kernel for ``--branch-timeout``) and again through a tag of the same commit
+  (rows named ``tag_*``: an immutable tree, kept long, its reads handed to FUSE passthrough);
 * on S3 the same listing, stat and cold read through ``rclone mount`` and ``s3fs`` over
   the same objects (installed with apt if missing); lakefuse reads them as imported
   (FULL-address) entries of a repository whose metadata lives in the same bucket.
@@ -43,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 MiB = 1 << 20
 PY = sys.executable
+BENCH_TAG = "v1"  # the local bench's tag of its one commit: the rows named tag_* read through it
 
 
 def log(msg: str) -> None:
@@ -227,6 +232,9 @@ def bench_local(args, work: Path) -> dict:
     big_entry = r.upload("main", "big.bin", str(native / "big.bin"))
     one = r.upload("main", "flat-object", b"x")
     r.stage_many("main", ((f"flat/e{i:07d}", one) for i in range(args.flat)))
+    (native / "flat").mkdir()
+    for i in range(args.flat):
+        (native / "flat" / f"e{i:07d}").write_bytes(b"x")
     names = nested_names(args.nested)
     for i, name in enumerate(names):
         data = small_content(i, args.nested_kb * 1000)
@@ -235,6 +243,7 @@ def bench_local(args, work: Path) -> dict:
         p.write_bytes(data)
         r.upload("main", "nested/" + name, data)
     r.commit("main", "bench data")
+    r.create_tag(BENCH_TAG, "main")
     g.close()
     obj = work / "ns" / big_entry.address
     mp = work / "mnt"
@@ -258,41 +267,49 @@ def bench_local(args, work: Path) -> dict:
     res["big_warm_MBps"] = med(mount_warm) / 1e6
     res["big_warm_native_MBps"] = med(native_warm) / 1e6
 
-    # listing and stat, cold (fresh mount) and warm
-    ls_cold, ls_warm, st_cold, st_warm = [], [], [], []
-    for _ in range(args.reps):
-        with LakefuseMount(home, "bench", mp):  # a fresh mount: nothing cached in the kernel or the daemon
-            t = timed(lambda: count_ls(mp / "main" / "flat"))
-            ls_cold.append(args.flat / t)
-            ls_warm.append(args.flat / timed(lambda: count_ls(mp / "main" / "flat")))
-            assert count_ls(mp / "main" / "flat") >= args.flat
-            st_cold.append(args.nested / timed(lambda: stat_tree(mp / "main" / "nested")))
-            st_warm.append(args.nested / timed(lambda: stat_tree(mp / "main" / "nested")))
-            assert stat_tree(mp / "main" / "nested") == args.nested
+    # listing and stat, cold (fresh mount) and warm; through the branch tree (main/, kept by the
+    # kernel for --branch-timeout) and through a tag of the same commit (immutable: kept long)
     native_stat = med([args.nested / timed(lambda: stat_tree(native / "nested")) for _ in range(args.reps)])
-    res["ls_cold_entries_per_s"] = med(ls_cold)
-    res["ls_warm_entries_per_s"] = med(ls_warm)
-    res["stat_cold_files_per_s"] = med(st_cold)
-    res["stat_warm_files_per_s"] = med(st_warm)
     res["stat_native_files_per_s"] = native_stat
+    res["ls_native_entries_per_s"] = med([args.flat / timed(lambda: count_ls(native / "flat")) for _ in range(args.reps)])
+    for tree, tag in (("main", ""), (BENCH_TAG, "tag_")):
+        ls_cold, ls_warm, st_cold, st_warm = [], [], [], []
+        for _ in range(args.reps):
+            with LakefuseMount(home, "bench", mp):  # a fresh mount: nothing cached in the kernel or the daemon
+                t = timed(lambda: count_ls(mp / tree / "flat"))
+                ls_cold.append(args.flat / t)
+                ls_warm.append(args.flat / timed(lambda: count_ls(mp / tree / "flat")))
+                assert count_ls(mp / tree / "flat") >= args.flat
+            with LakefuseMount(home, "bench", mp):  # stat cold: its own fresh mount (no listing before)
+                st_cold.append(args.nested / timed(lambda: stat_tree(mp / tree / "nested")))
+                st_warm.append(args.nested / timed(lambda: stat_tree(mp / tree / "nested")))
+                assert stat_tree(mp / tree / "nested") == args.nested
+        res[f"{tag}ls_cold_entries_per_s"] = med(ls_cold)
+        res[f"{tag}ls_warm_entries_per_s"] = med(ls_warm)
+        res[f"{tag}stat_cold_files_per_s"] = med(st_cold)
+        res[f"{tag}stat_warm_files_per_s"] = med(st_warm)
 
-    # N processes reading the nested files: through the mount (cold) vs the native copy (cold)
-    paths_m = [str(mp / "main" / "nested" / n) for n in names]
+    # N processes reading the nested files: through the mount (cold) vs the native copy (cold),
+    # through the branch tree and through the tag
     paths_n = [str(native / "nested" / n) for n in names]
     total = args.nested * args.nested_kb * 1000
-    par_m, par_n = [], []
+    par_n = []
+    par_m: dict[str, list] = {"main": [], BENCH_TAG: []}
     for _ in range(args.reps):
-        drop_tree_cache(work / "ns" / "data")
-        with LakefuseMount(home, "bench", mp):
-            os.listdir(mp / "main" / "nested")
-            t, n = parallel_read(paths_m, args.procs)
-            assert n == total, (n, total)
-            par_m.append(t)
+        for tree in par_m:
+            drop_tree_cache(work / "ns" / "data")
+            paths_m = [str(mp / tree / "nested" / n) for n in names]
+            with LakefuseMount(home, "bench", mp):
+                os.listdir(mp / tree / "nested")
+                t, n = parallel_read(paths_m, args.procs)
+                assert n == total, (n, total)
+                par_m[tree].append(t)
         drop_tree_cache(native / "nested")
         t, n = parallel_read(paths_n, args.procs)
         par_n.append(t)
-    res["parallel_files_per_s"] = args.nested / med(par_m)
-    res["parallel_MBps"] = total / med(par_m) / 1e6
+    res["parallel_files_per_s"] = args.nested / med(par_m["main"])
+    res["parallel_MBps"] = total / med(par_m["main"]) / 1e6
+    res["tag_parallel_files_per_s"] = args.nested / med(par_m[BENCH_TAG])
     res["parallel_native_files_per_s"] = args.nested / med(par_n)
     return res
 
@@ -484,6 +501,9 @@ def main() -> int:
             r["ratio_big_cold_vs_direct"] = r["big_cold_MBps"] / r["big_cold_direct_MBps"]
             r["ratio_big_warm_vs_native"] = r["big_warm_MBps"] / r["big_warm_native_MBps"]
             r["ratio_parallel_vs_native"] = r["parallel_files_per_s"] / r["parallel_native_files_per_s"]
+            r["ratio_tag_parallel_vs_native"] = r["tag_parallel_files_per_s"] / r["parallel_native_files_per_s"]
+            r["ratio_stat_cold_vs_native"] = r["stat_cold_files_per_s"] / r["stat_native_files_per_s"]
+            r["ratio_tag_stat_cold_vs_native"] = r["tag_stat_cold_files_per_s"] / r["stat_native_files_per_s"]
             out["local"] = r
             print(json.dumps({"local": r}, indent=1), flush=True)
         if args.store in ("s3", "both"):

@@ -1,0 +1,200 @@
+"""Immutable trees answered from memory (lakefuse.mount.dircache): a directory of a commit or
+tag whose whole listing was read answers lookups of its files (and of names it lacks) with
+no KV read, the same attributes a fresh mount reads; a committed local file the kernel reads
+itself (passthrough) opens without a thread. Branch trees are never answered from it: a
+change made behind the mount shows. The core driven directly, then a real mount."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+from graveler.objstore.cached_open import open_cached
+from lakefuse.mount.errors import FsError
+from lakefuse.mount.fs import Filesystem, FsConfig
+from lakefuse.mount.inodes import ROOT_INO
+from tests.mount_core_testutil import ino_of, readdir_all, seeded_repo, writable_core
+from tests.mount_testutil import MountProc, needs_fuse
+
+FILES = {f"d/f{i:02d}": f"file {i}\n".encode() * (i + 1) for i in range(12)}
+FILES.update({"d/sub/x": b"x", "d/ln": b"", "top": b"t"})
+
+
+@pytest.fixture
+def repo(tmp_path, request):
+    with seeded_repo(tmp_path, "dcache", FILES, request) as r:
+        yield r
+
+
+def _fields(attr) -> tuple:
+    return (attr.mode, attr.size, attr.mtime_ns, attr.uid, attr.gid, attr.nlink, attr.entry_timeout,
+            attr.attr_timeout, attr.atime_ns, attr.ctime_ns)
+
+
+def test_a_listed_immutable_directory_answers_lookups_from_memory(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        d = ino_of(fs, "v1/d")
+        # the lookup of d counted its subdirectories: a read of its whole listing, now held
+        assert fs.dircache.get(fs.inodes.get(d).tree.key, b"d") is not None
+        names = {e.name for e, _ in readdir_all(fs, d)}
+        before = fs.stats.counts["lookups_memory"]
+        with writable_core(repo, tmp_path / "cache2") as fresh:  # what a fresh mount reads, key by key
+            fd = ino_of(fresh, "v1/d")
+            for name in sorted(names - {b"sub"}):
+                got = fs.lookup_fast(d, name)
+                assert got is not None, name
+                assert _fields(got) == _fields(fresh.lookup(fd, name)), name
+                assert got.ino == fs.lookup(d, name).ino  # the same inode as the KV path gives
+        # each name twice: lookup_fast, then the thread path, which answers from the listing too
+        assert fs.stats.counts["lookups_memory"] - before == 2 * (len(names) - 1)
+        assert fs.lookup_fast(d, b"sub") is None  # a directory: its link count needs a listing read
+        with pytest.raises(FsError) as e:  # a name the listing lacks: a negative entry, kept as long
+            fs.lookup_fast(d, b"nope")
+        assert e.value.errno == errno.ENOENT and e.value.cache_timeout == FsConfig().immutable_timeout
+        assert fs.lookup_fast(d, b"x" * 300) is None  # too long: the thread path says ENAMETOOLONG
+        with pytest.raises(FsError) as e:
+            fs.lookup(d, b"x" * 300)
+        assert e.value.errno == errno.ENAMETOOLONG
+
+
+def test_repeated_lookups_read_the_directory_once(repo, tmp_path):
+    fs = Filesystem(repo, FsConfig(nlink_scan=3))  # more names than a link count reads: d is not held yet
+    d = ino_of(fs, "v1/d")
+    assert fs.dircache.get(fs.inodes.get(d).tree.key, b"d") is None
+    fs.lookup(d, b"f00")  # a lone lookup reads one key
+    assert fs.dircache.get(fs.inodes.get(d).tree.key, b"d") is None
+    fs.lookup(d, b"f01")  # the second reads the listing: the rest come from memory
+    assert fs.dircache.get(fs.inodes.get(d).tree.key, b"d") is not None
+    assert fs.lookup_fast(d, b"f02").size == len(FILES["d/f02"])
+    with pytest.raises(FsError):
+        fs.lookup(d, b"missing")
+    small = Filesystem(repo, FsConfig(readdir_page=3, nlink_scan=2))  # more names than a page: never held
+    d = ino_of(small, "v1/d")
+    for name in (b"f00", b"f01", b"f02"):
+        small.lookup(d, name)
+    assert small.dircache.get(small.inodes.get(d).tree.key, b"d") is None
+    assert small.lookup_fast(d, b"f03") is None
+
+
+def test_branch_trees_are_never_answered_from_memory(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        d = ino_of(fs, "main/d")
+        readdir_all(fs, d)
+        fs.lookup(d, b"f00")
+        fs.lookup(d, b"f01")
+        assert fs.lookup_fast(d, b"f00") is None
+        repo.upload("main", "d/f00", b"changed behind the mount")  # another process
+        repo.upload("main", "d/new", b"new")
+        assert fs.lookup(d, b"f00").size == len(b"changed behind the mount")
+        assert fs.lookup(d, b"new").size == 3
+
+
+def test_the_cache_is_bounded_and_dropped_with_its_tree(repo):
+    fs = Filesystem(repo, FsConfig(dir_cache_names=len(FILES)))
+    a, b = ino_of(fs, "v1/d"), ino_of(fs, "v1")
+    readdir_all(fs, a)
+    readdir_all(fs, b)
+    assert fs.dircache.names <= len(FILES)
+    key = fs.inodes.get(a).tree.key
+    assert fs.dircache.get(key, b"") is not None and fs.dircache.get(key, b"d") is None  # the oldest went first
+    fs.forget([(n.ino, n.nlookup) for n in fs.inodes.of_tree(key)])  # the kernel forgets the whole tree
+    assert fs.dircache.get(key, b"") is None and len(fs.dircache) == 0
+
+
+def test_committed_local_files_open_without_a_thread_for_passthrough(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        f = ino_of(fs, "v1/d/f03")
+        assert fs.open_fast(f, os.O_RDONLY, passthrough=False) is None  # the daemon reads it: the thread path
+        assert fs.open_fast(f, os.O_RDWR, passthrough=True) is None  # EROFS comes from the thread path
+        assert fs.open_fast(ino_of(fs, "main/d/f03"), os.O_RDONLY, passthrough=True) is None  # a branch file
+        assert fs.open_fast(ino_of(fs, "v1/d/ln"), os.O_RDONLY, passthrough=True) is None  # empty: nothing to hand over
+        o = None
+        for _ in range(2):  # the first open may find the object's path cold in the dentry cache
+            o = fs.open_fast(f, os.O_RDONLY, passthrough=True)
+            if o is not None:
+                break
+            fs.release(fs.open(f, os.O_RDONLY, True).fh)
+        assert o is not None and o.keep_cache and o.backing_fd >= 0
+        assert os.pread(o.backing_fd, 1 << 16, 0) == FILES["d/f03"]
+        assert fs.read(o.fh, 0, 1 << 16) == FILES["d/f03"]
+        assert fs.stats.counts["opens_inline"] == 1
+        fs.release(o.fh)
+
+
+def test_open_cached_opens_only_what_the_dentry_cache_holds(tmp_path):
+    p = tmp_path / "f"
+    p.write_bytes(b"abc")
+    os.stat(p)
+    fd = open_cached(str(p), os.O_RDONLY | os.O_CLOEXEC)
+    if fd is None:
+        pytest.skip("no openat2 with RESOLVE_CACHED here")
+    try:
+        assert os.read(fd, 10) == b"abc"
+    finally:
+        os.close(fd)
+    assert open_cached(str(tmp_path / "missing"), os.O_RDONLY) is None  # the usual open says why
+
+
+@needs_fuse
+def test_a_mount_reads_a_tag_from_memory_and_passthrough(repo, tmp_path):
+    home = repo.config.home
+    m = MountProc(home, "dcache", tmp_path / "mnt").start()
+    try:
+        mp = m.mountpoint
+        for name, data in FILES.items():
+            assert (mp / "v1" / name).read_bytes() == data
+            assert (mp / "main" / name).read_bytes() == data
+        st = json.loads((mp / ".lakefuse" / "stats").read_text())
+        assert st["lookups_memory"] >= len([n for n in FILES if n.startswith("d/f")]) - 2
+        assert not (mp / "v1" / "d" / "nope").exists()
+        # a fresh mount's attributes of the same tag: the same
+        m2 = MountProc(home, "dcache", tmp_path / "mnt2").start()
+        try:
+            for name in FILES:
+                a, b = os.stat(mp / "v1" / name), os.stat(m2.mountpoint / "v1" / name)
+                assert (a.st_mode, a.st_size, a.st_mtime_ns, a.st_uid, a.st_gid, a.st_nlink) == \
+                    (b.st_mode, b.st_size, b.st_mtime_ns, b.st_uid, b.st_gid, b.st_nlink), name
+        finally:
+            m2.stop()
+        repo.upload("main", "d/f00", b"changed behind the mount")  # the branch tree shows it
+        deadline = 50
+        while (mp / "main" / "d" / "f00").read_bytes() != b"changed behind the mount" and deadline:
+            import time
+
+            time.sleep(0.1)
+            deadline -= 1
+        assert deadline, "the branch tree did not show the change within 5 s"
+        assert (mp / "v1" / "d" / "f00").read_bytes() == FILES["d/f00"]
+    finally:
+        m.stop()
+
+
+@pytest.mark.parametrize("scan", [256, 3])
+def test_link_counts_of_listed_directories_come_from_memory_and_match(tmp_path, request, scan):
+    files = {"t/a/f": b"f", "t/b/deep/f": b"f", "t/c/f": b"f", "t/f": b"f", "t/" + "x" * 300 + "/f": b"f",
+             "t/h/" + "y" * 300: b"f", "t/h/z": b"z", "t/e/f": b"f"}
+    with seeded_repo(tmp_path, "links", files, request) as r:
+        fs, fresh = Filesystem(r, FsConfig(nlink_scan=scan)), Filesystem(r, FsConfig(nlink_scan=scan))
+        t = ino_of(fs, "v1/t")
+        subdirs = [(e.name, attr.ino) for e, attr in readdir_all(fs, t) if attr.is_dir]
+        for name, ino in subdirs:
+            readdir_all(fs, ino)  # the subdirectory's listing is held now
+            got = fs.getattr_fast(ino)
+            assert got is not None, name  # no KV read, no thread
+            assert got.nlink == fresh.getattr(ino_of(fresh, "v1/t/" + name.decode())).nlink, name
+        readdir_all(fs, ino_of(fs, "v1"))
+        assert fs.getattr_fast(t).nlink == fresh.getattr(ino_of(fresh, "v1/t")).nlink
+
+
+def test_a_held_directory_lists_from_memory_as_a_fresh_mount_does(repo):
+    fs, fresh = Filesystem(repo, FsConfig()), Filesystem(repo, FsConfig(readdir_page=4, nlink_scan=2))
+    d, fd = ino_of(fs, "v1/d"), ino_of(fresh, "v1/d")
+    assert fs.dircache.get(fs.inodes.get(d).tree.key, b"d") is not None  # held by its lookup
+    assert fresh.dircache.get(fresh.inodes.get(fd).tree.key, b"d") is None  # read page by page
+    for start in (0, 1, 5, 13):  # from the start, and resuming at an offset (a seek)
+        got = [(e.name, e.offset, _fields(a)) for e, a in readdir_all(fs, d, start)]
+        want = [(e.name, e.offset, _fields(a)) for e, a in readdir_all(fresh, fd, start)]
+        assert got == want and got

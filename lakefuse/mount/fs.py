@@ -120,6 +120,7 @@ class Filesystem:
         # FUSE passthrough: which inodes are bound to which object file; branch files too
         self.backings = Backings()
         self.branch_passthrough = True
+        self._local_store = str(getattr(repo, "storage_namespace", "")).startswith("file:")
         root = self.inodes.get(ROOT_INO)
         root.attr = self.rules.dir_attr(ROOT_INO, self.started_ns, self.config.branch_timeout,
                                         self.config.branch_timeout)
@@ -472,7 +473,7 @@ class Filesystem:
             return self._open_file(node, False)
         tree: Tree = node.tree
         entry = Entry.from_value(node.value)
-        if (not writing and entry.size > 0 and (tree.immutable or self.branch_passthrough)
+        if (not writing and entry.size > 0 and self._local_store and (tree.immutable or self.branch_passthrough)
                 and not stat.S_ISLNK(node.attr.mode)):
             mode = self.backings.bind(node.ino, node.value.identity)
             if mode == STALE:
@@ -707,7 +708,10 @@ class Filesystem:
         return self._writer().empty_entry()
 
     def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller) -> tuple[Opened, Attr]:
-        return self._writer().create(parent_ino, name, mode, flags, caller)
+        o, attr = self._writer().create(parent_ino, name, mode, flags, caller)
+        if self.backings.hold(attr.ino):  # a cached open: no passthrough open of it meanwhile
+            self.backings.opened(o.fh, attr.ino, False)
+        return o, attr
 
     def mkdir(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
         return self._writer().mkdir(parent_ino, name, mode, caller)

@@ -269,6 +269,10 @@ def bench_local(args, work: Path) -> dict:
                                                        "opens_daemon", "bytes_inline", "bytes_thread")}
         log(f"run {rep + 1}: cold " + ", ".join(f"{k} {v[-1] / 1e6:.0f}" for k, v in cold.items())
             + " MB/s; warm " + ", ".join(f"{k} {v[-1] / 1e6:.0f}" for k, v in warm.items()) + " MB/s")
+    # the same ratios run by run (each run's own direct read and native copy): less swayed by a noisy disk
+    for k, base, v in (("cold", "direct", cold), ("warm", "native", warm)):
+        for tree in ("commit", "branch"):
+            res[f"big_{k}_{tree}_vs_{base}_per_run"] = [round(a / b, 2) for a, b in zip(v[tree], v[base])]
     res["big_cold_MBps"] = med(cold["commit"]) / 1e6
     res["big_cold_branch_MBps"] = med(cold["branch"]) / 1e6
     res["big_cold_direct_MBps"] = med(cold["direct"]) / 1e6

@@ -515,8 +515,10 @@ class Filesystem:
         if entry.size > 0 and not stat.S_ISLNK(node.attr.mode):
             reader = self._open_object(tree, node.path, entry)
         if passthrough and reader is not None and not hasattr(reader, "bytes_from_store"):
-            keep = True
-            node.opened_identity = None  # the FUSE page cache is not filled: a later cached open starts empty
+            # the FUSE page cache is neither used nor filled: dropped if the kernel refuses (the
+            # daemon then serves this open), and a later cached open starts empty
+            keep = False
+            node.opened_identity = None
         else:
             passthrough = False
             keep = tree.immutable or node.opened_identity == value.identity

@@ -191,7 +191,8 @@ def test_info_files(world):
     assert [ln.split()[0] for ln in log] == [world["c2"].id, world["c1"].id, world["repo"].log("main~1").__next__().parents[0]]
     stats = json.loads((mp / ".lakefuse" / "stats").read_text())
     assert stats["pid"] == world["mount"].proc.pid
-    assert stats["requests"]["lookup"] > 0 and stats["bytes_from_store"] > 0
+    # the files read so far: by the daemon, or by the kernel (FUSE passthrough: only their opens counted)
+    assert stats["requests"]["lookup"] > 0 and stats["bytes_from_store"] + stats.get("opens_passthrough", 0) > 0
     assert ".lakefuse" not in os.listdir(mp / "main")  # reserved: reachable by path, never listed
 
 

@@ -91,12 +91,30 @@ def test_passthrough_serves_committed_reads_without_the_daemon(repo_home):
         opened = after.get("opens_passthrough", 0) - before.get("opens_passthrough", 0)
         assert opened >= 6, after
         assert after["passthrough"] == "on"
-        # a branch tree's file is the daemon's (it may change): same bytes, counted as such
-        daemon_before = after.get("opens_daemon", 0)
-        assert (mp / "main" / "data" / "big.bin").read_bytes() == BIG
+        # a branch file no handle writes is handed to the kernel too (tests/test_mount_passthrough_branch.py)
+        _check_reads(mp / "main" / "data" / "big.bin")
         last = stats(mp)
-        assert last["opens_daemon"] > daemon_before and last["opens_passthrough"] == after["opens_passthrough"]
-        assert last["requests"]["read"] > after["requests"]["read"] + 2
+        assert last["opens_passthrough"] > after["opens_passthrough"]
+        assert last["requests"]["read"] - after["requests"]["read"] <= 2, last["requests"]  # (stats itself)
+    finally:
+        m.stop()
+    assert not is_mounted(mp)
+
+
+def test_branch_passthrough_off_leaves_branch_files_to_the_daemon(repo_home):
+    m = _mount(repo_home, "mnt-branch-off", env={"LAKEFUSE_PASSTHROUGH": "1", "LAKEFUSE_BRANCH_PASSTHROUGH": "0"})
+    mp = m.mountpoint
+    try:
+        before = stats(mp)
+        if before["passthrough"] != "on":
+            pytest.skip(f"FUSE passthrough here: {before['passthrough']}")
+        assert before["branch_passthrough"] == "off"
+        _check_reads(mp / "main" / "data" / "big.bin")
+        after = stats(mp)
+        assert after.get("opens_passthrough", 0) == 0 and after["opens_daemon"] > before.get("opens_daemon", 0)
+        assert after["requests"]["read"] - before["requests"].get("read", 0) > 5  # the daemon read them
+        _check_reads(mp / "v1" / "data" / "big.bin")  # commits' files still go to the kernel
+        assert stats(mp)["opens_passthrough"] > 0
     finally:
         m.stop()
     assert not is_mounted(mp)

@@ -54,6 +54,9 @@ class MountConfig:
     cache_dir: str | None = None
     # FUSE passthrough for committed local objects, when the kernel and pyfuse3 have it; off: $LAKEFUSE_PASSTHROUGH=0
     passthrough: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_PASSTHROUGH", True))
+    # ... and for branch files no handle writes (a reader then keeps the version it opened); off:
+    # $LAKEFUSE_BRANCH_PASSTHROUGH=0
+    branch_passthrough: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_BRANCH_PASSTHROUGH", True))
     # reads a local file's page cache holds whole answered on the trio thread; off: $LAKEFUSE_INLINE_READS=0
     inline_reads: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_INLINE_READS", True))
 
@@ -200,6 +203,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
         report = fs.recover()  # spool leftovers and unfinished renames of a killed daemon
         tell_user(report.lines() if report is not None else [])
+    fs.branch_passthrough = config.branch_passthrough
+    fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")
     ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough,
                      inline_reads=config.inline_reads)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}

@@ -63,6 +63,7 @@ from lakefuse.mount.attrs import (  # noqa: F401  (the core's vocabulary, import
     SetAttr,
     StatFs,
 )
+from lakefuse.mount.backing import CACHED, PASSTHROUGH, STALE, Backings
 from lakefuse.mount.dircache import DirCache
 from lakefuse.mount.errors import FsError, LogOnce
 from lakefuse.mount.handles import Handle, LocalObjectHandle, ObjectHandle
@@ -118,6 +119,10 @@ class Filesystem:
         self._nlinks_lock = threading.Lock()
         self._nlinks_gen = 0  # bumped by every subdirs_changed: a count read across one is not kept
         self.writes = writes(self) if writable else None
+        # FUSE passthrough: which inodes are bound to which object file; branch files too
+        self.backings = Backings()
+        self.branch_passthrough = True
+        self._local_store = str(getattr(repo, "storage_namespace", "")).startswith("file:")
         root = self.inodes.get(ROOT_INO)
         root.attr = self.rules.dir_attr(ROOT_INO, self.started_ns, self.config.branch_timeout,
                                         self.config.branch_timeout)
@@ -505,8 +510,12 @@ class Filesystem:
 
     def open(self, ino: int, flags: int, passthrough: bool = False) -> Opened:
         """Open a file. With ``passthrough`` (the adapter can hand reads to the kernel), a
-        read-only open of a committed object of a local store names the object's file as
-        ``backing_fd``: immutable, the very bytes the daemon would read."""
+        read-only open of an object of a local store -- a commit's file, or a branch file no
+        handle is writing (``branch_passthrough``) -- names the object's file as
+        ``backing_fd``: immutable, the very bytes the daemon would read. Such an inode takes
+        no other kind of open while one lasts (:mod:`lakefuse.mount.backing`): a writer, or a
+        reader of a newer version, gets ESTALE and the name a new inode; the kernel looks it
+        up again and repeats the open there."""
         node = self.inodes.get(ino)
         writing = bool(flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND))
         if node.kind == Kind.INFO_FILE:
@@ -520,24 +529,74 @@ class Filesystem:
             return Opened(self.new_fh(h), False, True)
         if node.kind == Kind.FILE and not node.tree.immutable and self.writes is not None and self.spool is not None:
             if writing or self.spool.get(ino) is not None:
-                return self.writes.open_spooled(node, flags, writing)
+                if not passthrough:
+                    return self.writes.open_spooled(node, flags, writing)
+                if not self.backings.hold(node.ino):
+                    self._stale(node)
+                return self._admitted(node, False, self.writes.open_spooled, node, flags, writing)
         if writing:
             self.check_writable(ino)
         if node.kind != Kind.FILE:
             raise FsError(errno.EISDIR)
-        tree: Tree = node.tree
         node = self.revalidate(node)
+        if not passthrough:
+            return self._open_file(node, False)
+        tree: Tree = node.tree
+        entry = Entry.from_value(node.value)
+        if (not writing and entry.size > 0 and self._local_store and (tree.immutable or self.branch_passthrough)
+                and not stat.S_ISLNK(node.attr.mode)):
+            mode = self.backings.bind(node.ino, node.value.identity)
+            if mode == STALE:
+                self._stale(node)
+        elif self.backings.hold(node.ino):
+            mode = CACHED
+        else:
+            self._stale(node)
+        return self._admitted(node, mode == PASSTHROUGH, self._open_file, node, mode == PASSTHROUGH)
+
+    def _admitted(self, node: Node, pt: bool, fn, *args) -> Opened:
+        """Run the open :class:`Backings` admitted; it is released with its fh (or now, if it fails)."""
+        try:
+            o = fn(*args)
+        except BaseException:
+            self.backings.undo(node.ino, pt)
+            raise
+        if pt and o.backing_fd < 0:  # not a local object file after all: the daemon serves it
+            self.backings.opened(o.fh, node.ino, True)
+            self.backings.refused(o.fh)
+        else:
+            self.backings.opened(o.fh, node.ino, pt)
+        return o
+
+    def _stale(self, node: Node) -> None:
+        """The kernel reads an older version of this inode through a backing file: the name
+        gets a new inode (the next lookup makes it), and ESTALE has the kernel look it up."""
+        self.inodes.replace(node)
+        self.stats.add("opens_stale")
+        raise FsError(errno.ESTALE, "open files read an older version through the kernel: the name has a new inode")
+
+    def _open_file(self, node: Node, passthrough: bool) -> Opened:
+        """Open a (revalidated) file of a tree for reading; ``passthrough``: name its local object's
+        file as ``backing_fd``."""
+        tree: Tree = node.tree
         value = node.value
         entry = Entry.from_value(value)
         reader = None
         if entry.size > 0 and not stat.S_ISLNK(node.attr.mode):
             reader = self._open_object(tree, node.path, entry)
-        keep = tree.immutable or node.opened_identity == value.identity
-        node.opened_identity = value.identity
+        if passthrough and reader is not None and not hasattr(reader, "bytes_from_store"):
+            # the FUSE page cache is neither used nor filled: dropped if the kernel refuses (the
+            # daemon then serves this open), and a later cached open starts empty
+            keep = False
+            node.opened_identity = None
+        else:
+            passthrough = False
+            keep = tree.immutable or node.opened_identity == value.identity
+            node.opened_identity = value.identity
         backing_fd = -1
         if reader is not None and not hasattr(reader, "bytes_from_store"):  # a local object file
             content = None
-            if passthrough and tree.immutable and not writing:
+            if passthrough:
                 backing_fd = reader.fileno()  # the kernel reads it: nothing to read ahead here
             elif entry.size <= self.config.small_file_bytes:
                 # a small local file is read whole now, in the same thread call: its reads need no other
@@ -659,6 +718,7 @@ class Filesystem:
         try:
             h.release()
         finally:
+            self.backings.released(fh)
             self.inodes.close(h.node)
 
     # ------------------------------------------------------------------ .lakefuse/stats
@@ -745,7 +805,10 @@ class Filesystem:
         return self._writer().empty_entry()
 
     def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller) -> tuple[Opened, Attr]:
-        return self._writer().create(parent_ino, name, mode, flags, caller)
+        o, attr = self._writer().create(parent_ino, name, mode, flags, caller)
+        if self.backings.hold(attr.ino):  # a cached open: no passthrough open of it meanwhile
+            self.backings.opened(o.fh, attr.ino, False)
+        return o, attr
 
     def mkdir(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
         return self._writer().mkdir(parent_ino, name, mode, caller)
@@ -776,6 +839,9 @@ class Filesystem:
                     v is not None for v in (changes.mode, changes.uid, changes.gid, changes.mtime_ns, changes.atime_ns)):
                 raise FsError(errno.EPERM, "control files only take truncation to zero")
             return self._special_attr(node)
+        if changes.size is not None and fh is None and self.backings.bound(ino):
+            self.check_writable(ino)
+            self._stale(node)  # truncate(2) of a file read through a backing file: on a new inode
         return self._writer().setattr(ino, changes)
 
     def recover(self):

@@ -273,6 +273,8 @@ class Operations(pyfuse3.Operations):
         if o.backing_fd >= 0 and self.passthrough and self._passthrough_open(ctx, fi, o.backing_fd):
             self.stats.add("opens_passthrough")
         else:
+            if o.backing_fd >= 0:
+                self.fs.backings.refused(o.fh)  # the daemon serves it: the inode is in cached mode
             self.stats.add("opens_daemon")
         return fi
 

@@ -7,7 +7,9 @@ separate process), with data generated here:
 * one big file (default 1 GiB): cold sequential read through the mount (page caches
   dropped with posix_fadvise, data cache empty) against reading the same object
   straight from the store with the same client (Python reads of the object file /
-  one boto3 GET stream); warm re-read against a native copy on local disk;
+  one boto3 GET stream); warm re-read against a native copy on local disk. On the
+  local store both through a commit tree (``v1/``, the default keys) and through the
+  branch (``main/``, an unchanged branch file: the ``*_branch_*`` keys);
 * a flat directory (default 100,000 entries): ``ls -f`` cold (fresh mount) and warm,
   beside ``ls -f`` of a native directory of as many files;
 * a nested tree (default 10,000 files of 100 KB): ``find -type f | xargs stat`` cold
@@ -249,23 +251,46 @@ def bench_local(args, work: Path) -> dict:
     mp = work / "mnt"
     res: dict = {}
 
-    # cold sequential read of the big file vs the object file, same client (Python reads of 1 MiB)
-    mount_cold, direct_cold, mount_warm, native_warm = [], [], [], []
+    # cold sequential read of the big file vs the object file, same client (Python reads of 1 MiB),
+    # through a commit tree (tag v1) and through the branch (an unchanged branch file): all three
+    # in a rotating order in each run, every page cache of the object (and of the mount's file)
+    # dropped before each read; then warm re-reads of both against a native copy's
+    cold = {"direct": [], "commit": [], "branch": []}
+    warm = {"native": [], "commit": [], "branch": []}
     size = args.big_mib * MiB
-    for _ in range(args.reps):
-        drop_file_cache(obj)
-        direct_cold.append(size / timed(lambda: read_file(obj)))
-        drop_file_cache(obj)
+    paths = {"commit": mp / BENCH_TAG / "big.bin", "branch": mp / "main" / "big.bin", "native": native / "big.bin",
+             "direct": obj}
+    for rep in range(args.reps):
         with LakefuseMount(home, "bench", mp) as m:
-            mount_cold.append(size / timed(lambda: read_file(mp / "main" / "big.bin")))
-            read_file(mp / "main" / "big.bin")  # the first re-read settles the page cache
-            mount_warm.append(size / timed(lambda: read_file(mp / "main" / "big.bin")))
-        read_file(native / "big.bin")
-        native_warm.append(size / timed(lambda: read_file(native / "big.bin")))
-    res["big_cold_MBps"] = med(mount_cold) / 1e6
-    res["big_cold_direct_MBps"] = med(direct_cold) / 1e6
-    res["big_warm_MBps"] = med(mount_warm) / 1e6
-    res["big_warm_native_MBps"] = med(native_warm) / 1e6
+            kinds = list(cold)
+            for kind in kinds[rep % 3:] + kinds[:rep % 3]:
+                drop_file_cache(obj)
+                drop_file_cache(paths[kind])
+                cold[kind].append(size / timed(lambda: read_file(paths[kind])))
+            kinds = list(warm)
+            for kind in kinds:
+                read_file(paths[kind])  # the first re-read settles the page cache
+            runs = {k: [] for k in kinds}  # a warm read is short (~0.1 s): five of each, interleaved
+            for i in range(5):
+                for kind in kinds[(rep + i) % 3:] + kinds[:(rep + i) % 3]:
+                    runs[kind].append(size / timed(lambda: read_file(paths[kind])))
+            for kind in kinds:
+                warm[kind].append(med(runs[kind]))
+            st = m.stats()
+            res["big_paths"] = {k: st.get(k) for k in ("passthrough", "branch_passthrough", "opens_passthrough",
+                                                       "opens_daemon", "bytes_inline", "bytes_thread")}
+        log(f"run {rep + 1}: cold " + ", ".join(f"{k} {v[-1] / 1e6:.0f}" for k, v in cold.items())
+            + " MB/s; warm " + ", ".join(f"{k} {v[-1] / 1e6:.0f}" for k, v in warm.items()) + " MB/s")
+    # the same ratios run by run (each run's own direct read and native copy): less swayed by a noisy disk
+    for k, base, v in (("cold", "direct", cold), ("warm", "native", warm)):
+        for tree in ("commit", "branch"):
+            res[f"big_{k}_{tree}_vs_{base}_per_run"] = [round(a / b, 2) for a, b in zip(v[tree], v[base])]
+    res["big_cold_MBps"] = med(cold["commit"]) / 1e6
+    res["big_cold_branch_MBps"] = med(cold["branch"]) / 1e6
+    res["big_cold_direct_MBps"] = med(cold["direct"]) / 1e6
+    res["big_warm_MBps"] = med(warm["commit"]) / 1e6
+    res["big_warm_branch_MBps"] = med(warm["branch"]) / 1e6
+    res["big_warm_native_MBps"] = med(warm["native"]) / 1e6
 
     # listing and stat, cold (fresh mount) and warm; through the branch tree (main/, kept by the
     # kernel for --branch-timeout) and through a tag of the same commit (immutable: kept long)
@@ -499,7 +524,9 @@ def main() -> int:
         if args.store in ("local", "both"):
             r = bench_local(args, work / "local")
             r["ratio_big_cold_vs_direct"] = r["big_cold_MBps"] / r["big_cold_direct_MBps"]
+            r["ratio_big_cold_branch_vs_direct"] = r["big_cold_branch_MBps"] / r["big_cold_direct_MBps"]
             r["ratio_big_warm_vs_native"] = r["big_warm_MBps"] / r["big_warm_native_MBps"]
+            r["ratio_big_warm_branch_vs_native"] = r["big_warm_branch_MBps"] / r["big_warm_native_MBps"]
             r["ratio_parallel_vs_native"] = r["parallel_files_per_s"] / r["parallel_native_files_per_s"]
             r["ratio_tag_parallel_vs_native"] = r["tag_parallel_files_per_s"] / r["parallel_native_files_per_s"]
             r["ratio_stat_cold_vs_native"] = r["stat_cold_files_per_s"] / r["stat_native_files_per_s"]

@@ -1,0 +1,115 @@
+"""Which inodes the kernel reads through a backing file (FUSE passthrough), and which one.
+
+The kernel binds an inode to one backing file while any passthrough open of it lasts, and
+refuses (``EIO`` to the caller) an open of that inode in any other mode meanwhile -- a
+cached open (the daemon serves its reads) or a passthrough open onto another file -- as it
+refuses a passthrough open while a cached one lasts. So the core decides each open of a
+file under one lock, here:
+
+* a read-only open of a local object may be handed to the kernel (:meth:`Backings.bind`)
+  when the inode has no cached open, and no passthrough open onto another object;
+* any other open of the file (a writer, a reader the daemon serves) holds the inode in
+  cached mode (:meth:`Backings.hold`) -- refused while passthrough opens last.
+
+A refusal is the core's cue to give the file's name a new inode (the old one keeps serving
+the passthrough opens it has, as a file renamed over does) and to answer ``ESTALE``: the
+kernel then looks the name up again and repeats the open on the new inode
+(``open(2)``, ``truncate(2)`` retry once on ``ESTALE``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+# what an open of an inode may be, as :meth:`Backings.bind` answers
+PASSTHROUGH = "passthrough"  # handed to the kernel: bound to the object's file
+CACHED = "cached"  # the daemon serves it (the inode has cached opens)
+STALE = "stale"  # bound to another object's file: the name needs a new inode
+
+
+class Backings:
+    """Passthrough and cached opens by inode, and the object each passthrough-bound
+    inode's backing file holds (see the module docstring). Thread-safe; never blocks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bound: dict[int, list] = {}  # ino -> [object identity, passthrough opens]
+        self._held: dict[int, int] = {}  # ino -> cached opens
+        self._fhs: dict[int, tuple[int, bool]] = {}  # fh -> (ino, passthrough)
+
+    def bind(self, ino: int, identity: bytes) -> str:
+        """One passthrough open of ``ino`` onto the file of the object ``identity``, if the
+        kernel can take it: :data:`PASSTHROUGH` (then :meth:`opened` with its fh, or
+        :meth:`undo`), :data:`CACHED` (the daemon serves it: held as by :meth:`hold`) or
+        :data:`STALE`."""
+        with self._lock:
+            b = self._bound.get(ino)
+            if b is not None:
+                if b[0] != identity:
+                    return STALE
+                b[1] += 1
+                return PASSTHROUGH
+            n = self._held.get(ino, 0)
+            if n > 0:
+                self._held[ino] = n + 1
+                return CACHED
+            self._bound[ino] = [identity, 1]
+            return PASSTHROUGH
+
+    def hold(self, ino: int) -> bool:
+        """One cached open of ``ino`` (then :meth:`opened` with its fh, or :meth:`undo`);
+        False (nothing held) while passthrough opens of it last."""
+        with self._lock:
+            if ino in self._bound:
+                return False
+            self._held[ino] = self._held.get(ino, 0) + 1
+            return True
+
+    def bound(self, ino: int) -> bool:
+        with self._lock:
+            return ino in self._bound
+
+    def opened(self, fh: int, ino: int, passthrough: bool) -> None:
+        """The open :meth:`bind` or :meth:`hold` admitted got ``fh``: released with it."""
+        with self._lock:
+            self._fhs[fh] = (ino, passthrough)
+
+    def refused(self, fh: int) -> None:
+        """The kernel refused the passthrough open of ``fh``: the daemon serves it (cached)."""
+        with self._lock:
+            ino, pt = self._fhs.get(fh, (None, False))
+            if ino is None or not pt:
+                return
+            self._drop(ino, True)
+            self._held[ino] = self._held.get(ino, 0) + 1
+            self._fhs[fh] = (ino, False)
+
+    def undo(self, ino: int, passthrough: bool) -> None:
+        """An admitted open that failed before it had an fh."""
+        with self._lock:
+            self._drop(ino, passthrough)
+
+    def released(self, fh: int) -> None:
+        with self._lock:
+            got = self._fhs.pop(fh, None)
+            if got is not None:
+                self._drop(*got)
+
+    def _drop(self, ino: int, passthrough: bool) -> None:
+        if passthrough:
+            b = self._bound.get(ino)
+            if b is not None:
+                b[1] -= 1
+                if b[1] <= 0:
+                    del self._bound[ino]
+        else:
+            n = self._held.get(ino, 0) - 1
+            if n > 0:
+                self._held[ino] = n
+            else:
+                self._held.pop(ino, None)
+
+    def counts(self) -> tuple[int, int]:
+        """(inodes bound to a backing file, inodes with cached opens)."""
+        with self._lock:
+            return len(self._bound), len(self._held)

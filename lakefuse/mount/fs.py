@@ -370,6 +370,19 @@ class Filesystem:
         node.stamp = stamp
         return node
 
+    def dir_staged(self, node: Node, touched: list, stamp: int) -> None:
+        """This mount staged a change in directory ``node`` (a create, a mkdir) with the items
+        ``touched`` of :meth:`BranchWrites._touch_parent` (its marker as just staged, or
+        nothing: no marker), and the branch's stamp became ``stamp``: its attributes as of
+        ``stamp`` are known without reading them back (the kernel asks them right after: it
+        dropped them when the directory changed)."""
+        if not node.path or stamp < node.stamp:
+            return  # the tree root (its attributes are computed, never read); or known newer
+        marker = touched[0][1] if touched else None
+        attr = self._counted(self.rules.tree_dir_attr(node.tree, node.path, marker), node.tree, node.path)
+        node.attr = self._with_ino(attr, node.ino)
+        node.stamp = stamp
+
     def readlink(self, ino: int) -> bytes:
         node = self.revalidate(self.inodes.get(ino)) if self.inodes.get(ino).kind == Kind.FILE else None
         if node is None or node.value is None:
@@ -537,7 +550,16 @@ class Filesystem:
         or run a control request."""
         h = self._handles.get(fh)
         if h is not None:
-            h.flush()
+            self._saved(h.node, h.flush())
+
+    def _saved(self, node: Node, stamp: int | None) -> None:
+        """A file of ``node`` was saved and the branch's stamp became ``stamp`` (None: nothing
+        staged): a save changes no directory's attributes, so its directory, if it was current
+        just before (its stamp one less), is current at ``stamp`` too (no read at its next stat)."""
+        if stamp:
+            parent = self.inodes.peek(node.parent_ino)
+            if parent is not None and parent.kind == Kind.DIR and parent.stamp == stamp - 1:
+                parent.stamp = stamp
 
     def fsyncdir(self) -> None:
         """fsync(2) of a directory: every change staged through this mount (each a committed,

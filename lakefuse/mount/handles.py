@@ -299,11 +299,13 @@ class SpoolHandle(Handle):
     def pending(self) -> bool:
         return self.sf.dirty and not self._reader_of_unsaved()
 
-    def flush(self) -> None:
+    def flush(self) -> int | None:
+        """Save (close): the branch's stamp after the save (None: nothing was staged)."""
         if self._reader_of_unsaved():
-            return
+            return None
         if self.sf.flush() is not None:
-            self._own_change()
+            return self._own_change()
+        return None
 
     def fsync(self) -> None:
         try:
@@ -324,14 +326,16 @@ class SpoolHandle(Handle):
         if was_dirty and not self.sf.dirty:
             self._own_change()
 
-    def _own_change(self) -> None:
-        """The save moved the branch's stamp by one: this mount's own change (lakefuse.mount.watch)."""
+    def _own_change(self) -> int | None:
+        """The save moved the branch's stamp by one: this mount's own change (lakefuse.mount.watch);
+        the stamp after it."""
         tree = self.node.tree
         if tree is not None and not tree.immutable:
             try:
-                tree.own_change(tree.repin())
+                return tree.staged(*self.sf.stamped)
             except GravelerError:  # the save stands; the watch then drops the caches, which is harmless
                 pass
+        return None
 
 
 class ControlHandle(Handle):

@@ -81,6 +81,10 @@ class InodeTable:
             raise FsError(errno.ESTALE, f"inode {ino} is not known")
         return node
 
+    def peek(self, ino: int) -> Node | None:
+        """The node of ``ino``, or None (never raises)."""
+        return self._nodes.get(ino)
+
     def find(self, key: Hashable) -> Node | None:
         ino = self._by_key.get(key)
         return self._nodes.get(ino) if ino is not None else None

@@ -45,6 +45,22 @@ class Tree:
                     self.stamp = s
         return s
 
+    def staged(self, stamp: int, raw: bytes | None) -> int:
+        """This mount staged a change and read, in its transaction, the branch's stamp
+        ``stamp`` and record ``raw`` (:meth:`graveler.Repository.stage_stamped`): the tree
+        takes them as :meth:`repin` would have read them (nothing is read again unless the
+        branch record moved), and it is this mount's own change (:meth:`own_change`). Stamps
+        only grow: a concurrent save that already moved the tree further is kept."""
+        if raw is None:
+            stamp = self.repin()
+        else:
+            with self.lock:
+                if stamp > self.stamp:
+                    self.view.current(raw)
+                    self.stamp = stamp
+        self.own_change(stamp)
+        return stamp
+
     def own_change(self, stamp: int) -> None:
         """This mount made a change and the stamp is now ``stamp``: if that change is the only one
         since the stamp watch last looked, the kernel's caches already show it (the write went

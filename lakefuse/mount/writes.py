@@ -164,8 +164,10 @@ class BranchWrites:
         e = self.empty_entry()
         return replace(e, last_modified_ns=now or time.time_ns(), metadata=attrs.to_metadata())
 
-    def _stat(self, tree: Tree, path: bytes):
-        tree.repin()
+    @staticmethod
+    def _stat(tree: Tree, path: bytes):
+        # no repin first: a view re-pins by itself when the branch record moved under it
+        # (graveler.core.RepoCore.pinned), and the staging that follows updates the stamp
         return tree.view.stat(path)
 
     def _touch_parent(self, tree: Tree, parent_path: bytes, now: int,
@@ -196,9 +198,10 @@ class BranchWrites:
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
-    def _stage(self, tree: Tree, items, durable: bool = False) -> None:
-        self.repo.stage_many(tree.view.branch, items, durable)  # one stamp bump
-        tree.own_change(tree.repin())
+    def _stage(self, tree: Tree, items, durable: bool = False) -> int:
+        """Stage ``items`` (one stamp bump); the branch's stamp after it."""
+        _, stamp, raw = self.repo.stage_stamped(tree.view.branch, items, durable)
+        return tree.staged(stamp, raw)
 
     # ------------------------------------------------------------------ open for writing
 
@@ -252,8 +255,9 @@ class BranchWrites:
             if st.value is not None and flags & os.O_EXCL:
                 raise FsError(errno.EEXIST)
             # Not synced (nothing but fsync and commit sync): create(2) promises nothing durable.
-            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now))
-            stamp = tree.stamp
+            touched = self._touch_parent(tree, parent.path, now)
+            stamp = self._stage(tree, [(path, entry.to_value())] + touched)
+            self.fs.dir_staged(parent, touched, stamp)
             attr = self.rules.file_attr(entry.to_value(), tree)
             attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
                                        entry.to_value(), stamp)
@@ -289,8 +293,10 @@ class BranchWrites:
             st = self._stat(tree, path)
             if st.exists:
                 raise FsError(errno.EEXIST)
-            self._stage(tree, [(path + b"/", entry.to_value())] + self._touch_parent(tree, parent.path, now))
+            touched = self._touch_parent(tree, parent.path, now)
+            stamp = self._stage(tree, [(path + b"/", entry.to_value())] + touched)
             self.fs.subdirs_changed(tree, parent.path)
+            self.fs.dir_staged(parent, touched, stamp)
             attr = self.rules.tree_dir_attr(tree, path, entry.to_value())
             attr = self._acquire_fresh(self.fs.dir_key(tree, path), Kind.DIR, tree, path, parent_ino, attr,
                                        None, tree.stamp)

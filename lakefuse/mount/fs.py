@@ -72,6 +72,11 @@ from lakefuse.mount.trees import Tree, TreeLocks
 
 log = logging.getLogger(__name__)
 
+# How recently a branch's stamp must have been read (or moved by this mount's own write) for
+# a directory's attributes kept at that stamp to be answered without reading it again: far
+# below the kernel's own attribute cache (``branch_timeout``) and the stamp watch's interval.
+FRESH_NS = 50_000_000
+
 
 class Filesystem:
     """The semantics of the mount over one repository (see the module docstring).
@@ -304,13 +309,20 @@ class Filesystem:
                 self._nlinks.pop((tree, path), None)
 
     def getattr_fast(self, ino: int) -> Attr | None:
-        """The attributes when no I/O is needed to be sure of them (else None)."""
+        """The attributes when no I/O is needed to be sure of them (else None): an immutable
+        tree's node; a branch directory's, read (or staged by this mount) at the branch's
+        stamp when that stamp was known current within :data:`FRESH_NS` (the kernel asks a
+        directory's attributes again after every create in it: this answers the next from
+        what the create staged)."""
         node = self.inodes.get(ino)
         if node.kind == Kind.INFO_DIR:
             return node.attr
-        if (node.kind in (Kind.DIR, Kind.FILE) and node.tree.immutable and node.attr is not None
-                and not node.attr.uncounted):
-            return node.attr
+        attr = node.attr
+        if node.kind in (Kind.DIR, Kind.FILE) and attr is not None and not attr.uncounted:
+            tree = node.tree
+            if tree.immutable or (node.kind == Kind.DIR and tree.dir_current(node.path, node.stamp)
+                                  and tree.fresh(FRESH_NS)):
+                return attr
         return None
 
     def getattr(self, ino: int) -> Attr:
@@ -550,16 +562,7 @@ class Filesystem:
         or run a control request."""
         h = self._handles.get(fh)
         if h is not None:
-            self._saved(h.node, h.flush())
-
-    def _saved(self, node: Node, stamp: int | None) -> None:
-        """A file of ``node`` was saved and the branch's stamp became ``stamp`` (None: nothing
-        staged): a save changes no directory's attributes, so its directory, if it was current
-        just before (its stamp one less), is current at ``stamp`` too (no read at its next stat)."""
-        if stamp:
-            parent = self.inodes.peek(node.parent_ino)
-            if parent is not None and parent.kind == Kind.DIR and parent.stamp == stamp - 1:
-                parent.stamp = stamp
+            h.flush()
 
     def fsyncdir(self) -> None:
         """fsync(2) of a directory: every change staged through this mount (each a committed,

@@ -299,13 +299,11 @@ class SpoolHandle(Handle):
     def pending(self) -> bool:
         return self.sf.dirty and not self._reader_of_unsaved()
 
-    def flush(self) -> int | None:
-        """Save (close): the branch's stamp after the save (None: nothing was staged)."""
+    def flush(self) -> None:
         if self._reader_of_unsaved():
-            return None
+            return
         if self.sf.flush() is not None:
-            return self._own_change()
-        return None
+            self._own_change()
 
     def fsync(self) -> None:
         try:
@@ -326,16 +324,15 @@ class SpoolHandle(Handle):
         if was_dirty and not self.sf.dirty:
             self._own_change()
 
-    def _own_change(self) -> int | None:
-        """The save moved the branch's stamp by one: this mount's own change (lakefuse.mount.watch);
-        the stamp after it."""
+    def _own_change(self) -> None:
+        """The save moved the branch's stamp by one: this mount's own change (lakefuse.mount.watch).
+        A save changes no directory's attributes (its entry was staged by the create, or was there)."""
         tree = self.node.tree
         if tree is not None and not tree.immutable:
             try:
-                return tree.staged(*self.sf.stamped)
+                tree.staged(*self.sf.stamped, dirs=())
             except GravelerError:  # the save stands; the watch then drops the caches, which is harmless
                 pass
-        return None
 
 
 class ControlHandle(Handle):

@@ -91,6 +91,7 @@ from lakefuse.mount import sidecar
 from lakefuse.mount.nowait import pread_nowait
 from lakefuse.mount.recovery import RECOVERED_DIR, RecoveryReport, recover_instance
 from lakefuse.mount.retry import SaveRetries
+from lakefuse.mount.spoolpool import FilePool, new_sid
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ class SpoolFile:
         if base is not None:
             self.user_metadata = user_metadata(base.metadata)
             self.content_type = base.content_type
-        self.sid = f"{time.time_ns():019d}-{secrets.token_hex(4)}"
+        self.sid = new_sid()
         self.lock = threading.RLock()
         self.handles = 0
         self._fd: int | None = None
@@ -189,7 +190,11 @@ class SpoolFile:
         return self.spool.dir / f"{self.sid}.copyin"
 
     def _create(self, path: Path | None = None) -> None:
-        self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        made = self.spool.pool.take() if path is None else None  # an empty file made ahead (spoolpool)
+        if made is not None:
+            self.sid, self._fd = made
+        else:
+            self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         self.on_disk = True
         self._write_sidecar()  # before the first byte: a crash leaves no content without it
         self._md5 = hashlib.md5(usedforsecurity=False)
@@ -564,6 +569,7 @@ class Spool(SaveRetries):
         self.dir = config.root / name
         os.rename(pending, self.dir)
         self.journal = sidecar.Journal(self.dir)  # the spool files' records (for recovery)
+        self.pool = FilePool(self.dir)  # empty spool files made ahead (taken by new files)
 
     def _owner(self) -> dict:
         """Which repository this spool serves: the name alone is not enough (two homes may
@@ -744,6 +750,7 @@ class Spool(SaveRetries):
     def close(self) -> None:
         """Unmount: every file must have been released (a still-dirty one stays for recovery)."""
         self._stop.set()
+        self.pool.close()
         t = self._retrier
         if t is not None:
             t.join(60)

@@ -9,6 +9,7 @@ read while no directory rename runs, and a rename run alone.
 from __future__ import annotations
 
 import threading
+import time
 
 from graveler.locks import RWLock
 from graveler.view import View
@@ -17,7 +18,8 @@ from graveler.view import View
 class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
-    __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign")
+    __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
+                 "own_from", "touched")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -31,33 +33,77 @@ class Tree:
         self.lock = threading.Lock()
         self.watched = self.stamp  # the stamp the kernel's caches were last dropped at (lakefuse.mount.watch)
         self.foreign = 0  # changes the stamp watch found that this mount did not make (each round: +1)
+        self.confirmed_ns = 0  # monotonic time ``stamp`` was last known current (a read, a staged write)
+        # every change after stamp ``own_from`` was this mount's, recorded by ``staged``; ``touched``:
+        # directory path -> the last of them that may have changed its attributes (dir_current)
+        self.own_from = self.stamp
+        self.touched: dict[bytes, int] = {}
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound
         if the branch is gone). Blocking (a cheap LMDB read); nothing is made durable."""
         if self.immutable:
             return 0
+        t = time.monotonic_ns()
         s = self.view.change_stamp()
         if s != self.stamp:
             with self.lock:
-                if s != self.stamp:
+                if s > self.stamp:  # (stamps only grow: a read older than a staged write's is not taken)
                     self.view.refresh()
                     self.stamp = s
+                    self._unexplained(s)
+        if s == self.stamp:
+            self.confirmed_ns = t
         return s
 
-    def staged(self, stamp: int, raw: bytes | None) -> int:
+    def _unexplained(self, stamp: int) -> None:
+        """The stamp moved by changes this mount did not record (another writer's, or its own
+        made some other way): nothing kept from before ``stamp`` is known current."""
+        self.own_from = stamp
+        self.touched.clear()
+
+    def fresh(self, within_ns: int) -> bool:
+        """Whether ``stamp`` was known current less than ``within_ns`` ago (then what the mount
+        keeps of the tree at that stamp may be answered without a read)."""
+        return time.monotonic_ns() - self.confirmed_ns < within_ns
+
+    def dir_current(self, path: bytes, stamp: int) -> bool:
+        """Whether the attributes of directory ``path`` read at ``stamp`` are still its attributes
+        at :attr:`stamp`: every change since was this mount's own (:meth:`staged`), and none of
+        them touched that directory."""
+        return stamp == self.stamp or (stamp >= self.own_from and self.touched.get(path, 0) <= stamp)
+
+    def staged(self, stamp: int, raw: bytes | None, dirs=None) -> int:
         """This mount staged a change and read, in its transaction, the branch's stamp
         ``stamp`` and record ``raw`` (:meth:`graveler.Repository.stage_stamped`): the tree
         takes them as :meth:`repin` would have read them (nothing is read again unless the
         branch record moved), and it is this mount's own change (:meth:`own_change`). Stamps
-        only grow: a concurrent save that already moved the tree further is kept."""
+        only grow: a concurrent save that already moved the tree further is kept. ``dirs``:
+        the directories whose attributes the change may have changed (None: unknown: then
+        nothing kept from before it is taken as current, :meth:`dir_current`)."""
         if raw is None:
             stamp = self.repin()
+            with self.lock:
+                self._unexplained(max(stamp, self.stamp))
         else:
+            t = time.monotonic_ns()
             with self.lock:
                 if stamp > self.stamp:
                     self.view.current(raw)
+                    if stamp != self.stamp + 1:  # changes between: not (yet) known to be ours
+                        self._unexplained(stamp)
                     self.stamp = stamp
+                if dirs is None:
+                    self._unexplained(self.stamp)
+                else:
+                    touched = self.touched
+                    if len(touched) > 100_000:
+                        self._unexplained(self.stamp)
+                    for d in dirs:
+                        if touched.get(d, 0) < stamp:
+                            touched[d] = stamp
+                if stamp == self.stamp:
+                    self.confirmed_ns = t
         self.own_change(stamp)
         return stamp
 

@@ -84,6 +84,18 @@ RENAME_EXCHANGE = 2
 DIR_RENAME_BATCH = 50_000  # keys per LMDB transaction of a directory rename
 
 
+def _dirs_of(items) -> set[bytes]:
+    """The directories whose attributes staging ``items`` may change: the one holding each key
+    (an entry there appears or goes), and a marker's own directory (``d/``: its attributes)."""
+    out = set()
+    for key, _ in items:
+        if key.endswith(b"/"):
+            key = key[:-1]
+            out.add(key)
+        out.add(key.rpartition(b"/")[0])
+    return out
+
+
 class BranchWrites:
     """The write operations of branch trees, for one :class:`lakefuse.mount.fs.Filesystem`
     (see the module docstring); the core dispatches its write-type calls here."""
@@ -201,7 +213,7 @@ class BranchWrites:
     def _stage(self, tree: Tree, items, durable: bool = False) -> int:
         """Stage ``items`` (one stamp bump); the branch's stamp after it."""
         _, stamp, raw = self.repo.stage_stamped(tree.view.branch, items, durable)
-        return tree.staged(stamp, raw)
+        return tree.staged(stamp, raw, _dirs_of(items))
 
     # ------------------------------------------------------------------ open for writing
 

@@ -120,6 +120,7 @@ class Filesystem:
         self._nlinks: dict[tuple, tuple[int, int]] = {}
         self._nlinks_lock = threading.Lock()
         self._nlinks_gen = 0  # bumped by every subdirs_changed: a count read across one is not kept
+        self._negatives: dict[tuple[int, bytes], tuple[int, int]] = {}  # (dir ino, name) -> (stamp, when): _note_absent
         self.writes = writes(self) if writable else None
         root = self.inodes.get(ROOT_INO)
         root.attr = self.rules.dir_attr(ROOT_INO, self.started_ns, self.config.branch_timeout,
@@ -195,6 +196,23 @@ class Filesystem:
 
     # ------------------------------------------------------------------ lookup / forget / getattr
 
+    def lookup_absent(self, parent_ino: int, name: bytes) -> bool:
+        """True (never blocks) when ``name`` is surely not in branch directory ``parent_ino``
+        without reading: a directory this mount made and alone changed since, its branch's
+        stamp known current within :data:`FRESH_NS` (:meth:`Tree.known_absent`): the lookup is
+        answered ENOENT at once (and a create that follows need not look again)."""
+        parent = self.inodes.peek(parent_ino)
+        if parent is None or parent.kind != Kind.DIR or parent.tree.immutable or not parent.path:
+            return False
+        if len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..") or paths.name_problem(name) is not None:
+            return False
+        tree = parent.tree
+        if not tree.known_absent(parent.path, name, FRESH_NS):
+            return False
+        self.stats.add("lookups")
+        self._note_absent(parent_ino, name, tree.stamp)
+        return True
+
     def lookup(self, parent_ino: int, name: bytes) -> Attr:
         """The attributes of ``name`` in directory ``parent_ino``; its lookup count +1."""
         parent = self.inodes.get(parent_ino)
@@ -253,7 +271,24 @@ class Filesystem:
         if st.value is not None:
             return self.acquire(self.file_key(tree, path), Kind.FILE, tree, path, parent_ino,
                                 self.rules.file_attr(st.value, tree), st.value, stamp)
+        if not tree.immutable:
+            self._note_absent(parent_ino, name, stamp)
         raise FsError(errno.ENOENT, "", neg)
+
+    def _note_absent(self, parent_ino: int, name: bytes, stamp: int) -> None:
+        negatives = self._negatives
+        if len(negatives) >= 10_000:
+            negatives.clear()
+        negatives[(parent_ino, name)] = (stamp, time.monotonic_ns())
+
+    def absent(self, parent: Node, name: bytes) -> bool:
+        """Whether a lookup of ``name`` in branch directory ``parent`` found nothing less than
+        :data:`FRESH_NS` ago, and nothing since -- only this mount's own changes, none in
+        ``parent`` (:meth:`Tree.dir_current`) -- can have made it: a create that follows the
+        kernel's lookup need not look again. Forgets the lookup."""
+        seen = self._negatives.pop((parent.ino, name), None)
+        return (seen is not None and time.monotonic_ns() - seen[1] < FRESH_NS
+                and parent.tree.dir_current(parent.path, seen[0]))
 
     def _relookup(self, node: Node) -> Attr:
         attr = self.getattr(node.ino)

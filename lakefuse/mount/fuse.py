@@ -166,7 +166,10 @@ class Operations(pyfuse3.Operations):
     @boundary("lookup")
     async def lookup(self, parent_inode, name, ctx=None):
         log.debug("lookup %d %r", parent_inode, name)
-        return _entry(await self._meta(self.fs.lookup, parent_inode, bytes(name)))
+        name = bytes(name)
+        if self.fs.lookup_absent(parent_inode, name):  # known without a read (a directory this mount made)
+            raise FsError(errno.ENOENT)
+        return _entry(await self._meta(self.fs.lookup, parent_inode, name))
 
     async def forget(self, inode_list):
         try:  # must not raise

@@ -190,7 +190,7 @@ class SpoolFile:
         return self.spool.dir / f"{self.sid}.copyin"
 
     def _create(self, path: Path | None = None) -> None:
-        made = self.spool.pool.take() if path is None else None  # an empty file made ahead (spoolpool)
+        made = self.spool.pool.take() if path is None and not self.on_disk else None  # made ahead (spoolpool)
         if made is not None:
             self.sid, self._fd = made
         else:

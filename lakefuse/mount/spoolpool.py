@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import threading
 import time
 from collections import deque
 from pathlib import Path
+
+from graveler.objects import unique_hex16
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ POOL_SIZE = 32
 
 def new_sid() -> str:
     """A spool file's name stem: unique, in creation order."""
-    return f"{time.time_ns():019d}-{secrets.token_hex(4)}"
+    return f"{time.time_ns():019d}-{unique_hex16()}"
 
 
 class FilePool:

@@ -19,7 +19,7 @@ class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
     __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
-                 "own_from", "touched")
+                 "own_from", "touched", "known")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -38,6 +38,9 @@ class Tree:
         # directory path -> the last of them that may have changed its attributes (dir_current)
         self.own_from = self.stamp
         self.touched: dict[bytes, int] = {}
+        # directory path -> every name in it, for directories this mount made (mkdir) and changed
+        # only through ``staged`` since (known_absent); forgotten with ``touched``
+        self.known: dict[bytes, set[bytes]] = {}
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound
@@ -61,6 +64,7 @@ class Tree:
         made some other way): nothing kept from before ``stamp`` is known current."""
         self.own_from = stamp
         self.touched.clear()
+        self.known.clear()
 
     def fresh(self, within_ns: int) -> bool:
         """Whether ``stamp`` was known current less than ``within_ns`` ago (then what the mount
@@ -73,7 +77,44 @@ class Tree:
         them touched that directory."""
         return stamp == self.stamp or (stamp >= self.own_from and self.touched.get(path, 0) <= stamp)
 
-    def staged(self, stamp: int, raw: bytes | None, dirs=None) -> int:
+    def forget_own(self) -> None:
+        """A change is under way that ``staged`` will not record (a directory rename): nothing
+        kept from before it is taken as current (:meth:`dir_current`, :meth:`known_absent`)."""
+        with self.lock:
+            self._unexplained(self.stamp)
+
+    def made_dir(self, path: bytes) -> None:
+        """This mount made directory ``path`` (empty) with the staged write just recorded: it
+        knows every name in it from now on, as long as every change is its own."""
+        with self.lock:
+            if len(self.known) < 100_000:
+                self.known[path] = set()
+
+    def known_absent(self, path: bytes, name: bytes, within_ns: int) -> bool:
+        """Whether ``name`` is surely not in directory ``path``: a directory this mount made, every
+        change since its own, the stamp known current less than ``within_ns`` ago (never blocks)."""
+        names = self.known.get(path)
+        return names is not None and name not in names and self.fresh(within_ns)
+
+    def _names(self, items) -> None:
+        """Keep the known directories' names true after staging ``items`` (key, value or None)."""
+        known = self.known
+        for key, value in items:
+            key = key.rstrip(b"/")
+            parent, _, name = key.rpartition(b"/")
+            if value is None:  # a name may go (or stay, through the keys under it): not known any more
+                known.pop(parent, None)
+                known.pop(key, None)
+                continue
+            while True:  # the key's name, and each of its directories' in theirs
+                names = known.get(parent)
+                if names is not None:
+                    names.add(name)
+                if not parent:
+                    break
+                parent, _, name = parent.rpartition(b"/")
+
+    def staged(self, stamp: int, raw: bytes | None, dirs=None, items=None) -> int:
         """This mount staged a change and read, in its transaction, the branch's stamp
         ``stamp`` and record ``raw`` (:meth:`graveler.Repository.stage_stamped`): the tree
         takes them as :meth:`repin` would have read them (nothing is read again unless the
@@ -96,6 +137,8 @@ class Tree:
                 if dirs is None:
                     self._unexplained(self.stamp)
                 else:
+                    if items and self.known:
+                        self._names(items)
                     touched = self.touched
                     if len(touched) > 100_000:
                         self._unexplained(self.stamp)

@@ -213,7 +213,7 @@ class BranchWrites:
     def _stage(self, tree: Tree, items, durable: bool = False) -> int:
         """Stage ``items`` (one stamp bump); the branch's stamp after it."""
         _, stamp, raw = self.repo.stage_stamped(tree.view.branch, items, durable)
-        return tree.staged(stamp, raw, _dirs_of(items))
+        return tree.staged(stamp, raw, _dirs_of(items), items)
 
     # ------------------------------------------------------------------ open for writing
 
@@ -261,10 +261,11 @@ class BranchWrites:
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
         with self.fs.tree_lock(tree).shared():
-            st = self._stat(tree, path)
-            if st.is_dir:
+            # the kernel looked the name up just before (its create follows a lookup that found nothing)
+            st = None if self.fs.absent(parent, name) else self._stat(tree, path)
+            if st is not None and st.is_dir:
                 raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
-            if st.value is not None and flags & os.O_EXCL:
+            if st is not None and st.value is not None and flags & os.O_EXCL:
                 raise FsError(errno.EEXIST)
             # Not synced (nothing but fsync and commit sync): create(2) promises nothing durable.
             touched = self._touch_parent(tree, parent.path, now)
@@ -307,6 +308,7 @@ class BranchWrites:
                 raise FsError(errno.EEXIST)
             touched = self._touch_parent(tree, parent.path, now)
             stamp = self._stage(tree, [(path + b"/", entry.to_value())] + touched)
+            tree.made_dir(path)
             self.fs.subdirs_changed(tree, parent.path)
             self.fs.dir_staged(parent, touched, stamp)
             attr = self.rules.tree_dir_attr(tree, path, entry.to_value())
@@ -499,6 +501,7 @@ class BranchWrites:
     def _rename_dir(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_exists: bool) -> None:
         branch = tree.view.branch
         with self.fs.tree_lock(tree).exclusive(), ExitStack() as saving:
+            tree.forget_own()  # (the lookups answered on the trio thread take no tree lock)
             # the open files below src: no save of one is under way while the keys move (one
             # that was is waited for, and its entry moves with the rest); the next stages at dst
             below = [sf for sf in (self.spool.open_files() if self.spool is not None else ())

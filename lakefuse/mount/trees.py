@@ -15,11 +15,15 @@ from graveler.locks import RWLock
 from graveler.view import View
 
 
+MAX_HOLES = 64  # unexplained stamps kept track of; more at once: taken as another writer's changes
+HOLE_NS = 1_000_000_000  # an unexplained stamp this old is another writer's change
+
+
 class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
     __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
-                 "own_from", "touched", "known")
+                 "own_from", "touched", "known", "holes")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -40,7 +44,10 @@ class Tree:
         self.touched: dict[bytes, int] = {}
         # directory path -> every name in it, for directories this mount made (mkdir) and changed
         # only through ``staged`` since (known_absent); forgotten with ``touched``
-        self.known: dict[bytes, set[bytes]] = {}
+        self.known: dict[bytes, tuple[int, set[bytes]]] = {}  # path -> (stamp it was made at, names)
+        # stamps after ``own_from`` that no ``staged`` explained yet -> when first seen: a concurrent
+        # save of this mount whose ``staged`` is still to come, or another writer's change (HOLE_NS)
+        self.holes: dict[int, int] = {}
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound
@@ -49,12 +56,12 @@ class Tree:
             return 0
         t = time.monotonic_ns()
         s = self.view.change_stamp()
-        if s != self.stamp:
+        if s != self.stamp or self.holes:
             with self.lock:
                 if s > self.stamp:  # (stamps only grow: a read older than a staged write's is not taken)
                     self.view.refresh()
-                    self.stamp = s
-                    self._unexplained(s)
+                    self._advance(s, t, own=False)
+                self._settle(t)
         if s == self.stamp:
             self.confirmed_ns = t
         return s
@@ -65,6 +72,23 @@ class Tree:
         self.own_from = stamp
         self.touched.clear()
         self.known.clear()
+        self.holes.clear()
+
+    def _advance(self, stamp: int, now: int, own: bool) -> None:
+        """``stamp`` (> :attr:`stamp`) was read; the stamps between (and ``stamp`` itself unless
+        ``own``: a change this mount staged) are holes until a ``staged`` explains them."""
+        top = stamp if not own else stamp - 1
+        if top - self.stamp > MAX_HOLES:
+            self._unexplained(stamp)
+        else:
+            for h in range(self.stamp + 1, top + 1):
+                self.holes[h] = now
+        self.stamp = stamp
+
+    def _settle(self, now: int) -> None:
+        """A hole no ``staged`` explained within :data:`HOLE_NS` is another writer's change."""
+        if self.holes and now - min(self.holes.values()) > HOLE_NS:
+            self._unexplained(self.stamp)
 
     def fresh(self, within_ns: int) -> bool:
         """Whether ``stamp`` was known current less than ``within_ns`` ago (then what the mount
@@ -75,7 +99,8 @@ class Tree:
         """Whether the attributes of directory ``path`` read at ``stamp`` are still its attributes
         at :attr:`stamp`: every change since was this mount's own (:meth:`staged`), and none of
         them touched that directory."""
-        return stamp == self.stamp or (stamp >= self.own_from and self.touched.get(path, 0) <= stamp)
+        return stamp == self.stamp or (stamp >= self.own_from and self.touched.get(path, 0) <= stamp
+                                       and all(h <= stamp for h in self.holes))
 
     def forget_own(self) -> None:
         """A change is under way that ``staged`` will not record (a directory rename): nothing
@@ -83,18 +108,20 @@ class Tree:
         with self.lock:
             self._unexplained(self.stamp)
 
-    def made_dir(self, path: bytes) -> None:
-        """This mount made directory ``path`` (empty) with the staged write just recorded: it
-        knows every name in it from now on, as long as every change is its own."""
+    def made_dir(self, path: bytes, stamp: int) -> None:
+        """This mount made directory ``path`` (empty) with the staged write that moved the stamp
+        to ``stamp``: it knows every name in it from now on, as long as every change is its own."""
         with self.lock:
-            if len(self.known) < 100_000:
-                self.known[path] = set()
+            # (not while a change of unknown origin is pending: it might have put a name there)
+            if len(self.known) < 100_000 and stamp >= self.own_from and not self.holes:
+                self.known[path] = (stamp, set())
 
     def known_absent(self, path: bytes, name: bytes, within_ns: int) -> bool:
         """Whether ``name`` is surely not in directory ``path``: a directory this mount made, every
         change since its own, the stamp known current less than ``within_ns`` ago (never blocks)."""
-        names = self.known.get(path)
-        return names is not None and name not in names and self.fresh(within_ns)
+        known = self.known.get(path)
+        return (known is not None and name not in known[1] and all(h <= known[0] for h in self.holes)
+                and self.fresh(within_ns))
 
     def _names(self, items) -> None:
         """Keep the known directories' names true after staging ``items`` (key, value or None)."""
@@ -109,7 +136,7 @@ class Tree:
             while True:  # the key's name, and each of its directories' in theirs
                 names = known.get(parent)
                 if names is not None:
-                    names.add(name)
+                    names[1].add(name)
                 if not parent:
                     break
                 parent, _, name = parent.rpartition(b"/")
@@ -131,9 +158,10 @@ class Tree:
             with self.lock:
                 if stamp > self.stamp:
                     self.view.current(raw)
-                    if stamp != self.stamp + 1:  # changes between: not (yet) known to be ours
-                        self._unexplained(stamp)
-                    self.stamp = stamp
+                    self._advance(stamp, t, own=True)  # changes between: holes till explained
+                else:
+                    self.holes.pop(stamp, None)  # a concurrent save of this mount: explained
+                self._settle(t)
                 if dirs is None:
                     self._unexplained(self.stamp)
                 else:

@@ -308,7 +308,7 @@ class BranchWrites:
                 raise FsError(errno.EEXIST)
             touched = self._touch_parent(tree, parent.path, now)
             stamp = self._stage(tree, [(path + b"/", entry.to_value())] + touched)
-            tree.made_dir(path)
+            tree.made_dir(path, stamp)
             self.fs.subdirs_changed(tree, parent.path)
             self.fs.dir_staged(parent, touched, stamp)
             attr = self.rules.tree_dir_attr(tree, path, entry.to_value())

@@ -345,18 +345,27 @@ class Filesystem:
 
     def getattr_fast(self, ino: int) -> Attr | None:
         """The attributes when no I/O is needed to be sure of them (else None): an immutable
-        tree's node; a branch directory's, read (or staged by this mount) at the branch's
-        stamp when that stamp was known current within :data:`FRESH_NS` (the kernel asks a
-        directory's attributes again after every create in it: this answers the next from
-        what the create staged)."""
+        tree's node; a branch file being written (its spool file's); a branch directory's or
+        file's, read (or staged by this mount) at a stamp since which only this mount's own
+        changes, none to it, came (:meth:`Tree.dir_current`), the branch's stamp known current
+        within :data:`FRESH_NS` (the kernel asks a directory's attributes again after every
+        create in it, a file's after every change: this answers from what was staged)."""
         node = self.inodes.get(ino)
         if node.kind == Kind.INFO_DIR:
             return node.attr
+        stamp = node.stamp  # before the attributes: a writer sets them first, then their stamp
         attr = node.attr
         if node.kind in (Kind.DIR, Kind.FILE) and attr is not None and not attr.uncounted:
             tree = node.tree
-            if tree.immutable or (node.kind == Kind.DIR and tree.dir_current(node.path, node.stamp)
-                                  and tree.fresh(FRESH_NS)):
+            if tree.immutable:
+                return attr
+            if node.kind == Kind.FILE:
+                if not self.inodes.attached(node):
+                    return None  # unlinked while open: getattr says so
+                sf = self.spool.peek(ino) if self.spool is not None else None
+                if sf is not None:  # being written: as its spool file says (what getattr answers)
+                    return self.rules.spooled(sf, attr)
+            if tree.dir_current(node.path, stamp) and tree.fresh(FRESH_NS):
                 return attr
         return None
 
@@ -597,7 +606,20 @@ class Filesystem:
         or run a control request."""
         h = self._handles.get(fh)
         if h is not None:
-            h.flush()
+            stamp = h.flush()
+            if stamp:  # a file saved through the spool: its entry as staged (no read at the next stat)
+                self.file_staged(h.node, h.sf.saved.to_value(), stamp)
+
+    def file_staged(self, node: Node, value: Value, stamp: int) -> bool:
+        """This mount staged ``value`` for file ``node`` and the branch's stamp became ``stamp``:
+        its attributes as of ``stamp`` are known without reading them back (False: the node
+        holds a later state already)."""
+        if stamp < node.stamp:
+            return False
+        node.value = value
+        node.attr = self._with_ino(self.rules.file_attr(value, node.tree), node.ino)
+        node.stamp = stamp
+        return True
 
     def fsyncdir(self) -> None:
         """fsync(2) of a directory: every change staged through this mount (each a committed,
@@ -733,6 +755,16 @@ class Filesystem:
     def rename(self, old_parent_ino: int, old_name: bytes, new_parent_ino: int, new_name: bytes,
                flags: int) -> None:
         self._writer().rename(old_parent_ino, old_name, new_parent_ino, new_name, flags)
+
+    def setattr_fast(self, ino: int, changes: SetAttr) -> Attr | None:
+        """chmod / chown / utimens of a branch file open for writing, when it needs no I/O: the
+        change goes into its spool file, saved at its last close (as :meth:`setattr` does);
+        never blocks (None: then :meth:`setattr`)."""
+        node = self.inodes.peek(ino)
+        if (changes.size is not None or node is None or node.kind != Kind.FILE or self.writes is None
+                or node.tree is None or node.tree.immutable):
+            return None
+        return self.writes.setattr_open(node, changes)
 
     def setattr(self, ino: int, changes: SetAttr, fh: int | None = None) -> Attr:
         node = self.inodes.get(ino)

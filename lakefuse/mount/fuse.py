@@ -313,6 +313,9 @@ class Operations(pyfuse3.Operations):
         if changes == SetAttr():  # ctime only: nothing is kept for it
             self.fs.check_writable(inode)
             return _entry(await self._meta(self.fs.getattr, inode))
+        attr = self.fs.setattr_fast(inode, changes)  # a file open for writing: into its spool file
+        if attr is not None:
+            return _entry(attr)
         return _entry(await self.offload.run(DATA, self.fs.setattr, inode, changes, fh))
 
     @boundary("setxattr")

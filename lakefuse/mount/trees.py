@@ -99,8 +99,9 @@ class Tree:
         """Whether the attributes of directory ``path`` read at ``stamp`` are still its attributes
         at :attr:`stamp`: every change since was this mount's own (:meth:`staged`), and none of
         them touched that directory."""
+        # (max over the dict runs without a thread switch: it is read on the trio thread too)
         return stamp == self.stamp or (stamp >= self.own_from and self.touched.get(path, 0) <= stamp
-                                       and all(h <= stamp for h in self.holes))
+                                       and max(self.holes, default=0) <= stamp)
 
     def forget_own(self) -> None:
         """A change is under way that ``staged`` will not record (a directory rename): nothing
@@ -120,7 +121,7 @@ class Tree:
         """Whether ``name`` is surely not in directory ``path``: a directory this mount made, every
         change since its own, the stamp known current less than ``within_ns`` ago (never blocks)."""
         known = self.known.get(path)
-        return (known is not None and name not in known[1] and all(h <= known[0] for h in self.holes)
+        return (known is not None and name not in known[1] and max(self.holes, default=0) <= known[0]
                 and self.fresh(within_ns))
 
     def _names(self, items) -> None:

@@ -68,7 +68,7 @@ from lakefuse.mount.attrs import (
     SetAttr,
 )
 from lakefuse.mount.errors import FsError
-from lakefuse.mount.fs import Filesystem
+from lakefuse.mount.fs import FRESH_NS, Filesystem
 from lakefuse.mount.handles import SpoolHandle
 from lakefuse.mount.inodes import ROOT_INO, Kind, Node
 from lakefuse.mount.special import INFO_NAME
@@ -85,13 +85,12 @@ DIR_RENAME_BATCH = 50_000  # keys per LMDB transaction of a directory rename
 
 
 def _dirs_of(items) -> set[bytes]:
-    """The directories whose attributes staging ``items`` may change: the one holding each key
-    (an entry there appears or goes), and a marker's own directory (``d/``: its attributes)."""
+    """The paths whose attributes staging ``items`` may change: each key's (a file's entry, a
+    directory's marker ``d/``), and the directory holding it (an entry there appears or goes)."""
     out = set()
     for key, _ in items:
-        if key.endswith(b"/"):
-            key = key[:-1]
-            out.add(key)
+        key = key.rstrip(b"/")
+        out.add(key)
         out.add(key.rpartition(b"/")[0])
     return out
 
@@ -560,7 +559,9 @@ class BranchWrites:
                 self.spool.release(ino)
             return self._fresh_attr(node)
         with self.fs.tree_lock(tree).shared():
-            node = self.fs.revalidate(node)
+            if not (node.value is not None and node.attr is not None and tree.dir_current(node.path, node.stamp)
+                    and tree.fresh(FRESH_NS)):  # (what this mount staged there last is what it holds)
+                node = self.fs.revalidate(node)
             e = Entry.from_value(node.value)
             pa = PosixAttrs.from_metadata(e.metadata)
             cur = node.attr
@@ -575,8 +576,29 @@ class BranchWrites:
             )
             md = user_metadata(e.metadata)
             md.update(new.to_metadata())
-            self._stage(tree, [(node.path, replace(e, metadata=md, last_modified_ns=time.time_ns()).to_value())])
+            value = replace(e, metadata=md, last_modified_ns=time.time_ns()).to_value()
+            stamp = self._stage(tree, [(node.path, value)])
+            if self.fs.file_staged(node, value, stamp):
+                return node.attr
         return self._fresh_attr(node)
+
+    def setattr_open(self, node: Node, changes: SetAttr) -> Attr | None:
+        """:meth:`setattr` of a file open for writing by a handle that saves it at its close,
+        without waiting: None when that cannot be done at once (not open so, or its spool file
+        busy: a save under way)."""
+        sf = self.spool.peek(node.ino) if self.spool is not None else None
+        if (sf is None or node.attr is None or not sf.loaded or sf.handles < 1
+                or not sf.lock.acquire(blocking=False)):
+            return None
+        try:
+            if sf.handles < 1 or sf.key is None:
+                return None
+            self._apply_attrs(sf, changes)
+        finally:
+            sf.lock.release()
+        node.stamp = -1  # read again once saved
+        self.stats.add("setattrs_inline")
+        return self.rules.spooled(sf, node.attr)
 
     def _fresh_attr(self, node: Node) -> Attr:
         node.stamp = -1

@@ -339,9 +339,11 @@ class Env(SnapshotReads):
         """Run ``fn(txn)`` in one write transaction and commit it; return its result.
 
         ``durable`` (the default): return only once the commit is on disk. With False
-        the commit is complete and visible, and the database stays intact whatever
-        happens, but a system crash before the next durable commit (or :meth:`sync`)
-        of this process may undo it.
+        the commit is complete and visible and survives the death of any process (it is
+        in the page cache), but nothing flushes it until the next durable commit,
+        :meth:`sync` or the background sync (within ``KVConfig.sync_interval``): a power
+        loss or kernel crash before then may undo it, and LMDB 0.9 does not promise its
+        file intact across one in that window (``MDB_NOSYNC``).
 
         ``fn`` may run more than once (after the map grew), so it must not have
         side effects outside the transaction. An exception from ``fn`` aborts the

@@ -4,6 +4,14 @@ A :class:`Tree` is one ref of the mount root: a branch (live: its view is
 re-pinned when the branch's change stamp moves) or a commit, tag or ref
 expression (immutable). A :class:`RWLock` per branch tree lets every request
 read while no directory rename runs, and a rename run alone.
+
+A branch tree also keeps track of which changes since a stamp were this mount's own
+(:meth:`Tree.staged`: each staged write reports the stamp its transaction read) and which
+paths they touched, so what the mount read or staged before can be answered without a read
+while only its own changes came since (:meth:`Tree.dir_current`, :meth:`Tree.known_absent`:
+a small file's lookup, its directory's stat). A stamp no staged write explains is a *hole*:
+a concurrent save of this mount still to report, or, after :data:`HOLE_NS`, another writer's
+change, which makes the tree forget all of that.
 """
 
 from __future__ import annotations

@@ -64,7 +64,8 @@ class KVConfig:
     map_size: int = 1 << 30  # initial map size; doubles on demand (virtual, sparse on disk)
     max_map_size: int = 1 << 40
     max_readers: int = 1024
-    sync: bool = True  # fsync on commit (False only for benchmarks / tests)
+    sync: bool = True  # durable writes and sync() fdatasync (False only for benchmarks / tests)
+    sync_interval: float = 5.0  # LMDB: commits left unsynced (durable=False) are synced within this (s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,14 @@ class RepoCore:
 
         return Pin(rr, commit, raw, guard)
 
+    def repin(self, ref: str, pin: Pin) -> Pin:
+        """``pin`` itself while its branch record is unchanged (a staged write moves the
+        branch's change stamp, not its record: one point read, nothing decoded), else
+        :meth:`pin` again."""
+        if pin.raw is not None and self.refs.branch_raw(pin.resolved.branch) == pin.raw:
+            return pin
+        return self.pin(ref)
+
     def iterator(self, pin: Pin, start: bytes = b"", batch: int = 64):
         """Seekable (path, value) iterator of what ``pin`` shows from ``start``: the
         committed tree, under the branch's staging tokens for a branch (tombstones hide

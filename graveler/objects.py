@@ -74,9 +74,9 @@ on ranged reads.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
-import secrets
 import stat
 import tempfile
 import threading
@@ -110,11 +110,29 @@ RESERVED_NAME = ".lakefuse"
 _CHUNK = 1 << 20
 
 
+_unique: list = [0, 0, None]  # [pid, random prefix, counter] of this process (unique_hex16)
+_unique_lock = threading.Lock()
+
+
+def unique_hex16() -> str:
+    """16 hex digits no other call returns: a random prefix drawn once per process, then a
+    counter (a random draw per call costs a system call that is slow on some hosts)."""
+    u = _unique
+    pid = os.getpid()
+    if u[0] != pid:  # first call, or a forked child: its own prefix
+        with _unique_lock:
+            if u[0] != pid:
+                u[1], u[2] = (int.from_bytes(os.urandom(4), "big"), itertools.count(1))
+                u[0] = pid
+    prefix, counter = u[1], u[2]
+    return f"{prefix:08x}{next(counter) & 0xFFFFFFFF:08x}"
+
+
 def new_data_address(now_ns: int | None = None) -> str:
     """A fresh, unique, time-ordered RELATIVE address under ``data/``."""
     ns = time.time_ns() if now_ns is None else now_ns
     hour = time.strftime("%Y%m%d%H", time.gmtime(ns // 1_000_000_000))
-    return f"{DATA_PREFIX}{hour}/{ns:019d}{secrets.token_hex(8)}"
+    return f"{DATA_PREFIX}{hour}/{ns:019d}{unique_hex16()}"
 
 
 @dataclass(frozen=True, slots=True)

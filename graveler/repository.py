@@ -172,17 +172,31 @@ class Repository:
         """Stage many entries (None = delete) in one transaction; return how many.
         ``durable=False``: return before the transaction is on disk (see
         :meth:`graveler.kv.base.Store.write`); the next durable write makes it durable."""
+        return self._stage_many(branch, items, durable, False)[0]
+
+    def stage_stamped(self, branch: str, items: Iterable[tuple[str | bytes, Entry | Value | None]],
+                      durable: bool = True) -> tuple[int, int, bytes]:
+        """:meth:`stage_many`, and what a reader that made the change needs not read again:
+        (how many, the branch's change stamp as of this write -- :meth:`change_stamp`,
+        read in its transaction --, the branch record's stored bytes then)."""
+        return self._stage_many(branch, items, durable, True)
+
+    def _stage_many(self, branch: str, items, durable: bool, stamped: bool) -> tuple[int, int, bytes | None]:
         paths: list[bytes] = []
         values: list[Entry | Value | None] = []
         for p, e in items:
             paths.append(as_path(p))
             values.append(e)
         records = encode_records(values)  # one compiled call, outside the (shared) write transaction
+        refs = self._refs
 
         def fn(txn):
             b = self._core.branch_txn(txn, branch)  # locked until the commit (see Store.write_grouped)
-            self._refs.bump_staged_stamp_txn(txn, branch)
-            return self._staging.put_records_txn(txn, b.staging_token, paths, records)
+            refs.bump_staged_stamp_txn(txn, branch)
+            n = self._staging.put_records_txn(txn, b.staging_token, paths, records)
+            if not stamped:
+                return n, 0, None
+            return n, refs.stamp_txn(txn, branch), refs.branch_raw_txn(txn, branch)
 
         return self._env.write_grouped(fn, durable)  # concurrent stagers share a transaction
 

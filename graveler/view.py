@@ -105,8 +105,17 @@ class View:
         if not self.is_branch:
             return False
         old = self._pin
-        self._pin = self._core.pin(self.ref)
+        self._pin = self._core.repin(self.ref, old)
         return old.commit.id != self._pin.commit.id or old.raw != self._pin.raw
+
+    def current(self, raw: bytes) -> bool:
+        """Whether the view still shows the branch whose record is stored as ``raw`` (what a
+        staged write of this process read in its transaction: :meth:`Repository.stage_stamped`);
+        if not, it re-pins now. Reads nothing when it does."""
+        if self._pin.raw == raw:
+            return True
+        self.refresh()
+        return False
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import stat
+import time
 
 import pytest
 
@@ -13,7 +14,7 @@ from graveler import paths
 from graveler.errors import GravelerError, InvalidArgument, NotFound
 from graveler.objects import PosixAttrs
 from lakefuse.mount.errors import ERRNO_TABLE, FsError, errno_for
-from lakefuse.mount.fs import Filesystem, FsConfig
+from lakefuse.mount.fs import FRESH_NS, Filesystem, FsConfig
 from lakefuse.mount.inodes import ROOT_INO
 from tests.graveler_testutil import make_repo
 from tests.mount_core_testutil import readdir_all
@@ -300,6 +301,9 @@ def test_forget_bounds_the_inode_table(fs, repo):
 def test_branch_attrs_follow_the_change_stamp(fs, repo):
     top = lookup_path(fs, "main/top.txt")
     assert fs.getattr(top.ino).size == len(b"top v2 longer")
+    fast = fs.getattr_fast(top.ino)  # the stamp was read just now: answered from memory, or not
+    assert fast is None or fast.size == len(b"top v2 longer")
+    time.sleep(FRESH_NS / 1e9 + 0.01)
     assert fs.getattr_fast(top.ino) is None  # a branch node is checked against the stamp
     o = fs.open(top.ino, 0)
     assert not o.keep_cache  # the node's first open: no page cache of it to keep yet

@@ -76,8 +76,8 @@ def _between(calls, t0: float, t1: float):
 
 
 def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path):
-    """close: no sync of the object or its directory (LMDB's fdatasync of its own data pages
-    at each transaction is all); fsync: the object file, its directory and the KV's file
+    """close: no sync call at all (not the object or its directory, not LMDB: its commits are
+    unsynced, a background thread syncs them within seconds); fsync: the object file, its directory and the KV's file
     are synced before the call returns; fsync on a descriptor opened after the close syncs
     what the close saved; a commit syncfs()es the store before it returns; so does unmount."""
     home = tmp_path / "home"
@@ -98,9 +98,7 @@ def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path):
             t_close = time.time()
             time.sleep(0.3)
             during_close = _between(trace.calls(), t0, t_close)
-            assert all(p.endswith("data.mdb") for _, p in during_close), during_close  # LMDB's own pages only
-            assert not any(str(store) in p for _, p in during_close), during_close
-            assert not any(c == "syncfs" for c, _ in during_close)
+            assert not during_close, during_close  # no sync at all: not the object, not LMDB
             with open(f, "rb") as r:  # visible at once, with its content
                 assert r.read() == b"x" * 4096
 

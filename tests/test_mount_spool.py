@@ -10,6 +10,7 @@ import pytest
 
 from graveler.errors import StoreUnavailable
 from graveler.objects import PosixAttrs
+from lakefuse.mount import sidecar
 from lakefuse.mount.spool import Spool, SpoolConfig
 from tests.graveler_testutil import make_repo
 
@@ -104,7 +105,7 @@ def test_rename_and_unlink_while_open(repo, spool):
     sf = spool.open(5, "main", b"old", None, ATTRS, new=True)
     sf.write(0, b"x")
     sf.move("main", b"new")
-    assert json.loads(sf.meta_path.read_text())["key"] == "new"
+    assert sidecar.read(sf.data_path)["key"] == "new"  # the record recovery reads (the spool's journal)
     sf.flush()
     assert repo.read("main", "new") == b"x" and not repo.exists("main", "old")
     sf.write(1, b"y")
@@ -206,7 +207,7 @@ def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_wr
     e1 = sf.flush()
     obj1 = repo._store._path(e1.address)
     assert os.stat(obj1).st_ino == ino and os.stat(obj1).st_nlink == 1  # the same file, no copy
-    assert not spool_path.exists() and not sf.meta_path.exists() and spool.release_is_inline(8)
+    assert not spool_path.exists() and spool.release_is_inline(8)
     umask = os.umask(0o022)
     os.umask(umask)
     assert os.stat(obj1).st_mode & 0o777 == 0o666 & ~umask  # the mode any put gives
@@ -226,7 +227,7 @@ def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_wr
     monkeypatch.setattr(repo._store, "_etag", no_rehash)
     sf.write(13, b", appended")  # after fsync, the same handle writes on: copy-on-write, locally
     assert spool.stats["cow_bytes"] == 13 and spool.stats["copy_in_bytes"] == 0
-    assert os.stat(spool_path).st_ino != ino and sf.meta_path.exists()  # a spool file again, for recovery
+    assert os.stat(spool_path).st_ino != ino and sidecar.read(spool_path)["key"] == "cow"  # a spool file again
     assert sf.read(0, 100) == b"first version, appended"
     assert open(obj1, "rb").read() == b"first version"
     e2 = sf.flush()

@@ -49,9 +49,17 @@ def spool_root(cache: Path, repo: str = REPO) -> Path:
 
 
 def spool_data(cache: Path, repo: str = REPO) -> list[Path]:
-    """The content files of every mount instance (recovered/ excluded)."""
+    """The content files of every mount instance (recovered/ excluded; not the empty ones a
+    live mount made ahead for new files: lakefuse.mount.spoolpool)."""
     root = spool_root(cache, repo)
-    return sorted(p for p in root.glob("*/*.data") if p.parent.name != RECOVERED_DIR)
+    return sorted(p for p in root.glob("*/*.data") if p.parent.name != RECOVERED_DIR and _holds_bytes(p))
+
+
+def _holds_bytes(p: Path) -> bool:
+    try:
+        return p.stat().st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def recovered(cache: Path, repo: str = REPO) -> list[Path]:

@@ -164,6 +164,8 @@ class Env(SnapshotReads):
         self._sync_lock = threading.Lock()
         self._synced_seq = 0  # commits known durable
         self._grouped = GroupCommit(self.write)
+        self._syncer: threading.Thread | None = None  # started by the first unsynced commit
+        self._stop_syncer = threading.Event()
         self._txns = ThreadTxns()
         self._closed = False
         if not create and not (self.path / "data.mdb").exists():
@@ -180,11 +182,12 @@ class Env(SnapshotReads):
                 max_dbs=len(TABLES) + 2,
                 max_readers=config.max_readers,
                 lock=True,
-                sync=config.sync,
-                # Data pages are fdatasynced by every commit (so the database is never
-                # damaged); the meta page that makes a commit durable is synced by
-                # ``write(durable=True)`` -- once for a group of concurrent commits.
-                metasync=False,
+                # No commit flushes anything by itself (MDB_NOSYNC): a commit is in the page
+                # cache, visible and kept if the process dies; ``write(durable=True)`` and
+                # :meth:`sync` fdatasync the file -- once for a group of concurrent commits --
+                # and a commit left unsynced is synced within ``KVConfig.sync_interval``
+                # by a background thread (ext4's journal commit interval, see :meth:`_lazy_sync`).
+                sync=False,
                 readahead=False,
             )
         except lmdb.Error as e:
@@ -336,9 +339,11 @@ class Env(SnapshotReads):
         """Run ``fn(txn)`` in one write transaction and commit it; return its result.
 
         ``durable`` (the default): return only once the commit is on disk. With False
-        the commit is complete and visible, and the database stays intact whatever
-        happens, but a system crash before the next durable commit (or :meth:`sync`)
-        of this process may undo it.
+        the commit is complete and visible and survives the death of any process (it is
+        in the page cache), but nothing flushes it until the next durable commit,
+        :meth:`sync` or the background sync (within ``KVConfig.sync_interval``): a power
+        loss or kernel crash before then may undo it, and LMDB 0.9 does not promise its
+        file intact across one in that window (``MDB_NOSYNC``).
 
         ``fn`` may run more than once (after the map grew), so it must not have
         side effects outside the transaction. An exception from ``fn`` aborts the
@@ -374,6 +379,8 @@ class Env(SnapshotReads):
                             seq = self._commit_seq
                         if durable:
                             self._sync_to(seq)
+                        elif self._syncer is None and self.config.sync:
+                            self._start_syncer()
                         return result
                     except lmdb.MapFullError:
                         txn.abort()
@@ -429,6 +436,27 @@ class Env(SnapshotReads):
 
     stats_group_synced = 0  # durable commits that another writer's sync covered
 
+    def _start_syncer(self) -> None:
+        with self._sync_lock:
+            if self._syncer is None:
+                self._syncer = threading.Thread(target=self._lazy_sync, name=f"lmdb-sync {self.path.parent.name}",
+                                                daemon=True)
+                self._syncer.start()
+
+    def _lazy_sync(self) -> None:
+        """Every ``KVConfig.sync_interval`` seconds, sync the commits left unsynced (``durable=False``)
+        meanwhile: a power loss loses at most that much of them, as ext4 loses at most its journal
+        commit interval of what was written without fsync. Nothing to do: no sync."""
+        while not self._stop_syncer.wait(self.config.sync_interval):
+            if self._closed:
+                return
+            if self._synced_seq >= self._commit_seq:
+                continue
+            try:
+                self.sync()
+            except GravelerError as e:  # the next durable write (or round) says it again
+                log.debug("background sync of %s failed: %s", self.path, e)
+
     def _grow(self) -> None:
         with self._gate.exclusive():
             try:
@@ -451,6 +479,7 @@ class Env(SnapshotReads):
     # -- lifetime ------------------------------------------------------------
 
     def close(self) -> None:
+        self._stop_syncer.set()
         with self._gate.exclusive():
             if not self._closed:
                 self._closed = True

@@ -426,15 +426,16 @@ class LocalStore(ObjectStore):
                 os.fchmod(fd, 0o666 & ~_UMASK)  # the mode a put gives its objects
             except OSError as exc:
                 raise self._os_error("put", key, exc, writing=True) from exc
-            for _ in range(_CREATE_ATTEMPTS):
+            for attempt in range(_CREATE_ATTEMPTS):
                 try:
-                    os.makedirs(directory, exist_ok=True)
+                    if attempt:  # the first try links into the directory as it is (usually there)
+                        os.makedirs(directory, exist_ok=True)
                     os.link(path, dest)
                     break
                 except FileNotFoundError:
                     if not os.path.exists(path):
                         raise InvalidArgument(f"source file {path!r} vanished") from None
-                    continue  # a concurrent delete pruned the directory; make it again
+                    continue  # no directory yet (or a concurrent delete pruned it): make it
                 except FileExistsError as exc:
                     raise self._conflict(key) from exc
                 except OSError as exc:

@@ -142,6 +142,10 @@ class RefManager:
         """The stored bytes of a branch record (to notice that it changed)."""
         return txn.get(BRANCHES, name.encode())
 
+    def branch_raw(self, name: str) -> bytes | None:
+        """:meth:`branch_raw_txn` as a read of its own (one point read)."""
+        return self.env.get(BRANCHES, name.encode())
+
     def get_branch(self, name: str) -> Branch:
         with self.env.read() as txn:
             return self.get_branch_txn(txn, name)

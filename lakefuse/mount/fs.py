@@ -74,6 +74,11 @@ from lakefuse.mount.trees import Tree, TreeLocks
 
 log = logging.getLogger(__name__)
 
+# How recently a branch's stamp must have been read (or moved by this mount's own write) for
+# a directory's attributes kept at that stamp to be answered without reading it again: far
+# below the kernel's own attribute cache (``branch_timeout``) and the stamp watch's interval.
+FRESH_NS = 50_000_000
+
 
 class Filesystem:
     """The semantics of the mount over one repository (see the module docstring).
@@ -118,6 +123,7 @@ class Filesystem:
         self._nlinks: dict[tuple, tuple[int, int]] = {}
         self._nlinks_lock = threading.Lock()
         self._nlinks_gen = 0  # bumped by every subdirs_changed: a count read across one is not kept
+        self._negatives: dict[tuple[int, bytes], tuple[int, int]] = {}  # (dir ino, name) -> (stamp, when): _note_absent
         self.writes = writes(self) if writable else None
         # FUSE passthrough: which inodes are bound to which object file; branch files too
         self.backings = Backings()
@@ -228,6 +234,23 @@ class Filesystem:
         self.stats.add("lookups_memory")
         return self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)
 
+    def lookup_absent(self, parent_ino: int, name: bytes) -> bool:
+        """True (never blocks) when ``name`` is surely not in branch directory ``parent_ino``
+        without reading: a directory this mount made and alone changed since, its branch's
+        stamp known current within :data:`FRESH_NS` (:meth:`Tree.known_absent`): the lookup is
+        answered ENOENT at once (and a create that follows need not look again)."""
+        parent = self.inodes.peek(parent_ino)
+        if parent is None or parent.kind != Kind.DIR or parent.tree.immutable or not parent.path:
+            return False
+        if len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..") or paths.name_problem(name) is not None:
+            return False
+        tree = parent.tree
+        if not tree.known_absent(parent.path, name, FRESH_NS):
+            return False
+        self.stats.add("lookups")
+        self._note_absent(parent_ino, name, tree.stamp)
+        return True
+
     def lookup(self, parent_ino: int, name: bytes) -> Attr:
         """The attributes of ``name`` in directory ``parent_ino``; its lookup count +1."""
         parent = self.inodes.get(parent_ino)
@@ -290,6 +313,8 @@ class Filesystem:
         if st.value is not None:
             return self.acquire(self.file_key(tree, path), Kind.FILE, tree, path, parent_ino,
                                 self.rules.file_attr(st.value, tree), st.value, stamp)
+        if not tree.immutable:
+            self._note_absent(parent_ino, name, stamp)
         raise FsError(errno.ENOENT, "", neg)
 
     def _read_whole(self, parent: Node) -> bool:
@@ -299,6 +324,21 @@ class Filesystem:
         if self.dircache.get(*key) is not None:
             return True
         return self.dircache.wants_whole(*key) and listing.whole(self, parent) is not None
+
+    def _note_absent(self, parent_ino: int, name: bytes, stamp: int) -> None:
+        negatives = self._negatives
+        if len(negatives) >= 10_000:
+            negatives.clear()
+        negatives[(parent_ino, name)] = (stamp, time.monotonic_ns())
+
+    def absent(self, parent: Node, name: bytes) -> bool:
+        """Whether a lookup of ``name`` in branch directory ``parent`` found nothing less than
+        :data:`FRESH_NS` ago, and nothing since -- only this mount's own changes, none in
+        ``parent`` (:meth:`Tree.dir_current`) -- can have made it: a create that follows the
+        kernel's lookup need not look again. Forgets the lookup."""
+        seen = self._negatives.pop((parent.ino, name), None)
+        return (seen is not None and time.monotonic_ns() - seen[1] < FRESH_NS
+                and parent.tree.dir_current(parent.path, seen[0]))
 
     def _relookup(self, node: Node) -> Attr:
         attr = self.getattr(node.ino)
@@ -355,17 +395,37 @@ class Filesystem:
                 self._nlinks.pop((tree, path), None)
 
     def getattr_fast(self, ino: int) -> Attr | None:
-        """The attributes when no I/O is needed to be sure of them (else None)."""
+        """The attributes when no I/O is needed to be sure of them (else None): an immutable
+        tree's node; a branch file being written (its spool file's); a branch directory's or
+        file's, read (or staged by this mount) at a stamp since which only this mount's own
+        changes, none to it, came (:meth:`Tree.dir_current`), the branch's stamp known current
+        within :data:`FRESH_NS` (the kernel asks a directory's attributes again after every
+        create in it, a file's after every change: this answers from what was staged)."""
         node = self.inodes.get(ino)
         if node.kind == Kind.INFO_DIR:
             return node.attr
-        if node.kind in (Kind.DIR, Kind.FILE) and node.tree.immutable and node.attr is not None:
-            if not node.attr.uncounted:
-                return node.attr
-            n = self.dircache.nlink(node.tree.key, node.path)  # a listed directory: counted from memory
-            if n is not None:
-                node.attr = self.rules.counted(node.attr, node.tree, n)
-                return node.attr
+        stamp = node.stamp  # before the attributes: a writer sets them first, then their stamp
+        attr = node.attr
+        if node.kind in (Kind.DIR, Kind.FILE) and attr is not None:
+            tree = node.tree
+            if tree.immutable:
+                if not attr.uncounted:
+                    return attr
+                n = self.dircache.nlink(tree.key, node.path)  # a listed directory: counted from memory
+                if n is not None:
+                    node.attr = self.rules.counted(attr, tree, n)
+                    return node.attr
+                return None
+            if attr.uncounted:
+                return None
+            if node.kind == Kind.FILE:
+                if not self.inodes.attached(node):
+                    return None  # unlinked while open: getattr says so
+                sf = self.spool.peek(ino) if self.spool is not None else None
+                if sf is not None:  # being written: as its spool file says (what getattr answers)
+                    return self.rules.spooled(sf, attr)
+            if tree.dir_current(node.path, stamp) and tree.fresh(FRESH_NS):
+                return attr
         return None
 
     def getattr(self, ino: int) -> Attr:
@@ -424,6 +484,19 @@ class Filesystem:
             raise FsError(errno.ENOENT, f"{node.path!r} is gone from branch {tree.name!r}")
         node.stamp = stamp
         return node
+
+    def dir_staged(self, node: Node, touched: list, stamp: int) -> None:
+        """This mount staged a change in directory ``node`` (a create, a mkdir) with the items
+        ``touched`` of :meth:`BranchWrites._touch_parent` (its marker as just staged, or
+        nothing: no marker), and the branch's stamp became ``stamp``: its attributes as of
+        ``stamp`` are known without reading them back (the kernel asks them right after: it
+        dropped them when the directory changed)."""
+        if not node.path or stamp < node.stamp:
+            return  # the tree root (its attributes are computed, never read); or known newer
+        marker = touched[0][1] if touched else None
+        attr = self._counted(self.rules.tree_dir_attr(node.tree, node.path, marker), node.tree, node.path)
+        node.attr = self._with_ino(attr, node.ino)
+        node.stamp = stamp
 
     def readlink(self, ino: int) -> bytes:
         node = self.revalidate(self.inodes.get(ino)) if self.inodes.get(ino).kind == Kind.FILE else None
@@ -691,7 +764,20 @@ class Filesystem:
         or run a control request."""
         h = self._handles.get(fh)
         if h is not None:
-            h.flush()
+            stamp = h.flush()
+            if stamp:  # a file saved through the spool: its entry as staged (no read at the next stat)
+                self.file_staged(h.node, h.sf.saved.to_value(), stamp)
+
+    def file_staged(self, node: Node, value: Value, stamp: int) -> bool:
+        """This mount staged ``value`` for file ``node`` and the branch's stamp became ``stamp``:
+        its attributes as of ``stamp`` are known without reading them back (False: the node
+        holds a later state already)."""
+        if stamp < node.stamp:
+            return False
+        node.value = value
+        node.attr = self._with_ino(self.rules.file_attr(value, node.tree), node.ino)
+        node.stamp = stamp
+        return True
 
     def fsyncdir(self) -> None:
         """fsync(2) of a directory: every change staged through this mount (each a committed,
@@ -831,6 +917,16 @@ class Filesystem:
     def rename(self, old_parent_ino: int, old_name: bytes, new_parent_ino: int, new_name: bytes,
                flags: int) -> None:
         self._writer().rename(old_parent_ino, old_name, new_parent_ino, new_name, flags)
+
+    def setattr_fast(self, ino: int, changes: SetAttr) -> Attr | None:
+        """chmod / chown / utimens of a branch file open for writing, when it needs no I/O: the
+        change goes into its spool file, saved at its last close (as :meth:`setattr` does);
+        never blocks (None: then :meth:`setattr`)."""
+        node = self.inodes.peek(ino)
+        if (changes.size is not None or node is None or node.kind != Kind.FILE or self.writes is None
+                or node.tree is None or node.tree.immutable):
+            return None
+        return self.writes.setattr_open(node, changes)
 
     def setattr(self, ino: int, changes: SetAttr, fh: int | None = None) -> Attr:
         node = self.inodes.get(ino)

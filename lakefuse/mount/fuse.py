@@ -167,9 +167,13 @@ class Operations(pyfuse3.Operations):
 
     @boundary("lookup")
     async def lookup(self, parent_inode, name, ctx=None):
+        log.debug("lookup %d %r", parent_inode, name)
+        name = bytes(name)
         attr = self.fs.lookup_fast(parent_inode, name)  # a file of an immutable directory held in memory
         if attr is None:
-            attr = await self._meta(self.fs.lookup, parent_inode, bytes(name))
+            if self.fs.lookup_absent(parent_inode, name):  # known without a read (a directory this mount made)
+                raise FsError(errno.ENOENT)
+            attr = await self._meta(self.fs.lookup, parent_inode, name)
         return _entry(attr)
 
     async def forget(self, inode_list):
@@ -341,6 +345,9 @@ class Operations(pyfuse3.Operations):
         if changes == SetAttr():  # ctime only: nothing is kept for it
             self.fs.check_writable(inode)
             return _entry(await self._meta(self.fs.getattr, inode))
+        attr = self.fs.setattr_fast(inode, changes)  # a file open for writing: into its spool file
+        if attr is not None:
+            return _entry(attr)
         return _entry(await self.offload.run(DATA, self.fs.setattr, inode, changes, fh))
 
     @boundary("setxattr")

@@ -299,11 +299,13 @@ class SpoolHandle(Handle):
     def pending(self) -> bool:
         return self.sf.dirty and not self._reader_of_unsaved()
 
-    def flush(self) -> None:
+    def flush(self) -> int | None:
+        """Save (close); the branch's stamp after this save (None: nothing staged, or not known)."""
         if self._reader_of_unsaved():
-            return
+            return None
         if self.sf.flush() is not None:
-            self._own_change()
+            return self._own_change()
+        return None
 
     def fsync(self) -> None:
         try:
@@ -324,14 +326,19 @@ class SpoolHandle(Handle):
         if was_dirty and not self.sf.dirty:
             self._own_change()
 
-    def _own_change(self) -> None:
-        """The save moved the branch's stamp by one: this mount's own change (lakefuse.mount.watch)."""
+    def _own_change(self) -> int | None:
+        """The save moved the branch's stamp by one: this mount's own change (lakefuse.mount.watch);
+        the stamp after it when this save's transaction read it. A save changes the file's own
+        attributes, no directory's (its entry was staged by the create, or was there)."""
         tree = self.node.tree
         if tree is not None and not tree.immutable:
+            stamp, raw = self.sf.stamped
             try:
-                tree.own_change(tree.repin())
+                tree.staged(stamp, raw, dirs=(self.node.path,))
             except GravelerError:  # the save stands; the watch then drops the caches, which is harmless
-                pass
+                return None
+            return stamp if raw is not None else None
+        return None
 
 
 class ControlHandle(Handle):

@@ -35,6 +35,7 @@ from pathlib import Path
 from graveler.errors import GravelerError, NotFound
 from graveler.model import Entry
 from graveler.objects import PosixAttrs, user_metadata
+from lakefuse.mount import sidecar
 
 log = logging.getLogger("lakefuse.mount.spool")
 
@@ -131,20 +132,18 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
             report.intents.append(json.loads(p.read_text()))
         except (OSError, ValueError) as e:
             log.warning("spool: unreadable intent %s (%s); ignored", p, e)
+    journal = sidecar.records(inst)
     for data in sorted(inst.glob("*.data")):
-        meta_path = data.with_suffix(".json")
-        branch = key = None
-        meta: dict = {}
-        try:
-            meta = json.loads(meta_path.read_text())
-            branch, key = meta.get("branch"), meta.get("key")
-        except (OSError, ValueError):
-            pass
+        meta = sidecar.read(data, journal)
+        branch, key = meta.get("branch"), meta.get("key")
         fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
         try:
             etag, size = _md5_fd(fd)
         finally:
             os.close(fd)
+        if not meta and size == 0:
+            os.unlink(data)  # made, its record not set yet, when the daemon died: nothing was written to it
+            continue
         if branch and meta.get("key", "") is None:
             os.unlink(data)  # unlinked while open: nothing to save
             continue

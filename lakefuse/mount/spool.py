@@ -35,8 +35,10 @@ Layout under the mount's cache directory::
 
     <cache>/spool/<repo>/<instance>/lock        flock'ed for the life of one mount
     <cache>/spool/<repo>/<instance>/owner.json  which repository (namespace, creation date) it serves
-    <cache>/spool/<repo>/<instance>/<sid>.data  content of one file being written
-    <cache>/spool/<repo>/<instance>/<sid>.json  where it belongs: branch, key (for recovery)
+    <cache>/spool/<repo>/<instance>/<sid>.data  content of one file being written; where it
+                                                belongs (branch, key: for recovery) is its xattr
+                                                (<sid>.json beside it where xattrs are not kept:
+                                                :mod:`lakefuse.mount.sidecar`)
     <cache>/spool/<repo>/<instance>/<id>.intent an operation in progress (a directory rename)
     <cache>/spool/<repo>/recovered/<stamp>/     spool leftovers a crash left behind
 
@@ -85,9 +87,11 @@ from pathlib import Path
 from graveler.errors import Conflict, GravelerError, InvalidArgument
 from graveler.model import Entry
 from graveler.objects import PosixAttrs, user_metadata
+from lakefuse.mount import sidecar
 from lakefuse.mount.nowait import pread_nowait
 from lakefuse.mount.recovery import RECOVERED_DIR, RecoveryReport, recover_instance
 from lakefuse.mount.retry import SaveRetries
+from lakefuse.mount.spoolpool import FilePool, new_sid
 
 log = logging.getLogger(__name__)
 
@@ -112,20 +116,6 @@ class SpoolConfig:
         return Path(self.cache_dir) / SPOOL_DIR / self.repository
 
 
-def _write_new_json(path: Path, obj: dict) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, json.dumps(obj, sort_keys=True).encode())
-    finally:
-        os.close(fd)
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, sort_keys=True))
-    os.replace(tmp, path)
-
-
 class SpoolFile:
     """The spooled content of one inode being written, shared by all its handles.
 
@@ -148,7 +138,7 @@ class SpoolFile:
         if base is not None:
             self.user_metadata = user_metadata(base.metadata)
             self.content_type = base.content_type
-        self.sid = f"{time.time_ns():019d}-{secrets.token_hex(4)}"
+        self.sid = new_sid()
         self.lock = threading.RLock()
         self.handles = 0
         self._fd: int | None = None
@@ -162,6 +152,7 @@ class SpoolFile:
         self._gen = 1 if new else 0  # bumped by every change of content or attributes
         self._saved_gen = 0
         self.saved: Entry | None = None  # the entry staged by the last successful flush
+        self.stamped: list = [0, None]  # [stamp, branch record] read by that flush's transaction
         # the identity the branch shows at ``key`` as this file last knew it (opened, saved or
         # renamed with; None: no entry): a retried or recovered save stages only over that
         self.known: bytes | None = None if base is None else base.identity()
@@ -195,25 +186,25 @@ class SpoolFile:
         return self.spool.dir / f"{self.sid}.data"
 
     @property
-    def meta_path(self) -> Path:
-        return self.spool.dir / f"{self.sid}.json"
-
-    @property
     def copy_path(self) -> Path:
         return self.spool.dir / f"{self.sid}.copyin"
 
     def _create(self, path: Path | None = None) -> None:
-        self._write_sidecar(fresh=True)
+        made = self.spool.pool.take() if path is None and not self.on_disk else None  # made ahead (spoolpool)
+        if made is not None:
+            self.sid, self._fd = made
+        else:
+            self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         self.on_disk = True
-        self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        self._write_sidecar()  # before the first byte: a crash leaves no content without it
         self._md5 = hashlib.md5(usedforsecurity=False)
         self._md5_off = 0
 
-    def _write_sidecar(self, fresh: bool = False) -> None:
-        """``fresh``: a new spool file (its name is new): written in place, no rename needed
-        (a crash meanwhile leaves no content behind it: the data file comes after)."""
+    def _write_sidecar(self) -> None:
+        """The record recovery reads of this spool file: a line of the spool's journal
+        (:mod:`lakefuse.mount.sidecar`)."""
         saved = self.saved
-        (_write_new_json if fresh else _write_json)(self.meta_path, {
+        self.spool.journal.put(self.sid, {
             "repository": self.spool.config.repository,
             "branch": self.branch,
             "key": None if self.key is None else self.key.decode("utf-8", "surrogateescape"),
@@ -253,11 +244,11 @@ class SpoolFile:
                 os.close(self._fd)
                 self._fd = None
                 self._md5 = None
-                for p in (self.copy_path, self.data_path, self.meta_path):
-                    try:
-                        os.unlink(p)
-                    except FileNotFoundError:
-                        pass
+                try:
+                    os.unlink(self.copy_path)
+                except FileNotFoundError:
+                    pass
+                self._unlink_names()
                 self.on_disk = False  # the next write starts afresh (its sidecar too)
                 raise
             if self.copy_path.exists():
@@ -419,8 +410,9 @@ class SpoolFile:
             try:
                 if durable and entry.size:
                     repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
+                self.stamped = [0, None]  # unknown (a compare-and-set): the tree reads it
                 if expect is _UNSET:
-                    repo.stage_many(self.branch, [(self.key, entry)], durable)
+                    _, *self.stamped = repo.stage_stamped(self.branch, [(self.key, entry)], durable)
                 elif not repo.stage_if(self.branch, self.key, entry, expect):
                     raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved a "
                                    f"newer version after this file's save failed; this content was not saved and "
@@ -443,7 +435,7 @@ class SpoolFile:
                 try:
                     self._write_sidecar()
                 except OSError as e:  # the save stands; recovery then compares with the branch
-                    log.warning("spool: cannot note the save of %s in %s: %s", self.key, self.meta_path, e)
+                    log.warning("spool: cannot note the save of %s in %s: %s", self.key, self.spool.journal.path, e)
             return entry
 
     def _entry_to_stage(self) -> Entry:
@@ -474,11 +466,7 @@ class SpoolFile:
         modified). Its names go now (nothing is left on disk for a recovery to look at, and
         the last release does no I/O); the descriptor keeps the file readable. The saved
         entry becomes the base (what an attribute change restages)."""
-        for p in (self.data_path, self.meta_path):
-            try:
-                os.unlink(p)
-            except FileNotFoundError:
-                pass
+        self._unlink_names()
         self.on_disk = False
         self.base = entry
         self._adopted = True
@@ -492,12 +480,12 @@ class SpoolFile:
         killed during the copy leaves only ``<sid>.copyin``, never taken by recovery."""
         if not self._adopted:
             return
-        if not self.on_disk:
-            self._write_sidecar(fresh=True)  # it says which save this copy was made from
-            self.on_disk = True
         fd = os.open(self.copy_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         off = 0
         try:
+            if not self.on_disk:
+                self._write_sidecar()  # it says which save this copy was made from
+                self.on_disk = True
             while keep and off < self.size:
                 try:
                     n = os.copy_file_range(self._fd, fd, self.size - off, off, off)
@@ -531,11 +519,15 @@ class SpoolFile:
             if not self.on_disk:
                 return
             self.on_disk = False
-            for p in (self.data_path, self.meta_path):
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
+            self._unlink_names()
+
+    def _unlink_names(self) -> None:
+        """Remove the spool file's name (its record goes from the journal at its next rewrite)."""
+        try:
+            os.unlink(self.data_path)
+        except FileNotFoundError:
+            pass
+        self.spool.journal.forget(self.sid)
 
 
 def _name(sf: SpoolFile) -> str:
@@ -571,11 +563,13 @@ class Spool(SaveRetries):
         # never finds this live directory unlocked (and takes it for a dead mount's).
         pending = config.root / f"{PENDING_PREFIX}{name}"
         pending.mkdir(mode=0o700)
-        _write_json(pending / OWNER_NAME, self._owner())
+        sidecar.write_json(pending / OWNER_NAME, self._owner())
         self._lock_fd = os.open(pending / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.dir = config.root / name
         os.rename(pending, self.dir)
+        self.journal = sidecar.Journal(self.dir)  # the spool files' records (for recovery)
+        self.pool = FilePool(self.dir)  # empty spool files made ahead (taken by new files)
 
     def _owner(self) -> dict:
         """Which repository this spool serves: the name alone is not enough (two homes may
@@ -756,6 +750,7 @@ class Spool(SaveRetries):
     def close(self) -> None:
         """Unmount: every file must have been released (a still-dirty one stays for recovery)."""
         self._stop.set()
+        self.pool.close()
         t = self._retrier
         if t is not None:
             t.join(60)
@@ -777,4 +772,5 @@ class Spool(SaveRetries):
             self.repo.sync()
         except GravelerError as e:
             log.error("could not sync the store and the KV at unmount: %s", e)
+        self.journal.close()
         os.close(self._lock_fd)

@@ -4,20 +4,34 @@ A :class:`Tree` is one ref of the mount root: a branch (live: its view is
 re-pinned when the branch's change stamp moves) or a commit, tag or ref
 expression (immutable). A :class:`RWLock` per branch tree lets every request
 read while no directory rename runs, and a rename run alone.
+
+A branch tree also keeps track of which changes since a stamp were this mount's own
+(:meth:`Tree.staged`: each staged write reports the stamp its transaction read) and which
+paths they touched, so what the mount read or staged before can be answered without a read
+while only its own changes came since (:meth:`Tree.dir_current`, :meth:`Tree.known_absent`:
+a small file's lookup, its directory's stat). A stamp no staged write explains is a *hole*:
+a concurrent save of this mount still to report, or, after :data:`HOLE_NS`, another writer's
+change, which makes the tree forget all of that.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 from graveler.locks import RWLock
 from graveler.view import View
 
 
+MAX_HOLES = 64  # unexplained stamps kept track of; more at once: taken as another writer's changes
+HOLE_NS = 1_000_000_000  # an unexplained stamp this old is another writer's change
+
+
 class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
-    __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign")
+    __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
+                 "own_from", "touched", "known", "holes")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -31,19 +45,147 @@ class Tree:
         self.lock = threading.Lock()
         self.watched = self.stamp  # the stamp the kernel's caches were last dropped at (lakefuse.mount.watch)
         self.foreign = 0  # changes the stamp watch found that this mount did not make (each round: +1)
+        self.confirmed_ns = 0  # monotonic time ``stamp`` was last known current (a read, a staged write)
+        # every change after stamp ``own_from`` was this mount's, recorded by ``staged``; ``touched``:
+        # directory path -> the last of them that may have changed its attributes (dir_current)
+        self.own_from = self.stamp
+        self.touched: dict[bytes, int] = {}
+        # directory path -> every name in it, for directories this mount made (mkdir) and changed
+        # only through ``staged`` since (known_absent); forgotten with ``touched``
+        self.known: dict[bytes, tuple[int, set[bytes]]] = {}  # path -> (stamp it was made at, names)
+        # stamps after ``own_from`` that no ``staged`` explained yet -> when first seen: a concurrent
+        # save of this mount whose ``staged`` is still to come, or another writer's change (HOLE_NS)
+        self.holes: dict[int, int] = {}
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound
         if the branch is gone). Blocking (a cheap LMDB read); nothing is made durable."""
         if self.immutable:
             return 0
+        t = time.monotonic_ns()
         s = self.view.change_stamp()
-        if s != self.stamp:
+        if s != self.stamp or self.holes:
             with self.lock:
-                if s != self.stamp:
+                if s > self.stamp:  # (stamps only grow: a read older than a staged write's is not taken)
                     self.view.refresh()
-                    self.stamp = s
+                    self._advance(s, t, own=False)
+                self._settle(t)
+        if s == self.stamp:
+            self.confirmed_ns = t
         return s
+
+    def _unexplained(self, stamp: int) -> None:
+        """The stamp moved by changes this mount did not record (another writer's, or its own
+        made some other way): nothing kept from before ``stamp`` is known current."""
+        self.own_from = stamp
+        self.touched.clear()
+        self.known.clear()
+        self.holes.clear()
+
+    def _advance(self, stamp: int, now: int, own: bool) -> None:
+        """``stamp`` (> :attr:`stamp`) was read; the stamps between (and ``stamp`` itself unless
+        ``own``: a change this mount staged) are holes until a ``staged`` explains them."""
+        top = stamp if not own else stamp - 1
+        if top - self.stamp > MAX_HOLES:
+            self._unexplained(stamp)
+        else:
+            for h in range(self.stamp + 1, top + 1):
+                self.holes[h] = now
+        self.stamp = stamp
+
+    def _settle(self, now: int) -> None:
+        """A hole no ``staged`` explained within :data:`HOLE_NS` is another writer's change."""
+        if self.holes and now - min(self.holes.values()) > HOLE_NS:
+            self._unexplained(self.stamp)
+
+    def fresh(self, within_ns: int) -> bool:
+        """Whether ``stamp`` was known current less than ``within_ns`` ago (then what the mount
+        keeps of the tree at that stamp may be answered without a read)."""
+        return time.monotonic_ns() - self.confirmed_ns < within_ns
+
+    def dir_current(self, path: bytes, stamp: int) -> bool:
+        """Whether the attributes of directory ``path`` read at ``stamp`` are still its attributes
+        at :attr:`stamp`: every change since was this mount's own (:meth:`staged`), and none of
+        them touched that directory."""
+        # (max over the dict runs without a thread switch: it is read on the trio thread too)
+        return stamp == self.stamp or (stamp >= self.own_from and self.touched.get(path, 0) <= stamp
+                                       and max(self.holes, default=0) <= stamp)
+
+    def forget_own(self) -> None:
+        """A change is under way that ``staged`` will not record (a directory rename): nothing
+        kept from before it is taken as current (:meth:`dir_current`, :meth:`known_absent`)."""
+        with self.lock:
+            self._unexplained(self.stamp)
+
+    def made_dir(self, path: bytes, stamp: int) -> None:
+        """This mount made directory ``path`` (empty) with the staged write that moved the stamp
+        to ``stamp``: it knows every name in it from now on, as long as every change is its own."""
+        with self.lock:
+            # (not while a change of unknown origin is pending: it might have put a name there)
+            if len(self.known) < 100_000 and stamp >= self.own_from and not self.holes:
+                self.known[path] = (stamp, set())
+
+    def known_absent(self, path: bytes, name: bytes, within_ns: int) -> bool:
+        """Whether ``name`` is surely not in directory ``path``: a directory this mount made, every
+        change since its own, the stamp known current less than ``within_ns`` ago (never blocks)."""
+        known = self.known.get(path)
+        return (known is not None and name not in known[1] and max(self.holes, default=0) <= known[0]
+                and self.fresh(within_ns))
+
+    def _names(self, items) -> None:
+        """Keep the known directories' names true after staging ``items`` (key, value or None)."""
+        known = self.known
+        for key, value in items:
+            key = key.rstrip(b"/")
+            parent, _, name = key.rpartition(b"/")
+            if value is None:  # a name may go (or stay, through the keys under it): not known any more
+                known.pop(parent, None)
+                known.pop(key, None)
+                continue
+            while True:  # the key's name, and each of its directories' in theirs
+                names = known.get(parent)
+                if names is not None:
+                    names[1].add(name)
+                if not parent:
+                    break
+                parent, _, name = parent.rpartition(b"/")
+
+    def staged(self, stamp: int, raw: bytes | None, dirs=None, items=None) -> int:
+        """This mount staged a change and read, in its transaction, the branch's stamp
+        ``stamp`` and record ``raw`` (:meth:`graveler.Repository.stage_stamped`): the tree
+        takes them as :meth:`repin` would have read them (nothing is read again unless the
+        branch record moved), and it is this mount's own change (:meth:`own_change`). Stamps
+        only grow: a concurrent save that already moved the tree further is kept. ``dirs``:
+        the directories whose attributes the change may have changed (None: unknown: then
+        nothing kept from before it is taken as current, :meth:`dir_current`)."""
+        if raw is None:
+            stamp = self.repin()
+            with self.lock:
+                self._unexplained(max(stamp, self.stamp))
+        else:
+            t = time.monotonic_ns()
+            with self.lock:
+                if stamp > self.stamp:
+                    self.view.current(raw)
+                    self._advance(stamp, t, own=True)  # changes between: holes till explained
+                else:
+                    self.holes.pop(stamp, None)  # a concurrent save of this mount: explained
+                self._settle(t)
+                if dirs is None:
+                    self._unexplained(self.stamp)
+                else:
+                    if items and self.known:
+                        self._names(items)
+                    touched = self.touched
+                    if len(touched) > 100_000:
+                        self._unexplained(self.stamp)
+                    for d in dirs:
+                        if touched.get(d, 0) < stamp:
+                            touched[d] = stamp
+                if stamp == self.stamp:
+                    self.confirmed_ns = t
+        self.own_change(stamp)
+        return stamp
 
     def own_change(self, stamp: int) -> None:
         """This mount made a change and the stamp is now ``stamp``: if that change is the only one

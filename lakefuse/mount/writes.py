@@ -68,7 +68,7 @@ from lakefuse.mount.attrs import (
     SetAttr,
 )
 from lakefuse.mount.errors import FsError
-from lakefuse.mount.fs import Filesystem
+from lakefuse.mount.fs import FRESH_NS, Filesystem
 from lakefuse.mount.handles import SpoolHandle
 from lakefuse.mount.inodes import ROOT_INO, Kind, Node
 from lakefuse.mount.special import INFO_NAME
@@ -82,6 +82,17 @@ log = logging.getLogger(__name__)
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 DIR_RENAME_BATCH = 50_000  # keys per LMDB transaction of a directory rename
+
+
+def _dirs_of(items) -> set[bytes]:
+    """The paths whose attributes staging ``items`` may change: each key's (a file's entry, a
+    directory's marker ``d/``), and the directory holding it (an entry there appears or goes)."""
+    out = set()
+    for key, _ in items:
+        key = key.rstrip(b"/")
+        out.add(key)
+        out.add(key.rpartition(b"/")[0])
+    return out
 
 
 class BranchWrites:
@@ -164,8 +175,10 @@ class BranchWrites:
         e = self.empty_entry()
         return replace(e, last_modified_ns=now or time.time_ns(), metadata=attrs.to_metadata())
 
-    def _stat(self, tree: Tree, path: bytes):
-        tree.repin()
+    @staticmethod
+    def _stat(tree: Tree, path: bytes):
+        # no repin first: a view re-pins by itself when the branch record moved under it
+        # (graveler.core.RepoCore.pinned), and the staging that follows updates the stamp
         return tree.view.stat(path)
 
     def _touch_parent(self, tree: Tree, parent_path: bytes, now: int,
@@ -196,9 +209,10 @@ class BranchWrites:
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
-    def _stage(self, tree: Tree, items, durable: bool = False) -> None:
-        self.repo.stage_many(tree.view.branch, items, durable)  # one stamp bump
-        tree.own_change(tree.repin())
+    def _stage(self, tree: Tree, items, durable: bool = False) -> int:
+        """Stage ``items`` (one stamp bump); the branch's stamp after it."""
+        _, stamp, raw = self.repo.stage_stamped(tree.view.branch, items, durable)
+        return tree.staged(stamp, raw, _dirs_of(items), items)
 
     # ------------------------------------------------------------------ open for writing
 
@@ -246,14 +260,16 @@ class BranchWrites:
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
         with self.fs.tree_lock(tree).shared():
-            st = self._stat(tree, path)
-            if st.is_dir:
+            # the kernel looked the name up just before (its create follows a lookup that found nothing)
+            st = None if self.fs.absent(parent, name) else self._stat(tree, path)
+            if st is not None and st.is_dir:
                 raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
-            if st.value is not None and flags & os.O_EXCL:
+            if st is not None and st.value is not None and flags & os.O_EXCL:
                 raise FsError(errno.EEXIST)
             # Not synced (nothing but fsync and commit sync): create(2) promises nothing durable.
-            self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now))
-            stamp = tree.stamp
+            touched = self._touch_parent(tree, parent.path, now)
+            stamp = self._stage(tree, [(path, entry.to_value())] + touched)
+            self.fs.dir_staged(parent, touched, stamp)
             attr = self.rules.file_attr(entry.to_value(), tree)
             attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
                                        entry.to_value(), stamp)
@@ -289,8 +305,11 @@ class BranchWrites:
             st = self._stat(tree, path)
             if st.exists:
                 raise FsError(errno.EEXIST)
-            self._stage(tree, [(path + b"/", entry.to_value())] + self._touch_parent(tree, parent.path, now))
+            touched = self._touch_parent(tree, parent.path, now)
+            stamp = self._stage(tree, [(path + b"/", entry.to_value())] + touched)
+            tree.made_dir(path, stamp)
             self.fs.subdirs_changed(tree, parent.path)
+            self.fs.dir_staged(parent, touched, stamp)
             attr = self.rules.tree_dir_attr(tree, path, entry.to_value())
             attr = self._acquire_fresh(self.fs.dir_key(tree, path), Kind.DIR, tree, path, parent_ino, attr,
                                        None, tree.stamp)
@@ -481,6 +500,7 @@ class BranchWrites:
     def _rename_dir(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_exists: bool) -> None:
         branch = tree.view.branch
         with self.fs.tree_lock(tree).exclusive(), ExitStack() as saving:
+            tree.forget_own()  # (the lookups answered on the trio thread take no tree lock)
             # the open files below src: no save of one is under way while the keys move (one
             # that was is waited for, and its entry moves with the rest); the next stages at dst
             below = [sf for sf in (self.spool.open_files() if self.spool is not None else ())
@@ -539,7 +559,9 @@ class BranchWrites:
                 self.spool.release(ino)
             return self._fresh_attr(node)
         with self.fs.tree_lock(tree).shared():
-            node = self.fs.revalidate(node)
+            if not (node.value is not None and node.attr is not None and tree.dir_current(node.path, node.stamp)
+                    and tree.fresh(FRESH_NS)):  # (what this mount staged there last is what it holds)
+                node = self.fs.revalidate(node)
             e = Entry.from_value(node.value)
             pa = PosixAttrs.from_metadata(e.metadata)
             cur = node.attr
@@ -554,8 +576,29 @@ class BranchWrites:
             )
             md = user_metadata(e.metadata)
             md.update(new.to_metadata())
-            self._stage(tree, [(node.path, replace(e, metadata=md, last_modified_ns=time.time_ns()).to_value())])
+            value = replace(e, metadata=md, last_modified_ns=time.time_ns()).to_value()
+            stamp = self._stage(tree, [(node.path, value)])
+            if self.fs.file_staged(node, value, stamp):
+                return node.attr
         return self._fresh_attr(node)
+
+    def setattr_open(self, node: Node, changes: SetAttr) -> Attr | None:
+        """:meth:`setattr` of a file open for writing by a handle that saves it at its close,
+        without waiting: None when that cannot be done at once (not open so, or its spool file
+        busy: a save under way)."""
+        sf = self.spool.peek(node.ino) if self.spool is not None else None
+        if (sf is None or node.attr is None or not sf.loaded or sf.handles < 1
+                or not sf.lock.acquire(blocking=False)):
+            return None
+        try:
+            if sf.handles < 1 or sf.key is None:
+                return None
+            self._apply_attrs(sf, changes)
+        finally:
+            sf.lock.release()
+        node.stamp = -1  # read again once saved
+        self.stats.add("setattrs_inline")
+        return self.rules.spooled(sf, node.attr)
 
     def _fresh_attr(self, node: Node) -> Attr:
         node.stamp = -1

@@ -1,0 +1,132 @@
+"""What a small file's close costs, and what the mount answers without reading (no kernel).
+
+A create + write + close through a branch tree is about six FUSE requests; the mount answers
+those it can from what it knows on the trio thread: a lookup in a directory it made and alone
+changed (its names are known), a directory's attributes after a create in it (the create
+staged them), and a create after the kernel's lookup does not look again. Each of these holds
+only while every change since was this mount's own: a change made elsewhere (another process,
+the CLI) is seen at the next request that reads the branch's stamp, or after
+:data:`lakefuse.mount.fs.FRESH_NS` at most. The LMDB side: a close's staging commits without a
+sync, a background thread syncs within ``KVConfig.sync_interval``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import stat
+import time
+
+import pytest
+
+from graveler import kv
+from graveler.objects import PosixAttrs
+from lakefuse.mount.attrs import Caller
+from lakefuse.mount.errors import FsError
+from lakefuse.mount.fs import FRESH_NS
+from lakefuse.mount.trees import HOLE_NS
+from tests.graveler_testutil import make_repo
+from tests.mount_core_testutil import ino_of, writable_core
+
+ME = Caller(uid=1000, gid=100, umask=0o022)
+WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = make_repo(tmp_path, "small")
+    yield r
+    r.close()
+
+
+def _save(fs, parent: int, name: bytes, data: bytes) -> None:
+    """What the kernel sends for open(O_CREAT) + write + close."""
+    if not fs.lookup_absent(parent, name):
+        with pytest.raises(FsError):
+            fs.lookup(parent, name)
+    o, _ = fs.create(parent, name, 0o644, WRITE, ME)
+    fs.write(o.fh, 0, data)
+    fs.flush(o.fh)
+    fs.release(o.fh)
+
+
+def test_lookups_in_a_directory_the_mount_made_need_no_read_until_another_writer_changes_it(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        main = ino_of(fs, "main")
+        d = fs.mkdir(main, b"d", 0o755, ME).ino
+        assert fs.lookup_absent(d, b"a")  # a directory this mount just made: empty, known
+        _save(fs, d, b"a", b"first")
+        assert not fs.lookup_absent(d, b"a")  # a name it holds: looked up for real
+        assert fs.lookup(d, b"a").size == 5
+        assert fs.lookup_absent(d, b"b")
+        assert not fs.lookup_absent(main, b"zzz")  # the branch root: not made by this mount
+
+        repo.upload("main", "d/b", b"made elsewhere")  # another writer (the stamp moves)
+        fs.lookup(main, b"d")  # the next request that reads the stamp sees a change it did not make
+        assert not fs.lookup_absent(d, b"b") and not fs.lookup_absent(d, b"c")
+        assert fs.lookup(d, b"b").size == len(b"made elsewhere")
+
+        time.sleep(HOLE_NS / 1e9 + 0.05)  # a change no save of this mount explains: another writer's
+        fs.lookup(main, b"d")  # (settled at the next stamp read: the mount knows again what it makes)
+        d2 = fs.mkdir(main, b"d2", 0o755, ME).ino
+        assert fs.lookup_absent(d2, b"x")
+        repo.upload("main", "d2/x", b"elsewhere again")
+        time.sleep(FRESH_NS / 1e9 + 0.01)  # no request read the stamp: known for FRESH_NS at most
+        assert not fs.lookup_absent(d2, b"x")
+        assert fs.lookup(d2, b"x").size == len(b"elsewhere again")
+
+
+def test_a_directory_s_attributes_after_a_create_in_it_are_those_staged(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        main = ino_of(fs, "main")
+        d = fs.mkdir(main, b"d", 0o750, ME).ino
+        before = fs.getattr(d)
+        time.sleep(0.002)
+        _save(fs, d, b"f", b"x" * 4096)
+        fast = fs.getattr_fast(d)  # answered from what the create staged: no read
+        assert fast is not None and fast.mtime_ns > before.mtime_ns
+        marker = repo.get("main", "d/")  # what the branch holds is what was answered
+        pa = PosixAttrs.from_metadata(marker.metadata)
+        assert fast.mtime_ns == pa.mtime_ns and stat.S_IMODE(fast.mode) == 0o750
+
+        # a change this mount did not make (a chmod by the CLI): read again at the next request
+        md = {**marker.metadata, **PosixAttrs(mode=stat.S_IFDIR | 0o700).to_metadata()}
+        repo.stage("main", "d/", dataclasses.replace(marker, metadata=md))
+        with pytest.raises(FsError):
+            fs.lookup(main, b"nothing")  # a request that reads the stamp (not d's attributes)
+        assert fs.getattr_fast(d) is None
+        assert stat.S_IMODE(fs.getattr(d).mode) == 0o700
+
+
+def test_a_create_after_a_lookup_does_not_look_again_but_a_name_made_meanwhile_is_seen(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        main = ino_of(fs, "main")
+        d = fs.mkdir(main, b"d", 0o755, ME).ino
+        assert fs.lookup_absent(d, b"x")  # the kernel's lookup: nothing there
+        repo.upload("main", "d/x/inner", b"a directory made elsewhere meanwhile")
+        fs.lookup(main, b"d")  # (any request that reads the stamp)
+        with pytest.raises(FsError) as e:  # the create looks again: the stamp moved
+            fs.create(d, b"x", 0o644, WRITE | os.O_EXCL, ME)
+        assert e.value.errno == errno.EEXIST
+
+
+def test_an_unsynced_commit_is_synced_within_the_sync_interval(tmp_path):
+    """durable=False: visible at once, not synced by its commit (LMDB opened MDB_NOSYNC); a
+    background thread syncs it within ``sync_interval``; a durable write syncs before it returns."""
+    p = tmp_path / "s" / "refs.lmdb"
+    e = kv.open_env(p, kv.KVConfig(map_size=1 << 20, sync=True, sync_interval=0.2))
+    try:
+        e.write(lambda t: t.put(kv.STAGING, b"a", b"1"), durable=False)
+        assert e._synced_seq < e._commit_seq
+        with e.read() as txn:
+            assert txn.get(kv.STAGING, b"a") == b"1"
+        deadline = time.monotonic() + 10
+        while e._synced_seq < e._commit_seq and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert e._synced_seq == e._commit_seq
+        e.write(lambda t: t.put(kv.STAGING, b"b", b"2"), durable=False)
+        e.write(lambda t: t.put(kv.STAGING, b"c", b"3"))  # durable: this and every commit before
+        assert e._synced_seq == e._commit_seq
+    finally:
+        kv.close_env(p)

@@ -40,9 +40,12 @@ def _stats(mp):
 
 
 def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
+    """The chunk form of the data cache (objects above $LAKEFUSE_CACHE_WHOLE_MAX: 1 MiB here),
+    checked on every hit."""
     w = s3world
     mp = w["tmp"] / "mnt"
-    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=w["env"]):
+    env = {**w["env"], "LAKEFUSE_CACHE_WHOLE_MAX": "1M"}
+    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=env):
         assert sorted(os.listdir(mp)) == ["main", "v1"]
         assert (mp / "v1" / "big.bin").read_bytes() == BIG
         for k, v in SMALL.items():
@@ -51,7 +54,7 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
             f.seek(17_000_000)
             assert f.read(3_000_000) == BIG[17_000_000:20_000_000]
         s1 = _stats(mp)
-        assert s1["data_cache"]["misses"] >= 3 and s1["bytes_from_store"] >= len(BIG)
+        assert s1["data_cache"]["misses"] >= 1 and s1["bytes_from_store"] >= len(BIG)
         dc = s1["data_cache"]
         assert dc["hit_ratio"] == round(dc["hits"] / (dc["hits"] + dc["misses"]), 4)
         # the object is gone from the store: stat and ls still work, reads are EIO, the daemon stays up
@@ -64,7 +67,7 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
         assert "gone.txt" in os.listdir(mp / "main")
     # a new daemon reads the same objects from the data cache on disk, through another ref;
     # a damaged cache entry is fetched again, never returned
-    cache_files = [p for p in (w["tmp"] / "cache" / "data").rglob("*.val")]
+    cache_files = [p for p in (w["tmp"] / "cache" / "data").rglob("*.val") if "whole" not in p.parts]
     assert cache_files
     victim = max(cache_files, key=lambda p: p.stat().st_size)
     data = bytearray(victim.read_bytes())
@@ -82,7 +85,7 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
             damaged += 1
     tables.close()
     assert damaged >= 1
-    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=w["env"]):
+    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=env):
         c = w["commit"].id[:10]
         assert (mp / c / "big.bin").read_bytes() == BIG
         s2 = _stats(mp)

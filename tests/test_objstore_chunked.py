@@ -33,15 +33,16 @@ def store(tmp_path):
 def test_reads_any_range_and_reads_ahead(store, tmp_path):
     data = os.urandom(10_000)
     store.put("obj", data)
-    r = ChunkedReader(store, "obj", len(data), "file:///obj", "etag1", None, chunk_size=1000, read_ahead=3)
+    r = ChunkedReader(store, "obj", len(data), "file:///obj", "etag1", None, chunk_size=1000, read_ahead=3,
+                      keep=20)
     out = b"".join(r.read(off, 700) for off in range(0, len(data), 700))
     assert out == data
     assert r.read(9_990, 100) == data[9_990:]
     assert r.read(10_000, 5) == b"" and r.read(3_500, 0) == b""
     assert r.read(1_234, 4_321) == data[1_234:5_555]
-    # each chunk fetched once (kept), in growing windows: fewer GETs than chunks
+    # a sequential reader is served by one stream (one request from where it started), each chunk once
     assert sum(n for _, n in store.ranges) == len(data) == r.bytes_from_store
-    assert sorted(s for s, _ in store.ranges) == [0, 1000, 2000, 4000, 8000]
+    assert store.ranges == [(0, 10_000)] and r.gets == 1
     r.close()
     # a random reader fetches single chunks
     store.ranges.clear()
@@ -49,6 +50,26 @@ def test_reads_any_range_and_reads_ahead(store, tmp_path):
     assert r.read(5_500, 10) == data[5_500:5_510]
     assert r.read(2_500, 10) == data[2_500:2_510]
     assert store.ranges == [(5000, 1000), (2000, 1000)]
+    r.close()
+
+
+def test_stream_stays_a_few_chunks_ahead_and_follows_a_jump(store):
+    """The stream runs at most ``read_ahead`` chunks ahead of its reader; a reader that jumps
+    ahead gets a new stream from there; every byte is the object's across chunk boundaries."""
+    import time
+
+    data = os.urandom(50_000)
+    store.put("obj", data)
+    r = ChunkedReader(store, "obj", len(data), "file:///obj", "e", None, chunk_size=1000, read_ahead=3)
+    assert r.read(0, 1500) == data[:1500]
+    time.sleep(0.3)
+    assert r.bytes_from_store <= (2 + 3 + 1) * 1000  # chunks 0-1 read, 3 ahead (+1 being filled)
+    assert r.read(1500, 2000) == data[1500:3500]
+    assert r.read(30_500, 1000) == data[30_500:31_500]  # a jump: not sequential, single chunks
+    assert r.read(31_500, 5000) == data[31_500:36_500]  # sequential again: a stream from here
+    assert b"".join(r.read(o, 999) for o in range(36_500, 50_000, 999)) == data[36_500:]
+    assert r.gets >= 2
+    r.close()
 
 
 @pytest.mark.expect_log("a damaged cached chunk is fetched again, with one warning")

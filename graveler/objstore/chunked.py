@@ -24,12 +24,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import queue
 import sqlite3
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError
 
 import diskcache
 import google_crc32c
@@ -58,29 +59,49 @@ STREAM_IDLE_S = 30.0
 _TMP = ".tmp-"
 
 _pool_lock = threading.Lock()
-_owned: list["ReadAheadPool"] = []  # pools of owners (a mount daemon), the newest last
-_pool: ThreadPoolExecutor | None = None  # the fallback of a program that owns none (a script)
+_owned: list["ReadAheadPool"] = []  # owners (a mount daemon), the newest last
 
 
 class ReadAheadPool:
-    """The worker threads that fetch read-ahead chunks, owned by whoever serves reads for a
-    while (the mount daemon): made at its start, it serves every :class:`ChunkedReader`
-    until :meth:`close`, which waits for the fetches under way and ends the threads. A
-    program that makes none gets a pool that lives as long as the process."""
+    """The read-ahead of every :class:`ChunkedReader`, owned by whoever serves reads for a while
+    (the mount daemon): made at its start, it keeps the streams of sequential readers (each a
+    thread of its own, see :class:`_Stream`) until :meth:`close`, which ends them and waits for
+    their threads. A program that makes none lets its streams end with their readers."""
 
-    def __init__(self, workers: int = 16):
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="graveler-readahead")
+    def __init__(self, join_timeout: float = 10.0):
+        self._streams: set[_Stream] = set()
+        self._closed = False
+        self._join_timeout = join_timeout
         with _pool_lock:
             _owned.append(self)
 
-    def submit(self, fn, *args) -> Future:
-        return self._executor.submit(fn, *args)
+    def _add(self, s: "_Stream") -> bool:
+        with _pool_lock:
+            if self._closed:
+                return False
+            self._streams.add(s)
+            return True
+
+    def _remove(self, s: "_Stream") -> None:
+        with _pool_lock:
+            self._streams.discard(s)
+
+    def threads(self) -> list[threading.Thread]:
+        with _pool_lock:
+            return [s.thread for s in self._streams]
 
     def close(self) -> None:
         with _pool_lock:
+            self._closed = True
             if self in _owned:
                 _owned.remove(self)
-        self._executor.shutdown(wait=True, cancel_futures=True)
+            streams = list(self._streams)
+        for s in streams:
+            with s.r._lock:
+                s.cancel()
+        deadline = time.monotonic() + self._join_timeout
+        for s in streams:
+            s.thread.join(max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> "ReadAheadPool":
         return self
@@ -89,14 +110,9 @@ class ReadAheadPool:
         self.close()
 
 
-def _executor():
-    global _pool
+def _owner() -> "ReadAheadPool | None":
     with _pool_lock:
-        if _owned:
-            return _owned[-1]
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="graveler-readahead")
-        return _pool
+        return _owned[-1] if _owned else None
 
 
 class DataCache:
@@ -118,6 +134,8 @@ class DataCache:
         self.whole_filled = 0
         self.whole_rejected = 0
         self._whole_bytes: int | None = None  # what the whole files take (scanned at the first fill)
+        self._cond = threading.Condition(self._lock)
+        self._fills = 0  # whole files being checked (WholeFill)
         try:
             if self.whole_max > 0:
                 os.makedirs(self.whole_dir, exist_ok=True)
@@ -157,23 +175,43 @@ class DataCache:
             self.hits += 1
         return fd
 
-    def whole_fill(self, address: str, etag: str, size: int) -> "WholeFill | None":
+    def whole_fill(self, address: str, etag: str, size: int, threaded: bool = True) -> "WholeFill | None":
         """A file to fill with the whole object in order (:class:`WholeFill`), or None when the
         object is too big for the whole-object form."""
         if self.whole_max <= 0 or size > self.whole_max:
             return None
         try:
-            return WholeFill(self, self.whole_path(address, etag), size, etag)
+            return WholeFill(self, self.whole_path(address, etag), size, etag, threaded)
         except OSError as exc:
             log.warning("data cache write failed; continuing without it: %s", exc)
             return None
 
     def whole_put(self, address: str, etag: str, data: bytes) -> None:
         """Keep ``data`` (already checked against size and MD5) as the object's whole file."""
-        fill = self.whole_fill(address, etag, len(data))
+        fill = self.whole_fill(address, etag, len(data), threaded=False)
         if fill is not None:
             fill.write(data)
             fill.commit(check=False)
+
+    def _fill_started(self) -> None:
+        with self._lock:
+            self._fills += 1
+
+    def _fill_done(self) -> None:
+        with self._cond:
+            self._fills -= 1
+            self._cond.notify_all()
+
+    def wait_fills(self, timeout: float = 60.0) -> bool:
+        """Wait until the whole files being checked are kept or dropped; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._fills:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
 
     def _whole_added(self, n: int) -> None:
         with self._lock:
@@ -280,51 +318,111 @@ class DataCache:
 
 
 class WholeFill:
-    """A whole object being written into the data cache in order: a temporary file, hashed as it
-    is written; :meth:`commit` checks its size and (for a plain-MD5 etag) MD5, then renames it into
-    place -- a bad object never enters the cache (``CorruptedData``); :meth:`abort` drops it."""
+    """A whole object being written into the data cache in order: a temporary file, written in a
+    thread of its own (the stream that feeds it goes on reading meanwhile). :meth:`commit` checks
+    its size, and then, for a plain-MD5 etag, its MD5 in the background (the reader that streamed
+    it is not held up); only a file that passed both is renamed into place -- a bad object never
+    enters the cache. :meth:`abort` drops it."""
 
-    def __init__(self, cache: DataCache, path: str, size: int, etag: str):
+    def __init__(self, cache: DataCache, path: str, size: int, etag: str, threaded: bool = True):
         self.cache, self.path, self.size, self.etag = cache, path, size, etag
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.tmp = os.path.join(os.path.dirname(path), f"{_TMP}{uuid.uuid4().hex}")
-        self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        self._md5 = hashlib.md5(usedforsecurity=False) if is_md5_etag(etag) else None
+        self._fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self.written = 0
+        self._failed = False
+        self._queue: queue.Queue = queue.Queue(maxsize=4)
+        self._thread = None
+        if threaded:
+            self._thread = threading.Thread(target=self._drain, name="graveler-cache-fill", daemon=True)
+            self._thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            data = self._queue.get()
+            if data is None:
+                return
+            if self._failed:
+                continue
+            view = memoryview(data)
+            try:
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+            except OSError as exc:
+                log.warning("data cache write failed; continuing without it: %s", exc)
+                self._failed = True
+                continue
+            self.written += len(data)
 
     def write(self, data) -> None:
+        if self._fd >= 0:
+            self._queue.put(data)
+            if self._thread is None:
+                self._queue.put(None)
+                self._drain()
+
+    def _finish(self) -> bool:
+        """Wait for the writes. False when there is nothing to keep (the file is closed then)."""
         if self._fd < 0:
-            return
-        if self._md5 is not None:
-            self._md5.update(data)
-        view = memoryview(data)
-        try:
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
-        except OSError as exc:
-            log.warning("data cache write failed; continuing without it: %s", exc)
-            self.abort()
-            return
-        self.written += len(data)
+            return False
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+        if self._failed:
+            self._drop()
+            return False
+        return True
+
+    def _drop(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        DataCache._unlink(self.tmp)
 
     def commit(self, check: bool = True) -> None:
-        """Check and keep the file; ``CorruptedData`` if it is not the object its entry describes."""
-        if self._fd < 0:
+        """Keep the file if it is the object its entry describes: its size now, its MD5 (a plain-MD5
+        etag) in a thread of its own, which renames it into place (:meth:`DataCache.wait_fills`)."""
+        if not self._finish():
             return
+        if check and self.written != self.size:
+            self._reject(f"{self.written} bytes, the entry says {self.size}")
+            return
+        if check and is_md5_etag(self.etag):
+            self.cache._fill_started()
+            threading.Thread(target=self._verify, name="graveler-cache-verify", daemon=True).start()
+        else:
+            self._keep()
+
+    def _verify(self) -> None:
+        try:
+            h = hashlib.md5(usedforsecurity=False)
+            off = 0
+            while off < self.size:
+                piece = os.pread(self._fd, min(8 * MiB, self.size - off), off)
+                if not piece:
+                    break
+                h.update(piece)
+                off += len(piece)
+            if h.hexdigest() != self.etag:
+                self._reject(f"MD5 {h.hexdigest()}, the entry says {self.etag}")
+            else:
+                self._keep()
+        except OSError as exc:
+            log.warning("data cache check failed; the object is not kept: %s", exc)
+            self._drop()
+        finally:
+            self.cache._fill_done()
+
+    def _reject(self, why: str) -> None:
+        self._drop()
+        with self.cache._lock:
+            self.cache.whole_rejected += 1
+        log.warning("data cache: %s read whole is not its entry's object (%s); not kept", self.path, why)
+
+    def _keep(self) -> None:
         os.close(self._fd)
         self._fd = -1
-        if check:
-            bad = None
-            if self.written != self.size:
-                bad = f"{self.written} bytes, the entry says {self.size}"
-            elif self._md5 is not None and self._md5.hexdigest() != self.etag:
-                bad = f"MD5 {self._md5.hexdigest()}, the entry says {self.etag}"
-            if bad is not None:
-                DataCache._unlink(self.tmp)
-                with self.cache._lock:
-                    self.cache.whole_rejected += 1
-                raise CorruptedData(f"the object read whole is not its entry's ({bad}); not cached", self.path)
         try:
             os.rename(self.tmp, self.path)
         except OSError as exc:
@@ -334,10 +432,8 @@ class WholeFill:
         self.cache._whole_added(self.size)
 
     def abort(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-            DataCache._unlink(self.tmp)
+        if self._finish():
+            self._drop()
 
 
 class _StreamBroken(Exception):
@@ -367,6 +463,13 @@ class _Stream:
         self.done = False
         self.claimed: dict[int, Future] = {}  # futures readers wait on, not yet reached
         self.thread = threading.Thread(target=self._run, name="graveler-stream", daemon=True)
+        self.owner = _owner()
+
+    def start(self) -> None:
+        if self.owner is not None and not self.owner._add(self):
+            self.owner = None
+            self.cancelled = True  # the owner is closing: no new stream (the reads fetch single chunks)
+        self.thread.start()
 
     def covers(self, index: int) -> bool:
         """Whether the stream will deliver chunk ``index`` soon (under the reader's lock)."""
@@ -393,9 +496,10 @@ class _Stream:
                 r.gets += 1
             if whole and r.cache is not None:
                 fill = r.cache.whole_fill(r.address, r.etag, r.size)
-            # read whole from its start: its MD5 is checked before the last chunk is handed out
-            md5 = (hashlib.md5(usedforsecurity=False) if fill is None and whole and is_md5_etag(r.etag)
-                   and r.size <= WHOLE_MAX else None)
+            # an object of one chunk, read whole: its MD5 is checked before it is handed out (larger
+            # ones read without a cache are checked by size: see graveler.objects)
+            md5 = (hashlib.md5(usedforsecurity=False) if fill is None and whole and n == 1
+                   and is_md5_etag(r.etag) else None)
             while i < n:
                 with r._lock:
                     idle = time.monotonic()
@@ -420,7 +524,7 @@ class _Stream:
                 if fill is not None:
                     fill.write(data)
                     if i == n - 1:
-                        fill.commit()  # CorruptedData for a whole object that is not its entry's
+                        fill.commit()  # kept once its size and MD5 are checked (in the background)
                         fill = None
                 else:
                     if md5 is not None:
@@ -466,6 +570,8 @@ class _Stream:
             for k, f in waiting.items():
                 _set(f, exc=e if first_failed else _StreamBroken(str(e)))
         finally:
+            if self.owner is not None:
+                self.owner._remove(self)
             if fill is not None:
                 fill.abort()
             if stream is not None:
@@ -640,13 +746,8 @@ class ChunkedReader(ObjectReader):
         """A sequential read of chunks ``first`` .. ``last``: keep the stream that delivers
         them, or start one from the first chunk not in memory or the data cache."""
         with self._lock:
-            s = self._stream
-            if s is not None and not s.done and not s.cancelled and s.first <= first <= s.next + self.read_ahead:
-                self._stream_pos = max(self._stream_pos, last)
-                self._cond.notify_all()
+            if self._stream_serves(first, last):
                 return
-            if s is not None:
-                s.cancel()
             start, n = first, self._nchunks()
             while start < n and start <= last + self.read_ahead:
                 f = self._present(start)
@@ -676,9 +777,24 @@ class ChunkedReader(ObjectReader):
         else:
             end = n
         with self._lock:
+            if self._stream_serves(first, last):  # another read started one meanwhile
+                return
+            if self._stream is not None:
+                self._stream.cancel()
             self._stream = s = _Stream(self, start, end)
             self._stream_pos = last
-        s.thread.start()
+            s.start()
+
+    def _stream_serves(self, first: int, last: int) -> bool:
+        """Whether the stream under way delivers chunks ``first`` .. ``last`` (then it may run on
+        up to ``read_ahead`` chunks past ``last``). Under the lock."""
+        s = self._stream
+        if s is not None and not s.done and not s.cancelled and s.first <= first <= s.next + self.read_ahead \
+                and first < s.end:
+            self._stream_pos = max(self._stream_pos, last)
+            self._cond.notify_all()
+            return True
+        return False
 
     def _chunk(self, index: int) -> Future:
         with self._lock:
@@ -737,6 +853,35 @@ class ChunkedReader(ObjectReader):
             parts.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
             if len(data) < min(self.chunk_size, self.size - base):
                 break  # the object is shorter than its entry says
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def read_ready(self, offset: int, length: int) -> bytes | None:
+        """:meth:`read`'s bytes when every chunk they need is in memory already and a stream (if
+        the read is sequential) is under way for what follows -- never blocks, never fetches --
+        else None (then :meth:`read`)."""
+        if offset < 0 or length <= 0 or offset >= self.size or self._content is not None or self._whole_fd >= 0:
+            return None
+        end = min(offset + length, self.size)
+        first, last = offset // self.chunk_size, (end - 1) // self.chunk_size
+        with self._lock:
+            got = []
+            for i in range(first, last + 1):
+                f = self._chunks.get(i)
+                if f is None or not f.done() or f.exception() is not None or i in self._unavailable:
+                    return None
+                got.append(f.result())
+            sequential = offset == self._next_offset or offset == 0
+            if sequential and self.read_ahead > 0 and last + 1 < self._nchunks() \
+                    and not self._stream_serves(last + 1, last):
+                return None  # what follows needs a stream: read() starts it
+            self._next_offset = end
+        parts = []
+        for k, data in enumerate(got):
+            base = (first + k) * self.chunk_size
+            if len(data) < min(self.chunk_size, self.size - base):
+                return None  # a short chunk: read() reports it
+            lo, hi = max(offset - base, 0), min(end - base, len(data))
+            parts.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _result(self, i: int, f: Future) -> bytes:

@@ -143,10 +143,16 @@ class ObjectHandle(Handle):
         return None
 
     def read_fast(self, offset: int, size: int) -> bytes | None:
-        content = getattr(self.reader, "content", None)  # a small remote object read whole at open
-        if content is None or self._written():
+        reader = self.reader
+        if reader is None or self._written():
             return None
-        data = content[offset:offset + size]
+        content = reader.content  # a small remote object read whole at open
+        if content is not None:
+            data = content[offset:offset + size]
+        else:  # chunks a stream (or an earlier read) brought in already
+            data = reader.read_ready(offset, min(size, self.size - offset)) if offset < self.size else b""
+            if data is None:
+                return None
         self.stats.add("bytes_read", len(data))
         return data
 
@@ -210,6 +216,7 @@ class ObjectHandle(Handle):
         if self.reader is not None:
             self.stats.add("bytes_from_store", getattr(self.reader, "bytes_from_store", 0))
             self.stats.add("bytes_from_cache", getattr(self.reader, "bytes_from_cache", 0))
+            self.stats.add("store_gets", getattr(self.reader, "gets", 0))
             self.reader.close()
 
 

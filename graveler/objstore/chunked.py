@@ -612,6 +612,7 @@ class ChunkedReader(ObjectReader):
         self._keep = max(keep, read_ahead + max(1, max_window) + 2)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        self._follow_lock = threading.Lock()
         self._chunks: OrderedDict[int, Future] = OrderedDict()
         self._unavailable: dict[int, float] = {}  # chunk -> when its fetch found the store unavailable
         self._next_offset = -1
@@ -744,7 +745,12 @@ class ChunkedReader(ObjectReader):
 
     def _follow(self, first: int, last: int) -> None:
         """A sequential read of chunks ``first`` .. ``last``: keep the stream that delivers
-        them, or start one from the first chunk not in memory or the data cache."""
+        them, or start one from the first chunk not in memory or the data cache (one read at a
+        time decides: the kernel sends several of a sequential reader's reads at once)."""
+        with self._follow_lock:
+            self._follow_locked(first, last)
+
+    def _follow_locked(self, first: int, last: int) -> None:
         with self._lock:
             if self._stream_serves(first, last):
                 return
@@ -826,7 +832,9 @@ class ChunkedReader(ObjectReader):
         if self.open_cached():
             return self._pread(offset, end - offset)
         first, last = offset // self.chunk_size, (end - 1) // self.chunk_size
-        sequential = offset == self._next_offset or offset == 0
+        # the kernel's first reads of a file may arrive out of order: any read in the first chunk
+        # before the reader has a position starts the stream from the start
+        sequential = offset == self._next_offset or offset == 0 or (self._next_offset < 0 and first == 0)
         self._next_offset = end
         if sequential and self.read_ahead > 0:
             self._follow(first, last)

@@ -146,11 +146,14 @@ class ObjectHandle(Handle):
         reader = self.reader
         if reader is None or self._written():
             return None
-        content = reader.content  # a small remote object read whole at open
+        content = getattr(reader, "content", None)  # a small remote object read whole at open
         if content is not None:
             data = content[offset:offset + size]
         else:  # chunks a stream (or an earlier read) brought in already
-            data = reader.read_ready(offset, min(size, self.size - offset)) if offset < self.size else b""
+            ready = getattr(reader, "read_ready", None)
+            if ready is None or offset >= self.size:
+                return None
+            data = ready(offset, min(size, self.size - offset))
             if data is None:
                 return None
         self.stats.add("bytes_read", len(data))

@@ -102,7 +102,9 @@ def register(sub) -> None:
                         "of remote (S3) stores (default: <home>/cache, object data in <home>/data-cache)")
     p.add_argument("--cache-size", metavar="BYTES", type=_size, default=None,
                    help="bound of the disk caches together, e.g. 10G: a quarter for tables, the rest for "
-                        "data; not the spool, which holds what is being written (default: 16G)")
+                        "data (half of it for S3 objects kept whole, each up to 1G or "
+                        "$LAKEFUSE_CACHE_WHOLE_MAX, checked by size and MD5 when filled); not the spool, "
+                        "which holds what is being written (default: 16G)")
     p.add_argument("-o", dest="options", metavar="OPT[,OPT...]", action="append", default=[],
                    help="FUSE mount options, e.g. allow_other (not set unless asked)")
     p.add_argument("--log", metavar="FILE", default=None,

@@ -157,6 +157,8 @@ class _Stream:
         t0 = time.monotonic()
         whole = i == 0 and n == r._nchunks()
         try:
+            if self.cancelled:
+                return
             stream = r.store.open_stream(r.key, i * cs, min(n * cs, r.size) - i * cs)
             if stream.total != r.size:
                 raise CorruptedData(f"{r.store.full_uri(r.key)}: the object has {stream.total} bytes, "

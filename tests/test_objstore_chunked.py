@@ -261,3 +261,26 @@ def test_whole_object_enters_the_data_cache_only_with_its_size_and_md5(tmp_path,
     assert os.path.exists(cache.whole_path(store.full_uri("small"), small.etag))
     cache.close()
     store.close()
+
+
+@pytest.mark.s3
+def test_an_object_of_one_chunk_is_one_checked_get_kept_whole(tmp_path, s3_config, s3_bucket):
+    """An object that fits in one chunk is fetched by one GET of the whole object, checked by size
+    and MD5 before a byte is handed out, and kept whole (not as a chunk); a wrong MD5 is
+    CorruptedData and nothing is kept."""
+    store, data, etag = _s3_object(s3_config, s3_bucket, 700_000)
+    cache = DataCache(str(tmp_path / "dc"), 256 << 20)
+    addr = store.full_uri("obj")
+    r = ChunkedReader(store, "obj", len(data), addr, "1" * 32, cache, chunk_size=1 << 20)
+    with pytest.raises(CorruptedData):
+        r.read(0, 65536)
+    r.close()
+    assert not os.path.exists(cache.whole_path(addr, "1" * 32)) and cache.volume() < 100_000
+    r = ChunkedReader(store, "obj", len(data), addr, etag, cache, chunk_size=1 << 20)
+    assert b"".join(r.read(o, 65536) for o in range(0, len(data), 65536)) == data
+    assert r.gets == 1
+    r.close()
+    assert os.path.getsize(cache.whole_path(addr, etag)) == len(data)
+    assert not cache.contains(DataCache.key(addr, etag, 0))
+    cache.close()
+    store.close()

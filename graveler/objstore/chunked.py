@@ -382,15 +382,20 @@ class ChunkedReader(ObjectReader):
                 cs = self.chunk_size
                 start = (first + lo) * cs
                 end = min((first + hi + 1) * cs, self.size)
-                if start == 0 and end == self.size:  # the whole object: size and MD5 checked
+                whole = start == 0 and end == self.size
+                if whole:  # the whole object: size and MD5 checked
                     data = read_verified(self.store, self.key, self.size, self.etag)
                 else:  # a part: the object's size checked in the same request
                     data = read_range_checked(self.store, self.key, self.size, start, end - start)
                 with self._lock:
                     self.bytes_from_store += len(data)
                     self.gets += 1
+                if whole and n == 1 and self.cache is not None and 0 < self.size <= self.cache.whole_max:
+                    self.cache.whole_put(self.address, self.etag, data)  # checked: kept whole, not in chunks
+                    results[0] = data
+                    missing = []
                 view = memoryview(data)
-                for k in range(lo, hi + 1):
+                for k in range(lo, hi + 1) if missing else ():
                     if results[k] is not None:
                         continue
                     piece = bytes(view[(k - lo) * cs:(k - lo + 1) * cs]) if hi > lo else data
@@ -507,7 +512,7 @@ class ChunkedReader(ObjectReader):
         # before the reader has a position starts the stream from the start
         sequential = offset == self._next_offset or offset == 0 or (self._next_offset < 0 and first == 0)
         self._next_offset = end
-        if sequential and self.read_ahead > 0:
+        if sequential and self.read_ahead > 0 and self._nchunks() > 1:  # an object of one chunk: one GET
             self._follow(first, last)
         parts = []
         for i in range(first, last + 1):

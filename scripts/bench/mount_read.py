@@ -13,7 +13,15 @@ separate process), with data generated here:
   and warm; then N processes (default 8) reading every file, against the native copy;
 * on S3 the same listing, stat and cold read through ``rclone mount`` and ``s3fs`` over
   the same objects (installed with apt if missing); lakefuse reads them as imported
-  (FULL-address) entries of a repository whose metadata lives in the same bucket.
+  (FULL-address) entries of a repository whose metadata lives in the same bucket, through a
+  tag (a committed tree: the cached rows go through FUSE passthrough from the data cache's
+  whole file). Two S3 servers (``--s3-servers``): moto, which copies the whole object for
+  every ranged GET, and s3rver (npm, on Debian's nodejs; installed with npm into the work
+  directory, never into the repository), which serves ranges from its files; the listing
+  rows run on moto only unless ``--s3rver-listing``. Rows per server: the cold read against
+  rclone and one boto3 GET stream (``ratio_big_cold_vs_rclone``, ``ratio_big_cold_vs_direct``),
+  the object in the data cache with the page cache cold against reading the cache's file
+  (``ratio_big_datacache_vs_cache_file``), the time to first byte of the cached object.
 
 Every figure is a median of ``--reps`` runs; ratios are measured in the same run.
 The machine may be shared: read the ratios more than the absolute figures.

@@ -539,7 +539,7 @@ class ChunkedReader(ObjectReader):
                 break  # the object is shorter than its entry says
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def read_ready(self, offset: int, length: int) -> bytes | None:
+    def read_ready(self, offset: int, length: int) -> bytes | memoryview | None:
         """:meth:`read`'s bytes when every chunk they need is in memory already and a stream (if
         the read is sequential) is under way for what follows -- never blocks, never fetches --
         else None (then :meth:`read`)."""
@@ -565,8 +565,8 @@ class ChunkedReader(ObjectReader):
             if len(data) < min(self.chunk_size, self.size - base):
                 return None  # a short chunk: read() reports it
             lo, hi = max(offset - base, 0), min(end - base, len(data))
-            parts.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+            parts.append(memoryview(data)[lo:hi] if (lo, hi) != (0, len(data)) else data)
+        return parts[0] if len(parts) == 1 else b"".join(parts)  # a view: no copy of the chunk's bytes
 
     def _result(self, i: int, f: Future) -> bytes:
         try:

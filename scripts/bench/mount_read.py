@@ -163,8 +163,10 @@ class LakefuseMount:
         self.mp.mkdir(parents=True, exist_ok=True)
         cmd = [PY, "-m", "lakefuse", "--home", str(self.home), "mount", f"lakefs://{self.repo}", str(self.mp),
                "--log", str(self.home / "mount.log"), *self.extra]
-        subprocess.run(cmd, check=True, env={**os.environ, **(self.env or {})}, cwd=str(ROOT),
-                       stderr=subprocess.DEVNULL)
+        r = subprocess.run(cmd, env={**os.environ, **(self.env or {})}, cwd=str(ROOT), stderr=subprocess.PIPE,
+                           text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"lakefuse mount failed ({r.returncode}): {r.stderr.strip()}")
         return self
 
     def stats(self) -> dict:

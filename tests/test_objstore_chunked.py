@@ -33,15 +33,16 @@ def store(tmp_path):
 def test_reads_any_range_and_reads_ahead(store, tmp_path):
     data = os.urandom(10_000)
     store.put("obj", data)
-    r = ChunkedReader(store, "obj", len(data), "file:///obj", "etag1", None, chunk_size=1000, read_ahead=3)
+    r = ChunkedReader(store, "obj", len(data), "file:///obj", "etag1", None, chunk_size=1000, read_ahead=3,
+                      keep=20)
     out = b"".join(r.read(off, 700) for off in range(0, len(data), 700))
     assert out == data
     assert r.read(9_990, 100) == data[9_990:]
     assert r.read(10_000, 5) == b"" and r.read(3_500, 0) == b""
     assert r.read(1_234, 4_321) == data[1_234:5_555]
-    # each chunk fetched once (kept), in growing windows: fewer GETs than chunks
+    # a sequential reader is served by one stream (one request from where it started), each chunk once
     assert sum(n for _, n in store.ranges) == len(data) == r.bytes_from_store
-    assert sorted(s for s, _ in store.ranges) == [0, 1000, 2000, 4000, 8000]
+    assert store.ranges == [(0, 10_000)] and r.gets == 1
     r.close()
     # a random reader fetches single chunks
     store.ranges.clear()
@@ -49,6 +50,26 @@ def test_reads_any_range_and_reads_ahead(store, tmp_path):
     assert r.read(5_500, 10) == data[5_500:5_510]
     assert r.read(2_500, 10) == data[2_500:2_510]
     assert store.ranges == [(5000, 1000), (2000, 1000)]
+    r.close()
+
+
+def test_stream_stays_a_few_chunks_ahead_and_follows_a_jump(store):
+    """The stream runs at most ``read_ahead`` chunks ahead of its reader; a reader that jumps
+    ahead gets a new stream from there; every byte is the object's across chunk boundaries."""
+    import time
+
+    data = os.urandom(50_000)
+    store.put("obj", data)
+    r = ChunkedReader(store, "obj", len(data), "file:///obj", "e", None, chunk_size=1000, read_ahead=3)
+    assert r.read(0, 1500) == data[:1500]
+    time.sleep(0.3)
+    assert r.bytes_from_store <= (2 + 3 + 1) * 1000  # chunks 0-1 read, 3 ahead (+1 being filled)
+    assert r.read(1500, 2000) == data[1500:3500]
+    assert r.read(30_500, 1000) == data[30_500:31_500]  # a jump: not sequential, single chunks
+    assert r.read(31_500, 5000) == data[31_500:36_500]  # sequential again: a stream from here
+    assert b"".join(r.read(o, 999) for o in range(36_500, 50_000, 999)) == data[36_500:]
+    assert r.gets >= 2
+    r.close()
 
 
 @pytest.mark.expect_log("a damaged cached chunk is fetched again, with one warning")
@@ -112,23 +133,154 @@ def test_an_object_whose_size_changed_is_corrupted_and_never_cached(tmp_path):
 
 
 def test_read_ahead_pool_is_owned_and_closed(store):
-    """The mount daemon owns the read-ahead workers: while its pool is open every reader's
-    read-ahead runs there; close() ends its threads, and readers fall back to the process pool."""
+    """The mount daemon owns the read-ahead: while its pool is open every reader's stream is
+    its; close() ends the streams under way and their threads, and no stream starts after."""
+    import time
+
     from graveler.objstore import chunked
 
-    data = os.urandom(10_000)
+    data = os.urandom(20_000)
     store.put("obj", data)
-    pool = chunked.ReadAheadPool(workers=2)
+    pool = chunked.ReadAheadPool()
     try:
-        assert chunked._executor() is pool
+        assert chunked._owner() is pool
         r = ChunkedReader(store, "obj", len(data), "file:///obj", "e", None, chunk_size=1000, read_ahead=3)
-        assert b"".join(r.read(off, 1000) for off in range(0, len(data), 1000)) == data
-        r.close()
-        threads = set(pool._executor._threads)
-        assert threads  # the read-ahead ran on the owner's workers
+        assert r.read(0, 1000) == data[:1000]  # a stream, held 3 chunks ahead of the reader
+        threads = pool.threads()
+        assert threads and all(t.name == "graveler-stream" for t in threads)
     finally:
         pool.close()
     assert not any(t.is_alive() for t in threads)
-    assert chunked._executor() is not pool
-    with pytest.raises(RuntimeError):
-        pool.submit(print)  # closed: takes no more work
+    assert chunked._owner() is not pool
+    # the reader still reads (single chunks now), every byte right
+    assert b"".join(r.read(o, 1000) for o in range(1000, len(data), 1000)) == data[1000:]
+    r.close()
+    time.sleep(0.05)
+
+
+# -- on S3 (the moto server, through the fault proxy where a fault is wanted) ------------------
+
+
+def _s3_object(s3_config, s3_bucket, size: int, endpoint: str | None = None):
+    import dataclasses
+
+    from graveler.objstore.s3 import S3Store
+
+    cfg = s3_config if endpoint is None else dataclasses.replace(s3_config, s3_endpoint_url=endpoint)
+    store = S3Store(s3_bucket, "ns", cfg)
+    data = os.urandom(size)
+    info = store.put("obj", data)
+    return store, data, info.etag
+
+
+@pytest.mark.s3
+def test_streamed_read_is_right_across_chunk_boundaries_and_after_a_broken_response(s3_endpoint, s3_config,
+                                                                                   s3_bucket):
+    """A sequential reader of an S3 object gets one streaming GET; reads that straddle chunk
+    boundaries get the object's bytes; a response that breaks off midway (the proxy sends part of
+    the body, then closes) costs the chunk it was in one ranged GET of its own, not wrong bytes."""
+    from tests.faultproxy import Fault, FaultProxy
+
+    chunk = 1 << 20
+    with FaultProxy(s3_endpoint) as proxy:
+        store, data, etag = _s3_object(s3_config, s3_bucket, 3 * chunk + chunk // 2, proxy.url)
+        r = ChunkedReader(store, "obj", len(data), store.full_uri("obj"), etag, None, chunk_size=chunk)
+        assert b"".join(r.read(o, 300_001) for o in range(0, len(data), 300_001)) == data
+        assert r.gets == 1 and r.bytes_from_store == len(data)
+        r.close()
+        proxy.add(Fault("short", method="GET", path="/ns/obj", after=chunk + chunk // 3, times=1))
+        r = ChunkedReader(store, "obj", len(data), store.full_uri("obj"), etag, None, chunk_size=chunk)
+        assert b"".join(r.read(o, 300_001) for o in range(0, len(data), 300_001)) == data
+        assert r.gets >= 2  # the stream, then the chunk it broke in (and a stream for the rest)
+        r.close()
+    store.close()
+
+
+@pytest.mark.s3
+def test_streamed_read_of_a_short_or_resized_object_is_an_error_not_its_bytes(s3_endpoint, s3_config, s3_bucket):
+    """Every response cut short (the proxy closes after part of the body, every time) is
+    StoreUnavailable once the retries are spent; an object whose size is not its entry's is
+    CorruptedData before a byte is handed out (the size comes with the stream's own response)."""
+    from graveler.errors import StoreUnavailable
+    from tests.faultproxy import Fault, FaultProxy
+
+    chunk = 1 << 20
+    with FaultProxy(s3_endpoint) as proxy:
+        store, data, etag = _s3_object(s3_config, s3_bucket, 2 * chunk + 5, proxy.url)
+        proxy.add(Fault("short", method="GET", path="/ns/obj", after=chunk // 2))
+        r = ChunkedReader(store, "obj", len(data), store.full_uri("obj"), etag, None, chunk_size=chunk)
+        with pytest.raises(StoreUnavailable):
+            r.read(0, 4096)
+        r.close()
+        proxy.clear()
+        r = ChunkedReader(store, "obj", len(data) + 1, store.full_uri("obj"), etag, None, chunk_size=chunk)
+        with pytest.raises(CorruptedData, match="entry says"):
+            r.read(0, 4096)
+        r.close()
+    store.close()
+
+
+@pytest.mark.s3
+@pytest.mark.expect_log("a whole object whose MD5 is not its entry's is refused by the cache, with a warning")
+def test_whole_object_enters_the_data_cache_only_with_its_size_and_md5(tmp_path, s3_config, s3_bucket):
+    """A stream that reads an object whole fills the cache's whole-object file, checked when
+    complete: an entry whose etag is not the object's MD5 (same size) keeps it out; the healthy
+    object is kept, and a later reader reads that file (no GET); a small object read whole at
+    open is checked the same way (and refused as CorruptedData)."""
+    chunk = 1 << 20
+    store, data, etag = _s3_object(s3_config, s3_bucket, 3 * chunk + 123)
+    cache = DataCache(str(tmp_path / "dc"), 256 << 20)
+    addr = store.full_uri("obj")
+    wrong = "0" * 32
+    r = ChunkedReader(store, "obj", len(data), addr, wrong, cache, chunk_size=chunk)
+    assert b"".join(r.read(o, 1 << 20) for o in range(0, len(data), 1 << 20)) == data  # streamed: not held back
+    r.close()
+    assert cache.wait_fills()
+    st = cache.stats()
+    assert st["whole_rejected"] == 1 and st["whole_filled"] == 0
+    assert not os.path.exists(cache.whole_path(addr, wrong))
+    assert [p for p in (tmp_path / "dc" / "whole").rglob("*") if p.is_file()] == []  # no temporary file left
+    r = ChunkedReader(store, "obj", len(data), addr, etag, cache, chunk_size=chunk)
+    assert b"".join(r.read(o, 1 << 20) for o in range(0, len(data), 1 << 20)) == data
+    r.close()
+    assert cache.wait_fills()
+    assert cache.stats()["whole_filled"] == 1 and os.path.getsize(cache.whole_path(addr, etag)) == len(data)
+    r = ChunkedReader(store, "obj", len(data), addr, etag, cache, chunk_size=chunk)
+    assert r.open_cached() and r.fileno() >= 0
+    assert r.read(chunk - 10, 20) == data[chunk - 10:chunk + 10] and r.read(0, len(data)) == data
+    assert r.bytes_from_store == 0 and r.gets == 0 and cache.stats()["whole_hits"] == 1
+    r.close()
+    # a small object read whole at open: checked (size, MD5) before it is kept or served
+    small = store.put("small", b"tiny object")
+    r = ChunkedReader(store, "small", 11, store.full_uri("small"), wrong, cache)
+    with pytest.raises(CorruptedData):
+        r.read_whole()
+    assert not os.path.exists(cache.whole_path(store.full_uri("small"), wrong))
+    r = ChunkedReader(store, "small", 11, store.full_uri("small"), small.etag, cache)
+    assert r.read_whole() == b"tiny object" and r.read(5, 100) == b"object"
+    assert os.path.exists(cache.whole_path(store.full_uri("small"), small.etag))
+    cache.close()
+    store.close()
+
+
+@pytest.mark.s3
+def test_an_object_of_one_chunk_is_one_checked_get_kept_whole(tmp_path, s3_config, s3_bucket):
+    """An object that fits in one chunk is fetched by one GET of the whole object, checked by size
+    and MD5 before a byte is handed out, and kept whole (not as a chunk); a wrong MD5 is
+    CorruptedData and nothing is kept."""
+    store, data, etag = _s3_object(s3_config, s3_bucket, 700_000)
+    cache = DataCache(str(tmp_path / "dc"), 256 << 20)
+    addr = store.full_uri("obj")
+    r = ChunkedReader(store, "obj", len(data), addr, "1" * 32, cache, chunk_size=1 << 20)
+    with pytest.raises(CorruptedData):
+        r.read(0, 65536)
+    r.close()
+    assert not os.path.exists(cache.whole_path(addr, "1" * 32)) and cache.volume() < 100_000
+    r = ChunkedReader(store, "obj", len(data), addr, etag, cache, chunk_size=1 << 20)
+    assert b"".join(r.read(o, 65536) for o in range(0, len(data), 65536)) == data
+    assert r.gets == 1
+    r.close()
+    assert os.path.getsize(cache.whole_path(addr, etag)) == len(data)
+    assert not cache.contains(DataCache.key(addr, etag, 0))
+    cache.close()
+    store.close()

@@ -152,6 +152,29 @@ def test_get_range(store):
         store.get_range("missing", 0, 0)
 
 
+def test_open_stream_reads_a_range_in_order_and_tells_the_size(store):
+    """One sequential read of a range (S3: one GET): the bytes in order, in pieces of any size,
+    the object's size beside them; a range past the end is cut there; a missing key is NotFound."""
+    data = os.urandom(3 * 65536 + 17)
+    store.put("s/obj", data)
+    with store.open_stream("s/obj", 1000, 200_000) as st:
+        assert st.total == len(data)
+        got = []
+        for n in (1, 65536, 7, 1 << 20):
+            got.append(st.read(n))
+        assert b"".join(got) == data[1000:1000 + 1 + 65536 + 7 + (len(data) - 1000 - 65544)]
+        assert st.read(10) == b""
+    with store.open_stream("s/obj") as st:  # the whole object
+        out = bytearray()
+        while piece := st.read(50_000):
+            out += piece
+        assert bytes(out) == data and st.total == len(data)
+    with store.open_stream("s/obj", len(data) + 5, 10) as st:  # past the end: nothing, the size still told
+        assert st.read(10) == b"" and st.total == len(data)
+    with pytest.raises(NotFound):
+        store.open_stream("s/missing", 0, 10).read(10)
+
+
 def test_head_and_exists(store):
     assert not store.exists("d/obj")
     store.put("d/obj", b"12345")

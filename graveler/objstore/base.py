@@ -123,6 +123,52 @@ class ObjectReader:
         self.close()
 
 
+class ObjectStream:
+    """A sequential read of ``length`` bytes of one object from ``start`` (:meth:`ObjectStore.open_stream`).
+
+    ``total`` is the object's size when the stream was opened (from the same request where
+    the store can tell it), so a reader checks the object against its entry before it uses
+    a byte. :meth:`read` returns up to ``n`` bytes, ``b""`` at the end of the range (or of the
+    object, if it ends first). This default reads the range in pieces with
+    :meth:`ObjectStore.get_range_sized`; S3 keeps one GET open for the whole range.
+    """
+
+    def __init__(self, store: "ObjectStore", key: str, start: int, length: int, piece: int = 8 << 20):
+        check_range(start, length)
+        self.store, self.key, self._pos, self._end, self._piece = store, key, start, start + length, piece
+        self._buf = b""
+        first = min(length, piece)
+        data, self.total = store.get_range_sized(key, start, first) if first else (b"", store.head(key).size)
+        self._buf = data
+        self._pos += len(data)
+        if len(data) < first:
+            self._end = self._pos  # the object ends inside the range
+
+    def read(self, n: int) -> bytes:
+        if self._buf:
+            data, self._buf = self._buf[:n], self._buf[n:]
+            return data
+        if self._pos >= self._end or n <= 0:
+            return b""
+        want = min(n, self._end - self._pos)
+        data = self.store.get_range(self.key, self._pos, want)
+        self._pos += len(data)
+        if len(data) < want:
+            self._end = self._pos
+        return data
+
+    def close(self) -> None:
+        """Let go of the request (a stream may be closed before its end)."""
+        self._buf = b""
+        self._end = self._pos
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 # Below this size an object is read into memory rather than mapped: a mapping keeps a file descriptor
 # open (Python's mmap duplicates it), and small files cost little memory.
 MAP_MIN_BYTES = 4 << 20
@@ -187,6 +233,14 @@ class ObjectStore(abc.ABC):
         """
         info = self.head(key)
         return self.get_range(key, start, length), info.size
+
+    def open_stream(self, key: str, start: int = 0, length: int | None = None) -> ObjectStream:
+        """A sequential read of ``length`` bytes from ``start`` (to the end of the object when
+        ``None``): see :class:`ObjectStream`. ``NotFound`` if the object is absent."""
+        check_range(start, 0 if length is None else length)
+        if length is None:
+            length = max(self.head(key).size - start, 0)
+        return ObjectStream(self, key, start, length)
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo:

@@ -44,6 +44,7 @@ from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFo
 from graveler.objstore.base import (
     ObjectInfo,
     ObjectStore,
+    ObjectStream,
     StoreConfig,
     check_level_prefix,
     check_range,
@@ -135,6 +136,61 @@ def _range_total(resp: dict) -> int:
         if total.isdigit():
             return int(total)
     return int(resp["ContentLength"])
+
+
+class _EmptyStream(ObjectStream):
+    def __init__(self, total: int):  # noqa: super().__init__ would ask the store again
+        self.total = total
+
+    def read(self, n: int) -> bytes:
+        return b""
+
+    def close(self) -> None:
+        pass
+
+
+class _S3Stream(ObjectStream):
+    """The body of one ranged GET, read as asked; errors of the body are the store's."""
+
+    def __init__(self, store: "S3Store", key: str, resp: dict, start: int, length: int | None):
+        self.store, self.key = store, key
+        self.total = _range_total(resp)
+        self._body = resp["Body"]
+        self._left = None if length is None else length
+        if not resp.get("ContentRange") and start:  # a server that ignored Range sent it all: skip to start
+            self._skip(start)
+
+    def _skip(self, n: int) -> None:
+        while n > 0:
+            piece = self._raw(min(n, _IO_CHUNK))
+            if not piece:
+                return
+            n -= len(piece)
+
+    def _raw(self, n: int) -> bytes:
+        try:
+            return self._body.read(n)
+        except _BODY_ERRORS as exc:
+            raise self.store._map(exc, "get_range", self.key) from exc
+        except (bex.BotoCoreError, OSError) as exc:
+            raise StoreUnavailable(f"get_range {self.store.full_uri(self.key)}: the response broke off "
+                                   f"({type(exc).__name__})") from exc
+
+    def read(self, n: int) -> bytes:
+        if self._left is not None:
+            n = min(n, self._left)
+        if n <= 0:
+            return b""
+        data = self._raw(n)
+        if self._left is not None:
+            self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        try:
+            self._body.close()
+        except Exception:  # closing a broken connection: nothing to keep from it
+            pass
 
 
 class S3Store(ObjectStore):
@@ -282,6 +338,23 @@ class S3Store(ObjectStore):
         if not resp.get("ContentRange"):
             data = data[start:start + length]  # a server that ignored Range sent it all
         return data, _range_total(resp)
+
+    def open_stream(self, key: str, start: int = 0, length: int | None = None) -> ObjectStream:
+        """One GET for the whole range, its body read as the caller asks (see :class:`ObjectStream`):
+        what a sequential reader keeps open instead of one request per piece."""
+        check_range(start, 0 if length is None else length)
+        if length == 0:
+            return _EmptyStream(self.head(key).size)
+        rng = f"bytes={start}-" if length is None else f"bytes={start}-{start + length - 1}"
+        try:
+            resp = self._client.get_object(Bucket=self.bucket, Key=self._k(key), Range=rng)
+        except bex.ClientError as exc:
+            if _error_code(exc) == "InvalidRange":  # the object ends before ``start``
+                return _EmptyStream(self.head(key).size)
+            raise self._map(exc, "get_range", key) from exc
+        except bex.BotoCoreError as exc:
+            raise self._map(exc, "get_range", key) from exc
+        return _S3Stream(self, key, resp, start, length)
 
     def head(self, key: str) -> ObjectInfo:
         with self._errors("head", key):

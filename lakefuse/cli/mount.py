@@ -102,7 +102,9 @@ def register(sub) -> None:
                         "of remote (S3) stores (default: <home>/cache, object data in <home>/data-cache)")
     p.add_argument("--cache-size", metavar="BYTES", type=_size, default=None,
                    help="bound of the disk caches together, e.g. 10G: a quarter for tables, the rest for "
-                        "data; not the spool, which holds what is being written (default: 16G)")
+                        "data (half of it for S3 objects kept whole, each up to 1G or "
+                        "$LAKEFUSE_CACHE_WHOLE_MAX, checked by size and MD5 when filled); not the spool, "
+                        "which holds what is being written (default: 16G)")
     p.add_argument("-o", dest="options", metavar="OPT[,OPT...]", action="append", default=[],
                    help="FUSE mount options, e.g. allow_other (not set unless asked)")
     p.add_argument("--log", metavar="FILE", default=None,
@@ -262,6 +264,19 @@ def cmd_mount(args) -> int:
     return serve_foreground(args, uri.repository, mp)
 
 
+def _whole_max() -> int | None:
+    """$LAKEFUSE_CACHE_WHOLE_MAX: objects up to this size are kept whole in the data cache (0: none)."""
+    text = os.environ.get("LAKEFUSE_CACHE_WHOLE_MAX", "").strip()
+    if not text:
+        return None
+    if text == "0":
+        return 0
+    try:
+        return _size(text)
+    except argparse.ArgumentTypeError as e:
+        raise InvalidArgument(f"$LAKEFUSE_CACHE_WHOLE_MAX: {e}") from None
+
+
 def serve_foreground(args, repository: str, mp: str) -> int:
     from lakefuse.mount import daemon
     from lakefuse.mount.fs import FsConfig
@@ -277,7 +292,7 @@ def serve_foreground(args, repository: str, mp: str) -> int:
 
             cache_dir, _, data_bytes = _cache_budget(args)
             cache_dir = cache_dir / "data" if cache_dir else Path(g.config.home) / "data-cache"
-            data_cache = DataCache(str(cache_dir), data_bytes)
+            data_cache = DataCache(str(cache_dir), data_bytes, _whole_max())
         spool_dir = os.path.abspath(args.cache_dir) if args.cache_dir else None  # the write spool's home
         daemon.serve(repo, daemon.MountConfig(repository, mp, _fuse_options(args), cache_dir=spool_dir), fs_config,
                      data_cache)

@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -210,7 +211,10 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")
-    read_ahead = ReadAheadPool()  # the chunked readers' read-ahead workers: they live as long as the mount
+    read_ahead = ReadAheadPool()  # the chunked readers' streams: ended with the mount
+    # A stream's thread takes the GIL back after every socket read: a shorter switch interval than
+    # the default 5 ms keeps it from waiting behind the request threads (S3 reads ~20% faster here).
+    sys.setswitchinterval(0.001)
     try:
         pyfuse3.init(ops, mp, options)
     except RuntimeError as e:

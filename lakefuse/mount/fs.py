@@ -681,6 +681,9 @@ class Filesystem:
                                   self.stats, self.log_once, self.repo.name)
         else:
             h = ObjectHandle(node, reader, entry.size, self.spool, self.stats, self.log_once, self.repo.name)
+            if reader is not None and self.data_cache is not None:
+                backing_fd = h.open_cached(passthrough and tree.immutable and not writing,
+                                           self.config.small_file_bytes)
         self.inodes.open(node)
         self.stats.add("opens")
         return Opened(self.new_fh(h), keep, False, backing_fd)

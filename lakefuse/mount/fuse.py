@@ -276,6 +276,8 @@ class Operations(pyfuse3.Operations):
         fi = pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io)
         if o.backing_fd >= 0 and self.passthrough and self._passthrough_open(ctx, fi, o.backing_fd):
             self.stats.add("opens_passthrough")
+            if self.fs.data_cache is not None:  # a remote store's object: its whole file in the data cache
+                self.stats.add("opens_passthrough_cache")
         else:
             if o.backing_fd >= 0:
                 self.fs.backings.refused(o.fh)  # the daemon serves it: the inode is in cached mode

@@ -116,6 +116,24 @@ class ObjectHandle(Handle):
     def _written(self) -> bool:
         return self.spool is not None and self.spool.peek(self.node.ino) is not None
 
+    def open_cached(self, passthrough: bool, small: int) -> int:
+        """At open (in a worker thread), a remote object: its whole file in the data cache when
+        there is one -- returned for FUSE passthrough when ``passthrough`` (a read-only open of an
+        immutable tree), else -1 and read here -- or, for a file of at most ``small`` bytes, the
+        whole object fetched now (size and MD5 checked) and kept in memory. A failed fetch is left
+        to the reads (they fetch and report it)."""
+        reader = self.reader
+        if reader.open_cached():
+            self.stats.add("opens_from_cache")
+            return reader.fileno() if passthrough else -1
+        if self.size <= small:
+            try:
+                reader.read_whole()
+            except GravelerError:
+                return -1
+            self.stats.add("opens_small_whole")
+        return -1
+
     def _spooled_read(self, offset: int, size: int) -> bytes | None:
         if self.spool is None:
             return None
@@ -125,7 +143,33 @@ class ObjectHandle(Handle):
         return None
 
     def read_fast(self, offset: int, size: int) -> bytes | None:
-        return None
+        reader = self.reader
+        if reader is None or self._written():
+            return None
+        content = getattr(reader, "content", None)  # a small remote object read whole at open
+        if content is not None:
+            data = content[offset:offset + size]
+        else:  # chunks a stream (or an earlier read) brought in already
+            ready = getattr(reader, "read_ready", None)
+            if ready is None or offset >= self.size:
+                return None
+            data = ready(offset, min(size, self.size - offset))
+            if data is None:
+                return None
+        self.stats.add("bytes_read", len(data))
+        return data
+
+    def read_nowait(self, offset: int, size: int) -> bytes | bytearray | None:
+        fileno = getattr(self.reader, "fileno", None)  # the data cache's whole file of a remote object
+        fd = fileno() if fileno is not None else -1
+        if fd < 0 or self._written() or offset >= self.size:
+            return None
+        n = min(size, self.size - offset)
+        data = pread_nowait(fd, offset, n)
+        if data is not None:
+            self.stats.add("bytes_read", n)
+            self.stats.add("bytes_from_cache", n)
+        return data
 
     def read(self, offset: int, size: int) -> bytes:
         data = self._spooled_read(offset, size)
@@ -174,6 +218,8 @@ class ObjectHandle(Handle):
     def release(self) -> None:
         if self.reader is not None:
             self.stats.add("bytes_from_store", getattr(self.reader, "bytes_from_store", 0))
+            self.stats.add("bytes_from_cache", getattr(self.reader, "bytes_from_cache", 0))
+            self.stats.add("store_gets", getattr(self.reader, "gets", 0))
             self.reader.close()
 
 

@@ -19,7 +19,15 @@ separate process), with data generated here:
   (rows named ``tag_*``: an immutable tree, kept long, its reads handed to FUSE passthrough);
 * on S3 the same listing, stat and cold read through ``rclone mount`` and ``s3fs`` over
   the same objects (installed with apt if missing); lakefuse reads them as imported
-  (FULL-address) entries of a repository whose metadata lives in the same bucket.
+  (FULL-address) entries of a repository whose metadata lives in the same bucket, through a
+  tag (a committed tree: the cached rows go through FUSE passthrough from the data cache's
+  whole file). Two S3 servers (``--s3-servers``): moto, which copies the whole object for
+  every ranged GET, and s3rver (npm, on Debian's nodejs; installed with npm into the work
+  directory, never into the repository), which serves ranges from its files; the listing
+  rows run on moto only unless ``--s3rver-listing``. Rows per server: the cold read against
+  rclone and one boto3 GET stream (``ratio_big_cold_vs_rclone``, ``ratio_big_cold_vs_direct``),
+  the object in the data cache with the page cache cold against reading the cache's file
+  (``ratio_big_datacache_vs_cache_file``), the time to first byte of the cached object.
 
 Every figure is a median of ``--reps`` runs; ratios are measured in the same run.
 The machine may be shared: read the ratios more than the absolute figures.
@@ -162,8 +170,10 @@ class LakefuseMount:
         self.mp.mkdir(parents=True, exist_ok=True)
         cmd = [PY, "-m", "lakefuse", "--home", str(self.home), "mount", f"lakefs://{self.repo}", str(self.mp),
                "--log", str(self.home / "mount.log"), *self.extra]
-        subprocess.run(cmd, check=True, env={**os.environ, **(self.env or {})}, cwd=str(ROOT),
-                       stderr=subprocess.DEVNULL)
+        r = subprocess.run(cmd, env={**os.environ, **(self.env or {})}, cwd=str(ROOT), stderr=subprocess.PIPE,
+                           text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"lakefuse mount failed ({r.returncode}): {r.stderr.strip()}")
         return self
 
     def stats(self) -> dict:
@@ -359,21 +369,22 @@ def ensure_peers() -> list[str]:
 
 
 class Peer:
-    def __init__(self, kind: str, endpoint: str, bucket: str, prefix: str, mp: Path, work: Path):
+    def __init__(self, kind: str, endpoint: str, bucket: str, prefix: str, mp: Path, work: Path, creds: dict):
         self.kind, self.endpoint, self.bucket, self.prefix, self.mp, self.work = kind, endpoint, bucket, prefix, mp, work
+        self.key, self.secret = creds["AWS_ACCESS_KEY_ID"], creds["AWS_SECRET_ACCESS_KEY"]
         self.proc = None
 
     def __enter__(self):
         self.mp.mkdir(parents=True, exist_ok=True)
         if self.kind == "rclone":
-            remote = (f":s3,provider=Other,endpoint='{self.endpoint}',access_key_id=testing,"
-                      f"secret_access_key=testing:{self.bucket}/{self.prefix}")
+            remote = (f":s3,provider=Other,endpoint='{self.endpoint}',access_key_id={self.key},"
+                      f"secret_access_key={self.secret}:{self.bucket}/{self.prefix}")
             env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}  # rclone refuses one for http
             self.proc = subprocess.Popen(["rclone", "mount", remote, str(self.mp), "--read-only"], env=env,
                                          stdout=subprocess.DEVNULL, stderr=open(self.work / "rclone.log", "ab"))
         else:
             pw = self.work / "s3fs.passwd"
-            pw.write_text("testing:testing\n")
+            pw.write_text(f"{self.key}:{self.secret}\n")
             pw.chmod(0o600)
             subprocess.run(["s3fs", f"{self.bucket}:/{self.prefix}", str(self.mp), "-o", f"url={self.endpoint}",
                             "-o", "use_path_request_style", "-o", f"passwd_file={pw}", "-o", "ro"], check=True)
@@ -390,7 +401,56 @@ class Peer:
                 self.proc.kill()
 
 
-def bench_s3(args, work: Path) -> dict:
+S3RVER_VERSION = "3.7.1"
+
+
+def start_server(kind: str, work: Path) -> tuple[subprocess.Popen, str, dict]:
+    """An S3 server on 127.0.0.1: moto (Python; copies the whole object for every ranged GET) or
+    s3rver (npm, on Debian's nodejs; serves ranges from its files), installed under ``work`` with npm
+    when missing. Returns the process, its endpoint and the credentials it takes."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    if kind == "moto":
+        creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+        proc = subprocess.Popen([PY, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    else:
+        prefix = work.parent / "npm"
+        exe = prefix / "node_modules" / ".bin" / "s3rver"
+        if not exe.exists():
+            if shutil.which("npm") is None:
+                raise RuntimeError("npm is missing (apt-get install nodejs npm)")
+            log(f"installing s3rver {S3RVER_VERSION} with npm into {prefix}")
+            subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                            f"s3rver@{S3RVER_VERSION}"], check=True, capture_output=True)
+        creds = {"AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "S3RVER"}
+        data = work / "s3rver-data"
+        data.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen([str(exe), "-d", str(data), "-a", "127.0.0.1", "-p", str(port), "-s",
+                                 "--no-vhost-buckets"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc, endpoint, creds
+
+
+def ttfb_ms(path: Path, reps: int = 20) -> float:
+    """Median time from open to the first 4 KiB of ``path`` (its pages dropped before each)."""
+    out = []
+    for _ in range(reps):
+        drop_file_cache(path)
+        t0 = time.perf_counter()
+        fd = os.open(path, os.O_RDONLY)
+        os.read(fd, 4096)
+        out.append((time.perf_counter() - t0) * 1000)
+        os.close(fd)
+    return med(out)
+
+
+def bench_s3(args, work: Path, server: str = "moto") -> dict:
     import boto3
 
     from graveler import Graveler
@@ -398,31 +458,25 @@ def bench_s3(args, work: Path) -> dict:
     from graveler.objstore import StoreConfig
     from graveler import GravelerConfig
 
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+    work.mkdir(parents=True, exist_ok=True)
+    srv, endpoint, creds = start_server(server, work)
+    listing = server == "moto" or args.s3rver_listing  # s3rver takes long to fill with many objects
+    env = {**creds, "AWS_DEFAULT_REGION": "us-east-1",
            "LAKEFUSE_S3_ENDPOINT": endpoint, "AWS_EC2_METADATA_DISABLED": "true"}
     os.environ.update(env)
-    moto = subprocess.Popen([PY, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    res: dict = {}
+    res: dict = {"server": server}
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=creds[
+            "AWS_ACCESS_KEY_ID"], aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"])
         bucket = "bench"
         s3.create_bucket(Bucket=bucket)
-        log(f"s3: uploading data to {endpoint}/{bucket}/plain (the peers' view) and importing it")
-        work.mkdir(parents=True, exist_ok=True)
+        log(f"s3 ({server}): uploading data to {endpoint}/{bucket}/plain (the peers' view) and importing it")
         big = work / "big.bin"
         make_big(big, args.big_mib)
         from boto3.s3.transfer import TransferConfig
 
         s3.upload_file(str(big), bucket, "plain/big.bin", Config=TransferConfig(multipart_threshold=1 << 40))
+        big.unlink()
         entries = []
         head = s3.head_object(Bucket=bucket, Key="plain/big.bin")
         entries.append(("big.bin", "plain/big.bin", args.big_mib * MiB, head["ETag"].strip('"')))
@@ -440,9 +494,10 @@ def bench_s3(args, work: Path) -> dict:
             resp = s3.put_object(Bucket=bucket, Key=key, Body=b"x")
             return (f"flat/e{i:07d}", key, 1, resp["ETag"].strip('"'))
 
-        with ThreadPoolExecutor(16) as pool:
-            entries += list(pool.map(put_small, enumerate(names)))
-            entries += list(pool.map(put_flat, range(args.flat)))
+        if listing:
+            with ThreadPoolExecutor(16) as pool:
+                entries += list(pool.map(put_small, enumerate(names)))
+                entries += list(pool.map(put_flat, range(args.flat)))
         home = work / "home"
         cfg = StoreConfig(s3_endpoint_url=endpoint, region="us-east-1")
         g = Graveler(GravelerConfig(home=home, store=cfg))
@@ -451,6 +506,7 @@ def bench_s3(args, work: Path) -> dict:
         r.stage_many("main", ((p, Entry(f"s3://{bucket}/{k}", size, etag, now, address_type=AddressType.FULL))
                               for p, k, size, etag in sorted(entries)))
         r.commit("main", "imported")
+        r.create_tag("v1", "main")  # a committed tree: FUSE passthrough from the data cache's file
         g.close()
         shutil.rmtree(home / "cache", ignore_errors=True)  # the mount starts with cold caches
         size = args.big_mib * MiB
@@ -466,14 +522,16 @@ def bench_s3(args, work: Path) -> dict:
         def run_suite(tag: str, root: Path, mount_ctx):
             ls, st, rd = [], [], []
             for _ in range(args.reps):
-                with mount_ctx():
-                    ls.append(args.flat / timed(lambda: count_ls(root / "flat")))
-                with mount_ctx():
-                    st.append(args.nested / timed(lambda: stat_tree(root / "nested")))
+                if listing:
+                    with mount_ctx():
+                        ls.append(args.flat / timed(lambda: count_ls(root / "flat")))
+                    with mount_ctx():
+                        st.append(args.nested / timed(lambda: stat_tree(root / "nested")))
                 with mount_ctx():
                     rd.append(size / timed(lambda: read_file(root / "big.bin")))
-            res[f"{tag}_ls_entries_per_s"] = med(ls)
-            res[f"{tag}_stat_files_per_s"] = med(st)
+            if listing:
+                res[f"{tag}_ls_entries_per_s"] = med(ls)
+                res[f"{tag}_stat_files_per_s"] = med(st)
             res[f"{tag}_big_cold_MBps"] = med(rd) / 1e6
 
         mp = work / "mnt"
@@ -484,27 +542,63 @@ def bench_s3(args, work: Path) -> dict:
             cache = work / f"cache{counter[0]}"  # an empty data cache each time: cold reads
             return LakefuseMount(home, "bench", mp, env, ["--cache-dir", str(cache)])
 
-        log("s3: lakefuse")
-        run_suite("lakefuse", mp / "main", lf_ctx)
-        with lf_ctx() as m:  # warm: data cache and page cache
-            read_file(mp / "main" / "big.bin")
-            drop_file_cache(mp / "main" / "big.bin")
-            res["lakefuse_big_datacache_MBps"] = size / timed(lambda: read_file(mp / "main" / "big.bin")) / 1e6
-            res["lakefuse_stats"] = {k: m.stats().get(k) for k in ("data_cache", "bytes_from_store")}
+        log(f"s3 ({server}): lakefuse")
+        run_suite("lakefuse", mp / "v1", lf_ctx)
+        with lf_ctx() as m:  # the object in the data cache, the page cache cold
+            big_m = mp / "v1" / "big.bin"
+            read_file(big_m)  # fills the data cache (its whole-object file when it is small enough)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # the whole file is kept once its MD5 is checked
+                if ((m.stats().get("data_cache") or {}).get("whole_filled") or 0) >= 1:
+                    break
+                time.sleep(0.1)
+            whole = [p for p in (work / f"cache{counter[0]}").rglob("*") if p.is_file() and "whole" in p.parts
+                     and not p.name.startswith(".tmp-") and p.stat().st_size == size]
+            cached, cache_file, ttfb = [], [], []
+            for _ in range(args.reps):
+                drop_file_cache(big_m)
+                for p in whole:
+                    drop_file_cache(p)
+                cached.append(size / timed(lambda: read_file(big_m)))
+                if whole:
+                    drop_file_cache(whole[0])
+                    cache_file.append(size / timed(lambda: read_file(whole[0])))
+            res["lakefuse_big_datacache_MBps"] = med(cached) / 1e6
+            if cache_file:
+                res["lakefuse_big_cache_file_MBps"] = med(cache_file) / 1e6
+            res["lakefuse_cached_ttfb_ms"] = ttfb_ms(big_m)
+            st = m.stats()
+            res["lakefuse_stats"] = {k: st.get(k) for k in ("data_cache", "bytes_from_store", "bytes_from_cache",
+                                                             "opens_passthrough", "opens_passthrough_cache",
+                                                             "opens_from_cache", "passthrough", "store_gets")}
         log(json.dumps({k: v for k, v in res.items()}, indent=1))
         for peer in ensure_peers():
-            log(f"s3: {peer}")
+            log(f"s3 ({server}): {peer}")
             pmp = work / f"mnt-{peer}"
             try:
-                run_suite(peer, pmp, lambda peer=peer, pmp=pmp: Peer(peer, endpoint, bucket, "plain", pmp, work))
+                run_suite(peer, pmp, lambda peer=peer, pmp=pmp: Peer(peer, endpoint, bucket, "plain", pmp, work,
+                                                                     creds))
             except Exception as e:  # a peer that cannot run here is reported, not fatal
-                log(f"s3: {peer} failed: {e}")
+                log(f"s3 ({server}): {peer} failed: {e}")
                 res[f"{peer}_error"] = str(e)
                 unmount(pmp)
     finally:
-        moto.terminate()
-        moto.wait(10)
+        srv.terminate()
+        srv.wait(10)
     return res
+
+
+def s3_ratios(r: dict) -> None:
+    peers = [k[:-len("_big_cold_MBps")] for k in r if k.endswith("_big_cold_MBps") and not k.startswith("lakefuse")]
+    for metric in ("ls_entries_per_s", "stat_files_per_s", "big_cold_MBps"):
+        best = max((r[f"{p}_{metric}"] for p in peers if f"{p}_{metric}" in r), default=None)
+        if best and f"lakefuse_{metric}" in r:
+            r[f"ratio_{metric}_vs_best_peer"] = r[f"lakefuse_{metric}"] / best
+    if "rclone_big_cold_MBps" in r:
+        r["ratio_big_cold_vs_rclone"] = r["lakefuse_big_cold_MBps"] / r["rclone_big_cold_MBps"]  # >= 2
+    r["ratio_big_cold_vs_direct"] = r["lakefuse_big_cold_MBps"] / r["big_cold_direct_MBps"]  # >= 0.7
+    if "lakefuse_big_cache_file_MBps" in r:  # >= 0.9
+        r["ratio_big_datacache_vs_cache_file"] = r["lakefuse_big_datacache_MBps"] / r["lakefuse_big_cache_file_MBps"]
 
 
 def main() -> int:
@@ -516,6 +610,10 @@ def main() -> int:
     p.add_argument("--nested-kb", type=int, default=100)
     p.add_argument("--procs", type=int, default=8)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--s3-servers", default="moto,s3rver",
+                   help="S3 servers to run on, comma-separated: moto and/or s3rver (npm; serves ranges natively)")
+    p.add_argument("--s3rver-listing", action="store_true",
+                   help="also the listing and stat rows on s3rver (slow to fill with the many objects)")
     p.add_argument("--workdir", default=None, help="where to put the data (default: a temp dir, removed)")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakefuse-bench-", dir=args.workdir))
@@ -534,16 +632,11 @@ def main() -> int:
             out["local"] = r
             print(json.dumps({"local": r}, indent=1), flush=True)
         if args.store in ("s3", "both"):
-            r = bench_s3(args, work / "s3")
-            peers = [k.split("_")[0] for k in r if k.endswith("_ls_entries_per_s") and not k.startswith("lakefuse")
-                     and f"{k.split('_')[0]}_big_cold_MBps" in r]
-            for metric in ("ls_entries_per_s", "stat_files_per_s", "big_cold_MBps"):
-                best = max((r[f"{p}_{metric}"] for p in peers), default=None)
-                if best:
-                    r[f"ratio_{metric}_vs_best_peer"] = r[f"lakefuse_{metric}"] / best
-            r["ratio_big_cold_vs_direct"] = r["lakefuse_big_cold_MBps"] / r["big_cold_direct_MBps"]
-            out["s3"] = r
-            print(json.dumps({"s3": r}, indent=1), flush=True)
+            for server in args.s3_servers.split(","):
+                r = bench_s3(args, work / f"s3-{server}", server)
+                s3_ratios(r)
+                out[f"s3-{server}"] = r
+                print(json.dumps({f"s3-{server}": r}, indent=1), flush=True)
     finally:
         for mp in work.rglob("mnt*"):
             unmount(mp)

@@ -616,8 +616,9 @@ class Filesystem:
             return self._open_file(node, False)
         tree: Tree = node.tree
         entry = Entry.from_value(node.value)
-        if (not writing and entry.size > 0 and self._local_store and (tree.immutable or self.branch_passthrough)
-                and not stat.S_ISLNK(node.attr.mode)):
+        if (not writing and entry.size > 0 and not stat.S_ISLNK(node.attr.mode)
+                and ((self._local_store and (tree.immutable or self.branch_passthrough))
+                     or (tree.immutable and self.data_cache is not None))):
             mode = self.backings.bind(node.ino, node.value.identity)
             if mode == STALE:
                 self._stale(node)
@@ -657,6 +658,7 @@ class Filesystem:
         reader = None
         if entry.size > 0 and not stat.S_ISLNK(node.attr.mode):
             reader = self._open_object(tree, node.path, entry)
+        wanted = passthrough  # a remote object's: its whole file in the data cache, if there is one
         if passthrough and reader is not None and not hasattr(reader, "bytes_from_store"):
             # the FUSE page cache is neither used nor filled: dropped if the kernel refuses (the
             # daemon then serves this open), and a later cached open starts empty
@@ -682,7 +684,7 @@ class Filesystem:
         else:
             h = ObjectHandle(node, reader, entry.size, self.spool, self.stats, self.log_once, self.repo.name)
             if reader is not None and self.data_cache is not None:
-                backing_fd = h.open_cached(passthrough and tree.immutable and not writing,
+                backing_fd = h.open_cached(wanted and tree.immutable,
                                            self.config.small_file_bytes)
         self.inodes.open(node)
         self.stats.add("opens")

@@ -19,7 +19,10 @@ own module:
 * :mod:`lakefuse.mount.attrs` -- the plain data handed out, and how entries become
   attributes; :mod:`lakefuse.mount.trees` -- a ref as a tree, and its rename lock;
 * :mod:`lakefuse.mount.xattrs` -- the extended attributes the mount takes (``user.*``)
-  and how they are kept in entry metadata.
+  and how they are kept in entry metadata (their reads: the :class:`XattrReads` part);
+* :mod:`lakefuse.mount.opens` -- opening a file (the :class:`Opens` part), FUSE
+  passthrough's admission in :mod:`lakefuse.mount.backing`;
+* :mod:`lakefuse.mount.dircache` -- immutable directories held in memory whole.
 
 Every method is synchronous and thread-safe and may block on graveler (LMDB,
 object store, table decoding): the FUSE adapter calls them through
@@ -41,15 +44,14 @@ import dataclasses
 import errno
 import logging
 import os
-import stat
 import threading
 import time
 
 from graveler import paths
 from graveler.errors import InvalidArgument, NotFound
 from graveler.model import Entry, Value
-from graveler.objects import POSIX_KEYS, PosixAttrs, user_metadata
-from lakefuse.mount import control, listing, special, xattrs
+from graveler.objects import PosixAttrs
+from lakefuse.mount import control, listing, special
 from lakefuse.mount.attrs import (  # noqa: F401  (the core's vocabulary, importable from here)
     DIR_MODE,
     FILE_MODE,
@@ -63,14 +65,16 @@ from lakefuse.mount.attrs import (  # noqa: F401  (the core's vocabulary, import
     SetAttr,
     StatFs,
 )
-from lakefuse.mount.backing import CACHED, PASSTHROUGH, STALE, Backings
+from lakefuse.mount.backing import Backings
 from lakefuse.mount.dircache import DirCache
 from lakefuse.mount.errors import FsError, LogOnce
-from lakefuse.mount.handles import Handle, LocalObjectHandle, ObjectHandle
+from lakefuse.mount.handles import Handle
 from lakefuse.mount.inodes import ROOT_INO, InodeTable, Kind, Node
+from lakefuse.mount.opens import Opens
 from lakefuse.mount.special import INFO_NAME
 from lakefuse.mount.stats import Stats
 from lakefuse.mount.trees import Tree, TreeLocks
+from lakefuse.mount.xattrs import XattrReads
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +84,7 @@ log = logging.getLogger(__name__)
 FRESH_NS = 50_000_000
 
 
-class Filesystem:
+class Filesystem(Opens, XattrReads):
     """The semantics of the mount over one repository (see the module docstring).
 
     ``writes``: the class of the branch-tree write operations
@@ -581,157 +585,6 @@ class Filesystem:
 
     # ------------------------------------------------------------------ files
 
-    def open(self, ino: int, flags: int, passthrough: bool = False) -> Opened:
-        """Open a file. With ``passthrough`` (the adapter can hand reads to the kernel), a
-        read-only open of an object of a local store -- a commit's file, or a branch file no
-        handle is writing (``branch_passthrough``) -- names the object's file as
-        ``backing_fd``: immutable, the very bytes the daemon would read. Such an inode takes
-        no other kind of open while one lasts (:mod:`lakefuse.mount.backing`): a writer, or a
-        reader of a newer version, gets ESTALE and the name a new inode; the kernel looks it
-        up again and repeats the open there."""
-        node = self.inodes.get(ino)
-        writing = bool(flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND))
-        if node.kind == Kind.INFO_FILE:
-            spec = special.find(node.tree, node.path, self.writable)
-            if spec is None:
-                raise FsError(errno.ENOENT)
-            if writing and not spec.control:
-                self.check_writable(ino)
-            h = special.open_handle(self, node, spec, writing)
-            self.inodes.open(node)
-            return Opened(self.new_fh(h), False, True)
-        if node.kind == Kind.FILE and not node.tree.immutable and self.writes is not None and self.spool is not None:
-            if writing or self.spool.get(ino) is not None:
-                if not passthrough:
-                    return self.writes.open_spooled(node, flags, writing)
-                if not self.backings.hold(node.ino):
-                    self._stale(node)
-                return self._admitted(node, False, self.writes.open_spooled, node, flags, writing)
-        if writing:
-            self.check_writable(ino)
-        if node.kind != Kind.FILE:
-            raise FsError(errno.EISDIR)
-        node = self.revalidate(node)
-        if not passthrough:
-            return self._open_file(node, False)
-        tree: Tree = node.tree
-        entry = Entry.from_value(node.value)
-        if (not writing and entry.size > 0 and not stat.S_ISLNK(node.attr.mode)
-                and ((self._local_store and (tree.immutable or self.branch_passthrough))
-                     or (tree.immutable and self.data_cache is not None))):
-            mode = self.backings.bind(node.ino, node.value.identity)
-            if mode == STALE:
-                self._stale(node)
-        elif self.backings.hold(node.ino):
-            mode = CACHED
-        else:
-            self._stale(node)
-        return self._admitted(node, mode == PASSTHROUGH, self._open_file, node, mode == PASSTHROUGH)
-
-    def _admitted(self, node: Node, pt: bool, fn, *args) -> Opened:
-        """Run the open :class:`Backings` admitted; it is released with its fh (or now, if it fails)."""
-        try:
-            o = fn(*args)
-        except BaseException:
-            self.backings.undo(node.ino, pt)
-            raise
-        if pt and o.backing_fd < 0:  # not a local object file after all: the daemon serves it
-            self.backings.opened(o.fh, node.ino, True)
-            self.backings.refused(o.fh)
-        else:
-            self.backings.opened(o.fh, node.ino, pt)
-        return o
-
-    def _stale(self, node: Node) -> None:
-        """The kernel reads an older version of this inode through a backing file: the name
-        gets a new inode (the next lookup makes it), and ESTALE has the kernel look it up."""
-        self.inodes.replace(node)
-        self.stats.add("opens_stale")
-        raise FsError(errno.ESTALE, "open files read an older version through the kernel: the name has a new inode")
-
-    def _open_file(self, node: Node, passthrough: bool) -> Opened:
-        """Open a (revalidated) file of a tree for reading; ``passthrough``: name its local object's
-        file as ``backing_fd``."""
-        tree: Tree = node.tree
-        value = node.value
-        entry = Entry.from_value(value)
-        reader = None
-        if entry.size > 0 and not stat.S_ISLNK(node.attr.mode):
-            reader = self._open_object(tree, node.path, entry)
-        wanted = passthrough  # a remote object's: its whole file in the data cache, if there is one
-        if passthrough and reader is not None and not hasattr(reader, "bytes_from_store"):
-            # the FUSE page cache is neither used nor filled: dropped if the kernel refuses (the
-            # daemon then serves this open), and a later cached open starts empty
-            keep = False
-            node.opened_identity = None
-        else:
-            passthrough = False
-            keep = tree.immutable or node.opened_identity == value.identity
-            node.opened_identity = value.identity
-        backing_fd = -1
-        if reader is not None and not hasattr(reader, "bytes_from_store"):  # a local object file
-            content = None
-            if passthrough:
-                backing_fd = reader.fileno()  # the kernel reads it: nothing to read ahead here
-            elif entry.size <= self.config.small_file_bytes:
-                # a small local file is read whole now, in the same thread call: its reads need no other
-                data = reader.read(0, entry.size)
-                if len(data) == entry.size:
-                    content = data
-                    self.stats.add("bytes_from_store", len(data))
-            h = LocalObjectHandle(node, reader, entry.size, content, self.config.sequential_chunk, self.spool,
-                                  self.stats, self.log_once, self.repo.name)
-        else:
-            h = ObjectHandle(node, reader, entry.size, self.spool, self.stats, self.log_once, self.repo.name)
-            if reader is not None and self.data_cache is not None:
-                backing_fd = h.open_cached(wanted and tree.immutable,
-                                           self.config.small_file_bytes)
-        self.inodes.open(node)
-        self.stats.add("opens")
-        return Opened(self.new_fh(h), keep, False, backing_fd)
-
-    def open_fast(self, ino: int, flags: int, passthrough: bool) -> Opened | None:
-        """:meth:`open` of a committed local object for reading when the kernel will read it
-        itself (``passthrough``) and its file opens from the kernel's caches alone
-        (:meth:`graveler.view.View.open_cached`), else None: then :meth:`open`. Never blocks."""
-        node = self.inodes.peek(ino)
-        if (not passthrough or node is None or node.kind != Kind.FILE or not node.tree.immutable
-                or node.value is None or node.attr is None or stat.S_ISLNK(node.attr.mode)
-                or flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND)):
-            return None
-        entry = Entry.from_value(node.value)
-        if entry.size <= 0:
-            return None
-        reader = node.tree.view.open_cached(entry)
-        if reader is None:
-            return None
-        if reader.size != entry.size:  # :meth:`open` says what is wrong
-            reader.close()
-            return None
-        h = LocalObjectHandle(node, reader, entry.size, None, self.config.sequential_chunk, self.spool,
-                              self.stats, self.log_once, self.repo.name)
-        self.inodes.open(node)
-        self.stats.add("opens")
-        self.stats.add("opens_inline")
-        return Opened(self.new_fh(h), True, False, reader.fileno())
-
-    def _open_object(self, tree: Tree, path: bytes, entry: Entry):
-        try:
-            reader = tree.view.open(entry, self.data_cache)
-        except NotFound:
-            self.log_once(logging.WARNING, ("missing", entry.address),
-                          "%s/%s: %r: its object %s is missing from the store",
-                          self.repo.name, tree.name, path.decode("utf-8", "replace"), entry.address)
-            raise FsError(errno.EIO, "object missing") from None
-        if reader.size != entry.size:
-            reader.close()
-            self.log_once(logging.WARNING, ("size", entry.address),
-                          "%s/%s: %r: its object %s has %d bytes, the entry says %d",
-                          self.repo.name, tree.name, path.decode("utf-8", "replace"), entry.address,
-                          reader.size, entry.size)
-            raise FsError(errno.EIO, "object size differs from the entry")
-        return reader
-
     def read_fast(self, fh: int, offset: int, size: int) -> bytes | None:
         """The bytes when they are in memory already (a small file read at open, or what a
         sequential read fetched ahead), else None."""
@@ -819,49 +672,6 @@ class Filesystem:
                                          "open_handles": len(self._handles)})
 
     # ------------------------------------------------------------------ xattrs
-
-    def _xattrs(self, ino: int) -> dict[bytes, bytes]:
-        """Every name and value the node shows: the computed ``user.lakefs.*`` ones, then
-        the user's (:mod:`lakefuse.mount.xattrs`: kept in the entry's metadata, a
-        directory's in its marker; a file being written shows its spool file's)."""
-        node = self.inodes.get(ino)
-        if node.kind not in (Kind.DIR, Kind.FILE, Kind.INFO_DIR) or node.tree is None:
-            return {}
-        node = self.revalidate(node) if node.kind != Kind.INFO_DIR else node
-        tree: Tree = node.tree
-        out = {XATTR_PREFIX + b"commit": tree.view.commit_id.encode()}
-        if node.kind == Kind.FILE:
-            e = Entry.from_value(node.value)
-            out[XATTR_PREFIX + b"etag"] = e.etag.encode()
-            out[XATTR_PREFIX + b"physical_address"] = self.repo.physical_address(e).encode()
-            if e.content_type:
-                out[XATTR_PREFIX + b"content_type"] = e.content_type.encode()
-            for k, v in sorted(user_metadata(e.metadata).items()):
-                if k not in POSIX_KEYS and not xattrs.is_key(k):
-                    out[XATTR_PREFIX + b"meta." + k.encode()] = v.encode()
-            sf = self.spooled(ino) if not tree.immutable else None
-            out.update(xattrs.read(sf.user_metadata if sf is not None else e.metadata))
-        elif node.kind == Kind.DIR and node.path:
-            marker = tree.view.get(node.path + b"/")
-            if marker is not None:
-                out.update(xattrs.read(Entry.from_value(marker).metadata))
-        return out
-
-    @staticmethod
-    def check_xattr_name(name: bytes) -> None:
-        """Refuse at once (never blocks) a name the mount holds no value for: a namespace
-        other than ``user`` (ENOTSUP), a name longer than 255 bytes (ERANGE)."""
-        xattrs.check_name(name, writing=False)
-
-    def getxattr(self, ino: int, name: bytes) -> bytes:
-        xattrs.check_name(name, writing=False)
-        v = self._xattrs(ino).get(name)
-        if v is None:
-            raise FsError(errno.ENODATA)
-        return v
-
-    def listxattr(self, ino: int) -> list[bytes]:
-        return list(self._xattrs(ino))
 
     # ------------------------------------------------------------------ writes (lakefuse.mount.writes)
 

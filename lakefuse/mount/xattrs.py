@@ -39,8 +39,11 @@ import binascii
 import errno
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
+from graveler.model import Entry
+from graveler.objects import POSIX_KEYS, user_metadata
 from lakefuse.mount.attrs import XATTR_PREFIX
 from lakefuse.mount.errors import FsError
+from lakefuse.mount.inodes import Kind
 
 USER = b"user."
 KEY_PREFIX = "lakefuse-xattr-"
@@ -128,3 +131,52 @@ def changed(metadata: dict[str, str], name: bytes, value: bytes | None, flags: i
 
 __all__ = ["KEY_PREFIX", "NAME_MAX", "VALUE_MAX", "TOTAL_MAX", "LIST_MAX", "XATTR_CREATE", "XATTR_REPLACE",
            "changed", "check_name", "decode_value", "encode_value", "is_key", "key_of", "read"]
+
+
+class XattrReads:
+    """The extended-attribute reads of :class:`lakefuse.mount.fs.Filesystem` (which supplies
+    ``inodes``, ``revalidate``, ``spooled`` and ``repo``); the writes are in
+    :mod:`lakefuse.mount.writes`."""
+
+    def _xattrs(self, ino: int) -> dict[bytes, bytes]:
+        """Every name and value the node shows: the computed ``user.lakefs.*`` ones, then
+        the user's (:mod:`lakefuse.mount.xattrs`: kept in the entry's metadata, a
+        directory's in its marker; a file being written shows its spool file's)."""
+        node = self.inodes.get(ino)
+        if node.kind not in (Kind.DIR, Kind.FILE, Kind.INFO_DIR) or node.tree is None:
+            return {}
+        node = self.revalidate(node) if node.kind != Kind.INFO_DIR else node
+        tree = node.tree
+        out = {XATTR_PREFIX + b"commit": tree.view.commit_id.encode()}
+        if node.kind == Kind.FILE:
+            e = Entry.from_value(node.value)
+            out[XATTR_PREFIX + b"etag"] = e.etag.encode()
+            out[XATTR_PREFIX + b"physical_address"] = self.repo.physical_address(e).encode()
+            if e.content_type:
+                out[XATTR_PREFIX + b"content_type"] = e.content_type.encode()
+            for k, v in sorted(user_metadata(e.metadata).items()):
+                if k not in POSIX_KEYS and not is_key(k):
+                    out[XATTR_PREFIX + b"meta." + k.encode()] = v.encode()
+            sf = self.spooled(ino) if not tree.immutable else None
+            out.update(read(sf.user_metadata if sf is not None else e.metadata))
+        elif node.kind == Kind.DIR and node.path:
+            marker = tree.view.get(node.path + b"/")
+            if marker is not None:
+                out.update(read(Entry.from_value(marker).metadata))
+        return out
+
+    @staticmethod
+    def check_xattr_name(name: bytes) -> None:
+        """Refuse at once (never blocks) a name the mount holds no value for: a namespace
+        other than ``user`` (ENOTSUP), a name longer than 255 bytes (ERANGE)."""
+        check_name(name, writing=False)
+
+    def getxattr(self, ino: int, name: bytes) -> bytes:
+        check_name(name, writing=False)
+        v = self._xattrs(ino).get(name)
+        if v is None:
+            raise FsError(errno.ENODATA)
+        return v
+
+    def listxattr(self, ino: int) -> list[bytes]:
+        return list(self._xattrs(ino))

@@ -1,0 +1,182 @@
+"""Opening a file of the mount (:class:`Opens`, a part of :class:`lakefuse.mount.fs.Filesystem`).
+
+A control or info file gets its handle from :mod:`lakefuse.mount.special`; a branch file
+being written (or opened for writing) a spool handle from :mod:`lakefuse.mount.writes`;
+any other file a handle that reads its object (:mod:`lakefuse.mount.handles`). With FUSE
+passthrough, a read-only open of a local store's object file, or of a remote object's
+whole file in the data cache, names that file as the backing file, under the admission
+rules of :mod:`lakefuse.mount.backing`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+
+from graveler.errors import NotFound
+from graveler.model import Entry
+from lakefuse.mount import special
+from lakefuse.mount.attrs import Opened
+from lakefuse.mount.backing import CACHED, PASSTHROUGH, STALE
+from lakefuse.mount.errors import FsError
+from lakefuse.mount.handles import LocalObjectHandle, ObjectHandle
+from lakefuse.mount.inodes import Kind, Node
+from lakefuse.mount.trees import Tree
+
+
+class Opens:
+    """The open path of :class:`lakefuse.mount.fs.Filesystem` (which supplies ``inodes``,
+    ``spool``, ``writes``, ``backings``, ``stats``, ``config`` and the other collaborators)."""
+
+    def open(self, ino: int, flags: int, passthrough: bool = False) -> Opened:
+        """Open a file. With ``passthrough`` (the adapter can hand reads to the kernel), a
+        read-only open of an object of a local store -- a commit's file, or a branch file no
+        handle is writing (``branch_passthrough``) -- names the object's file as
+        ``backing_fd``: immutable, the very bytes the daemon would read. Such an inode takes
+        no other kind of open while one lasts (:mod:`lakefuse.mount.backing`): a writer, or a
+        reader of a newer version, gets ESTALE and the name a new inode; the kernel looks it
+        up again and repeats the open there."""
+        node = self.inodes.get(ino)
+        writing = bool(flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND))
+        if node.kind == Kind.INFO_FILE:
+            spec = special.find(node.tree, node.path, self.writable)
+            if spec is None:
+                raise FsError(errno.ENOENT)
+            if writing and not spec.control:
+                self.check_writable(ino)
+            h = special.open_handle(self, node, spec, writing)
+            self.inodes.open(node)
+            return Opened(self.new_fh(h), False, True)
+        if node.kind == Kind.FILE and not node.tree.immutable and self.writes is not None and self.spool is not None:
+            if writing or self.spool.get(ino) is not None:
+                if not passthrough:
+                    return self.writes.open_spooled(node, flags, writing)
+                if not self.backings.hold(node.ino):
+                    self._stale(node)
+                return self._admitted(node, False, self.writes.open_spooled, node, flags, writing)
+        if writing:
+            self.check_writable(ino)
+        if node.kind != Kind.FILE:
+            raise FsError(errno.EISDIR)
+        node = self.revalidate(node)
+        if not passthrough:
+            return self._open_file(node, False)
+        tree: Tree = node.tree
+        entry = Entry.from_value(node.value)
+        if (not writing and entry.size > 0 and not stat.S_ISLNK(node.attr.mode)
+                and ((self._local_store and (tree.immutable or self.branch_passthrough))
+                     or (tree.immutable and self.data_cache is not None))):
+            mode = self.backings.bind(node.ino, node.value.identity)
+            if mode == STALE:
+                self._stale(node)
+        elif self.backings.hold(node.ino):
+            mode = CACHED
+        else:
+            self._stale(node)
+        return self._admitted(node, mode == PASSTHROUGH, self._open_file, node, mode == PASSTHROUGH)
+
+    def _admitted(self, node: Node, pt: bool, fn, *args) -> Opened:
+        """Run the open :class:`Backings` admitted; it is released with its fh (or now, if it fails)."""
+        try:
+            o = fn(*args)
+        except BaseException:
+            self.backings.undo(node.ino, pt)
+            raise
+        if pt and o.backing_fd < 0:  # not a local object file after all: the daemon serves it
+            self.backings.opened(o.fh, node.ino, True)
+            self.backings.refused(o.fh)
+        else:
+            self.backings.opened(o.fh, node.ino, pt)
+        return o
+
+    def _stale(self, node: Node) -> None:
+        """The kernel reads an older version of this inode through a backing file: the name
+        gets a new inode (the next lookup makes it), and ESTALE has the kernel look it up."""
+        self.inodes.replace(node)
+        self.stats.add("opens_stale")
+        raise FsError(errno.ESTALE, "open files read an older version through the kernel: the name has a new inode")
+
+    def _open_file(self, node: Node, passthrough: bool) -> Opened:
+        """Open a (revalidated) file of a tree for reading; ``passthrough``: name its local object's
+        file as ``backing_fd``."""
+        tree: Tree = node.tree
+        value = node.value
+        entry = Entry.from_value(value)
+        reader = None
+        if entry.size > 0 and not stat.S_ISLNK(node.attr.mode):
+            reader = self._open_object(tree, node.path, entry)
+        wanted = passthrough  # a remote object's: its whole file in the data cache, if there is one
+        if passthrough and reader is not None and not hasattr(reader, "bytes_from_store"):
+            # the FUSE page cache is neither used nor filled: dropped if the kernel refuses (the
+            # daemon then serves this open), and a later cached open starts empty
+            keep = False
+            node.opened_identity = None
+        else:
+            passthrough = False
+            keep = tree.immutable or node.opened_identity == value.identity
+            node.opened_identity = value.identity
+        backing_fd = -1
+        if reader is not None and not hasattr(reader, "bytes_from_store"):  # a local object file
+            content = None
+            if passthrough:
+                backing_fd = reader.fileno()  # the kernel reads it: nothing to read ahead here
+            elif entry.size <= self.config.small_file_bytes:
+                # a small local file is read whole now, in the same thread call: its reads need no other
+                data = reader.read(0, entry.size)
+                if len(data) == entry.size:
+                    content = data
+                    self.stats.add("bytes_from_store", len(data))
+            h = LocalObjectHandle(node, reader, entry.size, content, self.config.sequential_chunk, self.spool,
+                                  self.stats, self.log_once, self.repo.name)
+        else:
+            h = ObjectHandle(node, reader, entry.size, self.spool, self.stats, self.log_once, self.repo.name)
+            if reader is not None and self.data_cache is not None:
+                backing_fd = h.open_cached(wanted and tree.immutable,
+                                           self.config.small_file_bytes)
+        self.inodes.open(node)
+        self.stats.add("opens")
+        return Opened(self.new_fh(h), keep, False, backing_fd)
+
+    def open_fast(self, ino: int, flags: int, passthrough: bool) -> Opened | None:
+        """:meth:`open` of a committed local object for reading when the kernel will read it
+        itself (``passthrough``) and its file opens from the kernel's caches alone
+        (:meth:`graveler.view.View.open_cached`), else None: then :meth:`open`. Never blocks."""
+        node = self.inodes.peek(ino)
+        if (not passthrough or node is None or node.kind != Kind.FILE or not node.tree.immutable
+                or node.value is None or node.attr is None or stat.S_ISLNK(node.attr.mode)
+                or flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND)):
+            return None
+        entry = Entry.from_value(node.value)
+        if entry.size <= 0:
+            return None
+        reader = node.tree.view.open_cached(entry)
+        if reader is None:
+            return None
+        if reader.size != entry.size:  # :meth:`open` says what is wrong
+            reader.close()
+            return None
+        h = LocalObjectHandle(node, reader, entry.size, None, self.config.sequential_chunk, self.spool,
+                              self.stats, self.log_once, self.repo.name)
+        self.inodes.open(node)
+        self.stats.add("opens")
+        self.stats.add("opens_inline")
+        return Opened(self.new_fh(h), True, False, reader.fileno())
+
+    def _open_object(self, tree: Tree, path: bytes, entry: Entry):
+        try:
+            reader = tree.view.open(entry, self.data_cache)
+        except NotFound:
+            self.log_once(logging.WARNING, ("missing", entry.address),
+                          "%s/%s: %r: its object %s is missing from the store",
+                          self.repo.name, tree.name, path.decode("utf-8", "replace"), entry.address)
+            raise FsError(errno.EIO, "object missing") from None
+        if reader.size != entry.size:
+            reader.close()
+            self.log_once(logging.WARNING, ("size", entry.address),
+                          "%s/%s: %r: its object %s has %d bytes, the entry says %d",
+                          self.repo.name, tree.name, path.decode("utf-8", "replace"), entry.address,
+                          reader.size, entry.size)
+            raise FsError(errno.EIO, "object size differs from the entry")
+        return reader

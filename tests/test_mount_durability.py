@@ -75,17 +75,21 @@ def _between(calls, t0: float, t1: float):
     return [(call, path) for t, call, path in calls if t0 <= t <= t1]
 
 
-def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path):
-    """close: no sync call at all (not the object or its directory, not LMDB: its commits are
-    unsynced, a background thread syncs them within seconds); fsync: the object file, its directory and the KV's file
-    are synced before the call returns; fsync on a descriptor opened after the close syncs
-    what the close saved; a commit syncfs()es the store before it returns; so does unmount."""
+@pytest.mark.parametrize("flush", ["commit", "interval"])
+def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path, flush):
+    """close: no flush of the object or its directory; LMDB's commit flushes its data pages
+    only (``$LAKEFUSE_LMDB_FLUSH=commit``, the default: the file stays intact across a power
+    loss) or nothing at all (``interval``: a background thread syncs within seconds); fsync:
+    the object file, its directory and the KV's file are synced before the call returns; fsync
+    on a descriptor opened after the close syncs what the close saved; a commit syncfs()es the
+    store before it returns; so does unmount."""
     home = tmp_path / "home"
     store = tmp_path / "store"
     subprocess.run(lakefuse_cmd(home, "repo", "create", f"lakefs://{REPO}", "--storage", f"file://{store}"),
                    check=True, capture_output=True)
     mp = tmp_path / "mnt"
-    with MountProc(home, REPO, mp, "--cache-dir", str(tmp_path / "cache")) as m:
+    with MountProc(home, REPO, mp, "--cache-dir", str(tmp_path / "cache"),
+                   env={**os.environ, "LAKEFUSE_LMDB_FLUSH": flush}) as m:
         trace = SyncTrace(m.proc.pid, tmp_path / "strace.txt")
         try:
             (mp / "main" / "first").write_bytes(b"")  # the mount's shared empty object: put (durably) once
@@ -98,7 +102,11 @@ def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path):
             t_close = time.time()
             time.sleep(0.3)
             during_close = _between(trace.calls(), t0, t_close)
-            assert not during_close, during_close  # no sync at all: not the object, not LMDB
+            if flush == "interval":
+                assert not during_close, during_close  # no sync at all: not the object, not LMDB
+            else:  # LMDB's data pages (its commits of create and close), nothing else
+                assert during_close and all(c == "fdatasync" and p.endswith("data.mdb")
+                                            for c, p in during_close), during_close
             with open(f, "rb") as r:  # visible at once, with its content
                 assert r.read() == b"x" * 4096
 

@@ -182,12 +182,16 @@ class Env(SnapshotReads):
                 max_dbs=len(TABLES) + 2,
                 max_readers=config.max_readers,
                 lock=True,
-                # No commit flushes anything by itself (MDB_NOSYNC): a commit is in the page
-                # cache, visible and kept if the process dies; ``write(durable=True)`` and
-                # :meth:`sync` fdatasync the file -- once for a group of concurrent commits --
-                # and a commit left unsynced is synced within ``KVConfig.sync_interval``
-                # by a background thread (ext4's journal commit interval, see :meth:`_lazy_sync`).
-                sync=False,
+                # A commit is visible and kept if the process dies. With ``flush_each_commit``
+                # (the default) it fdatasyncs its data pages, so the file stays intact across a
+                # power loss; its meta page is left to the next flush (so a power loss may undo
+                # it). Without, no commit flushes anything by itself (MDB_NOSYNC) and a power
+                # loss within ``KVConfig.sync_interval`` may damage the file. Either way
+                # ``write(durable=True)`` and :meth:`sync` fdatasync the file -- once for a group
+                # of concurrent commits -- and a commit left unsynced is synced within
+                # ``sync_interval`` by a background thread (see :meth:`_lazy_sync`).
+                sync=config.sync and config.flush_each_commit,
+                metasync=False,
                 readahead=False,
             )
         except lmdb.Error as e:

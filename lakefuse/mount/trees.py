@@ -16,6 +16,7 @@ change, which makes the tree forget all of that.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -24,6 +25,7 @@ from graveler.view import View
 
 
 MAX_HOLES = 64  # unexplained stamps kept track of; more at once: taken as another writer's changes
+MAX_AHEAD = 100_000  # own stamps kept that reported before an earlier own one (Tree.own_change)
 HOLE_NS = 1_000_000_000  # an unexplained stamp this old is another writer's change
 
 
@@ -31,7 +33,7 @@ class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
     __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
-                 "own_from", "touched", "known", "holes")
+                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -56,6 +58,11 @@ class Tree:
         # stamps after ``own_from`` that no ``staged`` explained yet -> when first seen: a concurrent
         # save of this mount whose ``staged`` is still to come, or another writer's change (HOLE_NS)
         self.holes: dict[int, int] = {}
+        # this mount's own stamps above ``watched`` whose predecessors are still to come:
+        # concurrent saves (sharing a group-committed transaction) report out of order
+        self.own_ahead: set[int] = set()
+        self.saving = 0  # this mount's saves between their transaction and their ``staged`` (own_saving)
+        self.deferred = 0  # a stamp the watch left for its next round: maybe an own save still to report
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound
@@ -190,10 +197,52 @@ class Tree:
     def own_change(self, stamp: int) -> None:
         """This mount made a change and the stamp is now ``stamp``: if that change is the only one
         since the stamp watch last looked, the kernel's caches already show it (the write went
-        through the kernel), so the watch has nothing to drop for it."""
+        through the kernel), so the watch has nothing to drop for it. Concurrent saves report
+        out of order: one reported ahead of an earlier own stamp counts once that one has."""
         with self.lock:
-            if stamp == self.watched + 1:
-                self.watched = stamp
+            if stamp <= self.watched:
+                return
+            ahead = self.own_ahead
+            if stamp != self.watched + 1:  # an earlier own change still to report (or a foreign one)
+                if len(ahead) < MAX_AHEAD:  # (past that: the watch takes them as changes from elsewhere)
+                    ahead.add(stamp)
+                return
+            self.watched = stamp
+            while ahead:  # the ones that reported first follow on
+                if self.watched + 1 in ahead:
+                    ahead.discard(self.watched + 1)
+                    self.watched += 1
+                else:
+                    ahead.difference_update([s for s in ahead if s <= self.watched])
+                    break
+
+    @contextlib.contextmanager
+    def own_saving(self):
+        """Around one save of this mount, from before its transaction until it reported its stamp
+        (:meth:`staged`): while any is under way, a stamp the watch finds unexplained may be one
+        of them, so the watch looks again one round later (:meth:`unexplained_by_own`)."""
+        with self.lock:
+            self.saving += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.saving -= 1
+
+    def unexplained_by_own(self, stamp: int) -> bool:
+        """The watch read ``stamp``: whether it comes from changes this mount did not make (then
+        the kernel's caches of the tree go). A stamp not yet explained while saves of this mount
+        are under way is given one round to be: called with :attr:`lock` held."""
+        if stamp == self.watched:
+            self.deferred = 0
+            return False
+        if self.saving and (not self.deferred or self.watched >= self.deferred):
+            self.deferred = stamp  # the next round decides (its own saves will have reported by then)
+            return False
+        self.deferred = 0
+        self.watched = stamp
+        self.own_ahead.difference_update([x for x in self.own_ahead if x <= stamp])
+        return True
 
     @property
     def mtime_ns(self) -> int:

@@ -25,7 +25,7 @@ from graveler.objects import PosixAttrs
 from lakefuse.mount.attrs import Caller
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.fs import FRESH_NS
-from lakefuse.mount.trees import HOLE_NS
+from lakefuse.mount.trees import DEFER_NS, HOLE_NS
 from tests.graveler_testutil import make_repo
 from tests.mount_core_testutil import ino_of, writable_core
 
@@ -158,12 +158,17 @@ def test_concurrent_saves_reporting_out_of_order_are_the_mounts_own_and_drop_no_
         watch.poll_once()
         assert tree.foreign == 0 and not dropped
 
-        with tree.own_saving():  # a save under way: an unexplained stamp gets one more round
+        with tree.own_saving():  # a save under way: one unexplained stamp may be its, for DEFER_NS
             repo.upload("main", "elsewhere", b"made by another writer")
             watch.poll_once()
             assert tree.foreign == 0
-            watch.poll_once()  # still unexplained a round later: another writer's
+            time.sleep(DEFER_NS / 1e9 + 0.01)
+            watch.poll_once()  # still unexplained: another writer's
             assert tree.foreign == 1 and dropped
-        repo.upload("main", "elsewhere2", b"again")
+            repo.upload("main", "elsewhere2", b"again")
+            repo.upload("main", "elsewhere3", b"and again")
+            watch.poll_once()  # more unexplained stamps than saves under way: another writer's at once
+            assert tree.foreign == 2
+        repo.upload("main", "elsewhere4", b"again")
         watch.poll_once()  # no save of this mount under way: another writer's at once
-        assert tree.foreign == 2
+        assert tree.foreign == 3

@@ -26,6 +26,7 @@ from graveler.view import View
 
 MAX_HOLES = 64  # unexplained stamps kept track of; more at once: taken as another writer's changes
 MAX_AHEAD = 100_000  # own stamps kept that reported before an earlier own one (Tree.own_change)
+DEFER_NS = 500_000_000  # how long the watch waits for stamps that may be own saves still to report
 HOLE_NS = 1_000_000_000  # an unexplained stamp this old is another writer's change
 
 
@@ -62,7 +63,7 @@ class Tree:
         # concurrent saves (sharing a group-committed transaction) report out of order
         self.own_ahead: set[int] = set()
         self.saving = 0  # this mount's saves between their transaction and their ``staged`` (own_saving)
-        self.deferred = 0  # a stamp the watch left for its next round: maybe an own save still to report
+        self.deferred: tuple[int, int] | None = None  # (stamp, when) the watch first left unexplained
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound
@@ -220,7 +221,7 @@ class Tree:
     def own_saving(self):
         """Around one save of this mount, from before its transaction until it reported its stamp
         (:meth:`staged`): while any is under way, a stamp the watch finds unexplained may be one
-        of them, so the watch looks again one round later (:meth:`unexplained_by_own`)."""
+        of them (:meth:`unexplained_by_own`)."""
         with self.lock:
             self.saving += 1
         try:
@@ -229,17 +230,22 @@ class Tree:
             with self.lock:
                 self.saving -= 1
 
-    def unexplained_by_own(self, stamp: int) -> bool:
+    def unexplained_by_own(self, stamp: int, now_ns: int) -> bool:
         """The watch read ``stamp``: whether it comes from changes this mount did not make (then
-        the kernel's caches of the tree go). A stamp not yet explained while saves of this mount
-        are under way is given one round to be: called with :attr:`lock` held."""
+        the kernel's caches of the tree go). Each save bumps the stamp once, so while no more
+        stamps are unexplained than saves of this mount are under way, they may all be its own:
+        they get :data:`DEFER_NS` to report (each save reports at once after its transaction; a
+        loaded machine can delay that past one round). Called with :attr:`lock` held."""
         if stamp == self.watched:
-            self.deferred = 0
+            self.deferred = None
             return False
-        if self.saving and (not self.deferred or self.watched >= self.deferred):
-            self.deferred = stamp  # the next round decides (its own saves will have reported by then)
-            return False
-        self.deferred = 0
+        pending = stamp - self.watched - sum(1 for x in self.own_ahead if x <= stamp)
+        if 0 < pending <= self.saving:
+            if self.deferred is None or self.watched >= self.deferred[0]:
+                self.deferred = (stamp, now_ns)  # (the ones deferred before have reported since)
+            if now_ns - self.deferred[1] < DEFER_NS:
+                return False
+        self.deferred = None
         self.watched = stamp
         self.own_ahead.difference_update([x for x in self.own_ahead if x <= stamp])
         return True

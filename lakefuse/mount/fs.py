@@ -669,7 +669,8 @@ class Filesystem(Opens, XattrReads):
 
     def stats_json(self) -> bytes:
         return special.stats_json(self, {"inodes": len(self.inodes), "trees": len(self._trees),
-                                         "open_handles": len(self._handles)})
+                                         "open_handles": len(self._handles),
+                                         "foreign_changes": sum(t.foreign for t in self.branch_trees())})
 
     # ------------------------------------------------------------------ xattrs
 

@@ -23,6 +23,7 @@ opens it (the core's ``open``, or :mod:`lakefuse.mount.special`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import threading
@@ -349,17 +350,19 @@ class SpoolHandle(Handle):
         """Save (close); the branch's stamp after this save (None: nothing staged, or not known)."""
         if self._reader_of_unsaved():
             return None
-        if self.sf.flush() is not None:
-            return self._own_change()
+        with self._saving():
+            if self.sf.flush() is not None:
+                return self._own_change()
         return None
 
     def fsync(self) -> None:
-        try:
-            staged = self.sf.flush(durable=True)
-        except NotFound:  # the object it was saved with is gone from the store
-            raise FsError(errno.EIO, "object missing") from None
-        if staged is not None:
-            self._own_change()
+        with self._saving():
+            try:
+                staged = self.sf.flush(durable=True)
+            except NotFound:  # the object it was saved with is gone from the store
+                raise FsError(errno.EIO, "object missing") from None
+            if staged is not None:
+                self._own_change()
 
     def release_pending(self) -> bool:
         # the last handle's release saves the file if a flush failed (upload, staging) and
@@ -368,9 +371,15 @@ class SpoolHandle(Handle):
 
     def release(self) -> None:
         was_dirty = self.sf.dirty
-        self.spool.release(self.node.ino)
-        if was_dirty and not self.sf.dirty:
-            self._own_change()
+        with self._saving() if was_dirty else contextlib.nullcontext():
+            self.spool.release(self.node.ino)
+            if was_dirty and not self.sf.dirty:
+                self._own_change()
+
+    def _saving(self):
+        """:meth:`lakefuse.mount.trees.Tree.own_saving` of a branch tree's file."""
+        tree = self.node.tree
+        return tree.own_saving() if tree is not None and not tree.immutable else contextlib.nullcontext()
 
     def _own_change(self) -> int | None:
         """The save moved the branch's stamp by one: this mount's own change (lakefuse.mount.watch);

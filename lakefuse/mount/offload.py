@@ -8,6 +8,7 @@ slow data reads cannot take the threads that ``ls`` needs.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Callable, TypeVar
 
@@ -21,6 +22,10 @@ META = "meta"  # lookups, listings, ref resolution, LMDB reads
 DATA = "data"  # object reads
 WRITE = "write"  # spool writes, uploads and staging of written files, control requests
 DEFAULT_LIMITS = {META: 8, DATA: 16, WRITE: 8}
+
+
+def _not_cancellable(_raise_cancel) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
 
 
 class Offload:
@@ -38,7 +43,24 @@ class Offload:
         return lim
 
     async def run(self, name: str, fn: Callable[..., T], *args) -> T:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter(name))
+        """What ``trio.to_thread.run_sync(fn, *args, limiter=...)`` does (not cancellable once
+        the thread runs), leaner: a request makes up to three of these (a small file's create,
+        write and close), and ``to_thread`` names the OS thread twice per call
+        (``pthread_setname_np``), copies the context and sets up ``trio.from_thread``, which
+        nothing here uses."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        async with self.limiter(name):
+            task = trio.lowlevel.current_task()
+            token = trio.lowlevel.current_trio_token()
+
+            def deliver(result) -> None:
+                try:
+                    token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+                except trio.RunFinishedError:  # (the run ended meanwhile: nobody waits for it)
+                    pass
+
+            trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver)
+            return await trio.lowlevel.wait_task_rescheduled(_not_cancellable)
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {

@@ -16,6 +16,7 @@ change, which makes the tree forget all of that.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -24,6 +25,8 @@ from graveler.view import View
 
 
 MAX_HOLES = 64  # unexplained stamps kept track of; more at once: taken as another writer's changes
+MAX_AHEAD = 100_000  # own stamps kept that reported before an earlier own one (Tree.own_change)
+DEFER_NS = 500_000_000  # how long the watch waits for stamps that may be own saves still to report
 HOLE_NS = 1_000_000_000  # an unexplained stamp this old is another writer's change
 
 
@@ -31,7 +34,7 @@ class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
     __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
-                 "own_from", "touched", "known", "holes")
+                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -56,6 +59,11 @@ class Tree:
         # stamps after ``own_from`` that no ``staged`` explained yet -> when first seen: a concurrent
         # save of this mount whose ``staged`` is still to come, or another writer's change (HOLE_NS)
         self.holes: dict[int, int] = {}
+        # this mount's own stamps above ``watched`` whose predecessors are still to come:
+        # concurrent saves (sharing a group-committed transaction) report out of order
+        self.own_ahead: set[int] = set()
+        self.saving = 0  # this mount's saves between their transaction and their ``staged`` (own_saving)
+        self.deferred: tuple[int, int] | None = None  # (stamp, when) the watch first left unexplained
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound
@@ -190,10 +198,57 @@ class Tree:
     def own_change(self, stamp: int) -> None:
         """This mount made a change and the stamp is now ``stamp``: if that change is the only one
         since the stamp watch last looked, the kernel's caches already show it (the write went
-        through the kernel), so the watch has nothing to drop for it."""
+        through the kernel), so the watch has nothing to drop for it. Concurrent saves report
+        out of order: one reported ahead of an earlier own stamp counts once that one has."""
         with self.lock:
-            if stamp == self.watched + 1:
-                self.watched = stamp
+            if stamp <= self.watched:
+                return
+            ahead = self.own_ahead
+            if stamp != self.watched + 1:  # an earlier own change still to report (or a foreign one)
+                if len(ahead) < MAX_AHEAD:  # (past that: the watch takes them as changes from elsewhere)
+                    ahead.add(stamp)
+                return
+            self.watched = stamp
+            while ahead:  # the ones that reported first follow on
+                if self.watched + 1 in ahead:
+                    ahead.discard(self.watched + 1)
+                    self.watched += 1
+                else:
+                    ahead.difference_update([s for s in ahead if s <= self.watched])
+                    break
+
+    @contextlib.contextmanager
+    def own_saving(self):
+        """Around one save of this mount, from before its transaction until it reported its stamp
+        (:meth:`staged`): while any is under way, a stamp the watch finds unexplained may be one
+        of them (:meth:`unexplained_by_own`)."""
+        with self.lock:
+            self.saving += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.saving -= 1
+
+    def unexplained_by_own(self, stamp: int, now_ns: int) -> bool:
+        """The watch read ``stamp``: whether it comes from changes this mount did not make (then
+        the kernel's caches of the tree go). Each save bumps the stamp once, so while no more
+        stamps are unexplained than saves of this mount are under way, they may all be its own:
+        they get :data:`DEFER_NS` to report (each save reports at once after its transaction; a
+        loaded machine can delay that past one round). Called with :attr:`lock` held."""
+        if stamp == self.watched:
+            self.deferred = None
+            return False
+        pending = stamp - self.watched - sum(1 for x in self.own_ahead if x <= stamp)
+        if 0 < pending <= self.saving:
+            if self.deferred is None or self.watched >= self.deferred[0]:
+                self.deferred = (stamp, now_ns)  # (the ones deferred before have reported since)
+            if now_ns - self.deferred[1] < DEFER_NS:
+                return False
+        self.deferred = None
+        self.watched = stamp
+        self.own_ahead.difference_update([x for x in self.own_ahead if x <= stamp])
+        return True
 
     @property
     def mtime_ns(self) -> int:

@@ -7,8 +7,8 @@ again. Every request that reaches the daemon re-checks the branch's change stamp
 never arrives. So a thread polls the change stamp of every branch tree the kernel knows, every
 :data:`INTERVAL_S` (one short KV read per tree: a point read on LMDB or PostgreSQL), and when
 one moved -- a write, commit, merge or reset by another host, another process or this mount
-(not a single change this mount made through the kernel, :meth:`Tree.own_change`) --
-it drops the kernel's attributes and pages of that tree's inodes (FUSE's ``notify_inval_inode``),
+(not changes this mount made through the kernel, :meth:`Tree.own_change`: while saves of
+this mount are under way, stamps they may explain get up to 0.5 s to be) -- it drops the kernel's attributes and pages of that tree's inodes (FUSE's ``notify_inval_inode``),
 so the next stat, open or read of any of them asks the daemon. A reader on another host then sees a
 change within about :data:`INTERVAL_S` plus one request, not after the timeout.
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import time
 from typing import Callable
 
 from graveler.errors import GravelerError
@@ -57,9 +58,8 @@ class StampWatch:
             except GravelerError:
                 continue  # the KV is down (the requests themselves answer EIO), or the branch is gone
             with tree.lock:
-                if s == tree.watched:
+                if not tree.unexplained_by_own(s, time.monotonic_ns()):
                     continue
-                tree.watched = s
                 tree.foreign += 1  # what the mount remembers of this tree is stale too (Filesystem.nlink)
             self.dropped += 1
             for node in self.fs.inodes.of_tree(tree.key):

@@ -211,8 +211,9 @@ class BranchWrites:
 
     def _stage(self, tree: Tree, items, durable: bool = False) -> int:
         """Stage ``items`` (one stamp bump); the branch's stamp after it."""
-        _, stamp, raw = self.repo.stage_stamped(tree.view.branch, items, durable)
-        return tree.staged(stamp, raw, _dirs_of(items), items)
+        with tree.own_saving():
+            _, stamp, raw = self.repo.stage_stamped(tree.view.branch, items, durable)
+            return tree.staged(stamp, raw, _dirs_of(items), items)
 
     # ------------------------------------------------------------------ open for writing
 

@@ -142,6 +142,14 @@ def make_tree(root: Path, n: int, size: int = 1024) -> None:
         (d / f"f{i}").write_bytes(data)
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` used so far: per file, the daemon's cost, which
+    a loaded machine inflates less than wall time."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed_cmd(*cmd: str) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
@@ -210,18 +218,24 @@ def bench_local(args, work: Path, rep: Report) -> None:
         sz = args.size
         nat = [small_files(native / f"small{r}", args.files, size=sz) for r in range(args.reps)]
         nat_f = [small_files(native / f"smallf{r}", args.files, fsync=True, size=sz) for r in range(args.reps)]
+        c0 = cpu_s(lf.proc.pid)
         ours = [small_files(b / f"small{r}", args.files, size=sz) for r in range(args.reps)]
+        cpu_ms = (cpu_s(lf.proc.pid) - c0) * 1000 / (args.files * args.reps)
         rep.add(f"create+write+close {args.files} x {kib}: lakefuse", f"{args.files / median(ours):.0f} files/s",
                 f"x{median(nat) / median(ours):.2f} of native ({args.files / median(nat):.0f}/s), "
-                f"x{median(nat_f) / median(ours):.2f} of native+fsync ({args.files / median(nat_f):.0f}/s)")
+                f"x{median(nat_f) / median(ours):.2f} of native+fsync ({args.files / median(nat_f):.0f}/s); "
+                f"daemon CPU {cpu_ms:.2f} ms/file")
         # small files by concurrent writers (their closes share KV transactions)
         w, nw = args.writers, args.files // args.writers * args.writers
         nat = [small_files_parallel(native / f"par{r}", nw, w, size=sz) for r in range(args.reps)]
         nat_f = [small_files_parallel(native / f"parf{r}", nw, w, fsync=True, size=sz) for r in range(args.reps)]
+        c0 = cpu_s(lf.proc.pid)
         ours = [small_files_parallel(b / f"par{r}", nw, w, size=sz) for r in range(args.reps)]
+        cpu_ms = (cpu_s(lf.proc.pid) - c0) * 1000 / (nw * args.reps)
         rep.add(f"create+write+close {nw} x {kib} by {w} processes: lakefuse", f"{nw / median(ours):.0f} files/s",
                 f"x{median(nat) / median(ours):.2f} of native ({nw / median(nat):.0f}/s), "
-                f"x{median(nat_f) / median(ours):.2f} of native+fsync ({nw / median(nat_f):.0f}/s)")
+                f"x{median(nat_f) / median(ours):.2f} of native+fsync ({nw / median(nat_f):.0f}/s); "
+                f"daemon CPU {cpu_ms:.2f} ms/file")
         # small files with an fsync before each close, 1 process
         nf = args.fsync_files
         nat_f = [small_files(native / f"fsync{r}", nf, fsync=True, size=sz) for r in range(args.reps)]

@@ -93,6 +93,7 @@ cdef class TableCore:
     cdef bint has_buf
     cdef int checksum_type
 
+    cdef Py_ssize_t checked_end(self, uint64_t off, uint64_t size) except -1
     cdef bytes read_contents(self, uint64_t off, uint64_t size)
     cdef Py_ssize_t read_raw(self, uint64_t off, uint64_t size, Scratch s, const unsigned char** out) except -1
     cdef Block read(self, uint64_t off, uint64_t size)

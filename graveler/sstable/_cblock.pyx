@@ -702,27 +702,32 @@ cdef class TableCore:
         self.owner.blocks_read += 1
         return <Block>b
 
-    cdef bytes read_contents(self, uint64_t off, uint64_t size):
-        """The contents of the block at (off, size), checksum verified and decompressed (format.read_block).
-
-        Snappy blocks are decompressed straight from the file's buffer into the bytes object returned."""
-        cdef Py_ssize_t n, end, pos = 0
+    cdef Py_ssize_t checked_end(self, uint64_t off, uint64_t size) except -1:
+        """Where the block at (off, size) ends (its trailer: compression type, then CRC), once its
+        handle is checked against the file's size and its checksum verified."""
+        cdef Py_ssize_t n = self.buf.shape[0], end
         cdef const unsigned char* p
-        cdef uint32_t stored
-        cdef uint64_t ulen
-        cdef unsigned char ctype
-        cdef bytes out
-        n = self.buf.shape[0]
         if off > <uint64_t>n or size > <uint64_t>n or off + size + 5 > <uint64_t>n:
             raise CorruptedData(f"block handle (offset {off}, size {size}) points past the end of the file "
                                 f"({n} bytes)", self.name, off)
         end = <Py_ssize_t>(off + size)
         p = &self.buf[0]
+        if self.checksum_type == 1 and block_crc(p + off, <Py_ssize_t>size, p[end]) != le32(p + end + 1):
+            raise CorruptedData("block checksum mismatch", self.name, off)
+        return end
+
+    cdef bytes read_contents(self, uint64_t off, uint64_t size):
+        """The contents of the block at (off, size), checksum verified and decompressed (format.read_block).
+
+        Snappy blocks are decompressed straight from the file's buffer into the bytes object returned."""
+        cdef Py_ssize_t end, pos = 0
+        cdef const unsigned char* p
+        cdef uint64_t ulen
+        cdef unsigned char ctype
+        cdef bytes out
+        end = self.checked_end(off, size)
+        p = &self.buf[0]
         ctype = p[end]
-        if self.checksum_type == 1:
-            stored = le32(p + end + 1)
-            if block_crc(p + off, <Py_ssize_t>size, ctype) != stored:
-                raise CorruptedData("block checksum mismatch", self.name, off)
         if ctype == 0:
             return PyBytes_FromStringAndSize(<const char*>p + off, <Py_ssize_t>size)
         if ctype != 1:
@@ -747,19 +752,13 @@ cdef class TableCore:
         """The contents of the block at (off, size), checksum verified, as ``read_contents`` reads them but
         with no object made: ``out`` points into the file's buffer (an uncompressed block) or into ``s`` (a
         Snappy block, decompressed there). Returns their length."""
-        cdef Py_ssize_t n, end, pos = 0
+        cdef Py_ssize_t end, pos = 0
         cdef const unsigned char* p
         cdef uint64_t ulen
         cdef unsigned char ctype
-        n = self.buf.shape[0]
-        if off > <uint64_t>n or size > <uint64_t>n or off + size + 5 > <uint64_t>n:
-            raise CorruptedData(f"block handle (offset {off}, size {size}) points past the end of the file "
-                                f"({n} bytes)", self.name, off)
-        end = <Py_ssize_t>(off + size)
+        end = self.checked_end(off, size)
         p = &self.buf[0]
         ctype = p[end]
-        if self.checksum_type == 1 and block_crc(p + off, <Py_ssize_t>size, ctype) != le32(p + end + 1):
-            raise CorruptedData("block checksum mismatch", self.name, off)
         if ctype == 0:
             out[0] = p + off
             return <Py_ssize_t>size

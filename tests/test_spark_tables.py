@@ -244,3 +244,36 @@ def test_commit_metarange_expected_head(tmp_path):
     assert repo.get_commit("main").id == c2.id and not repo.has_uncommitted("main")
     c3 = repo.commit_metarange("main", c1.meta_range_id, "ok", expected_head=c2.id)
     assert c3.parents == (c2.id,)
+
+
+def test_listing_batch_is_the_library_encoding():
+    """The compiled encode of a listing's Arrow buffers (the import's tasks) equals Entry(...).to_value()
+    encoded, over odd inputs, sliced and chunked arrays, and null last-modified times; bad keys are a clear error."""
+    import pyarrow as pa
+
+    from graveler.model import Entry, encode_value
+    from graveler.spark.importer import encode_listing_batch
+
+    rnd = random.Random(5)
+    n = 3000
+    keys = [f"k{i:05d}/" + "".join(rnd.choice("aé/日x:") for _ in range(rnd.randint(0, 30))) + "z" for i in range(n)]
+    addrs = ["".join(rnd.choice("aé/日x:") for _ in range(rnd.randint(0, 300))) for _ in range(n)]
+    sizes = [rnd.choice([0, 1, 127, 128, 2**31, 2**40, rnd.randint(0, 2**62)]) for _ in range(n)]
+    etags = ["".join(rnd.choice("0af-") for _ in range(rnd.randint(0, 40))) for _ in range(n)]
+    mtimes = [rnd.choice([None, 0, 1, 999_999, -5, -1_500_000, rnd.randint(-2**52, 2**52)]) for _ in range(n)]
+    tbl = pa.table({"key": keys, "address": addrs, "size": pa.array(sizes, pa.int64()), "etag": etags,
+                    "last_modified": pa.array(mtimes, pa.int64()).cast(pa.timestamp("us", tz="UTC"))})
+    tbl = pa.concat_tables([tbl.slice(0, 1000), tbl.slice(1000)])  # two chunks
+    for part in (tbl, tbl.slice(17, 2000), tbl.slice(1500).to_batches()[0]):
+        got = encode_listing_batch("dst/", part)
+        d = part.to_pydict()
+        want = [encode_value(Entry(address=a, size=s, etag=e, last_modified_ns=(m or 0) * 1000,
+                                   address_type=AddressType.FULL).to_value())
+                for a, s, e, m in zip(d["address"], d["size"], d["etag"],
+                                      part.column("last_modified").cast(pa.int64()).to_pylist())]
+        assert got.column("key").to_pylist() == [b"dst/" + k.encode() for k in d["key"]]
+        assert got.column("value").to_pylist() == want
+    for bad in ("", "/abs", "a\x00b"):
+        t1 = tbl.slice(0, 2).set_column(0, "key", pa.array(["ok", bad]))
+        with pytest.raises(InvalidArgument, match="invalid listed key"):
+            encode_listing_batch("", t1)

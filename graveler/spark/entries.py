@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from graveler import native
 from graveler.errors import CorruptedData
+from graveler import model
 from graveler.model import AddressType, decode_value
 from graveler.proto import catalog_pb2
 from graveler.spark.tables import (
@@ -26,7 +26,6 @@ from graveler.spark.tables import (
 )
 
 log = logging.getLogger(__name__)
-_centries = None if native.PURE_PYTHON else native.load("graveler._centries")
 
 ENTRY_FIELDS = (
     "key string, address string, etag string, last_modified timestamp, size long, range_id string, "
@@ -60,7 +59,7 @@ def per_task_df(spark, items: list[str]):
 
 
 def _py_entry_arrays(keys: list[bytes], values: list[bytes], rid: str, pa) -> tuple[list, list]:
-    """The entry columns of a block's records, by protobuf (the reference; ``LAKEFUSE_PURE_PYTHON``)."""
+    """The entry columns of a block's records, by protobuf (the reference, when graveler runs its pure-Python one)."""
     cols: dict[str, list] = {c: [] for c in ENTRY_COLUMNS}
     idents = []
     pb = catalog_pb2.Entry()  # parsed in place: no Entry objects on the hot path
@@ -100,9 +99,9 @@ _TYPE_NAMES = [_ADDRESS_NAMES[i] for i in range(3)]
 
 
 def _c_entry_arrays(keys: list[bytes], values: list[bytes], rid: str, pa) -> tuple[list, object]:
-    """The same columns by the compiled decoder (:mod:`graveler._centries`): Arrow buffers filled in C;
+    """The same columns by the compiled decoder (``graveler._centries``): Arrow buffers filled in C;
     only entries with user metadata go through protobuf, for that column."""
-    (ao, ad, eo, ed, io, idata, lm, valid, nulls, sizes, types, md_rows) = _centries.entry_columns(
+    (ao, ad, eo, ed, io, idata, lm, valid, nulls, sizes, types, md_rows) = model.entry_columns(
         values, rid, int(AddressType.RELATIVE))
     n = len(values)
     buf = pa.py_buffer
@@ -138,7 +137,7 @@ def _c_entry_arrays(keys: list[bytes], values: list[bytes], rid: str, pa) -> tup
 def _entries_task(ns: Namespace, with_identity: bool):
     import pyarrow as pa
 
-    arrays_of = _py_entry_arrays if _centries is None else _c_entry_arrays
+    arrays_of = _py_entry_arrays if model.entry_columns is None else _c_entry_arrays
 
     def fn(batches):
         store = worker_store(ns)

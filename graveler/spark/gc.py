@@ -44,8 +44,8 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from graveler import native
 from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound
+from graveler import model
 from graveler.model import AddressType, decode_value
 from graveler.model import Entry as _Entry
 from graveler.objects import DATA_PREFIX
@@ -53,7 +53,6 @@ from graveler.proto import catalog_pb2
 from graveler.spark.tables import Namespace, fault_point, iter_range_records, read_metarange, worker_store
 
 log = logging.getLogger(__name__)
-_centries = None if native.PURE_PYTHON else native.load("graveler._centries")
 
 GC_PREFIX = "_lakefs/retention/gc/"
 RULES_KEY = GC_PREFIX + "rules.json"
@@ -215,7 +214,7 @@ def _c_live_addresses(values: list[bytes], rid: str, ns_uri: str, pa):
     """The same by the compiled decoder and Arrow compute (:func:`relative_address` over columns)."""
     import pyarrow.compute as pc
 
-    (ao, ad, _eo, _ed, _io, _id, _lm, _valid, _nulls, _sizes, types, _md) = _centries.entry_columns(
+    (ao, ad, _eo, _ed, _io, _id, _lm, _valid, _nulls, _sizes, types, _md) = model.entry_columns(
         values, rid, int(AddressType.RELATIVE))
     n = len(values)
     addr = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(ao), pa.py_buffer(ad)])
@@ -236,7 +235,7 @@ def _c_live_addresses(values: list[bytes], rid: str, ns_uri: str, pa):
 def _live_task(ns: Namespace):
     import pyarrow as pa
 
-    addresses_of = _py_live_addresses if _centries is None else _c_live_addresses
+    addresses_of = _py_live_addresses if model.entry_columns is None else _c_live_addresses
 
     def fn(batches):
         store = worker_store(ns)

@@ -24,7 +24,7 @@ from typing import Iterable
 
 from graveler.errors import DirtyBranch, InvalidArgument
 from graveler import ident
-from graveler import native
+from graveler import model
 from graveler.model import AddressType, Value, encode_value
 from graveler.objstore import open_store
 from graveler.objstore.base import ObjectInfo, StoreConfig
@@ -32,7 +32,6 @@ from graveler.spark.entries import namespace_of, per_task_df, records_df
 from graveler.spark.tables import RECORD_SCHEMA, Namespace, fault_point, write_metarange, write_metarange_local
 
 log = logging.getLogger(__name__)
-_crecord = None if native.PURE_PYTHON else native.load("graveler._crecord")
 
 LISTING_SCHEMA = "key string, address string, size long, etag string, last_modified timestamp"
 IMPORT_SOURCE_KEY = "lakefuse.import.source"
@@ -133,10 +132,10 @@ def _column(b, name: str, typ, nullable: bool = False):
 def encode_listing_batch(dest_prefix: str, b):
     """The records (``key binary, value binary`` RecordBatch) of a listing batch or table: what
     :func:`encode_listing` gives, by the compiled codec over the Arrow buffers (no Python object per
-    record; the pure-Python reference under ``LAKEFUSE_PURE_PYTHON``)."""
+    record; the per-record reference when graveler runs its pure-Python reference)."""
     import pyarrow as pa
 
-    if native.PURE_PYTHON:
+    if model.listing_records is None:
         recs = encode_listing(dest_prefix, b.column("key").to_pylist(), b.column("address").to_pylist(),
                               b.column("size").to_pylist(), b.column("etag").to_pylist(),
                               b.column("last_modified").cast(pa.int64()).to_pylist())
@@ -157,7 +156,7 @@ def encode_listing_batch(dest_prefix: str, b):
         _, off, data = c.buffers()
         args += (_bytes_view(off), _bytes_view(data), c.offset)
     try:
-        ko, kd, vo, vd = _crecord.listing_records(
+        ko, kd, vo, vd = model.listing_records(
             dest_prefix.encode("utf-8"), len(size), *args, _bytes_view(size.buffers()[1]), size.offset,
             _bytes_view(mtime.buffers()[1]), mtime.offset, int(AddressType.FULL))
     except ValueError as e:

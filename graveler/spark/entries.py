@@ -113,13 +113,17 @@ def _c_entry_arrays(keys: list[bytes], values: list[bytes], rid: str, pa) -> tup
         etag.validate(full=True)
     except (pa.ArrowInvalid, UnicodeDecodeError) as e:
         raise CorruptedData(f"malformed catalog entry (invalid UTF-8: {e})", rid) from None
-    metadata: list = [[]] * n
+    md_type = pa.map_(pa.string(), pa.string())
     if md_rows:
         pb = catalog_pb2.Entry()
-        metadata = list(metadata)
+        metadata = [[]] * n
         for i in md_rows:
             pb.ParseFromString(decode_value(values[i], rid).data)
             metadata[i] = list(pb.metadata.items())
+        md = pa.array(metadata, md_type)
+    else:  # no user metadata in the block: n empty maps, built without a Python object each
+        md = pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(bytes(4 * (n + 1)))]),
+                                     pa.array([], pa.string()), pa.array([], pa.string()))
     arrays = [
         key,
         address,
@@ -127,8 +131,8 @@ def _c_entry_arrays(keys: list[bytes], values: list[bytes], rid: str, pa) -> tup
         pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [buf(valid) if nulls else None, buf(lm)],
                               null_count=nulls),
         pa.Array.from_buffers(pa.int64(), n, [None, buf(sizes)]),
-        pa.array([rid] * n, pa.string()),
-        pa.array(metadata, pa.map_(pa.string(), pa.string())),
+        pa.repeat(pa.scalar(rid, pa.string()), n),
+        md,
         pa.array(_TYPE_NAMES, pa.string()).take(pa.Array.from_buffers(pa.int32(), n, [None, buf(types)])),
     ]
     return arrays, pa.Array.from_buffers(pa.binary(), n, [None, buf(io), buf(idata)])

@@ -11,6 +11,7 @@ EXTENSIONS = [
     # the records layer (values, entries, identities) and the LRU
     Extension("graveler._crecord", ["graveler/_crecord.pyx"], **_OPENSSL),
     Extension("graveler._clru", ["graveler/_clru.pyx"]),
+    Extension("graveler._centries", ["graveler/_centries.pyx"]),  # catalog entries into Arrow columns (Spark)
     # the sstable layer: SHA-256 for table IDs, blocks and the table core, the table builder, committed/'s kernels
     Extension("graveler.sstable._csha256", ["graveler/sstable/_csha256.pyx"], **_OPENSSL),
     Extension("graveler.sstable._cblock", ["graveler/sstable/_cblock.pyx"], **_OPENSSL),

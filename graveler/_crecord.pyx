@@ -9,7 +9,7 @@ hashlib object per entry): this module only builds the bytes it is fed.
 """
 
 from libc.stdint cimport uint64_t, int64_t, uint32_t
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcpy, memcmp, memchr
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_SET_ITEM
@@ -300,10 +300,16 @@ cdef struct Fields:
 cdef int fields_init(Fields* f, object address, int64_t size, object etag, int64_t last_modified_ns,
                      int address_type, object content_type, list id_items, list pb_items) except -1:
     """Fill ``f``; ``id_items``/``pb_items``: the metadata in identity / protobuf order (None when empty)."""
-    cdef Py_ssize_t total = 0, ts_len = 0, me_len, ident_len
     f.pa = text(address, &f.la)
     f.pe = text(etag, &f.le)
     f.pc = text(content_type, &f.lc)
+    return fields_measure(f, size, last_modified_ns, address_type, pb_items)
+
+
+cdef int fields_measure(Fields* f, int64_t size, int64_t last_modified_ns, int address_type,
+                        list pb_items) except -1:
+    """The rest of ``fields_init`` once the text pointers (address, etag, content type) are set."""
+    cdef Py_ssize_t total = 0, ts_len = 0, me_len, ident_len
     f.size = size
     f.lm = last_modified_ns
     f.at = address_type
@@ -603,3 +609,93 @@ cdef class ValueDecoder:
 
 
 VALUE_DECODER = ValueDecoder()
+
+
+# --- a listing's records straight from Arrow buffers (the Spark import's encode) ----------------------
+
+from libc.stdint cimport int32_t
+
+cdef const unsigned char _EMPTY[1]
+
+
+cdef inline const unsigned char* buf_ptr(const unsigned char[:] b):
+    return &b[0] if b.shape[0] else _EMPTY
+
+
+def listing_records(bytes prefix, Py_ssize_t n,
+                    const unsigned char[:] key_off, const unsigned char[:] key_data, Py_ssize_t key_start,
+                    const unsigned char[:] addr_off, const unsigned char[:] addr_data, Py_ssize_t addr_start,
+                    const unsigned char[:] etag_off, const unsigned char[:] etag_data, Py_ssize_t etag_start,
+                    const unsigned char[:] sizes, Py_ssize_t size_start,
+                    const unsigned char[:] mtimes_us, Py_ssize_t mtime_start, int address_type):
+    """The records of ``n`` listed objects from the buffers of Arrow arrays (string: int32 offsets and
+    data; int64 sizes and last-modified microseconds; ``*_start``: each array's offset; no nulls): keys
+    ``prefix + key``, values ``entry_record(Entry(address, size, etag, mtime_us * 1000,
+    address_type=address_type))``.  Returns the int32 offsets and data buffers of the key column and of
+    the value column (an Arrow binary array's buffers); no Python object per record."""
+    cdef const int32_t* ko = <const int32_t*>buf_ptr(key_off) + key_start
+    cdef const int32_t* ao = <const int32_t*>buf_ptr(addr_off) + addr_start
+    cdef const int32_t* eo = <const int32_t*>buf_ptr(etag_off) + etag_start
+    cdef const char* kd = <const char*>buf_ptr(key_data)
+    cdef const char* ad = <const char*>buf_ptr(addr_data)
+    cdef const char* ed = <const char*>buf_ptr(etag_data)
+    cdef const int64_t* sz = <const int64_t*>buf_ptr(sizes) + size_start
+    cdef const int64_t* mt = <const int64_t*>buf_ptr(mtimes_us) + mtime_start
+    cdef Py_ssize_t lp = PyBytes_GET_SIZE(prefix), i, j, klen, ktotal = 0, vtotal = 0, vlen
+    cdef const char* k
+    cdef Fields f
+    if n < 0 or (n and (key_off.shape[0] < 4 * (key_start + n + 1) or addr_off.shape[0] < 4 * (addr_start + n + 1)
+                        or etag_off.shape[0] < 4 * (etag_start + n + 1) or sizes.shape[0] < 8 * (size_start + n)
+                        or mtimes_us.shape[0] < 8 * (mtime_start + n))):
+        raise ValueError("listing buffers shorter than the row count")
+    if n and (ko[n] > key_data.shape[0] or ao[n] > addr_data.shape[0] or eo[n] > etag_data.shape[0]):
+        raise ValueError("listing offsets beyond their data")
+    for i in range(n):
+        klen = ko[i + 1] - ko[i]
+        k = kd + ko[i]
+        if klen <= 0 or k[0] == 47 or memchr(k, 0, klen) != NULL:  # empty, "/...", or a NUL
+            raise ValueError(f"invalid listed key {PyBytes_FromStringAndSize(k, klen if klen > 0 else 0)!r}")
+        ktotal += lp + klen
+        f.pa = ad + ao[i]
+        f.la = ao[i + 1] - ao[i]
+        f.pe = ed + eo[i]
+        f.le = eo[i + 1] - eo[i]
+        f.pc = NULL
+        f.lc = 0
+        fields_measure(&f, sz[i], mt[i] * 1000, address_type, None)
+        vtotal += 33 + uvarint_len(<uint64_t>f.proto_len << 1) + f.proto_len
+    if ktotal > 0x7FFFFFFF or vtotal > 0x7FFFFFFF:
+        raise ValueError("listing batch too large for one Arrow binary array")
+    cdef bytes koff_out = PyBytes_FromStringAndSize(NULL, 4 * (n + 1))
+    cdef bytes kdata_out = PyBytes_FromStringAndSize(NULL, ktotal)
+    cdef bytes voff_out = PyBytes_FromStringAndSize(NULL, 4 * (n + 1))
+    cdef bytes vdata_out = PyBytes_FromStringAndSize(NULL, vtotal)
+    cdef int32_t* kop = <int32_t*>PyBytes_AS_STRING(koff_out)
+    cdef int32_t* vop = <int32_t*>PyBytes_AS_STRING(voff_out)
+    cdef unsigned char* kp = <unsigned char*>PyBytes_AS_STRING(kdata_out)
+    cdef unsigned char* vp = <unsigned char*>PyBytes_AS_STRING(vdata_out)
+    cdef unsigned char* v0 = vp
+    cdef unsigned char* kq = kp
+    kop[0] = 0
+    vop[0] = 0
+    for i in range(n):
+        klen = ko[i + 1] - ko[i]
+        memcpy(kq, PyBytes_AS_STRING(prefix), lp)
+        memcpy(kq + lp, kd + ko[i], klen)
+        kq += lp + klen
+        kop[i + 1] = <int32_t>(kq - kp)
+        f.pa = ad + ao[i]
+        f.la = ao[i + 1] - ao[i]
+        f.pe = ed + eo[i]
+        f.le = eo[i + 1] - eo[i]
+        f.pc = NULL
+        f.lc = 0
+        fields_measure(&f, sz[i], mt[i] * 1000, address_type, None)
+        vp[0] = 64  # zigzag varint of the identity's length, 32
+        ident_hash(&f, None, vp + 1)
+        vp += 33
+        vp += put_uvarint(vp, <uint64_t>f.proto_len << 1)
+        vp = proto_write(vp, &f, None)
+        vop[i + 1] = <int32_t>(vp - v0)
+    return koff_out, kdata_out, voff_out, vdata_out
+

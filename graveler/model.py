@@ -170,6 +170,9 @@ if native.PURE_PYTHON:
     _entry_to_value = Entry.py_to_value
     _entry_record = lambda e: py_encode_value(e.py_to_value())  # noqa: E731
     _entry_proto = py_entry_proto
+    # The columnar kernels (a listing's records from Arrow buffers, entries into Arrow columns: the Spark
+    # tasks'); None under the reference, whose callers then take their per-record protobuf path.
+    listing_records = entry_columns = None
 else:
     _c = native.load("graveler._crecord")
     _c.bind(Value)
@@ -179,6 +182,8 @@ else:
     entry_identity = _c.entry_identity
     VALUE_DECODER = _c.VALUE_DECODER
     _entry_to_value, _entry_record, _entry_proto = _c.entry_to_value, _c.entry_record, _c.entry_proto
+    listing_records = _c.listing_records
+    entry_columns = native.load("graveler._centries").entry_columns
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ against, and ``LAKEFUSE_PURE_PYTHON=1`` selects it at start-up (debugging,
 profiling the reference). Each layer chooses once, in one module, and exposes
 the same names either way; nothing else asks which one it got:
 
-* records (values, entries, identities): :mod:`graveler.model` -- ``graveler._crecord``;
+* records (values, entries, identities): :mod:`graveler.model` -- ``graveler._crecord``, ``graveler._centries``
+  (entries into Arrow columns);
 * the LRU: :mod:`graveler.lru` -- ``graveler._clru``;
 * sstable: :mod:`graveler.sstable.kernel` -- ``graveler.sstable._cblock`` (blocks, the table
   core), ``_ctable`` (the table builder), ``_csha256`` (the table-ID hash), ``_crange``

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from graveler.errors import CorruptedData
+from graveler import model
 from graveler.model import AddressType, decode_value
 from graveler.proto import catalog_pb2
 from graveler.spark.tables import (
@@ -57,52 +58,100 @@ def per_task_df(spark, items: list[str]):
     return spark.range(0, n, 1, n).select(F.element_at(F.lit(list(items)), (F.col("id") + 1).cast("int")).alias("item"))
 
 
+def _py_entry_arrays(keys: list[bytes], values: list[bytes], rid: str, pa) -> tuple[list, list]:
+    """The entry columns of a block's records, by protobuf (the reference, when graveler runs its pure-Python one)."""
+    cols: dict[str, list] = {c: [] for c in ENTRY_COLUMNS}
+    idents = []
+    pb = catalog_pb2.Entry()  # parsed in place: no Entry objects on the hot path
+    for k, raw in zip(keys, values):
+        v = decode_value(raw, rid)
+        try:
+            pb.ParseFromString(v.data)
+        except Exception as e:  # protobuf's DecodeError
+            raise CorruptedData(f"malformed catalog entry ({e})", rid) from None
+        cols["key"].append(k.decode("utf-8", "surrogateescape"))
+        cols["address"].append(pb.address)
+        cols["etag"].append(pb.e_tag)
+        if pb.HasField("last_modified"):
+            ts = pb.last_modified
+            cols["last_modified"].append(ts.seconds * 1_000_000 + ts.nanos // 1000)
+        else:
+            cols["last_modified"].append(None)
+        cols["size"].append(pb.size)
+        cols["user_metadata"].append(list(pb.metadata.items()))
+        cols["address_type"].append(_ADDRESS_NAMES.get(pb.address_type, "RELATIVE"))
+        idents.append(v.identity)
+    n = len(keys)
+    arrays = [
+        pa.array(cols["key"], pa.string()),
+        pa.array(cols["address"], pa.string()),
+        pa.array(cols["etag"], pa.string()),
+        pa.array(cols["last_modified"], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(cols["size"], pa.int64()),
+        pa.array([rid] * n, pa.string()),
+        pa.array(cols["user_metadata"], pa.map_(pa.string(), pa.string())),
+        pa.array(cols["address_type"], pa.string()),
+    ]
+    return arrays, idents
+
+
+_TYPE_NAMES = [_ADDRESS_NAMES[i] for i in range(3)]
+
+
+def _c_entry_arrays(keys: list[bytes], values: list[bytes], rid: str, pa) -> tuple[list, object]:
+    """The same columns by the compiled decoder (``graveler._centries``): Arrow buffers filled in C;
+    only entries with user metadata go through protobuf, for that column."""
+    (ao, ad, eo, ed, io, idata, lm, valid, nulls, sizes, types, md_rows) = model.entry_columns(
+        values, rid, int(AddressType.RELATIVE))
+    n = len(values)
+    buf = pa.py_buffer
+    try:
+        key = pa.array(keys, pa.binary()).cast(pa.string())  # validates the UTF-8
+        address = pa.Array.from_buffers(pa.string(), n, [None, buf(ao), buf(ad)])
+        etag = pa.Array.from_buffers(pa.string(), n, [None, buf(eo), buf(ed)])
+        address.validate(full=True)
+        etag.validate(full=True)
+    except (pa.ArrowInvalid, UnicodeDecodeError) as e:
+        raise CorruptedData(f"malformed catalog entry (invalid UTF-8: {e})", rid) from None
+    md_type = pa.map_(pa.string(), pa.string())
+    if md_rows:
+        pb = catalog_pb2.Entry()
+        metadata = [[]] * n
+        for i in md_rows:
+            pb.ParseFromString(decode_value(values[i], rid).data)
+            metadata[i] = list(pb.metadata.items())
+        md = pa.array(metadata, md_type)
+    else:  # no user metadata in the block: n empty maps, built without a Python object each
+        md = pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(bytes(4 * (n + 1)))]),
+                                     pa.array([], pa.string()), pa.array([], pa.string()))
+    arrays = [
+        key,
+        address,
+        etag,
+        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [buf(valid) if nulls else None, buf(lm)],
+                              null_count=nulls),
+        pa.Array.from_buffers(pa.int64(), n, [None, buf(sizes)]),
+        pa.repeat(pa.scalar(rid, pa.string()), n),
+        md,
+        pa.array(_TYPE_NAMES, pa.string()).take(pa.Array.from_buffers(pa.int32(), n, [None, buf(types)])),
+    ]
+    return arrays, pa.Array.from_buffers(pa.binary(), n, [None, buf(io), buf(idata)])
+
+
 def _entries_task(ns: Namespace, with_identity: bool):
     import pyarrow as pa
 
-    ts_type = pa.timestamp("us", tz="UTC")
-    md_type = pa.map_(pa.string(), pa.string())
+    arrays_of = _py_entry_arrays if model.entry_columns is None else _c_entry_arrays
 
     def fn(batches):
         store = worker_store(ns)
         for b in batches:
             for rid in b.column(0).to_pylist():
                 for keys, values in iter_range_records(store, rid):
-                    cols: dict[str, list] = {c: [] for c in ENTRY_COLUMNS}
-                    idents = []
-                    pb = catalog_pb2.Entry()  # parsed in place: no Entry objects on the hot path
-                    for k, raw in zip(keys, values):
-                        v = decode_value(raw, rid)
-                        try:
-                            pb.ParseFromString(v.data)
-                        except Exception as e:  # protobuf's DecodeError
-                            raise CorruptedData(f"malformed catalog entry ({e})", rid) from None
-                        cols["key"].append(k.decode("utf-8", "surrogateescape"))
-                        cols["address"].append(pb.address)
-                        cols["etag"].append(pb.e_tag)
-                        if pb.HasField("last_modified"):
-                            ts = pb.last_modified
-                            cols["last_modified"].append(ts.seconds * 1_000_000 + ts.nanos // 1000)
-                        else:
-                            cols["last_modified"].append(None)
-                        cols["size"].append(pb.size)
-                        cols["user_metadata"].append(list(pb.metadata.items()))
-                        cols["address_type"].append(_ADDRESS_NAMES.get(pb.address_type, "RELATIVE"))
-                        idents.append(v.identity)
-                    n = len(keys)
-                    arrays = [
-                        pa.array(cols["key"], pa.string()),
-                        pa.array(cols["address"], pa.string()),
-                        pa.array(cols["etag"], pa.string()),
-                        pa.array(cols["last_modified"], pa.int64()).cast(ts_type),
-                        pa.array(cols["size"], pa.int64()),
-                        pa.array([rid] * n, pa.string()),
-                        pa.array(cols["user_metadata"], md_type),
-                        pa.array(cols["address_type"], pa.string()),
-                    ]
+                    arrays, idents = arrays_of(keys, values, rid, pa)
                     names = list(ENTRY_COLUMNS)
                     if with_identity:
-                        arrays.append(pa.array(idents, pa.binary()))
+                        arrays.append(idents if isinstance(idents, pa.Array) else pa.array(idents, pa.binary()))
                         names.append("identity")
                     yield pa.RecordBatch.from_arrays(arrays, names=names)
         fault_point("entries")

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound
+from graveler import model
 from graveler.model import AddressType, decode_value
 from graveler.model import Entry as _Entry
 from graveler.objects import DATA_PREFIX
@@ -193,26 +194,55 @@ def relative_address(ns_uri: str, address: str, address_type: AddressType) -> st
     return None
 
 
+def _py_live_addresses(values: list[bytes], rid: str, ns_uri: str, pa):
+    """The data/ namespace keys a block's entries reference, by protobuf (the reference)."""
+    out = []
+    pb = catalog_pb2.Entry()
+    for raw in values:  # only the address is needed: no Entry objects
+        try:
+            pb.ParseFromString(decode_value(raw, rid).data)
+        except Exception as e:  # protobuf's DecodeError
+            raise CorruptedData(f"malformed catalog entry ({e})", rid) from None
+        a = relative_address(ns_uri, pb.address, AddressType(pb.address_type)
+                             if pb.address_type in (0, 1, 2) else AddressType.RELATIVE)
+        if a is not None and a.startswith(DATA_PREFIX):
+            out.append(a)
+    return pa.array(out, pa.string())
+
+
+def _c_live_addresses(values: list[bytes], rid: str, ns_uri: str, pa):
+    """The same by the compiled decoder and Arrow compute (:func:`relative_address` over columns)."""
+    import pyarrow.compute as pc
+
+    (ao, ad, _eo, _ed, _io, _id, _lm, _valid, _nulls, _sizes, types, _md) = model.entry_columns(
+        values, rid, int(AddressType.RELATIVE))
+    n = len(values)
+    addr = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(ao), pa.py_buffer(ad)])
+    try:
+        addr.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise CorruptedData(f"malformed catalog entry (invalid UTF-8: {e})", rid) from None
+    t = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(types)])
+    root = ns_uri.rstrip("/") + "/"
+    is_rel = pc.or_(pc.equal(t, int(AddressType.RELATIVE)),
+                    pc.and_(pc.equal(t, int(AddressType.BY_PREFIX_DEPRECATED)),
+                            pc.invert(pc.match_substring(addr, "://"))))
+    rel = pc.if_else(is_rel, addr, pc.utf8_slice_codeunits(addr, len(root)))
+    keep = pc.and_(pc.or_(is_rel, pc.starts_with(addr, root)), pc.starts_with(rel, DATA_PREFIX))
+    return rel.filter(keep)
+
+
 def _live_task(ns: Namespace):
     import pyarrow as pa
+
+    addresses_of = _py_live_addresses if model.entry_columns is None else _c_live_addresses
 
     def fn(batches):
         store = worker_store(ns)
         for b in batches:
             for rid in b.column(0).to_pylist():
                 for keys, values in iter_range_records(store, rid):
-                    out = []
-                    pb = catalog_pb2.Entry()
-                    for raw in values:  # only the address is needed: no Entry objects
-                        try:
-                            pb.ParseFromString(decode_value(raw, rid).data)
-                        except Exception as e:  # protobuf's DecodeError
-                            raise CorruptedData(f"malformed catalog entry ({e})", rid) from None
-                        a = relative_address(ns.uri, pb.address, AddressType(pb.address_type)
-                                             if pb.address_type in (0, 1, 2) else AddressType.RELATIVE)
-                        if a is not None and a.startswith(DATA_PREFIX):
-                            out.append(a)
-                    yield pa.RecordBatch.from_arrays([pa.array(out, pa.string())], names=["address"])
+                    yield pa.RecordBatch.from_arrays([addresses_of(values, rid, ns.uri, pa)], names=["address"])
         fault_point("gc_live")
 
     return fn

@@ -24,7 +24,8 @@ from typing import Iterable
 
 from graveler.errors import DirtyBranch, InvalidArgument
 from graveler import ident
-from graveler.model import Value, encode_value
+from graveler import model
+from graveler.model import AddressType, Value, encode_value
 from graveler.objstore import open_store
 from graveler.objstore.base import ObjectInfo, StoreConfig
 from graveler.spark.entries import namespace_of, per_task_df, records_df
@@ -110,21 +111,67 @@ def encode_listing(dest_prefix: str, keys: list[str], addresses: list[str], size
     return out
 
 
-def _encode_task(dest_prefix: str):
+def _bytes_view(buf) -> memoryview:
+    return memoryview(buf).cast("B") if buf is not None else memoryview(b"")
+
+
+def _column(b, name: str, typ, nullable: bool = False):
+    """A listing column as one array of ``typ`` (string: 32-bit offsets), nulls refused (or 0)."""
     import pyarrow as pa
 
+    col = b.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if col.null_count:
+        if not nullable:
+            raise InvalidArgument(f"listing column {name!r} has {col.null_count} null value(s)")
+        col = col.fill_null(0)
+    return col if col.type == typ else col.cast(typ)
+
+
+def encode_listing_batch(dest_prefix: str, b):
+    """The records (``key binary, value binary`` RecordBatch) of a listing batch or table: what
+    :func:`encode_listing` gives, by the compiled codec over the Arrow buffers (no Python object per
+    record; the per-record reference when graveler runs its pure-Python reference)."""
+    import pyarrow as pa
+
+    if model.listing_records is None:
+        recs = encode_listing(dest_prefix, b.column("key").to_pylist(), b.column("address").to_pylist(),
+                              b.column("size").to_pylist(), b.column("etag").to_pylist(),
+                              b.column("last_modified").cast(pa.int64()).to_pylist())
+        return pa.RecordBatch.from_arrays([pa.array([k for k, _ in recs], pa.binary()),
+                                           pa.array([v for _, v in recs], pa.binary())], names=["key", "value"])
+    cols = [_column(b, "key", pa.string()), _column(b, "address", pa.string()), _column(b, "etag", pa.string())]
+    size = _column(b, "size", pa.int64())
+    mtime = b.column("last_modified")
+    if isinstance(mtime, pa.ChunkedArray):
+        mtime = mtime.combine_chunks()
+    if pa.types.is_timestamp(mtime.type) and mtime.type.unit != "us":
+        mtime = mtime.cast(pa.timestamp("us", tz=mtime.type.tz))
+    mtime = mtime.cast(pa.int64())
+    if mtime.null_count:
+        mtime = mtime.fill_null(0)
+    args = []
+    for c in cols:
+        _, off, data = c.buffers()
+        args += (_bytes_view(off), _bytes_view(data), c.offset)
+    try:
+        ko, kd, vo, vd = model.listing_records(
+            dest_prefix.encode("utf-8"), len(size), *args, _bytes_view(size.buffers()[1]), size.offset,
+            _bytes_view(mtime.buffers()[1]), mtime.offset, int(AddressType.FULL))
+    except ValueError as e:
+        raise InvalidArgument(str(e)) from None
+    n = len(size)
+    return pa.RecordBatch.from_arrays([
+        pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(ko), pa.py_buffer(kd)]),
+        pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(vo), pa.py_buffer(vd)]),
+    ], names=["key", "value"])
+
+
+def _encode_task(dest_prefix: str):
     def fn(batches):
         for b in batches:
-            recs = encode_listing(
-                dest_prefix,
-                b.column("key").to_pylist(),
-                b.column("address").to_pylist(),
-                b.column("size").to_pylist(),
-                b.column("etag").to_pylist(),
-                b.column("last_modified").cast(pa.int64()).to_pylist(),
-            )
-            yield pa.RecordBatch.from_arrays([pa.array([k for k, _ in recs], pa.binary()),
-                                              pa.array([v for _, v in recs], pa.binary())], names=["key", "value"])
+            yield encode_listing_batch(dest_prefix, b)
         fault_point("encode_listing")
 
     return fn

@@ -185,19 +185,27 @@ def _part_column(spark, bounds: list[bytes]):
 
 def _write_ranges_task(ns: Namespace, params: RangeParams, metadata: dict[str, str] | None):
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     def fn(batches):
         store = worker_store(ns)
         w = MetaRangeWriter(lambda k, d: put_if_absent(store, k, d), params, metadata)
         prev = None
         for b in batches:
-            keys = b.column("key").to_pylist()
-            if not keys:
+            if not b.num_rows:
                 continue
-            for k in keys:  # sorted by the shuffle: duplicates are neighbours
-                if k == prev:
-                    raise InvalidArgument(f"duplicate key {k!r} in the records")
-                prev = k
+            kcol = b.column("key")
+            # Sorted by the shuffle: duplicates are neighbours (within the batch, and across batches).
+            first = kcol[0].as_py()
+            dup = first == prev
+            if not dup and b.num_rows > 1:
+                dup = pc.any(pc.equal(kcol.slice(1), kcol.slice(0, b.num_rows - 1))).as_py()
+            if dup:
+                keys = kcol.to_pylist()
+                k = next(k for i, k in enumerate(keys) if (keys[i - 1] if i else prev) == k)
+                raise InvalidArgument(f"duplicate key {k!r} in the records")
+            keys = kcol.to_pylist()
+            prev = keys[-1]
             w.write_batch(list(zip(keys, b.column("value").to_pylist())))
         w.close_range()
         fault_point("write_ranges")

@@ -41,7 +41,7 @@ from graveler.objects import new_data_address  # noqa: E402
 from graveler.spark.entries import entries_df  # noqa: E402
 from graveler.spark.export import export  # noqa: E402
 from graveler.spark.gc import GCRules, mark, set_rules  # noqa: E402
-from graveler.spark.importer import encode_listing, import_listing, import_records_local  # noqa: E402
+from graveler.spark.importer import encode_listing_batch, import_listing, import_records_local  # noqa: E402
 from graveler.spark.session import SparkConfig, get_session  # noqa: E402
 from graveler.spark.tables import write_metarange_local  # noqa: E402
 
@@ -104,9 +104,8 @@ class Bench:
             repo1 = self.repo("imp1")
             t0 = time.monotonic()
             tbl = pq.read_table(path)
-            recs = encode_listing("in/", tbl.column("key").to_pylist(), tbl.column("address").to_pylist(),
-                                  tbl.column("size").to_pylist(), tbl.column("etag").to_pylist(),
-                                  tbl.column("last_modified").cast("int64").to_pylist())
+            enc = encode_listing_batch("in/", tbl)  # the compiled codec, as the Spark tasks run it
+            recs = list(zip(enc.column("key").to_pylist(), enc.column("value").to_pylist()))
             t_enc = time.monotonic() - t0
             single = import_records_local(repo1, "main", recs, "in/")
             single_s = time.monotonic() - t0

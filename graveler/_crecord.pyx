@@ -656,6 +656,9 @@ def listing_records(bytes prefix, Py_ssize_t n,
         if klen <= 0 or k[0] == 47 or memchr(k, 0, klen) != NULL:  # empty, "/...", or a NUL
             raise ValueError(f"invalid listed key {PyBytes_FromStringAndSize(k, klen if klen > 0 else 0)!r}")
         ktotal += lp + klen
+        if mt[i] > 9223372036854775 or mt[i] < -9223372036854775:  # its nanoseconds would not fit int64
+            raise ValueError(f"last-modified time of {PyBytes_FromStringAndSize(k, klen)!r} out of range "
+                             f"({mt[i]} us since the epoch)")
         f.pa = ad + ao[i]
         f.la = ao[i + 1] - ao[i]
         f.pe = ed + eo[i]

@@ -56,7 +56,7 @@ fi
 stamp=.venv/.lakefuse-installed
 # The compiled hot path (graveler/**/*.pyx, built in place by `pip install -e .`): rebuild when a .pyx, .pxd or
 # setup.py changed since the last install, or when the built modules are missing (a fresh clone, git clean).
-compiled_check='import graveler._crecord, graveler._clru, graveler.sstable._csha256, graveler.sstable._cblock, graveler.sstable._ctable, graveler.sstable._crange, graveler.committed._cfnv, graveler.committed._capply, graveler.committed._cdiff'
+compiled_check='import graveler._crecord, graveler._centries, graveler._clru, graveler.sstable._csha256, graveler.sstable._cblock, graveler.sstable._ctable, graveler.sstable._crange, graveler.committed._cfnv, graveler.committed._capply, graveler.committed._cdiff'
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] ||
     [ -n "$(find graveler \( -name '*.pyx' -o -name '*.pxd' \) -newer "$stamp" -print -quit)" ] ||
     ! .venv/bin/python -c "$compiled_check" >/dev/null 2>&1; then

@@ -277,6 +277,10 @@ def test_listing_batch_is_the_library_encoding():
         t1 = tbl.slice(0, 2).set_column(0, "key", pa.array(["ok", bad]))
         with pytest.raises(InvalidArgument, match="invalid listed key"):
             encode_listing_batch("", t1)
+    # a time whose nanoseconds do not fit int64 (past 2262) is refused, not wrapped around
+    far = pa.array([0, 2**62], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    with pytest.raises(InvalidArgument, match="out of range"):
+        encode_listing_batch("", tbl.slice(0, 2).set_column(4, "last_modified", far))
 
 
 def test_entry_columns_compiled_equal_protobuf():

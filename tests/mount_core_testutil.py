@@ -58,6 +58,16 @@ def seeded_repo(tmp_path: Path, name: str, files: dict[str, bytes], request=None
         r.close()
 
 
+def readdir_page(fs, fh: int, off: int) -> list:
+    """One page of a directory handle's entries from ``off``, as the adapter gets it: the fast
+    path, else a fill and the fast path again (empty: the end)."""
+    entries = fs.readdir_fast(fh, off)
+    if entries is None:
+        fs.readdir_fill(fh, off)
+        entries = fs.readdir_fast(fh, off)
+    return entries
+
+
 def readdir_all(fs, ino: int, start: int = 0, stop_after: int | None = None) -> list[tuple[object, object]]:
     """readdir as the adapter drives it (fast path, else fill and retry): (entry, accepted attr)
     pairs from offset ``start``, at most ``stop_after``; the directory handle released after."""
@@ -65,10 +75,7 @@ def readdir_all(fs, ino: int, start: int = 0, stop_after: int | None = None) -> 
     out, off = [], start
     try:
         while True:
-            entries = fs.readdir_fast(fh, off)
-            if entries is None:
-                fs.readdir_fill(fh, off)
-                entries = fs.readdir_fast(fh, off)
+            entries = readdir_page(fs, fh, off)
             if not entries:
                 return out
             for e in entries:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from lakefuse.mount.fs import Filesystem, FsConfig
-from tests.mount_core_testutil import ino_of, readdir_all, seeded_repo, writable_core
+from tests.mount_core_testutil import ino_of, readdir_all, readdir_page, seeded_repo, writable_core
 
 N = 23
 FILES = {f"d/f{i:03d}": b"x" for i in range(N)}
@@ -30,10 +30,7 @@ def drive(fs, ino: int, per_request: int, between=None) -> list[tuple[bytes, int
         while True:
             n = 0
             while n < per_request:
-                entries = fs.readdir_fast(fh, off)
-                if entries is None:
-                    fs.readdir_fill(fh, off)
-                    entries = fs.readdir_fast(fh, off)
+                entries = readdir_page(fs, fh, off)
                 if not entries:
                     return out
                 for e in entries[:per_request - n]:

@@ -1,7 +1,7 @@
 # Byte-level helpers shared by graveler's compiled modules (inline C, no module of its own):
-# Go's uvarints, key order, little-endian words, decimal lengths (the table-ID input), FNV-1a 64.
+# Go's uvarints and (zigzag) varints, key order, little-endian words, decimal lengths (the table-ID input), FNV-1a 64.
 
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 
 
@@ -24,6 +24,15 @@ cdef inline int read_uvarint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* p
             out[0] = result
             return 0
         shift += 7
+
+
+cdef inline int read_varint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos, int64_t* out) noexcept nogil:
+    """Go's binary.Varint (zigzag).  0: ok; -1: truncated; -2: too long / over 64 bits."""
+    cdef uint64_t u
+    cdef int r = read_uvarint(p, n, pos, &u)
+    if r == 0:
+        out[0] = <int64_t>(u >> 1) ^ -(<int64_t>(u & 1))
+    return r
 
 
 cdef inline Py_ssize_t put_uvarint(unsigned char* p, uint64_t v) noexcept nogil:

@@ -11,18 +11,10 @@ from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-from graveler._cbytes cimport read_uvarint
+from graveler._cbytes cimport read_uvarint, read_varint
 
 from graveler.errors import CorruptedData
 
-
-cdef inline int read_varint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos, int64_t* out) noexcept nogil:
-    """Go's binary.Varint (zigzag).  0: ok; -1: truncated; -2: too long / over 64 bits."""
-    cdef uint64_t u
-    cdef int r = read_uvarint(p, n, pos, &u)
-    if r == 0:
-        out[0] = <int64_t>(u >> 1) ^ -(<int64_t>(u & 1))
-    return r
 
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 

@@ -15,7 +15,7 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF, PyObject
 
-from graveler._cbytes cimport dec_len, put_dec, put_uvarint, read_uvarint, uvarint_len
+from graveler._cbytes cimport dec_len, put_dec, put_uvarint, read_uvarint, read_varint, uvarint_len
 
 cdef extern from "Python.h":
     object PyType_GenericAlloc(type t, Py_ssize_t n)
@@ -58,15 +58,6 @@ cdef inline bytes as_bytes(object b):
 
 
 # --- record values: zigzag-varint length-prefixed identity and data -----------------------------
-
-cdef inline int read_varint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos, int64_t* out) noexcept nogil:
-    """Go's binary.Varint (zigzag).  0: ok; -1: truncated; -2: too long / over 64 bits."""
-    cdef uint64_t u
-    cdef int r = read_uvarint(p, n, pos, &u)
-    if r == 0:
-        out[0] = <int64_t>(u >> 1) ^ -(<int64_t>(u & 1))
-    return r
-
 
 cdef bytes encode_raw(const unsigned char* ident, Py_ssize_t li, const unsigned char* data, Py_ssize_t ld):
     cdef Py_ssize_t total = uvarint_len(<uint64_t>li << 1) + li + uvarint_len(<uint64_t>ld << 1) + ld
@@ -622,6 +613,18 @@ cdef inline const unsigned char* buf_ptr(const unsigned char[:] b):
     return &b[0] if b.shape[0] else _EMPTY
 
 
+cdef inline int listed_fields(Fields* f, const char* pa, Py_ssize_t la, const char* pe, Py_ssize_t le, int64_t size,
+                              int64_t mtime_us, int address_type) except -1:
+    """``f`` measured for a listed object's entry: address and etag (no content type), size, time."""
+    f.pa = pa
+    f.la = la
+    f.pe = pe
+    f.le = le
+    f.pc = NULL
+    f.lc = 0
+    return fields_measure(f, size, mtime_us * 1000, address_type, None)
+
+
 def listing_records(bytes prefix, Py_ssize_t n,
                     const unsigned char[:] key_off, const unsigned char[:] key_data, Py_ssize_t key_start,
                     const unsigned char[:] addr_off, const unsigned char[:] addr_data, Py_ssize_t addr_start,
@@ -659,13 +662,7 @@ def listing_records(bytes prefix, Py_ssize_t n,
         if mt[i] > 9223372036854775 or mt[i] < -9223372036854775:  # its nanoseconds would not fit int64
             raise ValueError(f"last-modified time of {PyBytes_FromStringAndSize(k, klen)!r} out of range "
                              f"({mt[i]} us since the epoch)")
-        f.pa = ad + ao[i]
-        f.la = ao[i + 1] - ao[i]
-        f.pe = ed + eo[i]
-        f.le = eo[i + 1] - eo[i]
-        f.pc = NULL
-        f.lc = 0
-        fields_measure(&f, sz[i], mt[i] * 1000, address_type, None)
+        listed_fields(&f, ad + ao[i], ao[i + 1] - ao[i], ed + eo[i], eo[i + 1] - eo[i], sz[i], mt[i], address_type)
         vtotal += 33 + uvarint_len(<uint64_t>f.proto_len << 1) + f.proto_len
     if ktotal > 0x7FFFFFFF or vtotal > 0x7FFFFFFF:
         raise ValueError("listing batch too large for one Arrow binary array")
@@ -687,13 +684,7 @@ def listing_records(bytes prefix, Py_ssize_t n,
         memcpy(kq + lp, kd + ko[i], klen)
         kq += lp + klen
         kop[i + 1] = <int32_t>(kq - kp)
-        f.pa = ad + ao[i]
-        f.la = ao[i + 1] - ao[i]
-        f.pe = ed + eo[i]
-        f.le = eo[i + 1] - eo[i]
-        f.pc = NULL
-        f.lc = 0
-        fields_measure(&f, sz[i], mt[i] * 1000, address_type, None)
+        listed_fields(&f, ad + ao[i], ao[i + 1] - ao[i], ed + eo[i], eo[i + 1] - eo[i], sz[i], mt[i], address_type)
         vp[0] = 64  # zigzag varint of the identity's length, 32
         ident_hash(&f, None, vp + 1)
         vp += 33

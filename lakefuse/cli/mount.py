@@ -43,6 +43,15 @@ what was written to files whose close never returned (unless another writer save
 since: then they are kept in spool/REPO/recovered/) and says so here. See
 docs/SEMANTICS.md.
 
+environment (read by the daemon):
+  LAKEFUSE_PASSTHROUGH=0         no FUSE passthrough: the daemon serves every read
+  LAKEFUSE_BRANCH_PASSTHROUGH=0  branch files always read through the daemon (a reader
+                                 opened before a writer of this mount then sees its bytes)
+  LAKEFUSE_INLINE_READS=0        page-cached reads go through a worker thread too
+  LAKEFUSE_CACHE_WHOLE_MAX=SIZE  largest S3 object kept whole in the data cache (0: none)
+  LAKEFUSE_LMDB_FLUSH=interval   LMDB commits flushed within 5 s, not each one (a power
+                                 loss in that window may damage the refs file)
+
 examples:
   lakefuse mount lakefs://sales /mnt/sales
   ls /mnt/sales/main/raw/   cat /mnt/sales/v1/raw/a.csv   ls /mnt/sales/main~1/

@@ -48,6 +48,8 @@ environment (read by the daemon):
   LAKEFUSE_BRANCH_PASSTHROUGH=0  branch files always read through the daemon (a reader
                                  opened before a writer of this mount then sees its bytes)
   LAKEFUSE_INLINE_READS=0        page-cached reads go through a worker thread too
+  LAKEFUSE_RECEIVE_BURST=0       each FUSE request waited for in the event loop (not read
+                                 at once after the last one was answered)
   LAKEFUSE_CACHE_WHOLE_MAX=SIZE  largest S3 object kept whole in the data cache (0: none)
   LAKEFUSE_LMDB_FLUSH=interval   LMDB commits flushed within 5 s, not each one (a power
                                  loss in that window may damage the refs file)

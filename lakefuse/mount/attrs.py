@@ -95,6 +95,7 @@ class Opened:
     keep_cache: bool
     direct_io: bool
     backing_fd: int = -1  # >= 0: a file with the same bytes the kernel may read itself (FUSE passthrough)
+    noflush: bool = False  # its close has nothing to flush: the kernel need not send FLUSH (a reader)
 
 
 @dataclass(frozen=True, slots=True)

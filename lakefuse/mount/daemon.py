@@ -60,6 +60,8 @@ class MountConfig:
     branch_passthrough: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_BRANCH_PASSTHROUGH", True))
     # reads a local file's page cache holds whole answered on the trio thread; off: $LAKEFUSE_INLINE_READS=0
     inline_reads: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_INLINE_READS", True))
+    # pyfuse3 reads the next request at once after answering one (a patched build); off: $LAKEFUSE_RECEIVE_BURST=0
+    receive_burst: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_RECEIVE_BURST", True))
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -207,7 +209,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     fs.branch_passthrough = config.branch_passthrough
     fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")
     ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough,
-                     inline_reads=config.inline_reads)
+                     inline_reads=config.inline_reads, receive_burst=config.receive_burst)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")

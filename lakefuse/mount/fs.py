@@ -535,6 +535,11 @@ class Filesystem(Opens, XattrReads):
         self.inodes.open(node)
         return self.new_fh(listing.DirHandle(node))
 
+    def listing_fixed(self, ino: int) -> bool:
+        """Whether directory ``ino``'s listing never changes (an immutable tree's): the kernel may keep it."""
+        node = self.inodes.peek(ino)
+        return node is not None and node.kind == Kind.DIR and node.tree.immutable
+
     def releasedir(self, fh: int) -> None:
         self.release(fh)
 

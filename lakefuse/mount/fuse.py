@@ -32,6 +32,12 @@ log = logging.getLogger(__name__)
 
 BLKSIZE = 128 * 1024  # st_blksize: the I/O size tools should prefer (FUSE reads 128 KiB at a time)
 
+# The pyfuse3 of scripts/setup.sh (its patch) has the open flags FOPEN_NOFLUSH (a reader's close
+# sends no FLUSH) and FOPEN_CACHE_DIR (the kernel keeps an immutable directory's listing), and
+# reads requests ahead (Operations.receive_burst); with another build, neither flag is set.
+OPEN_FLAGS = hasattr(pyfuse3.FileInfo, "noflush")
+RECEIVE_BURST = 16  # requests a pyfuse3 task reads in a row before it waits in trio's I/O loop
+
 
 def _entry(attr: Attr) -> pyfuse3.EntryAttributes:
     e = pyfuse3.EntryAttributes()
@@ -117,8 +123,9 @@ class Operations(pyfuse3.Operations):
     enable_acl = False
 
     def __init__(self, fs: Filesystem, offload: Offload | None = None, passthrough: bool = False,
-                 inline_reads: bool = True):
+                 inline_reads: bool = True, receive_burst: bool = True):
         super().__init__()
+        self.receive_burst = RECEIVE_BURST if receive_burst else 0  # read by the patched pyfuse3.main
         self.fs = fs
         self.stats = fs.stats
         self.offload = offload or Offload()
@@ -207,7 +214,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary("opendir")
     async def opendir(self, inode, ctx):
-        return self.fs.opendir(inode)
+        fh = self.fs.opendir(inode)
+        if OPEN_FLAGS and self.fs.listing_fixed(inode):  # the kernel keeps the listing (readdir once)
+            return pyfuse3.FileInfo(fh=fh, keep_cache=True, cache_readdir=True)
+        return fh
 
     @boundary("readdir")
     async def readdir(self, fh, start_id, token):
@@ -274,6 +284,8 @@ class Operations(pyfuse3.Operations):
         if o is None:
             o = await self._meta(self.fs.open, inode, flags, self.passthrough)
         fi = pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io)
+        if o.noflush and OPEN_FLAGS:
+            fi.noflush = True  # nothing to flush at its close: the kernel sends no FLUSH
         if o.backing_fd >= 0 and self.passthrough and self._passthrough_open(ctx, fi, o.backing_fd):
             self.stats.add("opens_passthrough")
             if self.fs.data_cache is not None:  # a remote store's object: its whole file in the data cache

@@ -48,7 +48,7 @@ class Opens:
                 self.check_writable(ino)
             h = special.open_handle(self, node, spec, writing)
             self.inodes.open(node)
-            return Opened(self.new_fh(h), False, True)
+            return Opened(self.new_fh(h), False, True, noflush=not writing)
         if node.kind == Kind.FILE and not node.tree.immutable and self.writes is not None and self.spool is not None:
             if writing or self.spool.get(ino) is not None:
                 if not passthrough:
@@ -137,11 +137,12 @@ class Opens:
                                            self.config.small_file_bytes)
         self.inodes.open(node)
         self.stats.add("opens")
-        return Opened(self.new_fh(h), keep, False, backing_fd)
+        return Opened(self.new_fh(h), keep, False, backing_fd, True)  # an object's handle: no flush
 
     def open_fast(self, ino: int, flags: int, passthrough: bool) -> Opened | None:
         """:meth:`open` of a committed local object for reading when the kernel will read it
-        itself (``passthrough``) and its file opens from the kernel's caches alone
+        itself (``passthrough``: admitted by :meth:`Backings.bind`, released with its fh as every
+        open) and its file opens from the kernel's caches alone
         (:meth:`graveler.view.View.open_cached`), else None: then :meth:`open`. Never blocks."""
         node = self.inodes.peek(ino)
         if (not passthrough or node is None or node.kind != Kind.FILE or not node.tree.immutable
@@ -154,15 +155,20 @@ class Opens:
         reader = node.tree.view.open_cached(entry)
         if reader is None:
             return None
-        if reader.size != entry.size:  # :meth:`open` says what is wrong
+        mode = self.backings.bind(ino, node.value.identity) if reader.size == entry.size else None
+        if mode != PASSTHROUGH:  # :meth:`open` says what is wrong, or decides (cached opens, another object's)
             reader.close()
+            if mode == CACHED:
+                self.backings.undo(ino, False)
             return None
         h = LocalObjectHandle(node, reader, entry.size, None, self.config.sequential_chunk, self.spool,
                               self.stats, self.log_once, self.repo.name)
         self.inodes.open(node)
+        fh = self.new_fh(h)
+        self.backings.opened(fh, ino, True)
         self.stats.add("opens")
         self.stats.add("opens_inline")
-        return Opened(self.new_fh(h), True, False, reader.fileno())
+        return Opened(fh, True, False, reader.fileno(), True)
 
     def _open_object(self, tree: Tree, path: bytes, entry: Entry):
         try:

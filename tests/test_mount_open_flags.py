@@ -1,0 +1,131 @@
+"""What an open tells the kernel, and what that spares: a reader's close sends no FLUSH
+(FOPEN_NOFLUSH: nothing to save), a directory of an immutable tree is listed by the daemon
+once and then from the kernel's cache (FOPEN_CACHE_DIR), while a writer's close still
+flushes (saves) and a branch directory is listed afresh every time. And the inline open of a
+committed file the kernel reads itself (``open_fast``) is admitted and released by
+:class:`lakefuse.mount.backing.Backings` as every other open is. The core driven directly,
+then a real mount (the pyfuse3 that scripts/setup.sh builds has both flags)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from lakefuse.mount.backing import CACHED, PASSTHROUGH
+from tests.mount_core_testutil import ino_of, seeded_repo, writable_core
+from tests.mount_testutil import MountProc, needs_fuse
+
+FILES = {f"d/f{i:02d}": f"file {i}\n".encode() * (i + 1) for i in range(6)}
+
+
+@pytest.fixture
+def repo(tmp_path, request):
+    with seeded_repo(tmp_path, "oflags", FILES, request) as r:
+        yield r
+
+
+def _open_fast(fs, ino):
+    """open_fast of ``ino``, once the object's path is in the dentry cache (the first may miss)."""
+    for _ in range(3):
+        o = fs.open_fast(ino, os.O_RDONLY, passthrough=True)
+        if o is not None:
+            return o
+        fs.release(fs.open(ino, os.O_RDONLY, True).fh)
+    raise AssertionError("open_fast never opened from the dentry cache")
+
+
+def test_an_inline_open_is_admitted_and_released_like_every_open(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        f = ino_of(fs, "v1/d/f02")
+        o = _open_fast(fs, f)
+        assert o.noflush and o.backing_fd >= 0
+        assert fs.backings.bound(f) and fs.backings.counts() == (1, 0)
+        assert not fs.backings.hold(f)  # a cached open of the inode waits for a new inode meanwhile
+        o2 = fs.open_fast(f, os.O_RDONLY, passthrough=True)  # a second reader shares the backing file
+        assert o2 is not None and fs.backings.counts() == (1, 0)
+        fs.release(o.fh)
+        assert fs.backings.bound(f)  # o2 still reads through it
+        fs.release(o2.fh)
+        assert not fs.backings.bound(f) and fs.backings.counts() == (0, 0)
+
+        # the kernel refused the backing file: the daemon serves it, the inode in cached mode till released
+        o = _open_fast(fs, f)
+        fs.backings.refused(o.fh)
+        assert fs.backings.counts() == (0, 1)
+        assert fs.open_fast(f, os.O_RDONLY, passthrough=True) is None  # open() decides: cached, with the others
+        assert fs.backings.counts() == (0, 1)  # nothing left held by the refused inline attempt
+        fs.release(o.fh)
+        assert fs.backings.counts() == (0, 0)
+
+        # another object's backing file on the inode: no inline open, nothing bound or held by it
+        assert fs.backings.bind(f, b"another object") == PASSTHROUGH
+        assert fs.open_fast(f, os.O_RDONLY, passthrough=True) is None
+        assert fs.backings.counts() == (1, 0)
+        fs.backings.undo(f, True)
+        assert fs.backings.bind(f, b"x") == PASSTHROUGH and fs.backings.bind(f, b"x") == PASSTHROUGH
+        fs.backings.undo(f, True)
+        fs.backings.undo(f, True)
+        assert fs.backings.hold(f) and fs.backings.bind(f, b"x") == CACHED
+        fs.backings.undo(f, False)
+        fs.backings.undo(f, False)
+        assert fs.backings.counts() == (0, 0)
+
+
+def test_readers_need_no_flush_and_writers_do(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        for path in ("v1/d/f01", "main/d/f01"):
+            o = fs.open(ino_of(fs, path), os.O_RDONLY, passthrough=False)
+            assert o.noflush and not fs.pending(o.fh), path
+            fs.release(o.fh)
+        o = fs.open(ino_of(fs, "main/d/f01"), os.O_WRONLY | os.O_TRUNC, passthrough=False)
+        assert not o.noflush  # its close saves the file
+        fs.write(o.fh, 0, b"new")
+        assert fs.pending(o.fh)
+        fs.flush(o.fh)
+        fs.release(o.fh)
+
+
+def _stats(mp) -> dict:
+    return json.loads((mp / ".lakefuse" / "stats").read_text())
+
+
+@needs_fuse
+def test_a_mount_spares_readers_flush_and_immutable_listings_readdir(repo, tmp_path):
+    import pyfuse3
+
+    assert hasattr(pyfuse3.FileInfo, "noflush"), "scripts/setup.sh builds the pyfuse3 that has the open flags"
+    m = MountProc(repo.config.home, "oflags", tmp_path / "mnt").start()
+    try:
+        mp = m.mountpoint
+        flushes = _stats(mp)["requests"].get("flush", 0)
+        for name, data in FILES.items():
+            assert (mp / "v1" / name).read_bytes() == data
+            assert (mp / "main" / name).read_bytes() == data
+        assert _stats(mp)["requests"].get("flush", 0) == flushes  # no reader's close (stats' own neither)
+        (mp / "main" / "d" / "new").write_bytes(b"written")  # a writer's close flushes: saved by it
+        assert _stats(mp)["requests"].get("flush", 0) > flushes
+        assert (mp / "main" / "d" / "new").read_bytes() == b"written"
+
+        want = sorted(n.split("/")[1] for n in FILES)
+        assert sorted(os.listdir(mp / "v1" / "d")) == want
+        readdirs = _stats(mp)["requests"]["readdir"]
+        for _ in range(3):  # listed again: from the kernel's cache, the same names
+            assert sorted(os.listdir(mp / "v1" / "d")) == want
+        assert _stats(mp)["requests"]["readdir"] == readdirs
+        for name, data in FILES.items():  # and its files still look up and read
+            assert (mp / "v1" / name).read_bytes() == data
+        os.listdir(mp / "main" / "d")
+        readdirs = _stats(mp)["requests"]["readdir"]
+        os.listdir(mp / "main" / "d")  # a branch directory: the daemon lists it every time
+        assert _stats(mp)["requests"]["readdir"] > readdirs
+        repo.upload("main", "d/behind", b"b")  # and a change behind the mount shows there
+        deadline = time.monotonic() + 5
+        while "behind" not in os.listdir(mp / "main" / "d"):
+            assert time.monotonic() < deadline, "the branch listing did not show the change within 5 s"
+            time.sleep(0.1)
+        assert sorted(os.listdir(mp / "v1" / "d")) == want
+    finally:
+        m.stop()

@@ -34,6 +34,7 @@ The machine may be shared: read the ratios more than the absolute figures.
 
     .venv/bin/python scripts/bench/mount_read.py                      # everything, full size
     .venv/bin/python scripts/bench/mount_read.py --store local --big-mib 256 --flat 20000 --nested 2000
+    .venv/bin/python scripts/bench/mount_read.py --store local --rows listing,parallel   # issue 19's per-file rows
 """
 
 from __future__ import annotations
@@ -129,6 +130,13 @@ def parallel_read(paths: list[str], procs: int) -> tuple[float, int]:
         t0 = time.perf_counter()
         total = sum(pool.map(_read_list, chunks))
         return time.perf_counter() - t0, total
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def is_mounted(mp: Path) -> bool:
@@ -240,7 +248,8 @@ def bench_local(args, work: Path) -> dict:
     g = Graveler(GravelerConfig(home=home))
     r = g.create_repository("bench", f"file://{work}/ns")
     log(f"local: generating data in {work}")
-    make_big(native / "big.bin", args.big_mib)
+    rows = set(args.rows.split(","))
+    make_big(native / "big.bin", args.big_mib if "big" in rows else 1)
     big_entry = r.upload("main", "big.bin", str(native / "big.bin"))
     one = r.upload("main", "flat-object", b"x")
     r.stage_many("main", ((f"flat/e{i:07d}", one) for i in range(args.flat)))
@@ -270,7 +279,7 @@ def bench_local(args, work: Path) -> dict:
     size = args.big_mib * MiB
     paths = {"commit": mp / BENCH_TAG / "big.bin", "branch": mp / "main" / "big.bin", "native": native / "big.bin",
              "direct": obj}
-    for rep in range(args.reps):
+    for rep in range(args.reps if "big" in rows else 0):
         with LakefuseMount(home, "bench", mp) as m:
             kinds = list(cold)
             for kind in kinds[rep % 3:] + kinds[:rep % 3]:
@@ -292,15 +301,18 @@ def bench_local(args, work: Path) -> dict:
         log(f"run {rep + 1}: cold " + ", ".join(f"{k} {v[-1] / 1e6:.0f}" for k, v in cold.items())
             + " MB/s; warm " + ", ".join(f"{k} {v[-1] / 1e6:.0f}" for k, v in warm.items()) + " MB/s")
     # the same ratios run by run (each run's own direct read and native copy): less swayed by a noisy disk
-    for k, base, v in (("cold", "direct", cold), ("warm", "native", warm)):
+    for k, base, v in (("cold", "direct", cold), ("warm", "native", warm)) if "big" in rows else ():
         for tree in ("commit", "branch"):
             res[f"big_{k}_{tree}_vs_{base}_per_run"] = [round(a / b, 2) for a, b in zip(v[tree], v[base])]
-    res["big_cold_MBps"] = med(cold["commit"]) / 1e6
-    res["big_cold_branch_MBps"] = med(cold["branch"]) / 1e6
-    res["big_cold_direct_MBps"] = med(cold["direct"]) / 1e6
-    res["big_warm_MBps"] = med(warm["commit"]) / 1e6
-    res["big_warm_branch_MBps"] = med(warm["branch"]) / 1e6
-    res["big_warm_native_MBps"] = med(warm["native"]) / 1e6
+    if "big" in rows:
+        res["big_cold_MBps"] = med(cold["commit"]) / 1e6
+        res["big_cold_branch_MBps"] = med(cold["branch"]) / 1e6
+        res["big_cold_direct_MBps"] = med(cold["direct"]) / 1e6
+        res["big_warm_MBps"] = med(warm["commit"]) / 1e6
+        res["big_warm_branch_MBps"] = med(warm["branch"]) / 1e6
+        res["big_warm_native_MBps"] = med(warm["native"]) / 1e6
+    if "listing" not in rows:
+        return res | _parallel_rows(args, work, home, native, names, mp) if "parallel" in rows else res
 
     # listing and stat, cold (fresh mount) and warm; through the branch tree (main/, kept by the
     # kernel for --branch-timeout) and through a tag of the same commit (immutable: kept long)
@@ -323,22 +335,34 @@ def bench_local(args, work: Path) -> dict:
         res[f"{tag}ls_warm_entries_per_s"] = med(ls_warm)
         res[f"{tag}stat_cold_files_per_s"] = med(st_cold)
         res[f"{tag}stat_warm_files_per_s"] = med(st_warm)
+    return res | _parallel_rows(args, work, home, native, names, mp) if "parallel" in rows else res
 
-    # N processes reading the nested files: through the mount (cold) vs the native copy (cold),
-    # through the branch tree and through the tag
+
+def _parallel_rows(args, work: Path, home: Path, native: Path, names: list[str], mp: Path) -> dict:
+    """N processes reading the nested files: through the mount (cold) vs the native copy (cold),
+    through the branch tree and through the tag."""
+    res: dict = {}
     paths_n = [str(native / "nested" / n) for n in names]
     total = args.nested * args.nested_kb * 1000
     par_n = []
     par_m: dict[str, list] = {"main": [], BENCH_TAG: []}
+    cpu: dict[str, list] = {"main": [], BENCH_TAG: []}  # the daemon's CPU time per file (user + system)
+    requests: dict[str, dict] = {}
     for _ in range(args.reps):
         for tree in par_m:
             drop_tree_cache(work / "ns" / "data")
             paths_m = [str(mp / tree / "nested" / n) for n in names]
-            with LakefuseMount(home, "bench", mp):
+            with LakefuseMount(home, "bench", mp) as m:
                 os.listdir(mp / tree / "nested")
+                st0 = m.stats()
+                c0 = cpu_seconds(st0["pid"])
                 t, n = parallel_read(paths_m, args.procs)
+                cpu[tree].append((cpu_seconds(st0["pid"]) - c0) / args.nested * 1e6)
                 assert n == total, (n, total)
                 par_m[tree].append(t)
+                st = m.stats()
+                requests[tree] = {k: round((v - st0["requests"].get(k, 0)) / args.nested, 2)
+                                  for k, v in st["requests"].items() if v > st0["requests"].get(k, 0)}
         drop_tree_cache(native / "nested")
         t, n = parallel_read(paths_n, args.procs)
         par_n.append(t)
@@ -346,6 +370,10 @@ def bench_local(args, work: Path) -> dict:
     res["parallel_MBps"] = total / med(par_m["main"]) / 1e6
     res["tag_parallel_files_per_s"] = args.nested / med(par_m[BENCH_TAG])
     res["parallel_native_files_per_s"] = args.nested / med(par_n)
+    res["parallel_daemon_cpu_us_per_file"] = med(cpu["main"])
+    res["tag_parallel_daemon_cpu_us_per_file"] = med(cpu[BENCH_TAG])
+    res["parallel_requests_per_file"] = requests["main"]
+    res["tag_parallel_requests_per_file"] = requests[BENCH_TAG]
     return res
 
 
@@ -610,6 +638,9 @@ def main() -> int:
     p.add_argument("--nested-kb", type=int, default=100)
     p.add_argument("--procs", type=int, default=8)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--rows", default="big,listing,parallel",
+                   help="local rows to run, comma-separated: big (the big file's cold and warm reads), "
+                        "listing (ls -f, find | xargs stat), parallel (N processes reading the small files)")
     p.add_argument("--s3-servers", default="moto,s3rver",
                    help="S3 servers to run on, comma-separated: moto and/or s3rver (npm; serves ranges natively)")
     p.add_argument("--s3rver-listing", action="store_true",
@@ -621,14 +652,16 @@ def main() -> int:
     try:
         if args.store in ("local", "both"):
             r = bench_local(args, work / "local")
-            r["ratio_big_cold_vs_direct"] = r["big_cold_MBps"] / r["big_cold_direct_MBps"]
-            r["ratio_big_cold_branch_vs_direct"] = r["big_cold_branch_MBps"] / r["big_cold_direct_MBps"]
-            r["ratio_big_warm_vs_native"] = r["big_warm_MBps"] / r["big_warm_native_MBps"]
-            r["ratio_big_warm_branch_vs_native"] = r["big_warm_branch_MBps"] / r["big_warm_native_MBps"]
-            r["ratio_parallel_vs_native"] = r["parallel_files_per_s"] / r["parallel_native_files_per_s"]
-            r["ratio_tag_parallel_vs_native"] = r["tag_parallel_files_per_s"] / r["parallel_native_files_per_s"]
-            r["ratio_stat_cold_vs_native"] = r["stat_cold_files_per_s"] / r["stat_native_files_per_s"]
-            r["ratio_tag_stat_cold_vs_native"] = r["tag_stat_cold_files_per_s"] / r["stat_native_files_per_s"]
+            for ratio, a, b in (("big_cold_vs_direct", "big_cold_MBps", "big_cold_direct_MBps"),
+                                ("big_cold_branch_vs_direct", "big_cold_branch_MBps", "big_cold_direct_MBps"),
+                                ("big_warm_vs_native", "big_warm_MBps", "big_warm_native_MBps"),
+                                ("big_warm_branch_vs_native", "big_warm_branch_MBps", "big_warm_native_MBps"),
+                                ("parallel_vs_native", "parallel_files_per_s", "parallel_native_files_per_s"),
+                                ("tag_parallel_vs_native", "tag_parallel_files_per_s", "parallel_native_files_per_s"),
+                                ("stat_cold_vs_native", "stat_cold_files_per_s", "stat_native_files_per_s"),
+                                ("tag_stat_cold_vs_native", "tag_stat_cold_files_per_s", "stat_native_files_per_s")):
+                if a in r and b in r:  # the rows run (--rows)
+                    r["ratio_" + ratio] = r[a] / r[b]
             out["local"] = r
             print(json.dumps({"local": r}, indent=1), flush=True)
         if args.store in ("s3", "both"):

@@ -100,6 +100,7 @@ def test_a_mount_spares_readers_flush_and_immutable_listings_readdir(repo, tmp_p
     m = MountProc(repo.config.home, "oflags", tmp_path / "mnt").start()
     try:
         mp = m.mountpoint
+        assert _stats(mp)["receive_burst"] == "16"  # pyfuse3 reads requests ahead
         flushes = _stats(mp)["requests"].get("flush", 0)
         for name, data in FILES.items():
             assert (mp / "v1" / name).read_bytes() == data
@@ -127,5 +128,19 @@ def test_a_mount_spares_readers_flush_and_immutable_listings_readdir(repo, tmp_p
             assert time.monotonic() < deadline, "the branch listing did not show the change within 5 s"
             time.sleep(0.1)
         assert sorted(os.listdir(mp / "v1" / "d")) == want
+    finally:
+        m.stop()
+
+
+@needs_fuse
+def test_a_mount_without_the_receive_burst_serves_the_same(repo, tmp_path):
+    m = MountProc(repo.config.home, "oflags", tmp_path / "mnt", env={"LAKEFUSE_RECEIVE_BURST": "0"}).start()
+    try:
+        mp = m.mountpoint
+        assert _stats(mp)["receive_burst"] == "off"
+        for name, data in FILES.items():
+            assert (mp / "v1" / name).read_bytes() == data
+        (mp / "main" / "d" / "new").write_bytes(b"written")
+        assert (mp / "main" / "d" / "new").read_bytes() == b"written"
     finally:
         m.stop()

@@ -132,6 +132,8 @@ class Operations(pyfuse3.Operations):
         # reads a local file's page cache holds whole: answered on the trio thread (RWF_NOWAIT)
         self.inline_reads = inline_reads
         self.stats.set("inline_reads", "on" if inline_reads else "off")
+        self.stats.set("receive_burst", str(self.receive_burst) if OPEN_FLAGS and receive_burst else
+                       "off" if OPEN_FLAGS else "unavailable (pyfuse3 without it)")
         self.log_once = LogOnce(log)
         self._ahead: dict[int, trio.Event] = {}  # directory handle -> its next page being read (readdir)
         # FUSE passthrough: asked for at init when wanted and pyfuse3 has it (the patched build

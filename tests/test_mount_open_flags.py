@@ -88,6 +88,19 @@ def test_readers_need_no_flush_and_writers_do(repo, tmp_path):
         fs.release(o.fh)
 
 
+def test_an_immutable_name_keeps_its_inode_number_after_the_kernel_forgets_it(repo, tmp_path):
+    """The numbers a kept listing shows stay those a later lookup gives (a branch name gets a new one)."""
+    with writable_core(repo, tmp_path / "cache") as fs:
+        for path, same in (("v1/d/f01", True), ("v1/d", True), ("main/d/f01", False)):
+            ino = ino_of(fs, path)
+            node = fs.inodes.get(ino)
+            fs.forget([(ino, node.nlookup)])
+            assert fs.inodes.peek(ino) is None  # dropped
+            again = ino_of(fs, path)
+            assert (again == ino) == same, path
+            assert fs.getattr(again).ino == again
+
+
 def _stats(mp) -> dict:
     return json.loads((mp / ".lakefuse" / "stats").read_text())
 

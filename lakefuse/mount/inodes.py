@@ -3,8 +3,11 @@
 Every successful ``lookup`` (and every entry a READDIRPLUS reply hands over)
 raises a node's lookup count by one; ``forget`` lowers it. A node at zero with
 no open handle is dropped, so memory follows what the kernel keeps, however many
-files a walk touches. Inode numbers are never reused (a 64-bit counter), so the
-generation is always 0.
+files a walk touches. Inode numbers are never reused for anything else (a 64-bit
+counter), so the generation is always 0; but a name of an immutable tree (a commit
+never changes) gets the number it had back when it is looked up again after the
+kernel forgot it (the last :data:`KEEP_GONE` such numbers are kept): the inode
+numbers a kept listing shows (FOPEN_CACHE_DIR) stay those ``stat`` shows.
 
 A node is keyed by what it shows (its tree and path, or a fixed name); looking
 the same thing up again gives the same inode while the kernel still knows it.
@@ -20,6 +23,7 @@ from typing import Callable, Hashable
 from lakefuse.mount.errors import FsError
 
 ROOT_INO = 1
+KEEP_GONE = 100_000  # numbers of dropped nodes of immutable trees kept for their next lookup
 
 
 class Kind(enum.IntEnum):
@@ -64,6 +68,7 @@ class InodeTable:
         self._lock = threading.Lock()
         self._nodes: dict[int, Node] = {}
         self._by_key: dict[Hashable, int] = {}
+        self._gone: dict[Hashable, int] = {}  # key of a dropped node of an immutable tree -> its number
         self._next = ROOT_INO + 1
         self.on_drop: Callable[[Node], None] | None = None
         self.on_new: Callable[[Node], None] | None = None
@@ -98,8 +103,11 @@ class InodeTable:
             node = self._nodes.get(ino) if ino is not None else None
             new = node is None
             if new:
-                node = Node(self._next, key, kind, tree, path, parent_ino)
-                self._next += 1
+                ino = self._gone.pop(key, None) if self._gone else None
+                if ino is None:
+                    ino = self._next
+                    self._next += 1
+                node = Node(ino, key, kind, tree, path, parent_ino)
                 self._nodes[node.ino] = node
                 self._by_key[key] = node.ino
             node.nlookup += lookups
@@ -187,4 +195,8 @@ class InodeTable:
         del self._nodes[node.ino]
         if self._by_key.get(node.key) == node.ino:
             del self._by_key[node.key]
+            if node.tree is not None and node.tree.immutable:  # the same number at its next lookup
+                if len(self._gone) >= KEEP_GONE:
+                    self._gone.clear()
+                self._gone[node.key] = node.ino
         return True

@@ -20,6 +20,7 @@ import logging
 import struct
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -30,8 +31,9 @@ from graveler.model import AddressType, Value, encode_value
 from graveler.objstore import open_store
 from graveler.objstore.base import ObjectInfo, StoreConfig
 from graveler.spark.entries import namespace_of, per_task_df, records_df
-from graveler.spark.listing import PART_SEP, FanOut, Progress, fan_out, group_parts, iter_part, split_part
-from graveler.spark.tables import RECORD_SCHEMA, Namespace, fault_point, write_metarange, write_metarange_local
+from graveler.spark.listing import PART_SEP, FanOut, Progress, fan_out, group_parts, iter_group, split_part
+from graveler.spark.tables import (RECORD_SCHEMA, Namespace, fault_point, worker_store, write_metarange,
+                                   write_metarange_local)
 
 log = logging.getLogger(__name__)
 
@@ -190,28 +192,36 @@ def _listing_rows(store, objs: Iterable[ObjectInfo]) -> list[tuple]:
              datetime.fromtimestamp(_mtime_us(o) / 1_000_000, tz=timezone.utc)) for o in objs]
 
 
-def _list_task(source_uri: str, store_config: StoreConfig | None, counters):
+def _list_task(source_uri: str, store_config: StoreConfig | None, counters, threads: int):
     import pyarrow as pa
 
     ts = pa.timestamp("us", tz="UTC")
+    ns = Namespace(source_uri, store_config)
+
+    def one(store, group):
+        done = (lambda: counters[1].add(1)) if counters else None
+        out = []
+        for objs, skipped in iter_group(store, group, done):
+            if counters:
+                counters[0].add(len(objs))
+                counters[2].add(skipped)
+            if objs:
+                out.append(_objs_batch(store, objs, pa, ts))
+        return out
 
     def fn(batches):
-        store = open_store(source_uri, store_config)
-        try:
-            for b in batches:
-                for item in b.column(0).to_pylist():
-                    for prefix in split_part(item):
-                        for objs, skipped in iter_part(store, prefix):
-                            if counters:
-                                counters[0].add(len(objs))
-                                counters[2].add(skipped)
-                            if objs:
-                                yield _objs_batch(store, objs, pa, ts)
-                        if counters:
-                            counters[1].add(1)
-            fault_point("list")
-        finally:
-            store.close()
+        store = worker_store(ns)  # one client per worker process (workers are reused)
+        for b in batches:
+            for item in b.column(0).to_pylist():
+                # The task's run of prefixes in up to `threads` sub-runs listed at once: S3 LIST is latency-bound.
+                subs = group_parts(split_part(item), threads)
+                if len(subs) == 1:
+                    yield from one(store, subs[0])
+                    continue
+                with ThreadPoolExecutor(max_workers=len(subs), thread_name_prefix="list") as pool:
+                    for out in pool.map(lambda g: one(store, g), subs):
+                        yield from out
+        fault_point("list")
 
     return fn
 
@@ -240,11 +250,12 @@ class ListingJob:
 
 
 def listing_job(spark, source_uri: str, store_config: StoreConfig | None = None, min_tasks: int | None = None,
-                progress: Progress | None = None) -> ListingJob:
+                progress: Progress | None = None, task_threads: int = 4) -> ListingJob:
     """The objects under ``source_uri`` (keys relative to it) as a listing DataFrame, listed in
     parallel by delimiter fan-out: the driver reads the hierarchy breadth-first (each level's
     prefixes on threads) until there are ``min_tasks`` sub-prefixes (default 8 per core), then
-    each task lists a run of them flat.  The result is the flat listing (:mod:`.listing`)."""
+    each task lists a run of them flat (in ``task_threads`` sub-runs at once).  The result is the flat
+    listing (:mod:`.listing`)."""
     sc = spark.sparkContext
     min_tasks = min_tasks or 8 * sc.defaultParallelism
     store = open_store(source_uri, store_config)
@@ -261,7 +272,7 @@ def listing_job(spark, source_uri: str, store_config: StoreConfig | None = None,
     counters = (sc.accumulator(0), sc.accumulator(0), sc.accumulator(0)) if progress is not None else None
     if groups:
         listed = per_task_df(spark, [PART_SEP.join(g) for g in groups]).mapInArrow(
-            _list_task(source_uri, store_config, counters), LISTING_SCHEMA)
+            _list_task(source_uri, store_config, counters, task_threads), LISTING_SCHEMA)
         df = df.unionByName(listed)
     return ListingJob(df, fo, len(groups), counters)
 

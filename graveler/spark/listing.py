@@ -23,7 +23,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from graveler.objstore.base import ObjectInfo
 
@@ -181,18 +181,53 @@ def fan_out(store, min_parts: int, max_levels: int = 8, threads: int = 8, progre
     return out
 
 
-def iter_part(store, prefix: str) -> Iterator[tuple[list[ObjectInfo], int]]:
-    """The listable objects under ``prefix`` in batches of up to 8192, with the count skipped."""
+def common_dir(a: str, b: str) -> str:
+    """The longest "/"-terminated prefix of both ``a`` and ``b`` ("" if none)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return a[:n].rpartition("/")[0] + "/" if "/" in a[:n] else ""
+
+
+def iter_group(store, prefixes: list[str], on_prefix=None) -> Iterator[tuple[list[ObjectInfo], int]]:
+    """The listable objects under a consecutive run of the (sorted, disjoint) fan-out prefixes, in
+    batches of up to 8192, with the count of keys skipped: ONE flat listing of the run's common
+    directory from its first prefix, stopped after its last (requests: the objects / 1000, not one
+    per prefix); keys between the prefixes (objects the fan-out met itself) are passed over.
+    ``on_prefix()`` is called as each prefix is done."""
     batch: list[ObjectInfo] = []
     skipped = 0
-    for o in store.list(prefix):
-        if not listable(o.key):
-            skipped += 1
-            continue
-        batch.append(o)
-        if len(batch) >= 8192:
-            yield batch, skipped
-            batch, skipped = [], 0
+    i, n = 0, len(prefixes)
+    if not n:
+        return
+    it = store.list(common_dir(prefixes[0], prefixes[-1]), start_after=prefixes[0])
+    try:
+        for o in it:
+            k = o.key
+            while i < n and k > prefixes[i] and not k.startswith(prefixes[i]):
+                i += 1
+                if on_prefix:
+                    on_prefix()
+            if i == n:
+                break
+            if not k.startswith(prefixes[i]):
+                continue  # between two prefixes
+            if not listable(k):
+                skipped += 1
+                continue
+            batch.append(o)
+            if len(batch) >= 8192:
+                yield batch, skipped
+                batch, skipped = [], 0
+    finally:
+        close = getattr(it, "close", None)
+        if close:
+            close()
+    if on_prefix:
+        for _ in range(n - i):
+            on_prefix()
     if batch or skipped:
         yield batch, skipped
 
@@ -211,27 +246,28 @@ def flat_listing(store, prefix: str = "") -> list[ObjectInfo]:
 
 def list_parallel(store, min_parts: int = 32, threads: int = 8, progress: Progress | None = None,
                   start: str = "") -> list[ObjectInfo]:
-    """Every listable object under ``start``, in key order: fan-out, then the parts listed flat
-    on ``threads`` threads of this process."""
+    """Every listable object under ``start``, in key order: fan-out to ``min_parts`` prefixes, then
+    ``min_parts`` runs of them listed flat on ``threads`` threads of this process."""
     fo = fan_out(store, min_parts, threads=threads, progress=progress, start=start)
+    done = (lambda: progress.add(prefixes_done=1)) if progress else None
 
-    def one(prefix: str) -> list[ObjectInfo]:
+    def one(group: list[str]) -> list[ObjectInfo]:
         objs: list[ObjectInfo] = []
-        for batch, skipped in iter_part(store, prefix):
+        for batch, skipped in iter_group(store, group, done):
             objs.extend(batch)
             if progress:
                 progress.add(objects=len(batch), skipped=skipped)
-        if progress:
-            progress.add(prefixes_done=1)
         return objs
 
     out = list(fo.objects)
     with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="list") as pool:
-        for objs in pool.map(one, fo.prefixes):
+        for objs in pool.map(one, group_parts(fo.prefixes, min_parts)):
             out.extend(objs)
     out.sort(key=lambda o: o.key.encode("utf-8"))
+    if progress:
+        progress.close()
     return out
 
 
-def split_part(item: str) -> Iterable[str]:
+def split_part(item: str) -> list[str]:
     return item.split(PART_SEP)

@@ -140,6 +140,83 @@ class Bench:
         self.report(f"entries_df scan {n:,}", f"{n / s:,.0f} entries/s ({s:.1f} s)",
                     f"{n / single:,.0f} entries/s ({single:.1f} s)", f"x{single / s:.2f}")
 
+    # ---------------------------------------------------------------- S3 listing (import's first step)
+    def moto(self) -> str:
+        """A moto S3 server in its own process (its own GIL), on a free loopback port."""
+        import socket
+        import subprocess
+
+        if getattr(self, "_moto", None) is None:
+            with socket.socket() as sk:
+                sk.bind(("127.0.0.1", 0))
+                port = sk.getsockname()[1]
+            moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
+            self._moto = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL)
+            self.moto_url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise SystemExit("moto_server did not start")
+                    time.sleep(0.2)
+        return self.moto_url
+
+    def bench_listing(self, n: int) -> None:
+        """Listing n objects of an S3 prefix (moto in its own process): one flat listing against the
+        delimiter fan-out, in Spark tasks (listing_job) and on threads of this process (list_parallel)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        import boto3
+
+        from graveler.objstore import StoreConfig, open_store
+        from graveler.spark.importer import listing_job, materialize_listing
+        from graveler.spark.listing import Progress, flat_listing, list_parallel
+
+        url = self.moto()
+        cfg = StoreConfig(s3_endpoint_url=url, region="us-east-1")
+        client = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
+        bucket = f"list-{n}"
+        client.create_bucket(Bucket=bucket)
+        keys = [f"{TEAMS[i % 8]}/events/date=2024-{(i // 5000) % 12 + 1:02d}-{(i // 200) % 28 + 1:02d}/"
+                f"part-{i:09d}.parquet" for i in range(n)] + [f"top-{i}.txt" for i in range(10)]
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=f"raw/{k}", Body=b"x"), keys))
+        print(f"S3 listing of {len(keys):,} objects (moto, own process; put in {time.monotonic() - t0:.0f} s)",
+              flush=True)
+        uri = f"s3://{bucket}/raw"
+        store = open_store(uri, cfg)
+        flat_t, par_t, spark_t = [], [], []
+        for _ in range(self.args.repeat):
+            t0 = time.monotonic()
+            flat = flat_listing(store)
+            flat_t.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            par = list_parallel(store, min_parts=32, threads=8, progress=Progress(uri, interval=2))
+            par_t.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            prog = Progress(uri, interval=2)
+            job = listing_job(self.spark, uri, cfg, progress=prog)
+            df, cnt = materialize_listing(job, prog)
+            spark_t.append(time.monotonic() - t0)
+            got = {r.key for r in df.select("key").collect()}
+            df.unpersist()
+            assert [o.key for o in par] == [o.key for o in flat] and got == set(keys) and cnt == len(keys)
+        f, p, sp = (statistics.median(x) for x in (flat_t, par_t, spark_t))
+        m = len(keys)
+        print(f"    fan-out: {job.fan_out.calls} delimited listings, {len(job.fan_out.prefixes)} parts in "
+              f"{job.tasks} tasks; threads: {m / p:,.0f} objects/s", flush=True)
+        self.report(f"list {m:,} S3 objects (fan-out)", f"{m / sp:,.0f} objects/s ({sp:.1f} s)",
+                    f"{m / f:,.0f} objects/s ({f:.1f} s, flat)", f"x{f / sp:.2f}")
+        self.report(f"list {m:,} S3 objects (threads)", f"{m / p:,.0f} objects/s ({p:.1f} s, 8 threads)",
+                    f"{m / f:,.0f} objects/s ({f:.1f} s, flat)", f"x{f / p:.2f}")
+        store.close()
+        client.close()
+
     # ---------------------------------------------------------------- gc
     def bench_gc(self, stored: int, live: int) -> None:
         from pyspark.sql import functions as F
@@ -236,6 +313,9 @@ class Bench:
                     f"{n / single:,.0f} objects/s ({single:.1f} s)", f"x{single / s:.2f}")
 
     def close(self) -> None:
+        if getattr(self, "_moto", None) is not None:
+            self._moto.terminate()
+            self._moto.wait()
         self.spark.stop()
         self.g.close()
         if not self.args.keep:
@@ -248,6 +328,8 @@ def main() -> int:
     ap.add_argument("--import", dest="imports", type=int, nargs="*", default=[1_000_000],
                     help="listing sizes to import (default 1,000,000)")
     ap.add_argument("--single-max", type=int, default=2_000_000, help="skip the single-process import above this")
+    ap.add_argument("--list-objects", type=int, default=30_000,
+                    help="S3 objects (moto) to list flat vs by delimiter fan-out (0: skip)")
     ap.add_argument("--gc-stored", type=int, default=2_000_000)
     ap.add_argument("--gc-live", type=int, default=1_000_000)
     ap.add_argument("--gc-files", type=int, default=50_000, help="files for the real-listing mark (0: skip)")
@@ -260,6 +342,10 @@ def main() -> int:
     ap.add_argument("--tmp", default=None, help="where to put the namespaces (default: the system temp dir)")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
+    if args.list_objects:  # before Spark starts: the executors inherit the environment
+        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+                          AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+                          AWS_EC2_METADATA_DISABLED="true")
     b = Bench(args)
     print(f"master {args.master}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
     try:
@@ -267,6 +353,8 @@ def main() -> int:
             b.bench_import(n)
         if args.imports:
             b.bench_scan()
+        if args.list_objects:
+            b.bench_listing(args.list_objects)
         if args.gc_stored:
             b.bench_gc(args.gc_stored, args.gc_live)
         if args.gc_files:

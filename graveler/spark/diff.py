@@ -99,31 +99,29 @@ def _struct_type(pa):
 
 
 def _side_struct(keys: list[bytes], raws: list[bytes | None], rids: list[str | None], pa):
-    """The struct column of one side: entries decoded (compiled) where present, null elsewhere."""
+    """The struct column of one side: entries decoded (compiled, one call per range) where present,
+    null elsewhere."""
     arrays_of = _py_entry_arrays if model.entry_columns is None else _c_entry_arrays
+    present = [i for i, r in enumerate(raws) if r is not None]
+    if not present:
+        return pa.nulls(len(keys), _struct_type(pa))
     parts = []
-    idx: list[int | None] = []
-    j = 0
-    i, n = 0, len(keys)
-    while i < n:  # runs of rows of one range (the decoder takes one range ID per call)
-        if raws[i] is None:
-            idx.append(None)
-            i += 1
-            continue
-        rid = rids[i]
-        k = i
-        while k < n and raws[k] is not None and rids[k] == rid:
+    j, m = 0, len(present)
+    while j < m:  # runs of one range among the present rows (sorted keys: a range's rows are together)
+        rid = rids[present[j]]
+        k = j
+        while k < m and rids[present[k]] == rid:
             k += 1
-        arrays, _ = arrays_of(keys[i:k], raws[i:k], rid, pa)
+        rows = present[j:k]
+        arrays, _ = arrays_of([keys[i] for i in rows], [raws[i] for i in rows], rid, pa)
         parts.append(pa.StructArray.from_arrays(arrays[1:], names=_FIELDS))
-        idx.extend(range(j, j + (k - i)))
-        j += k - i
-        i = k
-    if not parts:
-        return pa.nulls(n, _struct_type(pa))
+        j = k
     compact = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
-    if j == n:
+    if m == len(keys):
         return compact
+    idx: list[int | None] = [None] * len(keys)
+    for c, i in enumerate(present):
+        idx[i] = c
     return compact.take(pa.array(idx, pa.int64()))
 
 

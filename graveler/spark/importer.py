@@ -252,16 +252,17 @@ class ListingJob:
 def listing_job(spark, source_uri: str, store_config: StoreConfig | None = None, min_tasks: int | None = None,
                 progress: Progress | None = None, task_threads: int = 4) -> ListingJob:
     """The objects under ``source_uri`` (keys relative to it) as a listing DataFrame, listed in
-    parallel by delimiter fan-out: the driver reads the hierarchy breadth-first (each level's
-    prefixes on threads) until there are ``min_tasks`` sub-prefixes (default 8 per core), then
-    each task lists a run of them flat (in ``task_threads`` sub-runs at once).  The result is the flat
+    parallel by delimiter fan-out: the driver reads the hierarchy breadth-first (prefixes listed on
+    threads) until there are ``min_tasks * task_threads`` sub-prefixes (``min_tasks``: default 4 per
+    core), then each of ``min_tasks`` tasks lists a run of them flat, in ``task_threads`` sub-runs
+    at once.  The result is the flat
     listing (:mod:`.listing`)."""
     sc = spark.sparkContext
-    min_tasks = min_tasks or 8 * sc.defaultParallelism
+    min_tasks = min_tasks or 4 * sc.defaultParallelism
     store = open_store(source_uri, store_config)
     try:
         threads = getattr(store_config, "transfer_concurrency", 8) if store_config is not None else 8
-        fo = fan_out(store, min_tasks, threads=threads, progress=progress)
+        fo = fan_out(store, min_tasks * task_threads, threads=threads, progress=progress)
         rows = _listing_rows(store, fo.objects)
     finally:
         store.close()

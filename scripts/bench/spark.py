@@ -7,6 +7,10 @@ On one Spark master (default local[2]), in one run:
   single-process writer over the same listing, and whether the metarange IDs are identical;
   where the Spark time goes (input + break-key pass, range writing, metarange);
 * entries_df scan of the imported commit: entries/s, vs iterating the commit in this process;
+* diff_df of the imported commit and a changed one (every range differs), vs repo.diff in this
+  process with the entries decoded;
+* listing of --list-objects objects of an S3 prefix (moto in its own process): the Spark
+  delimiter fan-out (graveler.spark.listing) and 8 threads of this process vs one flat listing;
 * GC mark over S stored / L live objects: the live set is the entries of a real L-entry commit
   (read from its ranges by the executors), the stored objects are an inventory DataFrame
   (as with an S3 Inventory report: S data/ objects, L of them live); the seconds of each phase;
@@ -23,6 +27,7 @@ shared: compare the same-run ratios, not the absolute numbers.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -138,6 +143,47 @@ class Bench:
             k += 1
         single = time.monotonic() - t0
         self.report(f"entries_df scan {n:,}", f"{n / s:,.0f} entries/s ({s:.1f} s)",
+                    f"{n / single:,.0f} entries/s ({single:.1f} s)", f"x{single / s:.2f}")
+
+    def bench_diff(self) -> None:
+        """diff_df against the single-process diff (repo.diff, entries decoded) of the same two commits: the
+        imported commit and one with every 37th entry changed, every 101st removed, every 53rd key added
+        beside one (so every range differs)."""
+        from graveler.spark.diff import diff_df
+
+        repo, n = self.scan_repo, self.scan_n
+        c1 = repo.get_commit("main")
+        t0 = time.monotonic()
+        recs = []
+        for i, (k, v) in enumerate(repo.iter_committed("main")):
+            if i % 101 == 0:
+                continue
+            if i % 37 == 0:
+                v = dataclasses.replace(Entry.from_value(v), etag="changed").to_value()
+            recs.append((k, encode_value(v)))
+            if i % 53 == 0:
+                recs.append((k + b".new", encode_value(Entry(f"s3://x/{i}", 1, "added", 1).to_value())))
+        mr = write_metarange_local(repo.store, recs, repo.config.range_params)
+        c2 = repo.commit_metarange("main", mr, "changed")
+        del recs
+        print(f"diff of a {n:,}-entry commit and its change (built in {time.monotonic() - t0:.1f} s)", flush=True)
+        times = []
+        for _ in range(max(3, self.args.repeat)):  # cheap: at least 3, the median
+            t0 = time.monotonic()
+            cnt = diff_df(self.spark, repo, c1.id, c2.id).where("key is not null").count()
+            times.append(time.monotonic() - t0)
+        s = statistics.median(times)
+        t0 = time.monotonic()
+        k = 0
+        for d in repo.diff(c1.id, c2.id):
+            if d.left is not None:
+                Entry.from_value(d.left)
+            if d.right is not None:
+                Entry.from_value(d.right)
+            k += 1
+        single = time.monotonic() - t0
+        assert cnt == k, (cnt, k)
+        self.report(f"diff_df {n:,} ({k:,} diffs)", f"{n / s:,.0f} entries/s ({s:.1f} s)",
                     f"{n / single:,.0f} entries/s ({single:.1f} s)", f"x{single / s:.2f}")
 
     # ---------------------------------------------------------------- S3 listing (import's first step)
@@ -353,6 +399,7 @@ def main() -> int:
             b.bench_import(n)
         if args.imports:
             b.bench_scan()
+            b.bench_diff()
         if args.list_objects:
             b.bench_listing(args.list_objects)
         if args.gc_stored:

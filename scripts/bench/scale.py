@@ -11,6 +11,8 @@ lengths, IDs of absent files) up to the target's range count, and measures on it
 depends on the metarange's size directly: its file size, a commit of 1 change (apply of
 one key: one real range rewritten + the whole metarange written) and the first get (a
 new process; the home never saw the tables, so both files are hashed against their IDs).
+The per-range costs are per entry x the mean range length, counted by the writer's break
+rule over --sample-keys keys (the built commit has too few ranges for a tight mean).
 The rest is extrapolated linearly in the range count: a cold scan (one process, and
 split over N executors), and the GC mark on N executors = live-set extraction
 (ranges x per-range cost / N) + an anti-join of the stored objects against the live
@@ -77,10 +79,31 @@ def synthetic_metarange(ns: Namespace, real: list[RangeInfo], total: int, params
         w.copy_range(r)
     for i in range(total - len(real)):
         base = f"zz-synthetic/{i:09d}/"
-        lo = (base + "a" * klen)[:max(klen, len(base) + 1)].encode()
-        hi = (base + "z" * klen)[:max(klen, len(base) + 1)].encode()
-        w.copy_range(RangeInfo(hashlib.sha256(rnd.randbytes(16)).hexdigest(), lo, hi, cnt, size))
+        pad = max(1, klen - len(base))
+        lo = (base + "0" + rnd.randbytes(pad).hex()[:pad - 1]).encode()  # random: compresses as real keys do
+        hi = (base + "f" + rnd.randbytes(pad).hex()[:pad - 1]).encode()
+        w.copy_range(RangeInfo(hashlib.sha256(rnd.randbytes(16)).hexdigest(), lo, hi,
+                               int(cnt * rnd.uniform(0.5, 1.5)), int(size * rnd.uniform(0.5, 1.5))))
     return w.close()
+
+
+def entries_per_range(params: RangeParams, sample: int, bytes_per_entry: float) -> float:
+    """Mean entries per range by the writer's break rule (a key whose FNV-1a hash is 0 modulo the
+    raggedness ends a range; so does reaching the size limit) over ``sample`` keys of the same shape:
+    many more ranges than the built commit has, for a tighter mean."""
+    from graveler.committed.kernel import fnv1a64_batch
+
+    ranges, count = 0, 0
+    limit = params.max_range_size / bytes_per_entry
+    step = 1_000_000
+    for lo in range(0, sample, step):
+        ks = sorted(make_key(i) for i in range(lo, min(sample, lo + step)))
+        for h in fnv1a64_batch(ks):
+            count += 1
+            if h % params.raggedness == 0 or count >= limit:
+                ranges += 1
+                count = 0
+    return sample / max(ranges, 1)
 
 
 def main() -> int:
@@ -89,6 +112,8 @@ def main() -> int:
     ap.add_argument("--target", type=int, default=100_000_000, help="entries of the repository on paper")
     ap.add_argument("--executors", type=int, nargs="+", default=[8, 64])
     ap.add_argument("--garbage", type=float, default=0.5, help="stored objects not live, per live entry (GC)")
+    ap.add_argument("--sample-keys", type=int, default=5_000_000,
+                    help="keys over which the break rule's mean range length is counted")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
@@ -112,15 +137,18 @@ def main() -> int:
         nr = len(ranges)
         files = [os.path.getsize(os.path.join(ns.store.root, table_key(r.id))) for r in ranges]
         mr_bytes = os.path.getsize(os.path.join(ns.store.root, table_key(mr)))
-        per_range_entries = n / nr
-        per_range_bytes = sum(files) / nr
+        built_per_range = n / nr
+        bytes_per_entry = sum(files) / n
+        per_range_entries = entries_per_range(params, args.sample_keys, bytes_per_entry)
+        per_range_bytes = bytes_per_entry * per_range_entries
+        scale = per_range_entries / built_per_range  # the per-range costs below: per entry x the mean range
         # The per-range costs.
-        write_s = build_s / nr
+        write_s = build_s / nr * scale
         scans = []
         for _ in range(args.repeat):
             m = ns.fresh()
             _, s = timed(lambda: sum(1 for _ in m.iterator(mr)))
-            scans.append(s / nr)
+            scans.append(s / nr * scale)
         scan_s = statistics.median(scans)
         gcs = []
         for _ in range(args.repeat):
@@ -128,7 +156,7 @@ def main() -> int:
             for r in ranges:
                 for _k, vals in iter_range_records(ns.store, r.id):
                     live_addresses(vals, r.id, pa)
-            gcs.append((time.perf_counter() - t0) / nr)
+            gcs.append((time.perf_counter() - t0) / nr * scale)
         gc_s = statistics.median(gcs)
         # Anti-join per stored object, one core (pyarrow hash join), at the measured size.
         live = pa.table({"address": pa.array([f"data/gk{i:012x}/ck{0:08x}{i:016x}" for i in range(n)])})
@@ -141,8 +169,9 @@ def main() -> int:
         assert res.num_rows == stored.num_rows - n
         join_s = statistics.median(joins)
         del live, stored
-        print(f"  measured: {nr} ranges, {per_range_entries:,.0f} entries and {per_range_bytes / 1e6:.1f} MB per "
-              f"range, metarange {mr_bytes:,} B ({mr_bytes / nr:.0f} B per range record); per range: write "
+        print(f"  measured: {nr} ranges of {built_per_range:,.0f} entries on average; by the break rule over "
+              f"{args.sample_keys:,} keys {per_range_entries:,.0f} entries and {per_range_bytes / 1e6:.1f} MB per "
+              f"range; metarange {mr_bytes:,} B ({mr_bytes / nr:.0f} B per range record); per range: write "
               f"{write_s * 1000:.0f} ms, cold scan {scan_s * 1000:.0f} ms, GC live-set extraction "
               f"{gc_s * 1000:.0f} ms; anti-join {join_s * 1e9:.0f} ns per stored object", flush=True)
 
@@ -169,11 +198,11 @@ def main() -> int:
 
         cmd = "scripts/bench/scale.py"
         rows = [
-            ("ranges", f"{tr:,}", f"{per_range_entries:,.0f} entries per range (mean of {nr})",
-             "extrapolated: target / entries per range"),
+            ("ranges", f"{tr:,}", f"{per_range_entries:,.0f} entries per range",
+             f"the break rule counted over {args.sample_keys / 1e6:g}M keys; target / that"),
             ("range files, total", f"{tr * per_range_bytes / 1e9:,.1f} GB", f"{per_range_bytes / 1e6:.1f} MB per range",
              "extrapolated"),
-            ("metarange size", f"{big_bytes / 1e6:.2f} MB", f"{mr_bytes / nr:.0f} B per range record",
+            ("metarange size", f"{big_bytes / 1e6:.2f} MB", f"{big_bytes / tr:.0f} B per range record",
              "measured: a metarange of that many records written"),
             ("commit of 1 change", f"{apply_s * 1000:.0f} ms", "one range rewritten + the whole metarange",
              "measured on the target-shaped metarange (median)"),

@@ -164,7 +164,7 @@ def main() -> int:
                                                 for i in range(int(n * (1 + args.garbage)))])})
         joins = []
         for _ in range(args.repeat):
-            res, s = timed(lambda: stored.join(live, keys="address", join_type="left anti"))
+            res, s = timed(lambda st=stored, lv=live: st.join(lv, keys="address", join_type="left anti"))
             joins.append(s / stored.num_rows)
         assert res.num_rows == stored.num_rows - n
         join_s = statistics.median(joins)

@@ -81,6 +81,18 @@ def test_fan_out_is_breadth_first_and_keeps_the_keys_on_the_way(s3_tree):
     assert "a/b/c/d/e/deep.bin" not in {o.key for o in fo.objects}
 
 
+def test_iter_group_lists_a_run_of_prefixes_flat(local_tree):
+    from graveler.spark.listing import common_dir, iter_group
+
+    assert common_dir("d0/s0/", "d0/s2/") == "d0/" and common_dir("a/b/", "d1/") == ""
+    assert common_dir("x/", "x/") == "x/"
+    for group in (["d0/s0/", "d0/s2/"], ["a/b/", "d0/s1/", "lone/", "wide/p003/"], ["wide/p039/", "é/"], [""]):
+        done = []
+        got = [o.key for b, _ in iter_group(local_tree, group, lambda: done.append(1)) for o in b]
+        assert got == [k for k in sorted(KEYS, key=str.encode) if any(k.startswith(p) for p in group)]
+        assert len(done) == len(group)
+
+
 def test_listable():
     assert all(listable(k) for k in ("a", "a/b", "a.b/..c", ".x/y", "é"))
     assert not any(listable(k) for k in ("", "a/", "/a", "a//b", "a/./b", "../a", "a/..", "a\x00b"))

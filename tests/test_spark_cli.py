@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,7 @@ def test_cli_import_gc_export(spark, tmp_path, capsys):
     assert rc == 0, err
     res = json.loads(o)
     assert res["imported"] == 12 and res["commit_id"]
+    assert re.search(rf"listing {re.escape(str(src))}: 12 objects, (\d+)/\1 prefixes, [\d,]+ objects/s in ", err), err
     rc, o, _ = run(capsys, "--home", home, "import", str(src), "lakefs://clirepo/main/raw/")
     assert rc == 0 and "no commit (the tree is unchanged)" in o
     rc, _, err = run(capsys, "--home", home, "import", str(src), "lakefs://clirepo/main")

@@ -12,7 +12,8 @@ from graveler.committed.writer import RangeParams
 from graveler.errors import DirtyBranch, InvalidArgument
 from graveler.model import AddressType
 from graveler.objstore import open_store
-from graveler.spark.entries import diff_df, entries_df, namespace_of
+from graveler.spark.diff import diff_df
+from graveler.spark.entries import entries_df, namespace_of
 from graveler.spark.importer import (
     encode_listing,
     import_listing,
@@ -208,11 +209,68 @@ def test_diff_df_matches_diff_and_reads_only_differing_ranges(spark, tmp_path):
     for rid in common:
         store.delete(f"_lakefs/{rid}")
     rows = diff_df(spark, repo, c1.id, c2.id).collect()
+    assert rows == sorted(rows, key=lambda r: r.key.encode())  # one task: in key order
     assert {(r.diff_type, r.key) for r in rows} == expected
     ch = next(r for r in rows if r.diff_type == "changed")
     assert ch.left.etag == "e5" and ch.right.etag == "changed"
     rm = next(r for r in rows if r.diff_type == "removed")
     assert rm.right is None and rm.left.etag == "e300"
+
+
+def test_diff_df_equals_the_single_process_diff_over_many_ranges(spark, tmp_path):
+    """Changes spread over every range, added keys at range boundaries, removals of whole runs, user
+    metadata, a change of the address only (same identity: no difference): diff_df's rows are
+    repo.diff's, entry by entry, for 1 task and for many."""
+    from graveler.model import Entry, encode_value
+    from graveler.spark.diff import segments
+
+    rnd = random.Random(5)
+    repo = make_repo(tmp_path, range_params=SMALL)
+    left = {f"p/{i:05d}".encode(): Entry(f"data/a{i}", i, f"e{i}", 1_700_000_000_000_000_000 + i)
+            for i in range(0, 6000, 2)}
+    right = dict(left)
+    for k in list(left):
+        r = rnd.random()
+        if r < 0.03:
+            del right[k]
+        elif r < 0.06:
+            right[k] = Entry(f"data/b{k.decode()}", 7, "new", 5, metadata={"m": "v", "é": "日"})
+        elif r < 0.08:
+            right[k] = Entry(f"data/moved/{k.decode()}", left[k].size, left[k].etag, left[k].last_modified_ns)
+    for i in range(1, 6000, 97):
+        right[f"p/{i:05d}".encode()] = Entry(f"data/n{i}", 1, "added", 0)
+    for i in range(3000, 3400, 2):  # a removed run: whole ranges gone
+        right.pop(f"p/{i:05d}".encode(), None)
+    mrs = []
+    for side in (left, right):
+        recs = [(k, encode_value(v.to_value())) for k, v in sorted(side.items())]
+        mrs.append(write_metarange_local(repo.store, recs, SMALL))
+    c1 = repo.commit_metarange("main", mrs[0], "left")
+    c2 = repo.commit_metarange("main", mrs[1], "right")
+    expected = {d.key.decode(): d for d in repo.diff(c1.id, c2.id)}
+    assert len(expected) > 350
+    store = namespace_of(repo).open()
+    lr, rr = read_metarange(store, mrs[0]), read_metarange(store, mrs[1])
+    segs = segments(lr, rr)
+    assert len(segs) > 5 and len(lr) > 50
+    for tasks in (1, 7):
+        rows = diff_df(spark, repo, c1.id, c2.id, tasks=tasks).collect()
+        assert len(rows) == len(expected)
+        for r in rows:
+            d = expected[r.key]
+            assert r.diff_type == d.type.value
+            for side, val in (("left", d.left), ("right", d.right)):
+                got = getattr(r, side)
+                if val is None:
+                    assert got is None
+                    continue
+                e = Entry.from_value(val)
+                assert (got.address, got.etag, got.size, dict(got.user_metadata or {}), got.address_type) == (
+                    e.address, e.etag, e.size, e.metadata, "RELATIVE")
+                lm = got.last_modified
+                assert (int(round(lm.timestamp() * 1e6)) if lm else 0) == e.last_modified_ns // 1000
+                infos = lr if side == "left" else rr
+                assert any(i.id == got.range_id and i.min_key <= r.key.encode() <= i.max_key for i in infos)
 
 
 def test_imported_value_is_the_library_encoding():

@@ -10,6 +10,6 @@ the object store in local mode).
 
 Modules: :mod:`.session` (a SparkSession with the project's interpreter),
 :mod:`.tables` (reading ranges, writing metaranges in parallel),
-:mod:`.entries` (``entries_df``, ``diff_df``), :mod:`.importer`, :mod:`.gc`,
-:mod:`.export`.  pyspark is imported only here, never by the rest of graveler.
+:mod:`.entries` (``entries_df``), :mod:`.diff` (``diff_df``), :mod:`.importer` (with
+:mod:`.listing`, the parallel listing of a prefix), :mod:`.gc`, :mod:`.export`.  pyspark is imported only here, never by the rest of graveler.
 """

@@ -1,10 +1,7 @@
-"""A commit's entries and the difference of two commits as DataFrames.
+"""A commit's entries as a DataFrame (the difference of two commits: :mod:`.diff`).
 
-``entries_df`` runs one task per range of the commit's metarange; ``diff_df``
-reads only the ranges whose IDs differ between the two sides (a range ID names
-its content, and a key lives in one range per side, so a range present on both
-sides holds the same records on both).  The columns are those of lakeFS's Spark
-client: key, address, etag, last_modified, size, range_id, user_metadata,
+``entries_df`` runs one task per range of the commit's metarange.  The columns are
+those of lakeFS's Spark client: key, address, etag, last_modified, size, range_id, user_metadata,
 address_type (``RELATIVE``, ``FULL``, ``BY_PREFIX_DEPRECATED``).
 """
 
@@ -194,31 +191,3 @@ def records_df(spark, ns: Namespace, metarange_id: str, exclude_prefix: bytes | 
     """The raw ``key binary, value binary`` records of a metarange (minus a key prefix), one task per range."""
     ranges = read_metarange(ns.open(), metarange_id)
     return per_task_df(spark, [r.id for r in ranges]).mapInArrow(_records_task(ns, exclude_prefix), RECORD_SCHEMA)
-
-
-def diff_df(spark, repo, left: str, right: str):
-    """The committed differences from ``left`` to ``right``: one row per changed key with
-    ``diff_type`` (added / removed / changed), ``key``, and the ``left`` and ``right`` entries
-    (structs of the entry columns; null on the side where the key is absent)."""
-    from pyspark.sql import functions as F
-
-    ns = namespace_of(repo)
-    store = ns.open()
-    lr = read_metarange(store, metarange_of(repo, left))
-    rr = read_metarange(store, metarange_of(repo, right))
-    common = {r.id for r in lr} & {r.id for r in rr}
-    l_ids = [r.id for r in lr if r.id not in common]
-    r_ids = [r.id for r in rr if r.id not in common]
-    log.info("diff %s..%s: %d ranges in common, %d + %d to read", left, right, len(common), len(l_ids), len(r_ids))
-    ldf = ranges_entries_df(spark, ns, l_ids, with_identity=True)
-    rdf = ranges_entries_df(spark, ns, r_ids, with_identity=True)
-    fields = [c for c in ENTRY_COLUMNS if c != "key"]
-    lcols = ldf.select("key", F.struct(*[F.col(c) for c in fields]).alias("left"), F.col("identity").alias("li"))
-    rcols = rdf.select("key", F.struct(*[F.col(c) for c in fields]).alias("right"), F.col("identity").alias("ri"))
-    j = lcols.join(rcols, on="key", how="full_outer")
-    diff_type = (
-        F.when(F.col("li").isNull(), F.lit("added"))
-        .when(F.col("ri").isNull(), F.lit("removed"))
-        .when(F.col("li") != F.col("ri"), F.lit("changed"))
-    )
-    return j.select(diff_type.alias("diff_type"), "key", "left", "right").where(F.col("diff_type").isNotNull())

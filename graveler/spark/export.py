@@ -28,7 +28,8 @@ from graveler.model import AddressType
 from graveler.objects import split_full_address
 from graveler.objstore import open_store, validate_key
 from graveler.objstore.base import StoreConfig
-from graveler.spark.entries import diff_df, entries_df, namespace_of
+from graveler.spark.diff import diff_df
+from graveler.spark.entries import entries_df, namespace_of
 from graveler.spark.tables import Namespace, fault_point, worker_store
 
 log = logging.getLogger(__name__)

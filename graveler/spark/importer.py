@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -29,7 +31,9 @@ from graveler.model import AddressType, Value, encode_value
 from graveler.objstore import open_store
 from graveler.objstore.base import ObjectInfo, StoreConfig
 from graveler.spark.entries import namespace_of, per_task_df, records_df
-from graveler.spark.tables import RECORD_SCHEMA, Namespace, fault_point, write_metarange, write_metarange_local
+from graveler.spark.listing import PART_SEP, FanOut, Progress, fan_out, group_parts, iter_group, split_part
+from graveler.spark.tables import (RECORD_SCHEMA, Namespace, fault_point, worker_store, write_metarange,
+                                   write_metarange_local)
 
 log = logging.getLogger(__name__)
 
@@ -188,27 +192,36 @@ def _listing_rows(store, objs: Iterable[ObjectInfo]) -> list[tuple]:
              datetime.fromtimestamp(_mtime_us(o) / 1_000_000, tz=timezone.utc)) for o in objs]
 
 
-def _list_task(source_uri: str, store_config: StoreConfig | None):
+def _list_task(source_uri: str, store_config: StoreConfig | None, counters, threads: int):
     import pyarrow as pa
 
     ts = pa.timestamp("us", tz="UTC")
+    ns = Namespace(source_uri, store_config)
+
+    def one(store, group):
+        done = (lambda: counters[1].add(1)) if counters else None
+        out = []
+        for objs, skipped in iter_group(store, group, done):
+            if counters:
+                counters[0].add(len(objs))
+                counters[2].add(skipped)
+            if objs:
+                out.append(_objs_batch(store, objs, pa, ts))
+        return out
 
     def fn(batches):
-        store = open_store(source_uri, store_config)
-        try:
-            for b in batches:
-                for prefix in b.column(0).to_pylist():
-                    objs = []
-                    for o in store.list(prefix):
-                        objs.append(o)
-                        if len(objs) >= 8192:
-                            yield _objs_batch(store, objs, pa, ts)
-                            objs = []
-                    if objs:
-                        yield _objs_batch(store, objs, pa, ts)
-            fault_point("list")
-        finally:
-            store.close()
+        store = worker_store(ns)  # one client per worker process (workers are reused)
+        for b in batches:
+            for item in b.column(0).to_pylist():
+                # The task's run of prefixes in up to `threads` sub-runs listed at once: S3 LIST is latency-bound.
+                subs = group_parts(split_part(item), threads)
+                if len(subs) == 1:
+                    yield from one(store, subs[0])
+                    continue
+                with ThreadPoolExecutor(max_workers=len(subs), thread_name_prefix="list") as pool:
+                    for out in pool.map(lambda g: one(store, g), subs):
+                        yield from out
+        fault_point("list")
 
     return fn
 
@@ -226,36 +239,79 @@ def _objs_batch(store, objs, pa, ts):
     )
 
 
-def listing_df(spark, source_uri: str, store_config: StoreConfig | None = None, min_tasks: int | None = None):
+@dataclass
+class ListingJob:
+    """A listing DataFrame (lazy) and what its progress is read from."""
+
+    df: object
+    fan_out: FanOut
+    tasks: int
+    counters: tuple | None  # accumulators: objects listed, prefixes done, keys skipped (by the tasks)
+
+
+def listing_job(spark, source_uri: str, store_config: StoreConfig | None = None, min_tasks: int | None = None,
+                progress: Progress | None = None, task_threads: int = 4) -> ListingJob:
     """The objects under ``source_uri`` (keys relative to it) as a listing DataFrame, listed in
-    parallel by sub-prefix: the driver reads the top levels (descending while there are fewer
-    sub-prefixes than ``min_tasks``), each task lists one sub-prefix."""
-    min_tasks = min_tasks or 2 * spark.sparkContext.defaultParallelism
+    parallel by delimiter fan-out: the driver reads the hierarchy breadth-first (prefixes listed on
+    threads) until there are ``min_tasks * task_threads`` sub-prefixes (``min_tasks``: default 4 per
+    core), then each of ``min_tasks`` tasks lists a run of them flat, in ``task_threads`` sub-runs
+    at once.  The result is the flat
+    listing (:mod:`.listing`)."""
+    sc = spark.sparkContext
+    min_tasks = min_tasks or 4 * sc.defaultParallelism
     store = open_store(source_uri, store_config)
     try:
-        top: list[ObjectInfo] = []
-        prefixes = [""]
-        for _ in range(3):  # at most three levels deep on the driver
-            if len(prefixes) >= min_tasks:
-                break
-            nxt: list[str] = []
-            for p in prefixes:
-                objs, subs = store.list_level(p)
-                top.extend(objs)
-                nxt.extend(subs)
-            prefixes = nxt
-            if not prefixes:
-                break
-        rows = _listing_rows(store, top)
+        threads = getattr(store_config, "transfer_concurrency", 8) if store_config is not None else 8
+        fo = fan_out(store, min_tasks * task_threads, threads=threads, progress=progress)
+        rows = _listing_rows(store, fo.objects)
     finally:
         store.close()
-    log.info("listing %s: %d objects on the driver, %d sub-prefixes in parallel", source_uri, len(rows), len(prefixes))
+    groups = group_parts(fo.prefixes, min_tasks)
+    log.info("listing %s: %d objects on the driver (%d levels), %d sub-prefixes in %d tasks", source_uri,
+             len(rows), fo.levels, len(fo.prefixes), len(groups))
     df = spark.createDataFrame(rows, LISTING_SCHEMA)
-    if prefixes:
-        listed = per_task_df(spark, prefixes).mapInArrow(_list_task(source_uri, store_config),
-                                                                       LISTING_SCHEMA)
+    counters = (sc.accumulator(0), sc.accumulator(0), sc.accumulator(0)) if progress is not None else None
+    if groups:
+        listed = per_task_df(spark, [PART_SEP.join(g) for g in groups]).mapInArrow(
+            _list_task(source_uri, store_config, counters, task_threads), LISTING_SCHEMA)
         df = df.unionByName(listed)
-    return df
+    return ListingJob(df, fo, len(groups), counters)
+
+
+def listing_df(spark, source_uri: str, store_config: StoreConfig | None = None, min_tasks: int | None = None):
+    """The listing DataFrame of :func:`listing_job` (no progress line)."""
+    return listing_job(spark, source_uri, store_config, min_tasks).df
+
+
+def materialize_listing(job: ListingJob, progress: Progress | None = None, poll: float = 0.5):
+    """Persist and count the listing, the progress line following the tasks (their counts arrive as
+    each task ends); returns the persisted DataFrame and its row count."""
+    df = job.df.persist()
+    if progress is None or job.counters is None:
+        return df, df.count()
+    base_objects, base_done = progress.objects, progress.prefixes_done
+    base_skipped = progress.skipped
+    known = progress.prefixes_known
+    objs, done, skipped = job.counters
+    stop = threading.Event()
+
+    def follow():
+        while not stop.wait(poll):
+            progress.set(base_objects + objs.value, base_done + done.value, known, base_skipped + skipped.value)
+
+    t = threading.Thread(target=follow, name="listing-progress", daemon=True)
+    t.start()
+    try:
+        n = df.count()
+    finally:
+        stop.set()
+        t.join()
+    progress.set(base_objects + objs.value, base_done + done.value, known, base_skipped + skipped.value)
+    progress.close()
+    if progress.skipped:
+        log.info("listing: %d keys that are not object keys (folder markers, empty or dot segments) skipped",
+                 progress.skipped)
+    return df, n
 
 
 def _check_clean(repo, branch: str) -> None:
@@ -305,10 +361,14 @@ def _finish(repo, branch, head, mr, records, ranges, parts, dest_prefix, message
 
 
 def import_prefix(spark, repo, branch: str, source_uri: str, dest_prefix: str, message: str | None = None,
-                  partitions: int | None = None, store_config: StoreConfig | None = None) -> ImportResult:
-    """Import every object under ``source_uri`` (a local directory or ``s3://bucket/prefix``)."""
+                  partitions: int | None = None, store_config: StoreConfig | None = None,
+                  progress: bool | None = True) -> ImportResult:
+    """Import every object under ``source_uri`` (a local directory or ``s3://bucket/prefix``), listed
+    by delimiter fan-out; ``progress``: the listing's progress line on stderr (None: no counting)."""
     cfg = store_config if store_config is not None else repo.config.store
-    listing = listing_df(spark, source_uri, cfg).persist()
+    prog = Progress(source_uri, enabled=progress) if progress is not None else None
+    job = listing_job(spark, source_uri, cfg, progress=prog)
+    listing, _ = materialize_listing(job, prog)
     try:
         return import_listing(repo, branch, listing, dest_prefix, message, partitions, source=source_uri)
     finally:

@@ -45,7 +45,10 @@ def register(sub) -> None:
         epilog="Every object under SOURCE (a local directory or s3://BUCKET/PREFIX) becomes an entry under\n"
                "PREFIX on BRANCH that points at the object where it is (nothing is copied); whatever was\n"
                "under PREFIX before is replaced.  The branch must have no uncommitted changes.  Running the\n"
-               "same import again gives the same tree and makes no commit.",
+               "same import again gives the same tree and makes no commit.  SOURCE is listed in parallel:\n"
+               "sub-prefixes found by delimited listings, runs of them listed by the tasks; a progress line\n"
+               "(objects listed, prefixes done/known, objects/s) goes to stderr.  Keys that are not object\n"
+               "keys (S3 folder markers 'dir/', empty or '.' segments) are skipped and counted.",
     )
     p.add_argument("source", metavar="SOURCE", help="a local directory or s3://BUCKET/PREFIX")
     p.add_argument("dest", metavar="lakefs://REPO/BRANCH/PREFIX/")

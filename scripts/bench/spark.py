@@ -7,6 +7,10 @@ On one Spark master (default local[2]), in one run:
   single-process writer over the same listing, and whether the metarange IDs are identical;
   where the Spark time goes (input + break-key pass, range writing, metarange);
 * entries_df scan of the imported commit: entries/s, vs iterating the commit in this process;
+* diff_df of the imported commit and a changed one (every range differs), vs repo.diff in this
+  process with the entries decoded;
+* listing of --list-objects objects of an S3 prefix (moto in its own process): the Spark
+  delimiter fan-out (graveler.spark.listing) and 8 threads of this process vs one flat listing;
 * GC mark over S stored / L live objects: the live set is the entries of a real L-entry commit
   (read from its ranges by the executors), the stored objects are an inventory DataFrame
   (as with an S3 Inventory report: S data/ objects, L of them live); the seconds of each phase;
@@ -23,6 +27,7 @@ shared: compare the same-run ratios, not the absolute numbers.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -140,6 +145,124 @@ class Bench:
         self.report(f"entries_df scan {n:,}", f"{n / s:,.0f} entries/s ({s:.1f} s)",
                     f"{n / single:,.0f} entries/s ({single:.1f} s)", f"x{single / s:.2f}")
 
+    def bench_diff(self) -> None:
+        """diff_df against the single-process diff (repo.diff, entries decoded) of the same two commits: the
+        imported commit and one with every 37th entry changed, every 101st removed, every 53rd key added
+        beside one (so every range differs)."""
+        from graveler.spark.diff import diff_df
+
+        repo, n = self.scan_repo, self.scan_n
+        c1 = repo.get_commit("main")
+        t0 = time.monotonic()
+        recs = []
+        for i, (k, v) in enumerate(repo.iter_committed("main")):
+            if i % 101 == 0:
+                continue
+            if i % 37 == 0:
+                v = dataclasses.replace(Entry.from_value(v), etag="changed").to_value()
+            recs.append((k, encode_value(v)))
+            if i % 53 == 0:
+                recs.append((k + b".new", encode_value(Entry(f"s3://x/{i}", 1, "added", 1).to_value())))
+        mr = write_metarange_local(repo.store, recs, repo.config.range_params)
+        c2 = repo.commit_metarange("main", mr, "changed")
+        del recs
+        print(f"diff of a {n:,}-entry commit and its change (built in {time.monotonic() - t0:.1f} s)", flush=True)
+        times = []
+        for _ in range(max(3, self.args.repeat)):  # cheap: at least 3, the median
+            t0 = time.monotonic()
+            cnt = diff_df(self.spark, repo, c1.id, c2.id).where("key is not null").count()
+            times.append(time.monotonic() - t0)
+        s = statistics.median(times)
+        t0 = time.monotonic()
+        k = 0
+        for d in repo.diff(c1.id, c2.id):
+            if d.left is not None:
+                Entry.from_value(d.left)
+            if d.right is not None:
+                Entry.from_value(d.right)
+            k += 1
+        single = time.monotonic() - t0
+        assert cnt == k, (cnt, k)
+        self.report(f"diff_df {n:,} ({k:,} diffs)", f"{n / s:,.0f} entries/s ({s:.1f} s)",
+                    f"{n / single:,.0f} entries/s ({single:.1f} s)", f"x{single / s:.2f}")
+
+    # ---------------------------------------------------------------- S3 listing (import's first step)
+    def moto(self) -> str:
+        """A moto S3 server in its own process (its own GIL), on a free loopback port."""
+        import socket
+        import subprocess
+
+        if getattr(self, "_moto", None) is None:
+            with socket.socket() as sk:
+                sk.bind(("127.0.0.1", 0))
+                port = sk.getsockname()[1]
+            moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
+            self._moto = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL)
+            self.moto_url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise SystemExit("moto_server did not start")
+                    time.sleep(0.2)
+        return self.moto_url
+
+    def bench_listing(self, n: int) -> None:
+        """Listing n objects of an S3 prefix (moto in its own process): one flat listing against the
+        delimiter fan-out, in Spark tasks (listing_job) and on threads of this process (list_parallel)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        import boto3
+
+        from graveler.objstore import StoreConfig, open_store
+        from graveler.spark.importer import listing_job, materialize_listing
+        from graveler.spark.listing import Progress, flat_listing, list_parallel
+
+        url = self.moto()
+        cfg = StoreConfig(s3_endpoint_url=url, region="us-east-1")
+        client = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
+        bucket = f"list-{n}"
+        client.create_bucket(Bucket=bucket)
+        keys = [f"{TEAMS[i % 8]}/events/date=2024-{(i // 5000) % 12 + 1:02d}-{(i // 200) % 28 + 1:02d}/"
+                f"part-{i:09d}.parquet" for i in range(n)] + [f"top-{i}.txt" for i in range(10)]
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=f"raw/{k}", Body=b"x"), keys))
+        print(f"S3 listing of {len(keys):,} objects (moto, own process; put in {time.monotonic() - t0:.0f} s)",
+              flush=True)
+        uri = f"s3://{bucket}/raw"
+        store = open_store(uri, cfg)
+        flat_t, par_t, spark_t = [], [], []
+        for _ in range(self.args.repeat):
+            t0 = time.monotonic()
+            flat = flat_listing(store)
+            flat_t.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            par = list_parallel(store, min_parts=32, threads=8, progress=Progress(uri, interval=2))
+            par_t.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            prog = Progress(uri, interval=2)
+            job = listing_job(self.spark, uri, cfg, progress=prog)
+            df, cnt = materialize_listing(job, prog)
+            spark_t.append(time.monotonic() - t0)
+            got = {r.key for r in df.select("key").collect()}
+            df.unpersist()
+            assert [o.key for o in par] == [o.key for o in flat] and got == set(keys) and cnt == len(keys)
+        f, p, sp = (statistics.median(x) for x in (flat_t, par_t, spark_t))
+        m = len(keys)
+        print(f"    fan-out: {job.fan_out.calls} delimited listings, {len(job.fan_out.prefixes)} parts in "
+              f"{job.tasks} tasks; threads: {m / p:,.0f} objects/s", flush=True)
+        self.report(f"list {m:,} S3 objects (fan-out)", f"{m / sp:,.0f} objects/s ({sp:.1f} s)",
+                    f"{m / f:,.0f} objects/s ({f:.1f} s, flat)", f"x{f / sp:.2f}")
+        self.report(f"list {m:,} S3 objects (threads)", f"{m / p:,.0f} objects/s ({p:.1f} s, 8 threads)",
+                    f"{m / f:,.0f} objects/s ({f:.1f} s, flat)", f"x{f / p:.2f}")
+        store.close()
+        client.close()
+
     # ---------------------------------------------------------------- gc
     def bench_gc(self, stored: int, live: int) -> None:
         from pyspark.sql import functions as F
@@ -236,6 +359,9 @@ class Bench:
                     f"{n / single:,.0f} objects/s ({single:.1f} s)", f"x{single / s:.2f}")
 
     def close(self) -> None:
+        if getattr(self, "_moto", None) is not None:
+            self._moto.terminate()
+            self._moto.wait()
         self.spark.stop()
         self.g.close()
         if not self.args.keep:
@@ -248,6 +374,8 @@ def main() -> int:
     ap.add_argument("--import", dest="imports", type=int, nargs="*", default=[1_000_000],
                     help="listing sizes to import (default 1,000,000)")
     ap.add_argument("--single-max", type=int, default=2_000_000, help="skip the single-process import above this")
+    ap.add_argument("--list-objects", type=int, default=30_000,
+                    help="S3 objects (moto) to list flat vs by delimiter fan-out (0: skip)")
     ap.add_argument("--gc-stored", type=int, default=2_000_000)
     ap.add_argument("--gc-live", type=int, default=1_000_000)
     ap.add_argument("--gc-files", type=int, default=50_000, help="files for the real-listing mark (0: skip)")
@@ -260,6 +388,10 @@ def main() -> int:
     ap.add_argument("--tmp", default=None, help="where to put the namespaces (default: the system temp dir)")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
+    if args.list_objects:  # before Spark starts: the executors inherit the environment
+        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+                          AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+                          AWS_EC2_METADATA_DISABLED="true")
     b = Bench(args)
     print(f"master {args.master}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
     try:
@@ -267,6 +399,9 @@ def main() -> int:
             b.bench_import(n)
         if args.imports:
             b.bench_scan()
+            b.bench_diff()
+        if args.list_objects:
+            b.bench_listing(args.list_objects)
         if args.gc_stored:
             b.bench_gc(args.gc_stored, args.gc_live)
         if args.gc_files:

@@ -90,8 +90,13 @@ def test_create_write_close_stages_with_posix_attrs(fs, repo, kv_backend):
 
 
 def test_created_file_is_visible_before_close_and_reads_back(fs, repo):
-    opened, attr = fs.create(ino_of(fs, "main"), b"f", stat.S_IFREG | 0o644, os.O_RDWR, ME)
-    assert repo.exists("main", "f")  # staged empty at once: every lookup sees it
+    main = ino_of(fs, "main")
+    opened, attr = fs.create(main, b"f", stat.S_IFREG | 0o644, os.O_RDWR, ME)
+    # its entry is staged with its first save (the create's and the close's in one transaction)...
+    assert not repo.exists("main", "f")
+    # ...but the mount answers for it at once: a lookup or listing that reads the branch stages it first
+    assert fs.lookup(main, b"f").ino == attr.ino
+    assert repo.get("main", "f").size == 0 and fs.stats.counts["creates_settled"] == 1
     fs.write(opened.fh, 0, b"abc")
     assert fs.read(opened.fh, 0, 10) == b"abc"
     assert fs.getattr(attr.ino).size == 3
@@ -102,6 +107,36 @@ def test_created_file_is_visible_before_close_and_reads_back(fs, repo):
     fs.flush(opened.fh)
     fs.release(opened.fh)
     assert repo.read("main", "f") == b"abc"
+
+
+def test_create_write_close_is_one_staging_transaction_and_a_listing_shows_it_before(fs, repo):
+    main = ino_of(fs, "main")
+    d = fs.mkdir(main, b"d", 0o755, ME).ino
+    before = repo.view("main").change_stamp()
+    opened, attr = fs.create(d, b"f", stat.S_IFREG | 0o600, os.O_WRONLY, ME)
+    fs.write(opened.fh, 0, b"abc")
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert repo.view("main").change_stamp() == before + 1  # one transaction: the create's and the close's
+    assert repo.read("main", "d/f") == b"abc"
+    assert PosixAttrs.from_metadata(repo.get("main", "d/f").metadata).mode == stat.S_IFREG | 0o600
+    assert fs.getattr(d).mtime_ns == fs.getattr(attr.ino).mtime_ns or fs.getattr(d).mtime_ns > 0
+    # created and not closed yet: a listing of its directory shows it (staged first), empty
+    o2, a2 = fs.create(d, b"g", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    h = fs.opendir(d)
+    fs.readdir_fill(h, 0)
+    assert sorted(e.name for e in fs.readdir_fast(h, 0)) == [b"f", b"g"]
+    fs.releasedir(h)
+    assert repo.get("main", "d/g").size == 0
+    fs.write(o2.fh, 0, b"xy")
+    fs.flush(o2.fh)
+    fs.release(o2.fh)
+    assert repo.read("main", "d/g") == b"xy"
+    # a file created and closed without a write (touch) is staged by its close
+    o3, _ = fs.create(d, b"t", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    fs.flush(o3.fh)
+    fs.release(o3.fh)
+    assert repo.get("main", "d/t").size == 0
 
 
 @PERSISTENT_KVS
@@ -360,6 +395,8 @@ def test_close_saves_without_a_sync_and_fsync_makes_it_durable(tmp_path):
         root = ino_of(fs, "main")
         for name, data in (("empty", b""), ("full", b"data")):
             opened, _ = fs.create(root, name.encode(), stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+            assert not repo.exists("main", name)  # staged with its first save
+            fs.lookup(root, name.encode())  # a lookup reaching the KV stages it first
             assert repo.exists("main", name) and env._synced_seq < env._commit_seq  # staged, not synced
             if data:
                 fs.write(opened.fh, 0, data)

@@ -259,6 +259,7 @@ class Filesystem(Opens, XattrReads):
         """The attributes of ``name`` in directory ``parent_ino``; its lookup count +1."""
         parent = self.inodes.get(parent_ino)
         if parent.kind == Kind.DIR and not parent.tree.immutable:
+            self.settle()
             with self.tree_lock(parent.tree).shared():
                 attr = self._lookup(parent, name)
             if attr.ino and self.inodes.get(attr.ino).kind == Kind.FILE:
@@ -463,6 +464,7 @@ class Filesystem(Opens, XattrReads):
             if node.attr is not None and node.attr.uncounted:  # a listing's directory, stat'ed now
                 node.attr = self._counted(node.attr, tree, node.path)
             return node
+        self.settle()
         try:
             stamp = tree.repin()
         except NotFound:
@@ -557,6 +559,7 @@ class Filesystem(Opens, XattrReads):
 
     def readdir_fill(self, fh: int, offset: int) -> None:
         """Read the entries from ``offset`` on (blocking)."""
+        self.settle()
         listing.fill(self, self._handle(fh), offset)
 
     def readdir_wants_ahead(self, fh: int, offset: int, n: int) -> bool:
@@ -570,6 +573,7 @@ class Filesystem(Opens, XattrReads):
         on (blocking; :func:`lakefuse.mount.listing.fill_ahead`)."""
         h = self._handles.get(fh)
         if isinstance(h, listing.DirHandle):
+            self.settle()
             listing.fill_ahead(self, h, keep_from)
 
     def readdir_dots(self, fh: int) -> list[tuple[bytes, Attr]]:
@@ -630,6 +634,16 @@ class Filesystem(Opens, XattrReads):
             stamp = h.flush()
             if stamp:  # a file saved through the spool: its entry as staged (no read at the next stat)
                 self.file_staged(h.node, h.sf.saved.to_value(), stamp)
+                if h.sf.staged_items:  # its create, staged with it: its directory's marker too
+                    parent = self.inodes.peek(h.node.parent_ino)
+                    if parent is not None and parent.kind == Kind.DIR:
+                        self.dir_staged(parent, h.sf.staged_items, stamp)
+
+    def settle(self) -> None:
+        """Stage the files this mount created and has not saved yet
+        (:meth:`lakefuse.mount.writes.BranchWrites.settle`), before a read of the branch."""
+        if self.writes is not None:
+            self.writes.settle()
 
     def file_staged(self, node: Node, value: Value, stamp: int) -> bool:
         """This mount staged ``value`` for file ``node`` and the branch's stamp became ``stamp``:
@@ -646,6 +660,7 @@ class Filesystem(Opens, XattrReads):
         """fsync(2) of a directory: every change staged through this mount (each a committed,
         unsynced KV transaction: create, mkdir, rename, unlink, chmod...) is on disk."""
         if self.writes is not None:
+            self.settle()
             self.repo.sync()
 
     def fsync(self, fh: int) -> None:

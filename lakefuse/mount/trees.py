@@ -140,6 +140,13 @@ class Tree:
         return (known is not None and name not in known[1] and max(self.holes, default=0) <= known[0]
                 and self.fresh(within_ns))
 
+    def names_added(self, items) -> None:
+        """Names this mount answers for before they are staged (a create): :meth:`known_absent`
+        must not say they are not there."""
+        with self.lock:
+            if self.known:
+                self._names(items)
+
     def _names(self, items) -> None:
         """Keep the known directories' names true after staging ``items`` (key, value or None)."""
         known = self.known

@@ -116,6 +116,7 @@ class BranchWrites:
             # until a retry saves it; a commit first retries its branch's failed saves
             self.spool.pin = self._pin
             fs.controls.before_commit = self.spool.check_saved
+            fs.controls.before_request = self.settle
 
     def _pin(self, ino: int, held: bool) -> None:
         try:
@@ -209,6 +210,28 @@ class BranchWrites:
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
+    def settle(self) -> None:
+        """Stage the files created through this mount and not saved yet (:meth:`create`): before
+        anything that reads the branch (a lookup or listing that reaches the KV, another write, a
+        control request) -- what this mount answers must hold them. Nothing to do: no I/O. The
+        caller holds no spool file's lock."""
+        spool = self.spool
+        if spool is None or not spool.unstaged:
+            return
+        for sf in spool.unstaged_files():
+            node = self.inodes.peek(sf.ino)
+            tree = node.tree if node is not None else None
+            if tree is None:
+                continue
+            with tree.own_saving():
+                done = sf.stage_create()
+                if done is None:
+                    continue
+                stamp, raw, entry, extra = done
+                tree.staged(stamp, raw, _dirs_of([(sf.key or b"", None)] + extra), None)
+            self.fs.file_staged(node, entry.to_value(), stamp)
+            self.stats.add("creates_settled")
+
     def _stage(self, tree: Tree, items, durable: bool = False) -> int:
         """Stage ``items`` (one stamp bump); the branch's stamp after it."""
         with tree.own_saving():
@@ -260,22 +283,35 @@ class BranchWrites:
         attrs = PosixAttrs(mode=stat.S_IFREG | stat.S_IMODE(mode), uid=caller.uid, gid=caller.gid)
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
+        # the kernel looked the name up just before (its create follows a lookup that found nothing)
+        absent = self.fs.absent(parent, name)
+        if not absent:
+            self.settle()  # (another create of this name, not staged yet, must be seen)
         with self.fs.tree_lock(tree).shared():
-            # the kernel looked the name up just before (its create follows a lookup that found nothing)
-            st = None if self.fs.absent(parent, name) else self._stat(tree, path)
+            st = None if absent else self._stat(tree, path)
             if st is not None and st.is_dir:
                 raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
             if st is not None and st.value is not None and flags & os.O_EXCL:
                 raise FsError(errno.EEXIST)
-            # Not synced (nothing but fsync and commit sync): create(2) promises nothing durable.
             touched = self._touch_parent(tree, parent.path, now)
-            stamp = self._stage(tree, [(path, entry.to_value())] + touched)
+            # A new name is staged with the file's first save (its close, fsync), in the same
+            # transaction: this mount answers for it meanwhile (settle); over an existing
+            # entry, at once. Not synced either way: create(2) promises nothing durable.
+            defer = st is None or st.value is None
+            if defer:
+                stamp = tree.stamp
+                tree.names_added([(path, b"")])  # (lookups answered from memory know the name)
+            else:
+                stamp = self._stage(tree, [(path, entry.to_value())] + touched)
             self.fs.dir_staged(parent, touched, stamp)
             attr = self.rules.file_attr(entry.to_value(), tree)
             attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
                                        entry.to_value(), stamp)
         node = self.inodes.get(attr.ino)
-        sf = self.spool.open(node.ino, tree.view.branch, path, entry, attrs)
+        if defer:
+            sf = self.spool.create(node.ino, tree.view.branch, path, entry, attrs, touched)
+        else:
+            sf = self.spool.open(node.ino, tree.view.branch, path, entry, attrs)
         self.inodes.open(node)
         self.stats.add("creates")
         return Opened(self.fs.new_fh(SpoolHandle(node, sf, True, self.spool)), False, False), self.rules.spooled(sf, attr)
@@ -293,6 +329,7 @@ class BranchWrites:
         return node.attr
 
     def mkdir(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
+        self.settle()
         parent = self.inodes.get(parent_ino)
         if parent.kind == Kind.ROOT:
             return self._mkdir_branch(name)
@@ -342,6 +379,7 @@ class BranchWrites:
 
     def _make_special(self, parent: Node, path: bytes, attrs: PosixAttrs) -> Attr:
         """A symlink, FIFO, socket or device: an entry of the shared empty object, kind in its metadata."""
+        self.settle()
         tree: Tree = parent.tree
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
@@ -377,6 +415,7 @@ class BranchWrites:
     # ------------------------------------------------------------------ unlink / rmdir
 
     def unlink(self, parent_ino: int, name: bytes) -> None:
+        self.settle()
         parent = self._branch_node(parent_ino)
         if name in paths.RESERVED_NAMES:
             raise FsError(errno.EPERM if parent.path else errno.EISDIR)
@@ -402,6 +441,7 @@ class BranchWrites:
                 self.spool.detach(node.ino)
 
     def rmdir(self, parent_ino: int, name: bytes) -> None:
+        self.settle()
         parent = self.inodes.get(parent_ino)
         if parent.kind == Kind.ROOT:
             raise FsError(errno.EPERM, "deleting a branch stays with the CLI (lakefuse branch delete)")
@@ -428,6 +468,7 @@ class BranchWrites:
 
     def rename(self, old_parent_ino: int, old_name: bytes, new_parent_ino: int, new_name: bytes,
                flags: int) -> None:
+        self.settle()
         if flags & RENAME_EXCHANGE:
             raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
         if flags & ~RENAME_NOREPLACE:
@@ -536,6 +577,7 @@ class BranchWrites:
     # ------------------------------------------------------------------ setattr
 
     def setattr(self, ino: int, changes: SetAttr) -> Attr:
+        self.settle()
         node = self.inodes.get(ino)
         if node.kind == Kind.DIR:
             node = self._branch_node(ino, (Kind.DIR,))
@@ -655,6 +697,7 @@ class BranchWrites:
         directory: its entry (a directory's marker, made for a directory that has none) is
         restaged with the new metadata (:mod:`lakefuse.mount.xattrs`), same object; a file
         open for writing takes it through its spool file, like chmod."""
+        self.settle()
         node = self._branch_node(ino, (Kind.DIR, Kind.FILE))
         xattrs.check_name(name, writing=True)
         if node.kind == Kind.FILE and node.attr is not None and not stat.S_ISREG(node.attr.mode):

@@ -259,7 +259,8 @@ class Filesystem(Opens, XattrReads):
         """The attributes of ``name`` in directory ``parent_ino``; its lookup count +1."""
         parent = self.inodes.get(parent_ino)
         if parent.kind == Kind.DIR and not parent.tree.immutable:
-            self.settle()
+            if name not in (b".", b".."):
+                self.settle(parent.tree, key=paths.join(parent.path, name))
             with self.tree_lock(parent.tree).shared():
                 attr = self._lookup(parent, name)
             if attr.ino and self.inodes.get(attr.ino).kind == Kind.FILE:
@@ -464,7 +465,10 @@ class Filesystem(Opens, XattrReads):
             if node.attr is not None and node.attr.uncounted:  # a listing's directory, stat'ed now
                 node.attr = self._counted(node.attr, tree, node.path)
             return node
-        self.settle()
+        if node.kind == Kind.DIR:
+            self.settle(tree, parent=node.path)  # (its listing, its marker's times)
+        else:
+            self.settle(tree, key=node.path)
         try:
             stamp = tree.repin()
         except NotFound:
@@ -559,8 +563,10 @@ class Filesystem(Opens, XattrReads):
 
     def readdir_fill(self, fh: int, offset: int) -> None:
         """Read the entries from ``offset`` on (blocking)."""
-        self.settle()
-        listing.fill(self, self._handle(fh), offset)
+        h = self._handle(fh)
+        if h.node.kind == Kind.DIR and not h.node.tree.immutable:
+            self.settle(h.node.tree, parent=h.node.path)
+        listing.fill(self, h, offset)
 
     def readdir_wants_ahead(self, fh: int, offset: int, n: int) -> bool:
         """Whether to read the next page now (:meth:`readdir_ahead`): a readdir just handed
@@ -573,7 +579,8 @@ class Filesystem(Opens, XattrReads):
         on (blocking; :func:`lakefuse.mount.listing.fill_ahead`)."""
         h = self._handles.get(fh)
         if isinstance(h, listing.DirHandle):
-            self.settle()
+            if h.node.kind == Kind.DIR and not h.node.tree.immutable:
+                self.settle(h.node.tree, parent=h.node.path)
             listing.fill_ahead(self, h, keep_from)
 
     def readdir_dots(self, fh: int) -> list[tuple[bytes, Attr]]:
@@ -634,16 +641,15 @@ class Filesystem(Opens, XattrReads):
             stamp = h.flush()
             if stamp:  # a file saved through the spool: its entry as staged (no read at the next stat)
                 self.file_staged(h.node, h.sf.saved.to_value(), stamp)
-                if h.sf.staged_items:  # its create, staged with it: its directory's marker too
-                    parent = self.inodes.peek(h.node.parent_ino)
-                    if parent is not None and parent.kind == Kind.DIR:
-                        self.dir_staged(parent, h.sf.staged_items, stamp)
+                parent = self.inodes.peek(h.node.parent_ino) if h.sf.staged_items else None
+                if parent is not None and parent.kind == Kind.DIR:  # its create, staged with it: its marker
+                    self.dir_staged(parent, h.sf.staged_items, stamp)
 
-    def settle(self) -> None:
-        """Stage the files this mount created and has not saved yet
-        (:meth:`lakefuse.mount.writes.BranchWrites.settle`), before a read of the branch."""
+    def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:
+        """Before a read of the branch: stage the files this mount created and did not save yet
+        (:meth:`lakefuse.mount.writes.BranchWrites.settle`)."""
         if self.writes is not None:
-            self.writes.settle()
+            self.writes.settle(tree, key, parent)
 
     def file_staged(self, node: Node, value: Value, stamp: int) -> bool:
         """This mount staged ``value`` for file ``node`` and the branch's stamp became ``stamp``:

@@ -210,25 +210,28 @@ class BranchWrites:
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
-    def settle(self) -> None:
+    def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:
         """Stage the files created through this mount and not saved yet (:meth:`create`): before
         anything that reads the branch (a lookup or listing that reaches the KV, another write, a
-        control request) -- what this mount answers must hold them. Nothing to do: no I/O. The
-        caller holds no spool file's lock."""
+        control request) -- what this mount answers must hold them. Only those of ``tree`` at
+        ``key`` (a lookup, a file's stat) or in directory ``parent`` (a listing, its stat) when
+        given. Nothing to do: no I/O. The caller holds no spool file's lock."""
         spool = self.spool
         if spool is None or not spool.unstaged:
             return
         for sf in spool.unstaged_files():
             node = self.inodes.peek(sf.ino)
-            tree = node.tree if node is not None else None
-            if tree is None:
+            tree_ = node.tree if node is not None else None
+            if tree_ is None or (tree is not None and tree_ is not tree) or sf.key is None:
                 continue
-            with tree.own_saving():
+            if (key is not None and sf.key != key) or (parent is not None and sf.key.rpartition(b"/")[0] != parent):
+                continue
+            with tree_.own_saving():
                 done = sf.stage_create()
                 if done is None:
                     continue
                 stamp, raw, entry, extra = done
-                tree.staged(stamp, raw, _dirs_of([(sf.key or b"", None)] + extra), None)
+                tree_.staged(stamp, raw, _dirs_of([(sf.key or b"", None)] + extra), None)
             self.fs.file_staged(node, entry.to_value(), stamp)
             self.stats.add("creates_settled")
 
@@ -286,7 +289,7 @@ class BranchWrites:
         # the kernel looked the name up just before (its create follows a lookup that found nothing)
         absent = self.fs.absent(parent, name)
         if not absent:
-            self.settle()  # (another create of this name, not staged yet, must be seen)
+            self.settle(tree, key=path)  # (another create of this name, not staged yet, must be seen)
         with self.fs.tree_lock(tree).shared():
             st = None if absent else self._stat(tree, path)
             if st is not None and st.is_dir:

@@ -139,6 +139,45 @@ def test_create_write_close_is_one_staging_transaction_and_a_listing_shows_it_be
     assert repo.get("main", "d/t").size == 0
 
 
+def test_fsync_flushes_the_object_beside_the_kv_commit_and_syncs_the_kv_only_after_it(tmp_path):
+    """fsync(2) of a new file: its object's flush (file and directory) runs beside the KV commit
+    that stages it; the KV sync that makes the entry durable comes only once the object is durable."""
+    import threading
+
+    from graveler.config import KVConfig
+
+    repo = make_repo(tmp_path, "ovl", kv=KVConfig(map_size=1 << 24, sync=True))
+    events: list[str] = []
+    committed = threading.Event()
+    sync_object, stage, kv_sync = repo._store.sync_object, repo.stage_stamped, repo.sync
+
+    def slow_sync_object(key):
+        assert committed.wait(10)  # the KV commit did not wait for the object's flush
+        sync_object(key)
+        events.append("object synced")
+
+    def staging(*a, **kw):
+        out = stage(*a, **kw)
+        events.append("staged")
+        committed.set()
+        return out
+
+    repo._store.sync_object = slow_sync_object
+    repo.stage_stamped = staging
+    repo.sync = lambda: (events.append("kv synced"), kv_sync())[1]
+    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    fs = WritableFilesystem(repo, FsConfig(uid=1000, gid=100), spool=sp)
+    try:
+        opened, _ = fs.create(ino_of(fs, "main"), b"f", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+        fs.write(opened.fh, 0, b"data")
+        fs.fsync(opened.fh)
+        assert events == ["staged", "object synced", "kv synced"]
+        assert repo._env._synced_seq == repo._env._commit_seq and repo.read("main", "f") == b"data"
+        fs.release(opened.fh)
+    finally:
+        sp.close()
+
+
 @PERSISTENT_KVS
 def test_overwrite_append_and_random_writes_on_committed_file(fs, repo, kv_backend):
     ino = ino_of(fs, "main/data/a.csv")

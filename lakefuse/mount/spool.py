@@ -71,6 +71,7 @@ FUSE core calls it from worker threads.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import fcntl
 import hashlib
@@ -161,9 +162,8 @@ class SpoolFile:
         self._adopted = False  # the spool file is a stored object now (a local store linked it): never written
         self.failure: BaseException | None = None  # why the last save failed (None: it did not)
         self.pinned = False  # its inode held by the spool while a failed save waits for a retry
-        # a file created through this mount whose entry is not staged yet (None: it is, or it was
-        # there): what its create changed besides (its directory's marker), staged in the same
-        # transaction as its first save -- or before, by :meth:`stage_create`
+        # a new file's create not staged yet (None: staged): what it changes besides its entry (its
+        # directory's marker), staged with its first save, or before by :meth:`stage_create`
         self.unstaged: list | None = None
         self.staged_items: list = []  # what the last successful flush staged besides the file's own entry
         # MD5 of bytes [0, _md5_off) of the spool file while it is written from the start
@@ -411,20 +411,33 @@ class SpoolFile:
                     if self._expect is _UNSET:  # its retry must not put these bytes over a newer save
                         self._expect = self.known
                     raise
+            syncing = None
             try:
-                if durable and entry.size:
-                    repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
                 self.stamped = [0, None]  # unknown (a compare-and-set): the tree reads it
                 extra = self.unstaged or []
                 if expect is _UNSET:
+                    if durable and entry.size:
+                        # the object flushed beside the KV commit; the KV synced once the object is:
+                        # a durable entry never names a lost object (until then, as after a close)
+                        syncing = self.spool.in_background(repo.sync_entry, entry)
                     # a new file's create is staged with its first save: one transaction, not two
-                    _, *self.stamped = repo.stage_stamped(self.branch, [(self.key, entry)] + extra, durable)
+                    _, *self.stamped = repo.stage_stamped(self.branch, [(self.key, entry)] + extra, False)
                     self.staged_items = extra
-                elif not repo.stage_if(self.branch, self.key, entry, expect):
-                    raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved a "
-                                   f"newer version after this file's save failed; this content was not saved and "
-                                   f"stays in {self.data_path if self._fd is not None else 'the store'}")
+                    if syncing is not None:
+                        syncing, wait = None, syncing
+                        wait.result()
+                    if durable:
+                        repo.sync()
+                else:
+                    if durable and entry.size:
+                        repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
+                    if not repo.stage_if(self.branch, self.key, entry, expect):
+                        raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved "
+                                       f"a newer version after this file's save failed; this content was not saved "
+                                       f"and stays in {self.data_path if self._fd is not None else 'the store'}")
             except GravelerError as e:
+                if syncing is not None:
+                    syncing.exception()  # (it ends before the save is retried)
                 self._pending = (gen, (self.branch, self.key), entry)
                 if self._expect is _UNSET:
                     self._expect = self.known
@@ -449,10 +462,8 @@ class SpoolFile:
             return entry
 
     def stage_create(self) -> tuple[int, bytes | None, Entry, list] | None:
-        """Stage the entry of a file created through this mount and not saved yet (its create's
-        entry: empty, its attributes; and its directory's marker), so that what is not this
-        mount -- its other requests that read the branch, a commit -- sees it before its close.
-        (stamp, branch record, entry, other items) of that staging; None when nothing was to do."""
+        """Stage a new file's create before its first save (empty, its attributes, its directory's
+        marker): (stamp, branch record, entry, other items) of that staging, or None."""
         with self.lock:
             if self.unstaged is None or self.key is None:
                 return None
@@ -464,6 +475,8 @@ class SpoolFile:
             _, stamp, raw = self.spool.repo.stage_stamped(self.branch, [(self.key, entry)] + extra, False)
             self._staged_create()
             self.known = entry.identity()  # what the branch shows at its key now: a retry or recovery stages over it
+            if self._expect is not _UNSET:  # a failed save's retry: this staging is no other writer's
+                self._expect = self.known
             if self.on_disk:
                 self._write_sidecar()
             return stamp, raw, entry, extra
@@ -605,6 +618,7 @@ class Spool(SaveRetries):
         self.dir = config.root / name
         os.rename(pending, self.dir)
         self.journal = sidecar.Journal(self.dir)  # the spool files' records (for recovery)
+        self._background = None  # a thread pool: an fsync's object flush beside its KV commit
         self.pool = FilePool(self.dir)  # empty spool files made ahead (taken by new files)
 
     def _owner(self) -> dict:
@@ -652,9 +666,7 @@ class Spool(SaveRetries):
             return sf
 
     def create(self, ino: int, branch: str, key: bytes, entry: Entry, attrs: PosixAttrs, items: list) -> SpoolFile:
-        """:meth:`open` of a file just created through the mount, its create not staged: its
-        entry (``entry``) and ``items`` (its directory's marker) are staged with its first
-        save, or by :meth:`SpoolFile.stage_create` when something else must see it first."""
+        """:meth:`open` of a new file whose create (``entry``, ``items``) is staged with its first save."""
         with self._lock:
             sf = self._files.get(ino)
             if sf is None:
@@ -674,6 +686,13 @@ class Spool(SaveRetries):
     def unstaged_files(self) -> list[SpoolFile]:
         with self._lock:
             return list(self.unstaged.values())
+
+    def in_background(self, fn, *args) -> concurrent.futures.Future:
+        """``fn(*args)`` in another thread (one of a few kept for it): its future."""
+        with self._lock:
+            if self._background is None:
+                self._background = concurrent.futures.ThreadPoolExecutor(4, "lakefuse-spool-sync")
+            return self._background.submit(fn, *args)
 
     def release_is_inline(self, ino: int) -> bool:
         """Whether :meth:`release` of one handle of ``ino`` does no I/O now: another handle
@@ -736,19 +755,11 @@ class Spool(SaveRetries):
     # -- intents (operations that span several transactions)
     def begin_intent(self, record: dict) -> Path:
         path = self.dir / f"{time.time_ns():019d}-{secrets.token_hex(4)}.intent"
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(record, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        sidecar.write_synced_json(path, record)
         return path
 
     def end_intent(self, path: Path) -> None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)
 
     # -- crash recovery
     def recover(self) -> RecoveryReport:
@@ -761,6 +772,8 @@ class Spool(SaveRetries):
         """Unmount: every file must have been released (a still-dirty one stays for recovery)."""
         self._stop.set()
         self.pool.close()
+        if self._background is not None:
+            self._background.shutdown()
         t = self._retrier
         if t is not None:
             t.join(60)

@@ -164,7 +164,7 @@ class SpoolFile:
         self.pinned = False  # its inode held by the spool while a failed save waits for a retry
         # a new file's create not staged yet (None: staged): what it changes besides its entry (its
         # directory's marker), staged with its first save, or before by :meth:`stage_create`
-        self.unstaged: list | None = None
+        self.unstaged = None  # (as a function of its key then: it may move meanwhile)
         self.staged_items: list = []  # what the last successful flush staged besides the file's own entry
         # MD5 of bytes [0, _md5_off) of the spool file while it is written from the start
         # in order (None once a write lands elsewhere): the etag without a second pass.
@@ -414,7 +414,7 @@ class SpoolFile:
             syncing = None
             try:
                 self.stamped = [0, None]  # unknown (a compare-and-set): the tree reads it
-                extra = self.unstaged or []
+                extra = self.unstaged(self.key) if self.unstaged is not None else []
                 if expect is _UNSET:
                     if durable and entry.size:
                         # the object flushed beside the KV commit; the KV synced once the object is:
@@ -467,7 +467,7 @@ class SpoolFile:
         with self.lock:
             if self.unstaged is None or self.key is None:
                 return None
-            extra = self.unstaged
+            extra = self.unstaged(self.key)
             e = self.base
             md = dict(self.user_metadata)
             md.update(self.attrs.to_metadata())
@@ -665,8 +665,8 @@ class Spool(SaveRetries):
             sf.handles += 1
             return sf
 
-    def create(self, ino: int, branch: str, key: bytes, entry: Entry, attrs: PosixAttrs, items: list) -> SpoolFile:
-        """:meth:`open` of a new file whose create (``entry``, ``items``) is staged with its first save."""
+    def create(self, ino: int, branch: str, key: bytes, entry: Entry, attrs: PosixAttrs, items) -> SpoolFile:
+        """:meth:`open` of a new file whose create (``entry``, and ``items(key)``) is staged with its first save."""
         with self._lock:
             sf = self._files.get(ino)
             if sf is None:

@@ -311,8 +311,9 @@ class BranchWrites:
             attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
                                        entry.to_value(), stamp)
         node = self.inodes.get(attr.ino)
-        if defer:
-            sf = self.spool.create(node.ino, tree.view.branch, path, entry, attrs, touched)
+        if defer:  # its directory's marker as it is when staged (it may change, or the file move, meanwhile)
+            sf = self.spool.create(node.ino, tree.view.branch, path, entry, attrs,
+                                   lambda key: self._touch_parent(tree, key.rpartition(b"/")[0], now))
         else:
             sf = self.spool.open(node.ino, tree.view.branch, path, entry, attrs)
         self.inodes.open(node)

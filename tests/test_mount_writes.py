@@ -178,6 +178,34 @@ def test_fsync_flushes_the_object_beside_the_kv_commit_and_syncs_the_kv_only_aft
         sp.close()
 
 
+def test_a_create_needing_no_read_is_answered_without_a_thread_and_declines_otherwise(fs, repo):
+    """create(fast=True) (what the adapter tries on the trio thread) makes the file when the
+    kernel's lookup just found nothing in a directory whose marker this mount staged last;
+    else it declines (None) and the create runs in a worker thread."""
+    main = ino_of(fs, "main")
+    d = fs.mkdir(main, b"d", 0o755, ME).ino
+    assert fs.create(d, b"a", stat.S_IFREG | 0o644, os.O_WRONLY, ME, True) is None  # no lookup before it
+    opened, _ = fs.create(d, b"a", stat.S_IFREG | 0o644, os.O_WRONLY, ME)  # (in a thread: its marker read)
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert fs.lookup_absent(d, b"b")  # the kernel's lookup: answered from memory
+    got = fs.create(d, b"b", stat.S_IFREG | 0o600, os.O_WRONLY, ME, True)
+    assert got is not None and fs.stats.counts["creates_inline"] == 1
+    opened, attr = got
+    assert fs.getattr(d).mtime_ns == attr.mtime_ns  # its directory's times moved with it
+    fs.write(opened.fh, 0, b"bb")
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert repo.read("main", "d/b") == b"bb"
+    assert PosixAttrs.from_metadata(repo.get("main", "d/b").metadata).mode == stat.S_IFREG | 0o600
+    # a directory rename under way (its lock held exclusively): declined, the thread waits for it
+    assert fs.lookup_absent(d, b"c")
+    lock = fs.tree_lock(fs.inodes.get(d).tree)
+    with lock.exclusive():
+        assert fs.create(d, b"c", stat.S_IFREG | 0o644, os.O_WRONLY, ME, True) is None
+    assert fs.stats.counts["creates_inline"] == 1
+
+
 @PERSISTENT_KVS
 def test_overwrite_append_and_random_writes_on_committed_file(fs, repo, kv_backend):
     ino = ino_of(fs, "main/data/a.csv")

@@ -465,10 +465,7 @@ class Filesystem(Opens, XattrReads):
             if node.attr is not None and node.attr.uncounted:  # a listing's directory, stat'ed now
                 node.attr = self._counted(node.attr, tree, node.path)
             return node
-        if node.kind == Kind.DIR:
-            self.settle(tree, parent=node.path)  # (its listing, its marker's times)
-        else:
-            self.settle(tree, key=node.path)
+        self.settle(tree, *((None, node.path) if node.kind == Kind.DIR else (node.path,)))  # a file; a directory's
         try:
             stamp = tree.repin()
         except NotFound:
@@ -646,8 +643,7 @@ class Filesystem(Opens, XattrReads):
                     self.dir_staged(parent, h.sf.staged_items, stamp)
 
     def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:
-        """Before a read of the branch: stage the files this mount created and did not save yet
-        (:meth:`lakefuse.mount.writes.BranchWrites.settle`)."""
+        """Before a read of the branch: stage what this mount created, not saved yet (creates.settle)."""
         if self.writes is not None:
             self.writes.settle(tree, key, parent)
 
@@ -698,8 +694,6 @@ class Filesystem(Opens, XattrReads):
                                          "open_handles": len(self._handles),
                                          "foreign_changes": sum(t.foreign for t in self.branch_trees())})
 
-    # ------------------------------------------------------------------ xattrs
-
     # ------------------------------------------------------------------ writes (lakefuse.mount.writes)
 
     def check_writable(self, ino: int) -> None:
@@ -732,8 +726,13 @@ class Filesystem(Opens, XattrReads):
         """The mount's shared empty object (uploaded once), as an entry."""
         return self._writer().empty_entry()
 
-    def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller) -> tuple[Opened, Attr]:
-        o, attr = self._writer().create(parent_ino, name, mode, flags, caller)
+    def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller,
+               fast: bool = False) -> tuple[Opened, Attr] | None:
+        """``fast``: on the trio thread, if it needs no I/O (else None: then in a worker thread)."""
+        got = (self._writer().create_fast if fast else self._writer().create)(parent_ino, name, mode, flags, caller)
+        if got is None:
+            return None
+        o, attr = got
         if self.backings.hold(attr.ino):  # a cached open: no passthrough open of it meanwhile
             self.backings.opened(o.fh, attr.ino, False)
         return o, attr

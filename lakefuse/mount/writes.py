@@ -55,7 +55,7 @@ from graveler.model import Entry, Value
 from graveler.objects import PosixAttrs, user_metadata
 from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
-from lakefuse.mount import xattrs
+from lakefuse.mount import creates, xattrs
 from lakefuse.mount.attrs import (
     BRANCH_DIR_MODE,
     BRANCH_FILE_MODE,
@@ -211,29 +211,8 @@ class BranchWrites:
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
     def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:
-        """Stage the files created through this mount and not saved yet (:meth:`create`): before
-        anything that reads the branch (a lookup or listing that reaches the KV, another write, a
-        control request) -- what this mount answers must hold them. Only those of ``tree`` at
-        ``key`` (a lookup, a file's stat) or in directory ``parent`` (a listing, its stat) when
-        given. Nothing to do: no I/O. The caller holds no spool file's lock."""
-        spool = self.spool
-        if spool is None or not spool.unstaged:
-            return
-        for sf in spool.unstaged_files():
-            node = self.inodes.peek(sf.ino)
-            tree_ = node.tree if node is not None else None
-            if tree_ is None or (tree is not None and tree_ is not tree) or sf.key is None:
-                continue
-            if (key is not None and sf.key != key) or (parent is not None and sf.key.rpartition(b"/")[0] != parent):
-                continue
-            with tree_.own_saving():
-                done = sf.stage_create()
-                if done is None:
-                    continue
-                stamp, raw, entry, extra = done
-                tree_.staged(stamp, raw, _dirs_of([(sf.key or b"", None)] + extra), None)
-            self.fs.file_staged(node, entry.to_value(), stamp)
-            self.stats.add("creates_settled")
+        """:func:`lakefuse.mount.creates.settle`: stage the pending creates a read needs."""
+        creates.settle(self, tree, key, parent)
 
     def _stage(self, tree: Tree, items, durable: bool = False) -> int:
         """Stage ``items`` (one stamp bump); the branch's stamp after it."""
@@ -280,45 +259,10 @@ class BranchWrites:
     # ------------------------------------------------------------------ create / mkdir / symlink / mknod
 
     def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller) -> tuple[Opened, Attr]:
-        parent = self._branch_node(parent_ino)
-        path = self._child_path(parent, name)
-        tree: Tree = parent.tree
-        attrs = PosixAttrs(mode=stat.S_IFREG | stat.S_IMODE(mode), uid=caller.uid, gid=caller.gid)
-        now = time.time_ns()
-        entry = self._new_entry(attrs, now)
-        # the kernel looked the name up just before (its create follows a lookup that found nothing)
-        absent = self.fs.absent(parent, name)
-        if not absent:
-            self.settle(tree, key=path)  # (another create of this name, not staged yet, must be seen)
-        with self.fs.tree_lock(tree).shared():
-            st = None if absent else self._stat(tree, path)
-            if st is not None and st.is_dir:
-                raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
-            if st is not None and st.value is not None and flags & os.O_EXCL:
-                raise FsError(errno.EEXIST)
-            touched = self._touch_parent(tree, parent.path, now)
-            # A new name is staged with the file's first save (its close, fsync), in the same
-            # transaction: this mount answers for it meanwhile (settle); over an existing
-            # entry, at once. Not synced either way: create(2) promises nothing durable.
-            defer = st is None or st.value is None
-            if defer:
-                stamp = tree.stamp
-                tree.names_added([(path, b"")])  # (lookups answered from memory know the name)
-            else:
-                stamp = self._stage(tree, [(path, entry.to_value())] + touched)
-            self.fs.dir_staged(parent, touched, stamp)
-            attr = self.rules.file_attr(entry.to_value(), tree)
-            attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
-                                       entry.to_value(), stamp)
-        node = self.inodes.get(attr.ino)
-        if defer:  # its directory's marker as it is when staged (it may change, or the file move, meanwhile)
-            sf = self.spool.create(node.ino, tree.view.branch, path, entry, attrs,
-                                   lambda key: self._touch_parent(tree, key.rpartition(b"/")[0], now))
-        else:
-            sf = self.spool.open(node.ino, tree.view.branch, path, entry, attrs)
-        self.inodes.open(node)
-        self.stats.add("creates")
-        return Opened(self.fs.new_fh(SpoolHandle(node, sf, True, self.spool)), False, False), self.rules.spooled(sf, attr)
+        return creates.create(self, parent_ino, name, mode, flags, caller)
+
+    def create_fast(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller):
+        return creates.create_fast(self, parent_ino, name, mode, flags, caller)
 
     def _acquire_fresh(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                        value: Value | None, stamp: int) -> Attr:

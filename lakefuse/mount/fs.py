@@ -561,8 +561,7 @@ class Filesystem(Opens, XattrReads):
     def readdir_fill(self, fh: int, offset: int) -> None:
         """Read the entries from ``offset`` on (blocking)."""
         h = self._handle(fh)
-        if h.node.kind == Kind.DIR and not h.node.tree.immutable:
-            self.settle(h.node.tree, parent=h.node.path)
+        self.settle(h.node.tree, parent=h.node.path)  # (of a branch directory: nothing pends elsewhere)
         listing.fill(self, h, offset)
 
     def readdir_wants_ahead(self, fh: int, offset: int, n: int) -> bool:
@@ -576,8 +575,7 @@ class Filesystem(Opens, XattrReads):
         on (blocking; :func:`lakefuse.mount.listing.fill_ahead`)."""
         h = self._handles.get(fh)
         if isinstance(h, listing.DirHandle):
-            if h.node.kind == Kind.DIR and not h.node.tree.immutable:
-                self.settle(h.node.tree, parent=h.node.path)
+            self.settle(h.node.tree, parent=h.node.path)
             listing.fill_ahead(self, h, keep_from)
 
     def readdir_dots(self, fh: int) -> list[tuple[bytes, Attr]]:
@@ -727,8 +725,7 @@ class Filesystem(Opens, XattrReads):
         return self._writer().empty_entry()
 
     def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller,
-               fast: bool = False) -> tuple[Opened, Attr] | None:
-        """``fast``: on the trio thread, if it needs no I/O (else None: then in a worker thread)."""
+               fast: bool = False) -> tuple[Opened, Attr] | None:  # fast: no I/O, or None
         got = (self._writer().create_fast if fast else self._writer().create)(parent_ino, name, mode, flags, caller)
         if got is None:
             return None

@@ -28,6 +28,21 @@ class RWLock:
     def exclusive(self) -> "_Exclusive":
         return _Exclusive(self)
 
+    def try_shared(self) -> bool:
+        """Take the lock shared if that needs no wait (nobody holds or wants it exclusively);
+        False otherwise. Let go with :meth:`release_shared`."""
+        with self._cond:
+            if self._exclusive:
+                return False
+            self._shared += 1
+            return True
+
+    def release_shared(self) -> None:
+        with self._cond:
+            self._shared -= 1
+            if not self._shared:
+                self._cond.notify_all()
+
 
 class _Shared:
     __slots__ = ("lock",)

@@ -30,6 +30,8 @@ REPO = "durable"
 _LINE = re.compile(r"^\d+\s+(?P<t>\d+\.\d+) (?P<call>fsync|fdatasync|syncfs|sync_file_range)\((?P<fd>\d+)<(?P<path>[^>]*)>"
                    r".*= (?P<rc>-?\d+).*<(?P<dur>\d+\.\d+)>$")
 
+_RESUMED = re.compile(r"^\d+\s+\d+\.\d+ <\.\.\. \w+ resumed>(?P<rest>.*)$")
+
 
 class SyncTrace:
     """strace of every sync call of one process (and its threads) into a file."""
@@ -50,9 +52,18 @@ class SyncTrace:
         return all(_tracer(pid, t) != 0 for t in tasks)
 
     def calls(self) -> list[tuple[float, str, str]]:
-        """(end time, call, path) of every completed sync call so far."""
+        """(end time, call, path) of every completed sync call so far (a call another thread's
+        interrupted in the trace, ``<unfinished ...>`` then ``<... resumed>``, taken whole)."""
         out = []
+        unfinished: dict[str, str] = {}
         for line in self.out.read_text().splitlines():
+            pid = line.split(" ", 1)[0]
+            if line.endswith("<unfinished ...>"):
+                unfinished[pid] = line[: -len("<unfinished ...>")].rstrip()
+                continue
+            r = _RESUMED.match(line)
+            if r and pid in unfinished:
+                line = unfinished.pop(pid) + r.group("rest")
             m = _LINE.match(line)
             if m and m.group("rc") == "0":
                 out.append((float(m.group("t")) + float(m.group("dur")), m.group("call"), m.group("path")))

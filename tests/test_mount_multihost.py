@@ -145,7 +145,7 @@ def test_writes_and_commit_on_one_host_are_seen_on_another_within_1s(world):
         f.write(new)
     t_seen = time.monotonic()  # the close returned
     w_new = Watcher(lambda: (b / "main" / "new.txt").read_bytes(), b"written on A\n")
-    with open(a / "main" / "new.txt", "wb") as f:  # a create is seen (empty) at once, its content at close
+    with open(a / "main" / "new.txt", "wb") as f:  # a create is seen at its close at the latest, with its content
         t_created = time.monotonic()
         f.write(b"written on A\n")
     t_new = time.monotonic()

@@ -90,8 +90,13 @@ def test_create_write_close_stages_with_posix_attrs(fs, repo, kv_backend):
 
 
 def test_created_file_is_visible_before_close_and_reads_back(fs, repo):
-    opened, attr = fs.create(ino_of(fs, "main"), b"f", stat.S_IFREG | 0o644, os.O_RDWR, ME)
-    assert repo.exists("main", "f")  # staged empty at once: every lookup sees it
+    main = ino_of(fs, "main")
+    opened, attr = fs.create(main, b"f", stat.S_IFREG | 0o644, os.O_RDWR, ME)
+    # its entry is staged with its first save (the create's and the close's in one transaction)...
+    assert not repo.exists("main", "f")
+    # ...but the mount answers for it at once: a lookup or listing that reads the branch stages it first
+    assert fs.lookup(main, b"f").ino == attr.ino
+    assert repo.get("main", "f").size == 0 and fs.stats.counts["creates_settled"] == 1
     fs.write(opened.fh, 0, b"abc")
     assert fs.read(opened.fh, 0, 10) == b"abc"
     assert fs.getattr(attr.ino).size == 3
@@ -102,6 +107,103 @@ def test_created_file_is_visible_before_close_and_reads_back(fs, repo):
     fs.flush(opened.fh)
     fs.release(opened.fh)
     assert repo.read("main", "f") == b"abc"
+
+
+def test_create_write_close_is_one_staging_transaction_and_a_listing_shows_it_before(fs, repo):
+    main = ino_of(fs, "main")
+    d = fs.mkdir(main, b"d", 0o755, ME).ino
+    before = repo.view("main").change_stamp()
+    opened, attr = fs.create(d, b"f", stat.S_IFREG | 0o600, os.O_WRONLY, ME)
+    fs.write(opened.fh, 0, b"abc")
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert repo.view("main").change_stamp() == before + 1  # one transaction: the create's and the close's
+    assert repo.read("main", "d/f") == b"abc"
+    assert PosixAttrs.from_metadata(repo.get("main", "d/f").metadata).mode == stat.S_IFREG | 0o600
+    assert fs.getattr(d).mtime_ns == fs.getattr(attr.ino).mtime_ns or fs.getattr(d).mtime_ns > 0
+    # created and not closed yet: a listing of its directory shows it (staged first), empty
+    o2, a2 = fs.create(d, b"g", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    h = fs.opendir(d)
+    fs.readdir_fill(h, 0)
+    assert sorted(e.name for e in fs.readdir_fast(h, 0)) == [b"f", b"g"]
+    fs.releasedir(h)
+    assert repo.get("main", "d/g").size == 0
+    fs.write(o2.fh, 0, b"xy")
+    fs.flush(o2.fh)
+    fs.release(o2.fh)
+    assert repo.read("main", "d/g") == b"xy"
+    # a file created and closed without a write (touch) is staged by its close
+    o3, _ = fs.create(d, b"t", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    fs.flush(o3.fh)
+    fs.release(o3.fh)
+    assert repo.get("main", "d/t").size == 0
+
+
+def test_fsync_flushes_the_object_beside_the_kv_commit_and_syncs_the_kv_only_after_it(tmp_path):
+    """fsync(2) of a new file: its object's flush (file and directory) runs beside the KV commit
+    that stages it; the KV sync that makes the entry durable comes only once the object is durable."""
+    import threading
+
+    from graveler.config import KVConfig
+
+    repo = make_repo(tmp_path, "ovl", kv=KVConfig(map_size=1 << 24, sync=True))
+    events: list[str] = []
+    committed = threading.Event()
+    sync_object, stage, kv_sync = repo._store.sync_object, repo.stage_stamped, repo.sync
+
+    def slow_sync_object(key):
+        assert committed.wait(10)  # the KV commit did not wait for the object's flush
+        sync_object(key)
+        events.append("object synced")
+
+    def staging(*a, **kw):
+        out = stage(*a, **kw)
+        events.append("staged")
+        committed.set()
+        return out
+
+    repo._store.sync_object = slow_sync_object
+    repo.stage_stamped = staging
+    repo.sync = lambda: (events.append("kv synced"), kv_sync())[1]
+    sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    fs = WritableFilesystem(repo, FsConfig(uid=1000, gid=100), spool=sp)
+    try:
+        opened, _ = fs.create(ino_of(fs, "main"), b"f", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+        fs.write(opened.fh, 0, b"data")
+        fs.fsync(opened.fh)
+        assert events == ["staged", "object synced", "kv synced"]
+        assert repo._env._synced_seq == repo._env._commit_seq and repo.read("main", "f") == b"data"
+        fs.release(opened.fh)
+    finally:
+        sp.close()
+
+
+def test_a_create_needing_no_read_is_answered_without_a_thread_and_declines_otherwise(fs, repo):
+    """create(fast=True) (what the adapter tries on the trio thread) makes the file when the
+    kernel's lookup just found nothing in a directory whose marker this mount staged last;
+    else it declines (None) and the create runs in a worker thread."""
+    main = ino_of(fs, "main")
+    d = fs.mkdir(main, b"d", 0o755, ME).ino
+    assert fs.create(d, b"a", stat.S_IFREG | 0o644, os.O_WRONLY, ME, True) is None  # no lookup before it
+    opened, _ = fs.create(d, b"a", stat.S_IFREG | 0o644, os.O_WRONLY, ME)  # (in a thread: its marker read)
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert fs.lookup_absent(d, b"b")  # the kernel's lookup: answered from memory
+    got = fs.create(d, b"b", stat.S_IFREG | 0o600, os.O_WRONLY, ME, True)
+    assert got is not None and fs.stats.counts["creates_inline"] == 1
+    opened, attr = got
+    assert fs.getattr(d).mtime_ns == attr.mtime_ns  # its directory's times moved with it
+    fs.write(opened.fh, 0, b"bb")
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert repo.read("main", "d/b") == b"bb"
+    assert PosixAttrs.from_metadata(repo.get("main", "d/b").metadata).mode == stat.S_IFREG | 0o600
+    # a directory rename under way (its lock held exclusively): declined, the thread waits for it
+    assert fs.lookup_absent(d, b"c")
+    lock = fs.tree_lock(fs.inodes.get(d).tree)
+    with lock.exclusive():
+        assert fs.create(d, b"c", stat.S_IFREG | 0o644, os.O_WRONLY, ME, True) is None
+    assert fs.stats.counts["creates_inline"] == 1
 
 
 @PERSISTENT_KVS
@@ -360,6 +462,8 @@ def test_close_saves_without_a_sync_and_fsync_makes_it_durable(tmp_path):
         root = ino_of(fs, "main")
         for name, data in (("empty", b""), ("full", b"data")):
             opened, _ = fs.create(root, name.encode(), stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+            assert not repo.exists("main", name)  # staged with its first save
+            fs.lookup(root, name.encode())  # a lookup reaching the KV stages it first
             assert repo.exists("main", name) and env._synced_seq < env._commit_seq  # staged, not synced
             if data:
                 fs.write(opened.fh, 0, data)

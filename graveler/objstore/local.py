@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import stat
+import threading
 import uuid
 from typing import Callable, Iterator
 
@@ -63,6 +64,26 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 def _md5():
     return hashlib.md5(usedforsecurity=False)
+
+
+class _Flush(threading.Thread):
+    """``fn(*args)`` in a thread of its own, started at once: :meth:`result` (after ``join``)
+    raises what it raised."""
+
+    def __init__(self, fn, *args):
+        super().__init__(name="graveler-fsync", daemon=True)
+        self._fn, self._args, self._error = fn, args, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._fn(*self._args)
+        except BaseException as e:  # noqa: BLE001 -- handed to the caller by result()
+            self._error = e
+
+    def result(self) -> None:
+        if self._error is not None:
+            raise self._error
 
 
 def _unlink_quietly(path: str) -> None:
@@ -467,13 +488,16 @@ class LocalStore(ObjectStore):
             raise NotFound(f"{self.full_uri(key)} not found") from None
         except OSError as exc:
             raise self._os_error("sync", key, exc, writing=True) from exc
+        # the file and its directory (its name) flushed at once: two flushes in the time of one
+        dir_synced = _Flush(self._fsync_dir, key, os.path.dirname(path))
         try:
             os.fsync(fd)
         except OSError as exc:
             raise self._os_error("sync", key, exc, writing=True) from exc
         finally:
             os.close(fd)
-        self._fsync_dir(key, os.path.dirname(path))
+            dir_synced.join()
+        dir_synced.result()
 
     def sync(self) -> None:
         """``syncfs(2)`` of the filesystem holding the store: every object on it is durable

@@ -252,10 +252,15 @@ class Controls:
         # before_commit(branch): raises when the branch must not be committed now (the mount's
         # spool: a file whose save failed would be published without what was written)
         self.before_commit = None
+        # before_request(): called before every request and status read (the mount stages the
+        # files it created and has not saved yet: what the branch shows must hold them)
+        self.before_request = None
 
     def outcome(self, branch: str | None, name: str) -> bytes:
         """What reading ``name`` returns: the last outcome, or ``{}`` before any request."""
         if branch is not None and name == "status":
+            if self.before_request is not None:
+                self.before_request()
             return status_lines(self.repo, branch)
         with self._lock:
             return self._outcomes.get((branch, name), b"{}\n")
@@ -279,6 +284,8 @@ class Controls:
         (None: the mount root). Returns the success outcome; raises the
         GravelerError (InvalidArgument for malformed input) after recording it."""
         try:
+            if self.before_request is not None:
+                self.before_request()
             result = self._run(branch, name, data)
         except GravelerError as e:
             obj = {"ok": False, "operation": name, "error": str(e), "error_type": type(e).__name__, "at": _now()}

@@ -259,6 +259,8 @@ class Filesystem(Opens, XattrReads):
         """The attributes of ``name`` in directory ``parent_ino``; its lookup count +1."""
         parent = self.inodes.get(parent_ino)
         if parent.kind == Kind.DIR and not parent.tree.immutable:
+            if name not in (b".", b".."):
+                self.settle(parent.tree, key=paths.join(parent.path, name))
             with self.tree_lock(parent.tree).shared():
                 attr = self._lookup(parent, name)
             if attr.ino and self.inodes.get(attr.ino).kind == Kind.FILE:
@@ -463,6 +465,7 @@ class Filesystem(Opens, XattrReads):
             if node.attr is not None and node.attr.uncounted:  # a listing's directory, stat'ed now
                 node.attr = self._counted(node.attr, tree, node.path)
             return node
+        self.settle(tree, *((None, node.path) if node.kind == Kind.DIR else (node.path,)))  # a file; a directory's
         try:
             stamp = tree.repin()
         except NotFound:
@@ -557,7 +560,9 @@ class Filesystem(Opens, XattrReads):
 
     def readdir_fill(self, fh: int, offset: int) -> None:
         """Read the entries from ``offset`` on (blocking)."""
-        listing.fill(self, self._handle(fh), offset)
+        h = self._handle(fh)
+        self.settle(h.node.tree, parent=h.node.path)  # (of a branch directory: nothing pends elsewhere)
+        listing.fill(self, h, offset)
 
     def readdir_wants_ahead(self, fh: int, offset: int, n: int) -> bool:
         """Whether to read the next page now (:meth:`readdir_ahead`): a readdir just handed
@@ -570,6 +575,7 @@ class Filesystem(Opens, XattrReads):
         on (blocking; :func:`lakefuse.mount.listing.fill_ahead`)."""
         h = self._handles.get(fh)
         if isinstance(h, listing.DirHandle):
+            self.settle(h.node.tree, parent=h.node.path)
             listing.fill_ahead(self, h, keep_from)
 
     def readdir_dots(self, fh: int) -> list[tuple[bytes, Attr]]:
@@ -630,6 +636,14 @@ class Filesystem(Opens, XattrReads):
             stamp = h.flush()
             if stamp:  # a file saved through the spool: its entry as staged (no read at the next stat)
                 self.file_staged(h.node, h.sf.saved.to_value(), stamp)
+                parent = self.inodes.peek(h.node.parent_ino) if h.sf.staged_items else None
+                if parent is not None and parent.kind == Kind.DIR:  # its create, staged with it: its marker
+                    self.dir_staged(parent, h.sf.staged_items, stamp)
+
+    def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:
+        """Before a read of the branch: stage what this mount created, not saved yet (creates.settle)."""
+        if self.writes is not None:
+            self.writes.settle(tree, key, parent)
 
     def file_staged(self, node: Node, value: Value, stamp: int) -> bool:
         """This mount staged ``value`` for file ``node`` and the branch's stamp became ``stamp``:
@@ -646,6 +660,7 @@ class Filesystem(Opens, XattrReads):
         """fsync(2) of a directory: every change staged through this mount (each a committed,
         unsynced KV transaction: create, mkdir, rename, unlink, chmod...) is on disk."""
         if self.writes is not None:
+            self.settle()
             self.repo.sync()
 
     def fsync(self, fh: int) -> None:
@@ -676,8 +691,6 @@ class Filesystem(Opens, XattrReads):
         return special.stats_json(self, {"inodes": len(self.inodes), "trees": len(self._trees),
                                          "open_handles": len(self._handles),
                                          "foreign_changes": sum(t.foreign for t in self.branch_trees())})
-
-    # ------------------------------------------------------------------ xattrs
 
     # ------------------------------------------------------------------ writes (lakefuse.mount.writes)
 
@@ -711,8 +724,12 @@ class Filesystem(Opens, XattrReads):
         """The mount's shared empty object (uploaded once), as an entry."""
         return self._writer().empty_entry()
 
-    def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller) -> tuple[Opened, Attr]:
-        o, attr = self._writer().create(parent_ino, name, mode, flags, caller)
+    def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller,
+               fast: bool = False) -> tuple[Opened, Attr] | None:  # fast: no I/O, or None
+        got = (self._writer().create_fast if fast else self._writer().create)(parent_ino, name, mode, flags, caller)
+        if got is None:
+            return None
+        o, attr = got
         if self.backings.hold(attr.ino):  # a cached open: no passthrough open of it meanwhile
             self.backings.opened(o.fh, attr.ino, False)
         return o, attr

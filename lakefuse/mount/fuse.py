@@ -412,7 +412,8 @@ class Operations(pyfuse3.Operations):
     @boundary("create")
     async def create(self, parent_inode, name, mode, flags, ctx):
         log.debug("create %d %r", parent_inode, name)
-        o, attr = await self._meta(self.fs.create, parent_inode, bytes(name), mode, flags, self._caller(ctx))
+        got = self.fs.create(parent_inode, bytes(name), mode, flags, self._caller(ctx), True)  # no thread if no I/O
+        o, attr = got or await self._meta(self.fs.create, parent_inode, bytes(name), mode, flags, self._caller(ctx))
         return pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io), _entry(attr)
 
     @boundary("write")

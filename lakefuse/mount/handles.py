@@ -388,8 +388,12 @@ class SpoolHandle(Handle):
         tree = self.node.tree
         if tree is not None and not tree.immutable:
             stamp, raw = self.sf.stamped
+            # (a new file's first save stages its create too: its directory's marker)
+            dirs = (self.node.path,) + tuple(k.rstrip(b"/") for k, _ in self.sf.staged_items)
             try:
-                tree.staged(stamp, raw, dirs=(self.node.path,))
+                tree.staged(stamp, raw, dirs=dirs)
+                if raw is not None and self.sf.staged_items:
+                    tree.markers_staged(self.sf.staged_items, stamp)
             except GravelerError:  # the save stands; the watch then drops the caches, which is harmless
                 return None
             return stamp if raw is not None else None

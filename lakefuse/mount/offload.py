@@ -49,8 +49,13 @@ class Offload:
         (``pthread_setname_np``), copies the context and sets up ``trio.from_thread``, which
         nothing here uses."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        async with self.limiter(name):
-            task = trio.lowlevel.current_task()
+        lim = self.limiter(name)
+        task = trio.lowlevel.current_task()
+        try:  # a free thread slot taken at once: no scheduling round for the limiter's checkpoint
+            lim.acquire_on_behalf_of_nowait(task)
+        except trio.WouldBlock:
+            await lim.acquire_on_behalf_of(task)
+        try:
             token = trio.lowlevel.current_trio_token()
 
             def deliver(result) -> None:
@@ -61,6 +66,8 @@ class Offload:
 
             trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver)
             return await trio.lowlevel.wait_task_rescheduled(_not_cancellable)
+        finally:
+            lim.release_on_behalf_of(task)
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {

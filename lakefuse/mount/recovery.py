@@ -24,6 +24,7 @@ Staged and kept files are listed in ``recovered/<stamp>/REPORT.json`` and the lo
 from __future__ import annotations
 
 import hashlib
+import fcntl
 import json
 import logging
 import os
@@ -40,6 +41,9 @@ from lakefuse.mount import sidecar
 log = logging.getLogger("lakefuse.mount.spool")
 
 RECOVERED_DIR = "recovered"  # <cache>/spool/<repo>/recovered/<stamp>/: what recovery kept, not staged
+LOCK_NAME = "lock"  # <instance>/lock: flock'ed for the life of one mount
+PENDING_PREFIX = ".new-"  # an instance directory being made (not locked yet): never recovered
+PENDING_STALE_S = 600  # a pending directory this old belongs to a daemon that died while starting
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -122,6 +126,62 @@ def _md5_fd(fd: int) -> tuple[str, int]:
         h.update(chunk)
         off += len(chunk)
     return h.hexdigest(), off
+
+
+def recover_spool(spool) -> RecoveryReport:
+    """:meth:`lakefuse.mount.spool.Spool.recover`: hand the instance directories of dead mounts of
+    ``spool``'s repository to :func:`recover_instance`; a live mount's (locked) is left alone."""
+    report = RecoveryReport()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out_dir = spool.config.root / RECOVERED_DIR / stamp
+    for inst in sorted(spool.config.root.iterdir()):
+        if inst == spool.dir or inst.name == RECOVERED_DIR or not inst.is_dir():
+            continue
+        if inst.name.startswith(PENDING_PREFIX):
+            _drop_stale_pending(inst)
+            continue
+        try:
+            fd = os.open(inst / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            continue  # another recovery just removed it
+        except OSError as e:
+            log.warning("spool: cannot open %s: %s", inst, e)
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live mount
+            if not spool._owns(inst):
+                log.info("spool: %s belongs to another repository named %s; left alone",
+                         inst, spool.config.repository)
+                continue
+            recover_instance(spool.repo, inst, out_dir, report)
+            shutil.rmtree(inst, ignore_errors=True)  # still locked: no other recovery takes it meanwhile
+        finally:
+            os.close(fd)
+    report.write(out_dir, stamp, spool.config.repository)
+    return report
+
+def _drop_stale_pending(inst: Path) -> None:
+    """Remove a ``.new-*`` directory of a daemon that died while starting (it holds no
+    content: only its owner record and lock); a recent or locked one is left alone."""
+    try:
+        if time.time() - inst.stat().st_mtime < PENDING_STALE_S:
+            return
+        fd = os.open(inst / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        shutil.rmtree(inst, ignore_errors=True)
+        return
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        shutil.rmtree(inst, ignore_errors=True)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) -> None:

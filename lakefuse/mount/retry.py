@@ -45,6 +45,8 @@ class SaveRetries:
             done = sf.handles == 0 and self._files.get(sf.ino) is sf
             if done:
                 del self._files[sf.ino]
+                if self.unstaged.get(sf.ino) is sf:  # (given up before its create was ever staged)
+                    del self.unstaged[sf.ino]
             pinned, sf.pinned = sf.pinned, False
         if pinned and self.pin is not None:
             self.pin(sf.ino, False)

@@ -40,6 +40,16 @@ def write_json(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def write_synced_json(path: Path, obj: dict) -> None:
+    """``obj`` at ``path``, whole and on disk when this returns (written aside, fsynced, renamed)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def _line(sid: str, record: dict) -> bytes:
     return json.dumps({**record, "sid": sid}, sort_keys=True, separators=(",", ":")).encode() + b"\n"
 

@@ -71,6 +71,7 @@ FUSE core calls it from worker threads.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import fcntl
 import hashlib
@@ -89,18 +90,16 @@ from graveler.model import Entry
 from graveler.objects import PosixAttrs, user_metadata
 from lakefuse.mount import sidecar
 from lakefuse.mount.nowait import pread_nowait
-from lakefuse.mount.recovery import RECOVERED_DIR, RecoveryReport, recover_instance
+from lakefuse.mount.recovery import LOCK_NAME, PENDING_PREFIX, RecoveryReport, recover_spool
+from lakefuse.mount.recovery import RECOVERED_DIR  # noqa: F401 (re-exported: where recovery keeps files)
 from lakefuse.mount.retry import SaveRetries
 from lakefuse.mount.spoolpool import FilePool, new_sid
 
 log = logging.getLogger(__name__)
 
 SPOOL_DIR = "spool"
-LOCK_NAME = "lock"
 OWNER_NAME = "owner.json"
-PENDING_PREFIX = ".new-"  # an instance directory being made (not locked yet): never recovered
 _UNSET = object()  # SpoolFile._expect when the last flush did not fail
-PENDING_STALE_S = 600  # a pending directory this old belongs to a daemon that died while starting
 _COPY_CHUNK = 8 << 20
 
 
@@ -163,6 +162,10 @@ class SpoolFile:
         self._adopted = False  # the spool file is a stored object now (a local store linked it): never written
         self.failure: BaseException | None = None  # why the last save failed (None: it did not)
         self.pinned = False  # its inode held by the spool while a failed save waits for a retry
+        # a new file's create not staged yet (None: staged): what it changes besides its entry (its
+        # directory's marker), staged with its first save, or before by :meth:`stage_create`
+        self.unstaged = None  # (as a function of its key then: it may move meanwhile)
+        self.staged_items: list = []  # what the last successful flush staged besides the file's own entry
         # MD5 of bytes [0, _md5_off) of the spool file while it is written from the start
         # in order (None once a write lands elsewhere): the etag without a second pass.
         self._md5 = None
@@ -174,8 +177,8 @@ class SpoolFile:
     # -- state
     @property
     def dirty(self) -> bool:
-        """True while the file has content or attributes not yet staged."""
-        return self._gen != self._saved_gen
+        """True while the file has content or attributes not yet staged (or its create)."""
+        return self._gen != self._saved_gen or self.unstaged is not None
 
     @property
     def detached(self) -> bool:
@@ -365,6 +368,7 @@ class SpoolFile:
             self.key = None
             self.failure = None
             self._saved_gen = self._gen
+            self._staged_create()
             if self.on_disk:
                 self._write_sidecar()
 
@@ -407,22 +411,41 @@ class SpoolFile:
                     if self._expect is _UNSET:  # its retry must not put these bytes over a newer save
                         self._expect = self.known
                     raise
+            syncing = None
             try:
-                if durable and entry.size:
-                    repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
                 self.stamped = [0, None]  # unknown (a compare-and-set): the tree reads it
+                extra = self.unstaged(self.key) if self.unstaged is not None else []
                 if expect is _UNSET:
-                    _, *self.stamped = repo.stage_stamped(self.branch, [(self.key, entry)], durable)
-                elif not repo.stage_if(self.branch, self.key, entry, expect):
-                    raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved a "
-                                   f"newer version after this file's save failed; this content was not saved and "
-                                   f"stays in {self.data_path if self._fd is not None else 'the store'}")
+                    if durable and entry.size:
+                        # the object flushed beside the KV commit; the KV synced once the object is:
+                        # a durable entry never names a lost object (until then, as after a close)
+                        syncing = self.spool.in_background(repo.sync_entry, entry)
+                    # a new file's create is staged with its first save: one transaction, not two
+                    _, *self.stamped = repo.stage_stamped(self.branch, [(self.key, entry)] + extra, False)
+                    self.staged_items = extra
+                    if syncing is not None:
+                        syncing, wait = None, syncing
+                        wait.result()
+                    if durable:
+                        repo.sync()
+                else:
+                    if durable and entry.size:
+                        repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
+                    if not repo.stage_if(self.branch, self.key, entry, expect):
+                        raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved "
+                                       f"a newer version after this file's save failed; this content was not saved "
+                                       f"and stays in {self.data_path if self._fd is not None else 'the store'}")
             except GravelerError as e:
+                if syncing is not None:
+                    syncing.exception()  # (it ends before the save is retried)
                 self._pending = (gen, (self.branch, self.key), entry)
                 if self._expect is _UNSET:
                     self._expect = self.known
                 self.failure = e
                 raise
+            if expect is not _UNSET:
+                self.staged_items = []
+            self._staged_create()
             if durable:
                 self.spool.stats["syncs"] += 1
             self._pending, self._expect, self.failure = None, _UNSET, None
@@ -437,6 +460,31 @@ class SpoolFile:
                 except OSError as e:  # the save stands; recovery then compares with the branch
                     log.warning("spool: cannot note the save of %s in %s: %s", self.key, self.spool.journal.path, e)
             return entry
+
+    def stage_create(self) -> tuple[int, bytes | None, Entry, list] | None:
+        """Stage a new file's create before its first save (empty, its attributes, its directory's
+        marker): (stamp, branch record, entry, other items) of that staging, or None."""
+        with self.lock:
+            if self.unstaged is None or self.key is None:
+                return None
+            extra = self.unstaged(self.key)
+            e = self.base
+            md = dict(self.user_metadata)
+            md.update(self.attrs.to_metadata())
+            entry = Entry(e.address, e.size, e.etag, self.ctime_ns, md, e.address_type, e.content_type)
+            _, stamp, raw = self.spool.repo.stage_stamped(self.branch, [(self.key, entry)] + extra, False)
+            self._staged_create()
+            self.known = entry.identity()  # what the branch shows at its key now: a retry or recovery stages over it
+            if self._expect is not _UNSET:  # a failed save's retry: this staging is no other writer's
+                self._expect = self.known
+            if self.on_disk:
+                self._write_sidecar()
+            return stamp, raw, entry, extra
+
+    def _staged_create(self) -> None:
+        if self.unstaged is not None:
+            self.unstaged = None
+            self.spool.created_staged(self.ino, self)
 
     def _entry_to_stage(self) -> Entry:
         """The entry this flush stages: the base object under new metadata when only attributes
@@ -550,6 +598,7 @@ class Spool(SaveRetries):
         self.config = config
         self._lock = threading.Lock()
         self._files: dict[int, SpoolFile] = {}
+        self.unstaged: dict[int, SpoolFile] = {}  # files created through the mount, not staged yet
         self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0, "syncs": 0,
                       "save_retries": 0, "cow_bytes": 0}
         # pin(ino, True/False): hold / let go the inode of a file whose failed save waits for a
@@ -569,6 +618,7 @@ class Spool(SaveRetries):
         self.dir = config.root / name
         os.rename(pending, self.dir)
         self.journal = sidecar.Journal(self.dir)  # the spool files' records (for recovery)
+        self._background = None  # a thread pool: an fsync's object flush beside its KV commit
         self.pool = FilePool(self.dir)  # empty spool files made ahead (taken by new files)
 
     def _owner(self) -> dict:
@@ -614,6 +664,35 @@ class Spool(SaveRetries):
                 self._files[ino] = sf
             sf.handles += 1
             return sf
+
+    def create(self, ino: int, branch: str, key: bytes, entry: Entry, attrs: PosixAttrs, items) -> SpoolFile:
+        """:meth:`open` of a new file whose create (``entry``, and ``items(key)``) is staged with its first save."""
+        with self._lock:
+            sf = self._files.get(ino)
+            if sf is None:
+                sf = SpoolFile(self, ino, branch, key, entry, attrs, False)
+                sf.known = None  # the branch shows nothing at its key (recovery stages over nothing)
+                sf.unstaged = items
+                self._files[ino] = sf
+                self.unstaged[ino] = sf
+            sf.handles += 1
+            return sf
+
+    def created_staged(self, ino: int, sf: SpoolFile) -> None:
+        with self._lock:
+            if self.unstaged.get(ino) is sf:
+                del self.unstaged[ino]
+
+    def unstaged_files(self) -> list[SpoolFile]:
+        with self._lock:
+            return list(self.unstaged.values())
+
+    def in_background(self, fn, *args) -> concurrent.futures.Future:
+        """``fn(*args)`` in another thread (one of a few kept for it): its future."""
+        with self._lock:
+            if self._background is None:
+                self._background = concurrent.futures.ThreadPoolExecutor(4, "lakefuse-spool-sync")
+            return self._background.submit(fn, *args)
 
     def release_is_inline(self, ino: int) -> bool:
         """Whether :meth:`release` of one handle of ``ino`` does no I/O now: another handle
@@ -676,81 +755,25 @@ class Spool(SaveRetries):
     # -- intents (operations that span several transactions)
     def begin_intent(self, record: dict) -> Path:
         path = self.dir / f"{time.time_ns():019d}-{secrets.token_hex(4)}.intent"
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(record, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        sidecar.write_synced_json(path, record)
         return path
 
     def end_intent(self, path: Path) -> None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)
 
     # -- crash recovery
     def recover(self) -> RecoveryReport:
         """Take over what killed mounts of this repository left in the spool (see the
-        module docstring). Safe to run while other mounts are live: their instance
-        directories are locked and left alone."""
-        report = RecoveryReport()
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        out_dir = self.config.root / RECOVERED_DIR / stamp
-        for inst in sorted(self.config.root.iterdir()):
-            if inst == self.dir or inst.name == RECOVERED_DIR or not inst.is_dir():
-                continue
-            if inst.name.startswith(PENDING_PREFIX):
-                self._drop_stale_pending(inst)
-                continue
-            try:
-                fd = os.open(inst / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except FileNotFoundError:
-                continue  # another recovery just removed it
-            except OSError as e:
-                log.warning("spool: cannot open %s: %s", inst, e)
-                continue
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # a live mount
-                if not self._owns(inst):
-                    log.info("spool: %s belongs to another repository named %s; left alone",
-                             inst, self.config.repository)
-                    continue
-                recover_instance(self.repo, inst, out_dir, report)
-                shutil.rmtree(inst, ignore_errors=True)  # still locked: no other recovery takes it meanwhile
-            finally:
-                os.close(fd)
-        report.write(out_dir, stamp, self.config.repository)
-        return report
-
-    def _drop_stale_pending(self, inst: Path) -> None:
-        """Remove a ``.new-*`` directory of a daemon that died while starting (it holds no
-        content: only its owner record and lock); a recent or locked one is left alone."""
-        try:
-            if time.time() - inst.stat().st_mtime < PENDING_STALE_S:
-                return
-            fd = os.open(inst / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            shutil.rmtree(inst, ignore_errors=True)
-            return
-        except OSError:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            shutil.rmtree(inst, ignore_errors=True)
-        except BlockingIOError:
-            pass
-        finally:
-            os.close(fd)
+        module docstring and :func:`lakefuse.mount.recovery.recover_spool`). Safe to run while
+        other mounts are live: their instance directories are locked and left alone."""
+        return recover_spool(self)
 
     def close(self) -> None:
         """Unmount: every file must have been released (a still-dirty one stays for recovery)."""
         self._stop.set()
         self.pool.close()
+        if self._background is not None:
+            self._background.shutdown()
         t = self._retrier
         if t is not None:
             t.join(60)

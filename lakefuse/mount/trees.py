@@ -25,6 +25,7 @@ from graveler.view import View
 
 
 MAX_HOLES = 64  # unexplained stamps kept track of; more at once: taken as another writer's changes
+MAX_MARKERS = 10_000  # directory markers kept (Tree.markers; past that: forgotten, read again)
 MAX_AHEAD = 100_000  # own stamps kept that reported before an earlier own one (Tree.own_change)
 DEFER_NS = 500_000_000  # how long the watch waits for stamps that may be own saves still to report
 HOLE_NS = 1_000_000_000  # an unexplained stamp this old is another writer's change
@@ -34,7 +35,7 @@ class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
     __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
-                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred")
+                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred", "markers")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -64,6 +65,9 @@ class Tree:
         self.own_ahead: set[int] = set()
         self.saving = 0  # this mount's saves between their transaction and their ``staged`` (own_saving)
         self.deferred: tuple[int, int] | None = None  # (stamp, when) the watch first left unexplained
+        # directory path -> (stamp, its marker's value or None) as this mount last staged it: current
+        # while dir_current(path, stamp) says so (lakefuse.mount.creates.create_fast)
+        self.markers: dict[bytes, tuple[int, bytes | None]] = {}
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound
@@ -139,6 +143,26 @@ class Tree:
         known = self.known.get(path)
         return (known is not None and name not in known[1] and max(self.holes, default=0) <= known[0]
                 and self.fresh(within_ns))
+
+    def names_added(self, items, locked: bool = False) -> None:
+        """Names this mount answers for before they are staged (a create): :meth:`known_absent`
+        must not say they are not there. ``locked``: the caller holds :attr:`lock`."""
+        if locked:
+            if self.known:
+                self._names(items)
+            return
+        with self.lock:
+            if self.known:
+                self._names(items)
+
+    def markers_staged(self, items, stamp: int) -> None:
+        """This mount staged (or will stage with a file's first save) these directory markers
+        (``(path + b"/", value or None)``) as of ``stamp``: see :attr:`markers`."""
+        markers = self.markers
+        if len(markers) >= MAX_MARKERS:
+            markers.clear()
+        for key, value in items:
+            markers[key.rstrip(b"/")] = (stamp, value)
 
     def _names(self, items) -> None:
         """Keep the known directories' names true after staging ``items`` (key, value or None)."""

@@ -55,7 +55,7 @@ from graveler.model import Entry, Value
 from graveler.objects import PosixAttrs, user_metadata
 from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
-from lakefuse.mount import xattrs
+from lakefuse.mount import creates, xattrs
 from lakefuse.mount.attrs import (
     BRANCH_DIR_MODE,
     BRANCH_FILE_MODE,
@@ -116,6 +116,7 @@ class BranchWrites:
             # until a retry saves it; a commit first retries its branch's failed saves
             self.spool.pin = self._pin
             fs.controls.before_commit = self.spool.check_saved
+            fs.controls.before_request = self.settle
 
     def _pin(self, ino: int, held: bool) -> None:
         try:
@@ -209,6 +210,10 @@ class BranchWrites:
         md.update(replace(pa, mtime_ns=now).to_metadata())
         return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
 
+    def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:
+        """:func:`lakefuse.mount.creates.settle`: stage the pending creates a read needs."""
+        creates.settle(self, tree, key, parent)
+
     def _stage(self, tree: Tree, items, durable: bool = False) -> int:
         """Stage ``items`` (one stamp bump); the branch's stamp after it."""
         with tree.own_saving():
@@ -254,31 +259,10 @@ class BranchWrites:
     # ------------------------------------------------------------------ create / mkdir / symlink / mknod
 
     def create(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller) -> tuple[Opened, Attr]:
-        parent = self._branch_node(parent_ino)
-        path = self._child_path(parent, name)
-        tree: Tree = parent.tree
-        attrs = PosixAttrs(mode=stat.S_IFREG | stat.S_IMODE(mode), uid=caller.uid, gid=caller.gid)
-        now = time.time_ns()
-        entry = self._new_entry(attrs, now)
-        with self.fs.tree_lock(tree).shared():
-            # the kernel looked the name up just before (its create follows a lookup that found nothing)
-            st = None if self.fs.absent(parent, name) else self._stat(tree, path)
-            if st is not None and st.is_dir:
-                raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
-            if st is not None and st.value is not None and flags & os.O_EXCL:
-                raise FsError(errno.EEXIST)
-            # Not synced (nothing but fsync and commit sync): create(2) promises nothing durable.
-            touched = self._touch_parent(tree, parent.path, now)
-            stamp = self._stage(tree, [(path, entry.to_value())] + touched)
-            self.fs.dir_staged(parent, touched, stamp)
-            attr = self.rules.file_attr(entry.to_value(), tree)
-            attr = self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent_ino, attr,
-                                       entry.to_value(), stamp)
-        node = self.inodes.get(attr.ino)
-        sf = self.spool.open(node.ino, tree.view.branch, path, entry, attrs)
-        self.inodes.open(node)
-        self.stats.add("creates")
-        return Opened(self.fs.new_fh(SpoolHandle(node, sf, True, self.spool)), False, False), self.rules.spooled(sf, attr)
+        return creates.create(self, parent_ino, name, mode, flags, caller)
+
+    def create_fast(self, parent_ino: int, name: bytes, mode: int, flags: int, caller: Caller):
+        return creates.create_fast(self, parent_ino, name, mode, flags, caller)
 
     def _acquire_fresh(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                        value: Value | None, stamp: int) -> Attr:
@@ -293,6 +277,7 @@ class BranchWrites:
         return node.attr
 
     def mkdir(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
+        self.settle()
         parent = self.inodes.get(parent_ino)
         if parent.kind == Kind.ROOT:
             return self._mkdir_branch(name)
@@ -342,6 +327,7 @@ class BranchWrites:
 
     def _make_special(self, parent: Node, path: bytes, attrs: PosixAttrs) -> Attr:
         """A symlink, FIFO, socket or device: an entry of the shared empty object, kind in its metadata."""
+        self.settle()
         tree: Tree = parent.tree
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
@@ -377,6 +363,7 @@ class BranchWrites:
     # ------------------------------------------------------------------ unlink / rmdir
 
     def unlink(self, parent_ino: int, name: bytes) -> None:
+        self.settle()
         parent = self._branch_node(parent_ino)
         if name in paths.RESERVED_NAMES:
             raise FsError(errno.EPERM if parent.path else errno.EISDIR)
@@ -402,6 +389,7 @@ class BranchWrites:
                 self.spool.detach(node.ino)
 
     def rmdir(self, parent_ino: int, name: bytes) -> None:
+        self.settle()
         parent = self.inodes.get(parent_ino)
         if parent.kind == Kind.ROOT:
             raise FsError(errno.EPERM, "deleting a branch stays with the CLI (lakefuse branch delete)")
@@ -428,6 +416,7 @@ class BranchWrites:
 
     def rename(self, old_parent_ino: int, old_name: bytes, new_parent_ino: int, new_name: bytes,
                flags: int) -> None:
+        self.settle()
         if flags & RENAME_EXCHANGE:
             raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
         if flags & ~RENAME_NOREPLACE:
@@ -536,6 +525,7 @@ class BranchWrites:
     # ------------------------------------------------------------------ setattr
 
     def setattr(self, ino: int, changes: SetAttr) -> Attr:
+        self.settle()
         node = self.inodes.get(ino)
         if node.kind == Kind.DIR:
             node = self._branch_node(ino, (Kind.DIR,))
@@ -655,6 +645,7 @@ class BranchWrites:
         directory: its entry (a directory's marker, made for a directory that has none) is
         restaged with the new metadata (:mod:`lakefuse.mount.xattrs`), same object; a file
         open for writing takes it through its spool file, like chmod."""
+        self.settle()
         node = self._branch_node(ino, (Kind.DIR, Kind.FILE))
         xattrs.check_name(name, writing=True)
         if node.kind == Kind.FILE and node.attr is not None and not stat.S_ISREG(node.attr.mode):

@@ -335,3 +335,32 @@ def test_a_streamed_object_past_the_direct_write_size_is_kept_whole_only_when_it
     assert cache.stats()["whole_rejected"] == 1 and cache.stats()["whole_filled"] == 1
     cache.close()
     store.close()
+
+
+@pytest.mark.s3
+def test_a_chunk_on_its_way_is_a_future_to_wait_for_and_a_broken_one_is_fetched_alone(s3_endpoint, s3_config,
+                                                                                     s3_bucket):
+    """:meth:`ChunkedReader.pending` (what the mount waits on without a thread): a chunk the stream
+    is bringing is a future not done yet; a chunk in memory, or one the stream does not cover,
+    is None (read_ready answers, or read fetches). When the stream breaks off in that chunk the
+    future completes all the same, read_ready still says nothing, and read fetches it alone."""
+    from tests.faultproxy import Fault, FaultProxy
+
+    chunk = 1 << 20
+    with FaultProxy(s3_endpoint) as proxy:
+        store, data, etag = _s3_object(s3_config, s3_bucket, 3 * chunk + 99, proxy.url)
+        proxy.add(Fault("hang", method="GET", path="/ns/obj", after=chunk + 1000, times=1))
+        r = ChunkedReader(store, "obj", len(data), store.full_uri("obj"), etag, None, chunk_size=chunk,
+                          read_ahead=1)
+        assert r.read(0, 4096) == data[:4096]  # the stream brought chunk 0; it hangs in chunk 1
+        assert r.pending(100, 4096) is None and bytes(r.read_ready(100, 4096)) == data[100:4196]
+        f = r.pending(chunk + 10, 4096)
+        assert f is not None and not f.done()
+        assert r.pending(3 * chunk, 10) is None  # past what the stream covers: read() fetches it
+        proxy.release()
+        assert f.exception(timeout=30) is not None
+        assert r.read_ready(chunk + 10, 4096) is None
+        assert r.read(chunk + 10, 4096) == data[chunk + 10:chunk + 4106]
+        assert r.read(chunk, len(data)) == data[chunk:]
+        r.close()
+    store.close()

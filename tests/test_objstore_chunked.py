@@ -286,38 +286,12 @@ def test_an_object_of_one_chunk_is_one_checked_get_kept_whole(tmp_path, s3_confi
     store.close()
 
 
-def test_whole_fill_writes_aligned_buffers_as_they_are_and_the_rest_staged(tmp_path):
-    """A large whole file (O_DIRECT where the file system has it, as on this disk) takes the
-    stream's page-aligned buffers without staging them, pieces of any other shape staged, in any
-    mix (an unaligned piece first, aligned ones after it, a tail that ends off a page): the file is
-    the bytes in order, checked by size and MD5 before it is kept."""
-    import hashlib
-
-    from graveler.objstore.datacache import aligned_buffer
-
-    cache = DataCache(str(tmp_path / "dc"), 1 << 30)
-    data = os.urandom(13 * (1 << 20) + 4321)
-    etag = hashlib.md5(data).hexdigest()
-    cuts = [0, 1000, 8 << 20, 9 << 20, 12 << 20, len(data)]  # the stage is full at 8 MiB: then direct
-    fill = cache.whole_fill("s3://b/obj", etag, len(data))
-    for lo, hi in zip(cuts, cuts[1:]):
-        buf = aligned_buffer(hi - lo)
-        buf[:] = data[lo:hi]
-        fill.write(buf, aligned=lo > 0)  # the first piece says nothing (staged); then aligned views
-    fill.commit()
-    assert cache.wait_fills()
-    assert cache.stats()["whole_filled"] == 1
-    with open(cache.whole_path("s3://b/obj", etag), "rb") as f:
-        assert f.read() == data
-    cache.close()
-
-
 @pytest.mark.s3
 @pytest.mark.expect_log("a whole object whose MD5 is not its entry's is refused by the cache, with a warning")
 def test_a_streamed_object_past_the_direct_write_size_is_kept_whole_only_when_it_checks(tmp_path, s3_config,
                                                                                         s3_bucket):
-    """A stream of an object of 8 MiB and more receives each chunk straight into a page-aligned
-    buffer that the readers and the whole file (written with O_DIRECT) share: the reads are the
+    """A stream of an object of 8 MiB and more fills the whole file past the page cache (O_DIRECT
+    where the file system has it, as on this disk; a last partial page without): the reads are the
     object's bytes, the whole file is kept with the right MD5 and refused with a wrong one."""
     chunk = 1 << 20
     store, data, etag = _s3_object(s3_config, s3_bucket, 9 * chunk + 777)

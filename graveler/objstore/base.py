@@ -157,14 +157,6 @@ class ObjectStream:
             self._end = self._pos
         return data
 
-    def readinto(self, buf) -> int:
-        """Fill the start of ``buf`` (a writable buffer) as :meth:`read` would return it: the number
-        of bytes, 0 at the end. This default copies what :meth:`read` returns; a store that can
-        receive straight into ``buf`` does (S3: no bytes object in between)."""
-        data = self.read(len(buf))
-        buf[:len(data)] = data
-        return len(data)
-
     def close(self) -> None:
         """Let go of the request (a stream may be closed before its end)."""
         self._buf = b""

@@ -32,7 +32,7 @@ from concurrent.futures import Future, InvalidStateError
 from graveler.errors import CorruptedData, GravelerError, StoreUnavailable
 from graveler.objects import is_md5_etag, read_range_checked, read_verified
 from graveler.objstore.base import ObjectReader, check_range
-from graveler.objstore.datacache import WHOLE_MAX, DataCache, WholeFill, aligned_buffer  # noqa: F401 (re-exported)
+from graveler.objstore.datacache import WHOLE_MAX, DataCache, WholeFill  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -181,20 +181,19 @@ class _Stream:
                         return
                     self.next = i
                 want = min(cs, r.size - i * cs)
-                # received straight into a page-aligned buffer: the chunk readers take views of, and
-                # the data cache's whole file is written from (O_DIRECT) -- no copy of its bytes here
-                data = aligned_buffer(want)
-                got = 0
+                parts, got = [], 0
                 while got < want:
-                    k = stream.readinto(data[got:])
-                    if not k:
+                    piece = stream.read(want - got)
+                    if not piece:
                         raise StoreUnavailable(f"{r.store.full_uri(r.key)}: the response ended at byte "
                                                f"{i * cs + got}, the object has {r.size}")
-                    got += k
+                    parts.append(piece)
+                    got += len(piece)
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
                 with r._lock:
                     r.bytes_from_store += len(data)
                 if fill is not None:
-                    fill.write(data, aligned=True)
+                    fill.write(data)
                     if i == n - 1:
                         fill.commit()  # kept once its size and MD5 are checked (in the background)
                         fill = None
@@ -538,7 +537,7 @@ class ChunkedReader(ObjectReader):
             parts.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
             if len(data) < min(self.chunk_size, self.size - base):
                 break  # the object is shorter than its entry says
-        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)  # bytes: the callers keep it
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def read_ready(self, offset: int, length: int) -> bytes | memoryview | None:
         """:meth:`read`'s bytes when every chunk they need is in memory already and a stream (if

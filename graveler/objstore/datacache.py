@@ -15,7 +15,6 @@ files, the least recently used going first.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import logging
 import mmap
@@ -43,15 +42,6 @@ _TMP = ".tmp-"
 _PAGE = 4096
 _STAGE = 8 * MiB  # a whole object's file is written in pieces of this size
 _DIRECT_MIN = 8 * MiB  # objects from this size on are written with O_DIRECT where the file system has it
-
-
-def aligned_buffer(n: int) -> memoryview:
-    """A writable buffer of ``n`` bytes starting on a page boundary (anonymous memory, freed with
-    its last view): what a stream receives a chunk into, and :meth:`WholeFill.write` then writes
-    with O_DIRECT as it is (``aligned=True``), without staging it."""
-    buf = bytearray(n + _PAGE)  # from the heap (reused, unlike fresh pages), then its first page boundary
-    skip = -ctypes.addressof(ctypes.c_char.from_buffer(buf)) % _PAGE
-    return memoryview(buf)[skip:skip + n]
 
 
 def _set_direct(fd: int, on: bool) -> bool:
@@ -242,11 +232,9 @@ class DataCache:
         except _CACHE_ERRORS:
             return False
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
+    def put(self, key: str, data: bytes) -> None:
         if len(data) > self.max_bytes:
             return
-        if not isinstance(data, bytes):
-            data = bytes(data)  # a stream's chunk (a view of its buffer): the entry is a copy anyway
         if self._damaged:
             with self._lock:
                 self._damaged.discard(key)
@@ -306,32 +294,17 @@ class WholeFill:
 
     def _drain(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
+            data = self._queue.get()
+            if data is None:
                 if self._stage is not None and not self._failed:
                     self._guarded(self._flush_stage, True)
                 return
             if self._failed:
                 continue
-            data, aligned = item
-            if self._stage is not None and aligned and self._staged == 0:
-                self._guarded(self._write_direct, data)
-            elif self._stage is not None:
+            if self._stage is not None:
                 self._guarded(self._stage_in, data)
             else:
                 self._guarded(self._write_all, data)
-
-    def _write_direct(self, data) -> None:
-        """Write a page-aligned buffer's whole pages with O_DIRECT from the buffer itself (nothing
-        staged: the file offset is on a page boundary too); a last partial page is staged."""
-        view = memoryview(data)
-        n = len(view) - len(view) % _PAGE
-        off = 0
-        while off < n:
-            off += os.pwrite(self._fd, view[off:n], self.written + off)
-        self.written += n
-        if n < len(view):
-            self._stage_in(view[n:])
 
     def _guarded(self, fn, arg) -> None:
         try:
@@ -376,12 +349,9 @@ class WholeFill:
         self.written += off
         self._staged = 0
 
-    def write(self, data, aligned: bool = False) -> None:
-        """Append ``data`` (the fill thread writes it; the caller does not change it meanwhile).
-        ``aligned``: it starts on a page boundary (:func:`aligned_buffer`), so it can be written
-        with O_DIRECT without a copy."""
+    def write(self, data) -> None:
         if self._fd >= 0:
-            self._queue.put((data, aligned))
+            self._queue.put(data)
             if self._thread is None:
                 self._queue.put(None)
                 self._drain()
@@ -469,4 +439,4 @@ class WholeFill:
             self._drop()
 
 
-__all__ = ["DataCache", "WholeFill", "WHOLE_MAX", "aligned_buffer"]
+__all__ = ["DataCache", "WholeFill", "WHOLE_MAX"]

@@ -25,7 +25,6 @@ the first response's ETag with ``If-Match``, so a file never mixes two versions.
 from __future__ import annotations
 
 import email.utils
-import http.client
 import logging
 import os
 import re
@@ -40,7 +39,6 @@ import boto3
 import botocore.config
 import botocore.session
 import botocore.exceptions as bex
-from botocore.response import StreamingBody
 
 from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.objstore.base import (
@@ -151,16 +149,6 @@ class _EmptyStream(ObjectStream):
         pass
 
 
-def _plain_http_body(body) -> http.client.HTTPResponse | None:
-    """The HTTP response under botocore's body when :meth:`_S3Stream.readinto` may read it
-    directly: a plain ``StreamingBody`` (no response checksum to compute on the way) over
-    urllib3 (which botocore has read undecoded: the object's stored bytes), else None."""
-    if type(body) is not StreamingBody:
-        return None
-    fp = getattr(getattr(body, "_raw_stream", None), "_fp", None)
-    return fp if isinstance(fp, http.client.HTTPResponse) else None
-
-
 class _S3Stream(ObjectStream):
     """The body of one ranged GET, read as asked; errors of the body are the store's."""
 
@@ -169,7 +157,6 @@ class _S3Stream(ObjectStream):
         self.total = _range_total(resp)
         self._body = resp["Body"]
         self._left = None if length is None else length
-        self._http = _plain_http_body(self._body)
         if not resp.get("ContentRange") and start:  # a server that ignored Range sent it all: skip to start
             self._skip(start)
 
@@ -198,34 +185,6 @@ class _S3Stream(ObjectStream):
         if self._left is not None:
             self._left -= len(data)
         return data
-
-    def readinto(self, buf) -> int:
-        """:meth:`read` into ``buf``: straight from the socket when the body is a plain HTTP
-        response (:func:`_plain_http_body`), saving a copy of every byte (and the GIL it holds).
-        A response that ends early returns 0 there, as :meth:`read` returns b"": the caller,
-        which knows how much it asked for, refuses it."""
-        n = len(buf)
-        if self._left is not None:
-            n = min(n, self._left)
-        if n <= 0:
-            return 0
-        fp = self._http
-        if fp is None:
-            data = self._raw(n)
-            got = len(data)
-            buf[:got] = data
-        else:
-            try:
-                got = fp.readinto(memoryview(buf)[:n])
-            except TimeoutError as exc:
-                raise self.store._map(bex.ReadTimeoutError(endpoint_url=self.store._endpoint, error=exc),
-                                      "get_range", self.key) from exc
-            except (OSError, http.client.HTTPException, ValueError) as exc:
-                raise StoreUnavailable(f"get_range {self.store.full_uri(self.key)}: the response broke off "
-                                       f"({type(exc).__name__})") from exc
-        if self._left is not None:
-            self._left -= got
-        return got
 
     def close(self) -> None:
         try:

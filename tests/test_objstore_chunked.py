@@ -311,6 +311,26 @@ def test_a_streamed_object_past_the_direct_write_size_is_kept_whole_only_when_it
     store.close()
 
 
+@pytest.mark.expect_log("the file with a wrong MD5 is refused by the cache, with a warning")
+def test_the_md5_check_of_a_whole_file_yields_the_cpu_to_reads(tmp_path):
+    """The check of a whole file runs in a thread of its own VERIFY_NICE nicer than the process
+    (the reads under way keep the CPU), and still keeps the file only with its MD5."""
+    import hashlib
+
+    from graveler.objstore.datacache import VERIFY_NICE
+
+    cache = DataCache(str(tmp_path / "dc"), 1 << 30)
+    data = os.urandom(3 << 20)
+    for etag, kept in (("3" * 32, False), (hashlib.md5(data).hexdigest(), True)):
+        fill = cache.whole_fill("s3://b/obj", etag, len(data))
+        fill.write(data)
+        fill.commit()
+        assert cache.wait_fills()
+        assert fill.verify_nice == min(19, os.getpriority(os.PRIO_PROCESS, 0) + VERIFY_NICE)
+        assert os.path.exists(cache.whole_path("s3://b/obj", etag)) == kept
+    cache.close()
+
+
 @pytest.mark.s3
 def test_a_chunk_on_its_way_is_a_future_to_wait_for_and_a_broken_one_is_fetched_alone(s3_endpoint, s3_config,
                                                                                      s3_bucket):

@@ -284,3 +284,77 @@ def test_an_object_of_one_chunk_is_one_checked_get_kept_whole(tmp_path, s3_confi
     assert not cache.contains(DataCache.key(addr, etag, 0))
     cache.close()
     store.close()
+
+
+@pytest.mark.s3
+@pytest.mark.expect_log("a whole object whose MD5 is not its entry's is refused by the cache, with a warning")
+def test_a_streamed_object_past_the_direct_write_size_is_kept_whole_only_when_it_checks(tmp_path, s3_config,
+                                                                                        s3_bucket):
+    """A stream of an object of 8 MiB and more fills the whole file past the page cache (O_DIRECT
+    where the file system has it, as on this disk; a last partial page without): the reads are the
+    object's bytes, the whole file is kept with the right MD5 and refused with a wrong one."""
+    chunk = 1 << 20
+    store, data, etag = _s3_object(s3_config, s3_bucket, 9 * chunk + 777)
+    cache = DataCache(str(tmp_path / "dc"), 512 << 20)
+    addr = store.full_uri("obj")
+    for tag, ok in (("2" * 32, False), (etag, True)):
+        r = ChunkedReader(store, "obj", len(data), addr, tag, cache, chunk_size=chunk)
+        assert b"".join(r.read(o, 300_001) for o in range(0, len(data), 300_001)) == data
+        assert r.gets == 1
+        r.close()
+        assert cache.wait_fills()
+        assert os.path.exists(cache.whole_path(addr, tag)) == ok
+    with open(cache.whole_path(addr, etag), "rb") as f:
+        assert f.read() == data
+    assert cache.stats()["whole_rejected"] == 1 and cache.stats()["whole_filled"] == 1
+    cache.close()
+    store.close()
+
+
+@pytest.mark.expect_log("the file with a wrong MD5 is refused by the cache, with a warning")
+def test_the_md5_check_of_a_whole_file_yields_the_cpu_to_reads(tmp_path):
+    """The check of a whole file runs in a thread of its own VERIFY_NICE nicer than the process
+    (the reads under way keep the CPU), and still keeps the file only with its MD5."""
+    import hashlib
+
+    from graveler.objstore.datacache import VERIFY_NICE
+
+    cache = DataCache(str(tmp_path / "dc"), 1 << 30)
+    data = os.urandom(3 << 20)
+    for etag, kept in (("3" * 32, False), (hashlib.md5(data).hexdigest(), True)):
+        fill = cache.whole_fill("s3://b/obj", etag, len(data))
+        fill.write(data)
+        fill.commit()
+        assert cache.wait_fills()
+        assert fill.verify_nice == min(19, os.getpriority(os.PRIO_PROCESS, 0) + VERIFY_NICE)
+        assert os.path.exists(cache.whole_path("s3://b/obj", etag)) == kept
+    cache.close()
+
+
+@pytest.mark.s3
+def test_a_chunk_on_its_way_is_a_future_to_wait_for_and_a_broken_one_is_fetched_alone(s3_endpoint, s3_config,
+                                                                                     s3_bucket):
+    """:meth:`ChunkedReader.pending` (what the mount waits on without a thread): a chunk the stream
+    is bringing is a future not done yet; a chunk in memory, or one the stream does not cover,
+    is None (read_ready answers, or read fetches). When the stream breaks off in that chunk the
+    future completes all the same, read_ready still says nothing, and read fetches it alone."""
+    from tests.faultproxy import Fault, FaultProxy
+
+    chunk = 1 << 20
+    with FaultProxy(s3_endpoint) as proxy:
+        store, data, etag = _s3_object(s3_config, s3_bucket, 3 * chunk + 99, proxy.url)
+        proxy.add(Fault("hang", method="GET", path="/ns/obj", after=chunk + 1000, times=1))
+        r = ChunkedReader(store, "obj", len(data), store.full_uri("obj"), etag, None, chunk_size=chunk,
+                          read_ahead=1)
+        assert r.read(0, 4096) == data[:4096]  # the stream brought chunk 0; it hangs in chunk 1
+        assert r.pending(100, 4096) is None and bytes(r.read_ready(100, 4096)) == data[100:4196]
+        f = r.pending(chunk + 10, 4096)
+        assert f is not None and not f.done()
+        assert r.pending(3 * chunk, 10) is None  # past what the stream covers: read() fetches it
+        proxy.release()
+        assert f.exception(timeout=30) is not None
+        assert r.read_ready(chunk + 10, 4096) is None
+        assert r.read(chunk + 10, 4096) == data[chunk + 10:chunk + 4106]
+        assert r.read(chunk, len(data)) == data[chunk:]
+        r.close()
+    store.close()

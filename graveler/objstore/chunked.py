@@ -568,6 +568,36 @@ class ChunkedReader(ObjectReader):
             parts.append(memoryview(data)[lo:hi] if (lo, hi) != (0, len(data)) else data)
         return parts[0] if len(parts) == 1 else b"".join(parts)  # a view: no copy of the chunk's bytes
 
+    def pending(self, offset: int, length: int) -> Future | None:
+        """A chunk :meth:`read_ready` waits for before it can answer this read: the future of the
+        first chunk of the read that is not in memory yet but that the stream under way brings
+        (or a read already asked for) -- a caller that must not block waits for it by a callback,
+        then asks :meth:`read_ready` again. None when no such chunk (all in memory, or one that
+        needs a fetch, or failed): then :meth:`read`. Never blocks, never fetches."""
+        if offset < 0 or length <= 0 or offset >= self.size or self._content is not None or self._whole_fd >= 0:
+            return None
+        end = min(offset + length, self.size)
+        first, last = offset // self.chunk_size, (end - 1) // self.chunk_size
+        with self._lock:
+            for i in range(first, last + 1):
+                f = self._present(i)
+                if f is not None:
+                    if f.done():
+                        if f.exception() is not None:
+                            return None
+                        continue
+                else:
+                    s = self._stream
+                    if s is None or not s.covers(i):
+                        return None
+                    f = s.claimed.get(i)
+                    if f is None:
+                        f = s.claimed[i] = Future()
+                self._stream_pos = max(self._stream_pos, i)  # as a read of it: the stream may go on
+                self._cond.notify_all()
+                return f
+        return None
+
     def _result(self, i: int, f: Future) -> bytes:
         try:
             return f.result()

@@ -613,6 +613,15 @@ class Filesystem(Opens, XattrReads):
             self.stats.add("bytes_inline", len(data))
         return data
 
+    def read_pending(self, fh: int, offset: int, size: int):
+        """A future another thread completes once :meth:`read_fast` can answer this read (a
+        chunk a remote object's stream is bringing; counted ``reads_awaited``), else None.
+        Never blocks."""
+        f = self._handle(fh).read_pending(offset, size)
+        if f is not None:
+            self.stats.add("reads_awaited")
+        return f
+
     def read(self, fh: int, offset: int, size: int) -> bytes:
         """A read that may block (in a worker thread; counted ``reads_thread``)."""
         self.stats.add("reads_thread")

@@ -304,6 +304,11 @@ class Operations(pyfuse3.Operations):
         if data is None and self.inline_reads:
             data = self.fs.read_nowait(fh, off, size)
         if data is None:
+            pending = self.fs.read_pending(fh, off, size)  # a chunk on its way: wait here, no thread
+            if pending is not None:
+                await self.offload.wait(pending)
+                data = self.fs.read_fast(fh, off, size)
+        if data is None:
             data = await self.offload.run(DATA, self.fs.read, fh, off, size)
         return data
 

@@ -15,8 +15,9 @@ what kind it holds. The kinds:
 * :class:`InfoHandle` -- a generated read-only file (``stats``, ``head``, ``log``).
 
 Every method may block (it runs in a worker thread) except :meth:`Handle.read_fast`,
-:meth:`Handle.read_nowait`, :meth:`Handle.pending` and :meth:`Handle.release_pending`,
-which answer on the trio thread (they wait for no lock a worker may hold for long). A new
+:meth:`Handle.read_nowait`, :meth:`Handle.read_pending`, :meth:`Handle.pending` and
+:meth:`Handle.release_pending`, which answer on the trio thread (they wait for no lock a
+worker may hold for long). A new
 kind of handle subclasses :class:`Handle`, overrides what it does, and is made by whatever
 opens it (the core's ``open``, or :mod:`lakefuse.mount.special`).
 """
@@ -52,6 +53,12 @@ class Handle:
     def read_nowait(self, offset: int, size: int) -> bytes | bytearray | None:
         """The bytes when a local file's page cache holds them all (never blocks), else
         None: the read then goes to a worker thread (:meth:`read`)."""
+        return None
+
+    def read_pending(self, offset: int, size: int):
+        """A ``concurrent.futures.Future`` that another thread completes once :meth:`read_fast`
+        can answer this read (a remote object's chunk a stream is bringing), else None. Never
+        blocks: the caller waits for it without a thread, then asks :meth:`read_fast` again."""
         return None
 
     def read(self, offset: int, size: int) -> bytes:
@@ -159,6 +166,12 @@ class ObjectHandle(Handle):
                 return None
         self.stats.add("bytes_read", len(data))
         return data
+
+    def read_pending(self, offset: int, size: int):
+        pending = getattr(self.reader, "pending", None)  # a remote object's stream
+        if pending is None or offset >= self.size or self._written():
+            return None
+        return pending(offset, min(size, self.size - offset))
 
     def read_nowait(self, offset: int, size: int) -> bytes | bytearray | None:
         fileno = getattr(self.reader, "fileno", None)  # the data cache's whole file of a remote object

@@ -69,6 +69,24 @@ class Offload:
         finally:
             lim.release_on_behalf_of(task)
 
+    async def wait(self, fut) -> None:
+        """Wait, on the trio thread and without a worker thread, until ``fut`` (a
+        ``concurrent.futures.Future`` another thread completes) is done; not cancellable, as
+        :meth:`run` once its thread runs."""
+        if fut.done():
+            return
+        task = trio.lowlevel.current_task()
+        token = trio.lowlevel.current_trio_token()
+
+        def done(_fut) -> None:
+            try:
+                token.run_sync_soon(trio.lowlevel.reschedule, task)
+            except trio.RunFinishedError:
+                pass
+
+        fut.add_done_callback(done)
+        await trio.lowlevel.wait_task_rescheduled(_not_cancellable)
+
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {
             name: {"limit": int(lim.total_tokens), "busy": lim.borrowed_tokens, "waiting": lim.statistics().tasks_waiting}

@@ -39,8 +39,9 @@ def _quantile_us(hist: Counter, q: float) -> float:
 class Stats:
     """Thread-safe counters: FUSE requests by type, errors by errno name, named
     counts (lookups, bytes read from the store, opens served by FUSE passthrough or by
-    the daemon, reads answered on the trio thread from the page cache (``reads_inline``)
-    or in a worker thread (``reads_thread``)...) and named states (``passthrough``: on, or
+    the daemon, reads answered on the trio thread from the page cache (``reads_inline``),
+    after waiting there for a chunk an S3 stream brings (``reads_awaited``), or in a worker
+    thread (``reads_thread``)...) and named states (``passthrough``: on, or
     why not; ``inline_reads``: on or off), and each request type's latency as a histogram
     (buckets of a quarter power of two, so p50 / p99 are within 19% above the truth)."""
 

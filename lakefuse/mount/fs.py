@@ -71,6 +71,7 @@ from lakefuse.mount.errors import FsError, LogOnce
 from lakefuse.mount.handles import Handle
 from lakefuse.mount.inodes import ROOT_INO, InodeTable, Kind, Node
 from lakefuse.mount.opens import Opens
+from lakefuse.mount.reads import Reads
 from lakefuse.mount.special import INFO_NAME
 from lakefuse.mount.stats import Stats
 from lakefuse.mount.trees import Tree, TreeLocks
@@ -84,7 +85,7 @@ log = logging.getLogger(__name__)
 FRESH_NS = 50_000_000
 
 
-class Filesystem(Opens, XattrReads):
+class Filesystem(Opens, Reads, XattrReads):
     """The semantics of the mount over one repository (see the module docstring).
 
     ``writes``: the class of the branch-tree write operations
@@ -595,39 +596,6 @@ class Filesystem(Opens, XattrReads):
         return attr
 
     # ------------------------------------------------------------------ files
-
-    def read_fast(self, fh: int, offset: int, size: int) -> bytes | None:
-        """The bytes when they are in memory already (a small file read at open, or what a
-        sequential read fetched ahead), else None."""
-        data = self._handle(fh).read_fast(offset, size)
-        if data is not None:
-            self.stats.add("bytes_memory", len(data))
-        return data
-
-    def read_nowait(self, fh: int, offset: int, size: int) -> bytes | bytearray | None:
-        """The bytes when a local file's page cache holds them all (on the trio thread,
-        never blocks; counted ``reads_inline``), else None: then :meth:`read`."""
-        data = self._handle(fh).read_nowait(offset, size)
-        if data is not None:
-            self.stats.add("reads_inline")
-            self.stats.add("bytes_inline", len(data))
-        return data
-
-    def read_pending(self, fh: int, offset: int, size: int):
-        """A future another thread completes once :meth:`read_fast` can answer this read (a
-        chunk a remote object's stream is bringing; counted ``reads_awaited``), else None.
-        Never blocks."""
-        f = self._handle(fh).read_pending(offset, size)
-        if f is not None:
-            self.stats.add("reads_awaited")
-        return f
-
-    def read(self, fh: int, offset: int, size: int) -> bytes:
-        """A read that may block (in a worker thread; counted ``reads_thread``)."""
-        self.stats.add("reads_thread")
-        data = self._handle(fh).read(offset, size)
-        self.stats.add("bytes_thread", len(data))
-        return data
 
     def write(self, fh: int, offset: int, data: bytes) -> int:
         return self._handle(fh).write(offset, data)

@@ -519,6 +519,7 @@ class SweepResult:
     failed: int
     dry_run: bool
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
 
 def read_summary(repo, run_id: str) -> dict:
@@ -611,16 +612,21 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
         spark.createDataFrame([], _ADDR_SCHEMA)
     report = report.persist()
     total = report.count()
+    phases = {"read_report": time.monotonic() - t0}
+    t1 = time.monotonic()
     # Whatever became live since the mark (new or moved heads, tags, staged addresses) is kept.
     extra, _, _ = moved_since(spark, repo, ns, marked, set())
     todo = report if extra is None else report.join(extra, on="address", how="left_anti")
+    phases["recheck_refs"] = time.monotonic() - t1
+    t1 = time.monotonic()
     nparts = max(1, min(len(parts) * 4, 64))
     rows = todo.repartition(nparts).mapInArrow(_delete_task(ns, dry_run), "deleted long, failed long").collect()
+    phases["delete"] = time.monotonic() - t1
     deleted = sum(r.deleted for r in rows)
     failed = sum(r.failed for r in rows)
     kept = total - deleted - failed
     report.unpersist()
-    res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0)
+    res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0, phases)
     if not dry_run:
         ns.open().put(f"{GC_PREFIX}{run_id}/swept.json", json.dumps({
             "run_id": run_id, "swept": datetime.now(timezone.utc).isoformat(), "deleted": deleted, "kept": kept,

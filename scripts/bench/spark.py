@@ -424,7 +424,8 @@ class Bench:
                                  env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))).stdout.split()
             single, bad = float(out[0]), int(out[1])
             assert bad == 0 and not any(k.startswith("single/") for k in backend.get_bucket(bucket).keys)
-            print(f"    (mark {m.seconds:.1f} s; sweep {r.seconds:.1f} s)", flush=True)
+            phases = ", ".join(f"{k} {v:.1f} s" for k, v in r.phases.items())
+            print(f"    (mark {m.seconds:.1f} s; sweep {r.seconds:.1f} s: {phases})", flush=True)
             self.report(f"gc sweep {n:,} on moto", f"{n / s:,.0f} deletes/s ({s:.1f} s)",
                         f"{n / single:,.0f} deletes/s ({single:.1f} s)", f"x{single / s:.2f}")
         finally:

@@ -99,7 +99,6 @@ class Bench:
         self.args = args
         self.tmp = Path(tempfile.mkdtemp(prefix="lakefuse-bench-spark-", dir=args.tmp))
         self.g = Graveler(GravelerConfig(home=self.tmp / "home", kv=KVConfig(map_size=1 << 34, sync=False)))
-        self.moto = None
         if args.gc_sweep:  # the AWS environment must be in place before the JVM and its workers start
             os.environ.update(S3_ENV)
             for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
@@ -376,9 +375,9 @@ class Bench:
 
         print(f"gc sweep of {n:,} objects on S3 (moto on 127.0.0.1)", flush=True)
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.moto.start()
-        host, port = self.moto.get_host_and_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # in this process: its backend
+        server.start()
+        host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
         store_cfg = StoreConfig(s3_endpoint_url=endpoint, region="us-east-1")
         g = Graveler(GravelerConfig(home=self.tmp / "home-s3", kv=KVConfig(map_size=1 << 30, sync=False),
@@ -430,8 +429,7 @@ class Bench:
                         f"{n / single:,.0f} deletes/s ({single:.1f} s)", f"x{single / s:.2f}")
         finally:
             g.close()
-            self.moto.stop()
-            self.moto = None
+            server.stop()
 
     # ---------------------------------------------------------------- export
     def bench_export(self, n: int) -> None:

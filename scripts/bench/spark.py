@@ -482,7 +482,7 @@ def main() -> int:
     ap.add_argument("--gc-live", type=int, default=1_000_000)
     ap.add_argument("--gc-files", type=int, default=50_000, help="files for the real-listing mark (0: skip)")
     ap.add_argument("--gc-dry-run", action="store_true", help="mark without writing the report")
-    ap.add_argument("--gc-sweep", type=int, default=100_000, help="objects the S3 (moto) sweep deletes (0: skip)")
+    ap.add_argument("--gc-sweep", type=int, default=200_000, help="objects the S3 (moto) sweep deletes (0: skip)")
     ap.add_argument("--export", type=int, default=100_000, help="objects to export (0: skip)")
     ap.add_argument("--partitions", type=int, default=None)
     ap.add_argument("--shuffle-partitions", type=int, default=4)

@@ -78,3 +78,54 @@ def test_spark_submit_entry(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
     assert res["candidates"] == 0 and res["report_prefix"].startswith("_lakefs/retention/gc/")
+
+
+def test_cli_gc_dry_runs_print_the_counts_of_the_real_runs(spark, tmp_path, capsys):
+    """``gc mark --dry-run`` and ``gc sweep --dry-run`` print the counts (and the mark its addresses) that
+    the real mark and sweep then report and act on."""
+    import re
+    import time
+
+    from graveler import Graveler, GravelerConfig
+    from graveler.model import Entry
+    from graveler.objects import new_data_address
+
+    home = str(tmp_path / "home")
+    assert run(capsys, "--home", home, "repo", "create", "lakefs://gcrepo", "--storage", str(tmp_path / "ns"))[0] == 0
+    g = Graveler(GravelerConfig.from_home(home))
+    try:
+        repo = g.repository("gcrepo")
+        old = time.time_ns() - 3 * 86400 * 10**9
+        addrs = []
+        for i in range(7):  # 0-2 committed (live), 3-6 orphans; 6 is too young to collect
+            t = old + i if i < 6 else time.time_ns()
+            a = new_data_address(t)
+            repo.store.put(a, b"x" * (i + 1))
+            os.utime(os.path.join(repo.store.root, a), ns=(t, t))
+            addrs.append(a)
+        for i in range(3):
+            repo.stage("main", f"f{i}", Entry(address=addrs[i], size=i + 1, etag=str(i)))
+        repo.commit("main", "live")
+    finally:
+        g.close()
+    expect = sorted(addrs[3:6])
+
+    rc, o, err = run(capsys, "--home", home, "gc", "mark", "lakefs://gcrepo", "--dry-run")
+    assert rc == 0, err
+    dry = re.search(r"dry run: (\d+) objects \((\d+) bytes\) would be deleted", err)
+    assert dry and o.split() == expect
+    rc, o, err = run(capsys, "--home", home, "gc", "mark", "lakefs://gcrepo")
+    assert rc == 0, err
+    real = re.search(r"run (\S+): (\d+) objects \((\d+) bytes\) to delete", o)
+    assert real and real.group(2, 3) == dry.group(1, 2) == ("3", str(4 + 5 + 6))
+    run_id = real.group(1)
+
+    rc, o, err = run(capsys, "--home", home, "gc", "sweep", "lakefs://gcrepo", run_id, "--dry-run")
+    assert rc == 0, err
+    dry_sweep = re.search(r": (\d+) would be deleted, (\d+) kept \(live again\), (\d+) failed", o)
+    assert dry_sweep and all(os.path.exists(tmp_path / "ns" / a) for a in addrs)
+    rc, o, err = run(capsys, "--home", home, "gc", "sweep", "lakefs://gcrepo", run_id)
+    assert rc == 0, err
+    swept = re.search(r": (\d+) deleted, (\d+) kept \(live again\), (\d+) failed", o)
+    assert swept and swept.groups() == dry_sweep.groups() == ("3", "0", "0")
+    assert [a for a in addrs if not os.path.exists(tmp_path / "ns" / a)] == expect

@@ -59,6 +59,7 @@ RULES_KEY = GC_PREFIX + "rules.json"
 DEFAULT_MIN_AGE = timedelta(hours=24)
 REPORT_SCHEMA = "address string, size long, last_modified timestamp"
 _ADDR_SCHEMA = "address string"
+_LIVE_CHUNK = 65536  # entries decoded per call in a live-set task
 
 
 # -- rules -------------------------------------------------------------------------------------------------------
@@ -241,8 +242,16 @@ def _live_task(ns: Namespace):
         store = worker_store(ns)
         for b in batches:
             for rid in b.column(0).to_pylist():
-                for keys, values in iter_range_records(store, rid):
-                    yield pa.RecordBatch.from_arrays([addresses_of(values, rid, ns.uri, pa)], names=["address"])
+                # Decoded in chunks of many data blocks: a block holds some tens of entries, and the fixed
+                # cost of a decode call and its Arrow kernels per block would dominate the decoding itself.
+                pending: list[bytes] = []
+                for _, values in iter_range_records(store, rid):
+                    pending.extend(values)
+                    if len(pending) >= _LIVE_CHUNK:
+                        yield pa.RecordBatch.from_arrays([addresses_of(pending, rid, ns.uri, pa)], names=["address"])
+                        pending = []
+                if pending:
+                    yield pa.RecordBatch.from_arrays([addresses_of(pending, rid, ns.uri, pa)], names=["address"])
         fault_point("gc_live")
 
     return fn
@@ -269,12 +278,24 @@ def _staged_addresses(repo, ns_uri: str, tokens) -> list[str]:
     return out
 
 
+def grouped_df(spark, items: list[str], per_core: int = 4):
+    """One row ``item`` per item, in a few tasks (``per_core`` per core of the session), each taking a run
+    of consecutive items.  A Python task costs tens of milliseconds of CPU to start; a range decodes in
+    about as much, so one task per range would spend half its time starting tasks."""
+    from pyspark.sql import functions as F
+
+    if not items:
+        return spark.createDataFrame([], "item string")
+    n = len(items)
+    tasks = max(1, min(n, per_core * spark.sparkContext.defaultParallelism))
+    return spark.range(0, n, 1, tasks).select(
+        F.element_at(F.lit(list(items)), (F.col("id") + 1).cast("int")).alias("item"))
+
+
 def live_df(spark, ns: Namespace, metarange_ids):
     """Addresses (namespace keys under data/) that the given metaranges reference; and how many ranges."""
-    from graveler.spark.entries import per_task_df
-
     rids = _ranges_of(ns.open(), metarange_ids)
-    return per_task_df(spark, rids).mapInArrow(_live_task(ns), _ADDR_SCHEMA), len(rids)
+    return grouped_df(spark, rids).mapInArrow(_live_task(ns), _ADDR_SCHEMA), len(rids)
 
 
 def moved_since(spark, repo, ns: Namespace, before: RefsSnapshot, known_mrs: set[str]):
@@ -498,6 +519,7 @@ class SweepResult:
     failed: int
     dry_run: bool
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
 
 def read_summary(repo, run_id: str) -> dict:
@@ -590,16 +612,21 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
         spark.createDataFrame([], _ADDR_SCHEMA)
     report = report.persist()
     total = report.count()
+    phases = {"read_report": time.monotonic() - t0}
+    t1 = time.monotonic()
     # Whatever became live since the mark (new or moved heads, tags, staged addresses) is kept.
     extra, _, _ = moved_since(spark, repo, ns, marked, set())
     todo = report if extra is None else report.join(extra, on="address", how="left_anti")
+    phases["recheck_refs"] = time.monotonic() - t1
+    t1 = time.monotonic()
     nparts = max(1, min(len(parts) * 4, 64))
     rows = todo.repartition(nparts).mapInArrow(_delete_task(ns, dry_run), "deleted long, failed long").collect()
+    phases["delete"] = time.monotonic() - t1
     deleted = sum(r.deleted for r in rows)
     failed = sum(r.failed for r in rows)
     kept = total - deleted - failed
     report.unpersist()
-    res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0)
+    res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0, phases)
     if not dry_run:
         ns.open().put(f"{GC_PREFIX}{run_id}/swept.json", json.dumps({
             "run_id": run_id, "swept": datetime.now(timezone.utc).isoformat(), "deleted": deleted, "kept": kept,

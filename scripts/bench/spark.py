@@ -15,6 +15,9 @@ On one Spark master (default local[2]), in one run:
   (read from its ranges by the executors), the stored objects are an inventory DataFrame
   (as with an S3 Inventory report: S data/ objects, L of them live); the seconds of each phase;
   and a mark that lists a real namespace of --gc-files small files by hourly slice;
+* GC sweep of --gc-sweep objects on S3 (a moto server on 127.0.0.1 started here, in this
+  process; the objects are put into its backend directly, as setup): deletes/s of the sweep
+  of a mark's report, vs DeleteObjects calls of 1,000 keys from one process over as many objects;
 * export of E objects to a local directory: objects/s, vs a copy loop in this process.
 
     .venv/bin/python scripts/bench/spark.py                       # defaults (see --help)
@@ -45,11 +48,13 @@ from graveler.model import Entry, encode_value  # noqa: E402
 from graveler.objects import new_data_address  # noqa: E402
 from graveler.spark.entries import entries_df  # noqa: E402
 from graveler.spark.export import export  # noqa: E402
-from graveler.spark.gc import GCRules, mark, set_rules  # noqa: E402
+from graveler.spark.gc import GCRules, mark, set_rules, sweep  # noqa: E402
 from graveler.spark.importer import encode_listing_batch, import_listing, import_records_local  # noqa: E402
 from graveler.spark.session import SparkConfig, get_session  # noqa: E402
 from graveler.spark.tables import write_metarange_local  # noqa: E402
 
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+          "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true"}
 TEAMS = ["ads", "search", "payments", "ml-features", "growth", "infra", "risk", "maps"]
 
 
@@ -68,11 +73,36 @@ def listing_table(n: int, seed: int = 0):
     })
 
 
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and its descendants (the JVM, its Python workers): on a
+    shared machine a job's CPU time moves less than its wall time."""
+    kids: dict[int, list[tuple[int, int]]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            kids.setdefault(int(st[1]), []).append((int(d), sum(int(x) for x in st[11:15])))
+    t = os.times()
+    total, todo = (t.user + t.system + t.children_user + t.children_system) * os.sysconf("SC_CLK_TCK"), [os.getpid()]
+    while todo:
+        for pid, ticks in kids.get(todo.pop(), ()):
+            total += ticks
+            todo.append(pid)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
         self.tmp = Path(tempfile.mkdtemp(prefix="lakefuse-bench-spark-", dir=args.tmp))
         self.g = Graveler(GravelerConfig(home=self.tmp / "home", kv=KVConfig(map_size=1 << 34, sync=False)))
+        if args.gc_sweep:  # the AWS environment must be in place before the JVM and its workers start
+            os.environ.update(S3_ENV)
+            for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+                os.environ.pop(k, None)
         self.spark = get_session(SparkConfig(master=args.master, app_name="lakefuse-bench",
                                              shuffle_partitions=args.shuffle_partitions,
                                              extra=(("spark.driver.memory", args.driver_memory),)))
@@ -286,17 +316,20 @@ class Bench:
                      F.lpad(F.lower(F.hex("id")), 16, "0")).alias("address"),
             F.lit(100).cast("long").alias("size"),
             F.lit(datetime(2020, 9, 13, 12, tzinfo=timezone.utc)).alias("last_modified"))
-        times, m = [], None
+        times, cpus, m = [], [], None
         for _ in range(self.args.repeat):
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), tree_cpu()
             m = mark(self.spark, repo, inventory=inv, dry_run=self.args.gc_dry_run)
             times.append(time.monotonic() - t0)
+            cpus.append(tree_cpu() - c0)
         expect = stored - live if stored >= 2 * live else None
         assert expect is None or m.candidates == expect, (m.candidates, expect)
         s = statistics.median(times)
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in m.phases.items())
         print(f"    (built the {live:,}-entry commit in {build:.1f} s; phases: {phases}; {m.ranges_read} ranges)",
               flush=True)
+        print(f"    mark runs: {', '.join(f'{t:.1f} s' for t in times)} wall; "
+              f"{', '.join(f'{c:.1f} s' for c in cpus)} CPU (driver, JVM and workers)", flush=True)
         # The single-process anchor: the same anti-join as Python sets over the same addresses.
         t0 = time.monotonic()
         livec = {Entry.from_value(v).address for _, v in repo.iter_committed("main")}
@@ -328,6 +361,75 @@ class Bench:
         s = time.monotonic() - t0
         assert m.candidates == files - len(recs)
         self.report(f"gc mark listing {files:,} files", f"{s:.1f} s ({files / s:,.0f} objects/s)", "-", "-")
+
+    def bench_sweep(self, n: int) -> None:
+        """The sweep's deletes/s against S3 (moto), beside bulk deletes from one process."""
+        import logging
+        import subprocess
+
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+        from moto.server import ThreadedMotoServer
+
+        from graveler.objstore import StoreConfig
+
+        print(f"gc sweep of {n:,} objects on S3 (moto on 127.0.0.1)", flush=True)
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # in this process: its backend
+        server.start()
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        store_cfg = StoreConfig(s3_endpoint_url=endpoint, region="us-east-1")
+        g = Graveler(GravelerConfig(home=self.tmp / "home-s3", kv=KVConfig(map_size=1 << 30, sync=False),
+                                    store=store_cfg))
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+        bucket = "bench-sweep"
+        backend.create_bucket(bucket, "us-east-1")
+        base = 1_600_000_000 * 10**9
+
+        def populate(prefix: str) -> list[str]:
+            # Straight into moto's backend: a PUT through its HTTP server takes ~10 ms here.
+            addrs = [new_data_address(base + i * 10**6) for i in range(n)]
+            for a in addrs:
+                backend.put_object(bucket, f"{prefix}/{a}", b"x")
+            return addrs
+
+        try:
+            repo = g.create_repository("sweep", f"s3://{bucket}/ns")
+            addrs = populate("ns")
+            from pyspark.sql import functions as F
+
+            inv = self.spark.createDataFrame([(a,) for a in addrs], "address string").select(
+                "address", F.lit(1).cast("long").alias("size"),
+                F.lit(datetime(2020, 9, 13, 12, tzinfo=timezone.utc)).alias("last_modified"))
+            m = mark(self.spark, repo, inventory=inv)
+            assert m.candidates == n, (m.candidates, n)
+            t0 = time.monotonic()
+            r = sweep(self.spark, repo, m.run_id)
+            s = time.monotonic() - t0
+            assert (r.deleted, r.kept, r.failed) == (n, 0, 0), r
+            left = sum(1 for k in backend.get_bucket(bucket).keys if k.startswith("ns/data/"))
+            assert left == 0, left
+            # One process, in a child (the moto server shares this one's GIL): DeleteObjects of 1,000 keys.
+            keys = self.tmp / "sweep-keys.txt"
+            keys.write_text("\n".join(populate("single")))
+            code = ("import sys, time\nfrom graveler.objstore import open_store, StoreConfig\n"
+                    f"st = open_store('s3://{bucket}/single', StoreConfig(s3_endpoint_url='{endpoint}', "
+                    "region='us-east-1'))\n"
+                    f"keys = open(r'{keys}').read().split()\n"
+                    "t0 = time.monotonic()\nbad = st.delete_many(keys)\n"
+                    "print(time.monotonic() - t0, len(bad))\n")
+            out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                 env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))).stdout.split()
+            single, bad = float(out[0]), int(out[1])
+            assert bad == 0 and not any(k.startswith("single/") for k in backend.get_bucket(bucket).keys)
+            phases = ", ".join(f"{k} {v:.1f} s" for k, v in r.phases.items())
+            print(f"    (mark {m.seconds:.1f} s; sweep {r.seconds:.1f} s: {phases})", flush=True)
+            self.report(f"gc sweep {n:,} on moto", f"{n / s:,.0f} deletes/s ({s:.1f} s)",
+                        f"{n / single:,.0f} deletes/s ({single:.1f} s)", f"x{single / s:.2f}")
+        finally:
+            g.close()
+            server.stop()
 
     # ---------------------------------------------------------------- export
     def bench_export(self, n: int) -> None:
@@ -380,6 +482,7 @@ def main() -> int:
     ap.add_argument("--gc-live", type=int, default=1_000_000)
     ap.add_argument("--gc-files", type=int, default=50_000, help="files for the real-listing mark (0: skip)")
     ap.add_argument("--gc-dry-run", action="store_true", help="mark without writing the report")
+    ap.add_argument("--gc-sweep", type=int, default=200_000, help="objects the S3 (moto) sweep deletes (0: skip)")
     ap.add_argument("--export", type=int, default=100_000, help="objects to export (0: skip)")
     ap.add_argument("--partitions", type=int, default=None)
     ap.add_argument("--shuffle-partitions", type=int, default=4)
@@ -406,6 +509,8 @@ def main() -> int:
             b.bench_gc(args.gc_stored, args.gc_live)
         if args.gc_files:
             b.bench_gc_files(args.gc_files)
+        if args.gc_sweep:
+            b.bench_sweep(args.gc_sweep)
         if args.export:
             b.bench_export(args.export)
     finally:

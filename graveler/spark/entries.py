@@ -1,6 +1,6 @@
 """A commit's entries as a DataFrame (the difference of two commits: :mod:`.diff`).
 
-``entries_df`` runs one task per range of the commit's metarange.  The columns are
+``entries_df`` runs a few tasks per core, each over a run of the commit's ranges.  The columns are
 those of lakeFS's Spark client: key, address, etag, last_modified, size, range_id, user_metadata,
 address_type (``RELATIVE``, ``FULL``, ``BY_PREFIX_DEPRECATED``).
 """
@@ -31,6 +31,7 @@ ENTRY_FIELDS = (
 ENTRY_SCHEMA_WITH_IDENTITY = ENTRY_FIELDS + ", identity binary"
 ENTRY_COLUMNS = ("key", "address", "etag", "last_modified", "size", "range_id", "user_metadata", "address_type")
 _ADDRESS_NAMES = {int(t): t.name for t in AddressType}
+ENTRIES_CHUNK = 65536  # entries decoded per call in an entries task
 
 
 def namespace_of(repo) -> Namespace:
@@ -53,6 +54,20 @@ def per_task_df(spark, items: list[str]):
         return spark.createDataFrame([], "item string")
     n = len(items)
     return spark.range(0, n, 1, n).select(F.element_at(F.lit(list(items)), (F.col("id") + 1).cast("int")).alias("item"))
+
+
+def grouped_df(spark, items: list[str], per_core: int = 4):
+    """One row ``item`` per item, in a few tasks (``per_core`` per core of the session), each taking a run
+    of consecutive items.  A Python task costs tens of milliseconds of CPU to start; a range decodes in
+    about as much, so one task per range would spend half its time starting tasks."""
+    from pyspark.sql import functions as F
+
+    if not items:
+        return spark.createDataFrame([], "item string")
+    n = len(items)
+    tasks = max(1, min(n, per_core * spark.sparkContext.defaultParallelism))
+    return spark.range(0, n, 1, tasks).select(
+        F.element_at(F.lit(list(items)), (F.col("id") + 1).cast("int")).alias("item"))
 
 
 def _py_entry_arrays(keys: list[bytes], values: list[bytes], rid: str, pa) -> tuple[list, list]:
@@ -142,24 +157,37 @@ def _entries_task(ns: Namespace, with_identity: bool):
 
     def fn(batches):
         store = worker_store(ns)
+        names = list(ENTRY_COLUMNS) + (["identity"] if with_identity else [])
+
+        def batch(keys, values, rid):
+            arrays, idents = arrays_of(keys, values, rid, pa)
+            if with_identity:
+                arrays.append(idents if isinstance(idents, pa.Array) else pa.array(idents, pa.binary()))
+            return pa.RecordBatch.from_arrays(arrays, names=names)
+
         for b in batches:
             for rid in b.column(0).to_pylist():
-                for keys, values in iter_range_records(store, rid):
-                    arrays, idents = arrays_of(keys, values, rid, pa)
-                    names = list(ENTRY_COLUMNS)
-                    if with_identity:
-                        arrays.append(idents if isinstance(idents, pa.Array) else pa.array(idents, pa.binary()))
-                        names.append("identity")
-                    yield pa.RecordBatch.from_arrays(arrays, names=names)
+                # Decoded in chunks of many data blocks (a block holds some tens of entries: a decode
+                # call and its Arrow steps per block would cost more than the decoding itself).
+                keys: list[bytes] = []
+                values: list[bytes] = []
+                for ks, vs in iter_range_records(store, rid):
+                    keys.extend(ks)
+                    values.extend(vs)
+                    if len(keys) >= ENTRIES_CHUNK:
+                        yield batch(keys, values, rid)
+                        keys, values = [], []
+                if keys:
+                    yield batch(keys, values, rid)
         fault_point("entries")
 
     return fn
 
 
 def ranges_entries_df(spark, ns: Namespace, range_ids: list[str], with_identity: bool = False):
-    """The entries of the given ranges, one task per range."""
+    """The entries of the given ranges, in their order, a few tasks per core (:func:`grouped_df`)."""
     schema = ENTRY_SCHEMA_WITH_IDENTITY if with_identity else ENTRY_FIELDS
-    return per_task_df(spark, range_ids).mapInArrow(_entries_task(ns, with_identity), schema)
+    return grouped_df(spark, range_ids).mapInArrow(_entries_task(ns, with_identity), schema)
 
 
 def entries_df(spark, repo, ref: str):

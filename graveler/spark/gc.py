@@ -278,22 +278,10 @@ def _staged_addresses(repo, ns_uri: str, tokens) -> list[str]:
     return out
 
 
-def grouped_df(spark, items: list[str], per_core: int = 4):
-    """One row ``item`` per item, in a few tasks (``per_core`` per core of the session), each taking a run
-    of consecutive items.  A Python task costs tens of milliseconds of CPU to start; a range decodes in
-    about as much, so one task per range would spend half its time starting tasks."""
-    from pyspark.sql import functions as F
-
-    if not items:
-        return spark.createDataFrame([], "item string")
-    n = len(items)
-    tasks = max(1, min(n, per_core * spark.sparkContext.defaultParallelism))
-    return spark.range(0, n, 1, tasks).select(
-        F.element_at(F.lit(list(items)), (F.col("id") + 1).cast("int")).alias("item"))
-
-
 def live_df(spark, ns: Namespace, metarange_ids):
     """Addresses (namespace keys under data/) that the given metaranges reference; and how many ranges."""
+    from graveler.spark.entries import grouped_df
+
     rids = _ranges_of(ns.open(), metarange_ids)
     return grouped_df(spark, rids).mapInArrow(_live_task(ns), _ADDR_SCHEMA), len(rids)
 

@@ -106,4 +106,24 @@ if [ "$(cat "$pt_stamp" 2>/dev/null)" != "$pt_sum" ] || ! .venv/bin/python -c "$
     .venv/bin/python -c "$pt_check"
     echo "$pt_sum" >"$pt_stamp"
 fi
+
+# xfstests' fsx (the file-operation exerciser run by tests/test_mount_fsx.py): no package
+# registry here carries it, so its source is vendored (see scripts/vendor/README.md) and built
+# with gcc into .venv/opt/fsx, again only when the tarball changes. The config.h that xfstests'
+# autoconf would write is the few HAVE_ lines its global.h looks at on Linux.
+fsx_dir="$root/.venv/opt/fsx"
+fsx_sum="$(sha256sum "$vendor"/xfstests-fsx-*.tar.gz | cut -d' ' -f1)"
+if [ "$(cat "$fsx_dir/.stamp" 2>/dev/null)" != "$fsx_sum" ] || [ ! -x "$fsx_dir/fsx" ]; then
+    echo "setup: building fsx from $vendor"
+    rm -rf "$fsx_dir"
+    mkdir -p "$fsx_dir/src"
+    tar -xzf "$vendor"/xfstests-fsx-*.tar.gz -C "$fsx_dir/src" --strip-components=1
+    for h in SYS_TYPES_H SYS_STAT_H SYS_TIME_H SYS_IOCTL_H SYS_WAIT_H MALLOC_H STDLIB_H UNISTD_H ERRNO_H \
+        STRING_H SYS_FCNTL_H SYS_PARAM_H STRINGS_H LINUX_FALLOC_H SYS_MMAN_H ASSERT_H ERR_H COPY_FILE_RANGE; do
+        echo "#define HAVE_$h 1"
+    done >"$fsx_dir/src/config.h"
+    gcc -O2 -D_GNU_SOURCE -include getopt.h -I"$fsx_dir/src" -I"$fsx_dir/src/src" -o "$fsx_dir/fsx" "$fsx_dir/src/ltp/fsx.c" \
+        2>"$fsx_dir/build.log" || { cat "$fsx_dir/build.log" >&2; exit 1; }
+    echo "$fsx_sum" >"$fsx_dir/.stamp"
+fi
 echo "setup: ready (.venv/bin/lakefuse)"

@@ -10,10 +10,11 @@ probes: every ``fallocate(2)`` mode (pyfuse3 3.5 has no handler for it: the kern
 answers EOPNOTSUPP), and the reflink ioctls clone, dedupe and exchange range, and
 atomic writes (those need O_DIRECT). See :data:`FSX_OFF`.
 
-No fsx source is in this repository: the test runs an fsx binary given as
-``$LAKEFUSE_FSX``, else ``fsx`` on the PATH, else the one an xfstests package installs
-(``/usr/lib/xfstests/ltp/fsx``, ``/var/lib/xfstests/ltp/fsx``), and is skipped without
-one. ``$LAKEFUSE_FSX_OPS`` sets the number of operations on a local store (default
+fsx's source is vendored (``scripts/vendor/xfstests-fsx-*.tar.gz``, from xfstests' git:
+no package registry here carries it) and ``scripts/setup.sh`` builds it into
+``.venv/opt/fsx/fsx``. The test runs the binary given as ``$LAKEFUSE_FSX``, else that one,
+else ``fsx`` on the PATH or the one an xfstests package installs; without any it fails
+under CI (``$CI`` set: the setup should have built it) and is skipped elsewhere. ``$LAKEFUSE_FSX_OPS`` sets the number of operations on a local store (default
 100,000); on S3 (moto) a fifth of that."""
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ FSX_OFF = [
 # file after every operation.
 FSX_ON = ["-X", "-c", "500"]
 
+BUILT = Path(__file__).resolve().parent.parent / ".venv" / "opt" / "fsx" / "fsx"
 FSX_PATHS = ("/usr/lib/xfstests/ltp/fsx", "/var/lib/xfstests/ltp/fsx")
 
 
@@ -59,6 +61,8 @@ def find_fsx() -> str | None:
     given = os.environ.get("LAKEFUSE_FSX")
     if given:
         return given
+    if os.access(BUILT, os.X_OK):
+        return str(BUILT)
     found = shutil.which("fsx")
     if found:
         return found
@@ -66,8 +70,10 @@ def find_fsx() -> str | None:
 
 
 FSX = find_fsx()
+if FSX is None and os.environ.get("CI"):
+    raise RuntimeError(f"no fsx binary under CI: scripts/setup.sh builds it into {BUILT}")
 
-pytestmark = [needs_fuse, pytest.mark.skipif(FSX is None, reason="no fsx binary: set LAKEFUSE_FSX (see the docstring)")]
+pytestmark = [needs_fuse, pytest.mark.skipif(FSX is None, reason="no fsx binary: run scripts/setup.sh or set LAKEFUSE_FSX (see the docstring)")]
 
 
 def fsx_ops(opsfile: Path) -> tuple[Counter, int]:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from graveler.core import Pin, RepoCore
 from graveler.errors import NotFound
 from graveler.listing import ListItem, list_items
-from graveler.model import Entry, Value
+from graveler.model import AddressType, Entry, EntryLocation, Value
 from graveler.objects import EntryReader
+from graveler.objstore.local import LocalStore
 from graveler.refs import Commit, ResolvedRef
 
 log = logging.getLogger(__name__)
@@ -193,12 +194,10 @@ class View:
             return store.open_reader(key)
         return ChunkedReader(store, key, entry.size, store.full_uri(key), entry.etag, cache)
 
-    def open_cached(self, entry: Entry):
+    def open_cached(self, entry: Entry | EntryLocation):
         """:meth:`open` of an object in this repository's local store when it opens from
-        the kernel's caches alone (never waits for the disk), else None: then :meth:`open`."""
-        from graveler.model import AddressType
-        from graveler.objstore import LocalStore
-
+        the kernel's caches alone (never waits for the disk), else None: then :meth:`open`.
+        ``entry``: an :class:`Entry` or its :class:`EntryLocation` (cheaper to decode)."""
         if entry.address_type == AddressType.FULL:  # maybe another store, made at its first use
             return None
         store, key = self._entries.locate(entry)

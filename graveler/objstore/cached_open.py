@@ -41,6 +41,7 @@ def _load():
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
 _syscall = _load()
 _available = _syscall is not None
+_hows: dict[int, tuple] = {}  # flags -> (its open_how, a reference to it)
 
 
 def open_cached(path: str, flags: int) -> int | None:
@@ -51,8 +52,11 @@ def open_cached(path: str, flags: int) -> int | None:
     global _available
     if not _available:
         return None
-    how = _OpenHow(flags, 0, _RESOLVE_CACHED)
-    fd = _syscall(_NR, _AT_FDCWD, os.fsencode(path), ctypes.byref(how), _HOW_SIZE)
+    ref = _hows.get(flags)
+    if ref is None:  # one struct per flags, kept (the kernel only reads it): no ctypes object per call
+        how = _OpenHow(flags, 0, _RESOLVE_CACHED)
+        ref = _hows[flags] = (how, ctypes.byref(how))
+    fd = _syscall(_NR, _AT_FDCWD, os.fsencode(path), ref[1], _HOW_SIZE)
     if fd >= 0:
         return fd
     if ctypes.get_errno() in (errno.ENOSYS, errno.EINVAL, errno.E2BIG, errno.EPERM):  # no openat2 or no RESOLVE_CACHED

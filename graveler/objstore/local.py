@@ -54,6 +54,9 @@ _TMP_NAME = re.compile(r"\.lakefuse-tmp-[0-9a-f]{32}\Z")
 ETAG_XATTR = "user.lakefuse.md5"
 _CHUNK = 1 << 20
 _NAME_MAX = 255
+# a key of segments of letters, digits, '_' and '-' (at most _NAME_MAX each): valid (validate_key), no
+# temp name, each segment short enough; what the store's own object names look like (``data/...``)
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]{1,255}(?:/[A-Za-z0-9_-]{1,255})*\Z")
 # A concurrent delete may prune a directory between our mkdir and our create.
 _CREATE_ATTEMPTS = 8
 _UMASK = os.umask(0o022)  # read once, at import (reading it means setting it)
@@ -162,6 +165,7 @@ class LocalStore(ObjectStore):
         if not isinstance(root, str) or not os.path.isabs(root):
             raise InvalidArgument(f"a local store root must be an absolute path, not {root!r}")
         self.root = os.path.abspath(root)
+        self._root_slash = os.path.join(self.root, "")  # _path's: root + key
         try:
             os.makedirs(self.root, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as exc:
@@ -178,6 +182,8 @@ class LocalStore(ObjectStore):
         return self._root_uri.object_uri(key)
 
     def _path(self, key: str) -> str:
+        if _PLAIN_KEY.match(key):  # the store's own object names (every open): valid by their form
+            return self._root_slash + key
         validate_key(key)
         for segment in key.split("/"):
             if len(os.fsencode(segment)) > _NAME_MAX:

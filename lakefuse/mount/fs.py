@@ -74,15 +74,11 @@ from lakefuse.mount.opens import Opens
 from lakefuse.mount.reads import Reads
 from lakefuse.mount.special import INFO_NAME
 from lakefuse.mount.stats import Stats
-from lakefuse.mount.trees import Tree, TreeLocks
+from lakefuse.mount.trees import FRESH_NS, Tree, TreeLocks  # noqa: F401  (FRESH_NS: importable from here)
 from lakefuse.mount.xattrs import XattrReads
 
 log = logging.getLogger(__name__)
 
-# How recently a branch's stamp must have been read (or moved by this mount's own write) for
-# a directory's attributes kept at that stamp to be answered without reading it again: far
-# below the kernel's own attribute cache (``branch_timeout``) and the stamp watch's interval.
-FRESH_NS = 50_000_000
 
 
 class Filesystem(Opens, Reads, XattrReads):
@@ -220,23 +216,21 @@ class Filesystem(Opens, Reads, XattrReads):
         parent = self.inodes.peek(parent_ino)
         if parent is None or parent.kind != Kind.DIR or not parent.tree.immutable:
             return None
-        attr = self._from_listing(parent, name)
-        if attr is not None:
-            self.stats.add("lookups")
-        return attr
+        return self._from_listing(parent, name, ("lookups", "lookups_memory"))
 
-    def _from_listing(self, parent: Node, name: bytes) -> Attr | None:
+    def _from_listing(self, parent: Node, name: bytes, counts=("lookups_memory",)) -> Attr | None:
+        """A file's lookup answered from the held listing (``counts`` +1), else None."""
         tree = parent.tree
         names = self.dircache.get(tree.key, parent.path)
         if names is None or len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..", INFO_NAME):
             return None
         e = names.get(name)
         if e is None:
-            self.stats.add("lookups_memory")
+            self.stats.count(*counts)
             raise FsError(errno.ENOENT, "", self.config.immutable_timeout)
         if e.kind != Kind.FILE or e.tree is not tree:  # a directory's link count needs a listing read
             return None
-        self.stats.add("lookups_memory")
+        self.stats.count(*counts)
         return self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)
 
     def lookup_absent(self, parent_ino: int, name: bytes) -> bool:

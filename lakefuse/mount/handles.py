@@ -230,11 +230,14 @@ class ObjectHandle(Handle):
             raise FsError(errno.EIO, "object missing") from None
 
     def release(self) -> None:
-        if self.reader is not None:
-            self.stats.add("bytes_from_store", getattr(self.reader, "bytes_from_store", 0))
-            self.stats.add("bytes_from_cache", getattr(self.reader, "bytes_from_cache", 0))
-            self.stats.add("store_gets", getattr(self.reader, "gets", 0))
-            self.reader.close()
+        reader = self.reader
+        if reader is not None:
+            for name, attr in (("bytes_from_store", "bytes_from_store"), ("bytes_from_cache", "bytes_from_cache"),
+                               ("store_gets", "gets")):
+                n = getattr(reader, attr, 0)
+                if n:  # (a local object's reader counts none of them)
+                    self.stats.add(name, n)
+            reader.close()
 
 
 class LocalObjectHandle(ObjectHandle):

@@ -16,14 +16,14 @@ import os
 import stat
 
 from graveler.errors import NotFound
-from graveler.model import Entry
+from graveler.model import Entry, entry_location
 from lakefuse.mount import special
 from lakefuse.mount.attrs import Opened
 from lakefuse.mount.backing import CACHED, PASSTHROUGH, STALE
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.handles import LocalObjectHandle, ObjectHandle
 from lakefuse.mount.inodes import Kind, Node
-from lakefuse.mount.trees import Tree
+from lakefuse.mount.trees import FRESH_NS, Tree
 
 
 class Opens:
@@ -140,35 +140,57 @@ class Opens:
         return Opened(self.new_fh(h), keep, False, backing_fd, True)  # an object's handle: no flush
 
     def open_fast(self, ino: int, flags: int, passthrough: bool) -> Opened | None:
-        """:meth:`open` of a committed local object for reading when the kernel will read it
-        itself (``passthrough``: admitted by :meth:`Backings.bind`, released with its fh as every
+        """:meth:`open` of a local object for reading when the kernel will read it itself
+        (``passthrough``: admitted by :meth:`Backings.bind`, released with its fh as every
         open) and its file opens from the kernel's caches alone
-        (:meth:`graveler.view.View.open_cached`), else None: then :meth:`open`. Never blocks."""
+        (:meth:`graveler.view.View.open_cached`), else None: then :meth:`open`. Never blocks.
+        A commit's file; or a branch file (``branch_passthrough``) no handle writes, as read at
+        a stamp known current within :data:`lakefuse.mount.trees.FRESH_NS` (the rule
+        ``getattr_fast`` answers by: :meth:`open` would read the same entry again)."""
         node = self.inodes.peek(ino)
-        if (not passthrough or node is None or node.kind != Kind.FILE or not node.tree.immutable
+        if (not passthrough or node is None or node.kind != Kind.FILE
                 or node.value is None or node.attr is None or stat.S_ISLNK(node.attr.mode)
                 or flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND)):
             return None
-        entry = Entry.from_value(node.value)
-        if entry.size <= 0:
+        branch = not node.tree.immutable
+        if branch and not self._branch_file_current(node):
             return None
-        reader = node.tree.view.open_cached(entry)
+        loc = entry_location(node.value)  # what the open needs of the entry: decoded at a quarter of the cost
+        if loc.size <= 0:
+            return None
+        reader = node.tree.view.open_cached(loc)
         if reader is None:
             return None
-        mode = self.backings.bind(ino, node.value.identity) if reader.size == entry.size else None
+        mode = self.backings.bind(ino, node.value.identity) if reader.size == loc.size else None
         if mode != PASSTHROUGH:  # :meth:`open` says what is wrong, or decides (cached opens, another object's)
             reader.close()
             if mode == CACHED:
                 self.backings.undo(ino, False)
             return None
-        h = LocalObjectHandle(node, reader, entry.size, None, self.config.sequential_chunk, self.spool,
+        h = LocalObjectHandle(node, reader, loc.size, None, self.config.sequential_chunk, self.spool,
                               self.stats, self.log_once, self.repo.name)
         self.inodes.open(node)
         fh = self.new_fh(h)
         self.backings.opened(fh, ino, True)
-        self.stats.add("opens")
-        self.stats.add("opens_inline")
-        return Opened(fh, True, False, reader.fileno(), True)
+        self.stats.count("opens", "opens_inline")
+        if branch:  # as _open_file: the FUSE page cache is neither used nor filled (a later cached open starts empty)
+            node.opened_identity = None
+        return Opened(fh, not branch, False, reader.fileno(), True)
+
+    def _branch_file_current(self, node: Node) -> bool:
+        """Whether branch file ``node`` may be opened for passthrough reading without a read of
+        the branch (never blocks): a local store's object with ``branch_passthrough``, nothing
+        of this mount's pending (no spool file of it, no create not staged yet), still its name's
+        inode, its entry read (or staged) at a stamp since which only this mount's own changes,
+        none to it, came, the stamp known current within ``FRESH_NS``."""
+        if not (self._local_store and self.branch_passthrough):
+            return False
+        spool = self.spool
+        if spool is not None and (spool.unstaged or spool.peek(node.ino) is not None):
+            return False
+        tree = node.tree
+        return (self.inodes.attached(node) and tree.dir_current(node.path, node.stamp)
+                and tree.fresh(FRESH_NS))
 
     def _open_object(self, tree: Tree, path: bytes, entry: Entry):
         try:

@@ -29,6 +29,11 @@ MAX_MARKERS = 10_000  # directory markers kept (Tree.markers; past that: forgott
 MAX_AHEAD = 100_000  # own stamps kept that reported before an earlier own one (Tree.own_change)
 DEFER_NS = 500_000_000  # how long the watch waits for stamps that may be own saves still to report
 HOLE_NS = 1_000_000_000  # an unexplained stamp this old is another writer's change
+# How recently a branch's stamp must have been read (or moved by this mount's own write) for
+# what the mount keeps of the tree at that stamp (a directory's or file's attributes, a file's
+# entry for an open) to be answered without reading it again: far below the kernel's own
+# attribute cache (``branch_timeout``) and the stamp watch's interval.
+FRESH_NS = 50_000_000
 
 
 class Tree:

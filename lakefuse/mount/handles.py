@@ -232,11 +232,9 @@ class ObjectHandle(Handle):
     def release(self) -> None:
         reader = self.reader
         if reader is not None:
-            for name, attr in (("bytes_from_store", "bytes_from_store"), ("bytes_from_cache", "bytes_from_cache"),
-                               ("store_gets", "gets")):
-                n = getattr(reader, attr, 0)
-                if n:  # (a local object's reader counts none of them)
-                    self.stats.add(name, n)
+            self.stats.add_each((("bytes_from_store", getattr(reader, "bytes_from_store", 0)),
+                                 ("bytes_from_cache", getattr(reader, "bytes_from_cache", 0)),
+                                 ("store_gets", getattr(reader, "gets", 0))))
             reader.close()
 
 

@@ -82,6 +82,13 @@ class Stats:
             for name in names:
                 counts[name] += 1
 
+    def add_each(self, pairs) -> None:
+        """:meth:`add` of each (name, n) of ``pairs``, under one lock."""
+        with self._lock:
+            counts = self.counts
+            for name, n in pairs:
+                counts[name] += n
+
     def set(self, name: str, state: str) -> None:
         """A named state (e.g. whether FUSE passthrough is on, and why not)."""
         with self._lock:

@@ -34,7 +34,7 @@ def home(tmp_path_factory):
     h = tmp_path_factory.mktemp("ptbhome")
     src = tmp_path_factory.mktemp("ptbsrc")
     (src / "in").mkdir()
-    for name in ("w", "t", "r", "c", "m", "x"):
+    for name in ("w", "t", "r", "c", "m", "x", *(f"o{i}" for i in range(5))):
         (src / "in" / name).write_bytes(A)
     seed_repo(h, REPO, src / "in")
     return h
@@ -59,6 +59,18 @@ def test_an_unchanged_branch_file_is_read_by_the_kernel(mnt):
     after = stats(mnt)
     assert after["opens_passthrough"] - before.get("opens_passthrough", 0) == 2
     assert after["requests"]["read"] - before["requests"]["read"] <= 2  # (stats itself)
+
+
+def test_an_open_right_after_the_lookup_opens_the_entry_it_read_without_a_thread(mnt):
+    # the lookup read the branch (its change stamp, the entry): the open that follows within
+    # 50 ms needs no read of its own, and is answered on the daemon's event loop ("opens_inline");
+    # five files, so that one slow moment of a loaded machine (> 50 ms between the two) does not decide
+    before = stats(mnt)
+    for i in range(5):
+        assert (mnt / "main" / "in" / f"o{i}").read_bytes() == A
+    after = stats(mnt)
+    assert after["opens_passthrough"] - before.get("opens_passthrough", 0) == 5
+    assert after.get("opens_inline", 0) - before.get("opens_inline", 0) >= 1
 
 
 def test_a_writer_after_a_kernel_reader_gets_a_new_inode_and_new_opens_read_its_bytes(mnt):

@@ -169,6 +169,13 @@ def check_mountpoint(mountpoint: str) -> str:
 GC_THRESHOLDS = (100_000, 20, 100)
 
 
+# pyfuse3's request tasks kept while idle (its default: 1). A task whose request waits (a thread
+# hop) leaves the reading to a new one, and pyfuse3 ends a task once more than this many are
+# idle: with 1, a branch tree's lookups and opens (each a thread hop) made and ended two tasks
+# per file read (~20 us of trio's Python each); kept, they are made once.
+MIN_TASKS = 16
+
+
 def tune_gc() -> None:
     import gc
 
@@ -248,7 +255,7 @@ async def _main(mountpoint: str, read_ahead_kb: int = 0) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_on_signals)
         nursery.start_soon(_announce_ready, mountpoint, read_ahead_kb)
-        await pyfuse3.main()
+        await pyfuse3.main(min_tasks=MIN_TASKS)
         nursery.cancel_scope.cancel()
 
 

@@ -410,7 +410,11 @@ class ChunkedReader(ObjectReader):
         """Whether the chain under way delivers chunks ``first`` .. ``last`` (then it may run on up
         to its window past ``last``; parts start for what no stream of it covers yet). Under the lock."""
         s = self._stream
-        if s is None or s.cancelled or s.broken or not s.first <= first < self._chain_end:
+        if s is None or s.cancelled or s.broken:
+            return False
+        while first < s.first and first <= last and self._present(first) is not None:
+            first += 1  # chunks before the stream's first, in memory already (the jump's own)
+        if not (s.first <= first < self._chain_end or (first > last and first == s.first)):
             return False
         if self._frontier >= self._chain_end and all(x.done for x in self._streams):
             return False  # the chain brought all it was to: what is missing needs a new stream

@@ -369,11 +369,13 @@ class PacedStore(LocalStore):
     how many were open at once. ``replaced_parts``: a stream opened after the first one, from past
     the start, sees an object one byte longer (the object was replaced under the reader)."""
 
-    def __init__(self, root, pace: float = 0.004, open_delay: float = 0.0, replaced_parts: bool = False):
+    def __init__(self, root, pace: float = 0.01, open_delay: float = 0.0, replaced_parts: bool = False,
+                 shared: bool = False):
         import threading
 
         super().__init__(root)
         self.pace, self.open_delay, self.replaced_parts = pace, open_delay, replaced_parts
+        self.pipe = threading.Lock() if shared else None  # one read at a time: more GETs bring no more
         self.opened: list[tuple[int, int | None]] = []
         self.active = self.max_active = 0
         self.lock = threading.Lock()
@@ -400,7 +402,11 @@ class _PacedStream:
     def read(self, n):
         import time
 
-        time.sleep(self.store.pace)
+        if self.store.pipe is not None:
+            with self.store.pipe:
+                time.sleep(self.store.pace)
+        else:
+            time.sleep(self.store.pace)
         n = min(n, self.end - self.pos)
         data = LocalStore.get_range(self.store, self.key, self.pos, n) if n > 0 else b""
         self.pos += len(data)
@@ -480,6 +486,21 @@ def test_parts_wait_for_a_size_and_a_cheap_request_and_a_jump_resets_the_window(
     assert r.lanes == 1  # a new stream from there, the window back to one GET
     assert _read_sequentially(r, 30 * chunk + 1105, len(data)) == data[30 * chunk + 1105:]
     assert r.streams == 2
+    r.close()
+
+
+def test_a_doubling_that_brings_no_more_bytes_is_undone_and_the_rest_is_one_get(tmp_path):
+    """Where another connection does not speed the store up (all streams share one pipe), the
+    window goes back after the doubling that did not pay and grows no more; the rest of the
+    object then comes in one GET, the bytes the object's, every chunk once."""
+    chunk = 1 << 16
+    store, data, md5 = _paced(tmp_path, 48 * chunk, shared=True)
+    r = ChunkedReader(store, "obj", len(data), "file:///obj", md5, None, chunk_size=chunk, read_ahead=2,
+                      max_lanes=4, part_chunks=2, parts_min=0)
+    assert _read_sequentially(r, 0, len(data)) == data
+    assert r.lanes == 1 and r.lanes_max <= 3 and r.bytes_from_store == len(data)
+    tail = store.opened[-1]
+    assert tail[0] + tail[1] == len(data) and tail[1] > 2 * chunk  # one GET for the rest
     r.close()
 
 

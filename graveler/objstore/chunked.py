@@ -43,6 +43,7 @@ from graveler.objects import read_range_checked, read_verified
 from graveler.objstore.base import ObjectReader, check_range
 from graveler.objstore.datacache import WHOLE_MAX, DataCache, WholeFill  # noqa: F401 (re-exported)
 from graveler.objstore.prefetch import (  # noqa: F401 (re-exported)
+    GROWTH_GAIN,
     MAX_LANES,
     PART_CHUNKS,
     PART_COST,
@@ -112,6 +113,11 @@ class ChunkedReader(ObjectReader):
         self._delivered = self._grown_at = 0  # chunks the chain delivered; how many when the window last grew
         self._ttfb: float | None = None  # the stream's time to its response (a request's cost)
         self._rate: float | None = None  # the stream's bytes per second since its response
+        self._cap = self.max_lanes  # lanes the window may still reach (lowered when a doubling did not pay)
+        self._chain_bytes = self._grown_bytes = 0  # bytes the chain brought; how many when the window last changed
+        self._grown_t = 0.0  # when the window last changed (or the stream's response came)
+        self._base_rate = 0.0  # the chain's bytes per second before the window last doubled
+        self._judge = False  # the window doubled: whether that paid is not known yet
         # the whole-object file the chain fills, in order (chunks that arrived early are held)
         self._fill_lock = threading.Lock()
         self._fill: WholeFill | None = None
@@ -147,19 +153,32 @@ class ChunkedReader(ObjectReader):
         return self._ttfb * self.part_cost <= self.part_chunks * self.chunk_size / self._rate
 
     def _grow(self) -> None:
-        """After a chunk of the chain arrived: double the window while the reader waits for the
-        chain (and parts pay), cutting the stream a part ahead; start the parts it has room for.
-        Under the lock."""
+        """After a chunk of the chain arrived: once the window's GETs brought two parts each since
+        it last changed, double it if the reader waited for the chain (and parts pay), cutting the
+        stream a part ahead -- unless the last doubling brought less than GROWTH_GAIN times the
+        bytes per second before it: then the window goes back to what it was and grows no more
+        (a store, or a machine, that another connection does not speed up). Then start the
+        parts the window has room for. Under the lock."""
         head = self._stream
         if head is None or head.broken or head.cancelled:
             return
-        if self._starved and self._lanes < self.max_lanes and self._delivered - self._grown_at >= self.part_chunks \
-                and self._parts_pay():
-            self._lanes = min(self.max_lanes, self._lanes * 2)
+        if self._starved and (self._lanes < self._cap or self._judge) and self._parts_pay() and \
+                self._delivered - self._grown_at >= 2 * self.part_chunks * self._lanes:
+            now = time.monotonic()
+            rate = (self._chain_bytes - self._grown_bytes) / max(now - self._grown_t, 1e-6)
+            if self._judge and rate < self._base_rate * GROWTH_GAIN:  # the last doubling did not pay
+                self._lanes = self._cap = self._lanes // 2
+                self._judge = False
+            elif self._lanes < self._cap:
+                self._base_rate = rate
+                self._lanes = min(self._cap, self._lanes * 2)
+                self._judge = True
+                if not head.done and head.end == self._chain_end == self._frontier:
+                    head.end = self._frontier = min(head.end, head.next + self.part_chunks)
+            else:
+                self._judge = False  # it paid, and the window is at its most
             self._starved = 0
-            self._grown_at = self._delivered
-            if not head.done and head.end == self._chain_end == self._frontier:
-                head.end = self._frontier = min(head.end, head.next + self.part_chunks)
+            self._grown_at, self._grown_bytes, self._grown_t = self._delivered, self._chain_bytes, now
         self._launch()
 
     def _launch(self, need: int = -1) -> None:
@@ -173,7 +192,8 @@ class ChunkedReader(ObjectReader):
         while self._frontier < self._chain_end and (self._frontier <= need or (
                 len(live) < self._lanes and self._frontier <= limit)):
             a = self._frontier
-            b = min(a + self.part_chunks, self._chain_end)
+            # a part; back to one GET at a time: one for the rest (a stream again)
+            b = self._chain_end if self._lanes == 1 else min(a + self.part_chunks, self._chain_end)
             part = _Stream(self, a, b, chain=head)
             live.append(part)
             self._frontier = b
@@ -401,8 +421,10 @@ class ChunkedReader(ObjectReader):
             self._streams = [s]
             self._frontier = self._chain_end = end
             self._lanes = 1  # a new run: the window starts again from one GET
-            self._starved = self._delivered = self._grown_at = 0
+            self._starved = self._delivered = self._grown_at = self._chain_bytes = self._grown_bytes = 0
             self._ttfb = self._rate = None
+            self._cap = self.max_lanes
+            self._judge = False
             self._stream_pos = last
             s.start()
 

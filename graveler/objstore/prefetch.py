@@ -26,9 +26,12 @@ STREAM_IDLE_S = 30.0
 # up to MAX_LANES GETs at once, only where a request's cost (the time to the stream's response) is at
 # most 1/PART_COST of a part's transfer time at the stream's measured rate.
 PARTS_MIN_SIZE = 64 * MiB
-PART_CHUNKS = 2
+PART_CHUNKS = 4
 MAX_LANES = 4
-PART_COST = 8
+PART_COST = 2
+# A doubling of the window is kept only if the chain then brings at least this many times the bytes
+# per second it brought before (else the window goes back and grows no more: see ChunkedReader._grow).
+GROWTH_GAIN = 1.15
 
 _pool_lock = threading.Lock()
 _owned: list["ReadAheadPool"] = []  # owners (a mount daemon), the newest last
@@ -162,6 +165,7 @@ class _Stream:
                 else:
                     r.streams += 1
                     r._ttfb = t1 - t0  # what a request costs before its first byte (see PART_COST)
+                    r._grown_t = t1
             if not self.part and i == 0 and self.end == r._nchunks() and r.cache is not None:
                 r._fill_start(self)  # the whole object: its file fills as the chain brings it, in order
             while True:
@@ -188,6 +192,7 @@ class _Stream:
                 got += len(data)
                 with r._lock:
                     r.bytes_from_store += len(data)
+                    r._chain_bytes += len(data)
                     if not self.part:
                         r._rate = got / max(time.monotonic() - t1, 1e-6)
                 if not r._fill_put(self.chain, i, data) and r.cache is not None:

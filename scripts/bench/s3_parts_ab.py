@@ -29,7 +29,7 @@ import mount_read as mr  # noqa: E402  (the bench's helpers: servers, mounts, pe
 MiB = mr.MiB
 
 
-def bench(server: str, work: Path, big_mib: int, reps: int) -> dict:
+def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "") -> dict:
     import boto3
 
     from graveler import Graveler, GravelerConfig
@@ -66,7 +66,9 @@ def bench(server: str, work: Path, big_mib: int, reps: int) -> dict:
         shutil.rmtree(home / "cache", ignore_errors=True)
         mp = work / "mnt"
         n = [0]
-        rows: dict[str, list[float]] = {"one_stream": [], "parts": [], "direct": [], "rclone": []}
+        variants = [v for v in lanes.split(",") if v]
+        rows: dict[str, list[float]] = {"one_stream": [], "parts": [], **{f"lanes{v}": [] for v in variants},
+                                        "direct": [], "rclone": []}
         stats = {}
 
         def mount_read(lanes: str | None) -> float:
@@ -89,6 +91,8 @@ def bench(server: str, work: Path, big_mib: int, reps: int) -> dict:
         for rep in range(reps):
             rows["one_stream"].append(mount_read("1"))
             rows["parts"].append(mount_read(None))
+            for v in variants:
+                rows[f"lanes{v}"].append(mount_read(v))
             rows["direct"].append(size / mr.timed(direct) / 1e6)
             if have_rclone:
                 pmp = work / "mnt-rclone"
@@ -99,7 +103,7 @@ def bench(server: str, work: Path, big_mib: int, reps: int) -> dict:
             if v:
                 res[f"{k}_MBps"] = round(mr.med(v), 1)
                 res[f"{k}_runs"] = [round(x) for x in v]
-        for k in ("one_stream", "parts"):
+        for k in ("one_stream", "parts", *(f"lanes{v}" for v in variants)):
             res[f"ratio_{k}_vs_direct"] = round(mr.med(rows[k]) / mr.med(rows["direct"]), 3)
             if rows["rclone"]:
                 res[f"ratio_{k}_vs_rclone"] = round(mr.med(rows[k]) / mr.med(rows["rclone"]), 3)
@@ -117,12 +121,13 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--s3-servers", default="moto,s3rver")
     p.add_argument("--workdir", default=None)
+    p.add_argument("--lanes", default="", help="more variants: $LAKEFUSE_S3_LANES values, comma-separated")
     args = p.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="s3-parts-ab-"))
     out = {"load": os.getloadavg()}
     try:
         for server in args.s3_servers.split(","):
-            out[server] = bench(server, work / server, args.big_mib, args.reps)
+            out[server] = bench(server, work / server, args.big_mib, args.reps, args.lanes)
             mr.log(json.dumps(out[server], indent=1))
     finally:
         if args.workdir is None:

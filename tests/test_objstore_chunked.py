@@ -536,3 +536,31 @@ def test_parallel_parts_on_s3_bring_the_objects_bytes(s3_config, s3_bucket):
     assert r.streams == 1 and r.parts >= 1 and r.bytes_from_store == len(data)
     r.close()
     store.close()
+
+
+def test_the_mounts_lanes_setting_reaches_its_readers_and_is_checked(monkeypatch, tmp_path):
+    """``$LAKEFUSE_S3_LANES`` (the daemon's ReadAheadPool) bounds its readers' GETs at once (1: one
+    stream, no parts); a value that is not a whole number from 1 up is a clear error."""
+    from graveler.errors import InvalidArgument
+    from graveler.objstore.chunked import MAX_LANES, ReadAheadPool
+    from lakefuse.mount.daemon import MountConfig
+
+    monkeypatch.setenv("LAKEFUSE_S3_LANES", "1")
+    assert MountConfig("r", "/mnt").s3_lanes == 1
+    for bad in ("0", "two", "-3"):
+        monkeypatch.setenv("LAKEFUSE_S3_LANES", bad)
+        with pytest.raises(InvalidArgument, match=r"\$LAKEFUSE_S3_LANES: expected a whole number"):
+            MountConfig("r", "/mnt")
+    monkeypatch.delenv("LAKEFUSE_S3_LANES")
+    assert MountConfig("r", "/mnt").s3_lanes is None
+    chunk = 1 << 16
+    store, data, md5 = _paced(tmp_path, 24 * chunk)
+    with ReadAheadPool(lanes=1):
+        r = ChunkedReader(store, "obj", len(data), "file:///obj", md5, None, chunk_size=chunk, read_ahead=2,
+                          part_chunks=2, parts_min=0)
+        assert r.max_lanes == 1
+        assert _read_sequentially(r, 0, len(data)) == data
+        assert (r.streams, r.parts) == (1, 0)
+        r.close()
+    with ReadAheadPool():
+        assert ChunkedReader(store, "obj", len(data), "file:///obj", md5).max_lanes == MAX_LANES

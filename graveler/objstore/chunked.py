@@ -11,9 +11,10 @@ the reader), the window of concurrent *part* GETs grows as mountpoint-s3's prefe
 the stream is cut a part ahead of the reader and ranged GETs of :data:`PART_CHUNKS` chunks
 each follow it, their number doubling (1, 2, 4...) up to ``max_lanes`` while the reader still
 waits and each doubling brings :data:`GROWTH_GAIN` times the bytes per second (one that does
-not is undone, and the window grows no more) -- only where a request costs little against a part's transfer (the stream's time to
-its response, at most 1/:data:`PART_COST` of a part's time at its rate: a server that copies
-the whole object for every GET, as moto does, keeps its one stream). A reader that jumps gets
+not is undone, and the window grows no more) -- only where a request costs little against a
+part's transfer (the stream's time to its response, at most 1/:data:`PART_COST` of a part's
+time at its rate: a server that copies the whole object for every GET, as moto does, keeps
+its one stream). A reader that jumps gets
 a new stream and the window starts again from one. A random reader fetches single chunks
 with ranged GETs. Chunks of recent reads stay in memory (a few per reader, the window's
 worth while parts run). The daemon owns the streams (:class:`ReadAheadPool`) and ends them

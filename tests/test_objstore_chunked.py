@@ -480,27 +480,29 @@ def test_parts_wait_for_a_size_and_a_cheap_request_and_a_jump_resets_the_window(
     r = ChunkedReader(store, "obj", len(data), "file:///obj", md5, None, chunk_size=chunk, read_ahead=2,
                       max_lanes=4, part_chunks=2, parts_min=0)
     assert _read_sequentially(r, 0, 16 * chunk) == data[:16 * chunk]
-    assert r.lanes > 1 and r.parts >= 1
+    assert r.lanes_max > 1 and r.parts >= 1  # the window grew
     assert r.read(30 * chunk + 5, 100) == data[30 * chunk + 5:30 * chunk + 105]  # a jump: one chunk alone
     assert r.read(30 * chunk + 105, 1000) == data[30 * chunk + 105:30 * chunk + 1105]  # sequential again
-    assert r.lanes == 1  # a new stream from there, the window back to one GET
+    assert r.lanes == 1 and r._cap == 4  # a new stream from there, the window back to one GET, free to grow
     assert _read_sequentially(r, 30 * chunk + 1105, len(data)) == data[30 * chunk + 1105:]
     assert r.streams == 2
     r.close()
 
 
-def test_a_doubling_that_brings_no_more_bytes_is_undone_and_the_rest_is_one_get(tmp_path):
+def test_a_doubling_that_brings_no_more_bytes_is_undone_and_the_window_grows_no_more(tmp_path):
     """Where another connection does not speed the store up (all streams share one pipe), the
-    window goes back after the doubling that did not pay and grows no more; the rest of the
-    object then comes in one GET, the bytes the object's, every chunk once."""
+    window goes back after the doubling that did not pay and grows no more (with one GET left,
+    what the parts under way do not bring comes in one GET); the bytes the object's, every
+    chunk once."""
     chunk = 1 << 16
-    store, data, md5 = _paced(tmp_path, 48 * chunk, shared=True)
+    store, data, md5 = _paced(tmp_path, 48 * chunk, shared=True, pace=0.02)  # periods long against noise
     r = ChunkedReader(store, "obj", len(data), "file:///obj", md5, None, chunk_size=chunk, read_ahead=2,
-                      max_lanes=4, part_chunks=2, parts_min=0)
+                      max_lanes=2, part_chunks=4, parts_min=0)
     assert _read_sequentially(r, 0, len(data)) == data
-    assert r.lanes == 1 and r.lanes_max <= 3 and r.bytes_from_store == len(data)
+    assert r.lanes == 1 and r.lanes_max == 2 and r.parts >= 1 and r.bytes_from_store == len(data)
+    assert store.max_active <= 2
     tail = store.opened[-1]
-    assert tail[0] + tail[1] == len(data) and tail[1] > 2 * chunk  # one GET for the rest
+    assert tail[0] + tail[1] == len(data)  # the last GET reaches the end (one for all that was left)
     r.close()
 
 

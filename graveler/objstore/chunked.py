@@ -303,8 +303,8 @@ class ChunkedReader(ObjectReader):
         return DataCache.key(self.address, self.etag, index)
 
     def _trim(self) -> None:  # under the lock
-        keep = self._keep + (self._lanes - 1) * self.part_chunks  # a wider window holds more
-        if len(self._chunks) > keep and self._lanes > 1:  # parts arrive out of order: those read go first
+        keep = self._keep + (self.lanes_max - 1) * self.part_chunks  # the widest window held more
+        if len(self._chunks) > keep and self.lanes_max > 1:  # parts arrive out of order: those read go first
             for k in [k for k in self._chunks if k < self._stream_pos][:len(self._chunks) - keep]:
                 del self._chunks[k]
                 self._unavailable.pop(k, None)

@@ -135,9 +135,10 @@ class _Stream:
         self.thread.start()
 
     def covers(self, index: int) -> bool:
-        """Whether the stream will deliver chunk ``index`` soon (under the reader's lock)."""
+        """Whether the stream will deliver chunk ``index`` soon: a part, any of its span; the
+        stream, within the window (under the reader's lock)."""
         return (not self.done and not self.cancelled and self.next <= index < self.end
-                and index <= self.next + self.r._window())
+                and (self.part or index <= self.next + self.r._window()))
 
     def cancel(self) -> None:  # under the reader's lock
         self.cancelled = True

@@ -234,6 +234,8 @@ class ObjectHandle(Handle):
             self.stats.add("bytes_from_store", getattr(self.reader, "bytes_from_store", 0))
             self.stats.add("bytes_from_cache", getattr(self.reader, "bytes_from_cache", 0))
             self.stats.add("store_gets", getattr(self.reader, "gets", 0))
+            self.stats.add("store_streams", getattr(self.reader, "streams", 0))  # sequential runs' GETs
+            self.stats.add("store_parts", getattr(self.reader, "parts", 0))  # parallel part GETs behind them
             self.reader.close()
 
 

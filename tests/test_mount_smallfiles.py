@@ -99,6 +99,31 @@ def test_a_directory_s_attributes_after_a_create_in_it_are_those_staged(repo, tm
         assert stat.S_IMODE(fs.getattr(d).mode) == 0o700
 
 
+def test_saves_in_a_directory_carry_its_marker_as_staged_last_and_a_change_made_elsewhere(repo, tmp_path):
+    """A save stages its directory's marker (new mtime) from the marker this mount staged last,
+    without reading it while every change since is the mount's own; a marker changed elsewhere
+    (a chmod by the CLI) is read again, and the next save keeps that change."""
+    with writable_core(repo, tmp_path / "cache") as fs:
+        main = ino_of(fs, "main")
+        d = fs.mkdir(main, b"d", 0o750, ME).ino
+        last = 0
+        for i in range(3):
+            time.sleep(0.002)
+            _save(fs, d, f"f{i}".encode(), b"x")
+            pa = PosixAttrs.from_metadata(repo.get("main", "d/").metadata)
+            assert stat.S_IMODE(pa.mode) == 0o750 and (pa.uid, pa.gid) == (ME.uid, ME.gid)
+            assert pa.mtime_ns > last
+            last = pa.mtime_ns
+        marker = repo.get("main", "d/")
+        md = {**marker.metadata, **PosixAttrs(mode=stat.S_IFDIR | 0o700, uid=7).to_metadata()}
+        repo.stage("main", "d/", dataclasses.replace(marker, metadata=md))
+        time.sleep(FRESH_NS / 1e9 + 0.01)  # past what the mount takes as current without a read
+        _save(fs, d, b"g", b"y")
+        pa = PosixAttrs.from_metadata(repo.get("main", "d/").metadata)
+        assert stat.S_IMODE(pa.mode) == 0o700 and pa.uid == 7 and pa.mtime_ns > last
+        assert stat.S_IMODE(fs.getattr(d).mode) == 0o700
+
+
 def test_a_create_after_a_lookup_does_not_look_again_but_a_name_made_meanwhile_is_seen(repo, tmp_path):
     with writable_core(repo, tmp_path / "cache") as fs:
         main = ino_of(fs, "main")

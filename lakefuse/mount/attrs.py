@@ -239,11 +239,10 @@ class AttrRules:
         mode = attr.mode
         if sf.attrs.mode is not None:
             mode = stat.S_IFREG | stat.S_IMODE(sf.attrs.mode)
-        return replace(attr, size=sf.size, mode=mode,
-                       uid=attr.uid if sf.attrs.uid is None else sf.attrs.uid,
-                       gid=attr.gid if sf.attrs.gid is None else sf.attrs.gid,
-                       mtime_ns=sf.mtime_ns, ctime_ns=sf.ctime_ns,
-                       atime_ns=sf.attrs.atime_ns if sf.attrs.atime_ns is not None else sf.mtime_ns)
+        a = sf.attrs
+        return Attr(attr.ino, mode, sf.size, sf.mtime_ns, attr.uid if a.uid is None else a.uid,
+                    attr.gid if a.gid is None else a.gid, attr.nlink, attr.entry_timeout, attr.attr_timeout,
+                    a.atime_ns if a.atime_ns is not None else sf.mtime_ns, sf.ctime_ns, attr.uncounted, attr.rdev)
 
 
 def _times(a: Attr, e: Entry, pa: PosixAttrs) -> None:

@@ -197,3 +197,28 @@ def test_concurrent_saves_reporting_out_of_order_are_the_mounts_own_and_drop_no_
         repo.upload("main", "elsewhere4", b"again")
         watch.poll_once()  # no save of this mount under way: another writer's at once
         assert tree.foreign == 3
+
+
+def test_attributes_from_an_entry_as_made_are_those_of_its_stored_value():
+    """A save's attributes come from the entry (and marker) it just made, not decoded back from
+    the stored record: the two must agree, for every kind of entry."""
+    from graveler.model import Entry
+    from lakefuse.mount.attrs import AttrRules, FsConfig
+
+    class Tree:
+        immutable, mtime_ns = False, 5
+
+    for writable in (True, False):
+        rules = AttrRules(FsConfig(uid=3, gid=4), writable)
+        for md in ({}, PosixAttrs(mode=0o100640, uid=1, gid=2).to_metadata(),
+                   {**PosixAttrs(mode=0o100600, mtime_ns=7, atime_ns=9).to_metadata(), "user.x": "y"},
+                   PosixAttrs(mode=stat.S_IFLNK | 0o777, symlink="abc").to_metadata(),
+                   PosixAttrs(mode=stat.S_IFCHR | 0o600, rdev=259).to_metadata()):
+            for modified in (0, 1_700_000_000_123_456_789):
+                e = Entry("data/x", 12, "etag", modified, dict(md))
+                assert rules.entry_attr(e, Tree) == rules.file_attr(e.to_value(), Tree)
+        pa = PosixAttrs(mode=stat.S_IFDIR | 0o750, uid=1, gid=2, mtime_ns=11)
+        marker = Entry("data/y", 0, "etag", 12, {"user.a": "b", **pa.to_metadata()})
+        decoded = rules.tree_dir_attr(Tree, b"d", marker.to_value())
+        rules.marker_made(marker.to_value(), marker, pa)
+        assert rules.tree_dir_attr(Tree, b"d", marker.to_value()) == decoded

@@ -231,6 +231,7 @@ class BranchWrites:
         if len(parts) >= 1024:
             parts.clear()
         parts[key] = (value, e, pa, user)
+        self.rules.marker_made(value, e, pa)
         return [(key, value)]
 
     def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:

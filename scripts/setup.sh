@@ -10,6 +10,7 @@ command -v fusermount3 >/dev/null 2>&1 || apt_pkgs+=(fuse3)
 pkg-config --exists fuse3 2>/dev/null || apt_pkgs+=(libfuse3-dev pkg-config)
 command -v patch >/dev/null 2>&1 || apt_pkgs+=(patch)  # the vendored pyfuse3's passthrough patch
 command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
+[ -f /usr/include/getopt.h ] || apt_pkgs+=(libc6-dev)  # C headers (Debian's gcc only recommends them)
 # graveler._crecord hashes entry identities with OpenSSL's libcrypto (hashlib's library) directly
 [ -f /usr/include/openssl/evp.h ] || apt_pkgs+=(libssl-dev)
 # Spark (graveler.spark) needs a Java 17+ runtime; Debian's headless JRE is enough.

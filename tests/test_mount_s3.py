@@ -128,6 +128,8 @@ def test_s3_object_in_the_data_cache_is_read_from_its_whole_file(s3world):
         assert (mp / "main" / "bad-md5.bin").read_bytes() == BIG
         s1 = _wait_whole(mp, 2)
         assert s1["data_cache"]["whole_filled"] == 1 and s1["data_cache"]["whole_rejected"] == 1, s1
+        # one stream per read, no parallel parts below 64 MiB (and moto's requests are costly)
+        assert s1["store_streams"] >= 2 and s1["store_parts"] == 0 and s1["s3_lanes"] == "4", s1
         gets = s1["store_gets"]
         for tree in ("v1", w["commit"].id, "main"):  # passthrough where it is on, else the daemon
             with open(mp / tree / "big.bin", "rb") as f:

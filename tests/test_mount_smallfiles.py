@@ -99,6 +99,31 @@ def test_a_directory_s_attributes_after_a_create_in_it_are_those_staged(repo, tm
         assert stat.S_IMODE(fs.getattr(d).mode) == 0o700
 
 
+def test_saves_in_a_directory_carry_its_marker_as_staged_last_and_a_change_made_elsewhere(repo, tmp_path):
+    """A save stages its directory's marker (new mtime) from the marker this mount staged last,
+    without reading it while every change since is the mount's own; a marker changed elsewhere
+    (a chmod by the CLI) is read again, and the next save keeps that change."""
+    with writable_core(repo, tmp_path / "cache") as fs:
+        main = ino_of(fs, "main")
+        d = fs.mkdir(main, b"d", 0o750, ME).ino
+        last = 0
+        for i in range(3):
+            time.sleep(0.002)
+            _save(fs, d, f"f{i}".encode(), b"x")
+            pa = PosixAttrs.from_metadata(repo.get("main", "d/").metadata)
+            assert stat.S_IMODE(pa.mode) == 0o750 and (pa.uid, pa.gid) == (ME.uid, ME.gid)
+            assert pa.mtime_ns > last
+            last = pa.mtime_ns
+        marker = repo.get("main", "d/")
+        md = {**marker.metadata, **PosixAttrs(mode=stat.S_IFDIR | 0o700, uid=7).to_metadata()}
+        repo.stage("main", "d/", dataclasses.replace(marker, metadata=md))
+        time.sleep(FRESH_NS / 1e9 + 0.01)  # past what the mount takes as current without a read
+        _save(fs, d, b"g", b"y")
+        pa = PosixAttrs.from_metadata(repo.get("main", "d/").metadata)
+        assert stat.S_IMODE(pa.mode) == 0o700 and pa.uid == 7 and pa.mtime_ns > last
+        assert stat.S_IMODE(fs.getattr(d).mode) == 0o700
+
+
 def test_a_create_after_a_lookup_does_not_look_again_but_a_name_made_meanwhile_is_seen(repo, tmp_path):
     with writable_core(repo, tmp_path / "cache") as fs:
         main = ino_of(fs, "main")
@@ -172,3 +197,28 @@ def test_concurrent_saves_reporting_out_of_order_are_the_mounts_own_and_drop_no_
         repo.upload("main", "elsewhere4", b"again")
         watch.poll_once()  # no save of this mount under way: another writer's at once
         assert tree.foreign == 3
+
+
+def test_attributes_from_an_entry_as_made_are_those_of_its_stored_value():
+    """A save's attributes come from the entry (and marker) it just made, not decoded back from
+    the stored record: the two must agree, for every kind of entry."""
+    from graveler.model import Entry
+    from lakefuse.mount.attrs import AttrRules, FsConfig
+
+    class Tree:
+        immutable, mtime_ns = False, 5
+
+    for writable in (True, False):
+        rules = AttrRules(FsConfig(uid=3, gid=4), writable)
+        for md in ({}, PosixAttrs(mode=0o100640, uid=1, gid=2).to_metadata(),
+                   {**PosixAttrs(mode=0o100600, mtime_ns=7, atime_ns=9).to_metadata(), "user.x": "y"},
+                   PosixAttrs(mode=stat.S_IFLNK | 0o777, symlink="abc").to_metadata(),
+                   PosixAttrs(mode=stat.S_IFCHR | 0o600, rdev=259).to_metadata()):
+            for modified in (0, 1_700_000_000_123_456_789):
+                e = Entry("data/x", 12, "etag", modified, dict(md))
+                assert rules.entry_attr(e, Tree) == rules.file_attr(e.to_value(), Tree)
+        pa = PosixAttrs(mode=stat.S_IFDIR | 0o750, uid=1, gid=2, mtime_ns=11)
+        marker = Entry("data/y", 0, "etag", 12, {"user.a": "b", **pa.to_metadata()})
+        decoded = rules.tree_dir_attr(Tree, b"d", marker.to_value())
+        rules.marker_made(marker.to_value(), marker, pa)
+        assert rules.tree_dir_attr(Tree, b"d", marker.to_value()) == decoded

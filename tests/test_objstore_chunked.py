@@ -358,3 +358,211 @@ def test_a_chunk_on_its_way_is_a_future_to_wait_for_and_a_broken_one_is_fetched_
         assert r.read(chunk, len(data)) == data[chunk:]
         r.close()
     store.close()
+
+
+# -- parallel parts: a stream, then part GETs in a window that grows --------------------------
+
+
+class PacedStore(LocalStore):
+    """A local store whose streams bring one piece per ``pace`` seconds (a store slower than its
+    reader), after ``open_delay`` seconds (a request's cost); it records every stream it opens and
+    how many were open at once. ``replaced_parts``: a stream opened after the first one, from past
+    the start, sees an object one byte longer (the object was replaced under the reader)."""
+
+    def __init__(self, root, pace: float = 0.01, open_delay: float = 0.0, replaced_parts: bool = False,
+                 shared: bool = False):
+        import threading
+
+        super().__init__(root)
+        self.pace, self.open_delay, self.replaced_parts = pace, open_delay, replaced_parts
+        self.pipe = threading.Lock() if shared else None  # one read at a time: more GETs bring no more
+        self.opened: list[tuple[int, int | None]] = []
+        self.active = self.max_active = 0
+        self.lock = threading.Lock()
+
+    def open_stream(self, key, start=0, length=None):
+        import time
+
+        time.sleep(self.open_delay)
+        with self.lock:
+            first = not self.opened
+            self.opened.append((start, length))
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        size = os.path.getsize(self._path(key))
+        return _PacedStream(self, key, start, size - start if length is None else length,
+                            size + (1 if self.replaced_parts and not first and start > 0 else 0))
+
+
+class _PacedStream:
+    def __init__(self, store, key, start, length, total):
+        self.store, self.key, self.pos, self.end, self.total = store, key, start, start + length, total
+        self.closed = False
+
+    def read(self, n):
+        import time
+
+        if self.store.pipe is not None:
+            with self.store.pipe:
+                time.sleep(self.store.pace)
+        else:
+            time.sleep(self.store.pace)
+        n = min(n, self.end - self.pos)
+        data = LocalStore.get_range(self.store, self.key, self.pos, n) if n > 0 else b""
+        self.pos += len(data)
+        return data
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            with self.store.lock:
+                self.store.active -= 1
+
+
+def _read_sequentially(r, start: int, end: int, step: int = 1 << 16) -> bytes:
+    return b"".join(r.read(o, min(step, end - o)) for o in range(start, end, step))
+
+
+def _paced(tmp_path, size: int, **kw):
+    import hashlib
+
+    store = PacedStore(str(tmp_path / "paced"), **kw)
+    data = os.urandom(size)
+    store.put("obj", data)
+    return store, data, hashlib.md5(data).hexdigest()
+
+
+def test_a_large_object_read_sequentially_gets_parallel_parts_in_a_growing_window(tmp_path):
+    """A sequential reader that waits for its stream (the store sets the pace) gets part GETs
+    behind the stream, their number doubling up to ``max_lanes``: each part a ranged GET of
+    ``part_chunks`` chunks, the parts contiguous from where the stream was cut to the end, every
+    chunk fetched once, the bytes the object's; the whole-object file fills in order and is kept
+    (size and MD5 checked)."""
+    chunk = 1 << 16
+    store, data, md5 = _paced(tmp_path, 48 * chunk + 999)
+    cache = DataCache(str(tmp_path / "cache"), 64 << 20)
+    r = ChunkedReader(store, "obj", len(data), "s3://b/obj", md5, cache, chunk_size=chunk, read_ahead=2,
+                      max_lanes=4, part_chunks=2, parts_min=0)
+    assert _read_sequentially(r, 0, len(data)) == data
+    assert r.streams == 1 and r.parts >= 3 and r.gets == r.streams + r.parts
+    assert r.lanes_max == 4 and store.max_active >= 3  # the window grew 1 -> 2 -> 4
+    assert r.bytes_from_store == len(data)  # every chunk once
+    head, parts = store.opened[0], sorted(store.opened[1:])
+    assert head == (0, len(data))  # the stream asked for all of it, and was cut
+    assert parts[-1][0] + parts[-1][1] == len(data)
+    assert all(a + n == b for (a, n), (b, _) in zip(parts, parts[1:]))  # contiguous, no overlap
+    assert all(n <= 2 * chunk for _, n in parts)
+    r.close()
+    assert cache.wait_fills()
+    with open(cache.whole_path("s3://b/obj", md5), "rb") as f:
+        assert f.read() == data
+    assert cache.stats()["whole_filled"] == 1
+    cache.close()
+
+
+def test_parts_wait_for_a_size_and_a_cheap_request_and_a_jump_resets_the_window(tmp_path):
+    """No parts below ``parts_min``, nor where a request costs much against a part's transfer
+    (its time to the response: moto copies the whole object for every GET) -- one stream then; a
+    reader that jumps gets a new stream whose window starts again from one GET."""
+    chunk = 1 << 16
+    store, data, md5 = _paced(tmp_path, 40 * chunk)
+    r = ChunkedReader(store, "obj", len(data), "file:///obj", md5, None, chunk_size=chunk, read_ahead=2,
+                      max_lanes=4, part_chunks=2, parts_min=len(data) + 1)
+    assert _read_sequentially(r, 0, len(data)) == data
+    assert (r.streams, r.parts, r.lanes_max) == (1, 0, 1)
+    r.close()
+    slow = PacedStore(str(tmp_path / "paced"), open_delay=0.3)  # the same files, costly requests
+    r = ChunkedReader(slow, "obj", len(data), "file:///obj", md5, None, chunk_size=chunk, read_ahead=2,
+                      max_lanes=4, part_chunks=2, parts_min=0)
+    assert _read_sequentially(r, 0, len(data)) == data
+    assert (r.streams, r.parts, r.lanes_max) == (1, 0, 1) and len(slow.opened) == 1
+    r.close()
+    r = ChunkedReader(store, "obj", len(data), "file:///obj", md5, None, chunk_size=chunk, read_ahead=2,
+                      max_lanes=4, part_chunks=2, parts_min=0)
+    assert _read_sequentially(r, 0, 16 * chunk) == data[:16 * chunk]
+    assert r.lanes_max > 1 and r.parts >= 1  # the window grew
+    assert r.read(30 * chunk + 5, 100) == data[30 * chunk + 5:30 * chunk + 105]  # a jump: one chunk alone
+    assert r.read(30 * chunk + 105, 1000) == data[30 * chunk + 105:30 * chunk + 1105]  # sequential again
+    assert r.lanes == 1 and r._cap == 4  # a new stream from there, the window back to one GET, free to grow
+    assert _read_sequentially(r, 30 * chunk + 1105, len(data)) == data[30 * chunk + 1105:]
+    assert r.streams == 2
+    r.close()
+
+
+def test_a_doubling_that_brings_no_more_bytes_is_undone_and_the_window_grows_no_more(tmp_path):
+    """Where another connection does not speed the store up (all streams share one pipe), the
+    window goes back after the doubling that did not pay and grows no more (with one GET left,
+    what the parts under way do not bring comes in one GET); the bytes the object's, every
+    chunk once."""
+    chunk = 1 << 16
+    store, data, md5 = _paced(tmp_path, 48 * chunk, shared=True, pace=0.02)  # periods long against noise
+    r = ChunkedReader(store, "obj", len(data), "file:///obj", md5, None, chunk_size=chunk, read_ahead=2,
+                      max_lanes=2, part_chunks=4, parts_min=0)
+    assert _read_sequentially(r, 0, len(data)) == data
+    assert r.lanes == 1 and r.lanes_max == 2 and r.parts >= 1 and r.bytes_from_store == len(data)
+    assert store.max_active <= 2
+    tail = store.opened[-1]
+    assert tail[0] + tail[1] == len(data)  # the last GET reaches the end (one for all that was left)
+    r.close()
+
+
+def test_a_part_of_another_size_is_refused_and_nothing_is_cached(tmp_path):
+    """Every part's response is checked against the entry's size before a byte of it is used: a
+    part that sees another object (replaced under the reader) is ``CorruptedData``, and the whole
+    object never enters the data cache."""
+    chunk = 1 << 16
+    store, data, md5 = _paced(tmp_path, 48 * chunk, replaced_parts=True)
+    cache = DataCache(str(tmp_path / "cache"), 64 << 20)
+    r = ChunkedReader(store, "obj", len(data), "s3://b/obj", md5, cache, chunk_size=chunk, read_ahead=2,
+                      max_lanes=4, part_chunks=2, parts_min=0)
+    with pytest.raises(CorruptedData):
+        _read_sequentially(r, 0, len(data))
+    assert len(store.opened) >= 2 and r.parts == 0  # parts were asked for, none was taken
+    r.close()
+    assert cache.wait_fills()
+    assert not os.path.exists(cache.whole_path("s3://b/obj", md5))
+    assert cache.stats()["whole_filled"] == 0
+    cache.close()
+
+
+@pytest.mark.s3
+def test_parallel_parts_on_s3_bring_the_objects_bytes(s3_config, s3_bucket):
+    """On S3 (moto) the parts are ranged GETs of one client, each checked by the object's size
+    (``Content-Range``): a sequential read with parts on brings the object's bytes, the chunks
+    once each."""
+    chunk = 1 << 18
+    store, data, etag = _s3_object(s3_config, s3_bucket, 16 * chunk + 4321)
+    r = ChunkedReader(store, "obj", len(data), store.full_uri("obj"), etag, None, chunk_size=chunk, read_ahead=2,
+                      max_lanes=4, part_chunks=2, parts_min=0, part_cost=0)
+    assert _read_sequentially(r, 0, len(data)) == data
+    assert r.streams == 1 and r.parts >= 1 and r.bytes_from_store == len(data)
+    r.close()
+    store.close()
+
+
+def test_the_mounts_lanes_setting_reaches_its_readers_and_is_checked(monkeypatch, tmp_path):
+    """``$LAKEFUSE_S3_LANES`` (the daemon's ReadAheadPool) bounds its readers' GETs at once (1: one
+    stream, no parts); a value that is not a whole number from 1 up is a clear error."""
+    from graveler.errors import InvalidArgument
+    from graveler.objstore.chunked import MAX_LANES, ReadAheadPool
+    from lakefuse.mount.daemon import MountConfig
+
+    monkeypatch.setenv("LAKEFUSE_S3_LANES", "1")
+    assert MountConfig("r", "/mnt").s3_lanes == 1
+    for bad in ("0", "two", "-3"):
+        monkeypatch.setenv("LAKEFUSE_S3_LANES", bad)
+        with pytest.raises(InvalidArgument, match=r"\$LAKEFUSE_S3_LANES: expected a whole number"):
+            MountConfig("r", "/mnt")
+    monkeypatch.delenv("LAKEFUSE_S3_LANES")
+    assert MountConfig("r", "/mnt").s3_lanes is None
+    chunk = 1 << 16
+    store, data, md5 = _paced(tmp_path, 24 * chunk)
+    with ReadAheadPool(lanes=1):
+        r = ChunkedReader(store, "obj", len(data), "file:///obj", md5, None, chunk_size=chunk, read_ahead=2,
+                          part_chunks=2, parts_min=0)
+        assert r.max_lanes == 1
+        assert _read_sequentially(r, 0, len(data)) == data
+        assert (r.streams, r.parts) == (1, 0)
+        r.close()
+    with ReadAheadPool():
+        assert ChunkedReader(store, "obj", len(data), "file:///obj", md5).max_lanes == MAX_LANES

@@ -1,12 +1,24 @@
-"""Reading remote objects in chunks: one streaming GET per sequential reader, a local data cache.
+"""Reading remote objects in chunks: one streaming GET per sequential reader, parallel parts
+for large objects, a local data cache.
 
 :class:`ChunkedReader` serves positional reads of one object from fixed-size chunks. A
 sequential reader (a read where the previous one ended) gets a *stream*
 (:class:`_Stream`): one GET from where it reads to the end of the object, read chunk by
 chunk by a thread of its own at most ``read_ahead`` chunks ahead of the reader, as the
-best S3 clients read (one long request, not a request per piece). A random reader
-fetches single chunks with ranged GETs. Chunks of recent reads stay in memory (a few per
-reader). The daemon owns the streams (:class:`ReadAheadPool`) and ends them when it stops.
+best S3 clients read (one long request, not a request per piece). For an object of at
+least :data:`PARTS_MIN_SIZE` whose reader waits for the stream (the store sets the pace, not
+the reader), the window of concurrent *part* GETs grows as mountpoint-s3's prefetcher's does:
+the stream is cut a part ahead of the reader and ranged GETs of :data:`PART_CHUNKS` chunks
+each follow it, their number doubling (1, 2, 4...) up to ``max_lanes`` while the reader still
+waits and each doubling brings :data:`GROWTH_GAIN` times the bytes per second (one that does
+not is undone, and the window grows no more) -- only where a request costs little against a
+part's transfer (the stream's time to its response, at most 1/:data:`PART_COST` of a part's
+time at its rate: a server that copies the whole object for every GET, as moto does, keeps
+its one stream). A reader that jumps gets
+a new stream and the window starts again from one. A random reader fetches single chunks
+with ranged GETs. Chunks of recent reads stay in memory (a few per reader, the window's
+worth while parts run). The daemon owns the streams (:class:`ReadAheadPool`) and ends them
+when it stops.
 
 :class:`graveler.objstore.datacache.DataCache` keeps chunks on local disk, checked (CRC32C)
 on every hit, and objects read whole as one file each, checked (size, MD5) when filled.
@@ -21,238 +33,37 @@ has not fetched (the data cache's whole file waits for it).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 
-from graveler.errors import CorruptedData, GravelerError, StoreUnavailable
-from graveler.objects import is_md5_etag, read_range_checked, read_verified
+from graveler.errors import StoreUnavailable
+from graveler.objects import read_range_checked, read_verified
 from graveler.objstore.base import ObjectReader, check_range
 from graveler.objstore.datacache import WHOLE_MAX, DataCache, WholeFill  # noqa: F401 (re-exported)
+from graveler.objstore.prefetch import (  # noqa: F401 (re-exported)
+    GROWTH_GAIN,
+    MAX_LANES,
+    PART_CHUNKS,
+    PART_COST,
+    PARTS_MIN_SIZE,
+    SLOW_FAILURE_S,
+    STREAM_AHEAD,
+    STREAM_IDLE_S,
+    UNAVAILABLE_MEMO_S,
+    ReadAheadPool,
+    _owner,
+    _set,
+    _Stream,
+    _StreamBroken,
+)
 
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
-# A chunk whose fetch found the store unavailable slowly (attempts that timed out: at least
-# SLOW_FAILURE_S) fails at once when asked for again within UNAVAILABLE_MEMO_S: the kernel follows
-# a failed read-ahead with a read of the same page, which would otherwise wait out every attempt
-# again. A quick failure (connection refused) is not remembered: trying again costs nothing.
-UNAVAILABLE_MEMO_S = 2.0
-SLOW_FAILURE_S = 1.0
-# A sequential stream (one GET) runs at most this many chunks ahead of its reader and ends itself when
-# its reader has not come for STREAM_IDLE_S (the connection is not held for a reader gone elsewhere).
-STREAM_AHEAD = 4
-STREAM_IDLE_S = 30.0
-
-_pool_lock = threading.Lock()
-_owned: list["ReadAheadPool"] = []  # owners (a mount daemon), the newest last
-
-
-class ReadAheadPool:
-    """The read-ahead of every :class:`ChunkedReader`, owned by whoever serves reads for a while
-    (the mount daemon): made at its start, it keeps the streams of sequential readers (each a
-    thread of its own, see :class:`_Stream`) until :meth:`close`, which ends them and waits for
-    their threads. A program that makes none lets its streams end with their readers."""
-
-    def __init__(self, join_timeout: float = 10.0):
-        self._streams: set[_Stream] = set()
-        self._closed = False
-        self._join_timeout = join_timeout
-        with _pool_lock:
-            _owned.append(self)
-
-    def _add(self, s: "_Stream") -> bool:
-        with _pool_lock:
-            if self._closed:
-                return False
-            self._streams.add(s)
-            return True
-
-    def _remove(self, s: "_Stream") -> None:
-        with _pool_lock:
-            self._streams.discard(s)
-
-    def threads(self) -> list[threading.Thread]:
-        with _pool_lock:
-            return [s.thread for s in self._streams]
-
-    def close(self) -> None:
-        with _pool_lock:
-            self._closed = True
-            if self in _owned:
-                _owned.remove(self)
-            streams = list(self._streams)
-        for s in streams:
-            with s.r._lock:
-                s.cancel()
-        deadline = time.monotonic() + self._join_timeout
-        for s in streams:
-            s.thread.join(max(0.0, deadline - time.monotonic()))
-
-    def __enter__(self) -> "ReadAheadPool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _owner() -> "ReadAheadPool | None":
-    with _pool_lock:
-        return _owned[-1] if _owned else None
-
-
-class _StreamBroken(Exception):
-    """A stream ended before it delivered a chunk a reader waited for: fetch it on its own."""
-
-
-def _set(f: Future, result=None, exc: BaseException | None = None) -> None:
-    """Complete ``f`` unless another fetch of the same chunk did first."""
-    try:
-        if exc is not None:
-            f.set_exception(exc)
-        else:
-            f.set_result(result)
-    except InvalidStateError:
-        pass
-
-
-class _Stream:
-    """One GET from chunk ``first`` to the end of the object, read chunk by chunk in a thread of
-    its own into the reader's chunk futures, at most ``read_ahead`` chunks ahead of the reader."""
-
-    def __init__(self, reader: "ChunkedReader", first: int, end: int):
-        self.r = reader
-        self.first = self.next = first
-        self.end = end  # the chunk it stops before (the end of the object, or a chunk the data cache has)
-        self.cancelled = False
-        self.done = False
-        self.claimed: dict[int, Future] = {}  # futures readers wait on, not yet reached
-        self.thread = threading.Thread(target=self._run, name="graveler-stream", daemon=True)
-        self.owner = _owner()
-
-    def start(self) -> None:
-        if self.owner is not None and not self.owner._add(self):
-            self.owner = None
-            self.cancelled = True  # the owner is closing: no new stream (the reads fetch single chunks)
-        self.thread.start()
-
-    def covers(self, index: int) -> bool:
-        """Whether the stream will deliver chunk ``index`` soon (under the reader's lock)."""
-        return (not self.done and not self.cancelled and self.next <= index < self.end
-                and index <= self.next + self.r.read_ahead)
-
-    def cancel(self) -> None:  # under the reader's lock
-        self.cancelled = True
-        self.r._cond.notify_all()
-
-    def _run(self) -> None:
-        r = self.r
-        cs, n = r.chunk_size, self.end
-        stream = fill = None
-        i = self.first
-        t0 = time.monotonic()
-        whole = i == 0 and n == r._nchunks()
-        try:
-            if self.cancelled:
-                return
-            stream = r.store.open_stream(r.key, i * cs, min(n * cs, r.size) - i * cs)
-            if stream.total != r.size:
-                raise CorruptedData(f"{r.store.full_uri(r.key)}: the object has {stream.total} bytes, "
-                                    f"the entry says {r.size}", r.store.full_uri(r.key))
-            with r._lock:
-                r.gets += 1
-            if whole and r.cache is not None:
-                fill = r.cache.whole_fill(r.address, r.etag, r.size)
-            # an object of one chunk, read whole: its MD5 is checked before it is handed out (larger
-            # ones read without a cache are checked by size: see graveler.objects)
-            md5 = (hashlib.md5(usedforsecurity=False) if fill is None and whole and n == 1
-                   and is_md5_etag(r.etag) else None)
-            while i < n:
-                with r._lock:
-                    idle = time.monotonic()
-                    while not self.cancelled and i > r._stream_pos + r.read_ahead:
-                        if not r._cond.wait(timeout=1.0) and time.monotonic() - idle > STREAM_IDLE_S:
-                            self.cancelled = True  # its reader went elsewhere: let the connection go
-                    if self.cancelled:
-                        return
-                    self.next = i
-                want = min(cs, r.size - i * cs)
-                parts, got = [], 0
-                while got < want:
-                    piece = stream.read(want - got)
-                    if not piece:
-                        raise StoreUnavailable(f"{r.store.full_uri(r.key)}: the response ended at byte "
-                                               f"{i * cs + got}, the object has {r.size}")
-                    parts.append(piece)
-                    got += len(piece)
-                data = parts[0] if len(parts) == 1 else b"".join(parts)
-                with r._lock:
-                    r.bytes_from_store += len(data)
-                if fill is not None:
-                    fill.write(data)
-                    if i == n - 1:
-                        fill.commit()  # kept once its size and MD5 are checked (in the background)
-                        fill = None
-                else:
-                    if md5 is not None:
-                        md5.update(data)
-                        if i == n - 1 and md5.hexdigest() != r.etag:
-                            raise CorruptedData(f"{r.store.full_uri(r.key)}: MD5 {md5.hexdigest()}, the entry "
-                                                f"says {r.etag}", r.store.full_uri(r.key))
-                    if r.cache is not None:
-                        r.cache.put(r._ck(i), data)
-                with r._lock:
-                    f = self.claimed.pop(i, None) or r._chunks.get(i)
-                    if f is None or (f.done() and f.exception() is not None):
-                        f = Future()
-                    r._chunks[i] = f
-                    r._chunks.move_to_end(i)
-                    r._trim()
-                    self.next = i + 1
-                    r._cond.notify_all()
-                _set(f, data)
-                i += 1
-        except BaseException as e:
-            slow = isinstance(e, StoreUnavailable) and time.monotonic() - t0 >= SLOW_FAILURE_S
-            with r._lock:
-                waiting = dict(self.claimed)
-                self.claimed.clear()
-                if i not in waiting:
-                    f = r._chunks.get(i)
-                    if f is None or f.done():
-                        f = Future()
-                        r._chunks[i] = f
-                    waiting[i] = f
-                if isinstance(e, CorruptedData):
-                    for k in [k for k, f in r._chunks.items() if f.done() and f.exception() is None]:
-                        del r._chunks[k]  # the bytes read so far are of a bad object: never again from memory
-                if slow and stream is None:  # the request itself timed out: see UNAVAILABLE_MEMO_S
-                    now = time.monotonic()
-                    for k, f in waiting.items():
-                        r._chunks[k] = f
-                        r._unavailable[k] = now
-            # a failure of the request or a bad object is every waiting reader's; a body that broke
-            # off midway is not: its chunks are fetched again, alone
-            first_failed = isinstance(e, GravelerError) and (stream is None or isinstance(e, CorruptedData))
-            for k, f in waiting.items():
-                _set(f, exc=e if first_failed else _StreamBroken(str(e)))
-        finally:
-            if self.owner is not None:
-                self.owner._remove(self)
-            if fill is not None:
-                fill.abort()
-            if stream is not None:
-                stream.close()
-            with r._lock:
-                self.done = True
-                for f in self.claimed.values():
-                    _set(f, exc=_StreamBroken("the stream ended"))
-                self.claimed.clear()
-                r._cond.notify_all()
 
 
 class ChunkedReader(ObjectReader):
@@ -273,7 +84,9 @@ class ChunkedReader(ObjectReader):
     """
 
     def __init__(self, store, key: str, size: int, address: str, etag: str, cache: DataCache | None = None,
-                 chunk_size: int = 8 * MiB, read_ahead: int = STREAM_AHEAD, max_window: int = 1, keep: int = 0):
+                 chunk_size: int = 8 * MiB, read_ahead: int = STREAM_AHEAD, max_window: int = 1, keep: int = 0,
+                 max_lanes: int | None = None, part_chunks: int = PART_CHUNKS, parts_min: int = PARTS_MIN_SIZE,
+                 part_cost: float = PART_COST):
         super().__init__(store, key, size)
         self.address = address
         self.etag = etag
@@ -287,14 +100,152 @@ class ChunkedReader(ObjectReader):
         self._chunks: OrderedDict[int, Future] = OrderedDict()
         self._unavailable: dict[int, float] = {}  # chunk -> when its fetch found the store unavailable
         self._next_offset = -1
-        self._stream: _Stream | None = None
-        self._stream_pos = -1  # the last chunk a read took from the stream's span
+        self._stream: _Stream | None = None  # the stream of the chain under way (parts follow it)
+        self._streams: list[_Stream] = []  # the chain: the stream, then its parts (those not done)
+        self._stream_pos = -1  # the last chunk a read took from the chain's span
+        # parallel parts (see the module docstring)
+        owner = _owner()
+        self.max_lanes = max(1, max_lanes if max_lanes is not None else owner.lanes if owner else MAX_LANES)
+        self.part_chunks = max(1, part_chunks)
+        self.parts_min = parts_min
+        self.part_cost = part_cost
+        self._lanes = 1  # GETs the chain may run at once (the window: see _window)
+        self._frontier = self._chain_end = 0  # the first chunk no stream of the chain has; where it stops
+        self._starved = 0  # reads that waited for a chunk the chain was bringing, since the window last grew
+        self._delivered = self._grown_at = 0  # chunks the chain delivered; how many when the window last grew
+        self._ttfb: float | None = None  # the stream's time to its response (a request's cost)
+        self._rate: float | None = None  # the stream's bytes per second since its response
+        self._cap = self.max_lanes  # lanes the window may still reach (lowered when a doubling did not pay)
+        self._chain_bytes = self._grown_bytes = 0  # bytes the chain brought; how many when the window last changed
+        self._grown_t = 0.0  # when the window last changed (or the stream's response came)
+        self._base_rate = 0.0  # the chain's bytes per second before the window last doubled
+        self._judge = False  # the window doubled: whether that paid is not known yet
+        # the whole-object file the chain fills, in order (chunks that arrived early are held)
+        self._fill_lock = threading.Lock()
+        self._fill: WholeFill | None = None
+        self._fill_chain: _Stream | None = None
+        self._fill_next = 0
+        self._fill_held: dict[int, bytes] = {}
         self._whole_fd = -1
         self._whole_checked = cache is None
         self._content: bytes | None = None
         self.bytes_from_store = 0
         self.bytes_from_cache = 0
         self.gets = 0
+        self.streams = 0  # streaming GETs (one per sequential run)
+        self.parts = 0  # part GETs (parallel, behind a stream)
+        self.lanes_max = 1  # the most GETs a chain of this reader ran at once
+
+    # -- parallel parts: the window, its growth, the parts; the whole file filled in order --
+
+    @property
+    def lanes(self) -> int:
+        """How many GETs the chain under way may run at once (1 again after a jump)."""
+        return self._lanes
+
+    def _window(self) -> int:
+        """How many chunks past the reader's last the chain may bring (under the lock)."""
+        return self.read_ahead + (self._lanes - 1) * self.part_chunks
+
+    def _parts_pay(self) -> bool:
+        """Whether another GET is worth its cost: a large object, and the stream's time to its
+        response at most 1/part_cost of a part's transfer time at the stream's rate (under the lock)."""
+        if self.size < self.parts_min or self._ttfb is None or not self._rate:
+            return False
+        return self._ttfb * self.part_cost <= self.part_chunks * self.chunk_size / self._rate
+
+    def _grow(self) -> None:
+        """After a chunk of the chain arrived: once the window's GETs brought two parts each since
+        it last changed, double it if the reader waited for the chain (and parts pay), cutting the
+        stream a part ahead -- unless the last doubling brought less than GROWTH_GAIN times the
+        bytes per second before it: then the window goes back to what it was and grows no more
+        (a store, or a machine, that another connection does not speed up). Then start the
+        parts the window has room for. Under the lock."""
+        head = self._stream
+        if head is None or head.broken or head.cancelled:
+            return
+        if self._starved and (self._lanes < self._cap or self._judge) and self._parts_pay() and \
+                self._delivered - self._grown_at >= 2 * self.part_chunks * self._lanes:
+            now = time.monotonic()
+            rate = (self._chain_bytes - self._grown_bytes) / max(now - self._grown_t, 1e-6)
+            if self._judge and rate < self._base_rate * GROWTH_GAIN:  # the last doubling did not pay
+                self._lanes = self._cap = self._lanes // 2
+                self._judge = False
+            elif self._lanes < self._cap:
+                self._base_rate = rate
+                self._lanes = min(self._cap, self._lanes * 2)
+                self._judge = True
+                if not head.done and head.end == self._chain_end == self._frontier:
+                    head.end = self._frontier = min(head.end, head.next + self.part_chunks)
+            else:
+                self._judge = False  # it paid, and the window is at its most
+            self._starved = 0
+            self._grown_at, self._grown_bytes, self._grown_t = self._delivered, self._chain_bytes, now
+        self._launch()
+
+    def _launch(self, need: int = -1) -> None:
+        """Start parts from the frontier while fewer than the window's GETs run and the window has
+        room -- and, whatever the window, up to chunk ``need`` (a read asks for it). Under the lock."""
+        head = self._stream
+        if head is None or head.broken or head.cancelled:
+            return
+        live = [s for s in self._streams if not s.done]
+        limit = self._stream_pos + self._window()
+        while self._frontier < self._chain_end and (self._frontier <= need or (
+                len(live) < self._lanes and self._frontier <= limit)):
+            a = self._frontier
+            # a part; back to one GET at a time: one for the rest (a stream again)
+            b = self._chain_end if self._lanes == 1 else min(a + self.part_chunks, self._chain_end)
+            part = _Stream(self, a, b, chain=head)
+            live.append(part)
+            self._frontier = b
+            part.start()
+        self._streams = live
+        self.lanes_max = max(self.lanes_max, len(live))
+
+    def _fill_start(self, head: "_Stream") -> None:
+        fill = self.cache.whole_fill(self.address, self.etag, self.size)
+        if fill is not None:
+            with self._fill_lock:
+                with self._lock:
+                    old, self._fill, self._fill_chain, self._fill_next = self._fill, fill, head, 0
+                    self._fill_held.clear()
+                if old is not None:  # an earlier chain's, left unfinished
+                    old.abort()
+
+    def _fill_put(self, chain: "_Stream", i: int, data: bytes) -> bool:
+        """Chunk ``i`` of ``chain`` to the whole-object file, written in order (chunks that came
+        early wait); the file is committed (size, MD5: :meth:`WholeFill.commit`) after its last
+        chunk. False when the chain fills none (the chunk goes to the chunk cache)."""
+        with self._fill_lock:  # one writer at a time: the file is written in order
+            with self._lock:
+                fill = self._fill
+                if fill is None or self._fill_chain is not chain:
+                    return False
+                self._fill_held[i] = data
+                batch = []
+                while self._fill_next in self._fill_held:
+                    batch.append(self._fill_held.pop(self._fill_next))
+                    self._fill_next += 1
+                last = self._fill_next == self._nchunks()
+                if last:
+                    self._fill = self._fill_chain = None
+            for piece in batch:
+                fill.write(piece)
+            if last:
+                fill.commit()  # kept once its size and MD5 are checked (in the background)
+        return True
+
+    def _fill_abort(self, chain: "_Stream") -> None:
+        """The chain ended before the end of the object: its whole file is dropped."""
+        with self._fill_lock:
+            with self._lock:
+                fill = self._fill if self._fill_chain is chain else None
+                if fill is not None:
+                    self._fill = self._fill_chain = None
+                    self._fill_held.clear()
+            if fill is not None:
+                fill.abort()
 
     # -- the whole object: in memory (small, read at open) or the data cache's whole file --
 
@@ -352,7 +303,12 @@ class ChunkedReader(ObjectReader):
         return DataCache.key(self.address, self.etag, index)
 
     def _trim(self) -> None:  # under the lock
-        while len(self._chunks) > self._keep:
+        keep = self._keep + (self.lanes_max - 1) * self.part_chunks  # the widest window held more
+        if len(self._chunks) > keep and self.lanes_max > 1:  # parts arrive out of order: those read go first
+            for k in [k for k in self._chunks if k < self._stream_pos][:len(self._chunks) - keep]:
+                del self._chunks[k]
+                self._unavailable.pop(k, None)
+        while len(self._chunks) > keep:
             self._unavailable.pop(self._chunks.popitem(last=False)[0], None)
 
     def _present(self, index: int) -> Future | None:
@@ -461,22 +417,56 @@ class ChunkedReader(ObjectReader):
         with self._lock:
             if self._stream_serves(first, last):  # another read started one meanwhile
                 return
-            if self._stream is not None:
-                self._stream.cancel()
+            for old in self._streams:
+                old.cancel()
             self._stream = s = _Stream(self, start, end)
+            self._streams = [s]
+            self._frontier = self._chain_end = end
+            self._lanes = 1  # a new run: the window starts again from one GET
+            self._starved = self._delivered = self._grown_at = self._chain_bytes = self._grown_bytes = 0
+            self._ttfb = self._rate = None
+            self._cap = self.max_lanes
+            self._judge = False
             self._stream_pos = last
             s.start()
 
     def _stream_serves(self, first: int, last: int) -> bool:
-        """Whether the stream under way delivers chunks ``first`` .. ``last`` (then it may run on
-        up to ``read_ahead`` chunks past ``last``). Under the lock."""
+        """Whether the chain under way delivers chunks ``first`` .. ``last`` (then it may run on up
+        to its window past ``last``; parts start for what no stream of it covers yet). Under the lock."""
         s = self._stream
-        if s is not None and not s.done and not s.cancelled and s.first <= first <= s.next + self.read_ahead \
-                and first < s.end:
-            self._stream_pos = max(self._stream_pos, last)
-            self._cond.notify_all()
-            return True
-        return False
+        if s is None or s.cancelled or s.broken:
+            return False
+        while first < s.first and first <= last and self._present(first) is not None:
+            first += 1  # chunks before the stream's first, in memory already (the jump's own)
+        if not (s.first <= first < self._chain_end or (first > last and first == s.first)):
+            return False
+        if self._frontier >= self._chain_end and all(x.done for x in self._streams):
+            return False  # the chain brought all it was to: what is missing needs a new stream
+        if first > max(self._stream_pos, s.next) + self._window():
+            return False  # a jump ahead: a new stream from there
+        self._stream_pos = max(self._stream_pos, last)
+        self._launch(min(last, self._chain_end - 1))
+        self._cond.notify_all()
+        return True
+
+    def _covering(self, index: int) -> "_Stream | None":
+        """The stream of the chain that brings chunk ``index`` soon, else None. Under the lock."""
+        for s in self._streams:
+            if s.covers(index):
+                return s
+        return None
+
+    def _claim(self, s: "_Stream", index: int) -> Future:
+        """A future for chunk ``index`` that stream ``s`` completes; a read waiting for the chain
+        past its first chunk counts towards widening the window. Under the lock."""
+        f = s.claimed.get(index)
+        if f is None:
+            f = s.claimed[index] = Future()
+        if index > s.chain.first:
+            self._starved += 1
+        self._stream_pos = max(self._stream_pos, index)
+        self._cond.notify_all()
+        return f
 
     def _chunk(self, index: int) -> Future:
         with self._lock:
@@ -484,14 +474,9 @@ class ChunkedReader(ObjectReader):
             if f is not None:
                 self._chunks.move_to_end(index)
                 return f
-            s = self._stream
-            if s is not None and s.covers(index):
-                f = s.claimed.get(index)
-                if f is None:
-                    f = s.claimed[index] = Future()
-                self._stream_pos = max(self._stream_pos, index)
-                self._cond.notify_all()
-                return f
+            s = self._covering(index)
+            if s is not None:
+                return self._claim(s, index)
             f = Future()
             self._chunks[index] = f
             self._trim()
@@ -586,16 +571,11 @@ class ChunkedReader(ObjectReader):
                         if f.exception() is not None:
                             return None
                         continue
-                else:
-                    s = self._stream
-                    if s is None or not s.covers(i):
-                        return None
-                    f = s.claimed.get(i)
-                    if f is None:
-                        f = s.claimed[i] = Future()
-                self._stream_pos = max(self._stream_pos, i)  # as a read of it: the stream may go on
-                self._cond.notify_all()
-                return f
+                    self._stream_pos = max(self._stream_pos, i)  # as a read of it: the stream may go on
+                    self._cond.notify_all()
+                    return f
+                s = self._covering(i)
+                return self._claim(s, i) if s is not None else None
         return None
 
     def _result(self, i: int, f: Future) -> bytes:
@@ -612,12 +592,15 @@ class ChunkedReader(ObjectReader):
 
     def close(self) -> None:
         with self._lock:
-            if self._stream is not None:
-                self._stream.cancel()
-                self._stream = None
+            for s in self._streams:
+                s.cancel()
+            self._stream, self._streams = None, []
             self._chunks.clear()
             self._unavailable.clear()
             fd, self._whole_fd = self._whole_fd, -1
+            chain = self._fill_chain
+        if chain is not None:  # a whole file its chain left unfinished
+            self._fill_abort(chain)
         if fd >= 0:
             os.close(fd)
 

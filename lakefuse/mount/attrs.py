@@ -140,6 +140,17 @@ class AttrRules:
     def __init__(self, config: FsConfig, writable: bool):
         self.config = config
         self.writable = writable
+        # directory markers this mount just made, decoded (value -> (entry, POSIX attributes)):
+        # their attributes follow without decoding them again (:meth:`marker_made`)
+        self._markers: dict = {}
+
+    def marker_made(self, value: Value, entry: Entry, pa: PosixAttrs) -> None:
+        """A marker this mount made (``entry`` as ``value``, ``pa`` its POSIX attributes): the
+        :meth:`tree_dir_attr` of it that follows takes them as they are."""
+        markers = self._markers
+        if len(markers) >= 256:
+            markers.clear()
+        markers[value] = (entry, pa)
 
     def dir_attr(self, ino: int, mtime_ns: int, entry_timeout: float, attr_timeout: float) -> Attr:
         c = self.config
@@ -170,7 +181,13 @@ class AttrRules:
     def file_attr(self, value: Value, tree) -> Attr:
         """A file's attributes from its entry, decoded once (:func:`graveler.model.entry_stat`:
         a listing hands out one per name, so this is on the listing's hot path)."""
-        size, mtime_ns, metadata = entry_stat(value)
+        return self._file_attr(*entry_stat(value), tree)
+
+    def entry_attr(self, entry: Entry, tree) -> Attr:
+        """:meth:`file_attr` of ``entry.to_value()``, from the entry as it is (no encoding, no decoding)."""
+        return self._file_attr(entry.size, entry.last_modified_ns, entry.metadata or None, tree)
+
+    def _file_attr(self, size: int, mtime_ns: int, metadata: dict | None, tree) -> Attr:
         c = self.config
         et, at = self.timeouts(tree)
         if not metadata:
@@ -211,13 +228,17 @@ class AttrRules:
         attr = self.dir_attr(0, tree.mtime_ns, et, at)
         pa = None
         if marker is not None:
-            try:
-                e = Entry.from_value(marker)
-            except Exception:
-                if self.writable:
-                    raise
-                return attr
-            pa = PosixAttrs.from_metadata(e.metadata) if e.metadata else PosixAttrs()
+            made = self._markers.get(marker)
+            if made is not None:
+                e, pa = made
+            else:
+                try:
+                    e = Entry.from_value(marker)
+                except Exception:
+                    if self.writable:
+                        raise
+                    return attr
+                pa = PosixAttrs.from_metadata(e.metadata) if e.metadata else PosixAttrs()
             if pa.mode is not None:
                 attr.mode = stat.S_IFDIR | stat.S_IMODE(pa.mode)
             if pa.uid is not None:
@@ -239,11 +260,10 @@ class AttrRules:
         mode = attr.mode
         if sf.attrs.mode is not None:
             mode = stat.S_IFREG | stat.S_IMODE(sf.attrs.mode)
-        return replace(attr, size=sf.size, mode=mode,
-                       uid=attr.uid if sf.attrs.uid is None else sf.attrs.uid,
-                       gid=attr.gid if sf.attrs.gid is None else sf.attrs.gid,
-                       mtime_ns=sf.mtime_ns, ctime_ns=sf.ctime_ns,
-                       atime_ns=sf.attrs.atime_ns if sf.attrs.atime_ns is not None else sf.mtime_ns)
+        a = sf.attrs
+        return Attr(attr.ino, mode, sf.size, sf.mtime_ns, attr.uid if a.uid is None else a.uid,
+                    attr.gid if a.gid is None else a.gid, attr.nlink, attr.entry_timeout, attr.attr_timeout,
+                    a.atime_ns if a.atime_ns is not None else sf.mtime_ns, sf.ctime_ns, attr.uncounted, attr.rdev)
 
 
 def _times(a: Attr, e: Entry, pa: PosixAttrs) -> None:

@@ -110,7 +110,7 @@ def _new(w, parent, tree, path: bytes, attrs: PosixAttrs, entry, now: int) -> tu
     """The node and spool file of a new file whose create is staged with its first save."""
     value = entry.to_value()
     attr = w._acquire_fresh(w.fs.file_key(tree, path), Kind.FILE, tree, path, parent.ino,
-                            w.rules.file_attr(value, tree), value, tree.stamp)
+                            w.rules.entry_attr(entry, tree), value, tree.stamp)
     node = w.inodes.get(attr.ino)
     # its directory's marker as it is when staged (it may change, or the file move, meanwhile)
     sf = w.spool.create(node.ino, tree.view.branch, path, entry, attrs,

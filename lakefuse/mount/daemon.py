@@ -62,6 +62,20 @@ class MountConfig:
     inline_reads: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_INLINE_READS", True))
     # pyfuse3 reads the next request at once after answering one (a patched build); off: $LAKEFUSE_RECEIVE_BURST=0
     receive_burst: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_RECEIVE_BURST", True))
+    # how many GETs at once a sequential reader of a large S3 object may reach (a stream and its
+    # parallel parts; 1: one stream, no parts); None: graveler's default. $LAKEFUSE_S3_LANES
+    s3_lanes: int | None = field(default_factory=lambda: _env_count("LAKEFUSE_S3_LANES"))
+
+
+def _env_count(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        from graveler.errors import InvalidArgument
+
+        raise InvalidArgument(f"${name}: expected a whole number from 1 up, got {value!r}")
+    return int(value)
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -220,7 +234,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")
-    read_ahead = ReadAheadPool()  # the chunked readers' streams: ended with the mount
+    read_ahead = ReadAheadPool(lanes=config.s3_lanes)  # the chunked readers' streams: ended with the mount
+    fs.stats.set("s3_lanes", str(read_ahead.lanes))
     # A stream's thread takes the GIL back after every socket read: a shorter switch interval than
     # the default 5 ms keeps it from waiting behind the request threads (S3 reads ~20% faster here).
     sys.setswitchinterval(0.001)

@@ -606,7 +606,7 @@ class Filesystem(Opens, Reads, XattrReads):
         if h is not None:
             stamp = h.flush()
             if stamp:  # a file saved through the spool: its entry as staged (no read at the next stat)
-                self.file_staged(h.node, h.sf.saved.to_value(), stamp)
+                self.file_staged(h.node, h.sf.saved.to_value(), stamp, h.sf.saved)
                 parent = self.inodes.peek(h.node.parent_ino) if h.sf.staged_items else None
                 if parent is not None and parent.kind == Kind.DIR:  # its create, staged with it: its marker
                     self.dir_staged(parent, h.sf.staged_items, stamp)
@@ -616,14 +616,16 @@ class Filesystem(Opens, Reads, XattrReads):
         if self.writes is not None:
             self.writes.settle(tree, key, parent)
 
-    def file_staged(self, node: Node, value: Value, stamp: int) -> bool:
+    def file_staged(self, node: Node, value: Value, stamp: int, entry: Entry | None = None) -> bool:
         """This mount staged ``value`` for file ``node`` and the branch's stamp became ``stamp``:
         its attributes as of ``stamp`` are known without reading them back (False: the node
-        holds a later state already)."""
+        holds a later state already). ``entry``: ``value`` as an Entry (then not decoded again)."""
         if stamp < node.stamp:
             return False
         node.value = value
-        node.attr = self._with_ino(self.rules.file_attr(value, node.tree), node.ino)
+        rules = self.rules
+        attr = rules.file_attr(value, node.tree) if entry is None else rules.entry_attr(entry, node.tree)
+        node.attr = self._with_ino(attr, node.ino)
         node.stamp = stamp
         return True
 

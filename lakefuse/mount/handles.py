@@ -234,7 +234,9 @@ class ObjectHandle(Handle):
         if reader is not None:
             self.stats.add_each((("bytes_from_store", getattr(reader, "bytes_from_store", 0)),
                                  ("bytes_from_cache", getattr(reader, "bytes_from_cache", 0)),
-                                 ("store_gets", getattr(reader, "gets", 0))))
+                                 ("store_gets", getattr(reader, "gets", 0)),
+                                 ("store_streams", getattr(reader, "streams", 0)),  # sequential runs' GETs
+                                 ("store_parts", getattr(reader, "parts", 0))))  # parallel part GETs behind them
             reader.close()
 
 

@@ -500,8 +500,8 @@ class SpoolFile:
                 md.update(PosixAttrs(mtime_ns=self.mtime_ns).to_metadata())
             b = self.base
             return Entry(b.address, b.size, b.etag, time.time_ns(), md, b.address_type, b.content_type)
-        entry = repo.put_object(str(self.data_path), content_type=self.content_type, metadata=md, adopt=True,
-                                etag=self._etag(), durable=False)  # flush(durable=True) syncs it
+        entry = repo.put_object(f"{self.spool.dir_name}/{self.sid}.data", content_type=self.content_type, metadata=md,
+                                adopt=True, etag=self._etag(), durable=False)  # flush(durable=True) syncs it
         self.spool.stats["uploaded_bytes"] += entry.size
         self.spool.stats["uploads"] += 1
         return entry
@@ -572,7 +572,7 @@ class SpoolFile:
     def _unlink_names(self) -> None:
         """Remove the spool file's name (its record goes from the journal at its next rewrite)."""
         try:
-            os.unlink(self.data_path)
+            os.unlink(f"{self.spool.dir_name}/{self.sid}.data")  # (data_path: no pathlib on a close)
         except FileNotFoundError:
             pass
         self.spool.journal.forget(self.sid)
@@ -616,6 +616,7 @@ class Spool(SaveRetries):
         self._lock_fd = os.open(pending / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.dir = config.root / name
+        self.dir_name = str(self.dir)
         os.rename(pending, self.dir)
         self.journal = sidecar.Journal(self.dir)  # the spool files' records (for recovery)
         self._background = None  # a thread pool: an fsync's object flush beside its KV commit

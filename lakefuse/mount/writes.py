@@ -111,6 +111,9 @@ class BranchWrites:
         self._empty_lock = threading.Lock()
         # one attribute change of an inode at a time (each rewrites its entry's metadata); striped by inode
         self._xattr_locks = [threading.Lock() for _ in range(64)]
+        # directory marker key -> (the value _touch_parent made last, its entry, POSIX and user
+        # metadata): the next change in that directory starts from them without decoding again
+        self._marker_parts: dict[bytes, tuple] = {}
         if self.spool is not None:
             # a file whose save failed keeps its inode (its content readable through the mount)
             # until a retry saves it; a commit first retries its branch's failed saves
@@ -173,8 +176,9 @@ class BranchWrites:
             return self._empty
 
     def _new_entry(self, attrs: PosixAttrs, now: int | None = None) -> Entry:
-        e = self.empty_entry()
-        return replace(e, last_modified_ns=now or time.time_ns(), metadata=attrs.to_metadata())
+        e = self.empty_entry()  # (built directly: dataclasses.replace costs more than the rest of this)
+        return Entry(e.address, e.size, e.etag, now or time.time_ns(), attrs.to_metadata(), e.address_type,
+                     e.content_type)
 
     @staticmethod
     def _stat(tree: Tree, path: bytes):
@@ -193,11 +197,22 @@ class BranchWrites:
         if not parent_path:
             return []
         key = parent_path + b"/"
-        cur = tree.view.get(key)
+        known = tree.markers.get(parent_path) if not leaving else None
+        if known is not None and tree.dir_current(parent_path, known[0]) and tree.fresh(FRESH_NS):
+            cur = known[1]  # as this mount staged it last, nothing changed it since: no read
+            if cur is None:
+                return []
+        else:
+            cur = tree.view.get(key)
         if cur is not None:
-            e = Entry.from_value(cur)
-            pa = PosixAttrs.from_metadata(e.metadata)
-            md = user_metadata(e.metadata)
+            parts = self._marker_parts.get(key)
+            if parts is not None and parts[0] == cur:  # the marker this mount made last: decoded already
+                _, e, pa, md = parts
+                md = dict(md)
+            else:
+                e = Entry.from_value(cur)
+                pa = PosixAttrs.from_metadata(e.metadata)
+                md = user_metadata(e.metadata)
         else:
             if not leaving:
                 return []
@@ -207,8 +222,17 @@ class BranchWrites:
             e = self.empty_entry()
             pa = PosixAttrs(mode=stat.S_IFDIR | BRANCH_DIR_MODE, uid=self.config.uid, gid=self.config.gid)
             md = {}
-        md.update(replace(pa, mtime_ns=now).to_metadata())
-        return [(key, replace(e, metadata=md, last_modified_ns=now).to_value())]
+        user = dict(md)
+        pa = PosixAttrs(pa.mode, pa.uid, pa.gid, pa.symlink, now, pa.atime_ns, pa.rdev)
+        md.update(pa.to_metadata())
+        e = Entry(e.address, e.size, e.etag, now, md, e.address_type, e.content_type)
+        value = e.to_value()
+        parts = self._marker_parts
+        if len(parts) >= 1024:
+            parts.clear()
+        parts[key] = (value, e, pa, user)
+        self.rules.marker_made(value, e, pa)
+        return [(key, value)]
 
     def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:
         """:func:`lakefuse.mount.creates.settle`: stage the pending creates a read needs."""
@@ -271,7 +295,8 @@ class BranchWrites:
         if old is not None and old.kind != kind:
             self.inodes.replace(old)
         node, _ = self.inodes.acquire(key, kind, tree, path, parent_ino)
-        node.attr = replace(attr, ino=node.ino)
+        attr.ino = node.ino  # (every caller hands in attributes made for this call)
+        node.attr = attr
         node.value = value
         node.stamp = stamp
         return node.attr

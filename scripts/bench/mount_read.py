@@ -598,7 +598,8 @@ def bench_s3(args, work: Path, server: str = "moto") -> dict:
             st = m.stats()
             res["lakefuse_stats"] = {k: st.get(k) for k in ("data_cache", "bytes_from_store", "bytes_from_cache",
                                                              "opens_passthrough", "opens_passthrough_cache",
-                                                             "opens_from_cache", "passthrough", "store_gets")}
+                                                             "opens_from_cache", "passthrough", "store_gets",
+                                                             "store_streams", "store_parts", "s3_lanes")}
         log(json.dumps({k: v for k, v in res.items()}, indent=1))
         for peer in ensure_peers():
             log(f"s3 ({server}): {peer}")

@@ -262,7 +262,11 @@ def bench_local(args, work: Path, rep: Report) -> None:
         make_tree(tsrc, args.tar_files, sz)
         tarball = work / "small.tar"
         subprocess.run(["tar", "-cf", str(tarball), "-C", str(tsrc), "."], check=True)
-        shutil.rmtree(tsrc)
+        # tsrc stays until the end (the work directory goes then): on an ext4 without a journal
+        # (these VMs) the inode allocator skips every inode freed in the last ~30 s, reading its
+        # inode table block, from the start of the group, at each creation -- deleting 10,000
+        # files here made each file created next (the daemon's spool files) cost up to ~0.4 ms
+        # more CPU (scripts/bench/mount_core_files.py: the CPU outside its calling thread)
         nat, ours = [], []
         for r in range(args.reps):
             (native / f"tar{r}").mkdir()

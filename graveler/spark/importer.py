@@ -404,7 +404,9 @@ def import_prefix(spark, repo, branch: str, source_uri: str, dest_prefix: str, m
 
 def import_records_local(repo, branch: str, records: list[tuple[bytes, bytes]], dest_prefix: str,
                          message: str | None = None, source: str = "") -> ImportResult:
-    """The same import in this process: ``records`` are the encoded listing (see :func:`encode_listing`)."""
+    """The same import in this process: ``records`` are the encoded listing (see :func:`encode_listing`),
+    as pairs or as the ``key, value`` Arrow batch of :func:`encode_listing_batch` (sorted by Arrow and
+    written over its buffers, as the Spark tasks do)."""
     dest_prefix = check_dest_prefix(dest_prefix)
     _check_clean(repo, branch)
     head = repo.get_commit(branch)
@@ -412,6 +414,17 @@ def import_records_local(repo, branch: str, records: list[tuple[bytes, bytes]], 
     store = ns.open()
     pb = dest_prefix.encode("utf-8")
     old = [(k, encode_value(v)) for k, v in repo.iter_committed(head.id) if not k.startswith(pb)]
-    allrecs = old + list(records)
-    mr = write_metarange_local(store, allrecs, repo.config.range_params) if allrecs else ""
-    return _finish(repo, branch, head, mr, len(allrecs), 0, 1, dest_prefix, message, None, source, len(records))
+    n = records.num_rows if hasattr(records, "column") else len(records)
+    if hasattr(records, "column"):
+        import pyarrow as pa
+
+        t = records if isinstance(records, pa.Table) else pa.Table.from_batches([records])
+        allrecs = pa.concat_tables([pa.table({"key": pa.array([k for k, _ in old], pa.binary()),
+                                              "value": pa.array([v for _, v in old], pa.binary())}),
+                                    t.select(["key", "value"])])
+        total = allrecs.num_rows
+    else:
+        allrecs = old + list(records)
+        total = len(allrecs)
+    mr = write_metarange_local(store, allrecs, repo.config.range_params) if total else ""
+    return _finish(repo, branch, head, mr, total, 0, 1, dest_prefix, message, None, source, n)

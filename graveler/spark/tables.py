@@ -137,9 +137,20 @@ class WriteResult:
 def write_metarange_local(store: ObjectStore, records: Iterable[tuple[bytes, bytes]],
                           params: RangeParams = RangeParams(), metadata: dict[str, str] | None = None) -> str:
     """The single-process writer: sort (key, encoded value) records by key bytes, write ranges and
-    the metarange; returns the metarange ID."""
-    recs = sorted(records)
+    the metarange; returns the metarange ID.  ``records``: pairs, or an Arrow table (or record batch)
+    of ``key binary, value binary``, then sorted by Arrow and written over its buffers, as the Spark
+    tasks do."""
     w = MetaRangeWriter(lambda k, d: put_if_absent(store, k, d), params, metadata)
+    if hasattr(records, "column"):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        t = records if isinstance(records, pa.Table) else pa.Table.from_batches([records])
+        prev = None
+        for b in t.take(pc.sort_indices(t.column("key"))).to_batches(max_chunksize=1 << 16):
+            prev = write_record_batch(w, b, prev)
+        return w.close()
+    recs = sorted(records)
     for i in range(0, len(recs), _BATCH):
         w.write_batch(recs[i : i + _BATCH])
     return w.close()

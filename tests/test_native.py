@@ -369,6 +369,36 @@ def test_range_writer_compiled_loop_writes_what_the_reference_writes(recs, ragge
     assert out[0] == out[1]
 
 
+@settings(max_examples=40, deadline=None)
+@given(recs=st.dictionaries(_keys, _values, max_size=400).map(lambda d: sorted(d.items())),
+       ragged=st.sampled_from([3, 50]), max_size=st.sampled_from([2_000, 20 << 20]),
+       min_size=st.sampled_from([0, 1_000]), cuts=st.lists(st.integers(0, 400), max_size=4))
+def test_range_writer_over_arrow_buffers_writes_what_write_batch_writes(recs, ragged, max_size, min_size, cuts):
+    import pyarrow as pa
+
+    from graveler.committed.writer import RangeParams
+    from graveler.spark.tables import binary_buffers
+
+    params = RangeParams(min_range_size=min_size, max_range_size=max_size, raggedness=ragged)
+    keys = pa.array([b"pad"] + [k for k, _ in recs], pa.binary())  # sliced below: the arrays have an offset
+    values = pa.array([b""] + [v for _, v in recs], pa.binary())
+    out = []
+    for cls in (committed_writer.MetaRangeWriter, committed_kernel.compiled.MetaRangeWriter):
+        for buffers in (False, True):
+            store = _Dict()
+            w = cls(store.put, params, {"k": "v"})
+            bounds = sorted({0, len(recs), *[c for c in cuts if c <= len(recs)]})
+            for lo, hi in zip(bounds, bounds[1:]):
+                if buffers:
+                    w.write_buffers(hi - lo, *binary_buffers(keys.slice(1 + lo, hi - lo)),
+                                    *binary_buffers(values.slice(1 + lo, hi - lo)))
+                else:
+                    w.write_batch(recs[lo:hi])
+            mr = w.close()
+            out.append((mr, store.files, [(r.id, r.min_key, r.max_key, r.count, r.estimated_size) for r in w.ranges]))
+    assert out[0] == out[1] == out[2] == out[3]
+
+
 def test_range_writer_compiled_loop_refuses_unsorted_records():
     from graveler.committed.writer import RangeParams
     from graveler.errors import InvalidArgument
@@ -380,6 +410,16 @@ def test_range_writer_compiled_loop_refuses_unsorted_records():
             w.write_batch([(b"b", b"3")])
         with pytest.raises(InvalidArgument):
             w.write_batch([(b"d", b"3"), (b"d", b"4")])
+    import pyarrow as pa
+
+    from graveler.spark.tables import binary_buffers
+
+    for cls in (committed_writer.MetaRangeWriter, committed_kernel.compiled.MetaRangeWriter):
+        w = cls(_Dict().put, RangeParams())
+        w.write_buffers(2, *binary_buffers(pa.array([b"a", b"c"])), *binary_buffers(pa.array([b"1", b"2"])))
+        for keys in ([b"b"], [b"d", b"d"]):
+            with pytest.raises(InvalidArgument):
+                w.write_buffers(len(keys), *binary_buffers(pa.array(keys)), *binary_buffers(pa.array([b"v"] * len(keys))))
 
 
 # -- mapped tables (issue 8: a large repository does not live in memory) ---------------------------

@@ -153,6 +153,16 @@ def test_import_listing_equals_single_process(spark, tmp_path):
     ra = import_listing(repo_a, "main", df.repartition(5), "in/", partitions=8)
     rb = import_records_local(repo_b, "main", [(b"in/" + k, v) for k, v in recs], "in/")
     assert ra.metarange_id == rb.metarange_id and ra.imported == len(rows)
+    # The single-process path over the Arrow batch (sorted by Arrow, written over its buffers): the same tree.
+    import pyarrow as pa
+
+    from graveler.spark.importer import encode_listing_batch
+
+    repo_c = make_repo(tmp_path, "repo-c", range_params=SMALL)
+    batch = encode_listing_batch("in/", pa.table({c: [r[i] for r in rows[::-1]] for i, c in
+                                                  enumerate(("key", "address", "size", "etag", "last_modified"))}))
+    rc = import_records_local(repo_c, "main", batch, "in/")
+    assert rc.metarange_id == rb.metarange_id and rc.imported == len(rows) and rc.records == len(rows)
     e = repo_a.get("main", "in/" + rows[0][0])
     assert e.address == rows[0][1] and e.etag == rows[0][3] and e.address_type == AddressType.FULL
     assert e.last_modified_ns == int(round(rows[0][4].timestamp() * 1e6)) * 1000

@@ -28,6 +28,7 @@ from graveler.committed import checkpoints
 from graveler.committed import fnv as _fnv
 from graveler.committed.diff import py_diff
 from graveler.committed.writer import MetaRangeWriter as _PyMetaRangeWriter
+from graveler.committed.writer import buffer_item
 from graveler.config import RangeParams
 from graveler.errors import InvalidArgument
 from graveler.model import DiffRecord, encode_value
@@ -80,6 +81,31 @@ if not native.PURE_PYTHON:
                 if broke:
                     self.close_range()
             self._last_key = records[-1][0]
+            self.records_written += n
+
+        def write_buffers(self, n: int, key_off, key_data, key_start: int, val_off, val_data, val_start: int) -> None:
+            """``write_batch`` over the buffers of two Arrow binary arrays (see the reference's): the
+            records are read by the table builder's loop in C, no Python object per record."""
+            if n <= 0:
+                return
+            p = self.params
+            i = 0
+            while i < n:
+                cur = self._current
+                if cur is None:
+                    key = buffer_item(key_off, key_data, key_start, i)
+                    prev = buffer_item(key_off, key_data, key_start, i - 1) if i else self._last_key
+                    if prev is not None and key <= prev:
+                        raise InvalidArgument(f"records must be sorted and unique: {key!r} after {prev!r}")
+                    cur = self._new_table()
+                try:
+                    i, broke = cur.sst.add_buffers(key_off, key_data, key_start, val_off, val_data, val_start, i, n,
+                                                   p.min_range_size, p.max_range_size, p.raggedness)
+                except ValueError as e:
+                    raise InvalidArgument(str(e)) from None
+                if broke:
+                    self.close_range()
+            self._last_key = buffer_item(key_off, key_data, key_start, n - 1)
             self.records_written += n
 
         def open_table(self):

@@ -14,6 +14,7 @@ writer and selects one.
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
@@ -35,6 +36,14 @@ TABLE_PREFIX = "_lakefs/"
 
 def table_key(table_id: str) -> str:
     return TABLE_PREFIX + table_id
+
+
+def buffer_item(off, data, start: int, i: int) -> bytes:
+    """Item ``i`` of an Arrow binary array given as its int32 offsets and data buffers (``start``: its offset)."""
+    lo, hi = struct.unpack_from("<ii", off, 4 * (start + i))
+    if not 0 <= lo <= hi <= len(data):
+        raise InvalidArgument("record offsets beyond their data or out of order")
+    return bytes(data[lo:hi])
 
 
 class TableWriter:
@@ -143,6 +152,15 @@ class MetaRangeWriter:
                 prev = key
         self._last_key = records[-1][0]
         self.records_written += len(records)
+
+    def write_buffers(self, n: int, key_off, key_data, key_start: int, val_off, val_data, val_start: int) -> None:
+        """:meth:`write_batch` over the buffers of two Arrow binary arrays of ``n`` records: int32 offsets
+        and data (bytes-like), ``*_start`` each array's offset, no nulls (the Spark range-writing task hands
+        its sorted records over like this; the compiled writer reads them in C)."""
+        if n <= 0:
+            return
+        self.write_batch([(buffer_item(key_off, key_data, key_start, i), buffer_item(val_off, val_data, val_start, i))
+                          for i in range(n)])
 
     def write_block(self, raw: bytes, keys: list[bytes], values: list[bytes], nbytes: int,
                     hashes: list[int], next_key: bytes | None, next_value_len: int) -> None:

@@ -193,7 +193,7 @@ def diff_df(spark, repo, left: str, right: str, tasks: int | None = None):
     lr = read_metarange(store, metarange_of(repo, left))
     rr = read_metarange(store, metarange_of(repo, right))
     segs = segments(lr, rr)
-    runs = pack(segs, tasks or 4 * spark.sparkContext.defaultParallelism)
+    runs = pack(segs, tasks or 2 * spark.sparkContext.defaultParallelism)  # a Python task costs tens of ms to start
     log.info("diff %s..%s: %d + %d ranges differ, in %d segments, %d tasks", left, right,
              sum(len(a) for a, _ in segs), sum(len(b) for _, b in segs), len(segs), len(runs))
     return per_task_df(spark, [str(i) for i in range(len(runs))]).mapInArrow(_diff_task(ns, segs, runs),

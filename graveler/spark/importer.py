@@ -172,11 +172,30 @@ def encode_listing_batch(dest_prefix: str, b):
     ], names=["key", "value"])
 
 
-def _encode_task(dest_prefix: str):
-    def fn(batches):
-        for b in batches:
-            yield encode_listing_batch(dest_prefix, b)
-        fault_point("encode_listing")
+def _encode_shuffled(dest_prefix: str):
+    """What the range-writing task makes of a sorted batch of the import's rows (``key`` the full key;
+    ``value`` the record's value for the head's records kept, null for listed objects, whose listing
+    columns follow): the ``key, value`` records, the listed ones encoded by the compiled codec."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    start = len(dest_prefix.encode("utf-8"))
+
+    def fn(b):
+        value = b.column("value")
+        n = b.num_rows
+        if value.null_count == 0:
+            return pa.RecordBatch.from_arrays([b.column("key"), value], names=["key", "value"])
+        listed = b if value.null_count == n else b.filter(value.is_null())
+        rel = pc.binary_slice(listed.column("key"), start, 1 << 30).cast(pa.string())
+        enc = encode_listing_batch(dest_prefix, pa.RecordBatch.from_arrays(
+            [rel] + [listed.column(c) for c in ("address", "size", "etag", "last_modified")],
+            names=["key", "address", "size", "etag", "last_modified"]))
+        if listed is b:
+            return enc
+        return pa.RecordBatch.from_arrays([b.column("key"), pc.replace_with_mask(value, value.is_null(),
+                                                                                 enc.column("value"))],
+                                          names=["key", "value"])
 
     return fn
 
@@ -328,16 +347,21 @@ def import_listing(repo, branch: str, listing, dest_prefix: str, message: str | 
     _check_clean(repo, branch)
     head = repo.get_commit(branch)
     ns = namespace_of(repo)
-    new = listing.select("key", "address", "size", "etag", "last_modified").mapInArrow(
-        _encode_task(dest_prefix), RECORD_SCHEMA)
-    old = records_df(spark, ns, head.meta_range_id, dest_prefix.encode("utf-8"))  # b"": the whole tree goes
     from pyspark.sql import functions as F
 
+    # The listed objects cross to the range-writing tasks as listing rows (their full key computed in the
+    # JVM) and are encoded there, after the shuffle: one hand-over to Python, not two.
+    full_key = F.concat(F.lit(dest_prefix), F.col("key")).cast("binary").alias("key")
+    new = listing.select(full_key, F.lit(None).cast("binary").alias("value"), "address", "size", "etag",
+                         "last_modified")
+    old = records_df(spark, ns, head.meta_range_id, dest_prefix.encode("utf-8"))  # b"": the whole tree goes
+    old = old.select("key", "value", *(F.lit(None).cast(t).alias(c) for c, t in (
+        ("address", "string"), ("size", "long"), ("etag", "string"), ("last_modified", "timestamp"))))
     # The break-key pass needs only the keys: straight from the listing, without encoding the values.
-    keys = listing.select(F.concat(F.lit(dest_prefix), F.col("key")).cast("binary").alias("key")).unionByName(
-        old.select("key"))
+    keys = listing.select(full_key).unionByName(old.select("key"))
     t0 = time.monotonic()
-    res = write_metarange(new.unionByName(old), ns, repo.config.range_params, partitions, keys=keys)
+    res = write_metarange(new.unionByName(old), ns, repo.config.range_params, partitions, keys=keys,
+                          finish=_encode_shuffled(dest_prefix))
     mr = res.metarange_id if res.records else ""
     log.info("import into %s/%s: %d records in %.1f s", branch, dest_prefix, res.records, time.monotonic() - t0)
     out = _finish(repo, branch, head, mr, res.records, res.ranges, res.parts, dest_prefix, message, metadata,
@@ -380,7 +404,9 @@ def import_prefix(spark, repo, branch: str, source_uri: str, dest_prefix: str, m
 
 def import_records_local(repo, branch: str, records: list[tuple[bytes, bytes]], dest_prefix: str,
                          message: str | None = None, source: str = "") -> ImportResult:
-    """The same import in this process: ``records`` are the encoded listing (see :func:`encode_listing`)."""
+    """The same import in this process: ``records`` are the encoded listing (see :func:`encode_listing`),
+    as pairs or as the ``key, value`` Arrow batch of :func:`encode_listing_batch` (sorted by Arrow and
+    written over its buffers, as the Spark tasks do)."""
     dest_prefix = check_dest_prefix(dest_prefix)
     _check_clean(repo, branch)
     head = repo.get_commit(branch)
@@ -388,6 +414,17 @@ def import_records_local(repo, branch: str, records: list[tuple[bytes, bytes]], 
     store = ns.open()
     pb = dest_prefix.encode("utf-8")
     old = [(k, encode_value(v)) for k, v in repo.iter_committed(head.id) if not k.startswith(pb)]
-    allrecs = old + list(records)
-    mr = write_metarange_local(store, allrecs, repo.config.range_params) if allrecs else ""
-    return _finish(repo, branch, head, mr, len(allrecs), 0, 1, dest_prefix, message, None, source, len(records))
+    n = records.num_rows if hasattr(records, "column") else len(records)
+    if hasattr(records, "column"):
+        import pyarrow as pa
+
+        t = records if isinstance(records, pa.Table) else pa.Table.from_batches([records])
+        allrecs = pa.concat_tables([pa.table({"key": pa.array([k for k, _ in old], pa.binary()),
+                                              "value": pa.array([v for _, v in old], pa.binary())}),
+                                    t.select(["key", "value"])])
+        total = allrecs.num_rows
+    else:
+        allrecs = old + list(records)
+        total = len(allrecs)
+    mr = write_metarange_local(store, allrecs, repo.config.range_params) if total else ""
+    return _finish(repo, branch, head, mr, total, 0, 1, dest_prefix, message, None, source, n)

@@ -46,6 +46,8 @@ RECORD_SCHEMA = "key binary, value binary"
 FAULT_ENV = "LAKEFUSE_SPARK_FAULT"
 RANGE_SCHEMA = "id string, min_key binary, max_key binary, count long, estimated_size long"
 _BATCH = 4096
+# Records of a part up to which its task sorts it in memory (Arrow) rather than Spark (~250 MB of an import).
+SORT_IN_TASK_MAX = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -135,23 +137,38 @@ class WriteResult:
 def write_metarange_local(store: ObjectStore, records: Iterable[tuple[bytes, bytes]],
                           params: RangeParams = RangeParams(), metadata: dict[str, str] | None = None) -> str:
     """The single-process writer: sort (key, encoded value) records by key bytes, write ranges and
-    the metarange; returns the metarange ID."""
-    recs = sorted(records)
+    the metarange; returns the metarange ID.  ``records``: pairs, or an Arrow table (or record batch)
+    of ``key binary, value binary``, then sorted by Arrow and written over its buffers, as the Spark
+    tasks do."""
     w = MetaRangeWriter(lambda k, d: put_if_absent(store, k, d), params, metadata)
+    if hasattr(records, "column"):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        t = records if isinstance(records, pa.Table) else pa.Table.from_batches([records])
+        prev = None
+        for b in t.take(pc.sort_indices(t.column("key"))).to_batches(max_chunksize=1 << 16):
+            prev = write_record_batch(w, b, prev)
+        return w.close()
+    recs = sorted(records)
     for i in range(0, len(recs), _BATCH):
         w.write_batch(recs[i : i + _BATCH])
     return w.close()
 
 
-def _break_keys_task(raggedness: int):
+def _break_keys_task(raggedness: int, counted=None):
     import pyarrow as pa
 
     def fn(batches):
+        n = 0
         for b in batches:
+            n += b.num_rows
             keys = b.column(0).to_pylist()
             hs = fnv1a64_batch(keys)
             sel = [k for k, h in zip(keys, hs) if h % raggedness == 0]
             yield pa.RecordBatch.from_arrays([pa.array(sel, pa.binary())], names=["key"])
+        if counted is not None:
+            counted.add(n)
 
     return fn
 
@@ -183,30 +200,65 @@ def _part_column(spark, bounds: list[bytes]):
     return col.otherwise(F.lit(tag[n - 1])).cast("int")
 
 
-def _write_ranges_task(ns: Namespace, params: RangeParams, metadata: dict[str, str] | None):
+def binary_buffers(col) -> tuple:
+    """An Arrow binary array (no nulls) as what ``MetaRangeWriter.write_buffers`` takes: its int32 offsets
+    and data buffers and its offset."""
+    b = col.buffers()
+    return (memoryview(b[1]).cast("B") if b[1] is not None else memoryview(b""),
+            memoryview(b[2]).cast("B") if b[2] is not None else memoryview(b""), col.offset)
+
+
+def write_record_batch(w, b, prev: bytes | None) -> bytes | None:
+    """Write a sorted ``key binary, value binary`` batch with the writer ``w`` over its Arrow buffers
+    (no Python object per record); ``prev``: the last key written before. Duplicate keys (neighbours
+    once sorted) and null values are refused. Returns the batch's last key."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    n = b.num_rows
+    if not n:
+        return prev
+    kcol, vcol = b.column("key"), b.column("value")
+    if isinstance(kcol, pa.ChunkedArray):
+        kcol, vcol = kcol.combine_chunks(), vcol.combine_chunks()
+    if kcol.type != pa.binary():
+        kcol = kcol.cast(pa.binary())
+    if vcol.type != pa.binary():
+        vcol = vcol.cast(pa.binary())
+    if kcol.null_count or vcol.null_count:
+        raise InvalidArgument(f"{kcol.null_count + vcol.null_count} null key(s) or value(s) in the records")
+    dup = kcol[0].as_py() == prev
+    if not dup and n > 1:
+        dup = pc.any(pc.equal(kcol.slice(1), kcol.slice(0, n - 1))).as_py()
+    if dup:
+        keys = kcol.to_pylist()
+        k = next(k for i, k in enumerate(keys) if (keys[i - 1] if i else prev) == k)
+        raise InvalidArgument(f"duplicate key {k!r} in the records")
+    w.write_buffers(n, *binary_buffers(kcol), *binary_buffers(vcol))
+    return kcol[n - 1].as_py()
+
+
+def _write_ranges_task(ns: Namespace, params: RangeParams, metadata: dict[str, str] | None, finish=None,
+                       sort: bool = False):
+    """The task writing one part's ranges; ``sort``: the part comes unsorted and is sorted here, in
+    memory, by Arrow (cheaper than Spark's sort of the rows and their conversion back to Arrow)."""
+    import pyarrow as pa
 
     def fn(batches):
         store = worker_store(ns)
         w = MetaRangeWriter(lambda k, d: put_if_absent(store, k, d), params, metadata)
         prev = None
+        if sort:
+            import pyarrow.compute as pc
+
+            got = [b for b in batches if b.num_rows]
+            batches = ()
+            if got:
+                t = pa.Table.from_batches(got)  # Arrow sorts binary as unsigned bytes, as the writer orders keys
+                batches = t.take(pc.sort_indices(t.column("key"))).to_batches(max_chunksize=1 << 16)
         for b in batches:
-            if not b.num_rows:
-                continue
-            kcol = b.column("key")
-            # Sorted by the shuffle: duplicates are neighbours (within the batch, and across batches).
-            first = kcol[0].as_py()
-            dup = first == prev
-            if not dup and b.num_rows > 1:
-                dup = pc.any(pc.equal(kcol.slice(1), kcol.slice(0, b.num_rows - 1))).as_py()
-            if dup:
-                keys = kcol.to_pylist()
-                k = next(k for i, k in enumerate(keys) if (keys[i - 1] if i else prev) == k)
-                raise InvalidArgument(f"duplicate key {k!r} in the records")
-            keys = kcol.to_pylist()
-            prev = keys[-1]
-            w.write_batch(list(zip(keys, b.column("value").to_pylist())))
+            if b.num_rows:  # sorted by the shuffle: duplicates are neighbours (within and across batches)
+                prev = write_record_batch(w, finish(b) if finish is not None else b, prev)
         w.close_range()
         fault_point("write_ranges")
         rs = w.ranges
@@ -247,7 +299,7 @@ def spark_error_message(exc: BaseException) -> str:
 
 
 def write_metarange(records, ns: Namespace, params: RangeParams = RangeParams(), partitions: int | None = None,
-                    metadata: dict[str, str] | None = None, keys=None) -> WriteResult:
+                    metadata: dict[str, str] | None = None, keys=None, finish=None) -> WriteResult:
     """Write ranges and a metarange from a DataFrame of ``key binary, value binary`` records
     (unique keys, any order, any partitioning); returns the metarange ID and counts.
 
@@ -255,13 +307,17 @@ def write_metarange(records, ns: Namespace, params: RangeParams = RangeParams(),
     ``keys``: a DataFrame (one ``key binary`` column) of the same keys, cheaper to compute than
     the records (e.g. straight from a listing, before the values are encoded): the break-key
     pass then reads it instead of caching the records.  It must hold only keys of the records.
+    ``finish``: what makes a ``key, value`` batch of a batch of ``records`` in the range-writing task
+    (``records`` then has a ``key binary`` column and whatever ``finish`` reads): the import encodes
+    the listing's values there, after the shuffle, so that they cross to the JVM and back once.
     """
     spark = records.sparkSession
-    recs = records.select("key", "value")
+    recs = records.select("key", "value") if finish is None else records
     parts = partitions or spark.sparkContext.defaultParallelism
     if params.min_range_size > 0:
         parts = 1
     bounds: list[bytes] = []
+    total: int | None = None  # records, counted by the break-key pass
     persisted = False
     secs: dict[str, float] = {}
     t0 = time.monotonic()
@@ -271,14 +327,25 @@ def write_metarange(records, ns: Namespace, params: RangeParams = RangeParams(),
                 recs = recs.persist()  # computed once for both passes
                 persisted = True
                 keys = recs.select("key")
-            rows = keys.mapInArrow(_break_keys_task(params.raggedness), "key binary").collect()
+            counted = spark.sparkContext.accumulator(0)
+            rows = keys.mapInArrow(_break_keys_task(params.raggedness, counted), "key binary").collect()
+            total = counted.value
+            # Parts small enough to sort in a task's memory (where the break keys allow it).
+            parts = max(parts, -(-total // SORT_IN_TASK_MAX))
             bounds = choose_bounds(sorted(bytes(r.key) for r in rows), parts)
             secs["break_keys"] = time.monotonic() - t0  # includes computing (and caching) the input
         nparts = len(bounds) + 1
+        # Sorted in the tasks when the parts are known to be small (break keys fall evenly among the
+        # records: they are hash-chosen), else by Spark, which can spill.
+        sort_in_task = total is not None and total <= SORT_IN_TASK_MAX * nparts
         t1 = time.monotonic()
         parted = recs.withColumn("part", _part_column(spark, bounds))
-        parted = parted.repartition(nparts, "part").sortWithinPartitions("key").select("key", "value")
-        rows = parted.mapInArrow(_write_ranges_task(ns, params, metadata), RANGE_SCHEMA).collect()
+        parted = parted.repartition(nparts, "part")
+        if not sort_in_task:
+            parted = parted.sortWithinPartitions("key")
+        parted = parted.drop("part")
+        rows = parted.mapInArrow(_write_ranges_task(ns, params, metadata, finish, sort_in_task),
+                                 RANGE_SCHEMA).collect()
         secs["write_ranges"] = time.monotonic() - t1
     except Exception as e:
         if type(e).__module__.startswith(("pyspark", "py4j")):

@@ -21,7 +21,7 @@ it are not hashed again (``resume``).
 
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int32_t, uint32_t, uint64_t
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 
@@ -55,6 +55,13 @@ CHECKPOINT_EVERY = 64
 _CP_HEAD = CHECKPOINT_HEAD = struct.Struct("<qqqqqI")
 CHECKPOINT_BYTES = _CP_HEAD.size + SHA256_STATE_BYTES
 
+
+cdef const unsigned char _EMPTY[1]
+
+
+cdef inline const unsigned char* _buf_ptr(const unsigned char[:] b) noexcept:
+    """A buffer's first byte (an empty one: a valid pointer all the same)."""
+    return &b[0] if b.shape[0] else _EMPTY
 
 
 # Freed file buffers kept for the next table (a few, of 1 MiB or more): a range being written grows to 20 MiB,
@@ -380,6 +387,40 @@ cdef class TableBuilder:
             if raggedness:
                 est = self.estimated_size_c()
                 if est >= min_size and (est >= max_size or fnv1a64(<const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) % raggedness == 0):
+                    return i, True
+        return i, False
+
+    def add_buffers(self, const unsigned char[:] key_off, const unsigned char[:] key_data, Py_ssize_t key_start,
+                    const unsigned char[:] val_off, const unsigned char[:] val_data, Py_ssize_t val_start,
+                    Py_ssize_t lo, Py_ssize_t n, Py_ssize_t min_size, Py_ssize_t max_size, uint64_t raggedness):
+        """``add_records`` over the buffers of two Arrow binary arrays of ``n`` records (int32 offsets and
+        data; ``*_start``: each array's offset; no nulls): records ``lo`` to ``n - 1``, no Python object
+        per record but the key's bytes. Returns (index after the last record added, whether it stopped on
+        a break), as ``add_records`` does."""
+        cdef const int32_t* ko = <const int32_t*>_buf_ptr(key_off) + key_start
+        cdef const int32_t* vo = <const int32_t*>_buf_ptr(val_off) + val_start
+        cdef const unsigned char* kd = _buf_ptr(key_data)
+        cdef const unsigned char* vd = _buf_ptr(val_data)
+        cdef Py_ssize_t i = lo, est, lk
+        cdef bytes key
+        if n < 0 or lo < 0 or lo > n or key_start < 0 or val_start < 0:
+            raise ValueError("bad record range")
+        if n == 0:
+            return 0, False
+        if key_off.shape[0] < 4 * (key_start + n + 1) or val_off.shape[0] < 4 * (val_start + n + 1):
+            raise ValueError("record buffers shorter than the record count")
+        if ko[0] < 0 or vo[0] < 0 or ko[n] > key_data.shape[0] or vo[n] > val_data.shape[0]:
+            raise ValueError("record offsets beyond their data")
+        while i < n:
+            lk = ko[i + 1] - ko[i]
+            if lk < 0 or vo[i + 1] < vo[i]:
+                raise ValueError("record offsets out of order")
+            key = PyBytes_FromStringAndSize(<const char*>kd + ko[i], lk)
+            self.add_c(key, vd + vo[i], vo[i + 1] - vo[i])
+            i += 1
+            if raggedness:
+                est = self.estimated_size_c()
+                if est >= min_size and (est >= max_size or fnv1a64(kd + ko[i - 1], lk) % raggedness == 0):
                     return i, True
         return i, False
 

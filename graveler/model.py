@@ -236,6 +236,16 @@ class MergeStrategy(enum.Enum):
 _STAT_PB = catalog_pb2.Entry
 
 
+def _parse_entry_pb(v: Value):
+    """The catalog entry protobuf of a range record; CorruptedData when it does not parse."""
+    pb = _STAT_PB()
+    try:
+        pb.ParseFromString(v.data)
+    except Exception as e:  # protobuf's DecodeError
+        raise CorruptedData(f"malformed catalog entry ({e})") from None
+    return pb
+
+
 class EntryLocation:
     """Where a catalog entry's object is and how big it is (:func:`entry_location`): what an
     open needs of the entry, without the rest (:meth:`graveler.objects.EntryReader.locate`
@@ -252,11 +262,7 @@ class EntryLocation:
 def entry_location(v: Value) -> EntryLocation:
     """The :class:`EntryLocation` of a range record's catalog entry: a quarter of the cost of
     :meth:`Entry.from_value` (no metadata, no timestamp, no :class:`Entry`), for opens."""
-    pb = _STAT_PB()
-    try:
-        pb.ParseFromString(v.data)
-    except Exception as e:  # protobuf's DecodeError
-        raise CorruptedData(f"malformed catalog entry ({e})") from None
+    pb = _parse_entry_pb(v)
     at = pb.address_type
     return EntryLocation(pb.address, at if at in (0, 1, 2) else 1, pb.size)  # unknown: RELATIVE, as Entry does
 
@@ -264,11 +270,7 @@ def entry_location(v: Value) -> EntryLocation:
 def entry_stat(v: Value) -> tuple[int, int, dict[str, str] | None]:
     """(size, last-modified unix ns, metadata or None when there is none) of a range record's
     catalog entry, without building an :class:`Entry` (listings that only need ``stat``)."""
-    pb = _STAT_PB()
-    try:
-        pb.ParseFromString(v.data)
-    except Exception as e:  # protobuf's DecodeError
-        raise CorruptedData(f"malformed catalog entry ({e})") from None
+    pb = _parse_entry_pb(v)
     ts = pb.last_modified
     md = pb.metadata
     return pb.size, ts.seconds * 1_000_000_000 + ts.nanos, (dict(md) if len(md) else None)

@@ -92,6 +92,17 @@ def _range_of(infos: list[RangeInfo], maxes: list[bytes], key: bytes) -> str:
     return infos[bisect.bisect_left(maxes, key)].id
 
 
+def _side(value, key: bytes, infos: list[RangeInfo], maxes: list[bytes], values: list, ranges: list) -> None:
+    """Append one side of a difference: its encoded value and the range holding its key, or
+    two Nones when the key is absent on that side."""
+    if value is None:
+        values.append(None)
+        ranges.append(None)
+    else:
+        values.append(encode_value(value))
+        ranges.append(_range_of(infos, maxes, key))
+
+
 def _struct_type(pa):
     return pa.struct([("address", pa.string()), ("etag", pa.string()), ("last_modified", pa.timestamp("us", tz="UTC")),
                       ("size", pa.int64()), ("range_id", pa.string()),
@@ -161,18 +172,8 @@ def _diff_task(ns: Namespace, segs: list, runs: list[list[int]]):
                     for d in walk(opener, linfos, rinfos):
                         keys.append(d.key)
                         types.append(_TYPE_NAMES[d.type])
-                        if d.left is None:
-                            lv.append(None)
-                            lr.append(None)
-                        else:
-                            lv.append(encode_value(d.left))
-                            lr.append(_range_of(linfos, lmax, d.key))
-                        if d.right is None:
-                            rv.append(None)
-                            rr.append(None)
-                        else:
-                            rv.append(encode_value(d.right))
-                            rr.append(_range_of(rinfos, rmax, d.key))
+                        _side(d.left, d.key, linfos, lmax, lv, lr)
+                        _side(d.right, d.key, rinfos, rmax, rv, rr)
                         if len(keys) >= 8192:
                             yield batch(keys, types, lv, rv, lr, rr)
                             keys, types, lv, rv, lr, rr = [], [], [], [], [], []

@@ -9,13 +9,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 
 import pytest
 
 from graveler.objstore.cached_open import open_cached
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.fs import Filesystem, FsConfig
-from lakefuse.mount.inodes import ROOT_INO
+from lakefuse.mount.trees import FRESH_NS
 from tests.mount_core_testutil import ino_of, readdir_all, seeded_repo, writable_core
 from tests.mount_testutil import MountProc, needs_fuse
 
@@ -109,7 +110,9 @@ def test_committed_local_files_open_without_a_thread_for_passthrough(repo, tmp_p
         f = ino_of(fs, "v1/d/f03")
         assert fs.open_fast(f, os.O_RDONLY, passthrough=False) is None  # the daemon reads it: the thread path
         assert fs.open_fast(f, os.O_RDWR, passthrough=True) is None  # EROFS comes from the thread path
-        assert fs.open_fast(ino_of(fs, "main/d/f03"), os.O_RDONLY, passthrough=True) is None  # a branch file
+        b = ino_of(fs, "main/d/f03")  # a branch file: inline only while its entry is known current
+        time.sleep(FRESH_NS / 1e9 + 0.01)  # (the lookup just read it: wait until that is stale)
+        assert fs.open_fast(b, os.O_RDONLY, passthrough=True) is None  # then its open reads the branch: the thread path
         assert fs.open_fast(ino_of(fs, "v1/d/ln"), os.O_RDONLY, passthrough=True) is None  # empty: nothing to hand over
         o = None
         for _ in range(2):  # the first open may find the object's path cold in the dentry cache

@@ -330,7 +330,7 @@ def split_full_address(address: str) -> tuple[str, str]:
 
 def put_object(store, source: UploadSource, content_type: str = "", metadata: dict[str, str] | None = None,
                spool_dir: str | None = None, adopt: bool = False, etag: str | None = None,
-               durable: bool = True) -> Entry:
+               durable: bool = True, fd: int | None = None) -> Entry:
     """Upload bytes, a local file (path) or a readable binary file object to a new
     RELATIVE address under ``data/`` of ``store``; return its entry (md5 etag), unstaged.
     A file object is spooled to a temp file in ``spool_dir`` first (removed after).
@@ -339,7 +339,8 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
     into place instead of copying (:meth:`LocalStore.adopt_file`), so the caller must
     never write to that file again; ``etag`` is its MD5 if the caller already knows it;
     ``durable=False``: an adopted file is not fsynced (see :meth:`LocalStore.adopt_file`;
-    :meth:`ObjectStore.sync_object` makes it durable later)."""
+    :meth:`ObjectStore.sync_object` makes it durable later); ``fd``: an open descriptor of that
+    file, which a local store adopts it through (no second open; left open)."""
     address = new_data_address()
     tmp = None
     try:
@@ -351,8 +352,8 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
             fname = os.fspath(source)
             from graveler.objstore.local import LocalStore
 
-            if adopt and isinstance(store, LocalStore) and os.path.isfile(fname):
-                info = store.adopt_file(address, fname, etag, durable)
+            if adopt and isinstance(store, LocalStore) and (fd is not None or os.path.isfile(fname)):
+                info = store.adopt_file(address, fname, etag, durable, fd)
                 etag, size = info.etag, info.size
             elif isinstance(store, LocalStore) and os.path.isfile(fname):
                 # the local store hashes what it copies (its etag is always the MD5): one pass, not two

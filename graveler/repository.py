@@ -394,7 +394,8 @@ class Repository:
     # ------------------------------------------------------------------ data
 
     def put_object(self, source: UploadSource, content_type: str = "", metadata: dict[str, str] | None = None,
-                   adopt: bool = False, etag: str | None = None, durable: bool = True) -> Entry:
+                   adopt: bool = False, etag: str | None = None, durable: bool = True,
+                   fd: int | None = None) -> Entry:
         """Upload bytes, a local file (path) or a binary file object to a new object
         under ``data/`` in the namespace, WITHOUT staging it: the entry (RELATIVE
         address, md5 etag) is the caller's to stage (e.g. many at once with
@@ -403,7 +404,7 @@ class Repository:
         store instead of copied; ``durable=False``: not fsynced -- :meth:`sync_entry` or
         the next :meth:`commit` makes it durable)."""
         return put_object(self._store, source, content_type, metadata, self.config.upload_spool_dir, adopt, etag,
-                          durable)
+                          durable, fd)
 
     def sync_entry(self, entry: Entry) -> None:
         """Make the object of ``entry`` (in this namespace) durable if ``put_object(durable=False)``

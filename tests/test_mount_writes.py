@@ -206,6 +206,37 @@ def test_a_create_needing_no_read_is_answered_without_a_thread_and_declines_othe
     assert fs.stats.counts["creates_inline"] == 1
 
 
+def test_attributes_of_a_new_file_before_its_first_write_are_kept_in_memory_and_staged_at_its_close(fs, repo):
+    """touch(1), or tar extracting an empty file: utimens / chown / chmod of a file just created
+    (its create not staged yet) are answered without a thread (setattr_fast) and without staging
+    anything; its close stages it once, with them."""
+    main = ino_of(fs, "main")
+    d = fs.mkdir(main, b"e", 0o755, ME).ino
+    assert fs.lookup_absent(d, b"empty")  # the kernel's lookup, then its create: staged with the first save
+    opened, attr = fs.create(d, b"empty", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    stamp = repo.change_stamp("main")
+    a = fs.setattr_fast(attr.ino, SetAttr(mtime_ns=1_500_000_000_000_000_000, atime_ns=1_500_000_000_000_000_000))
+    a = fs.setattr_fast(attr.ino, SetAttr(uid=7, gid=8))
+    a = fs.setattr_fast(attr.ino, SetAttr(mode=0o600))
+    assert a is not None and fs.stats.counts["setattrs_inline"] == 3
+    assert stat.S_IMODE(a.mode) == 0o600 and (a.uid, a.gid) == (7, 8) and a.mtime_ns == 1_500_000_000_000_000_000
+    assert fs.getattr(attr.ino) == a and a.size == 0
+    assert repo.change_stamp("main") == stamp  # nothing staged: the create and its attributes wait for the close
+    assert fs.pending(opened.fh)
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert repo.change_stamp("main") == stamp + 1  # one transaction: the create, with its attributes
+    e = repo.get("main", "e/empty")
+    pa = PosixAttrs.from_metadata(e.metadata)
+    assert e.size == 0 and pa.mode == stat.S_IFREG | 0o600 and (pa.uid, pa.gid) == (7, 8)
+    assert pa.mtime_ns == 1_500_000_000_000_000_000
+    assert fs.getattr(attr.ino).mtime_ns == 1_500_000_000_000_000_000
+    # a file that is neither new nor written: not in memory (the thread stages the change at once)
+    o = fs.open(ino_of(fs, "main/top"), os.O_WRONLY)
+    assert fs.setattr_fast(ino_of(fs, "main/top"), SetAttr(mode=0o600)) is None
+    fs.release(o.fh)
+
+
 @PERSISTENT_KVS
 def test_overwrite_append_and_random_writes_on_committed_file(fs, repo, kv_backend):
     ino = ino_of(fs, "main/data/a.csv")

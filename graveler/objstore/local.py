@@ -423,7 +423,8 @@ class LocalStore(ObjectStore):
         finally:
             os.close(src)
 
-    def adopt_file(self, key: str, path: str, etag: str | None = None, durable: bool = True) -> ObjectInfo:
+    def adopt_file(self, key: str, path: str, etag: str | None = None, durable: bool = True,
+                   fd: int | None = None) -> ObjectInfo:
         """Make the local file ``path`` the object ``key`` without copying it: it is
         hard-linked into place, then fsynced, then its new directory entry is fsynced,
         so the object and ``path`` are one inode, durable when this returns. (Linking
@@ -436,13 +437,17 @@ class LocalStore(ObjectStore):
         must never write to it again (it unlinks ``path`` once the object is
         referenced). ``etag``: the MD5 the caller computed while writing (hashed here in
         one read pass if None). Falls back to a copy (:meth:`put_file`, durable) when
-        ``path`` is on another filesystem or the filesystem has no hard links."""
+        ``path`` is on another filesystem or the filesystem has no hard links. ``fd``: a
+        descriptor of ``path`` the caller has open (used instead of opening it again, and
+        left open)."""
         dest = self._path(key)
         directory = os.path.dirname(dest)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
+        own = fd is None
+        if own:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
         try:
             try:
                 st = os.fstat(fd)
@@ -479,7 +484,8 @@ class LocalStore(ObjectStore):
                     _unlink_quietly(dest)
                     raise self._os_error("put", key, exc, writing=True) from exc
         finally:
-            os.close(fd)
+            if own:
+                os.close(fd)
         if durable:
             self._fsync_dir(key, directory)
         log.debug("adopted %s (%d bytes) from %s", key, st.st_size, path)

@@ -129,6 +129,7 @@ class Operations(pyfuse3.Operations):
         self.fs = fs
         self.stats = fs.stats
         self.offload = offload or Offload()
+        self.offload.stats = self.stats  # its thread hops, counted (.lakefuse/stats)
         # reads a local file's page cache holds whole: answered on the trio thread (RWF_NOWAIT)
         self.inline_reads = inline_reads
         self.stats.set("inline_reads", "on" if inline_reads else "off")

@@ -22,6 +22,7 @@ META = "meta"  # lookups, listings, ref resolution, LMDB reads
 DATA = "data"  # object reads
 WRITE = "write"  # spool writes, uploads and staging of written files, control requests
 DEFAULT_LIMITS = {META: 8, DATA: 16, WRITE: 8}
+HOPS = {name: "thread_hops_" + name for name in DEFAULT_LIMITS}  # counter names (Offload.stats)
 
 
 def _not_cancellable(_raise_cancel) -> trio.lowlevel.Abort:
@@ -35,6 +36,9 @@ class Offload:
     def __init__(self, limits: dict[str, int] | None = None):
         self.limits = dict(DEFAULT_LIMITS if limits is None else limits)
         self._limiters: dict[str, trio.CapacityLimiter] = {}
+        # the mount's counters (set by the FUSE adapter): each run counts as ``thread_hops_<name>``
+        # in .lakefuse/stats (a small file's thread hops: its write and its close)
+        self.stats = None
 
     def limiter(self, name: str) -> trio.CapacityLimiter:
         lim = self._limiters.get(name)
@@ -49,6 +53,8 @@ class Offload:
         (``pthread_setname_np``), copies the context and sets up ``trio.from_thread``, which
         nothing here uses."""
         await trio.lowlevel.checkpoint_if_cancelled()
+        if self.stats is not None:
+            self.stats.add(HOPS[name] if name in HOPS else "thread_hops_" + name)
         lim = self.limiter(name)
         task = trio.lowlevel.current_task()
         try:  # a free thread slot taken at once: no scheduling round for the limiter's checkpoint

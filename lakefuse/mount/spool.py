@@ -501,7 +501,7 @@ class SpoolFile:
             b = self.base
             return Entry(b.address, b.size, b.etag, time.time_ns(), md, b.address_type, b.content_type)
         entry = repo.put_object(f"{self.spool.dir_name}/{self.sid}.data", content_type=self.content_type, metadata=md,
-                                adopt=True, etag=self._etag(), durable=False)  # flush(durable=True) syncs it
+                                adopt=True, etag=self._etag(), durable=False, fd=self._fd)  # fsync: synced later
         self.spool.stats["uploaded_bytes"] += entry.size
         self.spool.stats["uploads"] += 1
         return entry

@@ -601,13 +601,15 @@ class BranchWrites:
     def setattr_open(self, node: Node, changes: SetAttr) -> Attr | None:
         """:meth:`setattr` of a file open for writing by a handle that saves it at its close,
         without waiting: None when that cannot be done at once (not open so, or its spool file
-        busy: a save under way)."""
+        busy: a save under way). A new file whose create is still to be staged (with its first
+        save: :mod:`lakefuse.mount.creates`) takes the change in memory before any write too
+        (``touch``, tar's utimens/chown/chmod of an empty file): staged with it at its close."""
         sf = self.spool.peek(node.ino) if self.spool is not None else None
-        if (sf is None or node.attr is None or not sf.loaded or sf.handles < 1
+        if (sf is None or node.attr is None or not (sf.loaded or sf.unstaged is not None) or sf.handles < 1
                 or not sf.lock.acquire(blocking=False)):
             return None
         try:
-            if sf.handles < 1 or sf.key is None:
+            if sf.handles < 1 or sf.key is None or not (sf.loaded or sf.unstaged is not None):
                 return None
             self._apply_attrs(sf, changes)
         finally:

@@ -20,7 +20,11 @@ filesystem (no fsync, as ``cp`` does), in the same run; the native figure with a
 fsync before each close is printed too. Each file through the mount is about seven FUSE
 requests (lookup, create, the kernel's getxattr of security.capability, write, flush, release,
 and the getattr of its directory at the next create); the 1-process row prints the count
-(from ``.lakefuse/stats``), with the share of creates answered without a thread hand-off. With ``--s3`` the sequential and
+(from ``.lakefuse/stats``), with the share of creates answered without a thread hand-off, and the
+``tar -x`` row its own (GNU tar also sends utimens, chown and chmod of each file, and a
+write that crosses one of its 10 KiB records is two); a line under each gives the requests per
+file by type and the thread hops per file (``thread_hops_*``: the requests answered in a
+worker thread rather than on the trio thread). With ``--s3`` the sequential and
 small-file work also runs on S3 (a moto server on 127.0.0.1): lakefuse with an
 S3 storage namespace, ``rclone mount`` and ``s3fs`` on the same server (installed
 with apt when missing; skipped with a note if that fails).
@@ -160,6 +164,14 @@ def fuse_requests(mp: Path) -> tuple[int, dict]:
     return sum(st.get("requests", {}).values()), st
 
 
+def per_file(st0: dict, st1: dict, n: int) -> str:
+    """FUSE requests per file by type, and thread hops per file, between two ``.lakefuse/stats``."""
+    r0, r1 = st0.get("requests", {}), st1.get("requests", {})
+    by = sorted(((k, (v - r0.get(k, 0)) / n) for k, v in r1.items()), key=lambda kv: -kv[1])
+    hops = sum(v - st0.get(k, 0) for k, v in st1.items() if k.startswith("thread_hops_")) / n
+    return " ".join(f"{k} {v:.2f}" for k, v in by if v >= 0.01) + f"; thread hops/file {hops:.2f}"
+
+
 def timed_cmd(*cmd: str) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
@@ -240,6 +252,7 @@ def bench_local(args, work: Path, rep: Report) -> None:
                 f"x{median(nat_f) / median(ours):.2f} of native+fsync ({args.files / median(nat_f):.0f}/s); "
                 f"daemon CPU {cpu_ms:.2f} ms/file; {(q1 - q0) / n:.1f} FUSE requests/file, "
                 f"creates without a thread {inline:.0%}")
+        print(f"    requests/file: {per_file(st0, st1, n)}", flush=True)
         # small files by concurrent writers (their closes share KV transactions)
         w, nw = args.writers, args.files // args.writers * args.writers
         nat = [small_files_parallel(native / f"par{r}", nw, w, size=sz) for r in range(args.reps)]
@@ -267,15 +280,22 @@ def bench_local(args, work: Path, rep: Report) -> None:
         # inode table block, from the start of the group, at each creation -- deleting 10,000
         # files here made each file created next (the daemon's spool files) cost up to ~0.4 ms
         # more CPU (scripts/bench/mount_core_files.py: the CPU outside its calling thread)
-        nat, ours = [], []
+        nat, ours, cpu = [], [], 0.0
+        q0, st0 = fuse_requests(lf.mp)
         for r in range(args.reps):
             (native / f"tar{r}").mkdir()
             nat.append(timed_cmd("tar", "-xf", str(tarball), "-C", str(native / f"tar{r}")))
             (b / f"tar{r}").mkdir()
+            c0 = cpu_s(lf.proc.pid)
             ours.append(timed_cmd("tar", "-xf", str(tarball), "-C", str(b / f"tar{r}")))
+            cpu += cpu_s(lf.proc.pid) - c0
+        q1, st1 = fuse_requests(lf.mp)
+        n = args.tar_files * args.reps
         rep.add(f"tar -x of {args.tar_files} x {kib}: lakefuse", f"{median(ours):.2f} s",
                 f"x{median(nat) / median(ours):.2f} of native ({median(nat):.2f} s); "
-                f"{args.tar_files / median(ours):.0f} files/s")
+                f"{args.tar_files / median(ours):.0f} files/s; daemon CPU {cpu * 1000 / n:.2f} ms/file; "
+                f"{(q1 - q0) / n:.1f} FUSE requests/file")
+        print(f"    requests/file: {per_file(st0, st1, n)}", flush=True)
         # commit of the staged files (the first rep's set plus the big files)
         t0 = time.perf_counter()
         (b / ".lakefuse" / "commit").write_text("bench: small files\n")

@@ -522,7 +522,9 @@ class ChunkedReader(ObjectReader):
             parts.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
             if len(data) < min(self.chunk_size, self.size - base):
                 break  # the object is shorter than its entry says
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        if len(parts) == 1:  # bytes: a stream's chunk is a view of a buffer it reuses once let go
+            return parts[0] if isinstance(parts[0], bytes) else bytes(parts[0])
+        return b"".join(parts)
 
     def read_ready(self, offset: int, length: int) -> bytes | memoryview | None:
         """:meth:`read`'s bytes when every chunk they need is in memory already and a stream (if

@@ -1,0 +1,85 @@
+"""The chunk buffers streams receive into (graveler.objstore.buffers): reused, never under a holder."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from graveler.objstore.buffers import BufferPool, pool
+from graveler.objstore.chunked import ChunkedReader, ReadAheadPool
+
+
+def test_a_buffer_is_reused_only_once_nothing_refers_to_it():
+    """A buffer comes back from the pool only when its last holder let go: a memoryview of any
+    part of it (what a FUSE reply or a chunk in memory holds) keeps it out."""
+    p = BufferPool(1 << 16, keep=4)
+    a = p.take()
+    first = id(a)
+    assert len(a) == 1 << 16 and p.made == 1
+    a[:5] = b"hello"
+    held = memoryview(a)[1:3]  # a slice of a view: holds the buffer too
+    del a
+    b = p.take()
+    assert id(b) != first and p.made == 2  # still held: a new buffer
+    del b
+    assert bytes(held) == b"el"
+    c = p.take()  # the second one is free again: reused
+    assert id(c) != first and p.made == 2
+    del held
+    d = p.take()  # now the first is free too
+    assert id(d) == first and p.made == 2 and p.free() == 0
+    del c, d
+    assert p.free() == 2
+    many = [p.take() for _ in range(6)]  # past what the pool keeps: made, then let go
+    assert p.made == 6 and p.free() == 0
+    del many
+    assert p.free() == 4
+
+
+@pytest.mark.s3
+def test_a_stream_receives_into_reused_buffers_and_what_a_reader_holds_keeps_its_bytes(s3_config, s3_bucket):
+    """An S3 stream receives its chunks straight into the pool's buffers: the bytes a reader was
+    handed (views of them, as FUSE replies are) stay the object's bytes while the stream runs on
+    past them, and a second read of the object takes the buffers the first one let go."""
+    from graveler.objstore.s3 import S3Store
+
+    chunk = 1 << 20
+    store = S3Store(s3_bucket, "ns", s3_config)
+    data = os.urandom(12 * chunk + 4321)
+    etag = store.put("obj", data).etag
+    step = 300_001
+
+    def read_all(held: list) -> None:
+        r = ChunkedReader(store, "obj", len(data), store.full_uri("obj"), etag, None, chunk_size=chunk,
+                          read_ahead=2)
+        off = 0
+        while off < len(data):  # as the FUSE adapter reads: what is in memory, else wait, else read
+            got = r.read_ready(off, step)
+            if got is None:
+                f = r.pending(off, step)
+                if f is not None:
+                    f.result()
+                    got = r.read_ready(off, step)
+            if got is None:
+                got = r.read(off, step)
+            held.append(got)
+            off += len(got)
+        assert r.gets == 1
+        r.close()
+
+    with ReadAheadPool() as rp:
+        held: list = []
+        read_all(held)
+        assert b"".join(held) == data  # every piece held to the end: none was overwritten
+        assert any(isinstance(h, memoryview) for h in held)  # handed out as views, no copy
+        del held
+    made = pool(chunk).made
+    with ReadAheadPool() as rp:
+        held = []
+        read_all(held)
+        assert b"".join(held) == data
+        del held
+    assert pool(chunk).made == made  # the second read reused the first one's buffers
+    assert rp.threads() == []
+    store.close()

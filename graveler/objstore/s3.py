@@ -229,6 +229,8 @@ class _S3Stream(ObjectStream):
             return None
         if raw.headers.get("content-encoding", "identity").lower() not in ("", "identity"):
             return None
+        if len(getattr(raw, "_decoded_buffer", ())):  # bytes urllib3 holds already (none after a skip)
+            return None
         return fp
 
     def _release(self) -> None:

@@ -48,6 +48,16 @@ class BufferPool:
                 bufs.append(buf)
             return buf
 
+    def trim(self, keep: int) -> None:
+        """Let go of free buffers past ``keep`` kept ones (what is held stays)."""
+        with self._lock:
+            bufs = self._bufs
+            for i in range(len(bufs) - 1, -1, -1):
+                if len(bufs) <= keep:
+                    break
+                if sys.getrefcount(bufs[i]) == 2:
+                    del bufs[i]
+
     def free(self) -> int:
         """How many kept buffers nothing refers to (for tests)."""
         with self._lock:
@@ -58,8 +68,11 @@ _pools: dict[int, BufferPool] = {}
 _pools_lock = threading.Lock()
 # Buffers kept per chunk size: a reader holds up to its window of chunks (19 at the widest:
 # see graveler.objstore.prefetch) and the cache file's writer a few more; more readers at once
-# allocate past it (their extra buffers are freed after use).
-KEEP = 48
+# allocate past it (their extra buffers are freed after use). When a reader closes with no
+# stream left running, what is free beyond KEEP_IDLE goes (192 MiB at most while streams run,
+# 64 MiB kept between them, with 8 MiB chunks).
+KEEP = 24
+KEEP_IDLE = 8
 
 
 def pool(size: int) -> BufferPool:
@@ -71,4 +84,12 @@ def pool(size: int) -> BufferPool:
         return p
 
 
-__all__ = ["BufferPool", "pool"]
+def trim_idle() -> None:
+    """Every pool down to :data:`KEEP_IDLE` free buffers (called when no stream runs)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+    for p in pools:
+        p.trim(KEEP_IDLE)
+
+
+__all__ = ["BufferPool", "pool", "trim_idle"]

@@ -43,6 +43,7 @@ from concurrent.futures import Future
 from graveler.errors import StoreUnavailable
 from graveler.objects import read_range_checked, read_verified
 from graveler.objstore.base import ObjectReader, check_range
+from graveler.objstore.buffers import trim_idle
 from graveler.objstore.datacache import WHOLE_MAX, DataCache, WholeFill  # noqa: F401 (re-exported)
 from graveler.objstore.prefetch import (  # noqa: F401 (re-exported)
     GROWTH_GAIN,
@@ -59,6 +60,7 @@ from graveler.objstore.prefetch import (  # noqa: F401 (re-exported)
     _set,
     _Stream,
     _StreamBroken,
+    streams_running,
 )
 
 log = logging.getLogger(__name__)
@@ -605,6 +607,8 @@ class ChunkedReader(ObjectReader):
             self._fill_abort(chain)
         if fd >= 0:
             os.close(fd)
+        if streams_running() == 0:
+            trim_idle()  # its chunks' buffers are free now: past a few, they go
 
 
 __all__ = ["ChunkedReader", "DataCache", "ReadAheadPool", "WholeFill"]

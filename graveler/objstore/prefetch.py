@@ -11,7 +11,7 @@ import time
 from concurrent.futures import Future, InvalidStateError
 
 from graveler.errors import CorruptedData, GravelerError, StoreUnavailable
-from graveler.objstore.buffers import pool
+from graveler.objstore.buffers import pool, trim_idle
 
 MiB = 1 << 20
 # A chunk whose fetch found the store unavailable slowly (attempts that timed out: at least
@@ -37,6 +37,19 @@ GROWTH_GAIN = 1.15
 
 _pool_lock = threading.Lock()
 _owned: list["ReadAheadPool"] = []  # owners (a mount daemon), the newest last
+_running = 0  # streams whose thread runs, in the process
+
+
+def streams_running() -> int:
+    with _pool_lock:
+        return _running
+
+
+def _count(d: int) -> int:
+    global _running
+    with _pool_lock:
+        _running += d
+        return _running
 
 
 class ReadAheadPool:
@@ -156,10 +169,11 @@ class _Stream:
     def _run(self) -> None:
         r = self.r
         cs = r.chunk_size
-        stream = None
+        stream = data = None
         i = self.first
         t0 = time.monotonic()
         buffers = pool(cs)
+        _count(1)
         try:
             if self.cancelled:
                 return
@@ -265,6 +279,9 @@ class _Stream:
                 r._cond.notify_all()
             if not whole:
                 r._fill_abort(self.chain)
+            del data
+            if _count(-1) == 0:
+                trim_idle()  # the last stream ended: the free buffers past a few go
 
 
 __all__ = ["ReadAheadPool"]

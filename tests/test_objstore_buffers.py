@@ -93,3 +93,28 @@ def test_a_stream_receives_into_reused_buffers_and_what_a_reader_holds_keeps_its
     assert pool(chunk).made == made  # the second read reused the first one's buffers
     assert rp.threads() == []
     store.close()
+
+
+def test_a_whole_file_a_process_left_unfinished_is_removed_when_the_cache_opens_again(tmp_path):
+    """A whole file whose fill or MD5 check a process's exit cut short (its temporary file) is
+    removed when a data cache opens on the directory again, once it is old enough not to be
+    another process's fill under way; a recent one and the kept files stay."""
+    from graveler.objstore.datacache import TMP_STALE_S, DataCache
+
+    cache = DataCache(str(tmp_path / "dc"), 1 << 30)
+    fill = cache.whole_fill("s3://b/obj", "0" * 32, 5, threaded=False)
+    fill.write(b"hello")  # never committed: as a daemon that exited meanwhile leaves it
+    kept = cache.whole_fill("s3://b/kept", "k", 4)
+    kept.write(b"kept")
+    kept.commit(check=False)
+    cache.close()
+    recent = cache.whole_fill("s3://b/other", "1" * 32, 5, threaded=False)  # another process's, under way
+    recent.write(b"world")
+    stale = [fill.tmp]
+    past = os.stat(fill.tmp).st_mtime - TMP_STALE_S - 1
+    os.utime(fill.tmp, (past, past))
+    DataCache(str(tmp_path / "dc"), 1 << 30).close()
+    assert not any(os.path.exists(p) for p in stale)
+    assert os.path.exists(recent.tmp) and os.path.exists(cache.whole_path("s3://b/kept", "k"))
+    recent.abort()
+    fill.abort()

@@ -40,6 +40,7 @@ _CACHE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
 # as one file each (see DataCache): filled by a read of the whole object, checked then, not per hit.
 WHOLE_MAX = 1 << 30
 _TMP = ".tmp-"
+TMP_STALE_S = 600.0  # an unfinished whole file not written to for this long is a dead process's
 _PAGE = 4096
 _STAGE = 8 * MiB  # a whole object's file is written in pieces of this size
 _DIRECT_MIN = 8 * MiB  # objects from this size on are written with O_DIRECT where the file system has it
@@ -97,6 +98,7 @@ class DataCache:
         try:
             if self.whole_max > 0:
                 os.makedirs(self.whole_dir, exist_ok=True)
+                self._drop_stale_tmp()
             # least-recently-stored: a hit costs no SQLite write
             self._cache = diskcache.Cache(directory, size_limit=max_bytes - (self.whole_budget if self.whole_max > 0
                                                                               else 0),
@@ -105,6 +107,21 @@ class DataCache:
             raise StoreUnavailable(f"cannot open the data cache {directory!r}: {exc}") from exc
 
     # -- whole objects: one file each, checked (size, MD5) when filled, then used as they are --
+
+    def _drop_stale_tmp(self) -> None:
+        """Remove whole files a process left unfinished: a fill or MD5 check cut short by its exit
+        (an unmount right after a large read ends the daemon before its check does). A file
+        written to in the last :data:`TMP_STALE_S` may be another process's fill under way: kept."""
+        old = time.time() - TMP_STALE_S
+        for d, _, fs in os.walk(self.whole_dir):
+            for f in fs:
+                if f.startswith(_TMP):
+                    path = os.path.join(d, f)
+                    try:
+                        if os.stat(path).st_mtime < old:
+                            os.unlink(path)
+                    except OSError:
+                        pass
 
     def whole_path(self, address: str, etag: str) -> str:
         name = hashlib.sha256(f"{etag}:{address}".encode()).hexdigest()

@@ -68,8 +68,8 @@ _pools: dict[int, BufferPool] = {}
 _pools_lock = threading.Lock()
 # Buffers kept per chunk size: a reader holds up to its window of chunks (19 at the widest:
 # see graveler.objstore.prefetch) and the cache file's writer a few more; more readers at once
-# allocate past it (their extra buffers are freed after use). When a reader closes with no
-# stream left running, what is free beyond KEEP_IDLE goes (192 MiB at most while streams run,
+# allocate past it (their extra buffers are freed after use). When a reader closes, or the
+# last stream ends, what is free beyond KEEP_IDLE goes (192 MiB at most while streams run,
 # 64 MiB kept between them, with 8 MiB chunks).
 KEEP = 24
 KEEP_IDLE = 8
@@ -85,7 +85,7 @@ def pool(size: int) -> BufferPool:
 
 
 def trim_idle() -> None:
-    """Every pool down to :data:`KEEP_IDLE` free buffers (called when no stream runs)."""
+    """Every pool down to :data:`KEEP_IDLE` free buffers (those in use stay)."""
     with _pools_lock:
         pools = list(_pools.values())
     for p in pools:

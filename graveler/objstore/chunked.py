@@ -60,7 +60,6 @@ from graveler.objstore.prefetch import (  # noqa: F401 (re-exported)
     _set,
     _Stream,
     _StreamBroken,
-    streams_running,
 )
 
 log = logging.getLogger(__name__)
@@ -607,8 +606,7 @@ class ChunkedReader(ObjectReader):
             self._fill_abort(chain)
         if fd >= 0:
             os.close(fd)
-        if streams_running() == 0:
-            trim_idle()  # its chunks' buffers are free now: past a few, they go
+        trim_idle()  # its chunks' buffers are free now: past a few free ones, they go
 
 
 __all__ = ["ChunkedReader", "DataCache", "ReadAheadPool", "WholeFill"]

@@ -40,11 +40,6 @@ _owned: list["ReadAheadPool"] = []  # owners (a mount daemon), the newest last
 _running = 0  # streams whose thread runs, in the process
 
 
-def streams_running() -> int:
-    with _pool_lock:
-        return _running
-
-
 def _count(d: int) -> int:
     global _running
     with _pool_lock:

@@ -157,6 +157,14 @@ class ObjectStream:
             self._end = self._pos
         return data
 
+    def readinto(self, buf) -> int:
+        """:meth:`read` into ``buf`` (a writable buffer): how many bytes, 0 at the end. A store
+        whose stream can receive into the caller's buffer directly overrides it."""
+        view = memoryview(buf)
+        data = self.read(len(view))
+        view[:len(data)] = data
+        return len(data)
+
     def close(self) -> None:
         """Let go of the request (a stream may be closed before its end)."""
         self._buf = b""

@@ -43,6 +43,7 @@ from concurrent.futures import Future
 from graveler.errors import StoreUnavailable
 from graveler.objects import read_range_checked, read_verified
 from graveler.objstore.base import ObjectReader, check_range
+from graveler.objstore.buffers import trim_idle
 from graveler.objstore.datacache import WHOLE_MAX, DataCache, WholeFill  # noqa: F401 (re-exported)
 from graveler.objstore.prefetch import (  # noqa: F401 (re-exported)
     GROWTH_GAIN,
@@ -522,7 +523,9 @@ class ChunkedReader(ObjectReader):
             parts.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
             if len(data) < min(self.chunk_size, self.size - base):
                 break  # the object is shorter than its entry says
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        if len(parts) == 1:  # bytes: a stream's chunk is a view of a buffer it reuses once let go
+            return parts[0] if isinstance(parts[0], bytes) else bytes(parts[0])
+        return b"".join(parts)
 
     def read_ready(self, offset: int, length: int) -> bytes | memoryview | None:
         """:meth:`read`'s bytes when every chunk they need is in memory already and a stream (if
@@ -603,6 +606,7 @@ class ChunkedReader(ObjectReader):
             self._fill_abort(chain)
         if fd >= 0:
             os.close(fd)
+        trim_idle()  # its chunks' buffers are free now: past a few free ones, they go
 
 
 __all__ = ["ChunkedReader", "DataCache", "ReadAheadPool", "WholeFill"]

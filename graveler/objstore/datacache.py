@@ -29,6 +29,7 @@ import diskcache
 import google_crc32c
 
 from graveler.errors import StoreUnavailable
+from graveler.objstore.buffers import pool
 from graveler.objects import is_md5_etag
 
 log = logging.getLogger("graveler.objstore.chunked")  # one logger for the data path
@@ -39,12 +40,25 @@ _CACHE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
 # as one file each (see DataCache): filled by a read of the whole object, checked then, not per hit.
 WHOLE_MAX = 1 << 30
 _TMP = ".tmp-"
+TMP_STALE_S = 600.0  # an unfinished whole file not written to for this long is a dead process's
 _PAGE = 4096
 _STAGE = 8 * MiB  # a whole object's file is written in pieces of this size
 _DIRECT_MIN = 8 * MiB  # objects from this size on are written with O_DIRECT where the file system has it
 # The MD5 check of a whole file (after the read that filled it; ~1.5 CPU-s per GiB) runs this much
 # nicer than the daemon: it yields the CPU to the reads under way (the next file's stream, say).
 VERIFY_NICE = 10
+
+
+def _page_aligned(view: memoryview) -> bool:
+    """Whether a buffer starts on a page boundary (what O_DIRECT needs of it)."""
+    if view.readonly or not view.c_contiguous or not len(view):
+        return False  # (a bytes object: not known, and seldom)
+    import ctypes
+
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(view)) % _PAGE == 0
+    except (TypeError, ValueError):
+        return False
 
 
 def _set_direct(fd: int, on: bool) -> bool:
@@ -84,6 +98,7 @@ class DataCache:
         try:
             if self.whole_max > 0:
                 os.makedirs(self.whole_dir, exist_ok=True)
+                self._drop_stale_tmp()
             # least-recently-stored: a hit costs no SQLite write
             self._cache = diskcache.Cache(directory, size_limit=max_bytes - (self.whole_budget if self.whole_max > 0
                                                                               else 0),
@@ -92,6 +107,21 @@ class DataCache:
             raise StoreUnavailable(f"cannot open the data cache {directory!r}: {exc}") from exc
 
     # -- whole objects: one file each, checked (size, MD5) when filled, then used as they are --
+
+    def _drop_stale_tmp(self) -> None:
+        """Remove whole files a process left unfinished: a fill or MD5 check cut short by its exit
+        (an unmount right after a large read ends the daemon before its check does). A file
+        written to in the last :data:`TMP_STALE_S` may be another process's fill under way: kept."""
+        old = time.time() - TMP_STALE_S
+        for d, _, fs in os.walk(self.whole_dir):
+            for f in fs:
+                if f.startswith(_TMP):
+                    path = os.path.join(d, f)
+                    try:
+                        if os.stat(path).st_mtime < old:
+                            os.unlink(path)
+                    except OSError:
+                        pass
 
     def whole_path(self, address: str, etag: str) -> str:
         name = hashlib.sha256(f"{etag}:{address}".encode()).hexdigest()
@@ -337,6 +367,14 @@ class WholeFill:
 
     def _stage_in(self, data) -> None:
         view = memoryview(data)
+        if not self._staged and len(view) % _PAGE == 0 and _page_aligned(view):
+            # whole pages of a page-aligned buffer (a stream's: graveler.objstore.buffers): written
+            # from where they are, no copy into the stage
+            off = 0
+            while off < len(view):
+                off += os.pwrite(self._fd, view[off:], self.written + off)
+            self.written += off
+            return
         while view:
             k = min(len(view), _STAGE - self._staged)
             self._stage[self._staged:self._staged + k] = view[:k]
@@ -416,13 +454,14 @@ class WholeFill:
         self.verify_nice = _yield_cpu()
         try:
             h = hashlib.md5(usedforsecurity=False)
-            off = 0
-            while off < self.size:
-                piece = os.pread(self._fd, min(8 * MiB, self.size - off), off)
-                if not piece:
-                    break
-                h.update(piece)
-                off += len(piece)
+            if not self._hash_direct(h):
+                off = 0
+                while off < self.size:
+                    piece = os.pread(self._fd, min(8 * MiB, self.size - off), off)
+                    if not piece:
+                        break
+                    h.update(piece)
+                    off += len(piece)
             if h.hexdigest() != self.etag:
                 self._reject(f"MD5 {h.hexdigest()}, the entry says {self.etag}")
             else:
@@ -432,6 +471,31 @@ class WholeFill:
             self._drop()
         finally:
             self.cache._fill_done()
+
+    def _hash_direct(self, h) -> bool:
+        """Feed the file to ``h`` read back with O_DIRECT into a reused page-aligned buffer: the
+        disk's DMA, no copy through the page cache (whose fresh pages cost more than the copy) and
+        no gigabyte of it pushed out. False, ``h`` untouched, where the file system refuses
+        O_DIRECT (the caller reads it the usual way)."""
+        if self.size < _DIRECT_MIN:
+            return False
+        try:
+            fd = os.open(self.tmp, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            buf = memoryview(pool(_STAGE).take())
+            off = 0
+            while off < self.size:
+                n = os.preadv(fd, [buf], off)
+                if n <= 0:
+                    break
+                h.update(buf[:min(n, self.size - off)])  # (hashlib lets go of the GIL meanwhile)
+                off += n
+            buf.release()
+            return True
+        finally:
+            os.close(fd)
 
     def _reject(self, why: str) -> None:
         self._drop()

@@ -5,11 +5,13 @@ its growth and reset: see :mod:`graveler.objstore.chunked`), owned by a :class:`
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 
 from graveler.errors import CorruptedData, GravelerError, StoreUnavailable
+from graveler.objstore.buffers import pool, trim_idle
 
 MiB = 1 << 20
 # A chunk whose fetch found the store unavailable slowly (attempts that timed out: at least
@@ -35,6 +37,14 @@ GROWTH_GAIN = 1.15
 
 _pool_lock = threading.Lock()
 _owned: list["ReadAheadPool"] = []  # owners (a mount daemon), the newest last
+_running = 0  # streams whose thread runs, in the process
+
+
+def _count(d: int) -> int:
+    global _running
+    with _pool_lock:
+        _running += d
+        return _running
 
 
 class ReadAheadPool:
@@ -108,6 +118,13 @@ def _set(f: Future, result=None, exc: BaseException | None = None) -> None:
         pass
 
 
+def _read_into(stream, view: memoryview) -> int:
+    """``readinto`` of a stream that has only ``read``."""
+    data = stream.read(len(view))
+    view[:len(data)] = data
+    return len(data)
+
+
 class _Stream:
     """One GET of chunks ``first`` .. ``end`` - 1 -- the stream (to the end of the object) or, with
     ``chain`` (the stream it follows), a part -- read chunk by chunk in a thread of its own into the
@@ -147,9 +164,11 @@ class _Stream:
     def _run(self) -> None:
         r = self.r
         cs = r.chunk_size
-        stream = None
+        stream = data = None
         i = self.first
         t0 = time.monotonic()
+        buffers = pool(cs)
+        _count(1)
         try:
             if self.cancelled:
                 return
@@ -159,6 +178,7 @@ class _Stream:
                                     f"the entry says {r.size}", r.store.full_uri(r.key))
             t1 = time.monotonic()
             got = 0
+            readinto = getattr(stream, "readinto", None) or functools.partial(_read_into, stream)
             with r._lock:
                 r.gets += 1
                 if self.part:
@@ -181,15 +201,16 @@ class _Stream:
                         break  # its end (maybe cut: a part brings what follows)
                     self.next = i
                 want = min(cs, r.size - i * cs)
-                parts, n = [], 0
+                # received straight into a reused page-aligned buffer (see graveler.objstore.buffers):
+                # no fresh pages to fault in, and the cache file takes it with O_DIRECT as it is
+                data = memoryview(buffers.take())[:want]
+                n = 0
                 while n < want:
-                    piece = stream.read(want - n)
-                    if not piece:
+                    k = readinto(data[n:])
+                    if not k:
                         raise StoreUnavailable(f"{r.store.full_uri(r.key)}: the response ended at byte "
                                                f"{i * cs + n}, the object has {r.size}")
-                    parts.append(piece)
-                    n += len(piece)
-                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                    n += k
                 got += len(data)
                 with r._lock:
                     r.bytes_from_store += len(data)
@@ -197,7 +218,7 @@ class _Stream:
                     if not self.part:
                         r._rate = got / max(time.monotonic() - t1, 1e-6)
                 if not r._fill_put(self.chain, i, data) and r.cache is not None:
-                    r.cache.put(r._ck(i), data)
+                    r.cache.put(r._ck(i), bytes(data))
                 with r._lock:
                     f = self.claimed.pop(i, None) or r._chunks.get(i)
                     if f is None or (f.done() and f.exception() is not None):
@@ -253,6 +274,9 @@ class _Stream:
                 r._cond.notify_all()
             if not whole:
                 r._fill_abort(self.chain)
+            del data
+            if _count(-1) == 0:
+                trim_idle()  # the last stream ended: the free buffers past a few go
 
 
 __all__ = ["ReadAheadPool"]

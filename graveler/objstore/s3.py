@@ -25,6 +25,7 @@ the first response's ETag with ``If-Match``, so a file never mixes two versions.
 from __future__ import annotations
 
 import email.utils
+import http.client
 import logging
 import os
 import re
@@ -157,8 +158,10 @@ class _S3Stream(ObjectStream):
         self.total = _range_total(resp)
         self._body = resp["Body"]
         self._left = None if length is None else length
+        self._fp = None
         if not resp.get("ContentRange") and start:  # a server that ignored Range sent it all: skip to start
             self._skip(start)
+        self._fp = self._plain_fp()
 
     def _skip(self, n: int) -> None:
         while n > 0:
@@ -185,6 +188,66 @@ class _S3Stream(ObjectStream):
         if self._left is not None:
             self._left -= len(data)
         return data
+
+    def readinto(self, buf) -> int:
+        """Up to ``len(buf)`` bytes received straight into ``buf`` (no bytes object on the way: the
+        socket's bytes land in the caller's buffer); 0 at the end of the range."""
+        view = memoryview(buf)
+        if self._left is not None and len(view) > self._left:
+            view = view[:self._left]
+        if not view:
+            return 0
+        fp = self._fp
+        if fp is None:  # not a plain http.client body: through botocore (a copy)
+            data = self._raw(len(view))
+            n = len(data)
+            view[:n] = data
+        else:
+            try:
+                n = fp.readinto(view)
+            except (TimeoutError, OSError, http.client.HTTPException) as exc:
+                raise self._broke_off(exc) from exc
+        if self._left is not None:
+            self._left -= n
+            if self._left == 0 and fp is not None and fp.isclosed():
+                self._release()  # read to its end: the connection goes back to botocore's pool
+        return n
+
+    def _plain_fp(self):
+        """The ``http.client`` response under botocore's and urllib3's wrappers when reading it
+        directly skips no check: a body of known length (every stream's), without content
+        decoding or chunked transfer. botocore's response checksum (a CRC32 of every byte, when
+        the server sends one -- moto does, for the whole object, on a ranged GET too) is not
+        computed then: botocore compares it only on a read past the body's end, which a read of
+        a range to its length never makes, so it never checked a stream. Else None."""
+        body = self._body
+        raw = getattr(body, "_raw_stream", None)
+        if raw is None:
+            return None
+        fp = getattr(raw, "_fp", None)
+        if not isinstance(fp, http.client.HTTPResponse) or fp.chunked or self._left is None:
+            return None
+        if raw.headers.get("content-encoding", "identity").lower() not in ("", "identity"):
+            return None
+        if len(getattr(raw, "_decoded_buffer", ())):  # bytes urllib3 holds already (none after a skip)
+            return None
+        return fp
+
+    def _release(self) -> None:
+        release = getattr(getattr(self._body, "_raw_stream", None), "release_conn", None)
+        if release is not None:
+            try:
+                release()
+            except Exception:  # a connection not put back is closed with the body: no harm
+                pass
+
+    def _broke_off(self, exc: BaseException) -> GravelerError:
+        if isinstance(exc, TimeoutError):
+            return StoreUnavailable(
+                f"get_range {self.store.full_uri(self.key)}: S3 endpoint {self.store._endpoint} did not answer "
+                f"within {self.store.config.read_timeout:g} s (see --timeout / $LAKEFUSE_S3_READ_TIMEOUT)")
+        return StoreUnavailable(f"get_range {self.store.full_uri(self.key)}: the response broke off "
+                                f"({type(exc).__name__})")
 
     def close(self) -> None:
         try:

@@ -178,8 +178,10 @@ class LakefuseMount:
         self.mp.mkdir(parents=True, exist_ok=True)
         cmd = [PY, "-m", "lakefuse", "--home", str(self.home), "mount", f"lakefs://{self.repo}", str(self.mp),
                "--log", str(self.home / "mount.log"), *self.extra]
-        r = subprocess.run(cmd, env={**os.environ, **(self.env or {})}, cwd=str(ROOT), stderr=subprocess.PIPE,
-                           text=True)
+        # the daemon runs from "/": the code of this checkout (not an editable install's) unless env says
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        r = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": path, **(self.env or {})}, cwd=str(ROOT),
+                           stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"lakefuse mount failed ({r.returncode}): {r.stderr.strip()}")
         return self
@@ -187,10 +189,29 @@ class LakefuseMount:
     def stats(self) -> dict:
         return json.loads((self.mp / ".lakefuse" / "stats").read_text())
 
+    def pid(self) -> int:
+        return int(self.stats()["pid"])
+
     def __exit__(self, *exc):
         r = subprocess.run([PY, "-m", "lakefuse", "umount", str(self.mp)], cwd=str(ROOT), capture_output=True)
         if r.returncode != 0:
             unmount(self.mp)
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all its threads, those ended too) process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b") ")[2][:1] != b"Z"
+    except OSError:
+        return False
 
 
 # ------------------------------------------------------------------------------------ data

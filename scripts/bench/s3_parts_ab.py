@@ -7,9 +7,16 @@ alternating in every repetition: the mount with one stream per reader (``LAKEFUS
 what the mount did before parallel parts), the mount with its default lanes, one boto3 streaming
 GET of the object, and ``rclone mount``. Prints the medians, the same-run ratios the issue asks
 for (vs rclone >= 2, vs one boto3 GET >= 0.7), and the mount's ``store_streams`` /
-``store_parts`` counts.
+``store_parts`` counts. On 2 cores the S3 server takes one, so what the daemon spends decides
+the ratio: each mount row also gives the daemon's CPU seconds per GiB during the timed read
+(``cpu_<row>_s_per_GiB``, all its threads) and after it until the unmount (``cpu_after_<row>_s``:
+the whole file's MD5 check, which the unmount cuts short: ``daemon_exited_before_next_read``
+says no daemon outlived its row). ``--baseline DIR`` adds rows ``base_one_stream`` /
+``base_parts``: the same mounts running the code of another checkout (e.g. ``/work/main``),
+alternated with this one's in every repetition -- a before/after in the same run.
 
     .venv/bin/python scripts/bench/s3_parts_ab.py --big-mib 1024 --reps 3
+    .venv/bin/python scripts/bench/s3_parts_ab.py --big-mib 1024 --reps 3 --baseline /work/main
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +37,7 @@ import mount_read as mr  # noqa: E402  (the bench's helpers: servers, mounts, pe
 MiB = mr.MiB
 
 
-def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "") -> dict:
+def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "", baseline: str = "") -> dict:
     import boto3
 
     from graveler import Graveler, GravelerConfig
@@ -67,20 +75,31 @@ def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "") -> 
         mp = work / "mnt"
         n = [0]
         variants = [v for v in lanes.split(",") if v]
-        rows: dict[str, list[float]] = {"one_stream": [], "parts": [], **{f"lanes{v}": [] for v in variants},
-                                        "direct": [], "rclone": []}
+        mounts = ["one_stream", "parts", *(f"lanes{v}" for v in variants)]
+        if baseline:
+            mounts += ["base_one_stream", "base_parts"]
+        rows: dict[str, list[float]] = {**{k: [] for k in mounts}, "direct": [], "rclone": []}
+        cpu: dict[str, list[float]] = {k: [] for k in mounts}
+        cpu_after: dict[str, list[float]] = {k: [] for k in mounts}
         stats = {}
+        exited = [True]
 
-        def mount_read(lanes: str | None) -> float:
+        def mount_read(row: str, lanes: str | None, code: str = "") -> None:
             n[0] += 1
-            extra_env = {**env, **({"LAKEFUSE_S3_LANES": lanes} if lanes else {})}
+            extra_env = {**env, **({"LAKEFUSE_S3_LANES": lanes} if lanes else {}), **({"PYTHONPATH": code} if code else {})}
             with mr.LakefuseMount(home, "bench", mp, extra_env, ["--cache-dir", str(work / f"cache{n[0]}")]) as m:
+                pid = m.pid()
+                c0 = mr.cpu_s(pid)
                 t = mr.timed(lambda: mr.read_file(mp / "v1" / "big.bin"))
+                c1 = mr.cpu_s(pid)
                 st = m.stats()
-                stats[lanes or "default"] = {k: st.get(k) for k in ("store_gets", "store_streams", "store_parts",
-                                                                   "s3_lanes")}
+                stats[row] = {k: st.get(k) for k in ("store_gets", "store_streams", "store_parts", "s3_lanes",
+                                                     "reads_awaited", "reads_thread")}
+                cpu_after[row].append(mr.cpu_s(pid) - c1)
+            exited[0] = exited[0] and not mr.alive(pid)  # its MD5 check never overlaps the next timed read
             shutil.rmtree(work / f"cache{n[0]}", ignore_errors=True)
-            return size / t / 1e6
+            rows[row].append(size / t / 1e6)
+            cpu[row].append((c1 - c0) / (size / (1 << 30)))
 
         def direct() -> None:
             body = s3.get_object(Bucket="bench", Key="plain/big.bin")["Body"]
@@ -89,25 +108,34 @@ def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "") -> 
 
         have_rclone = shutil.which("rclone") is not None
         for rep in range(reps):
-            rows["one_stream"].append(mount_read("1"))
-            rows["parts"].append(mount_read(None))
+            mount_read("one_stream", "1")
+            mount_read("parts", None)
             for v in variants:
-                rows[f"lanes{v}"].append(mount_read(v))
+                mount_read(f"lanes{v}", v)
+            if baseline:
+                mount_read("base_one_stream", "1", baseline)
+                mount_read("base_parts", None, baseline)
             rows["direct"].append(size / mr.timed(direct) / 1e6)
             if have_rclone:
                 pmp = work / "mnt-rclone"
                 with mr.Peer("rclone", endpoint, "bench", "plain", pmp, work, creds):
                     rows["rclone"].append(size / mr.timed(lambda: mr.read_file(pmp / "big.bin")) / 1e6)
-            mr.log(f"{server} rep {rep}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rows.items() if v))
+            mr.log(f"{server} rep {rep}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rows.items() if v)
+                   + " | cpu s/GiB " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in cpu.items() if v))
         for k, v in rows.items():
             if v:
                 res[f"{k}_MBps"] = round(mr.med(v), 1)
                 res[f"{k}_runs"] = [round(x) for x in v]
-        for k in ("one_stream", "parts", *(f"lanes{v}" for v in variants)):
+        for k in mounts:
             res[f"ratio_{k}_vs_direct"] = round(mr.med(rows[k]) / mr.med(rows["direct"]), 3)
             if rows["rclone"]:
                 res[f"ratio_{k}_vs_rclone"] = round(mr.med(rows[k]) / mr.med(rows["rclone"]), 3)
+            res[f"cpu_{k}_s_per_GiB"] = round(mr.med(cpu[k]), 2)
+            res[f"cpu_after_{k}_s"] = round(mr.med(cpu_after[k]), 2)
         res["ratio_parts_vs_one_stream"] = round(mr.med(rows["parts"]) / mr.med(rows["one_stream"]), 3)
+        if baseline:
+            res["ratio_parts_vs_base_parts"] = round(mr.med(rows["parts"]) / mr.med(rows["base_parts"]), 3)
+        res["daemon_exited_before_next_read"] = exited[0]
         res["stats"] = stats
     finally:
         srv.terminate()
@@ -122,17 +150,21 @@ def main() -> int:
     p.add_argument("--s3-servers", default="moto,s3rver")
     p.add_argument("--workdir", default=None)
     p.add_argument("--lanes", default="", help="more variants: $LAKEFUSE_S3_LANES values, comma-separated")
+    p.add_argument("--baseline", default="", metavar="DIR",
+                   help="also mount with the code of another checkout (rows base_*), alternated with this one's")
     args = p.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="s3-parts-ab-"))
-    out = {"load": os.getloadavg()}
+    out = {"load": os.getloadavg(), "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
     try:
         for server in args.s3_servers.split(","):
-            out[server] = bench(server, work / server, args.big_mib, args.reps, args.lanes)
+            out[server] = bench(server, work / server, args.big_mib, args.reps, args.lanes,
+                                os.path.abspath(args.baseline) if args.baseline else "")
             mr.log(json.dumps(out[server], indent=1))
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
     out["load_after"] = os.getloadavg()
+    out["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(json.dumps(out, indent=1))
     return 0
 

@@ -207,9 +207,18 @@ def entry_columns(list values, name, int unknown_address_type):
         PyMem_Free(ibuf)
 
 
+cdef inline bint ascii(const unsigned char* p, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] >= 0x80:
+            return False
+    return True
+
+
 cdef object stat_of(bytes d):
     """(size, last-modified unix ns) of one catalog.Entry protobuf without user metadata, else None
-    (metadata, or anything unusual: the protobuf path decides)."""
+    (metadata, or anything unusual -- a string field not ASCII, a field number out of range, a
+    group, a malformed varint: the protobuf path decides)."""
     cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(d)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(d), pos = 0, tpos, tend, fstart, flen
     cdef uint64_t tag, u
@@ -217,11 +226,14 @@ cdef object stat_of(bytes d):
     cdef int32_t nanos = 0
     cdef int field, wt
     while pos < n:
-        if read_uvarint(p, n, &pos, &tag):
+        if read_uvarint(p, n, &pos, &tag) or tag > 0xFFFFFFFF:  # (field numbers end at 2**29 - 1)
             return None
         field = <int>(tag >> 3)
         wt = <int>(tag & 7)
-        if field == 3 and wt == 0:
+        if wt == 2 and (field == 1 or field == 4 or field == 7):  # a string: protobuf checks its UTF-8
+            if read_len(p, n, &pos, &fstart, &flen) or not ascii(p + fstart, flen):
+                return None
+        elif field == 3 and wt == 0:
             if read_uvarint(p, n, &pos, &u):
                 return None
             size = <int64_t>u
@@ -231,7 +243,7 @@ cdef object stat_of(bytes d):
             tpos = fstart
             tend = fstart + flen
             while tpos < tend:
-                if read_uvarint(p, tend, &tpos, &tag):
+                if read_uvarint(p, tend, &tpos, &tag) or tag > 0xFFFFFFFF:
                     return None
                 if (tag >> 3) == 1 and (tag & 7) == 0:
                     if read_uvarint(p, tend, &tpos, &u):
@@ -245,6 +257,8 @@ cdef object stat_of(bytes d):
                     return None
         elif field == 5 or field == 0 or skip_field(p, n, &pos, wt):
             return None  # user metadata, or malformed
+    if secs > 9000000000 or secs < -9000000000:  # its nanoseconds past int64: Python's ints decide
+        return None
     return (size, secs * 1000000000 + nanos)
 
 

@@ -255,7 +255,11 @@ class Operations(pyfuse3.Operations):
                 k = pyfuse3.readdir_fits(token, entries)  # what this reply has room for, accepted
                 batch = entries if k == len(entries) else entries[:k]
                 attrs = fs.accept_many(fh, batch) if k else []
-                sent = pyfuse3.readdir_reply_many(token, batch, attrs, DOTS, BLKSIZE)
+                try:
+                    sent = pyfuse3.readdir_reply_many(token, batch, attrs, DOTS, BLKSIZE)
+                except BaseException:  # answered with an error: the kernel takes none of them
+                    fs.forget([(a.ino, 1) for a in attrs])
+                    raise
                 if sent < k:  # (cannot happen: the room was counted) not handed over: no lookup
                     fs.forget([(a.ino, 1) for a in attrs[sent:]])
                 if sent:

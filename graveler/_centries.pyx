@@ -205,3 +205,66 @@ def entry_columns(list values, name, int unknown_address_type):
         PyMem_Free(abuf)
         PyMem_Free(ebuf)
         PyMem_Free(ibuf)
+
+
+cdef inline bint ascii(const unsigned char* p, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] >= 0x80:
+            return False
+    return True
+
+
+cdef object stat_of(bytes d):
+    """(size, last-modified unix ns) of one catalog.Entry protobuf without user metadata, else None
+    (metadata, or anything unusual -- a string field not ASCII, a field number out of range, a
+    group, a malformed varint: the protobuf path decides)."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(d)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(d), pos = 0, tpos, tend, fstart, flen
+    cdef uint64_t tag, u
+    cdef int64_t secs = 0, size = 0
+    cdef int32_t nanos = 0
+    cdef int field, wt
+    while pos < n:
+        if read_uvarint(p, n, &pos, &tag) or tag > 0xFFFFFFFF:  # (field numbers end at 2**29 - 1)
+            return None
+        field = <int>(tag >> 3)
+        wt = <int>(tag & 7)
+        if wt == 2 and (field == 1 or field == 4 or field == 7):  # a string: protobuf checks its UTF-8
+            if read_len(p, n, &pos, &fstart, &flen) or not ascii(p + fstart, flen):
+                return None
+        elif field == 3 and wt == 0:
+            if read_uvarint(p, n, &pos, &u):
+                return None
+            size = <int64_t>u
+        elif field == 2 and wt == 2:
+            if read_len(p, n, &pos, &fstart, &flen):
+                return None
+            tpos = fstart
+            tend = fstart + flen
+            while tpos < tend:
+                if read_uvarint(p, tend, &tpos, &tag) or tag > 0xFFFFFFFF:
+                    return None
+                if (tag >> 3) == 1 and (tag & 7) == 0:
+                    if read_uvarint(p, tend, &tpos, &u):
+                        return None
+                    secs = <int64_t>u
+                elif (tag >> 3) == 2 and (tag & 7) == 0:
+                    if read_uvarint(p, tend, &tpos, &u):
+                        return None
+                    nanos = <int32_t>u
+                elif (tag >> 3) == 0 or skip_field(p, tend, &tpos, <int>(tag & 7)):
+                    return None
+        elif field == 5 or field == 0 or skip_field(p, n, &pos, wt):
+            return None  # user metadata, or malformed
+    if secs > 9000000000 or secs < -9000000000:  # its nanoseconds past int64: Python's ints decide
+        return None
+    return (size, secs * 1000000000 + nanos)
+
+
+def entry_stats(values):
+    """``(size, last-modified unix ns)`` of the catalog entry of each range-record value (a listing
+    page's; None: a common prefix), or None for one with user metadata or that does not parse as the simple case: those take
+    :func:`graveler.model.entry_stat` (which raises CorruptedData where it must). One call a page, no
+    protobuf object per record; the reference is :func:`graveler.model.py_entry_stats`."""
+    return [None if v is None else stat_of(<bytes?>v[1]) for v in values]

@@ -119,6 +119,8 @@ class MergedIterator:
     def next(self) -> Item | None:
         heads = self._heads
         sources = self._sources
+        if len(heads) == 2:
+            return self._next2(heads, sources[0], sources[1])
         while True:
             best_key = None
             for i, h in enumerate(heads):
@@ -135,6 +137,35 @@ class MergedIterator:
                         winner = h
                     heads[i] = _UNSET
             self._lower = best_key + b"\x00"
+            if winner[1] is None and not self._keep:
+                continue
+            return winner
+
+    def _next2(self, heads: list, first, second) -> Item | None:
+        """:meth:`next` of two sources (a branch: its staging over its commit), without the loops."""
+        while True:
+            a = heads[0]
+            if a is _UNSET:
+                a = heads[0] = first.next()
+            b = heads[1]
+            if b is _UNSET:
+                b = heads[1] = second.next()
+            if a is None:
+                if b is None:
+                    return None
+                winner = b
+                heads[1] = _UNSET
+            elif b is None or a[0] < b[0]:
+                winner = a
+                heads[0] = _UNSET
+            else:
+                if a[0] == b[0]:  # the first source's wins; the second's is passed over
+                    winner = a
+                    heads[0] = _UNSET
+                else:
+                    winner = b
+                heads[1] = _UNSET
+            self._lower = winner[0] + b"\x00"
             if winner[1] is None and not self._keep:
                 continue
             return winner

@@ -274,3 +274,24 @@ def entry_stat(v: Value) -> tuple[int, int, dict[str, str] | None]:
     ts = pb.last_modified
     md = pb.metadata
     return pb.size, ts.seconds * 1_000_000_000 + ts.nanos, (dict(md) if len(md) else None)
+
+
+def py_entry_stats(values) -> list[tuple[int, int] | None]:
+    """``(size, last-modified unix ns)`` of each value's catalog entry, or None where it has user
+    metadata or does not parse (or is None) (:func:`entry_stat` then says which): a listing page's in one call.
+    The pure-Python reference of ``graveler._centries.entry_stats``."""
+    out: list[tuple[int, int] | None] = []
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            size, ns, md = entry_stat(v)
+        except CorruptedData:
+            out.append(None)
+            continue
+        out.append((size, ns) if md is None else None)
+    return out
+
+
+entry_stats = py_entry_stats if native.PURE_PYTHON else native.load("graveler._centries").entry_stats

@@ -50,6 +50,8 @@ environment (read by the daemon):
   LAKEFUSE_INLINE_READS=0        page-cached reads go through a worker thread too
   LAKEFUSE_RECEIVE_BURST=0       each FUSE request waited for in the event loop (not read
                                  at once after the last one was answered)
+  LAKEFUSE_READDIR_MANY=0        readdir replies made an entry at a time (not a page in
+                                 one call)
   LAKEFUSE_CACHE_WHOLE_MAX=SIZE  largest S3 object kept whole in the data cache (0: none)
   LAKEFUSE_S3_LANES=N            most GETs at once for a sequential read of a large S3
                                  object (its stream and parallel parts; 1: one stream)

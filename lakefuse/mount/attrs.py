@@ -183,6 +183,20 @@ class AttrRules:
         a listing hands out one per name, so this is on the listing's hot path)."""
         return self._file_attr(*entry_stat(value), tree)
 
+    def stat_attrs(self, stats: list, tree) -> list:
+        """:meth:`file_attr` of each entry of a listing page without user metadata, from its
+        ``(size, mtime)`` as :func:`graveler.model.entry_stats` decoded it (None stays None):
+        what :meth:`_file_attr` makes of them, a page in one call."""
+        c = self.config
+        et, at = self.timeouts(tree)
+        uid, gid, tmt = c.uid, c.gid, tree.mtime_ns
+        if not self.writable:
+            return [None if s is None else Attr(0, FILE_MODE, s[0], s[1] or tmt, uid, gid, 1, et, at) for s in stats]
+        mode = FILE_MODE if tree.immutable else stat.S_IFREG | BRANCH_FILE_MODE  # a writable default on branches
+        # atime: the mtime; ctime: when last staged (0: none kept, the mtime)
+        return [None if s is None else Attr(0, mode, s[0], s[1] or tmt, uid, gid, 1, et, at, s[1] or tmt, s[1])
+                for s in stats]
+
     def entry_attr(self, entry: Entry, tree) -> Attr:
         """:meth:`file_attr` of ``entry.to_value()``, from the entry as it is (no encoding, no decoding)."""
         return self._file_attr(entry.size, entry.last_modified_ns, entry.metadata or None, tree)

@@ -62,6 +62,8 @@ class MountConfig:
     inline_reads: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_INLINE_READS", True))
     # pyfuse3 reads the next request at once after answering one (a patched build); off: $LAKEFUSE_RECEIVE_BURST=0
     receive_burst: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_RECEIVE_BURST", True))
+    # readdir replies a page in one call (a patched build); off: $LAKEFUSE_READDIR_MANY=0
+    readdir_many: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_READDIR_MANY", True))
     # how many GETs at once a sequential reader of a large S3 object may reach (a stream and its
     # parallel parts; 1: one stream, no parts); None: graveler's default. $LAKEFUSE_S3_LANES
     s3_lanes: int | None = field(default_factory=lambda: _env_count("LAKEFUSE_S3_LANES"))
@@ -231,7 +233,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     fs.branch_passthrough = config.branch_passthrough
     fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")
     ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough,
-                     inline_reads=config.inline_reads, receive_burst=config.receive_burst)
+                     inline_reads=config.inline_reads, receive_burst=config.receive_burst,
+                     readdir_many=config.readdir_many)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")

@@ -160,12 +160,13 @@ class Filesystem(Opens, Reads, XattrReads):
         with self._trees_lock:
             return [t for t in self._trees.values() if not t.immutable]
 
-    def _made(self, node: Node) -> None:
-        tree = node.tree
-        if tree is not None:
-            with self._trees_lock:
-                tree.nodes += 1
-                self._trees.setdefault(tree.key, tree)
+    def _made(self, nodes: list[Node]) -> None:
+        with self._trees_lock:
+            for node in nodes:
+                tree = node.tree
+                if tree is not None:
+                    tree.nodes += 1
+                    self._trees.setdefault(tree.key, tree)
 
     def _dropped(self, node: Node) -> None:
         tree = node.tree
@@ -183,12 +184,16 @@ class Filesystem(Opens, Reads, XattrReads):
 
     def acquire(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                 value: Value | None = None, stamp: int = 0, lookups: int = 1) -> Attr:
-        node, new = self.inodes.acquire(key, kind, tree, path, parent_ino, lookups)
+        return self._took(self.inodes.acquire(key, kind, tree, path, parent_ino, lookups)[0], tree, attr, value, stamp)
+
+    @staticmethod
+    def _took(node: Node, tree, attr: Attr, value: Value | None, stamp: int) -> Attr:
+        """The attributes of ``node`` just acquired, ``attr`` as read (a new node has none yet)."""
         old = node.attr
-        if (not new and old is not None and not old.uncounted and attr.uncounted
+        if (old is not None and not old.uncounted and attr.uncounted
                 and (tree.immutable or node.stamp == stamp)):
             return old  # a listing's directory the node has counted already, at the same state
-        if new or tree is None or not tree.immutable or old is None or (old.uncounted and not attr.uncounted):
+        if tree is None or not tree.immutable or old is None or (old.uncounted and not attr.uncounted):
             attr.ino = node.ino
             node.attr = attr
             node.value = value
@@ -588,6 +593,24 @@ class Filesystem(Opens, Reads, XattrReads):
             # for the inode it has; a smaller staged size would cut reads of the open file short)
             return self.rules.spooled(self.spool.peek(attr.ino), attr)
         return attr
+
+    def accept_many(self, fh: int, entries: list[DirEntry]) -> list[Attr]:
+        """:meth:`accept` of each of ``entries``, in one go (a readdir reply's worth)."""
+        took, spool = self._took, self.spool
+        out = []
+        append = out.append
+        for n, e in zip(self.inodes.acquire_many(entries, self._handle(fh).node.ino), entries):
+            attr = e.attr
+            if n.attr is None:  # a node just made: _took's case, inline (the listing's hot path)
+                attr.ino, n.attr, n.value, n.stamp = n.ino, attr, e.value, e.stamp
+                append(attr)
+            else:
+                append(took(n, e.tree, attr, e.value, e.stamp))
+        if spool is not None:
+            for i, e in enumerate(entries):
+                if e.kind == Kind.FILE and not e.tree.immutable:  # as accept says
+                    out[i] = self.rules.spooled(spool.peek(out[i].ino), out[i])
+        return out
 
     # ------------------------------------------------------------------ files
 

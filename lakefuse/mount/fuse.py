@@ -36,6 +36,9 @@ BLKSIZE = 128 * 1024  # st_blksize: the I/O size tools should prefer (FUSE reads
 # sends no FLUSH) and FOPEN_CACHE_DIR (the kernel keeps an immutable directory's listing), and
 # reads requests ahead (Operations.receive_burst); with another build, neither flag is set.
 OPEN_FLAGS = hasattr(pyfuse3.FileInfo, "noflush")
+# ... and answers a readdir page in one call (readdir_reply_many: no EntryAttributes per entry);
+# with another build, an entry at a time (readdir_reply).
+READDIR_MANY = hasattr(pyfuse3, "readdir_reply_many")
 RECEIVE_BURST = 16  # requests a pyfuse3 task reads in a row before it waits in trio's I/O loop
 
 
@@ -123,7 +126,7 @@ class Operations(pyfuse3.Operations):
     enable_acl = False
 
     def __init__(self, fs: Filesystem, offload: Offload | None = None, passthrough: bool = False,
-                 inline_reads: bool = True, receive_burst: bool = True):
+                 inline_reads: bool = True, receive_burst: bool = True, readdir_many: bool = True):
         super().__init__()
         self.receive_burst = RECEIVE_BURST if receive_burst else 0  # read by the patched pyfuse3.main
         self.fs = fs
@@ -142,6 +145,10 @@ class Operations(pyfuse3.Operations):
         has = hasattr(pyfuse3, "passthrough_open")
         self.enable_passthrough = passthrough and has
         self.passthrough = False
+        # readdir replies: a page in one call (pyfuse3.readdir_reply_many), or an entry at a time
+        self.readdir_many = readdir_many and READDIR_MANY
+        self.stats.set("readdir", "batched" if self.readdir_many else "per entry" if READDIR_MANY else
+                       "per entry (pyfuse3 without readdir_reply_many)")
         self.stats.set("passthrough", "off" if not passthrough else
                        "on" if has else "unavailable (pyfuse3 without passthrough)")
 
@@ -245,6 +252,25 @@ class Operations(pyfuse3.Operations):
                     return
             if not entries:
                 return
+            if self.readdir_many:
+                k = pyfuse3.readdir_fits(token, entries)  # what this reply has room for, accepted
+                batch = entries if k == len(entries) else entries[:k]
+                attrs = fs.accept_many(fh, batch) if k else []
+                try:
+                    sent = pyfuse3.readdir_reply_many(token, batch, attrs, DOTS, BLKSIZE)
+                except BaseException:  # answered with an error: the kernel takes none of them
+                    fs.forget([(a.ino, 1) for a in attrs])
+                    raise
+                if sent < k:  # (cannot happen: the room was counted) not handed over: no lookup
+                    fs.forget([(a.ino, 1) for a in attrs[sent:]])
+                if sent:
+                    off = batch[sent - 1].offset
+                    n += sent
+                if sent < len(entries):
+                    if fs.readdir_wants_ahead(fh, off, n):
+                        self._read_ahead(fh, off)  # while the kernel takes in this reply
+                    return
+                continue
             for e in entries:
                 attr = fs.accept(fh, e)
                 if not pyfuse3.readdir_reply(token, e.name, _entry(attr), e.offset + DOTS):

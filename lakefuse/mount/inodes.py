@@ -71,7 +71,7 @@ class InodeTable:
         self._gone: dict[Hashable, int] = {}  # key of a dropped node of an immutable tree -> its number
         self._next = ROOT_INO + 1
         self.on_drop: Callable[[Node], None] | None = None
-        self.on_new: Callable[[Node], None] | None = None
+        self.on_new: Callable[[list[Node]], None] | None = None  # nodes just made (one call a batch)
         root = Node(ROOT_INO, ("root",), Kind.ROOT, None, b"", ROOT_INO)
         root.nlookup = 1  # the kernel never forgets the root
         self._nodes[ROOT_INO] = root
@@ -112,8 +112,35 @@ class InodeTable:
                 self._by_key[key] = node.ino
             node.nlookup += lookups
         if new and self.on_new is not None:
-            self.on_new(node)
+            self.on_new([node])
         return node, new
+
+    def acquire_many(self, entries, parent_ino: int) -> list[Node]:
+        """:meth:`acquire` (one lookup each) of every entry of a readdir reply, under one lock:
+        ``entries`` have ``key``, ``kind``, ``tree`` and ``path``. A new node has no ``attr`` yet."""
+        out: list[Node] = []
+        append = out.append
+        made = []
+        with self._lock:
+            nodes, by_key, gone = self._nodes, self._by_key, self._gone
+            for e in entries:
+                key = e.key
+                ino = by_key.get(key)
+                node = nodes.get(ino) if ino is not None else None
+                if node is None:
+                    ino = gone.pop(key, None) if gone else None
+                    if ino is None:
+                        ino = self._next
+                        self._next += 1
+                    node = Node(ino, key, e.kind, e.tree, e.path, parent_ino)
+                    nodes[ino] = node
+                    by_key[key] = ino
+                    made.append(node)
+                node.nlookup += 1
+                append(node)
+        if made and self.on_new is not None:
+            self.on_new(made)
+        return out
 
     def incref(self, node: Node, n: int = 1) -> None:
         """One more lookup of a node the kernel already holds (``.`` / ``..``)."""

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from graveler import paths
 from graveler.errors import GravelerError
+from graveler.model import entry_stats
 from lakefuse.mount import special
 from lakefuse.mount.attrs import Attr, DirEntry
 from lakefuse.mount.errors import FsError
@@ -204,6 +205,9 @@ def _nlink_of(fs, entries: list[DirEntry], raw: int) -> int:
     return 1 if raw > fs.config.nlink_scan else 2 + sum(1 for e in entries if e.kind == Kind.DIR)
 
 
+_ODD_NAMES = frozenset({b".", b".."}) | paths.RESERVED_NAMES  # names name_problem refuses by value
+
+
 def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp: int) -> list[DirEntry]:
     """Visible entries of one listing page, with the path rule applied (a listing's hot
     path: one pass, names looked up once)."""
@@ -215,8 +219,12 @@ def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp
     rules = fs.rules
     file_attr = rules.file_attr
     name_problem = paths.name_problem
+    odd = _ODD_NAMES
+    max_name = paths.MAX_NAME_BYTES
     tkey = tree.key
-    for it in page:
+    # the attributes of the entries without user metadata, decoded in one call (the rest: file_attr)
+    attrs = rules.stat_attrs(entry_stats([it.value for it in page]), tree)
+    for it, attr in zip(page, attrs):
         key = it.path
         value = it.value
         if value is None:  # a common prefix: "<dir>/<name>/"
@@ -231,7 +239,9 @@ def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp
                             rules.uncounted(rules.tree_dir_attr(tree, path, marker)), stamp))
             continue
         name = key[plen:]
-        why = name_problem(name)
+        # (name_problem's rule, its common case inline: the listing's hot path)
+        why = (name_problem(name) if not name or len(name) > max_name or name in odd or b"\x00" in name
+               or b"/" in name else None)
         if why is not None:
             if name:  # an empty name is the directory's own marker ("d/"), not a hidden key
                 hidden(fs, tree, key, why)
@@ -242,7 +252,8 @@ def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp
                 shadowed(fs, tree, key)
                 continue
         try:
-            attr = file_attr(value, tree)
+            if attr is None:
+                attr = file_attr(value, tree)
         except Exception as e:  # a damaged entry hides that one file, not the directory
             fs.log_once(logging.WARNING, ("bad", tree.key, key), "%s/%s: cannot show %r: %s",
                         fs.repo.name, tree.name, key.decode("utf-8", "replace"), e)

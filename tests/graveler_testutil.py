@@ -48,3 +48,23 @@ def entry(tag: str, size: int | None = None) -> Entry:
 def contents(repo: Repository, ref: str) -> dict[bytes, str]:
     """path -> etag of everything on ``ref`` (recursive listing)."""
     return {it.path: it.entry.etag for it in repo.list(ref, delimiter="")}
+
+
+def catalog_entries(text_max: int, metadata):
+    """A Hypothesis strategy of catalog entries: any size, times around and far from the epoch, any
+    address type; ``text_max`` bounds the strings, ``metadata`` is the strategy of user metadata."""
+    from hypothesis import strategies as st
+
+    from graveler.model import AddressType
+
+    text = st.text(max_size=text_max)
+    return st.builds(
+        Entry,
+        address=text,
+        size=st.integers(-(2**63), 2**63 - 1),
+        etag=text,
+        last_modified_ns=st.one_of(st.just(0), st.integers(-(2**62), 2**62), st.integers(1, 10**9)),
+        metadata=metadata(text),
+        address_type=st.sampled_from(list(AddressType)),
+        content_type=text,
+    )

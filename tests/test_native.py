@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from graveler import ident, native
 from graveler.committed import fnv
 from graveler.errors import CorruptedData
-from graveler.model import AddressType, Entry, Value, py_decode_value, py_encode_records, py_encode_value
+from graveler.model import Entry, Value, py_decode_value, py_encode_records, py_encode_value
 from graveler.committed import kernel as committed_kernel
 from graveler.committed import writer as committed_writer
 from graveler import model
@@ -30,6 +30,7 @@ from graveler.sstable import _cblock, block
 from graveler.sstable import kernel as sstable_kernel
 from graveler.sstable.reader import BlockCache, SSTable
 from graveler.sstable.writer import SSTableWriter, py_index_key
+from tests.graveler_testutil import catalog_entries
 from tests.shared_paths import LAKEFS_FIXTURES
 
 _crecord = native.load("graveler._crecord")
@@ -217,17 +218,7 @@ def test_malformed_values_fail_alike(raw):
     assert _crecord.decode_value(raw, "n") == want
 
 
-_text = st.text(max_size=30)
-_entries = st.builds(
-    Entry,
-    address=_text,
-    size=st.integers(-(2**63), 2**63 - 1),
-    etag=_text,
-    last_modified_ns=st.one_of(st.just(0), st.integers(-(2**62), 2**62), st.integers(1, 10**9)),
-    metadata=st.dictionaries(_text, _text, max_size=5),
-    address_type=st.sampled_from(list(AddressType)),
-    content_type=_text,
-)
+_entries = catalog_entries(30, lambda text: st.dictionaries(text, text, max_size=5))
 
 
 @settings(max_examples=400, deadline=None)

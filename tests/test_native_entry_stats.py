@@ -14,21 +14,12 @@ from hypothesis import strategies as st
 from graveler import native
 from graveler.errors import CorruptedData
 from graveler.proto import catalog_pb2
-from graveler.model import AddressType, Entry, Value, entry_stat, py_entry_stats
+from graveler.model import Value, entry_stat, py_entry_stats
+from tests.graveler_testutil import catalog_entries
 
 _centries = native.load("graveler._centries")
 
-_text = st.text(max_size=20)
-_entries = st.builds(
-    Entry,
-    address=_text,
-    size=st.integers(-(2**63), 2**63 - 1),
-    etag=_text,
-    last_modified_ns=st.one_of(st.just(0), st.integers(-(2**62), 2**62), st.integers(1, 10**9)),
-    metadata=st.one_of(st.just({}), st.dictionaries(_text, _text, max_size=3)),
-    address_type=st.sampled_from(list(AddressType)),
-    content_type=_text,
-)
+_entries = catalog_entries(20, lambda text: st.one_of(st.just({}), st.dictionaries(text, text, max_size=3)))
 
 
 @settings(max_examples=300, deadline=None)

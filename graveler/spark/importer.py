@@ -32,7 +32,7 @@ from graveler.objstore import open_store
 from graveler.objstore.base import ObjectInfo, StoreConfig
 from graveler.spark.entries import namespace_of, per_task_df, records_df
 from graveler.spark.listing import PART_SEP, FanOut, Progress, fan_out, group_parts, iter_group, split_part
-from graveler.spark.tables import (RECORD_SCHEMA, Namespace, fault_point, worker_store, write_metarange,
+from graveler.spark.tables import (Namespace, fault_point, worker_store, write_metarange,
                                    write_metarange_local)
 
 log = logging.getLogger(__name__)

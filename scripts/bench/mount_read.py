@@ -603,7 +603,7 @@ def bench_s3(args, work: Path, server: str = "moto") -> dict:
                 time.sleep(0.1)
             whole = [p for p in (work / f"cache{counter[0]}").rglob("*") if p.is_file() and "whole" in p.parts
                      and not p.name.startswith(".tmp-") and p.stat().st_size == size]
-            cached, cache_file, ttfb = [], [], []
+            cached, cache_file = [], []
             for _ in range(args.reps):
                 drop_file_cache(big_m)
                 for p in whole:

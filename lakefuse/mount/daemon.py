@@ -190,7 +190,7 @@ GC_THRESHOLDS = (100_000, 20, 100)
 # idle: with 1, a branch tree's lookups and opens (each a thread hop) made and ended two tasks
 # per file read (~20 us of trio's Python each); kept, they are made once.
 MIN_TASKS = 16
-SWITCH_INTERVAL = 0.0002  # seconds: how long a thread waits for the GIL before it asks for it (see serve)
+SWITCH_INTERVAL = 0.001  # seconds: how long a thread waits for the GIL before it asks for it (see serve)
 
 
 def tune_gc() -> None:
@@ -243,7 +243,9 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     # A stream's thread takes the GIL back after every socket read, a request's worker thread after
     # every syscall (a small file's write and close: several each): a shorter switch interval than
     # the default 5 ms keeps them from waiting behind the trio thread while it answers other
-    # requests (S3 reads ~20% faster here with 1 ms; tar -x of small files ~15% with 0.2 ms).
+    # requests (S3 reads ~20% faster here with 1 ms). 0.2 ms looked ~15% faster for tar -x under
+    # load, but a quiet A/B (3 alternating pairs of scripts/bench/mount_write.py) had it equal or
+    # slower on every small-file row, so 1 ms stays.
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
         pyfuse3.init(ops, mp, options)

@@ -24,7 +24,8 @@ and the getattr of its directory at the next create); the 1-process row prints t
 ``tar -x`` row its own (GNU tar also sends utimens, chown and chmod of each file, and a
 write that crosses one of its 10 KiB records is two); a line under each gives the requests per
 file by type and the thread hops per file (``thread_hops_*``: the requests answered in a
-worker thread rather than on the trio thread). With ``--s3`` the sequential and
+worker thread rather than on the trio thread), and another the daemon's CPU per file by thread
+(trio's loop against all other threads: from ``/proc/<pid>/task``). With ``--s3`` the sequential and
 small-file work also runs on S3 (a moto server on 127.0.0.1): lakefuse with an
 S3 storage namespace, ``rclone mount`` and ``s3fs`` on the same server (installed
 with apt when missing; skipped with a note if that fails).
@@ -148,12 +149,40 @@ def make_tree(root: Path, n: int, size: int = 1024) -> None:
         (d / f"f{i}").write_bytes(data)
 
 
+def _cpu_of(stat_path: str) -> float:
+    """CPU seconds (user + system) of the process or thread whose ``stat`` file this is."""
+    with open(stat_path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_s(pid: int) -> float:
     """CPU seconds (user + system) process ``pid`` used so far: per file, the daemon's cost, which
     a loaded machine inflates less than wall time."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _cpu_of(f"/proc/{pid}/stat")
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of each thread of process ``pid`` (by thread id), with its group: the main
+    thread (trio's loop) or another (trio's workers and the spool's and KV's helpers: their names
+    do not tell them apart, a thread inherits its creator's)."""
+    out: dict[int, tuple[str, float]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            cpu = _cpu_of(f"/proc/{pid}/task/{tid}/stat")
+        except OSError:
+            continue  # (the thread ended meanwhile)
+        out[int(tid)] = ("trio loop" if int(tid) == pid else "other threads", cpu)
+    return out
+
+
+def thread_split(t0: dict, t1: dict, n: int) -> str:
+    """The daemon's CPU per file by thread group between two :func:`thread_cpu` samples (threads
+    that ended in between are missing: the split, not the total, which :func:`cpu_s` gives)."""
+    by: dict[str, float] = {}
+    for tid, (group, cpu) in t1.items():
+        by[group] = by.get(group, 0.0) + cpu - t0.get(tid, (group, 0.0))[1]
+    return ", ".join(f"{k} {v * 1e6 / n:.0f}" for k, v in sorted(by.items()))
 
 
 def fuse_requests(mp: Path) -> tuple[int, dict]:
@@ -240,10 +269,11 @@ def bench_local(args, work: Path, rep: Report) -> None:
         sz = args.size
         nat = [small_files(native / f"small{r}", args.files, size=sz) for r in range(args.reps)]
         nat_f = [small_files(native / f"smallf{r}", args.files, fsync=True, size=sz) for r in range(args.reps)]
-        c0 = cpu_s(lf.proc.pid)
+        c0, t0 = cpu_s(lf.proc.pid), thread_cpu(lf.proc.pid)
         q0, st0 = fuse_requests(lf.mp)
         ours = [small_files(b / f"small{r}", args.files, size=sz) for r in range(args.reps)]
         cpu_ms = (cpu_s(lf.proc.pid) - c0) * 1000 / (args.files * args.reps)
+        t1 = thread_cpu(lf.proc.pid)
         q1, st1 = fuse_requests(lf.mp)
         n = args.files * args.reps
         inline = (st1.get("creates_inline", 0) - st0.get("creates_inline", 0)) / n
@@ -253,6 +283,7 @@ def bench_local(args, work: Path, rep: Report) -> None:
                 f"daemon CPU {cpu_ms:.2f} ms/file; {(q1 - q0) / n:.1f} FUSE requests/file, "
                 f"creates without a thread {inline:.0%}")
         print(f"    requests/file: {per_file(st0, st1, n)}", flush=True)
+        print(f"    daemon CPU by thread, us/file: {thread_split(t0, t1, n)}", flush=True)
         # small files by concurrent writers (their closes share KV transactions)
         w, nw = args.writers, args.files // args.writers * args.writers
         nat = [small_files_parallel(native / f"par{r}", nw, w, size=sz) for r in range(args.reps)]
@@ -282,6 +313,7 @@ def bench_local(args, work: Path, rep: Report) -> None:
         # more CPU (scripts/bench/mount_core_files.py: the CPU outside its calling thread)
         nat, ours, cpu = [], [], 0.0
         q0, st0 = fuse_requests(lf.mp)
+        t0 = thread_cpu(lf.proc.pid)
         for r in range(args.reps):
             (native / f"tar{r}").mkdir()
             nat.append(timed_cmd("tar", "-xf", str(tarball), "-C", str(native / f"tar{r}")))
@@ -289,6 +321,7 @@ def bench_local(args, work: Path, rep: Report) -> None:
             c0 = cpu_s(lf.proc.pid)
             ours.append(timed_cmd("tar", "-xf", str(tarball), "-C", str(b / f"tar{r}")))
             cpu += cpu_s(lf.proc.pid) - c0
+        t1 = thread_cpu(lf.proc.pid)
         q1, st1 = fuse_requests(lf.mp)
         n = args.tar_files * args.reps
         rep.add(f"tar -x of {args.tar_files} x {kib}: lakefuse", f"{median(ours):.2f} s",
@@ -296,6 +329,7 @@ def bench_local(args, work: Path, rep: Report) -> None:
                 f"{args.tar_files / median(ours):.0f} files/s; daemon CPU {cpu * 1000 / n:.2f} ms/file; "
                 f"{(q1 - q0) / n:.1f} FUSE requests/file")
         print(f"    requests/file: {per_file(st0, st1, n)}", flush=True)
+        print(f"    daemon CPU by thread, us/file: {thread_split(t0, t1, n)}", flush=True)
         # commit of the staged files (the first rep's set plus the big files)
         t0 = time.perf_counter()
         (b / ".lakefuse" / "commit").write_text("bench: small files\n")

@@ -89,13 +89,13 @@ def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "", bas
             extra_env = {**env, **({"LAKEFUSE_S3_LANES": lanes} if lanes else {}), **({"PYTHONPATH": code} if code else {})}
             with mr.LakefuseMount(home, "bench", mp, extra_env, ["--cache-dir", str(work / f"cache{n[0]}")]) as m:
                 pid = m.pid()
-                c0 = mr.cpu_s(pid)
+                c0 = mr.cpu_seconds(pid)
                 t = mr.timed(lambda: mr.read_file(mp / "v1" / "big.bin"))
-                c1 = mr.cpu_s(pid)
+                c1 = mr.cpu_seconds(pid)
                 st = m.stats()
                 stats[row] = {k: st.get(k) for k in ("store_gets", "store_streams", "store_parts", "s3_lanes",
                                                      "reads_awaited", "reads_thread")}
-                cpu_after[row].append(mr.cpu_s(pid) - c1)
+                cpu_after[row].append(mr.cpu_seconds(pid) - c1)
             exited[0] = exited[0] and not mr.alive(pid)  # its MD5 check never overlaps the next timed read
             shutil.rmtree(work / f"cache{n[0]}", ignore_errors=True)
             rows[row].append(size / t / 1e6)

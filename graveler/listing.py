@@ -158,12 +158,11 @@ class MergedIterator:
             elif b is None or a[0] < b[0]:
                 winner = a
                 heads[0] = _UNSET
+            elif a[0] == b[0]:  # the first source's wins; the second's is passed over
+                winner = a
+                heads[0] = heads[1] = _UNSET
             else:
-                if a[0] == b[0]:  # the first source's wins; the second's is passed over
-                    winner = a
-                    heads[0] = _UNSET
-                else:
-                    winner = b
+                winner = b
                 heads[1] = _UNSET
             self._lower = winner[0] + b"\x00"
             if winner[1] is None and not self._keep:

@@ -75,6 +75,11 @@ def check_prefix(prefix: str | bytes) -> bytes:
     return b
 
 
+# The names name_problem refuses for what they are (the rest it refuses by length, NUL or '/'):
+# a hot loop may test those itself and call it only then (lakefuse.mount.listing).
+REFUSED_NAMES = frozenset({b".", b".."}) | RESERVED_NAMES
+
+
 def name_problem(name: bytes) -> str | None:
     """Why ``name`` cannot be one component of a filesystem path (None: it can)."""
     if not name:

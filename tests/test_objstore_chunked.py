@@ -8,6 +8,7 @@ import pytest
 
 from graveler.errors import CorruptedData, NotFound
 from graveler.objstore import LocalStore
+from graveler.objstore.base import ObjectStream
 from graveler.objstore.chunked import ChunkedReader, DataCache
 
 
@@ -394,7 +395,7 @@ class PacedStore(LocalStore):
                             size + (1 if self.replaced_parts and not first and start > 0 else 0))
 
 
-class _PacedStream:
+class _PacedStream(ObjectStream):  # (its own read; ObjectStream's readinto)
     def __init__(self, store, key, start, length, total):
         self.store, self.key, self.pos, self.end, self.total = store, key, start, start + length, total
         self.closed = False

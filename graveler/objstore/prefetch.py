@@ -5,7 +5,6 @@ its growth and reset: see :mod:`graveler.objstore.chunked`), owned by a :class:`
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError
@@ -118,13 +117,6 @@ def _set(f: Future, result=None, exc: BaseException | None = None) -> None:
         pass
 
 
-def _read_into(stream, view: memoryview) -> int:
-    """``readinto`` of a stream that has only ``read``."""
-    data = stream.read(len(view))
-    view[:len(data)] = data
-    return len(data)
-
-
 class _Stream:
     """One GET of chunks ``first`` .. ``end`` - 1 -- the stream (to the end of the object) or, with
     ``chain`` (the stream it follows), a part -- read chunk by chunk in a thread of its own into the
@@ -178,7 +170,7 @@ class _Stream:
                                     f"the entry says {r.size}", r.store.full_uri(r.key))
             t1 = time.monotonic()
             got = 0
-            readinto = getattr(stream, "readinto", None) or functools.partial(_read_into, stream)
+            readinto = stream.readinto  # (ObjectStream's: into our buffer, where the store can)
             with r._lock:
                 r.gets += 1
                 if self.part:

@@ -176,8 +176,7 @@ class _S3Stream(ObjectStream):
         except _BODY_ERRORS as exc:
             raise self.store._map(exc, "get_range", self.key) from exc
         except (bex.BotoCoreError, OSError) as exc:
-            raise StoreUnavailable(f"get_range {self.store.full_uri(self.key)}: the response broke off "
-                                   f"({type(exc).__name__})") from exc
+            raise self._broke_off(exc) from exc
 
     def read(self, n: int) -> bytes:
         if self._left is not None:
@@ -192,25 +191,19 @@ class _S3Stream(ObjectStream):
     def readinto(self, buf) -> int:
         """Up to ``len(buf)`` bytes received straight into ``buf`` (no bytes object on the way: the
         socket's bytes land in the caller's buffer); 0 at the end of the range."""
-        view = memoryview(buf)
-        if self._left is not None and len(view) > self._left:
-            view = view[:self._left]
-        if not view:
-            return 0
         fp = self._fp
         if fp is None:  # not a plain http.client body: through botocore (a copy)
-            data = self._raw(len(view))
-            n = len(data)
-            view[:n] = data
-        else:
-            try:
-                n = fp.readinto(view)
-            except (TimeoutError, OSError, http.client.HTTPException) as exc:
-                raise self._broke_off(exc) from exc
-        if self._left is not None:
-            self._left -= n
-            if self._left == 0 and fp is not None and fp.isclosed():
-                self._release()  # read to its end: the connection goes back to botocore's pool
+            return super().readinto(buf)
+        view = memoryview(buf)[:self._left]  # (a plain body has a known length: _plain_fp)
+        if not view:
+            return 0
+        try:
+            n = fp.readinto(view)
+        except (OSError, http.client.HTTPException) as exc:  # (TimeoutError is an OSError)
+            raise self._broke_off(exc) from exc
+        self._left -= n
+        if self._left == 0 and fp.isclosed():
+            self._release()  # read to its end: the connection goes back to botocore's pool
         return n
 
     def _plain_fp(self):

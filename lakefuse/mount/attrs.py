@@ -185,33 +185,31 @@ class AttrRules:
 
     def stat_attrs(self, stats: list, tree) -> list:
         """:meth:`file_attr` of each entry of a listing page without user metadata, from its
-        ``(size, mtime)`` as :func:`graveler.model.entry_stats` decoded it (None stays None):
-        what :meth:`_file_attr` makes of them, a page in one call."""
+        ``(size, mtime)`` as :func:`graveler.model.entry_stats` decoded it (None stays None)."""
+        plain = self._plain_attr(tree)
+        return [None if s is None else plain(*s) for s in stats]
+
+    def _plain_attr(self, tree):
+        """What a file of ``tree`` without user metadata shows, as a function of its size and
+        last-modified time (ns; 0: none kept, the tree's time shows)."""
         c = self.config
         et, at = self.timeouts(tree)
         uid, gid, tmt = c.uid, c.gid, tree.mtime_ns
         if not self.writable:
-            return [None if s is None else Attr(0, FILE_MODE, s[0], s[1] or tmt, uid, gid, 1, et, at) for s in stats]
+            return lambda size, mtime: Attr(0, FILE_MODE, size, mtime or tmt, uid, gid, 1, et, at)
         mode = FILE_MODE if tree.immutable else stat.S_IFREG | BRANCH_FILE_MODE  # a writable default on branches
         # atime: the mtime; ctime: when last staged (0: none kept, the mtime)
-        return [None if s is None else Attr(0, mode, s[0], s[1] or tmt, uid, gid, 1, et, at, s[1] or tmt, s[1])
-                for s in stats]
+        return lambda size, mtime: Attr(0, mode, size, mtime or tmt, uid, gid, 1, et, at, mtime or tmt, mtime)
 
     def entry_attr(self, entry: Entry, tree) -> Attr:
         """:meth:`file_attr` of ``entry.to_value()``, from the entry as it is (no encoding, no decoding)."""
         return self._file_attr(entry.size, entry.last_modified_ns, entry.metadata or None, tree)
 
     def _file_attr(self, size: int, mtime_ns: int, metadata: dict | None, tree) -> Attr:
+        if not metadata:
+            return self._plain_attr(tree)(size, mtime_ns)
         c = self.config
         et, at = self.timeouts(tree)
-        if not metadata:
-            a = Attr(0, FILE_MODE, size, mtime_ns or tree.mtime_ns, c.uid, c.gid, 1, et, at)
-            if self.writable:
-                if not tree.immutable:
-                    a.mode = stat.S_IFREG | BRANCH_FILE_MODE  # a writable default on branch trees
-                a.ctime_ns = mtime_ns  # 0 (none kept): the mtime
-                a.atime_ns = a.mtime_ns
-            return a
         pa = PosixAttrs.from_metadata(metadata)
         mode, uid, gid = FILE_MODE, c.uid, c.gid
         if pa.symlink is not None:

@@ -103,17 +103,23 @@ class InodeTable:
             node = self._nodes.get(ino) if ino is not None else None
             new = node is None
             if new:
-                ino = self._gone.pop(key, None) if self._gone else None
-                if ino is None:
-                    ino = self._next
-                    self._next += 1
-                node = Node(ino, key, kind, tree, path, parent_ino)
-                self._nodes[node.ino] = node
-                self._by_key[key] = node.ino
+                node = self._make(key, kind, tree, path, parent_ino)
             node.nlookup += lookups
         if new and self.on_new is not None:
             self.on_new([node])
         return node, new
+
+    def _make(self, key: Hashable, kind: Kind, tree, path: bytes, parent_ino: int) -> Node:
+        """A new node for ``key`` (the lock held): the number it had before the kernel forgot
+        it (an immutable tree's, :meth:`forget`), else the next one."""
+        ino = self._gone.pop(key, None) if self._gone else None
+        if ino is None:
+            ino = self._next
+            self._next += 1
+        node = Node(ino, key, kind, tree, path, parent_ino)
+        self._nodes[ino] = node
+        self._by_key[key] = ino
+        return node
 
     def acquire_many(self, entries, parent_ino: int) -> list[Node]:
         """:meth:`acquire` (one lookup each) of every entry of a readdir reply, under one lock:
@@ -122,19 +128,13 @@ class InodeTable:
         append = out.append
         made = []
         with self._lock:
-            nodes, by_key, gone = self._nodes, self._by_key, self._gone
+            nodes, by_key, make = self._nodes, self._by_key, self._make
             for e in entries:
                 key = e.key
                 ino = by_key.get(key)
                 node = nodes.get(ino) if ino is not None else None
                 if node is None:
-                    ino = gone.pop(key, None) if gone else None
-                    if ino is None:
-                        ino = self._next
-                        self._next += 1
-                    node = Node(ino, key, e.kind, e.tree, e.path, parent_ino)
-                    nodes[ino] = node
-                    by_key[key] = ino
+                    node = make(key, e.kind, e.tree, e.path, parent_ino)
                     made.append(node)
                 node.nlookup += 1
                 append(node)

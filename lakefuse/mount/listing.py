@@ -205,9 +205,6 @@ def _nlink_of(fs, entries: list[DirEntry], raw: int) -> int:
     return 1 if raw > fs.config.nlink_scan else 2 + sum(1 for e in entries if e.kind == Kind.DIR)
 
 
-_ODD_NAMES = frozenset({b".", b".."}) | paths.RESERVED_NAMES  # names name_problem refuses by value
-
-
 def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp: int) -> list[DirEntry]:
     """Visible entries of one listing page, with the path rule applied (a listing's hot
     path: one pass, names looked up once)."""
@@ -219,7 +216,7 @@ def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp
     rules = fs.rules
     file_attr = rules.file_attr
     name_problem = paths.name_problem
-    odd = _ODD_NAMES
+    odd = paths.REFUSED_NAMES
     max_name = paths.MAX_NAME_BYTES
     tkey = tree.key
     # the attributes of the entries without user metadata, decoded in one call (the rest: file_attr)

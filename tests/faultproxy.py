@@ -107,19 +107,23 @@ class FaultProxy:
         self.release()
 
     def release(self) -> None:
-        """End every hang now (the connections are closed); new hangs hang again."""
-        self._released.set()
-        self._released = threading.Event()
+        """End every hang of a request that arrived before this call (the connections are
+        closed), even one still sending its first bytes; a request arriving later hangs again."""
+        with self._lock:
+            released, self._released = self._released, threading.Event()
+        released.set()
 
-    def _pick(self, method: str, path: str) -> Fault | None:
+    def _pick(self, method: str, path: str) -> tuple[Fault | None, threading.Event]:
+        """The rule a request meets, and the event that ends its hang: the one current when the
+        request arrived (a release after that ends it, wherever the handler is by then)."""
         with self._lock:
             self.requests += 1
             for rule in self._rules:
                 if rule.matches(method, path):
                     rule.hits += 1
                     self.faults += 1
-                    return rule
-        return None
+                    return rule, self._released
+            return None, self._released
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -167,8 +171,7 @@ class FaultProxy:
                 return self.rfile.read(n) if n else b""
 
             def _hang(self, fault: Fault) -> None:
-                released = proxy._released
-                released.wait(fault.delay or 3600)
+                self._released_at_pick.wait(fault.delay or 3600)
                 self.close_connection = True
 
             def _error(self, fault: Fault) -> None:
@@ -182,7 +185,7 @@ class FaultProxy:
                     self.wfile.write(body)
 
             def _forward(self) -> None:
-                fault = proxy._pick(self.command, self.path)
+                fault, self._released_at_pick = proxy._pick(self.command, self.path)
                 body = self._body()
                 if fault is not None:
                     log.debug("faultproxy: %s %s -> %s", self.command, self.path, fault.kind)

@@ -150,6 +150,51 @@ def test_s3_object_in_the_data_cache_is_read_from_its_whole_file(s3world):
     assert [p.stat().st_size for p in whole if p.stat().st_size == len(BIG)] == [len(BIG)]
 
 
+def test_a_first_cold_open_skips_the_page_cache_and_maps_all_the_same(s3world):
+    """The mount's first open of a remote object headed for the whole-object cache, on a tag, is
+    served without the kernel's page cache (FOPEN_DIRECT_IO: later opens read the cache's file by
+    passthrough, so those pages would never be read again); it still reads and maps shared right
+    (FUSE_CAP_DIRECT_IO_ALLOW_MMAP). A first open that did not read from the start leaves no whole
+    file: the next open is an ordinary cached one."""
+    import hashlib
+    import subprocess
+    import sys
+
+    w = s3world
+    mp = w["tmp"] / "mnt"
+    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=w["env"]):
+        st = _stats(mp)
+        if st["passthrough"] != "on":
+            assert st["cold_direct_io"] == "off"
+            pytest.skip(f"FUSE passthrough is {st['passthrough']}: no cold direct I/O either")
+        assert st["cold_direct_io"] == "on", st  # this kernel (>= 6.6) maps direct_io files
+        tail = len(BIG) - 1_000_000
+        with open(mp / "v1" / "big.bin", "rb") as f:  # the first open reads only the end
+            f.seek(tail)
+            assert f.read() == BIG[tail:]
+        st = _stats(mp)
+        assert st["opens_direct_io"] == 1 and st["data_cache"].get("whole_filled", 0) == 0, st
+        with open(mp / "v1" / "big.bin", "rb") as f:  # not the first: the page cache, as before
+            assert f.read() == BIG
+        assert _stats(mp)["opens_direct_io"] == 1
+    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache2"), env=w["env"]):
+        # a new cache: the first open is cold again. Mapped in another process: a page fault holds
+        # this one's GIL, and moto answers the daemon from a thread of this process
+        probe = ("import hashlib, mmap, sys\n"
+                 "with open(sys.argv[1], 'rb') as f, mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as m:\n"
+                 "    print(len(m), hashlib.sha256(m).hexdigest())\n")
+        out = subprocess.run([sys.executable, "-c", probe, str(mp / "v1" / "big.bin")], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [str(len(BIG)), hashlib.sha256(BIG).hexdigest()]
+        st = _wait_whole(mp, 1)
+        assert st["opens_direct_io"] == 1 and st["data_cache"]["whole_filled"] == 1, st
+        with open(mp / "v1" / "big.bin", "rb") as f:  # later opens: the whole file, by passthrough
+            assert f.read() == BIG
+        st = _stats(mp)
+        assert st["opens_direct_io"] == 1 and st["opens_passthrough_cache"] >= 1, st
+
+
 def test_s3_unreachable_store_fails_the_mount_with_a_reason(s3world, tmp_path):
     import subprocess
 

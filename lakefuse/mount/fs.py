@@ -129,6 +129,10 @@ class Filesystem(Opens, Reads, XattrReads):
         # FUSE passthrough: which inodes are bound to which object file; branch files too
         self.backings = Backings()
         self.branch_passthrough = True
+        # a remote object's first, daemon-served open with FOPEN_DIRECT_IO when its whole file will
+        # serve every later open by passthrough (see opens._cold_direct_io); set at FUSE init when
+        # the kernel lets such a file be mapped shared
+        self.cold_direct_io = False
         self._local_store = str(getattr(repo, "storage_namespace", "")).startswith("file:")
         root = self.inodes.get(ROOT_INO)
         root.attr = self.rules.dir_attr(ROOT_INO, self.started_ns, self.config.branch_timeout,

@@ -157,6 +157,9 @@ class Operations(pyfuse3.Operations):
             self.passthrough = pyfuse3.passthrough_enabled()
             if not self.passthrough:
                 self.stats.set("passthrough", "unavailable (the kernel does not offer it)")
+        dio_mmap = getattr(pyfuse3, "direct_io_mmap_enabled", None)
+        self.fs.cold_direct_io = bool(self.passthrough and dio_mmap is not None and dio_mmap())
+        self.stats.set("cold_direct_io", "on" if self.fs.cold_direct_io else "off")
         log.debug("FUSE passthrough: %s", self.stats.get("passthrough"))
 
     def _passthrough_open(self, ctx, fi: pyfuse3.FileInfo, fd: int) -> bool:

@@ -108,6 +108,7 @@ class Opens:
         if entry.size > 0 and not stat.S_ISLNK(node.attr.mode):
             reader = self._open_object(tree, node.path, entry)
         wanted = passthrough  # a remote object's: its whole file in the data cache, if there is one
+        opened_before = node.opened_identity == value.identity  # (this mount served it already)
         if passthrough and reader is not None and not hasattr(reader, "bytes_from_store"):
             # the FUSE page cache is neither used nor filled: dropped if the kernel refuses (the
             # daemon then serves this open), and a later cached open starts empty
@@ -135,9 +136,31 @@ class Opens:
             if reader is not None and self.data_cache is not None:
                 backing_fd = h.open_cached(wanted and tree.immutable,
                                            self.config.small_file_bytes)
+        direct_io = backing_fd < 0 and not opened_before and self._cold_direct_io(h, wanted and tree.immutable)
+        if direct_io:
+            keep = False  # the kernel keeps no page of this open: nothing to keep for the next
+            self.stats.add("opens_direct_io")
         self.inodes.open(node)
         self.stats.add("opens")
-        return Opened(self.new_fh(h), keep, False, backing_fd, True)  # an object's handle: no flush
+        return Opened(self.new_fh(h), keep, direct_io, backing_fd, True)  # an object's handle: no flush
+
+    def _cold_direct_io(self, h, passthrough: bool) -> bool:
+        """Whether this first, daemon-served open of a remote object skips the kernel's page
+        cache (FOPEN_DIRECT_IO): a read of it from the start fills the object's whole file in the
+        data cache, and every later open is passthrough from that file (``passthrough``: an
+        immutable tree's read-only open; the object small enough to be kept whole, too big to
+        have been read whole at open), so the FUSE page cache would hold a second copy of pages
+        no later open reads, and filling it is a reply's main cost on a host slow to hand out
+        fresh memory (see docs/SEMANTICS.md). The caller asks only at the mount's first open of
+        the object: a reader that did not read it from the start (no whole file) gets the page
+        cache from its second open on, as before. Only where the kernel maps such a file shared
+        all the same (``cold_direct_io``, FUSE init)."""
+        if not (passthrough and self.cold_direct_io and isinstance(h, ObjectHandle)):
+            return False
+        reader = h.reader
+        cache = self.data_cache
+        return (reader is not None and cache is not None and getattr(reader, "content", None) is None
+                and self.config.small_file_bytes < h.size <= cache.whole_max)
 
     def open_fast(self, ino: int, flags: int, passthrough: bool) -> Opened | None:
         """:meth:`open` of a local object for reading when the kernel will read it itself

@@ -116,9 +116,10 @@ class Opens:
             node.opened_identity = None
         else:
             passthrough = False
-            keep = tree.immutable or node.opened_identity == value.identity
+            keep = tree.immutable or opened_before
             node.opened_identity = value.identity
         backing_fd = -1
+        direct_io = False
         if reader is not None and not hasattr(reader, "bytes_from_store"):  # a local object file
             content = None
             if passthrough:
@@ -134,33 +135,28 @@ class Opens:
         else:
             h = ObjectHandle(node, reader, entry.size, self.spool, self.stats, self.log_once, self.repo.name)
             if reader is not None and self.data_cache is not None:
-                backing_fd = h.open_cached(wanted and tree.immutable,
-                                           self.config.small_file_bytes)
-        direct_io = backing_fd < 0 and not opened_before and self._cold_direct_io(h, wanted and tree.immutable)
-        if direct_io:
-            keep = False  # the kernel keeps no page of this open: nothing to keep for the next
-            self.stats.add("opens_direct_io")
+                to_kernel = wanted and tree.immutable
+                backing_fd = h.open_cached(to_kernel, self.config.small_file_bytes)
+                if backing_fd < 0 and to_kernel and not opened_before and self._cold_direct_io(entry.size):
+                    direct_io = True
+                    keep = False  # the kernel keeps no page of this open: nothing to keep for the next
+                    self.stats.add("opens_direct_io")
         self.inodes.open(node)
         self.stats.add("opens")
         return Opened(self.new_fh(h), keep, direct_io, backing_fd, True)  # an object's handle: no flush
 
-    def _cold_direct_io(self, h, passthrough: bool) -> bool:
-        """Whether this first, daemon-served open of a remote object skips the kernel's page
-        cache (FOPEN_DIRECT_IO): a read of it from the start fills the object's whole file in the
-        data cache, and every later open is passthrough from that file (``passthrough``: an
-        immutable tree's read-only open; the object small enough to be kept whole, too big to
-        have been read whole at open), so the FUSE page cache would hold a second copy of pages
-        no later open reads, and filling it is a reply's main cost on a host slow to hand out
-        fresh memory (see docs/SEMANTICS.md). The caller asks only at the mount's first open of
+    def _cold_direct_io(self, size: int) -> bool:
+        """Whether the mount's first, daemon-served open of a remote object of ``size`` bytes,
+        on an immutable tree, read-only, its whole file not in the data cache yet, skips the
+        kernel's page cache (FOPEN_DIRECT_IO): a read of it from the start fills that whole file,
+        and every later open is passthrough from it (the object small enough to be kept whole,
+        too big to have been read whole at open), so the FUSE page cache would hold a second
+        copy of pages no later open reads, and filling it is a reply's main cost on a host slow
+        to hand out fresh memory (see docs/SEMANTICS.md). The caller asks only at the mount's first open of
         the object: a reader that did not read it from the start (no whole file) gets the page
         cache from its second open on, as before. Only where the kernel maps such a file shared
         all the same (``cold_direct_io``, FUSE init)."""
-        if not (passthrough and self.cold_direct_io and isinstance(h, ObjectHandle)):
-            return False
-        reader = h.reader
-        cache = self.data_cache
-        return (reader is not None and cache is not None and getattr(reader, "content", None) is None
-                and self.config.small_file_bytes < h.size <= cache.whole_max)
+        return self.cold_direct_io and self.config.small_file_bytes < size <= self.data_cache.whole_max
 
     def open_fast(self, ino: int, flags: int, passthrough: bool) -> Opened | None:
         """:meth:`open` of a local object for reading when the kernel will read it itself

@@ -133,12 +133,13 @@ class RepoCore:
             return pin
         return self.pin(ref)
 
-    def iterator(self, pin: Pin, start: bytes = b"", batch: int = 64):
+    def iterator(self, pin: Pin, start: bytes = b"", batch: int = 64, end: bytes | None = None):
         """Seekable (path, value) iterator of what ``pin`` shows from ``start``: the
         committed tree, under the branch's staging tokens for a branch (tombstones hide
         committed keys). BranchMoved from ``next`` when the branch moved. ``batch``: the
-        staged entries read at first (and after each seek; more as reading goes on)."""
-        committed = CommittedIterator(self.committed, pin.commit.meta_range_id, start)
+        staged entries read at first (and after each seek; more as reading goes on).
+        ``end``: no key >= ``end`` is wanted (:class:`CommittedIterator`)."""
+        committed = CommittedIterator(self.committed, pin.commit.meta_range_id, start, end)
         if not pin.resolved.tokens:
             return committed
         sources = [self.staging.iterator(t, start, pin.guard, batch) for t in pin.resolved.tokens]

@@ -34,17 +34,21 @@ class SeekIterator(Protocol):
 class CommittedIterator:
     """``CommittedManager.iterator`` as a seekable iterator."""
 
-    __slots__ = ("_cm", "_mr", "_gen", "_head", "_lower")
+    __slots__ = ("_cm", "_mr", "_gen", "_head", "_lower", "_end")
 
     READ_AHEAD = 16
 
-    def __init__(self, committed, metarange_id: str, start: bytes = b""):
+    def __init__(self, committed, metarange_id: str, start: bytes = b"", end: bytes | None = None):
+        """``end``: no key >= ``end`` is wanted (ranges that start there are never opened;
+        keys there may still be returned from a range entered before)."""
         self._cm = committed
         self._mr = metarange_id
+        self._end = end
         self._open(start)
 
     def _open(self, start: bytes) -> None:
-        self._gen = self._cm.iterator(self._mr, start)
+        self._gen = self._cm.iterator(self._mr, start) if self._end is None else \
+            self._cm.iterator(self._mr, start, self._end)
         self._head: Item | None = None
         self._lower = start  # every key >= _lower not yet returned is still ahead
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from graveler.core import Pin, RepoCore
 from graveler.errors import NotFound
+from graveler.kv.base import prefix_successor
 from graveler.listing import ListItem, list_items
 from graveler.model import AddressType, Entry, EntryLocation, Value
 from graveler.objects import EntryReader
@@ -142,7 +143,9 @@ class View:
         below = path + _SEP
 
         def run(pin: Pin) -> PathStat:
-            it = self._core.iterator(pin, path, batch=4)  # it reads one to three entries: not a 64-entry batch
+            # it reads one to three entries (not a 64-entry batch), none past the keys under path/
+            # (a damaged range after them must not fail a healthy path's stat)
+            it = self._core.iterator(pin, path, batch=4, end=prefix_successor(below))
             item = it.next()
             value = None
             if item is not None and item[0] == path:

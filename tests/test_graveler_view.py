@@ -140,3 +140,30 @@ def test_stat_reads_a_few_staged_entries_not_a_batch(repo, monkeypatch):
     assert v.stat(b"d").is_dir and limits == [4]
     limits.clear()
     assert len(v.list_page(b"d/", b"", 100)) == 100 and limits[0] == 64
+
+
+def test_stat_of_a_healthy_path_does_not_open_the_damaged_range_after_it(tmp_path):
+    """A path's stat asks what comes right after it (is it also a directory?): the metarange
+    says the next range starts past anything under ``path/``, so that range is not opened,
+    and a damaged one fails only the paths it holds."""
+    from graveler.committed.writer import RangeParams
+
+    r = make_repo(tmp_path, "damaged", range_params=RangeParams(min_range_size=0, max_range_size=1024,
+                                                                raggedness=5))
+    r.stage_many("main", [(f"d{i:02d}/f{j:02d}", entry(f"e{i}-{j}")) for i in range(8) for j in range(8)])
+    r.commit("main", "many ranges")
+    infos = r._committed.list_ranges(r.get_commit("main").meta_range_id)
+    assert len(infos) >= 3
+    victim = infos[1]
+    path = tmp_path / "ns-damaged" / "_lakefs" / victim.id
+    data = bytearray(path.read_bytes())
+    data[10:40] = b"\x00" * 30
+    path.write_bytes(bytes(data))
+    v = r.view("main")
+    before = infos[0].max_key  # the last key of the healthy range just before the damaged one
+    st = v.stat(before)
+    assert st.value is not None and not st.is_dir
+    with pytest.raises(CorruptedData):
+        v.stat(victim.min_key)
+    after = infos[2].min_key
+    assert v.stat(after).value is not None

@@ -249,19 +249,27 @@ class TableReader:
         """(key, encoded value) of one range from ``start`` on."""
         return itertools.chain.from_iterable(self._range_scans([info], start, False))
 
-    def iterator(self, metarange_id: str, start: bytes = b"") -> Iterator[tuple[bytes, Value]]:
+    def iterator(self, metarange_id: str, start: bytes = b"", end: bytes | None = None
+                 ) -> Iterator[tuple[bytes, Value]]:
         """All records with key >= ``start``, in order; ranges are opened as they are entered.
+        ``end``: the caller wants no key >= ``end``: the records stop before a range whose
+        first key (the metarange says) is there, unopened -- a damaged range after the keys
+        asked for fails nothing (the last records of the range before may still reach it).
 
         The records come straight from the tables' scans (compiled: no Python frame per record).
         """
-        return itertools.chain.from_iterable(self._metarange_scans(metarange_id, start))
+        return itertools.chain.from_iterable(self._metarange_scans(metarange_id, start, end))
 
-    def _metarange_scans(self, metarange_id: str, start: bytes) -> Iterator[Iterator[tuple[bytes, Value]]]:
+    def _metarange_scans(self, metarange_id: str, start: bytes,
+                         end: bytes | None = None) -> Iterator[Iterator[tuple[bytes, Value]]]:
         m = self.metarange(metarange_id)
-        yield from self._range_scans(m.infos[bisect_left(m.max_keys, start):], start, True)
+        yield from self._range_scans(m.infos[bisect_left(m.max_keys, start):], start, True, end)
 
-    def _range_scans(self, infos: list[RangeInfo], start: bytes, records: bool) -> Iterator[Iterator]:
+    def _range_scans(self, infos: list[RangeInfo], start: bytes, records: bool,
+                     end: bytes | None = None) -> Iterator[Iterator]:
         for info in infos:
+            if end is not None and info.min_key >= end:
+                return
             t = self.open(info.id)
             yield t.seek_ge(start, VALUE_DECODER if records else None)
             start = b""

@@ -1,8 +1,9 @@
 """Immutable trees answered from memory (lakefuse.mount.dircache): a directory of a commit or
 tag whose whole listing was read answers lookups of its files (and of names it lacks) with
 no KV read, the same attributes a fresh mount reads; a committed local file the kernel reads
-itself (passthrough) opens without a thread. Branch trees are never answered from it: a
-change made behind the mount shows. The core driven directly, then a real mount."""
+itself (passthrough) opens without a thread. A branch directory's listing answers only while
+the branch's stamp is the one it was read at, and known current: a change made behind the
+mount, or through it, shows. The core driven directly, then a real mount."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from graveler.objstore.cached_open import open_cached
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.fs import Filesystem, FsConfig
 from lakefuse.mount.trees import FRESH_NS
+from lakefuse.mount.writes import Caller
 from tests.mount_core_testutil import ino_of, readdir_all, seeded_repo, writable_core
 from tests.mount_testutil import MountProc, needs_fuse
 
+ME = Caller(uid=os.getuid(), gid=os.getgid())
 FILES = {f"d/f{i:02d}": f"file {i}\n".encode() * (i + 1) for i in range(12)}
 FILES.update({"d/sub/x": b"x", "d/ln": b"", "top": b"t"})
 
@@ -80,17 +83,84 @@ def test_repeated_lookups_read_the_directory_once(repo, tmp_path):
     assert small.lookup_fast(d, b"f03") is None
 
 
-def test_branch_trees_are_never_answered_from_memory(repo, tmp_path):
+def test_a_branch_directory_answers_from_memory_only_while_its_stamp_stands(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        d = ino_of(fs, "main/d")
+        readdir_all(fs, d)  # read whole, in one page, at the branch's stamp
+        before = fs.stats.counts["lookups_memory"]
+        with writable_core(repo, tmp_path / "cache2") as fresh:  # what a fresh mount reads, key by key
+            fd = ino_of(fresh, "main/d")
+            for name in (b"f00", b"f07", b"ln"):
+                got = fs.lookup_fast(d, name)
+                assert got is not None, name
+                assert _fields(got) == _fields(fresh.lookup(fd, name)), name
+                assert got.ino == fs.lookup(d, name).ino
+        assert fs.stats.counts["lookups_memory"] - before >= 3
+        assert fs.lookup_fast(d, b"sub") is None  # a directory: read
+        with pytest.raises(FsError) as e:  # a name the listing lacks: not cached by the kernel
+            fs.lookup_fast(d, b"nope")
+        assert e.value.errno == errno.ENOENT and not e.value.cache_timeout
+        repo.upload("main", "d/f00", b"changed behind the mount")  # another process
+        repo.upload("main", "d/new", b"new")
+        time.sleep(FRESH_NS / 1e9 + 0.01)  # the branch's stamp is no longer known current
+        assert fs.lookup_fast(d, b"f00") is None and fs.lookup_fast(d, b"new") is None
+        assert fs.lookup(d, b"f00").size == len(b"changed behind the mount")  # read: the new stamp
+        assert fs.lookup(d, b"new").size == 3
+        fs.lookup(d, b"f01")  # the second lookup that read at this stamp reads the listing again
+        assert fs.lookup_fast(d, b"new").size == 3
+        # the mount's own change moves the stamp: the listing no longer answers
+        fs.unlink(d, b"f02")
+        assert fs.lookup_fast(d, b"f02") is None
+        with pytest.raises(FsError) as e:
+            fs.lookup(d, b"f02")
+        assert e.value.errno == errno.ENOENT
+
+
+def test_a_branch_listing_is_not_read_whole_where_the_branch_keeps_changing(repo, tmp_path):
+    """Lookups that miss at a new stamp each time (a directory being written to) read keys, not
+    the listing again and again."""
+    with writable_core(repo, tmp_path / "cache") as fs:
+        d = ino_of(fs, "main/d")
+        key = fs.inodes.get(d).tree.key
+        for i in range(4):
+            repo.upload("main", f"d/w{i}", b"w")  # the stamp moves between the lookups
+            fs.lookup(d, f"f0{i}".encode())
+            assert fs.branch_dirs.get_at(key, b"d") is None
+        fs.lookup(d, b"f05")  # two at one stamp: read whole
+        held = fs.branch_dirs.get_at(key, b"d")
+        assert held is not None and b"w3" in held[0]
+
+
+def test_a_branch_directory_too_big_to_hold_is_not_read_whole_again_at_each_stamp(repo, tmp_path):
+    fs = Filesystem(repo, FsConfig(readdir_page=3, nlink_scan=2))  # d has more names than a page
+    d = ino_of(fs, "main/d")
+    view = fs.inodes.get(d).tree.view
+    pages = []
+    real = view.list_page
+    view.list_page = lambda *a, **k: pages.append(a) or real(*a, **k)  # counts the listing reads
+    fs.lookup(d, b"f00")
+    fs.lookup(d, b"f01")  # the second at one stamp: tries the whole listing, finds it too big
+    assert len(pages) == 1
+    for i in range(3):
+        repo.upload("main", f"d/w{i}", b"w")  # a new stamp each time
+        fs.lookup(d, b"f02")
+        fs.lookup(d, b"f03")
+    assert len(pages) == 1 and fs.lookup_fast(d, b"f04") is None
+    assert fs.lookup(d, b"w2").size == 1
+
+
+def test_a_file_created_and_not_yet_staged_is_never_missed_by_a_held_listing(repo, tmp_path):
     with writable_core(repo, tmp_path / "cache") as fs:
         d = ino_of(fs, "main/d")
         readdir_all(fs, d)
-        fs.lookup(d, b"f00")
-        fs.lookup(d, b"f01")
-        assert fs.lookup_fast(d, b"f00") is None
-        repo.upload("main", "d/f00", b"changed behind the mount")  # another process
-        repo.upload("main", "d/new", b"new")
-        assert fs.lookup(d, b"f00").size == len(b"changed behind the mount")
-        assert fs.lookup(d, b"new").size == 3
+        assert fs.lookup_fast(d, b"f00") is not None
+        o, _ = fs.create(d, b"brand-new", 0o644, os.O_WRONLY | os.O_CREAT, ME)  # staged at its first save
+        assert fs.lookup_fast(d, b"brand-new") is None  # not ENOENT: the thread path settles it
+        assert fs.lookup(d, b"brand-new").size == 0
+        fs.write(o.fh, 0, b"abc")
+        fs.flush(o.fh)
+        fs.release(o.fh)
+        assert fs.lookup(d, b"brand-new").size == 3
 
 
 def test_the_cache_is_bounded_and_dropped_with_its_tree(repo):
@@ -149,9 +219,13 @@ def test_a_mount_reads_a_tag_from_memory_and_passthrough(repo, tmp_path):
         mp = m.mountpoint
         for name, data in FILES.items():
             assert (mp / "v1" / name).read_bytes() == data
-            assert (mp / "main" / name).read_bytes() == data
         st = json.loads((mp / ".lakefuse" / "stats").read_text())
-        assert st["lookups_memory"] >= len([n for n in FILES if n.startswith("d/f")]) - 2
+        n_files = len([n for n in FILES if n.startswith("d/f")])
+        assert st["lookups_memory"] >= n_files - 2
+        for name, data in FILES.items():  # the branch, unchanged: its directory is read whole once too
+            assert (mp / "main" / name).read_bytes() == data
+        st2 = json.loads((mp / ".lakefuse" / "stats").read_text())
+        assert st2["lookups_memory"] - st["lookups_memory"] >= n_files - 2
         assert not (mp / "v1" / "d" / "nope").exists()
         # a fresh mount's attributes of the same tag: the same
         m2 = MountProc(home, "dcache", tmp_path / "mnt2").start()

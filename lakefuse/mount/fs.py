@@ -48,7 +48,7 @@ import threading
 import time
 
 from graveler import paths
-from graveler.errors import InvalidArgument, NotFound
+from graveler.errors import GravelerError, InvalidArgument, NotFound
 from graveler.model import Entry, Value
 from graveler.objects import PosixAttrs
 from lakefuse.mount import control, listing, special
@@ -114,6 +114,7 @@ class Filesystem(Opens, Reads, XattrReads):
         self.inodes.on_drop = self._dropped
         self.inodes.on_new = self._made
         self.dircache = DirCache(self.config.dir_cache_names)
+        self.branch_dirs = DirCache(self.config.dir_cache_names)  # branch listings, each with its stamp
         self.started_ns = time.time_ns()
         self._trees: dict[tuple, Tree] = {}
         self._trees_lock = threading.Lock()
@@ -183,8 +184,8 @@ class Filesystem(Opens, Reads, XattrReads):
                 gone = True
             else:
                 gone = False
-        if gone and tree.immutable:
-            self.dircache.drop_tree(tree.key)  # its entries name this Tree: a new one is made if shown again
+        if gone:  # its entries name this Tree: a new one is made if shown again
+            (self.dircache if tree.immutable else self.branch_dirs).drop_tree(tree.key)
 
     def acquire(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                 value: Value | None = None, stamp: int = 0, lookups: int = 1) -> Attr:
@@ -219,28 +220,64 @@ class Filesystem(Opens, Reads, XattrReads):
     # ------------------------------------------------------------------ lookup / forget / getattr
 
     def lookup_fast(self, parent_ino: int, name: bytes) -> Attr | None:
-        """:meth:`lookup` of a file in an immutable directory whose whole listing is in memory
-        (:mod:`lakefuse.mount.dircache`; a name it lacks: ENOENT, cached by the kernel), else
-        None: then :meth:`lookup`. Never blocks."""
+        """:meth:`lookup` of a file in a directory whose whole listing is in memory
+        (:mod:`lakefuse.mount.dircache`; a name it lacks: ENOENT, cached by the kernel for an
+        immutable tree), else None: then :meth:`lookup`. A branch directory's only while the
+        branch is as its listing was read (:meth:`_branch_listing`). Never blocks."""
         parent = self.inodes.peek(parent_ino)
-        if parent is None or parent.kind != Kind.DIR or not parent.tree.immutable:
+        if parent is None or parent.kind != Kind.DIR:
             return None
-        return self._from_listing(parent, name, ("lookups", "lookups_memory"))
+        if parent.tree.immutable:
+            return self._from_listing(parent, name, ("lookups", "lookups_memory"))
+        lock = self.tree_lock(parent.tree)
+        if not lock.try_shared():  # a directory rename under way
+            return None
+        try:
+            return self._from_listing(parent, name, ("lookups", "lookups_memory"))
+        finally:
+            lock.release_shared()
+
+    def _branch_listing(self, parent: Node) -> dict[bytes, DirEntry] | None:
+        """The listing of branch directory ``parent`` when it may answer a lookup without a read
+        (never blocks): read whole at the branch's stamp, which is still the stamp and known
+        current within :data:`FRESH_NS` (no change since, this mount's or another's: the rule
+        :meth:`getattr_fast` answers by), and no file this mount created waits to be staged
+        (:mod:`lakefuse.mount.creates`: the listing would not have it)."""
+        tree = parent.tree
+        held = self.branch_dirs.get_at(tree.key, parent.path)
+        if held is None or held[1] != tree.stamp or not tree.fresh(FRESH_NS):
+            return None
+        if self.spool is not None and self.spool.unstaged:
+            return None
+        return held[0]
 
     def _from_listing(self, parent: Node, name: bytes, counts=("lookups_memory",)) -> Attr | None:
         """A file's lookup answered from the held listing (``counts`` +1), else None."""
         tree = parent.tree
-        names = self.dircache.get(tree.key, parent.path)
-        if names is None or len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..", INFO_NAME):
+        if len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..", INFO_NAME):
+            return None
+        if tree.immutable:
+            names = self.dircache.get(tree.key, parent.path)
+        else:
+            names = self._branch_listing(parent)
+        if names is None:
             return None
         e = names.get(name)
         if e is None:
             self.stats.count(*counts)
-            raise FsError(errno.ENOENT, "", self.config.immutable_timeout)
+            if tree.immutable:
+                raise FsError(errno.ENOENT, "", self.config.immutable_timeout)
+            self._note_absent(parent.ino, name, tree.stamp)
+            raise FsError(errno.ENOENT)  # (a branch's missing names are not cached by the kernel)
         if e.kind != Kind.FILE or e.tree is not tree:  # a directory's link count needs a listing read
             return None
         self.stats.count(*counts)
-        return self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)
+        attr = self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, e.stamp)
+        if not tree.immutable:
+            sf = self.spool.peek(attr.ino) if self.spool is not None else None
+            if sf is not None:  # being written: as its spool file says (what lookup answers)
+                return self.rules.spooled(sf, attr)
+        return attr
 
     def lookup_absent(self, parent_ino: int, name: bytes) -> bool:
         """True (never blocks) when ``name`` is surely not in branch directory ``parent_ino``
@@ -308,7 +345,7 @@ class Filesystem(Opens, Reads, XattrReads):
                                 self.rules.dir_attr(0, tree.mtime_ns, 0.0, 0.0))
         if paths.name_problem(name) is not None:
             raise FsError(errno.ENOENT, paths.name_problem(name), neg)
-        if tree.immutable and self._read_whole(parent):
+        if self._read_whole(parent, stamp):
             attr = self._from_listing(parent, name)  # the listing is in memory now
             if attr is not None:
                 return attr
@@ -327,13 +364,30 @@ class Filesystem(Opens, Reads, XattrReads):
             self._note_absent(parent_ino, name, stamp)
         raise FsError(errno.ENOENT, "", neg)
 
-    def _read_whole(self, parent: Node) -> bool:
-        """Whether the immutable directory ``parent``'s whole listing is in memory, read now
-        if :meth:`DirCache.wants_whole` says so (blocking)."""
-        key = (parent.tree.key, parent.path)
-        if self.dircache.get(*key) is not None:
-            return True
-        return self.dircache.wants_whole(*key) and listing.whole(self, parent) is not None
+    def _read_whole(self, parent: Node, stamp: int) -> bool:
+        """Whether directory ``parent``'s whole listing is in memory, read now if
+        :meth:`DirCache.wants_whole` says so (blocking). A branch directory's: held at
+        ``stamp``, the branch's stamp just read. A listing that cannot be read (a damaged
+        range under some of its names, the store away) is not tried again there: the lookup
+        reads its one key, so a name outside the damage still answers."""
+        tree = parent.tree
+        if tree.immutable:
+            cache, at = self.dircache, None
+            if cache.get(tree.key, parent.path) is not None:
+                return True
+        else:
+            cache, at = self.branch_dirs, stamp
+            held = cache.get_at(tree.key, parent.path)
+            if held is not None and held[1] == stamp:
+                return True
+        if not cache.wants_whole(tree.key, parent.path, at):
+            return False
+        try:
+            return listing.whole(self, parent, at) is not None
+        except (GravelerError, OSError) as e:
+            log.debug("%s: %r: listing not held: %s", self.repo.name, parent.path, e)
+            cache.too_big(tree.key, parent.path)
+            return False
 
     def _note_absent(self, parent_ino: int, name: bytes, stamp: int) -> None:
         negatives = self._negatives

@@ -170,33 +170,42 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     h.done = done
     if not h.buf and not done:  # nothing visible in what was read: keep going later
         h.done = False
-    if done and start == 0 and tree.immutable:  # the whole directory, read in one go: lookups answer from it
-        fs.dircache.put(tree.key, path, entries, _nlink_of(fs, entries, raw))
+    if done and start == 0:  # the whole directory, read in one go: lookups answer from it
+        if tree.immutable:
+            fs.dircache.put(tree.key, path, entries, _nlink_of(fs, entries, raw))
+        else:  # while the branch stays at this stamp
+            fs.branch_dirs.put(tree.key, path, entries, _nlink_of(fs, entries, raw), stamp)
 
 
-def whole(fs, node: Node) -> dict[bytes, DirEntry] | None:
+def whole(fs, node: Node, stamp: int | None = None) -> dict[bytes, DirEntry] | None:
     """The whole listing of ``node``, a directory of an immutable tree, as
     :class:`lakefuse.mount.dircache.DirCache` holds it (read now when it is not held
-    yet), or None when it has more than ``FsConfig.readdir_page`` names (blocking)."""
+    yet), or None when it has more than ``FsConfig.readdir_page`` names (blocking).
+    ``stamp``: ``node`` is a branch directory, read now and held at that stamp (the
+    branch's, read just before, under the tree lock: ``Filesystem.branch_dirs``)."""
     tree: Tree = node.tree
-    names = fs.dircache.get(tree.key, node.path)
-    if names is not None:
-        return names
+    cache = fs.dircache if stamp is None else fs.branch_dirs
+    if stamp is None:
+        names = fs.dircache.get(tree.key, node.path)
+        if names is not None:
+            return names
     limit = fs.config.readdir_page
     page = tree.view.list_page(paths.dir_prefix(node.path), b"", limit)
     if len(page) >= limit:
-        fs.dircache.too_big(tree.key, node.path)
+        cache.too_big(tree.key, node.path)
         return None
-    return _hold(fs, tree, node.path, page)
+    return _hold(fs, tree, node.path, page, stamp)
 
 
-def _hold(fs, tree: "Tree", path: bytes, page) -> dict[bytes, DirEntry]:
-    """Hold ``page``, the whole listing of ``path`` in immutable ``tree``, in the directory
-    cache; its entries at the offsets a readdir from the start gives them."""
-    entries = _page_entries(fs, tree, path, page, True, 0) if page else []
+def _hold(fs, tree: "Tree", path: bytes, page, stamp: int | None = None) -> dict[bytes, DirEntry]:
+    """Hold ``page``, the whole listing of ``path`` in immutable ``tree`` (or in a branch tree
+    at ``stamp``), in the directory cache; its entries at the offsets a readdir from the
+    start gives them."""
+    entries = _page_entries(fs, tree, path, page, True, stamp or 0) if page else []
     for i, e in enumerate(entries):
         e.offset = i + 1
-    return fs.dircache.put(tree.key, path, entries, _nlink_of(fs, entries, len(page)))
+    cache = fs.dircache if stamp is None else fs.branch_dirs
+    return cache.put(tree.key, path, entries, _nlink_of(fs, entries, len(page)), stamp)
 
 
 def _nlink_of(fs, entries: list[DirEntry], raw: int) -> int:

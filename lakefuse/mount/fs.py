@@ -272,11 +272,15 @@ class Filesystem(Opens, Reads, XattrReads):
         if e.kind != Kind.FILE or e.tree is not tree:  # a directory's link count needs a listing read
             return None
         self.stats.count(*counts)
-        attr = self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, e.stamp)
-        if not tree.immutable:
-            sf = self.spool.peek(attr.ino) if self.spool is not None else None
-            if sf is not None:  # being written: as its spool file says (what lookup answers)
-                return self.rules.spooled(sf, attr)
+        if tree.immutable:  # (a key of such a tree keeps its inode: the listing's Attr may be the node's)
+            return self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)
+        # a branch node may be replaced by a new inode for the same key (a writer after a
+        # passthrough reader): each node gets its own Attr, or the old one would show the new number
+        attr = self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, dataclasses.replace(e.attr), e.value,
+                            e.stamp)
+        sf = self.spool.peek(attr.ino) if self.spool is not None else None
+        if sf is not None:  # being written: as its spool file says (what lookup answers)
+            return self.rules.spooled(sf, attr)
         return attr
 
     def lookup_absent(self, parent_ino: int, name: bytes) -> bool:

@@ -22,7 +22,8 @@ own module:
   and how they are kept in entry metadata (their reads: the :class:`XattrReads` part);
 * :mod:`lakefuse.mount.opens` -- opening a file (the :class:`Opens` part), FUSE
   passthrough's admission in :mod:`lakefuse.mount.backing`;
-* :mod:`lakefuse.mount.dircache` -- immutable directories held in memory whole.
+* :mod:`lakefuse.mount.dircache` -- directories held in memory whole (a branch's with the
+  stamp it was read at); lookups answered from them in :mod:`lakefuse.mount.listing`.
 
 Every method is synchronous and thread-safe and may block on graveler (LMDB,
 object store, table decoding): the FUSE adapter calls them through
@@ -48,7 +49,7 @@ import threading
 import time
 
 from graveler import paths
-from graveler.errors import GravelerError, InvalidArgument, NotFound
+from graveler.errors import InvalidArgument, NotFound
 from graveler.model import Entry, Value
 from graveler.objects import PosixAttrs
 from lakefuse.mount import control, listing, special
@@ -125,7 +126,7 @@ class Filesystem(Opens, Reads, XattrReads):
         self._nlinks: dict[tuple, tuple[int, int]] = {}
         self._nlinks_lock = threading.Lock()
         self._nlinks_gen = 0  # bumped by every subdirs_changed: a count read across one is not kept
-        self._negatives: dict[tuple[int, bytes], tuple[int, int]] = {}  # (dir ino, name) -> (stamp, when): _note_absent
+        self._negatives: dict[tuple[int, bytes], tuple[int, int]] = {}  # (dir ino, name) -> (stamp, when): note_absent
         self.writes = writes(self) if writable else None
         # FUSE passthrough: which inodes are bound to which object file; branch files too
         self.backings = Backings()
@@ -223,65 +224,19 @@ class Filesystem(Opens, Reads, XattrReads):
         """:meth:`lookup` of a file in a directory whose whole listing is in memory
         (:mod:`lakefuse.mount.dircache`; a name it lacks: ENOENT, cached by the kernel for an
         immutable tree), else None: then :meth:`lookup`. A branch directory's only while the
-        branch is as its listing was read (:meth:`_branch_listing`). Never blocks."""
+        branch is as its listing was read (:func:`lakefuse.mount.listing.branch_held`). Never blocks."""
         parent = self.inodes.peek(parent_ino)
         if parent is None or parent.kind != Kind.DIR:
             return None
         if parent.tree.immutable:
-            return self._from_listing(parent, name, ("lookups", "lookups_memory"))
+            return listing.from_held(self, parent, name, ("lookups", "lookups_memory"))
         lock = self.tree_lock(parent.tree)
         if not lock.try_shared():  # a directory rename under way
             return None
         try:
-            return self._from_listing(parent, name, ("lookups", "lookups_memory"))
+            return listing.from_held(self, parent, name, ("lookups", "lookups_memory"))
         finally:
             lock.release_shared()
-
-    def _branch_listing(self, parent: Node) -> dict[bytes, DirEntry] | None:
-        """The listing of branch directory ``parent`` when it may answer a lookup without a read
-        (never blocks): read whole at the branch's stamp, which is still the stamp and known
-        current within :data:`FRESH_NS` (no change since, this mount's or another's: the rule
-        :meth:`getattr_fast` answers by), and no file this mount created waits to be staged
-        (:mod:`lakefuse.mount.creates`: the listing would not have it)."""
-        tree = parent.tree
-        held = self.branch_dirs.get_at(tree.key, parent.path)
-        if held is None or held[1] != tree.stamp or not tree.fresh(FRESH_NS):
-            return None
-        if self.spool is not None and self.spool.unstaged:
-            return None
-        return held[0]
-
-    def _from_listing(self, parent: Node, name: bytes, counts=("lookups_memory",)) -> Attr | None:
-        """A file's lookup answered from the held listing (``counts`` +1), else None."""
-        tree = parent.tree
-        if len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..", INFO_NAME):
-            return None
-        if tree.immutable:
-            names = self.dircache.get(tree.key, parent.path)
-        else:
-            names = self._branch_listing(parent)
-        if names is None:
-            return None
-        e = names.get(name)
-        if e is None:
-            self.stats.count(*counts)
-            if tree.immutable:
-                raise FsError(errno.ENOENT, "", self.config.immutable_timeout)
-            self._note_absent(parent.ino, name, tree.stamp)
-            raise FsError(errno.ENOENT)  # (a branch's missing names are not cached by the kernel)
-        if e.kind != Kind.FILE or e.tree is not tree:  # a directory's link count needs a listing read
-            return None
-        self.stats.count(*counts)
-        if tree.immutable:  # (a key of such a tree keeps its inode: the listing's Attr may be the node's)
-            return self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)
-        # a branch node may be replaced by a new inode for the same key (a writer after a
-        # passthrough reader): each node gets its own Attr, or the old one would show the new number
-        attr = self.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, dataclasses.replace(e.attr), e.value,
-                            e.stamp)
-        sf = self.spool.peek(attr.ino) if self.spool is not None else None
-        if sf is not None:  # being written: as its spool file says (what lookup answers)
-            return self.rules.spooled(sf, attr)
-        return attr
 
     def lookup_absent(self, parent_ino: int, name: bytes) -> bool:
         """True (never blocks) when ``name`` is surely not in branch directory ``parent_ino``
@@ -297,7 +252,7 @@ class Filesystem(Opens, Reads, XattrReads):
         if not tree.known_absent(parent.path, name, FRESH_NS):
             return False
         self.stats.add("lookups")
-        self._note_absent(parent_ino, name, tree.stamp)
+        self.note_absent(parent_ino, name, tree.stamp)
         return True
 
     def lookup(self, parent_ino: int, name: bytes) -> Attr:
@@ -349,8 +304,8 @@ class Filesystem(Opens, Reads, XattrReads):
                                 self.rules.dir_attr(0, tree.mtime_ns, 0.0, 0.0))
         if paths.name_problem(name) is not None:
             raise FsError(errno.ENOENT, paths.name_problem(name), neg)
-        if self._read_whole(parent, stamp):
-            attr = self._from_listing(parent, name)  # the listing is in memory now
+        if listing.read_whole(self, parent, stamp):
+            attr = listing.from_held(self, parent, name)  # the listing is in memory now
             if attr is not None:
                 return attr
         path = paths.join(parent.path, name)
@@ -365,35 +320,10 @@ class Filesystem(Opens, Reads, XattrReads):
             return self.acquire(self.file_key(tree, path), Kind.FILE, tree, path, parent_ino,
                                 self.rules.file_attr(st.value, tree), st.value, stamp)
         if not tree.immutable:
-            self._note_absent(parent_ino, name, stamp)
+            self.note_absent(parent_ino, name, stamp)
         raise FsError(errno.ENOENT, "", neg)
 
-    def _read_whole(self, parent: Node, stamp: int) -> bool:
-        """Whether directory ``parent``'s whole listing is in memory, read now if
-        :meth:`DirCache.wants_whole` says so (blocking). A branch directory's: held at
-        ``stamp``, the branch's stamp just read. A listing that cannot be read (a damaged
-        range under some of its names, the store away) is not tried again there: the lookup
-        reads its one key, so a name outside the damage still answers."""
-        tree = parent.tree
-        if tree.immutable:
-            cache, at = self.dircache, None
-            if cache.get(tree.key, parent.path) is not None:
-                return True
-        else:
-            cache, at = self.branch_dirs, stamp
-            held = cache.get_at(tree.key, parent.path)
-            if held is not None and held[1] == stamp:
-                return True
-        if not cache.wants_whole(tree.key, parent.path, at):
-            return False
-        try:
-            return listing.whole(self, parent, at) is not None
-        except (GravelerError, OSError) as e:
-            log.debug("%s: %r: listing not held: %s", self.repo.name, parent.path, e)
-            cache.too_big(tree.key, parent.path)
-            return False
-
-    def _note_absent(self, parent_ino: int, name: bytes, stamp: int) -> None:
+    def note_absent(self, parent_ino: int, name: bytes, stamp: int) -> None:
         negatives = self._negatives
         if len(negatives) >= 10_000:
             negatives.clear()

@@ -23,10 +23,16 @@ a directory whose listing has more than ``FsConfig.nlink_scan`` names shows 1, L
 "subdirectories not counted" (btrfs's directories, ext4's beyond 65,000 subdirectories),
 and a listing's directory entries are handed out uncounted (:meth:`AttrRules.uncounted`):
 their count is read when they are stat'ed, not once per entry listed.
+
+A directory's whole listing, once read, answers lookups there without a read
+(:func:`from_held`, :mod:`lakefuse.mount.dircache`): a commit's for good, a branch's only
+while the branch's change stamp is the one it was read at (:func:`branch_held`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import logging
 import stat
 import threading
@@ -41,6 +47,7 @@ from lakefuse.mount.attrs import Attr, DirEntry
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.handles import Handle
 from lakefuse.mount.inodes import Kind, Node
+from lakefuse.mount.trees import FRESH_NS
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +273,80 @@ def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp
             continue
         append(DirEntry(name, 0, ("f", tkey, key), Kind.FILE, tree, key, value, attr, stamp))
     return out
+
+
+# ------------------------------------------------------------------ lookups from a held listing
+
+
+def branch_held(fs, parent: Node) -> dict[bytes, DirEntry] | None:
+    """The listing of branch directory ``parent`` when it may answer a lookup without a read
+    (never blocks): read whole at the branch's stamp, which is still the stamp and known
+    current within :data:`FRESH_NS` (no change since, this mount's or another's: the rule
+    ``Filesystem.getattr_fast`` answers by), and no file this mount created waits to be staged
+    (:mod:`lakefuse.mount.creates`: the listing would not have it)."""
+    tree = parent.tree
+    held = fs.branch_dirs.get_at(tree.key, parent.path)
+    if held is None or held[1] != tree.stamp or not tree.fresh(FRESH_NS):
+        return None
+    if fs.spool is not None and fs.spool.unstaged:
+        return None
+    return held[0]
+
+
+def from_held(fs, parent: Node, name: bytes, counts=("lookups_memory",)) -> Attr | None:
+    """A file's lookup answered from its directory's held listing (``counts`` +1), else None
+    (never blocks)."""
+    tree = parent.tree
+    if len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..", special.INFO_NAME):
+        return None
+    names = fs.dircache.get(tree.key, parent.path) if tree.immutable else branch_held(fs, parent)
+    if names is None:
+        return None
+    e = names.get(name)
+    if e is None:
+        fs.stats.count(*counts)
+        if tree.immutable:
+            raise FsError(errno.ENOENT, "", fs.config.immutable_timeout)
+        fs.note_absent(parent.ino, name, tree.stamp)
+        raise FsError(errno.ENOENT)  # (a branch's missing names are not cached by the kernel)
+    if e.kind != Kind.FILE or e.tree is not tree:  # a directory's link count needs a listing read
+        return None
+    fs.stats.count(*counts)
+    if tree.immutable:  # (a key of such a tree keeps its inode: the listing's Attr may be the node's)
+        return fs.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)
+    # a branch node may be replaced by a new inode for the same key (a writer after a
+    # passthrough reader): each node gets its own Attr, or the old one would show the new number
+    attr = fs.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, dataclasses.replace(e.attr), e.value, e.stamp)
+    sf = fs.spool.peek(attr.ino) if fs.spool is not None else None
+    if sf is not None:  # being written: as its spool file says (what lookup answers)
+        return fs.rules.spooled(sf, attr)
+    return attr
+
+
+def read_whole(fs, parent: Node, stamp: int) -> bool:
+    """Whether directory ``parent``'s whole listing is held, read now if
+    ``DirCache.wants_whole`` says so (blocking). A branch directory's: held at ``stamp``, the
+    branch's stamp just read. A listing that cannot be read (a damaged range under some of
+    its names, the store away) is not tried again there: the lookup reads its one key, so a
+    name outside the damage still answers."""
+    tree = parent.tree
+    if tree.immutable:
+        cache, at = fs.dircache, None
+        if cache.get(tree.key, parent.path) is not None:
+            return True
+    else:
+        cache, at = fs.branch_dirs, stamp
+        held = cache.get_at(tree.key, parent.path)
+        if held is not None and held[1] == stamp:
+            return True
+    if not cache.wants_whole(tree.key, parent.path, at):
+        return False
+    try:
+        return whole(fs, parent, at) is not None
+    except (GravelerError, OSError) as e:
+        log.debug("%s: %r: listing not held: %s", fs.repo.name, parent.path, e)
+        cache.too_big(tree.key, parent.path)
+        return False
 
 
 def hidden(fs, tree: "Tree", key: bytes, why: str) -> None:

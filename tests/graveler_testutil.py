@@ -68,3 +68,16 @@ def catalog_entries(text_max: int, metadata):
         address_type=st.sampled_from(list(AddressType)),
         content_type=text,
     )
+
+
+def damage_second_range(repo: Repository, ns: Path):
+    """Zero 30 bytes near the start of the second range file of ``repo``'s ``main`` head (its
+    storage namespace is directory ``ns``): the ranges (at least three) and the damaged one."""
+    infos = repo._committed.list_ranges(repo.get_commit("main").meta_range_id)
+    assert len(infos) >= 3
+    victim = infos[1]
+    path = ns / "_lakefs" / victim.id
+    data = bytearray(path.read_bytes())
+    data[10:40] = b"\x00" * 30
+    path.write_bytes(bytes(data))
+    return infos, victim

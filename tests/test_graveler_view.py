@@ -7,7 +7,7 @@ import pytest
 
 from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.kv import TAGS
-from tests.graveler_testutil import entry, make_repo
+from tests.graveler_testutil import damage_second_range, entry, make_repo
 
 
 @pytest.fixture
@@ -152,13 +152,7 @@ def test_stat_of_a_healthy_path_does_not_open_the_damaged_range_after_it(tmp_pat
                                                                 raggedness=5))
     r.stage_many("main", [(f"d{i:02d}/f{j:02d}", entry(f"e{i}-{j}")) for i in range(8) for j in range(8)])
     r.commit("main", "many ranges")
-    infos = r._committed.list_ranges(r.get_commit("main").meta_range_id)
-    assert len(infos) >= 3
-    victim = infos[1]
-    path = tmp_path / "ns-damaged" / "_lakefs" / victim.id
-    data = bytearray(path.read_bytes())
-    data[10:40] = b"\x00" * 30
-    path.write_bytes(bytes(data))
+    infos, victim = damage_second_range(r, tmp_path / "ns-damaged")
     v = r.view("main")
     before = infos[0].max_key  # the last key of the healthy range just before the damaged one
     st = v.stat(before)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from graveler import Graveler, GravelerConfig
-from tests.graveler_testutil import FAST_KV
+from tests.graveler_testutil import FAST_KV, damage_second_range
 from tests.mount_testutil import MountProc, force_unmount, is_mounted, lakefuse_cmd, needs_fuse
 from tests.shared_paths import LAKEFS_FIXTURES
 
@@ -397,14 +397,8 @@ def test_corrupt_range_is_eio_for_its_paths_only(tmp_path):
     for k in keys:
         r.upload("main", k, k.encode())
     r.commit("main", "many ranges")
-    infos = r._committed.list_ranges(r.get_commit("main").meta_range_id)
-    assert len(infos) >= 3
-    victim = infos[1]
     commit_id = r.get_commit("main").id
-    path = tmp_path / "ns" / "_lakefs" / victim.id
-    data = bytearray(path.read_bytes())
-    data[10:40] = b"\x00" * 30
-    path.write_bytes(bytes(data))
+    _, victim = damage_second_range(r, tmp_path / "ns")
     g.close()
     mp = tmp_path / "mnt"
     with MountProc(home, "corrupt", mp) as m:

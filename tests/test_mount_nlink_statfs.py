@@ -15,7 +15,7 @@ import pytest
 from lakefuse.mount.fs import Filesystem, FsConfig
 from lakefuse.mount.inodes import ROOT_INO
 from lakefuse.mount.writes import Caller
-from tests.graveler_testutil import make_repo
+from tests.graveler_testutil import damage_second_range, make_repo
 from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, readdir_all, seeded_repo, writable_core
 from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
 
@@ -161,13 +161,7 @@ def test_a_directory_whose_listing_fails_shows_nlink_1(tmp_path):
         for j in range(8):
             r.upload("main", f"d{i}/s{j}/f", b"f")
     r.commit("main", "many ranges")
-    infos = r._committed.list_ranges(r.get_commit("main").meta_range_id)
-    assert len(infos) >= 3
-    victim = infos[1]
-    path = tmp_path / "ns-dmg" / "_lakefs" / victim.id
-    data = bytearray(path.read_bytes())
-    data[10:40] = b"\x00" * 30
-    path.write_bytes(bytes(data))
+    _, victim = damage_second_range(r, tmp_path / "ns-dmg")
     f = Filesystem(r, FsConfig())
     hit = victim.min_key.split(b"/")[0].decode()
     assert nlink(f, "main") == 1 and nlink(f, f"main/{hit}") == 1

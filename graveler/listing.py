@@ -47,8 +47,7 @@ class CommittedIterator:
         self._open(start)
 
     def _open(self, start: bytes) -> None:
-        self._gen = self._cm.iterator(self._mr, start) if self._end is None else \
-            self._cm.iterator(self._mr, start, self._end)
+        self._gen = self._cm.iterator(self._mr, start, self._end)
         self._head: Item | None = None
         self._lower = start  # every key >= _lower not yet returned is still ahead
 

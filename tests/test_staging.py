@@ -123,7 +123,7 @@ class FakeCommitted:
         self.keys = [k for k, _ in items]
         self.opens = 0
 
-    def iterator(self, mr, start=b""):
+    def iterator(self, mr, start=b"", end=None):
         self.opens += 1
         return iter(self.items[bisect.bisect_left(self.keys, start):])
 

@@ -185,21 +185,16 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
 
 
 def whole(fs, node: Node, stamp: int | None = None) -> dict[bytes, DirEntry] | None:
-    """The whole listing of ``node``, a directory of an immutable tree, as
-    :class:`lakefuse.mount.dircache.DirCache` holds it (read now when it is not held
-    yet), or None when it has more than ``FsConfig.readdir_page`` names (blocking).
-    ``stamp``: ``node`` is a branch directory, read now and held at that stamp (the
-    branch's, read just before, under the tree lock: ``Filesystem.branch_dirs``)."""
+    """The whole listing of directory ``node``, read now and held in
+    :class:`lakefuse.mount.dircache.DirCache` (the caller found it not held), or None when it
+    has more than ``FsConfig.readdir_page`` names (blocking). ``stamp``: ``node`` is a branch
+    directory, held at that stamp (the branch's, read just before, under the tree lock:
+    ``Filesystem.branch_dirs``)."""
     tree: Tree = node.tree
-    cache = fs.dircache if stamp is None else fs.branch_dirs
-    if stamp is None:
-        names = fs.dircache.get(tree.key, node.path)
-        if names is not None:
-            return names
     limit = fs.config.readdir_page
     page = tree.view.list_page(paths.dir_prefix(node.path), b"", limit)
     if len(page) >= limit:
-        cache.too_big(tree.key, node.path)
+        (fs.dircache if stamp is None else fs.branch_dirs).too_big(tree.key, node.path)
         return None
     return _hold(fs, tree, node.path, page, stamp)
 

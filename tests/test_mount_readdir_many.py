@@ -2,8 +2,10 @@
 pyfuse3's ``readdir_reply_many``: no Python object per entry on the way out) and answers what the
 per-entry path answers: the same inodes, lookup counts and attributes from the core; through a
 real mount, a directory longer than one reply and one listing page lists the same names, inode
-numbers and sizes either way (``LAKEFUSE_READDIR_MANY=0``: an entry at a time), and
-``.lakefuse/stats`` says which path served."""
+numbers and sizes every way (``LAKEFUSE_READDIR_MANY=0``: an entry at a time;
+``LAKEFUSE_READDIR_PLAIN=0``: READDIRPLUS only, where by default the kernel asks for plain
+READDIR past the first reply of a listing nothing stats), and ``.lakefuse/stats`` says which
+path served."""
 
 from __future__ import annotations
 
@@ -54,9 +56,18 @@ def test_accept_many_is_accept_of_each(repo, tmp_path, tree):
         assert {w[-1] for w in want} == {2}
 
 
-def _listing(path) -> list[tuple[str, int, int]]:
+def _names_and_numbers(path) -> list[tuple[str, int]]:
+    """Each entry's name and d_ino, nothing stat'ed (the kernel sees no use for READDIRPLUS past
+    the first reply: plain READDIR where the mount lets it)."""
     with os.scandir(path) as it:
-        return sorted((e.name, e.inode(), e.stat(follow_symlinks=False).st_size) for e in it)
+        return sorted((e.name, e.inode()) for e in it)
+
+
+MODES = (  # LAKEFUSE_READDIR_MANY, LAKEFUSE_READDIR_PLAIN -> what .lakefuse/stats says
+    ("1", "1", "batched, plain where the kernel asks"),
+    ("1", "0", "batched"),
+    ("0", "1", "per entry"),
+)
 
 
 @needs_fuse
@@ -66,19 +77,36 @@ def test_a_long_directory_lists_the_same_either_way(repo, tmp_path):
     repo.commit("main", "big")
     repo.create_tag("v2", "main")
     seen = {}
-    for flag, path in (("1", "batched"), ("0", "per entry")):
-        m = MountProc(repo.config.home, "many", tmp_path / f"mnt{flag}", env={"LAKEFUSE_READDIR_MANY": flag}).start()
+    for many, plain, path in MODES:
+        m = MountProc(repo.config.home, "many", tmp_path / f"mnt{many}{plain}",
+                      env={"LAKEFUSE_READDIR_MANY": many, "LAKEFUSE_READDIR_PLAIN": plain}).start()
         try:
             mp = m.mountpoint
-            assert json.loads((mp / ".lakefuse" / "stats").read_text())["readdir"] == path
+
+            def stats():
+                return json.loads((mp / ".lakefuse" / "stats").read_text())
+
+            assert stats()["readdir"] == path
             for tree in ("v2", "main"):
-                got = _listing(mp / tree / "big")
+                before = stats()["inodes"]
+                got = _names_and_numbers(mp / tree / "big")
                 assert [g[0] for g in got] == [f"e{i:05d}" for i in range(N)]
-                assert all(size == 3 for _, _, size in got)
-                for name, ino, _ in got[:: N // 10]:  # the listing's inode numbers are stat's
-                    assert os.stat(mp / tree / "big" / name).st_ino == ino
+                made = stats()["inodes"] - before
+                # READDIRPLUS hands the kernel every entry (a node each); plain READDIR none past
+                # its first reply (~800 names)
+                assert made < N // 2 if plain == "1" and many == "1" else made >= N
+                memory = stats().get("lookups_memory", 0)
+                for name, ino in got:  # every listed inode number is the one stat shows
+                    st = os.stat(mp / tree / "big" / name)
+                    assert (st.st_ino, st.st_size) == (ino, 3)
+                if tree == "v2" and plain == "1" and many == "1":
+                    # a commit's files listed plain: their lookups answered from what the listing read
+                    assert stats()["lookups_memory"] - memory >= N - 1000
                 assert sorted(os.listdir(mp / tree / "big")) == [g[0] for g in got]  # listed again
-                seen[(flag, tree)] = [g[0] for g in got]
+                seen[(many, plain, tree)] = got
+            plain_entries = stats().get("readdir_plain_entries", 0)
+            assert plain_entries >= N if plain == "1" and many == "1" else plain_entries == 0
         finally:
             m.stop()
-    assert seen[("1", "v2")] == seen[("0", "v2")] == seen[("1", "main")] == seen[("0", "main")]
+    names = [[g[0] for g in got] for got in seen.values()]
+    assert all(n == names[0] for n in names)

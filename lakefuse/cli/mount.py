@@ -52,6 +52,8 @@ environment (read by the daemon):
                                  at once after the last one was answered)
   LAKEFUSE_READDIR_MANY=0        readdir replies made an entry at a time (not a page in
                                  one call)
+  LAKEFUSE_READDIR_PLAIN=0       every readdir reply READDIRPLUS (by default the kernel
+                                 asks for plain READDIR where nothing stats the names)
   LAKEFUSE_CACHE_WHOLE_MAX=SIZE  largest S3 object kept whole in the data cache (0: none)
   LAKEFUSE_S3_LANES=N            most GETs at once for a sequential read of a large S3
                                  object (its stream and parallel parts; 1: one stream)

@@ -64,6 +64,10 @@ class MountConfig:
     receive_burst: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_RECEIVE_BURST", True))
     # readdir replies a page in one call (a patched build); off: $LAKEFUSE_READDIR_MANY=0
     readdir_many: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_READDIR_MANY", True))
+    # the kernel may list a directory with plain READDIR where it sees no use for READDIRPLUS
+    # (a listing read past its first reply with nothing looked up meanwhile: ``ls -f``); off:
+    # $LAKEFUSE_READDIR_PLAIN=0 (READDIRPLUS always)
+    readdir_plain: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_READDIR_PLAIN", True))
     # how many GETs at once a sequential reader of a large S3 object may reach (a stream and its
     # parallel parts; 1: one stream, no parts); None: graveler's default. $LAKEFUSE_S3_LANES
     s3_lanes: int | None = field(default_factory=lambda: _env_count("LAKEFUSE_S3_LANES"))
@@ -234,7 +238,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")
     ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough,
                      inline_reads=config.inline_reads, receive_burst=config.receive_burst,
-                     readdir_many=config.readdir_many)
+                     readdir_many=config.readdir_many, readdir_plain=config.readdir_plain)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")

@@ -116,6 +116,7 @@ class Filesystem(Opens, Reads, XattrReads):
         self.inodes.on_new = self._made
         self.dircache = DirCache(self.config.dir_cache_names)
         self.branch_dirs = DirCache(self.config.dir_cache_names)  # branch listings, each with its stamp
+        self.listed: dict[tuple, DirEntry] = {}  # commit-tree files a plain READDIR reported (listing.numbered)
         self.started_ns = time.time_ns()
         self._trees: dict[tuple, Tree] = {}
         self._trees_lock = threading.Lock()
@@ -562,13 +563,14 @@ class Filesystem(Opens, Reads, XattrReads):
         h = self._handles.get(fh)
         return isinstance(h, listing.DirHandle) and listing.wants_ahead(h, offset, n)
 
-    def readdir_ahead(self, fh: int, keep_from: int) -> None:
-        """Read the next page of the open directory, keeping its entries from ``keep_from``
-        on (blocking; :func:`lakefuse.mount.listing.fill_ahead`)."""
+    def readdir_ahead(self, fh: int, keep_from: int, n: int = 0) -> None:
+        """Read the next page of the open directory (at least ``n`` entries: what the last
+        readdir handed out), keeping its entries from ``keep_from`` on (blocking;
+        :func:`lakefuse.mount.listing.fill_ahead`)."""
         h = self._handles.get(fh)
         if isinstance(h, listing.DirHandle):
             self.settle(h.node.tree, parent=h.node.path)
-            listing.fill_ahead(self, h, keep_from)
+            listing.fill_ahead(self, h, keep_from, n)
 
     def readdir_dots(self, fh: int) -> list[tuple[bytes, Attr]]:
         """``.`` and ``..`` (name, attributes) of the open directory: the readdir offsets
@@ -603,6 +605,11 @@ class Filesystem(Opens, Reads, XattrReads):
                 if e.kind == Kind.FILE and not e.tree.immutable:  # as accept says
                     out[i] = self.rules.spooled(spool.peek(out[i].ino), out[i])
         return out
+
+    def numbered(self, entries: list[DirEntry]) -> list[int]:
+        """The inode number of each of ``entries``, for a plain READDIR (never blocks; no lookup
+        counted, no node made: :func:`lakefuse.mount.listing.numbered`)."""
+        return listing.numbered(self, entries)
 
     # ------------------------------------------------------------------ files
 

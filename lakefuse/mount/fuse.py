@@ -39,6 +39,8 @@ OPEN_FLAGS = hasattr(pyfuse3.FileInfo, "noflush")
 # ... and answers a readdir page in one call (readdir_reply_many: no EntryAttributes per entry);
 # with another build, an entry at a time (readdir_reply).
 READDIR_MANY = hasattr(pyfuse3, "readdir_reply_many")
+# ... and lets the kernel send plain READDIR requests (FUSE_CAP_READDIRPLUS_AUTO; ReaddirToken.plus)
+READDIR_PLAIN = hasattr(pyfuse3.Operations, "readdirplus_auto")
 RECEIVE_BURST = 16  # requests a pyfuse3 task reads in a row before it waits in trio's I/O loop
 
 
@@ -126,7 +128,8 @@ class Operations(pyfuse3.Operations):
     enable_acl = False
 
     def __init__(self, fs: Filesystem, offload: Offload | None = None, passthrough: bool = False,
-                 inline_reads: bool = True, receive_burst: bool = True, readdir_many: bool = True):
+                 inline_reads: bool = True, receive_burst: bool = True, readdir_many: bool = True,
+                 readdir_plain: bool = True):
         super().__init__()
         self.receive_burst = RECEIVE_BURST if receive_burst else 0  # read by the patched pyfuse3.main
         self.fs = fs
@@ -147,7 +150,11 @@ class Operations(pyfuse3.Operations):
         self.passthrough = False
         # readdir replies: a page in one call (pyfuse3.readdir_reply_many), or an entry at a time
         self.readdir_many = readdir_many and READDIR_MANY
-        self.stats.set("readdir", "batched" if self.readdir_many else "per entry" if READDIR_MANY else
+        # plain READDIR where the kernel asks for it (read by the patched pyfuse3 at init): names and
+        # inode numbers, no lookups handed over (only with batched replies)
+        self.readdirplus_auto = bool(readdir_plain and READDIR_PLAIN and self.readdir_many)
+        self.stats.set("readdir", ("batched" + (", plain where the kernel asks" if self.readdirplus_auto else ""))
+                       if self.readdir_many else "per entry" if READDIR_MANY else
                        "per entry (pyfuse3 without readdir_reply_many)")
         self.stats.set("passthrough", "off" if not passthrough else
                        "on" if has else "unavailable (pyfuse3 without passthrough)")
@@ -246,6 +253,7 @@ class Operations(pyfuse3.Operations):
                     return
         off = max(start_id - DOTS, 0)
         n = 0
+        plus = getattr(token, "plus", True)  # False: a plain READDIR (readdirplus_auto)
         while True:
             entries = fs.readdir_fast(fh, off)
             if entries is None:
@@ -258,20 +266,25 @@ class Operations(pyfuse3.Operations):
             if self.readdir_many:
                 k = pyfuse3.readdir_fits(token, entries)  # what this reply has room for, accepted
                 batch = entries if k == len(entries) else entries[:k]
-                attrs = fs.accept_many(fh, batch) if k else []
-                try:
-                    sent = pyfuse3.readdir_reply_many(token, batch, attrs, DOTS, BLKSIZE)
-                except BaseException:  # answered with an error: the kernel takes none of them
-                    fs.forget([(a.ino, 1) for a in attrs])
-                    raise
-                if sent < k:  # (cannot happen: the room was counted) not handed over: no lookup
-                    fs.forget([(a.ino, 1) for a in attrs[sent:]])
+                if plus:
+                    attrs = fs.accept_many(fh, batch) if k else []
+                    try:
+                        sent = pyfuse3.readdir_reply_many(token, batch, attrs, DOTS, BLKSIZE)
+                    except BaseException:  # answered with an error: the kernel takes none of them
+                        fs.forget([(a.ino, 1) for a in attrs])
+                        raise
+                    if sent < k:  # (cannot happen: the room was counted) not handed over: no lookup
+                        fs.forget([(a.ino, 1) for a in attrs[sent:]])
+                else:  # a plain READDIR: names, numbers and types; nothing handed over to forget
+                    sent = pyfuse3.readdir_reply_many(token, batch, fs.numbered(batch), DOTS, BLKSIZE,
+                                                      [e.attr.mode for e in batch])
+                    self.stats.add("readdir_plain_entries", sent)
                 if sent:
                     off = batch[sent - 1].offset
                     n += sent
                 if sent < len(entries):
                     if fs.readdir_wants_ahead(fh, off, n):
-                        self._read_ahead(fh, off)  # while the kernel takes in this reply
+                        self._read_ahead(fh, off, n)  # while the kernel takes in this reply
                     return
                 continue
             for e in entries:
@@ -279,17 +292,17 @@ class Operations(pyfuse3.Operations):
                 if not pyfuse3.readdir_reply(token, e.name, _entry(attr), e.offset + DOTS):
                     fs.forget([(attr.ino, 1)])
                     if fs.readdir_wants_ahead(fh, off, n):
-                        self._read_ahead(fh, off)  # while the kernel takes in this reply
+                        self._read_ahead(fh, off, n)  # while the kernel takes in this reply
                     return
                 off = e.offset
                 n += 1
 
-    def _read_ahead(self, fh: int, keep_from: int) -> None:
+    def _read_ahead(self, fh: int, keep_from: int, n: int) -> None:
         done = self._ahead[fh] = trio.Event()
 
         async def run():
             try:
-                await self.offload.run(META, self.fs.readdir_ahead, fh, keep_from)
+                await self.offload.run(META, self.fs.readdir_ahead, fh, keep_from, n)
             except Exception as e:  # the next readdir reads the page itself, and answers its error
                 log.debug("readdir ahead of %d: %s", fh, e)
             finally:

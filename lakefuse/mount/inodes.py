@@ -142,6 +142,28 @@ class InodeTable:
             self.on_new(made)
         return out
 
+    def numbers(self, keys) -> list[int]:
+        """Inode numbers for entries a plain READDIR reports (no lookup taken, no node made): a
+        live node's, else the one the key had before (or was given by an earlier listing), else a
+        new one, remembered with the numbers of forgotten nodes for the key's first lookup (the
+        last :data:`KEEP_GONE` of them): ``d_ino`` is the ``st_ino`` a later ``stat`` shows."""
+        out: list[int] = []
+        append = out.append
+        with self._lock:
+            by_key, gone = self._by_key, self._gone
+            for key in keys:
+                ino = by_key.get(key)
+                if ino is None:
+                    ino = gone.get(key)
+                    if ino is None:
+                        ino = self._next
+                        self._next += 1
+                        if len(gone) >= KEEP_GONE:
+                            gone.clear()
+                        gone[key] = ino
+                append(ino)
+        return out
+
     def incref(self, node: Node, n: int = 1) -> None:
         """One more lookup of a node the kernel already holds (``.`` / ``..``)."""
         with self._lock:

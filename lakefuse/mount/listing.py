@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 
 DOTS = 2  # "." and "..": the first offsets of every directory's readdir
+LISTED_MAX = 100_000  # commit-tree files a plain READDIR reported, held for their first lookup
+AHEAD_PAGES = 8  # a readdir read-ahead takes what the last reply took (a plain READDIR: ~4,000 names), up to this
 
 
 def dots(node: Node) -> list[tuple[bytes, Attr]]:
@@ -121,8 +123,9 @@ def wants_ahead(h: DirHandle, offset: int, n: int) -> bool:
     return h.buf_start <= offset and h.buf_start + len(h.buf) - offset < n
 
 
-def fill_ahead(fs, h: DirHandle, keep_from: int) -> None:
-    """Read the page after what ``h`` holds, keeping what it holds from offset ``keep_from``
+def fill_ahead(fs, h: DirHandle, keep_from: int, n: int = 0) -> None:
+    """Read the page after what ``h`` holds (at least ``n`` entries, what the last readdir
+    took, up to :data:`AHEAD_PAGES` pages), keeping what it holds from offset ``keep_from``
     on (blocking): the FUSE adapter runs it while the kernel takes in its last reply, so the
     next readdir finds its entries read. Nothing to do when a seek or a rename moved
     ``h`` meanwhile (that readdir then reads what it needs itself)."""
@@ -133,12 +136,12 @@ def fill_ahead(fs, h: DirHandle, keep_from: int) -> None:
                 or h.next_off != h.buf_start + len(h.buf)):
             return
         keep = h.buf[keep_from - h.buf_start:]
-        _fill_tree_dir(fs, h, h.next_off)
+        _fill_tree_dir(fs, h, h.next_off, min(n, AHEAD_PAGES * fs.config.readdir_page))
         h.buf = keep + h.buf
         h.buf_start = keep_from
 
 
-def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
+def _fill_tree_dir(fs, h: DirHandle, offset: int, at_least: int = 0) -> None:
     node = h.node
     tree: Tree = node.tree
     path = node.path  # the tree lock (shared) keeps a rename from changing it meanwhile
@@ -153,7 +156,7 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int) -> None:
     after = prefix + rel if rel else b""
     page_size = fs.config.readdir_page
     entries: list[DirEntry] = []
-    want = skip + page_size
+    want = skip + max(page_size, at_least)
     done = False
     last = after
     raw = 0  # keys and common prefixes read (the link count's rule counts them)
@@ -288,15 +291,34 @@ def branch_held(fs, parent: Node) -> dict[bytes, DirEntry] | None:
     return held[0]
 
 
+def numbered(fs, entries: list[DirEntry]) -> list[int]:
+    """The inode number of each of ``entries`` for a plain READDIR (never blocks): no lookup
+    counted, no node made (:meth:`InodeTable.numbers`: the number is the one the name's first
+    lookup gets). A commit tree's files are held too (the last :data:`LISTED_MAX`), so that
+    first lookup, when the directory is too big to be held whole, is answered from memory as
+    a held listing's are: a name listed and then opened costs no read more than after
+    READDIRPLUS."""
+    if entries and getattr(entries[0].tree, "immutable", False):  # (one page: one tree)
+        listed = fs.listed
+        if len(listed) + len(entries) > LISTED_MAX:
+            listed.clear()
+        listed.update({e.key: e for e in entries if e.kind == Kind.FILE})
+    return fs.inodes.numbers([e.key for e in entries])
+
+
 def from_held(fs, parent: Node, name: bytes, counts=("lookups_memory",)) -> Attr | None:
-    """A file's lookup answered from its directory's held listing (``counts`` +1), else None
-    (never blocks)."""
+    """A file's lookup answered from its directory's held listing, or (a commit tree's) from
+    what a plain READDIR reported of it (``counts`` +1), else None (never blocks)."""
     tree = parent.tree
     if len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..", special.INFO_NAME):
         return None
     names = fs.dircache.get(tree.key, parent.path) if tree.immutable else branch_held(fs, parent)
     if names is None:
-        return None
+        e = fs.listed.pop(("f", tree.key, paths.join(parent.path, name)), None) if tree.immutable else None
+        if e is None:
+            return None
+        fs.stats.count(*counts)
+        return fs.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)
     e = names.get(name)
     if e is None:
         fs.stats.count(*counts)

@@ -11,7 +11,11 @@ separate process), with data generated here:
   local store both through a commit tree (``v1/``, the default keys) and through the
   branch (``main/``, an unchanged branch file: the ``*_branch_*`` keys);
 * a flat directory (default 100,000 entries): ``ls -f`` cold (fresh mount) and warm,
-  beside ``ls -f`` of a native directory of as many files;
+  beside ``ls -f`` of a native directory of as many files; ``ls -l`` cold; and a listing
+  followed by the open and read of every tenth name (``list_open``: the first pass of a job
+  that lists a directory, then reads its files), beside the same on the native directory --
+  the two rows where plain READDIR (the kernel's choice past a listing's first reply, when
+  nothing stats the names) could cost more than READDIRPLUS would;
 * a nested tree (default 10,000 files of 100 KB): ``find -type f | xargs stat`` cold
   and warm; then N processes (default 8) reading every file, against the native copy;
   locally, the listing, stat and read rows are measured through the branch tree (``main/``,
@@ -115,6 +119,19 @@ def sh(cmd: str) -> None:
 def count_ls(path: Path) -> int:
     out = subprocess.run(["ls", "-f", str(path)], check=True, capture_output=True).stdout
     return out.count(b"\n")
+
+
+def count_ls_l(path: Path) -> int:
+    out = subprocess.run(["ls", "-l", str(path)], check=True, capture_output=True).stdout
+    return out.count(b"\n") - 1  # (the "total" line)
+
+
+def list_open(path: Path, every: int = 10) -> int:
+    """List ``path``, then open and read every ``every``-th name (in listing order): files read."""
+    code = ("import os, sys\np = sys.argv[1]; names = os.listdir(p)[::int(sys.argv[2])]\n"
+            "for x in names:\n    with open(os.path.join(p, x), 'rb') as f: f.read()\nprint(len(names))")
+    return int(subprocess.run([PY, "-c", code, str(path), str(every)], check=True, capture_output=True,
+                              text=True).stdout)
 
 
 def stat_tree(path: Path) -> int:
@@ -338,14 +355,25 @@ def bench_local(args, work: Path) -> dict:
     native_stat = med([args.nested / timed(lambda: stat_tree(native / "nested")) for _ in range(args.reps)])
     res["stat_native_files_per_s"] = native_stat
     res["ls_native_entries_per_s"] = med([args.flat / timed(lambda: count_ls(native / "flat")) for _ in range(args.reps)])
+    res["ls_l_native_entries_per_s"] = med([args.flat / timed(lambda: count_ls_l(native / "flat"))
+                                            for _ in range(args.reps)])
+    n_open = len(range(0, args.flat, 10))
+    res["list_open_native_files_per_s"] = med([n_open / timed(lambda: list_open(native / "flat"))
+                                               for _ in range(args.reps)])
     for tree, tag in (("main", ""), (BENCH_TAG, "tag_")):
-        ls_cold, ls_warm, st_cold, st_warm = [], [], [], []
+        ls_cold, ls_warm, st_cold, st_warm, ls_l, lo = [], [], [], [], [], []
         for _ in range(args.reps):
             with LakefuseMount(home, "bench", mp):  # a fresh mount: nothing cached in the kernel or the daemon
                 t = timed(lambda: count_ls(mp / tree / "flat"))
                 ls_cold.append(args.flat / t)
                 ls_warm.append(args.flat / timed(lambda: count_ls(mp / tree / "flat")))
                 assert count_ls(mp / tree / "flat") >= args.flat
+            with LakefuseMount(home, "bench", mp):
+                ls_l.append(args.flat / timed(lambda: count_ls_l(mp / tree / "flat")))
+            with LakefuseMount(home, "bench", mp) as m:
+                lo.append(n_open / timed(lambda: list_open(mp / tree / "flat")))
+                res[f"{tag}readdir_paths"] = {k: m.stats().get(k) for k in ("readdir", "readdir_plain_entries",
+                                                                            "lookups", "lookups_memory")}
             with LakefuseMount(home, "bench", mp):  # stat cold: its own fresh mount (no listing before)
                 st_cold.append(args.nested / timed(lambda: stat_tree(mp / tree / "nested")))
                 st_warm.append(args.nested / timed(lambda: stat_tree(mp / tree / "nested")))
@@ -354,6 +382,8 @@ def bench_local(args, work: Path) -> dict:
         res[f"{tag}ls_warm_entries_per_s"] = med(ls_warm)
         res[f"{tag}stat_cold_files_per_s"] = med(st_cold)
         res[f"{tag}stat_warm_files_per_s"] = med(st_warm)
+        res[f"{tag}ls_l_cold_entries_per_s"] = med(ls_l)
+        res[f"{tag}list_open_cold_files_per_s"] = med(lo)
     return res | _parallel_rows(args, work, home, native, names, mp) if "parallel" in rows else res
 
 

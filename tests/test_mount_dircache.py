@@ -19,7 +19,7 @@ from lakefuse.mount.errors import FsError
 from lakefuse.mount.fs import Filesystem, FsConfig
 from lakefuse.mount.trees import FRESH_NS
 from lakefuse.mount.writes import Caller
-from tests.mount_core_testutil import ino_of, readdir_all, seeded_repo, writable_core
+from tests.mount_core_testutil import ino_of, readdir_all, readdir_page, seeded_repo, writable_core
 from tests.mount_testutil import MountProc, needs_fuse
 
 ME = Caller(uid=os.getuid(), gid=os.getgid())
@@ -109,6 +109,55 @@ def test_a_branch_directory_answers_from_memory_only_while_its_stamp_stands(repo
         fs.lookup(d, b"f01")  # the second lookup that read at this stamp reads the listing again
         assert fs.lookup_fast(d, b"new").size == 3
         # the mount's own change moves the stamp: the listing no longer answers
+        fs.unlink(d, b"f02")
+        assert fs.lookup_fast(d, b"f02") is None
+        with pytest.raises(FsError) as e:
+            fs.lookup(d, b"f02")
+        assert e.value.errno == errno.ENOENT
+
+
+def _list_plain(fs, ino: int) -> list:
+    """Every entry of directory ``ino`` as plain READDIR replies hand them out (numbered: no node)."""
+    fh = fs.opendir(ino)
+    out, off = [], 0
+    try:
+        while entries := readdir_page(fs, fh, off):
+            fs.numbered(entries)
+            out += entries
+            off = entries[-1].offset
+    finally:
+        fs.releasedir(fh)
+    return out
+
+
+def test_a_branch_file_listed_plain_is_looked_up_from_memory_only_while_the_branch_stands(repo, tmp_path):
+    """A branch directory too big to hold whole, listed by plain READDIR (names and numbers, no
+    node): a listed file's first lookup is answered from what the listing read -- the attributes
+    and inode number a fresh mount's lookup gives -- while the branch's stamp is the page's and
+    known current; after a change behind the mount, or through it, the lookup reads the key."""
+    with writable_core(repo, tmp_path / "cache", readdir_page=4) as fs:
+        d = ino_of(fs, "main/d")
+        listed = {e.name: e for e in _list_plain(fs, d)}
+        assert b"f00" in listed and len(listed) > 4  # more than a page: never held whole
+        assert fs.branch_dirs.get_at(fs.inodes.get(d).tree.key, b"d") is None
+        fs.inodes.get(d).tree.repin()  # (the stamp known current now)
+        before = fs.stats.counts.get("lookups_memory", 0)
+        with writable_core(repo, tmp_path / "cache2") as fresh:
+            fd = ino_of(fresh, "main/d")
+            for name in (b"f00", b"f05", b"ln"):
+                got = fs.lookup_fast(d, name)
+                assert got is not None, name
+                assert _fields(got) == _fields(fresh.lookup(fd, name)), name
+        assert fs.stats.counts["lookups_memory"] - before == 3
+        assert fs.lookup_fast(d, b"sub") is None  # a directory: read
+        assert fs.lookup_fast(d, b"nope") is None  # a name no listing held: read, not ENOENT
+        # a change behind the mount: once the stamp is stale, nothing listed answers
+        repo.upload("main", "d/f01", b"changed behind the mount")
+        time.sleep(FRESH_NS / 1e9 + 0.01)
+        assert fs.lookup_fast(d, b"f01") is None
+        assert fs.lookup(d, b"f01").size == len(b"changed behind the mount")
+        # listed again at the new stamp, then the mount's own change: the stamp moves, the key is read
+        _list_plain(fs, d)
         fs.unlink(d, b"f02")
         assert fs.lookup_fast(d, b"f02") is None
         with pytest.raises(FsError) as e:

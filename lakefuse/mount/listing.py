@@ -284,21 +284,25 @@ def branch_held(fs, parent: Node) -> dict[bytes, DirEntry] | None:
     (:mod:`lakefuse.mount.creates`: the listing would not have it)."""
     tree = parent.tree
     held = fs.branch_dirs.get_at(tree.key, parent.path)
-    if held is None or held[1] != tree.stamp or not tree.fresh(FRESH_NS):
-        return None
-    if fs.spool is not None and fs.spool.unstaged:
-        return None
-    return held[0]
+    return held[0] if held is not None and _branch_stands(fs, tree, held[1]) else None
+
+
+def _branch_stands(fs, tree: "Tree", stamp: int) -> bool:
+    """Whether what was read of branch ``tree`` at ``stamp`` may answer now: ``stamp`` is still the
+    branch's and known current within :data:`FRESH_NS`, and no file this mount created waits to
+    be staged. Never blocks."""
+    return stamp == tree.stamp and tree.fresh(FRESH_NS) and not (fs.spool is not None and fs.spool.unstaged)
 
 
 def numbered(fs, entries: list[DirEntry]) -> list[int]:
     """The inode number of each of ``entries`` for a plain READDIR (never blocks): no lookup
     counted, no node made (:meth:`InodeTable.numbers`: the number is the one the name's first
-    lookup gets). A commit tree's files are held too (the last :data:`LISTED_MAX`), so that
-    first lookup, when the directory is too big to be held whole, is answered from memory as
-    a held listing's are: a name listed and then opened costs no read more than after
+    lookup gets). The files are held too (the last :data:`LISTED_MAX`), so that first lookup,
+    when the directory is too big to be held whole, is answered from memory as a held listing's
+    are -- a branch's only while the branch is as it was at the page's stamp
+    (:func:`_branch_stands`): a name listed and then opened costs no read more than after
     READDIRPLUS."""
-    if entries and getattr(entries[0].tree, "immutable", False):  # (one page: one tree)
+    if entries:
         listed = fs.listed
         if len(listed) + len(entries) > LISTED_MAX:
             listed.clear()
@@ -307,27 +311,30 @@ def numbered(fs, entries: list[DirEntry]) -> list[int]:
 
 
 def from_held(fs, parent: Node, name: bytes, counts=("lookups_memory",)) -> Attr | None:
-    """A file's lookup answered from its directory's held listing, or (a commit tree's) from
-    what a plain READDIR reported of it (``counts`` +1), else None (never blocks)."""
+    """A file's lookup answered from its directory's held listing, or from what a plain READDIR
+    reported of it (a branch's while the branch stands: :func:`_branch_stands`) (``counts`` +1),
+    else None (never blocks)."""
     tree = parent.tree
     if len(name) > paths.MAX_NAME_BYTES or name in (b".", b"..", special.INFO_NAME):
         return None
     names = fs.dircache.get(tree.key, parent.path) if tree.immutable else branch_held(fs, parent)
-    if names is None:
-        e = fs.listed.pop(("f", tree.key, paths.join(parent.path, name)), None) if tree.immutable else None
-        if e is None:
+    if names is None:  # what a plain READDIR reported of it (numbered), a branch's while it stands
+        key = ("f", tree.key, paths.join(parent.path, name))
+        e = fs.listed.get(key)
+        if e is None or not (tree.immutable or (e.tree is tree and _branch_stands(fs, tree, e.stamp))):
+            return None  # (a branch's that no longer stands is left: the thread's lookup reads the key)
+        if fs.listed.pop(key, None) is None:  # (another lookup took it meanwhile)
             return None
-        fs.stats.count(*counts)
-        return fs.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)
-    e = names.get(name)
-    if e is None:
-        fs.stats.count(*counts)
-        if tree.immutable:
-            raise FsError(errno.ENOENT, "", fs.config.immutable_timeout)
-        fs.note_absent(parent.ino, name, tree.stamp)
-        raise FsError(errno.ENOENT)  # (a branch's missing names are not cached by the kernel)
-    if e.kind != Kind.FILE or e.tree is not tree:  # a directory's link count needs a listing read
-        return None
+    else:
+        e = names.get(name)
+        if e is None:
+            fs.stats.count(*counts)
+            if tree.immutable:
+                raise FsError(errno.ENOENT, "", fs.config.immutable_timeout)
+            fs.note_absent(parent.ino, name, tree.stamp)
+            raise FsError(errno.ENOENT)  # (a branch's missing names are not cached by the kernel)
+        if e.kind != Kind.FILE or e.tree is not tree:  # a directory's link count needs a listing read
+            return None
     fs.stats.count(*counts)
     if tree.immutable:  # (a key of such a tree keeps its inode: the listing's Attr may be the node's)
         return fs.acquire(e.key, Kind.FILE, tree, e.path, parent.ino, e.attr, e.value, 0)

@@ -319,11 +319,10 @@ def from_held(fs, parent: Node, name: bytes, counts=("lookups_memory",)) -> Attr
         return None
     names = fs.dircache.get(tree.key, parent.path) if tree.immutable else branch_held(fs, parent)
     if names is None:  # what a plain READDIR reported of it (numbered), a branch's while it stands
-        key = ("f", tree.key, paths.join(parent.path, name))
-        e = fs.listed.get(key)
+        # taken either way: a branch's that no longer stands never will again (stamps only grow,
+        # and the thread's lookup that follows reads the key and makes the node)
+        e = fs.listed.pop(("f", tree.key, paths.join(parent.path, name)), None)
         if e is None or not (tree.immutable or (e.tree is tree and _branch_stands(fs, tree, e.stamp))):
-            return None  # (a branch's that no longer stands is left: the thread's lookup reads the key)
-        if fs.listed.pop(key, None) is None:  # (another lookup took it meanwhile)
             return None
     else:
         e = names.get(name)

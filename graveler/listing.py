@@ -2,7 +2,9 @@
 
 One iterator protocol (lakeFS's, reduced): ``next()`` returns ``(key, staged)``
 or None at the end, ``seek_ge(key)`` moves to the first key >= ``key``.
-``staged`` is a Value, or None for a staging tombstone.
+``staged`` is a Value, or None for a staging tombstone. An iterator may also offer
+``next_batch(n)``: up to ``n`` items at once (what ``n`` calls of ``next()`` return), which
+:func:`list_items` takes where it is offered.
 
 * :class:`CommittedIterator` adapts ``CommittedManager.iterator`` (a plain
   generator) to the protocol; a short forward seek reads ahead, a long one
@@ -16,7 +18,10 @@ or None at the end, ``seek_ge(key)`` moves to the first key >= ``key``.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import islice
+from operator import itemgetter
 from typing import Iterator, Protocol
 
 from graveler.errors import InvalidArgument
@@ -24,6 +29,10 @@ from graveler.kv.base import prefix_successor
 from graveler.model import Entry, Value
 
 Item = tuple[bytes, "Value | None"]
+
+BATCH_FIRST = 16  # items a listing takes first from an iterator that gives batches (next_batch) ...
+BATCH_MAX = 512  # ... doubling up to this
+_key = itemgetter(0)
 
 
 class SeekIterator(Protocol):
@@ -64,6 +73,23 @@ class CommittedIterator:
             self._head = None
             self._lower = item[0] + b"\x00"
         return item
+
+    def next_batch(self, n: int) -> list[Item]:
+        """Up to ``n`` items, as many :meth:`next` calls would return (fewer: the end)."""
+        out: list[Item] = []
+        if self._head is not None:
+            out.append(self._head)
+            self._head = None
+            n -= 1
+        gen = self._gen
+        if gen is not None and n > 0:
+            got = list(islice(gen, n))
+            out += got
+            if len(got) < n:
+                self._gen = None
+        if out:
+            self._lower = out[-1][0] + b"\x00"
+        return out
 
     def seek_ge(self, key: bytes) -> None:
         if key < self._lower:
@@ -172,6 +198,28 @@ class MergedIterator:
                 continue
             return winner
 
+    def next_batch(self, n: int) -> list[Item]:
+        """Up to ``n`` items, as many :meth:`next` calls would return (fewer: the end): a
+        branch's staging over its commit, once the staging has nothing more ahead, straight
+        from the commit's records (no merge step per item)."""
+        heads = self._heads
+        if len(heads) != 2 or heads[0] is not None or not isinstance(self._sources[1], CommittedIterator):
+            item = self.next()
+            return [] if item is None else [item]
+        b = heads[1]  # the staging source is at its end: the rest is the committed source's
+        if b is None:
+            return []
+        if b is _UNSET:
+            out = self._sources[1].next_batch(n)
+        else:
+            out = [b] + self._sources[1].next_batch(n - 1)
+        if out:
+            heads[1] = _UNSET
+            self._lower = out[-1][0] + b"\x00"
+        else:
+            heads[1] = None
+        return out  # (as they are: a commit has no tombstones)
+
     def seek_ge(self, key: bytes) -> None:
         forward = key >= self._lower
         for i, s in enumerate(self._sources):
@@ -232,24 +280,38 @@ def list_items(
                     return
                 start = succ
     it.seek_ge(start)
-    plen = len(prefix)
+    plen, dlen = len(prefix), len(delimiter)
+    # items are taken a batch at a time where the iterator can (next_batch: a growing batch,
+    # what a directory of a few names needs first), one at a time where it cannot
+    next_batch = getattr(it, "next_batch", None)
+    n = BATCH_FIRST
     while True:
-        item = it.next()
-        if item is None:
+        if next_batch is not None:
+            batch = next_batch(n)
+            n = min(n * 2, BATCH_MAX)
+        else:
+            item = it.next()
+            batch = [] if item is None else [item]
+        if not batch:
             return
-        key, value = item
-        if not key.startswith(prefix):
-            if key < prefix:
-                continue
-            return
-        if delimiter:
-            i = key.find(delimiter, plen)
-            if i >= 0:
-                cp = key[: i + len(delimiter)]
-                yield ListItem(cp, None)
-                succ = prefix_successor(cp)
-                if succ is None:
-                    return
-                it.seek_ge(succ)
-                continue
-        yield ListItem(key, value)
+        i, end = 0, len(batch)
+        while i < end:
+            key, value = batch[i]
+            i += 1
+            if not key.startswith(prefix):
+                if key < prefix:
+                    continue
+                return
+            if delimiter:
+                j = key.find(delimiter, plen)
+                if j >= 0:
+                    cp = key[: j + dlen]
+                    yield ListItem(cp, None)
+                    succ = prefix_successor(cp)
+                    if succ is None:
+                        return
+                    i = bisect_left(batch, succ, i, end, key=_key)  # the rest of cp in this batch
+                    if i == end:  # (maybe more of it after the batch) one seek past it
+                        it.seek_ge(succ)
+                    continue
+            yield ListItem(key, value)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from itertools import islice
 
 from graveler.core import Pin, RepoCore
 from graveler.errors import NotFound
@@ -174,12 +175,9 @@ class View:
 
         def run(pin: Pin) -> list[ListItem]:
             start = after + b"\x00" if after else prefix
-            out: list[ListItem] = []
-            for item in list_items(self._core.iterator(pin, start), prefix, _SEP, after):
-                out.append(item)
-                if len(out) >= limit:
-                    break
-            return out
+            # (no range after the prefix's keys is opened: list_items reads ahead a batch at a time)
+            it = self._core.iterator(pin, start, end=prefix_successor(prefix) if prefix else None)
+            return list(islice(list_items(it, prefix, _SEP, after), limit))
 
         return self._run(run)
 

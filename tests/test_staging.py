@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import functools
 
 import pytest
 from hypothesis import given, settings
@@ -157,24 +158,41 @@ class CountingIterator(ListIterator):
         return super().next()
 
 
-def _listing(items, prefix=b"", delim=b"/", after=b""):
-    return [(x.path, x.is_prefix) for x in list_items(ListIterator(items), prefix, delim, after)]
+class BatchIterator(CountingIterator):
+    """A list iterator that also gives batches (``next_batch``, as a commit's iterator does)."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.batches = 0
+
+    def next_batch(self, n):
+        self.batches += 1
+        out = self._items[self._i:self._i + n]
+        self._i += len(out)
+        return out
 
 
-def test_list_items_delimiter():
+def _listing(items, prefix=b"", delim=b"/", after=b"", batches=False):
+    it = (BatchIterator if batches else ListIterator)(items)
+    return [(x.path, x.is_prefix) for x in list_items(it, prefix, delim, after)]
+
+
+@pytest.mark.parametrize("batches", [False, True], ids=["one_by_one", "batches"])
+def test_list_items_delimiter(batches):
     keys = [b"a.txt", b"a/1", b"a/2", b"a/b/c", b"a0", b"b/x", b"c"]
     items = [(k, V(k.decode())) for k in keys]
-    assert _listing(items) == [(b"a.txt", False), (b"a/", True), (b"a0", False), (b"b/", True), (b"c", False)]
-    assert _listing(items, b"a/") == [(b"a/1", False), (b"a/2", False), (b"a/b/", True)]
-    assert _listing(items, b"a") == [(b"a.txt", False), (b"a/", True), (b"a0", False)]
-    assert [p for p, _ in _listing(items, delim=b"")] == keys
-    assert _listing(items, after=b"a/") == [(b"a0", False), (b"b/", True), (b"c", False)]
-    assert _listing(items, after=b"a/1") == [(b"a0", False), (b"b/", True), (b"c", False)]
-    assert _listing(items, after=b"a.txt") == [(b"a/", True), (b"a0", False), (b"b/", True), (b"c", False)]
-    assert _listing(items, b"a/", after=b"a/1") == [(b"a/2", False), (b"a/b/", True)]
-    assert _listing(items, b"a/", after=b"0") == _listing(items, b"a/")
-    assert _listing(items, b"zz") == []
-    assert _listing(items, delim=b"", after=b"a/2") == [(k, False) for k in keys[3:]]
+    listing = functools.partial(_listing, batches=batches)
+    assert listing(items) == [(b"a.txt", False), (b"a/", True), (b"a0", False), (b"b/", True), (b"c", False)]
+    assert listing(items, b"a/") == [(b"a/1", False), (b"a/2", False), (b"a/b/", True)]
+    assert listing(items, b"a") == [(b"a.txt", False), (b"a/", True), (b"a0", False)]
+    assert [p for p, _ in listing(items, delim=b"")] == keys
+    assert listing(items, after=b"a/") == [(b"a0", False), (b"b/", True), (b"c", False)]
+    assert listing(items, after=b"a/1") == [(b"a0", False), (b"b/", True), (b"c", False)]
+    assert listing(items, after=b"a.txt") == [(b"a/", True), (b"a0", False), (b"b/", True), (b"c", False)]
+    assert listing(items, b"a/", after=b"a/1") == [(b"a/2", False), (b"a/b/", True)]
+    assert listing(items, b"a/", after=b"0") == listing(items, b"a/")
+    assert listing(items, b"zz") == []
+    assert listing(items, delim=b"", after=b"a/2") == [(k, False) for k in keys[3:]]
 
 
 def test_list_skips_directory_with_one_seek():
@@ -186,6 +204,16 @@ def test_list_skips_directory_with_one_seek():
     assert it.nexts <= 4
 
 
+def test_a_batched_listing_skips_a_directory_within_its_batch_or_with_one_seek():
+    items = ([(b"a/%02d" % i, V(str(i))) for i in range(5)] + [(b"b", V("b"))]
+             + [(b"big/%06d" % i, V(str(i))) for i in range(10_000)] + [(b"small", V("s"))])
+    it = BatchIterator(items)
+    out = [x.path for x in list_items(it, b"", b"/")]
+    assert out == [b"a/", b"b", b"big/", b"small"]
+    assert it.nexts == 0 and it.batches <= 4  # a/ skipped inside the first batch
+    assert it.seeks == 2  # the initial positioning + one seek past "big/" (longer than the batch)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.text("ab/", min_size=1, max_size=5), unique=True),
@@ -193,7 +221,8 @@ def test_list_skips_directory_with_one_seek():
     st.sampled_from(["", "/"]),
     st.text("ab/", max_size=4),
 )
-def test_list_items_matches_naive(keys, prefix, delim, after):
+@pytest.mark.parametrize("batches", [False, True], ids=["one_by_one", "batches"])
+def test_list_items_matches_naive(batches, keys, prefix, delim, after):
     keys = sorted(k.encode() for k in keys)
     prefix, delim, after = prefix.encode(), delim.encode(), after.encode()
     items = [(k, V(k.decode())) for k in keys]
@@ -210,4 +239,4 @@ def test_list_items_matches_naive(keys, prefix, delim, after):
             continue
         if not expect or expect[-1][0] != name:
             expect.append((name, is_prefix))
-    assert _listing(items, prefix, delim, after) == expect
+    assert _listing(items, prefix, delim, after, batches) == expect

@@ -169,14 +169,15 @@ def test_a_branch_listing_is_not_read_whole_where_the_branch_keeps_changing(repo
     """Lookups that miss at a new stamp each time (a directory being written to) read keys, not
     the listing again and again."""
     with writable_core(repo, tmp_path / "cache") as fs:
-        d = ino_of(fs, "main/d")
-        key = fs.inodes.get(d).tree.key
+        d = ino_of(fs, "main/d")  # (its link count read d's listing: held at that stamp)
+        tree = fs.inodes.get(d).tree
         for i in range(4):
             repo.upload("main", f"d/w{i}", b"w")  # the stamp moves between the lookups
             fs.lookup(d, f"f0{i}".encode())
-            assert fs.branch_dirs.get_at(key, b"d") is None
+            held = fs.branch_dirs.get_at(tree.key, b"d")
+            assert held is None or held[1] < tree.stamp  # not read again at the new stamp
         fs.lookup(d, b"f05")  # two at one stamp: read whole
-        held = fs.branch_dirs.get_at(key, b"d")
+        held = fs.branch_dirs.get_at(tree.key, b"d")
         assert held is not None and b"w3" in held[0]
 
 
@@ -324,3 +325,78 @@ def test_a_held_directory_lists_from_memory_as_a_fresh_mount_does(repo):
         got = [(e.name, e.offset, _fields(a)) for e, a in readdir_all(fs, d, start)]
         want = [(e.name, e.offset, _fields(a)) for e, a in readdir_all(fresh, fd, start)]
         assert got == want and got
+
+
+def test_a_stat_branch_directory_lists_from_memory_while_the_branch_stands(repo, tmp_path):
+    """The link count of a branch directory reads its listing: held at the branch's stamp, so
+    the readdir that follows (``find``: stat, open, getdents) reads nothing more -- and lists
+    what a fresh mount lists -- until the branch moves."""
+    with writable_core(repo, tmp_path / "cache") as fs, writable_core(repo, tmp_path / "cache2") as fresh:
+        d = ino_of(fs, "main/d")
+        fs.getattr(d)  # its link count: the listing read once, held
+        view = fs.inodes.get(d).tree.view
+        pages = []
+        real = view.list_page
+        view.list_page = lambda *a, **k: pages.append(a) or real(*a, **k)  # counts the listing reads
+        got = [(e.name, e.offset, _fields(a)) for e, a in readdir_all(fs, d)]
+        assert pages == []  # from memory
+        want = [(e.name, e.offset, _fields(a)) for e, a in readdir_all(fresh, ino_of(fresh, "main/d"))]
+        assert got == want and len(got) == len(FILES) - 1  # (top is not in d)
+        assert fs.getattr(d).nlink == 3  # d and d/sub
+        # a change behind the mount: once the stamp is stale, the readdir reads the listing
+        repo.upload("main", "d/new", b"new")
+        time.sleep(FRESH_NS / 1e9 + 0.01)
+        names = [e.name for e, _ in readdir_all(fs, d)]
+        assert b"new" in names and len(pages) == 1
+
+
+def _accepted_many(fs, ino: int) -> dict:
+    """name -> attributes of directory ``ino``'s entries, accepted a page at a time (accept_many:
+    the batched readdir's path)."""
+    fh = fs.opendir(ino)
+    out, off = {}, 0
+    try:
+        while entries := readdir_page(fs, fh, off):
+            out.update(zip((e.name for e in entries), fs.accept_many(fh, entries)))
+            off = entries[-1].offset
+    finally:
+        fs.releasedir(fh)
+    return out
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["accept", "accept_many"])
+def test_a_held_listing_hands_each_node_its_own_attributes(repo, tmp_path, many):
+    """Entries of a held branch listing are handed out by every readdir of it: a node made from
+    one after the first node was forgotten gets its own attributes (the first node's number stays)."""
+    def listed() -> dict:
+        return _accepted_many(fs, d) if many else {e.name: a for e, a in readdir_all(fs, d)}
+
+    with writable_core(repo, tmp_path / "cache") as fs:
+        d = ino_of(fs, "main/d")
+        fs.getattr(d)
+        first = listed()[b"f03"]
+        node = fs.inodes.get(first.ino)
+        fs.forget([(first.ino, node.nlookup)])  # the kernel forgets it (the Attr object lives on)
+        again = listed()[b"f03"]
+        assert again.ino != first.ino and first.ino == node.ino and node.attr.ino == node.ino
+
+
+def test_a_directory_renamed_while_listed_from_memory_lists_on_under_its_new_name(repo, tmp_path):
+    with writable_core(repo, tmp_path / "cache") as fs:
+        d = ino_of(fs, "main/d")
+        fs.getattr(d)
+        fh = fs.opendir(d)
+        try:
+            first = readdir_page(fs, fh, 0)[:3]  # filled from the held listing
+            names = [e.name for e in first]
+            main = ino_of(fs, "main")
+            fs.rename(main, b"d", main, b"e", 0)
+            rest, off = [], first[-1].offset
+            while entries := readdir_page(fs, fh, off):
+                assert all(e.path.startswith(b"e/") for e in entries)  # read again under the new name
+                rest += entries
+                off = entries[-1].offset
+        finally:
+            fs.releasedir(fh)
+        names += [e.name for e in rest]
+        assert len(names) == len(set(names)) == len(FILES) - 1

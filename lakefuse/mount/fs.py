@@ -315,8 +315,8 @@ class Filesystem(Opens, Reads, XattrReads):
             if st.value is not None:
                 listing.shadowed(self, tree, path)
             return self.acquire(self.dir_key(tree, path), Kind.DIR, tree, path, parent_ino,
-                                self._counted(self.rules.tree_dir_attr(tree, path, st.marker), tree, path),
-                                stamp=stamp)
+                                self._counted(self.rules.tree_dir_attr(tree, path, st.marker), tree, path,
+                                              stamp), stamp=stamp)
         if st.value is not None:
             return self.acquire(self.file_key(tree, path), Kind.FILE, tree, path, parent_ino,
                                 self.rules.file_attr(st.value, tree), st.value, stamp)
@@ -355,11 +355,12 @@ class Filesystem(Opens, Reads, XattrReads):
         for ino, n in items:
             self.inodes.forget(ino, n)
 
-    def _counted(self, attr: Attr, tree: Tree | None, path: bytes) -> Attr:
-        """A directory's ``attr`` with its link count (:func:`lakefuse.mount.listing.nlink`)."""
-        return self.rules.counted(attr, tree, self._nlink(tree, path))
+    def _counted(self, attr: Attr, tree: Tree | None, path: bytes, stamp: int | None = None) -> Attr:
+        """A directory's ``attr`` with its link count (:func:`lakefuse.mount.listing.nlink`;
+        ``stamp``: a branch's, just read under the tree lock: the listing read is held at it)."""
+        return self.rules.counted(attr, tree, self._nlink(tree, path, stamp))
 
-    def _nlink(self, tree: Tree | None, path: bytes) -> int:
+    def _nlink(self, tree: Tree | None, path: bytes, stamp: int | None = None) -> int:
         """:func:`lakefuse.mount.listing.nlink`, remembered for a branch directory: a file
         created, saved or unlinked there changes no subdirectory count, so the count (a
         listing read of up to ``nlink_scan`` names, which would otherwise follow every create
@@ -374,7 +375,7 @@ class Filesystem(Opens, Reads, XattrReads):
         if hit is not None and hit[1] == tree.foreign:
             return hit[0]
         epoch, gen = tree.foreign, self._nlinks_gen
-        n = listing.nlink(self, tree, path)
+        n = listing.nlink(self, tree, path, stamp)
         with self._nlinks_lock:
             if gen == self._nlinks_gen:  # no subdirectory changed meanwhile: the count is current
                 if len(self._nlinks) >= 100_000:
@@ -466,16 +467,17 @@ class Filesystem(Opens, Reads, XattrReads):
             raise FsError(errno.ENOENT, f"branch {tree.name!r} is gone") from None
         if node.stamp == stamp and node.attr is not None:
             if node.attr.uncounted:
-                node.attr = self._counted(node.attr, tree, node.path)
+                node.attr = self._counted(node.attr, tree, node.path, stamp)
             return node
         if not node.path:
-            node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, b""), tree, b""), node.ino)
+            node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, b""), tree, b"", stamp),
+                                       node.ino)
             node.stamp = stamp
             return node
         st = tree.view.stat(node.path)
         if node.kind == Kind.DIR and st.is_dir:
             node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, node.path, st.marker), tree,
-                                                     node.path), node.ino)
+                                                     node.path, stamp), node.ino)
         elif node.kind == Kind.FILE and st.value is not None and not st.is_dir:
             node.value = st.value
             node.attr = self._with_ino(self.rules.file_attr(st.value, tree), node.ino)
@@ -544,11 +546,14 @@ class Filesystem(Opens, Reads, XattrReads):
         when :meth:`readdir_fill` must read first."""
         h = self._handle(fh)
         entries = h.ready(offset)
-        if entries is None and h.entries is None and h.node.kind == Kind.DIR and h.node.tree.immutable:
-            names = self.dircache.get(h.node.tree.key, h.node.path)  # held whole: no KV read, no thread
-            if names is not None:
-                h.entries = list(names.values())
-                entries = h.entries[offset:]
+        if entries is None and h.entries is None and h.node.kind == Kind.DIR:
+            if h.node.tree.immutable:
+                names = self.dircache.get(h.node.tree.key, h.node.path)  # held whole: no KV read, no thread
+                if names is not None:
+                    h.entries = list(names.values())
+                    entries = h.entries[offset:]
+            elif listing.fill_held(self, h, offset):  # a branch's, held while the branch stands
+                entries = h.ready(offset)
         return entries
 
     def readdir_fill(self, fh: int, offset: int) -> None:
@@ -581,7 +586,10 @@ class Filesystem(Opens, Reads, XattrReads):
         """Make (or find) the inode of a readdir entry, lookup count +1 (never blocks).
         Call :meth:`forget` with it if the kernel refused the entry."""
         node = self._handle(fh).node
-        attr = self.acquire(e.key, e.kind, e.tree, e.path, node.ino, e.attr, e.value, e.stamp)
+        attr = e.attr
+        if attr.ino:  # a held listing's entry: maybe another node's already (acquire sets the number)
+            attr = dataclasses.replace(attr, ino=0)
+        attr = self.acquire(e.key, e.kind, e.tree, e.path, node.ino, attr, e.value, e.stamp)
         if e.kind == Kind.FILE and not e.tree.immutable and self.spool is not None:
             # a file being written: as its handles see it (the kernel takes a listing's attributes
             # for the inode it has; a smaller staged size would cut reads of the open file short)
@@ -595,12 +603,14 @@ class Filesystem(Opens, Reads, XattrReads):
         append = out.append
         for n, e in zip(self.inodes.acquire_many(entries, self._handle(fh).node.ino), entries):
             attr = e.attr
+            if attr.ino and attr.ino != n.ino:  # a held listing's entry, another node's already: its own copy
+                attr = dataclasses.replace(attr, ino=0)
             if n.attr is None:  # a node just made: _took's case, inline (the listing's hot path)
                 attr.ino, n.attr, n.value, n.stamp = n.ino, attr, e.value, e.stamp
                 append(attr)
             else:
                 append(took(n, e.tree, attr, e.value, e.stamp))
-        if spool is not None:
+        if spool is not None and spool.any_open():
             for i, e in enumerate(entries):
                 if e.kind == Kind.FILE and not e.tree.immutable:  # as accept says
                     out[i] = self.rules.spooled(spool.peek(out[i].ino), out[i])

@@ -294,6 +294,30 @@ def _branch_stands(fs, tree: "Tree", stamp: int) -> bool:
     return stamp == tree.stamp and tree.fresh(FRESH_NS) and not (fs.spool is not None and fs.spool.unstaged)
 
 
+def fill_held(fs, h: DirHandle, offset: int) -> bool:
+    """Fill a branch directory's fresh handle ``h`` from the directory's held listing when the
+    branch stands (:func:`branch_held`), as a readdir from the start would have read it (one
+    page, done): no read, no thread. Its entries keep the held listing's path and stamp, and
+    a rename of the directory meanwhile makes ``h`` read again (:meth:`DirHandle.ready`).
+    Never blocks."""
+    node = h.node
+    if offset != 0 or h.next_off != 0 or h.buf or h.entries is not None:
+        return False
+    names = branch_held(fs, node)
+    if names is None:
+        return False
+    entries = list(names.values())
+    with h.lock:
+        if h.next_off != 0 or h.buf:  # (filled meanwhile)
+            return False
+        h.buf, h.buf_start, h.buf_path = entries, 0, node.path
+        h.marks[0] = b""
+        h.next_off = len(entries)
+        h.next_after = entries[-1].name if entries else b""
+        h.done = True
+    return True
+
+
 def numbered(fs, entries: list[DirEntry]) -> list[int]:
     """The inode number of each of ``entries`` for a plain READDIR (never blocks): no lookup
     counted, no node made (:meth:`InodeTable.numbers`: the number is the one the name's first
@@ -407,12 +431,14 @@ def root_entries(fs) -> list[DirEntry]:
     return out
 
 
-def nlink(fs, tree: "Tree | None", path: bytes) -> int:
+def nlink(fs, tree: "Tree | None", path: bytes, stamp: int | None = None) -> int:
     """A directory's link count: 2 + the subdirectories its listing shows, or 1 when its
     listing has more than ``FsConfig.nlink_scan`` names (not counted: see the module
     docstring). ``tree`` None: the mount root, whose subdirectories are its refs. A listing
     that fails (a damaged range, the KV away) leaves it uncounted (1): reading a path answers
-    the error, a stat of the directory does not. Blocking."""
+    the error, a stat of the directory does not. The listing read is held (its readdir and
+    lookups then need no read): an immutable tree's for good, a branch's at ``stamp`` (the
+    branch's, read just before under the tree lock; None: not held). Blocking."""
     limit = fs.config.nlink_scan
     try:
         if tree is None:
@@ -425,6 +451,8 @@ def nlink(fs, tree: "Tree | None", path: bytes) -> int:
         return 1
     if tree.immutable:  # the whole directory was read: held, its readdir and lookups need no KV read
         return fs.dircache.nlink(tree.key, path) if _hold(fs, tree, path, page) is not None else 1
+    if stamp is not None and len(page) < fs.config.readdir_page:  # held while the branch stands
+        return fs.branch_dirs.nlink(tree.key, path) if _hold(fs, tree, path, page, stamp) is not None else 1
     plen = len(path) + 1 if path else 0
     return 2 + sum(1 for it in page if it.value is None and paths.name_problem(it.path[plen:-1]) is None)
 

@@ -145,7 +145,12 @@ class XattrReads:
         node = self.inodes.get(ino)
         if node.kind not in (Kind.DIR, Kind.FILE, Kind.INFO_DIR) or node.tree is None:
             return {}
-        node = self.revalidate(node) if node.kind != Kind.INFO_DIR else node
+        if node.kind != Kind.INFO_DIR:
+            if node.tree.immutable:
+                node = self.revalidate(node)
+            else:  # (as every read of a branch: a directory rename's keys are never seen half moved)
+                with self.tree_lock(node.tree).shared():
+                    node = self.revalidate(node)
         tree = node.tree
         out = {XATTR_PREFIX + b"commit": tree.view.commit_id.encode()}
         if node.kind == Kind.FILE:

@@ -250,18 +250,20 @@ def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp
                             rules.uncounted(rules.tree_dir_attr(tree, path, marker)), stamp))
             continue
         name = key[plen:]
-        # (name_problem's rule, its common case inline: the listing's hot path)
-        why = (name_problem(name) if not name or len(name) > max_name or name in odd or b"\x00" in name
-               or b"/" in name else None)
-        if why is not None:
+        # (name_problem's rule, its common case inline: the listing's hot path; a listed object's
+        # name holds no "/", the listing made a common prefix of any that did)
+        if not name or len(name) > max_name or name in odd or b"\x00" in name:
             if name:  # an empty name is the directory's own marker ("d/"), not a hidden key
-                hidden(fs, tree, key, why)
+                hidden(fs, tree, key, name_problem(name))
             continue
-        if prefixes or not complete:
-            below = key + b"/"
-            if below in prefixes or (not complete and below > last and tree.view.stat(key).is_dir):
-                shadowed(fs, tree, key)
-                continue
+        # shadowed by a directory of the same name: one this page lists, or (the page not the
+        # last) one after it -- "key/" sorts after the page's last key only when that key starts
+        # with ``key`` and goes on with a byte below "/" (or is ``key``)
+        if (prefixes and key + b"/" in prefixes) or (
+                not complete and last.startswith(key)
+                and (len(last) == len(key) or last[len(key)] < 0x2F) and tree.view.stat(key).is_dir):
+            shadowed(fs, tree, key)
+            continue
         try:
             if attr is None:
                 attr = file_attr(value, tree)

@@ -273,7 +273,7 @@ def test_files_made_in_a_directory_do_not_count_it_again(fs, repo, monkeypatch):
 
     reads: list[bytes] = []
     real = listing.nlink
-    monkeypatch.setattr(listing, "nlink", lambda f, tree, path: (reads.append(path), real(f, tree, path))[1])
+    monkeypatch.setattr(listing, "nlink", lambda f, tree, path, stamp=None: (reads.append(path), real(f, tree, path, stamp))[1])
     one = ino_of(fs, "main/one")
     assert fs.getattr(one).nlink == 3 and reads.count(b"one") == 1
     for i in range(5):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import time
 
 import pytest
@@ -400,3 +401,16 @@ def test_a_directory_renamed_while_listed_from_memory_lists_on_under_its_new_nam
             fs.releasedir(fh)
         names += [e.name for e in rest]
         assert len(names) == len(set(names)) == len(FILES) - 1
+
+
+def test_a_plain_listing_makes_no_attributes_and_a_later_ask_makes_the_right_ones(repo, tmp_path):
+    """A plain READDIR needs a name's number and type only: a file's attributes are made when
+    first asked (its lookup, a READDIRPLUS), the same a fresh mount's lookup gives."""
+    with writable_core(repo, tmp_path / "cache") as fs, writable_core(repo, tmp_path / "cache2") as fresh:
+        for tree in ("v1", "main"):
+            d, fd = ino_of(fs, f"{tree}/d"), ino_of(fresh, f"{tree}/d")
+            files = [e for e in _list_plain(fs, d) if e.kind.name == "FILE"]
+            assert files and all(e.made is None and e.mode == e.attr.mode for e in files[1:])
+            for e in files:
+                want = fresh.lookup(fd, e.name)
+                assert _fields(e.attr) == _fields(want) and stat.S_IFMT(e.mode) == stat.S_IFMT(want.mode), e.name

@@ -85,8 +85,19 @@ class DirEntry:
     tree: object
     path: bytes
     value: Value | None
-    attr: Attr  # ino 0 until accepted
+    made: Attr | None  # its attributes (ino 0 until accepted); None: made from ``stats`` when asked
     stamp: int
+    mode: int = 0  # st_mode (0: ``attr``'s), all a plain READDIR reply needs of the attributes
+    stats: tuple | None = None  # a file's (size, mtime) to make ``attr`` from, by ``make``
+    make: object = None
+
+    @property
+    def attr(self) -> Attr:
+        """The entry's attributes, made at the first ask (a plain READDIR never asks)."""
+        a = self.made
+        if a is None:
+            a = self.made = self.make(*self.stats)
+        return a
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +194,12 @@ class AttrRules:
         a listing hands out one per name, so this is on the listing's hot path)."""
         return self._file_attr(*entry_stat(value), tree)
 
-    def stat_attrs(self, stats: list, tree) -> list:
-        """:meth:`file_attr` of each entry of a listing page without user metadata, from its
-        ``(size, mtime)`` as :func:`graveler.model.entry_stats` decoded it (None stays None)."""
-        plain = self._plain_attr(tree)
-        return [None if s is None else plain(*s) for s in stats]
+    def plain_file(self, tree) -> tuple[int, object]:
+        """The mode a file of ``tree`` without user metadata shows, and the function of its
+        ``(size, mtime)`` (as :func:`graveler.model.entry_stats` decodes them from a listing
+        page) that makes its attributes: what :meth:`file_attr` gives such a file."""
+        make = self._plain_attr(tree)
+        return make(0, 0).mode, make
 
     def _plain_attr(self, tree):
         """What a file of ``tree`` without user metadata shows, as a function of its size and

@@ -277,7 +277,7 @@ class Operations(pyfuse3.Operations):
                         fs.forget([(a.ino, 1) for a in attrs[sent:]])
                 else:  # a plain READDIR: names, numbers and types; nothing handed over to forget
                     sent = pyfuse3.readdir_reply_many(token, batch, fs.numbered(batch), DOTS, BLKSIZE,
-                                                      [e.attr.mode for e in batch])
+                                                      [e.mode or e.attr.mode for e in batch])
                     self.stats.add("readdir_plain_entries", sent)
                 if sent:
                     off = batch[sent - 1].offset

@@ -233,9 +233,10 @@ def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp
     odd = paths.REFUSED_NAMES
     max_name = paths.MAX_NAME_BYTES
     tkey = tree.key
-    # the attributes of the entries without user metadata, decoded in one call (the rest: file_attr)
-    attrs = rules.stat_attrs(entry_stats([it.value for it in page]), tree)
-    for it, attr in zip(page, attrs):
+    # (size, mtime) of the entries without user metadata, decoded in one call: their attributes
+    # are made when first asked (a plain READDIR needs only their mode); the rest: file_attr now
+    plain_mode, make = rules.plain_file(tree)
+    for it, st in zip(page, entry_stats([it.value for it in page])):
         key = it.path
         value = it.value
         if value is None:  # a common prefix: "<dir>/<name>/"
@@ -264,14 +265,17 @@ def _page_entries(fs, tree: "Tree", dir_path: bytes, page, complete: bool, stamp
                 and (len(last) == len(key) or last[len(key)] < 0x2F) and tree.view.stat(key).is_dir):
             shadowed(fs, tree, key)
             continue
+        if st is not None:
+            append(DirEntry(name, 0, ("f", tkey, key), Kind.FILE, tree, key, value, None, stamp, plain_mode, st,
+                            make))
+            continue
         try:
-            if attr is None:
-                attr = file_attr(value, tree)
+            attr = file_attr(value, tree)
         except Exception as e:  # a damaged entry hides that one file, not the directory
             fs.log_once(logging.WARNING, ("bad", tree.key, key), "%s/%s: cannot show %r: %s",
                         fs.repo.name, tree.name, key.decode("utf-8", "replace"), e)
             continue
-        append(DirEntry(name, 0, ("f", tkey, key), Kind.FILE, tree, key, value, attr, stamp))
+        append(DirEntry(name, 0, ("f", tkey, key), Kind.FILE, tree, key, value, attr, stamp, attr.mode))
     return out
 
 

@@ -546,15 +546,7 @@ class Filesystem(Opens, Reads, XattrReads):
         when :meth:`readdir_fill` must read first."""
         h = self._handle(fh)
         entries = h.ready(offset)
-        if entries is None and h.entries is None and h.node.kind == Kind.DIR:
-            if h.node.tree.immutable:
-                names = self.dircache.get(h.node.tree.key, h.node.path)  # held whole: no KV read, no thread
-                if names is not None:
-                    h.entries = list(names.values())
-                    entries = h.entries[offset:]
-            elif listing.fill_held(self, h, offset):  # a branch's, held while the branch stands
-                entries = h.ready(offset)
-        return entries
+        return entries if entries is not None else listing.from_memory(self, h, offset)
 
     def readdir_fill(self, fh: int, offset: int) -> None:
         """Read the entries from ``offset`` on (blocking)."""
@@ -610,7 +602,7 @@ class Filesystem(Opens, Reads, XattrReads):
                 append(attr)
             else:
                 append(took(n, e.tree, attr, e.value, e.stamp))
-        if spool is not None and spool.any_open():
+        if spool is not None:
             for i, e in enumerate(entries):
                 if e.kind == Kind.FILE and not e.tree.immutable:  # as accept says
                     out[i] = self.rules.spooled(spool.peek(out[i].ino), out[i])

@@ -300,6 +300,22 @@ def _branch_stands(fs, tree: "Tree", stamp: int) -> bool:
     return stamp == tree.stamp and tree.fresh(FRESH_NS) and not (fs.spool is not None and fs.spool.unstaged)
 
 
+def from_memory(fs, h: DirHandle, offset: int) -> list[DirEntry] | None:
+    """The entries of ``h``'s directory from ``offset`` on when its whole listing is held (no
+    KV read, no thread; never blocks): an immutable tree's (``h`` keeps it from then on), a
+    branch's while the branch stands (:func:`fill_held`). None: not held."""
+    node = h.node
+    if h.entries is not None or node.kind != Kind.DIR:
+        return None
+    if not node.tree.immutable:
+        return h.ready(offset) if fill_held(fs, h, offset) else None
+    names = fs.dircache.get(node.tree.key, node.path)
+    if names is None:
+        return None
+    h.entries = list(names.values())
+    return h.entries[offset:]
+
+
 def fill_held(fs, h: DirHandle, offset: int) -> bool:
     """Fill a branch directory's fresh handle ``h`` from the directory's held listing when the
     branch stands (:func:`branch_held`), as a readdir from the start would have read it (one

@@ -650,11 +650,6 @@ class Spool(SaveRetries):
         with self._lock:
             return self._files.get(ino)
 
-    def any_open(self) -> bool:
-        """Whether any file has a spool file now (never blocks: one ``len``; a spool file made
-        meanwhile is for an open that has not returned yet)."""
-        return bool(self._files)
-
     def peek(self, ino: int) -> SpoolFile | None:
         """:meth:`get` without the lock, for the trio thread: :meth:`open` holds the lock while
         it makes a spool file on disk. (One dict lookup: atomic in CPython.)"""

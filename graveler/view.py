@@ -176,7 +176,7 @@ class View:
         def run(pin: Pin) -> list[ListItem]:
             start = after + b"\x00" if after else prefix
             # (no range after the prefix's keys is opened: list_items reads ahead a batch at a time)
-            it = self._core.iterator(pin, start, end=prefix_successor(prefix) if prefix else None)
+            it = self._core.iterator(pin, start, end=prefix_successor(prefix))
             return list(islice(list_items(it, prefix, _SEP, after), limit))
 
         return self._run(run)

@@ -201,6 +201,8 @@ class Filesystem(Opens, Reads, XattrReads):
                 and (tree.immutable or node.stamp == stamp)):
             return old  # a listing's directory the node has counted already, at the same state
         if tree is None or not tree.immutable or old is None or (old.uncounted and not attr.uncounted):
+            if attr.ino and attr.ino != node.ino:  # a held listing's entry, another node's already: a copy
+                attr = dataclasses.replace(attr)
             attr.ino = node.ino
             node.attr = attr
             node.value = value
@@ -578,10 +580,7 @@ class Filesystem(Opens, Reads, XattrReads):
         """Make (or find) the inode of a readdir entry, lookup count +1 (never blocks).
         Call :meth:`forget` with it if the kernel refused the entry."""
         node = self._handle(fh).node
-        attr = e.attr
-        if attr.ino:  # a held listing's entry: maybe another node's already (acquire sets the number)
-            attr = dataclasses.replace(attr, ino=0)
-        attr = self.acquire(e.key, e.kind, e.tree, e.path, node.ino, attr, e.value, e.stamp)
+        attr = self.acquire(e.key, e.kind, e.tree, e.path, node.ino, e.attr, e.value, e.stamp)
         if e.kind == Kind.FILE and not e.tree.immutable and self.spool is not None:
             # a file being written: as its handles see it (the kernel takes a listing's attributes
             # for the inode it has; a smaller staged size would cut reads of the open file short)
@@ -595,9 +594,9 @@ class Filesystem(Opens, Reads, XattrReads):
         append = out.append
         for n, e in zip(self.inodes.acquire_many(entries, self._handle(fh).node.ino), entries):
             attr = e.attr
-            if attr.ino and attr.ino != n.ino:  # a held listing's entry, another node's already: its own copy
-                attr = dataclasses.replace(attr, ino=0)
             if n.attr is None:  # a node just made: _took's case, inline (the listing's hot path)
+                if attr.ino:  # a held listing's entry, another node's already: a copy (as _took)
+                    attr = dataclasses.replace(attr)
                 attr.ino, n.attr, n.value, n.stamp = n.ino, attr, e.value, e.stamp
                 append(attr)
             else:

@@ -323,7 +323,7 @@ def fill_held(fs, h: DirHandle, offset: int) -> bool:
     a rename of the directory meanwhile makes ``h`` read again (:meth:`DirHandle.ready`).
     Never blocks."""
     node = h.node
-    if offset != 0 or h.next_off != 0 or h.buf or h.entries is not None:
+    if offset != 0 or h.next_off != 0 or h.buf:
         return False
     names = branch_held(fs, node)
     if names is None:

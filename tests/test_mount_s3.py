@@ -244,3 +244,54 @@ def test_a_hung_endpoint_fails_one_read_within_one_bound(tmp_path, s3_endpoint, 
             proxy.clear()
             time.sleep(2.1)  # the failed chunk is remembered for 2 s (graveler.objstore.chunked)
             assert (mp / c.id / "big.bin").read_bytes() == data
+
+
+def test_a_request_waiting_on_a_hung_store_holds_up_no_other_request(tmp_path, s3_endpoint, s3_config, s3_bucket):
+    """While one read waits on a store that never answers (its worker thread blocked), the mount
+    answers every other request at once: another pyfuse3 task takes its turn at the FUSE fd
+    (the patched session loop's turn-passing), both for requests answered on the trio thread
+    and for those handed to a worker thread. The waiting read then fails alone (EIO)."""
+    import threading
+    import time
+
+    from tests.faultproxy import Fault, FaultProxy
+
+    home = tmp_path / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    r = g.create_repository("turns", f"s3://{s3_bucket}/ns")
+    r.upload("main", "big.bin", os.urandom(4 << 20))
+    r.upload("main", "small.txt", b"small")
+    c = r.commit("main", "data")
+    g.close()
+    with FaultProxy(s3_endpoint) as proxy:
+        mp = tmp_path / "mnt"
+        with MountProc(home, "turns", mp, "--cache-dir", str(tmp_path / "cache"), "--timeout", "4",
+                       "--max-attempts", "1", env={"LAKEFUSE_S3_ENDPOINT": proxy.url}):
+            tree = mp / c.id
+            assert sorted(os.listdir(tree)) == ["big.bin", "small.txt"]
+            fd = os.open(tree / "small.txt", os.O_RDONLY)
+            proxy.add(Fault("hang", method="GET", path="/data/"))
+            got: list = []
+
+            def read_big() -> None:
+                try:
+                    with open(tree / "big.bin", "rb", buffering=0) as f:
+                        got.append(f.read(1 << 20))
+                except OSError as e:
+                    got.append(e)
+
+            t = threading.Thread(target=read_big)
+            t.start()
+            time.sleep(0.5)  # the read is now waiting on the store
+            t0 = time.monotonic()
+            for _ in range(100):
+                with pytest.raises(OSError) as ei:
+                    os.getxattr(fd, "security.capability")  # answered on the trio thread
+                assert ei.value.errno in (errno.ENODATA, errno.ENOTSUP)
+                os.listxattr(fd)  # answered in a worker thread
+            took = time.monotonic() - t0
+            assert t.is_alive(), "the read was meant to be still waiting"
+            assert took < 2.0, took  # (200 requests; the read waits 4 s)
+            t.join(30)
+            os.close(fd)
+            assert len(got) == 1 and isinstance(got[0], OSError) and got[0].errno == errno.EIO, got

@@ -10,7 +10,7 @@ same call on a native file in the same run (medians of ``--reps`` runs of ``--n`
 * ``listxattr``: answered in a worker thread (one thread hand-off and back).
 
 Beside each: the daemon's CPU per request (user + system, all its threads, from
-``/proc/<pid>/task``). A native call never leaves the kernel, so the ratio shows what a FUSE
+``/proc/<pid>/stat``). A native call never leaves the kernel, so the ratio shows what a FUSE
 round trip costs here rather than a target; the daemon's CPU per request is the figure to
 lower. Run it with ``PYTHONPATH`` pointing at another pyfuse3 build to compare two builds:
 the mount's daemon inherits the environment.
@@ -31,19 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_write import LakefuseMount  # noqa: E402  (the bench's mount: a fresh repository, a real mount)
-
-
-def daemon_cpu_s(pid: int) -> float:
-    total = 0
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{t}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # (a thread that just ended)
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+from mount_write import LakefuseMount, cpu_s  # noqa: E402  (the bench's mount and the daemon's CPU seconds)
 
 
 def getxattr_loop(fd: int, n: int) -> None:
@@ -61,11 +49,11 @@ def listxattr_loop(fd: int, n: int) -> None:
 
 
 def timed(fn, fd: int, n: int, pid: int | None) -> tuple[float, float | None]:
-    c0 = daemon_cpu_s(pid) if pid else 0.0
+    c0 = cpu_s(pid) if pid else 0.0
     t0 = time.perf_counter()
     fn(fd, n)
     t = time.perf_counter() - t0
-    return t / n * 1e6, ((daemon_cpu_s(pid) - c0) / n * 1e6 if pid else None)
+    return t / n * 1e6, ((cpu_s(pid) - c0) / n * 1e6 if pid else None)
 
 
 def main() -> int:

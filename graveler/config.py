@@ -55,18 +55,6 @@ def resolve_kv_url(url: str | None = None) -> str:
     return os.environ.get(KV_ENV) or DEFAULT_KV
 
 
-LMDB_FLUSH_ENV = "LAKEFUSE_LMDB_FLUSH"
-
-
-def lmdb_flush_each_commit() -> bool:
-    """``$LAKEFUSE_LMDB_FLUSH``: ``commit`` (the default: every commit flushes LMDB's data
-    pages) or ``interval`` (commits are flushed within ``KVConfig.sync_interval``)."""
-    v = os.environ.get(LMDB_FLUSH_ENV, "commit").strip().lower()
-    if v not in ("commit", "interval"):
-        raise InvalidArgument(f"${LMDB_FLUSH_ENV}: {v!r}: expected 'commit' or 'interval'")
-    return v == "commit"
-
-
 @dataclass(frozen=True, slots=True)
 class KVConfig:
     """Where refs and staging live (``url``: ``lmdb``, the embedded default, or ``memory://NAME`` for
@@ -76,13 +64,10 @@ class KVConfig:
     map_size: int = 1 << 30  # initial map size; doubles on demand (virtual, sparse on disk)
     max_map_size: int = 1 << 40
     max_readers: int = 1024
-    sync: bool = True  # durable writes and sync() fdatasync (False only for benchmarks / tests)
-    sync_interval: float = 5.0  # LMDB: commits left unsynced (durable=False) are synced within this (s)
-    # LMDB: flush every commit's data pages (the file stays intact across a power loss; a
-    # commit without ``durable`` may still be undone by one). False (``$LAKEFUSE_LMDB_FLUSH=interval``):
-    # no commit flushes by itself (MDB_NOSYNC), faster small writes, but a power loss within
-    # ``sync_interval`` of a change may damage the file (see docs/SEMANTICS.md "Durability").
-    flush_each_commit: bool = dataclasses.field(default_factory=lambda: lmdb_flush_each_commit())
+    # durable writes and sync() fdatasync; LMDB keeps its redo log (graveler.kv.lmdb_redo), the
+    # file intact across a power loss. False only for benchmarks / tests: nothing survives one
+    sync: bool = True
+    sync_interval: float = 5.0  # LMDB: commits are checkpointed (flushed) within this (s)
 
 
 @dataclass(frozen=True, slots=True)

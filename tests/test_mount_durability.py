@@ -86,21 +86,34 @@ def _between(calls, t0: float, t1: float):
     return [(call, path) for t, call, path in calls if t0 <= t <= t1]
 
 
-@pytest.mark.parametrize("flush", ["commit", "interval"])
-def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path, flush):
-    """close: no flush of the object or its directory; LMDB's commit flushes its data pages
-    only (``$LAKEFUSE_LMDB_FLUSH=commit``, the default: the file stays intact across a power
-    loss) or nothing at all (``interval``: a background thread syncs within seconds); fsync:
-    the object file, its directory and the KV's file are synced before the call returns; fsync
-    on a descriptor opened after the close syncs what the close saved; a commit syncfs()es the
-    store before it returns; so does unmount."""
+def _kv_synced(during) -> bool:
+    """The KV's commits so far are on disk: LMDB's redo log flushed, or a checkpoint (which
+    flushes data.mdb and then records itself)."""
+    return any(c == "fdatasync" and re.search(r"/redo\.[0-9a-f]+\.log$", p) for c, p in during) or (
+        any(c == "fdatasync" and p.endswith("data.mdb") for c, p in during)
+        and any(c == "fdatasync" and p.endswith("redo.ckpt.tmp") for c, p in during))
+
+
+def _checkpoint_only(during) -> bool:
+    """Every call of ``during`` is one a background checkpoint makes (data.mdb, its record, the
+    directory), and a checkpoint's record is among them."""
+    return all(p.endswith(("data.mdb", "redo.ckpt.tmp", "refs.lmdb")) for c, p in during) and any(
+        p.endswith("redo.ckpt.tmp") for c, p in during)
+
+
+def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path):
+    """close: no flush at all -- not the object, not its directory, not LMDB (its commit is in
+    the page cache and its record in the redo log, unflushed: graveler.kv.lmdb_redo), unless a
+    background checkpoint falls in the window; fsync: the object file, its directory and the
+    KV's redo log are synced before the call returns; fsync on a descriptor opened after the
+    close syncs what the close saved; a commit syncfs()es the store before it returns; so does
+    unmount."""
     home = tmp_path / "home"
     store = tmp_path / "store"
     subprocess.run(lakefuse_cmd(home, "repo", "create", f"lakefs://{REPO}", "--storage", f"file://{store}"),
                    check=True, capture_output=True)
     mp = tmp_path / "mnt"
-    with MountProc(home, REPO, mp, "--cache-dir", str(tmp_path / "cache"),
-                   env={**os.environ, "LAKEFUSE_LMDB_FLUSH": flush}) as m:
+    with MountProc(home, REPO, mp, "--cache-dir", str(tmp_path / "cache")) as m:
         trace = SyncTrace(m.proc.pid, tmp_path / "strace.txt")
         try:
             (mp / "main" / "first").write_bytes(b"")  # the mount's shared empty object: put (durably) once
@@ -113,11 +126,7 @@ def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path, f
             t_close = time.time()
             time.sleep(0.3)
             during_close = _between(trace.calls(), t0, t_close)
-            if flush == "interval":
-                assert not during_close, during_close  # no sync at all: not the object, not LMDB
-            else:  # LMDB's data pages (its commits of create and close), nothing else
-                assert during_close and all(c == "fdatasync" and p.endswith("data.mdb")
-                                            for c, p in during_close), during_close
+            assert not during_close or _checkpoint_only(during_close), during_close
             with open(f, "rb") as r:  # visible at once, with its content
                 assert r.read() == b"x" * 4096
 
@@ -133,7 +142,7 @@ def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path, f
             during_fsync = _between(trace.calls(), t1, t2)
             assert ("fsync", obj) in during_fsync, (obj, during_fsync)
             assert ("fsync", os.path.dirname(obj)) in during_fsync, during_fsync
-            assert any(c == "fdatasync" and p.endswith("data.mdb") for c, p in during_fsync), during_fsync
+            assert _kv_synced(during_fsync), during_fsync
 
             # fdatasync on the writing handle: the new content's object, before the call returns
             fd = os.open(f, os.O_WRONLY | os.O_TRUNC)
@@ -147,7 +156,7 @@ def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path, f
             assert addr2 != addr
             during = _between(trace.calls(), t3, t4)
             assert ("fsync", str(store / addr2)) in during, during
-            assert any(c == "fdatasync" and p.endswith("data.mdb") for c, p in during), during
+            assert _kv_synced(during), during
 
             # a commit syncs the store's filesystem before its record lands (and before it returns)
             t5 = time.time()
@@ -157,7 +166,7 @@ def test_close_flushes_nothing_fsync_and_commit_reach_the_disk_first(tmp_path, f
             during = _between(trace.calls(), t5, t6)
             syncfs_at = [t for t, c, p in trace.calls() if c == "syncfs" and t5 <= t <= t6]
             assert syncfs_at, during
-            assert any(c == "fdatasync" and p.endswith("data.mdb") for c, p in during), during
+            assert _kv_synced(during), during
             assert t_write < t_close  # (the clock moved: the windows above are real)
 
             # unmount: the store's filesystem and the KV are synced before the daemon exits

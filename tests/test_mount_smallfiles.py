@@ -137,10 +137,11 @@ def test_a_create_after_a_lookup_does_not_look_again_but_a_name_made_meanwhile_i
 
 
 def test_an_unsynced_commit_is_synced_within_the_sync_interval(tmp_path):
-    """durable=False: visible at once, not synced by its commit (LMDB opened MDB_NOSYNC); a
-    background thread syncs it within ``sync_interval``; a durable write syncs before it returns."""
+    """durable=False: visible at once, not synced by its commit (LMDB opened MDB_NOSYNC, the
+    redo log not flushed); a background thread checkpoints it within ``sync_interval``; a
+    durable write syncs before it returns."""
     p = tmp_path / "s" / "refs.lmdb"
-    e = kv.open_env(p, kv.KVConfig(map_size=1 << 20, sync=True, sync_interval=0.2, flush_each_commit=False))
+    e = kv.open_env(p, kv.KVConfig(map_size=1 << 20, sync=True, sync_interval=0.2))
     try:
         e.write(lambda t: t.put(kv.STAGING, b"a", b"1"), durable=False)
         assert e._synced_seq < e._commit_seq

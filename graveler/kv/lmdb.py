@@ -55,7 +55,7 @@ import lmdb
 
 from graveler.config import KVConfig
 from graveler.errors import CorruptedData, GravelerError, NotFound, StoreUnavailable
-from graveler.kv import lmdb_file
+from graveler.kv import lmdb_file, lmdb_redo
 from graveler.locks import RWLock
 from graveler.kv.base import TABLES, GroupCommit, NestedTransaction, SnapshotReads, ThreadTxns
 
@@ -167,14 +167,27 @@ class Env(SnapshotReads):
         self._syncer: threading.Thread | None = None  # started by the first unsynced commit
         self._stop_syncer = threading.Event()
         self._txns = ThreadTxns()
+        # the redo log (graveler.kv.lmdb_redo): commits are not flushed one by one; without
+        # ``config.sync`` (benchmarks, tests) nothing is kept for a power loss
+        self._redo = lmdb_redo.RedoLog(self.path, _label(self.path)) if config.sync else None
+        self._recording = self._redo is not None  # (off while recovery redoes the log)
+        self._keeper: lmdb_redo.Keeper | None = None  # (with the LMDB environment)
         self._closed = False
         if not create and not (self.path / "data.mdb").exists():
             raise NotFound(f"{_label(self.path)} does not exist")
-        verdict = check_data_file(self.path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            redo = self._redo.prepare() if self._redo is not None else None  # (before LMDB maps the file)
         except OSError as e:
+            if self._redo is not None:
+                self._redo.close()
             raise StoreUnavailable(f"{_label(self.path)}: cannot create {self.path}: {e.strerror or e}") from None
+        try:
+            verdict = check_data_file(self.path)
+        except BaseException:
+            if self._redo is not None:
+                self._redo.close()
+            raise
         try:
             self._env = lmdb.open(
                 str(self.path),
@@ -182,37 +195,81 @@ class Env(SnapshotReads):
                 max_dbs=len(TABLES) + 2,
                 max_readers=config.max_readers,
                 lock=True,
-                # A commit is visible and kept if the process dies. With ``flush_each_commit``
-                # (the default) it fdatasyncs its data pages, so the file stays intact across a
-                # power loss; its meta page is left to the next flush (so a power loss may undo
-                # it). Without, no commit flushes anything by itself (MDB_NOSYNC) and a power
-                # loss within ``KVConfig.sync_interval`` may damage the file. Either way
-                # ``write(durable=True)`` and :meth:`sync` fdatasync the file -- once for a group
-                # of concurrent commits -- and a commit left unsynced is synced within
-                # ``sync_interval`` by a background thread (see :meth:`_lazy_sync`).
-                sync=config.sync and config.flush_each_commit,
+                # A commit is visible and kept if the process dies, and flushes nothing
+                # (MDB_NOSYNC): the redo log keeps the file whole across a power loss
+                # (graveler.kv.lmdb_redo). ``write(durable=True)`` and :meth:`sync` fdatasync
+                # the log -- once for a group of concurrent commits -- and a background thread
+                # checkpoints within ``sync_interval`` of a commit (see :meth:`_lazy_sync`).
+                sync=False,
                 metasync=False,
                 readahead=False,
             )
         except lmdb.Error as e:
+            if self._redo is not None:
+                self._redo.close()
             raise _wrap(e, self.path) from None
         except OSError as e:  # py-lmdb reports some open failures as OSError
+            if self._redo is not None:
+                self._redo.close()
             raise StoreUnavailable(f"{_label(self.path)}: cannot open: {e.strerror or e}") from None
+        if self._redo is not None:
+            self._keeper = lmdb_redo.Keeper(self._redo, self._env, self.path / "data.mdb")
         try:
             if self._env.info()["map_size"] < config.map_size:
                 self._env.set_mapsize(config.map_size)
             if verdict is not None and verdict.short_pages:
                 self._extend_to_meta(verdict)  # first: before any write moves the meta it proved
             self.dbs = self._open_dbs()
-            stale = self._env.reader_check()  # reader slots of processes that died
+            # reader slots of processes that died, cleared under the writer lock: a writer
+            # relying on another process's pin of the checkpoint checks it under that lock
+            for _ in range(_RESIZE_ATTEMPTS):
+                try:
+                    txn = self._env.begin(write=True)
+                except lmdb.MapResizedError:
+                    self._env.set_mapsize(0)
+                    continue
+                try:
+                    stale = self._env.reader_check()
+                finally:
+                    txn.abort()
+                break
+            else:
+                raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
             if stale:
                 log.info("cleared %d stale LMDB reader slot(s) in %s", stale, self.path)
+            if self._redo is not None:
+                self._open_redo(redo)
         except lmdb.Error as e:
-            self._env.close()
+            self._close_quietly()
             raise _wrap(e, self.path) from None
+        except OSError as e:
+            self._close_quietly()
+            raise StoreUnavailable(f"{_label(self.path)}: {e.strerror or e}") from None
         except BaseException:
-            self._env.close()
+            self._close_quietly()
             raise
+
+    def _close_quietly(self) -> None:
+        if self._keeper is not None:
+            self._keeper.drop_pin()
+        if self._redo is not None:
+            self._redo.close()
+        self._env.close()
+
+    def _open_redo(self, redo: list | None) -> None:
+        """After a restart (``redo`` not None: :meth:`RedoLog.prepare` put the checkpoint back),
+        redo the logged commits and checkpoint; with no checkpoint yet, make one."""
+        try:
+            if redo:
+                self._recording = False
+                try:
+                    self.write(lambda t: [lmdb_redo.apply_ops(t, ops) for _, ops in redo], durable=False)
+                finally:
+                    self._recording = True
+            if redo is not None or self._redo.current() is None:
+                self._checkpoint_now()
+        finally:
+            self._redo.unlock()
 
     def _extend_to_meta(self, verdict: lmdb_file.Verdict) -> None:
         """Give a healthy short ``data.mdb`` (it ends early only by free pages) the
@@ -374,10 +431,18 @@ class Env(SnapshotReads):
                     raise _wrap(e, self.path) from None
                 if txn is not None:
                     try:
-                        t = LmdbTxn(txn, self.dbs)
+                        t = LmdbTxn(txn, self.dbs, [] if self._recording else None)
                         with self._txns.holding(t):
                             result = fn(t)
-                        txn.commit()
+                        if t.ops:
+                            logged = self._keeper.log(txn, t.ops)
+                            try:
+                                txn.commit()
+                            except BaseException:
+                                self._keeper.log_abort(*logged)
+                                raise
+                        else:
+                            txn.commit()
                         with self._seq_lock:
                             self._commit_seq += 1
                             seq = self._commit_seq
@@ -414,6 +479,39 @@ class Env(SnapshotReads):
             self.sync()
         return result
 
+    # -- the redo log (graveler.kv.lmdb_redo) ----------------------------------
+
+    def _checkpoint_locked(self, last: int) -> None:
+        """A checkpoint of ``last`` (the last commit; the caller holds the writer lock)."""
+        with self._seq_lock:
+            seq = self._commit_seq
+        self._keeper.checkpoint(last)
+        with self._sync_lock:
+            self._synced_seq = max(self._synced_seq, seq)
+
+    def _checkpoint_now(self) -> None:
+        """A checkpoint of everything committed so far (takes the writer lock)."""
+        for _ in range(_RESIZE_ATTEMPTS):
+            with self._gate.shared():
+                try:
+                    txn = self._env.begin(write=True)
+                except lmdb.MapResizedError:
+                    txn = None
+                except lmdb.Error as e:
+                    raise _wrap(e, self.path) from None
+                if txn is not None:
+                    try:
+                        self._checkpoint_locked(txn.id() - 1)
+                    except lmdb.Error as e:
+                        raise _wrap(e, self.path) from None
+                    except OSError as e:
+                        raise StoreUnavailable(f"{self.label}: cannot write its checkpoint: {e.strerror or e}") from None
+                    finally:
+                        txn.abort()
+                    return
+            self._adopt_size()
+        raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
+
     def sync(self) -> None:
         """Make every commit of this process so far durable."""
         with self._seq_lock:
@@ -433,10 +531,15 @@ class Env(SnapshotReads):
             with self._seq_lock:
                 target = self._commit_seq
             try:
-                self._env.sync(True)
+                if self._redo is not None:
+                    self._redo.sync()  # the log holds every commit since the checkpoint
+                else:
+                    self._env.sync(True)
             except lmdb.Error as e:
                 raise _wrap(e, self.path) from None
-            self._synced_seq = target
+            except OSError as e:
+                raise StoreUnavailable(f"{self.label}: cannot sync its redo log: {e.strerror or e}") from None
+            self._synced_seq = max(self._synced_seq, target)
 
     stats_group_synced = 0  # durable commits that another writer's sync covered
 
@@ -448,16 +551,17 @@ class Env(SnapshotReads):
                 self._syncer.start()
 
     def _lazy_sync(self) -> None:
-        """Every ``KVConfig.sync_interval`` seconds, sync the commits left unsynced (``durable=False``)
-        meanwhile: a power loss loses at most that much of them, as ext4 loses at most its journal
-        commit interval of what was written without fsync. Nothing to do: no sync."""
+        """Every ``KVConfig.sync_interval`` seconds, checkpoint the commits made meanwhile (which
+        also makes them durable): a power loss loses at most that much of the ones left unsynced
+        (``durable=False``), as ext4 loses at most its journal commit interval of what was written
+        without fsync. Nothing committed: nothing to do."""
         while not self._stop_syncer.wait(self.config.sync_interval):
             if self._closed:
                 return
-            if self._synced_seq >= self._commit_seq:
+            if not self._keeper.since:
                 continue
             try:
-                self.sync()
+                self._checkpoint_now()
             except GravelerError as e:  # the next durable write (or round) says it again
                 log.debug("background sync of %s failed: %s", self.path, e)
 
@@ -470,6 +574,8 @@ class Env(SnapshotReads):
                     raise StoreUnavailable(f"{_label(self.path)} is full ({size} bytes, the configured maximum)")
                 log.info("growing LMDB map of %s from %d to %d bytes", self.path, size, new)
                 self._env.set_mapsize(new)
+                if self._keeper is not None:  # py-lmdb ended the pin: the next write pins again
+                    self._keeper.drop_pin(ended=True)
             except lmdb.Error as e:
                 raise _wrap(e, self.path) from None
 
@@ -477,6 +583,8 @@ class Env(SnapshotReads):
         with self._gate.exclusive():
             try:
                 self._env.set_mapsize(0)  # adopt the size another process set
+                if self._keeper is not None:  # py-lmdb ended the pin: the next write pins again
+                    self._keeper.drop_pin(ended=True)
             except lmdb.Error as e:
                 raise _wrap(e, self.path) from None
 
@@ -484,9 +592,18 @@ class Env(SnapshotReads):
 
     def close(self) -> None:
         self._stop_syncer.set()
+        if self._keeper is not None and not self._closed and self._keeper.since:
+            try:  # a clean close leaves nothing for a restart to redo
+                self._checkpoint_now()
+            except GravelerError as e:
+                log.warning("%s: no checkpoint at close (the redo log keeps every commit): %s", self.label, e)
         with self._gate.exclusive():
             if not self._closed:
                 self._closed = True
+                if self._keeper is not None:
+                    self._keeper.drop_pin()
+                if self._redo is not None:
+                    self._redo.close()
                 self._env.close()
 
     def stat(self) -> dict[str, int]:
@@ -542,37 +659,48 @@ class LmdbTxn:
 
     ``raw`` is LMDB's own transaction, for tests and benchmarks that look under the protocol."""
 
-    __slots__ = ("raw", "_dbs")
+    __slots__ = ("raw", "_dbs", "ops")
 
-    def __init__(self, raw: lmdb.Transaction, dbs: dict[str, object]):
+    def __init__(self, raw: lmdb.Transaction, dbs: dict[str, object], ops: list | None = None):
         self.raw = raw
         self._dbs = dbs
+        self.ops = ops  # a write's changes, for the redo log (graveler.kv.lmdb_redo); None: not kept
 
     def get(self, table: str, key: bytes) -> bytes | None:
         return self.raw.get(key, db=self._dbs[table])
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
         self.raw.put(key, value, db=self._dbs[table])
+        if self.ops is not None:
+            self.ops.append((1, table, bytes(key), bytes(value)))
 
     def put_many(self, table: str, items: list[tuple[bytes, bytes]]) -> int:
         consumed, _ = self.raw.cursor(db=self._dbs[table]).putmulti(items)
+        if self.ops is not None:
+            self.ops.extend((1, table, bytes(k), bytes(v)) for k, v in items[:consumed])
         return consumed
 
     def insert(self, table: str, key: bytes, value: bytes) -> bool:
-        return self.raw.put(key, value, db=self._dbs[table], overwrite=False)
+        done = self.raw.put(key, value, db=self._dbs[table], overwrite=False)
+        if done and self.ops is not None:
+            self.ops.append((1, table, bytes(key), bytes(value)))
+        return done
 
     def set_if(self, table: str, key: bytes, value: bytes | None, expected: bytes | None) -> bool:
         db = self._dbs[table]
         if self.raw.get(key, db=db) != expected:
             return False
         if value is None:
-            self.raw.delete(key, db=db)
+            self.delete(table, key)
         else:
-            self.raw.put(key, value, db=db)
+            self.put(table, key, value)
         return True
 
     def delete(self, table: str, key: bytes) -> bool:
-        return self.raw.delete(key, db=self._dbs[table])
+        done = self.raw.delete(key, db=self._dbs[table])
+        if done and self.ops is not None:
+            self.ops.append((2, table, bytes(key)))
+        return done
 
     def scan(self, table: str, start: bytes = b"", end: bytes | None = None,
              values: bool = True) -> Iterator[tuple[bytes, bytes | None]]:
@@ -601,6 +729,8 @@ class LmdbTxn:
                 break
             cur.delete()
             n += 1
+        if n and self.ops is not None:  # redone on the same state, it deletes the same keys
+            self.ops.append((3, table, bytes(start), None if end is None else bytes(end), limit))
         return n
 
     def count(self, table: str) -> int:
@@ -609,7 +739,7 @@ class LmdbTxn:
     def add(self, table: str, key: bytes, delta: int) -> None:
         db = self._dbs[table]
         raw = self.raw.get(key, db=db)  # a write transaction of LMDB is the only one: nothing races it
-        self.raw.put(key, ((int.from_bytes(raw, "big") if raw else 0) + delta).to_bytes(8, "big"), db=db)
+        self.put(table, key, ((int.from_bytes(raw, "big") if raw else 0) + delta).to_bytes(8, "big"))
 
 
 class LmdbBackend:

@@ -57,8 +57,6 @@ environment (read by the daemon):
   LAKEFUSE_CACHE_WHOLE_MAX=SIZE  largest S3 object kept whole in the data cache (0: none)
   LAKEFUSE_S3_LANES=N            most GETs at once for a sequential read of a large S3
                                  object (its stream and parallel parts; 1: one stream)
-  LAKEFUSE_LMDB_FLUSH=interval   LMDB commits flushed within 5 s, not each one (a power
-                                 loss in that window may damage the refs file)
 
 examples:
   lakefuse mount lakefs://sales /mnt/sales

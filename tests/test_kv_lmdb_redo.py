@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from graveler import kv
-from graveler.errors import CorruptedData
+from graveler.errors import CorruptedData, StoreUnavailable
 from graveler.kv import lmdb_redo
 
 TABLES = (kv.STAGING, kv.BRANCHES)
@@ -240,32 +240,38 @@ def test_a_damaged_checkpoint_record_is_refused_and_the_file_left_alone(tmp_path
     assert (path / "data.mdb").read_bytes() == before
 
 
-def test_a_writer_uses_the_checkpoint_another_live_process_pins(tmp_path):
-    """Two processes writing in turn: the second appends to the first one's log (its reader
-    slot pins the checkpoint) instead of checkpointing on every write."""
+def test_a_second_writer_checkpoints_once_and_then_writes_on_its_own_pin(tmp_path):
+    """Another process pins the checkpoint and committed after it: the first write of this
+    process makes a checkpoint of its own (it never relies on another process's pin, which a
+    map resize there may end at any moment); its later writes append to that checkpoint's log."""
     path, image, durable_log, states = _writer(tmp_path, 9)  # (killed: its pin is a stale slot)
     child = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\nfrom graveler import kv\n"
         f"e = kv.open_env({str(path)!r}, kv.KVConfig(map_size=1 << 26, sync_interval=3600))\n"
-        "e.write(lambda t: t.put(kv.STAGING, b'from-child', b'1'), durable=False)\n"
+        "for i in range(3):\n"
+        "    e.write(lambda t: t.put(kv.STAGING, b'from-child', b'%d' % i), durable=False)\n"
         "print('pinned', e._keeper.pin_txnid, flush=True)\ntime.sleep(3600)\n")],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
     try:
         line = child.stdout.readline().split()
         assert line[0] == "pinned" and line[1] != "None"
-        ino = (path / lmdb_redo.CKPT).stat().st_ino
+        child_ck = (path / lmdb_redo.CKPT).stat().st_ino
         e = kv.open_env(path, kv.KVConfig(map_size=1 << 26, sync_interval=3600))
         try:
+            e.write(lambda t: t.put(kv.STAGING, b"p", b"x"), durable=False)
+            mine = (path / lmdb_redo.CKPT).stat().st_ino
+            assert mine != child_ck and e._keeper.pin_txnid == e._redo.current().txnid
             for i in range(20):
                 e.write(lambda t, i=i: t.put(kv.STAGING, b"p%d" % i, b"x"), durable=False)
-            assert (path / lmdb_redo.CKPT).stat().st_ino == ino  # no checkpoint of its own
-            assert e._keeper.pin_txnid is None
+            assert (path / lmdb_redo.CKPT).stat().st_ino == mine  # one checkpoint, not one per write
         finally:
             e._keeper.since = 0  # (no checkpoint at close: the log must hold these)
             kv.close_env(path)
         (log,) = sorted(path.glob("redo.*.log"))
         records, torn = lmdb_redo.read_records(log)
         assert len(records) == 21 and torn == 0
+        assert lmdb_redo.commits_after(records, e._redo.current().txnid)[-1][1] == [
+            (1, kv.STAGING, b"p19", b"x")]
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -295,3 +301,33 @@ def test_records_round_trip_and_a_torn_or_damaged_tail_ends_the_log(tmp_path):
     log.write_bytes(bytes(damaged))
     got, torn = lmdb_redo.read_records(log)
     assert len(got) == 1 and torn == len(whole) - len(recs[0])
+
+
+def test_a_record_cut_short_by_a_full_disk_commits_nothing_and_leaves_no_torn_record(tmp_path, monkeypatch):
+    path = tmp_path / "refs.lmdb"
+    e = kv.open_env(path, kv.KVConfig(map_size=1 << 22, sync_interval=3600))
+    try:
+        e.write(lambda t: t.put(kv.STAGING, b"a", b"1"), durable=False)
+        (log,) = sorted(path.glob("redo.*.log"))
+        size = log.stat().st_size
+        real_write = os.write
+        log_ino = log.stat().st_ino
+
+        def short_write(fd, data):
+            if os.fstat(fd).st_ino == log_ino:
+                return real_write(fd, data[: len(data) // 2])  # the disk filled mid-record
+            return real_write(fd, data)
+
+        monkeypatch.setattr(os, "write", short_write)
+        with pytest.raises(StoreUnavailable, match="redo log"):
+            e.write(lambda t: t.put(kv.STAGING, b"b", b"2"), durable=False)
+        monkeypatch.setattr(os, "write", real_write)
+        assert log.stat().st_size == size
+        with e.read() as t:
+            assert t.get(kv.STAGING, b"b") is None  # not committed
+        e.write(lambda t: t.put(kv.STAGING, b"c", b"3"), durable=False)
+        records, torn = lmdb_redo.read_records(log)
+        assert torn == 0 and len(records) == 2
+    finally:
+        e._keeper.since = 0
+        kv.close_env(path)

@@ -15,9 +15,12 @@ environment is opened ``MDB_NOSYNC`` and made safe another way:
 * The checkpoint's pages are never overwritten while it is the checkpoint: a process
   keeps a **read transaction open on it** (the pin), and LMDB never reuses a page a
   reader's snapshot still uses (``mdb_page_alloc`` takes free pages only from
-  transactions older than the oldest reader). A process writes only when the current
-  checkpoint is pinned -- by itself or by a live reader slot of another process -- and
-  makes a checkpoint of its own otherwise (before its commit, under the writer lock).
+  transactions older than the oldest reader). A process commits only while it holds its
+  own pin on the current checkpoint (another process's pin may end at any moment: a map
+  resize ends every transaction of a process). Under the writer lock, before its commit:
+  if nothing was committed since the checkpoint it pins it (no flush), else it makes a
+  checkpoint of its own. Two processes writing in turn thus pay a checkpoint whenever the
+  writer changes after a commit; PostgreSQL is the KV for many writers.
 * Every write transaction appends a **record** of its changes (the puts, deletes and range
   deletes it made, with LMDB's transaction ID and a CRC-32C) to ``redo.<checkpoint>.log``
   while it holds the writer lock, just before it commits. No flush: the record is in the
@@ -47,6 +50,7 @@ appends an abort marker.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -222,7 +226,7 @@ class RedoLog:
         self._ck: Checkpoint | None = None
         self._fd: int | None = None  # the log of self._fd_gen, opened for appending
         self._fd_gen: int | None = None
-        self.appended = 0  # bytes this process appended to the current log
+        self.appended = 0  # the current log's length after this process's last append
         self._lock_fd: int | None = None
         self._fd_lock = threading.Lock()  # (sync from any thread; the writer lock orders appends)
 
@@ -301,11 +305,17 @@ class RedoLog:
             with self._fd_lock:
                 self._close_fd()
                 self._fd, self._fd_gen = fd, ck.gen
-            self.appended = os.fstat(fd).st_size
         rec = _record(_ABORT, txnid, b"") if ops is None else _record(_COMMIT, txnid, encode_ops(ops))
-        n = os.write(self._fd, rec)
-        if n != len(rec):  # a full disk mid-record: the tail is torn, recovery stops before it
-            raise OSError(28, f"short write to {self.log_path(ck.gen)}")
+        self.appended = os.fstat(self._fd).st_size  # (other processes append to it too)
+        try:
+            n = os.write(self._fd, rec)
+            if n != len(rec):
+                raise OSError(errno.ENOSPC, f"short write to {self.log_path(ck.gen)}")
+        except OSError:
+            # (a full disk mid-record) the log ends where it ended: a torn record left inside it
+            # would end every recovery there, before the records of later commits
+            os.ftruncate(self._fd, self.appended)
+            raise
         self.appended += n
 
     def sync(self) -> None:
@@ -410,11 +420,11 @@ class Keeper:
             log.debug("%s: cannot note an aborted commit in the redo log: %s", self.redo.label, e)
 
     def protect(self, last: int) -> Checkpoint:
-        """The checkpoint, pinned (by this process, or by a live reader slot of another), the log
-        not too long; else a new checkpoint of ``last``, the last commit."""
+        """The checkpoint, pinned by this process, the log not too long; else a new checkpoint
+        of ``last``, the last commit."""
         ck = self.redo.current()
         if ck is not None and self.redo.appended < MAX_LOG_BYTES and self.since < CKPT_COMMITS:
-            if ck.txnid == self.pin_txnid or pinned_by_reader(self.env.readers(), ck.txnid):
+            if ck.txnid == self.pin_txnid:
                 return ck
             if ck.txnid == last:  # nothing committed since: this process pins it
                 self._set_pin(self.env.begin(write=False))
@@ -473,12 +483,3 @@ def synced_meta(data: Path, txnid: int) -> bytes:
     finally:
         os.close(fd)
     raise StoreUnavailable(f"no meta page of transaction {txnid} in {data} right after a sync")
-
-
-def pinned_by_reader(readers: str, txnid: int) -> bool:
-    """Whether LMDB's reader table (``Environment.readers()``) has a reader on ``txnid``."""
-    for line in readers.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) == 3 and parts[2] == str(txnid):
-            return True
-    return False

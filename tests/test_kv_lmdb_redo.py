@@ -240,11 +240,11 @@ def test_a_damaged_checkpoint_record_is_refused_and_the_file_left_alone(tmp_path
     assert (path / "data.mdb").read_bytes() == before
 
 
-def test_a_second_writer_checkpoints_once_and_then_writes_on_its_own_pin(tmp_path):
-    """Another process pins the checkpoint and committed after it: the first write of this
-    process makes a checkpoint of its own (it never relies on another process's pin, which a
-    map resize there may end at any moment); its later writes append to that checkpoint's log."""
-    path, image, durable_log, states = _writer(tmp_path, 9)  # (killed: its pin is a stale slot)
+def test_a_second_writer_commits_on_the_pin_another_process_holds_until_that_process_dies(tmp_path):
+    """Another live process pins the checkpoint (``redo.pin`` names it): this one appends to its
+    log without a checkpoint of its own. Once that process is dead and an open has cleared its
+    reader slot, the next write here makes a checkpoint (the pages are no longer kept)."""
+    path, image, durable_log, states = _writer(tmp_path, 9)  # (killed: an open clears its pin)
     child = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\nfrom graveler import kv\n"
         f"e = kv.open_env({str(path)!r}, kv.KVConfig(map_size=1 << 26, sync_interval=3600))\n"
@@ -252,27 +252,33 @@ def test_a_second_writer_checkpoints_once_and_then_writes_on_its_own_pin(tmp_pat
         "    e.write(lambda t: t.put(kv.STAGING, b'from-child', b'%d' % i), durable=False)\n"
         "print('pinned', e._keeper.pin_txnid, flush=True)\ntime.sleep(3600)\n")],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
+    e = None
     try:
         line = child.stdout.readline().split()
         assert line[0] == "pinned" and line[1] != "None"
         child_ck = (path / lmdb_redo.CKPT).stat().st_ino
         e = kv.open_env(path, kv.KVConfig(map_size=1 << 26, sync_interval=3600))
-        try:
-            e.write(lambda t: t.put(kv.STAGING, b"p", b"x"), durable=False)
-            mine = (path / lmdb_redo.CKPT).stat().st_ino
-            assert mine != child_ck and e._keeper.pin_txnid == e._redo.current().txnid
-            for i in range(20):
-                e.write(lambda t, i=i: t.put(kv.STAGING, b"p%d" % i, b"x"), durable=False)
-            assert (path / lmdb_redo.CKPT).stat().st_ino == mine  # one checkpoint, not one per write
-        finally:
-            e._keeper.since = 0  # (no checkpoint at close: the log must hold these)
-            kv.close_env(path)
+        for i in range(21):
+            e.write(lambda t, i=i: t.put(kv.STAGING, b"p%d" % i, b"x"), durable=False)
+        assert (path / lmdb_redo.CKPT).stat().st_ino == child_ck  # no checkpoint of its own
+        assert e._keeper.pin_txnid is None
         (log,) = sorted(path.glob("redo.*.log"))
         records, torn = lmdb_redo.read_records(log)
-        assert len(records) == 21 and torn == 0
-        assert lmdb_redo.commits_after(records, e._redo.current().txnid)[-1][1] == [
-            (1, kv.STAGING, b"p19", b"x")]
+        assert len(records) == 3 + 21 and torn == 0
+
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        subprocess.run([sys.executable, "-c", (  # an open: its reader check clears the dead pin
+            "from graveler import kv\n"
+            f"kv.open_env({str(path)!r}, kv.KVConfig(map_size=1 << 26, sync_interval=3600))\n")],
+            check=True, cwd=Path(__file__).resolve().parent.parent)
+        assert lmdb_redo.RedoLog(path, "x").read_pin() is None
+        e.write(lambda t: t.put(kv.STAGING, b"after", b"x"), durable=False)
+        assert (path / lmdb_redo.CKPT).stat().st_ino != child_ck
+        assert e._keeper.pin_txnid == e._redo.current().txnid
     finally:
+        if e is not None:
+            kv.close_env(path)
         child.send_signal(signal.SIGKILL)
         child.wait()
 

@@ -230,6 +230,8 @@ class Env(SnapshotReads):
                     continue
                 try:
                     stale = self._env.reader_check()
+                    if self._keeper is not None:
+                        self._keeper.clear_dead_pin()
                 finally:
                     txn.abort()
                 break
@@ -441,6 +443,8 @@ class Env(SnapshotReads):
                             except BaseException:
                                 self._keeper.log_abort(*logged)
                                 raise
+                            finally:
+                                self._keeper.done()
                         else:
                             txn.commit()
                         with self._seq_lock:
@@ -573,18 +577,25 @@ class Env(SnapshotReads):
                 if new <= size:
                     raise StoreUnavailable(f"{_label(self.path)} is full ({size} bytes, the configured maximum)")
                 log.info("growing LMDB map of %s from %d to %d bytes", self.path, size, new)
-                self._env.set_mapsize(new)
-                if self._keeper is not None:  # py-lmdb ended the pin: the next write pins again
-                    self._keeper.drop_pin(ended=True)
+                self._resize(new)
             except lmdb.Error as e:
                 raise _wrap(e, self.path) from None
+
+    def _resize(self, size: int) -> None:
+        """``set_mapsize`` (0: adopt another process's), which ends this process's pin: unnamed first."""
+        if self._keeper is None:
+            self._env.set_mapsize(size)
+            return
+        self._keeper.before_resize()
+        try:
+            self._env.set_mapsize(size)
+        finally:
+            self._keeper.after_resize()
 
     def _adopt_size(self) -> None:
         with self._gate.exclusive():
             try:
-                self._env.set_mapsize(0)  # adopt the size another process set
-                if self._keeper is not None:  # py-lmdb ended the pin: the next write pins again
-                    self._keeper.drop_pin(ended=True)
+                self._resize(0)  # adopt the size another process set
             except lmdb.Error as e:
                 raise _wrap(e, self.path) from None
 

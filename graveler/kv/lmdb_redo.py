@@ -15,12 +15,16 @@ environment is opened ``MDB_NOSYNC`` and made safe another way:
 * The checkpoint's pages are never overwritten while it is the checkpoint: a process
   keeps a **read transaction open on it** (the pin), and LMDB never reuses a page a
   reader's snapshot still uses (``mdb_page_alloc`` takes free pages only from
-  transactions older than the oldest reader). A process commits only while it holds its
-  own pin on the current checkpoint (another process's pin may end at any moment: a map
-  resize ends every transaction of a process). Under the writer lock, before its commit:
-  if nothing was committed since the checkpoint it pins it (no flush), else it makes a
-  checkpoint of its own. Two processes writing in turn thus pay a checkpoint whenever the
-  writer changes after a commit; PostgreSQL is the KV for many writers.
+  transactions older than the oldest reader; it honours the slot of a process that died
+  until a ``reader_check`` clears it). ``redo.pin`` names the process holding the pin of
+  the current checkpoint (with the boot ID; not flushed, it means nothing after a
+  restart). A process commits only on a pinned checkpoint. Under the writer lock, before
+  its commit: its own pin; or the pin ``redo.pin`` names, held for the commit by a shared
+  ``flock`` on ``redo.lock`` (a pin ends only after its process cleared ``redo.pin`` under
+  the exclusive lock: a map resize, which ends every transaction of a process, and a close;
+  an open that clears a dead process's reader slots clears its ``redo.pin`` too, under the
+  writer lock); else, if nothing was committed since the checkpoint, it pins it (no
+  flush); else it makes a checkpoint of its own.
 * Every write transaction appends a **record** of its changes (the puts, deletes and range
   deletes it made, with LMDB's transaction ID and a CRC-32C) to ``redo.<checkpoint>.log``
   while it holds the writer lock, just before it commits. No flush: the record is in the
@@ -69,12 +73,14 @@ log = logging.getLogger(__name__)
 
 CKPT = "redo.ckpt"
 LOCK = "redo.lock"
+PIN = "redo.pin"
 MAX_LOG_BYTES = 64 << 20  # a checkpoint at the next write once the log is this long
 # ... or once a process made this many commits since its last: the pinned checkpoint keeps LMDB
 # from reusing the pages later commits free, so the file grows by their copies until the next one
 CKPT_COMMITS = 1000
 
 META_BYTES = 152  # LMDB 0.9: page header (16) + MDB_meta up to mm_txnid (lmdb_file's layout)
+_PIN = struct.Struct("<16sQQ")  # boot id, pid, txnid (zeros: no pin)
 _CKPT_MAGIC = b"LFRC"
 _CKPT = struct.Struct("<4sIQQ16sI")  # magic, version, txnid, generation, boot id, meta length
 _REC_MAGIC = b"LFRL"
@@ -228,6 +234,8 @@ class RedoLog:
         self._fd_gen: int | None = None
         self.appended = 0  # the current log's length after this process's last append
         self._lock_fd: int | None = None
+        self._pin_fd: int | None = None  # redo.pin, and a lock of redo.lock of its own (see the module docstring)
+        self._pin_lock_fd: int | None = None
         self._fd_lock = threading.Lock()  # (sync from any thread; the writer lock orders appends)
 
     def log_path(self, gen: int) -> Path:
@@ -338,6 +346,36 @@ class RedoLog:
         with self._fd_lock:
             self._close_fd()
         self.unlock()
+        for fd in (self._pin_fd, self._pin_lock_fd):
+            if fd is not None:
+                os.close(fd)
+        self._pin_fd = self._pin_lock_fd = None
+
+    # the pin's owner, for other processes
+    def _pin_file(self) -> int:
+        if self._pin_fd is None:
+            self._pin_fd = os.open(self.path / PIN, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return self._pin_fd
+
+    def read_pin(self) -> tuple[int, int] | None:
+        """(pid, txnid) of the pin ``redo.pin`` names, if one of this boot."""
+        raw = os.pread(self._pin_file(), _PIN.size, 0)
+        if len(raw) < _PIN.size:
+            return None
+        boot, pid, txnid = _PIN.unpack(raw)
+        return (pid, txnid) if pid and boot == boot_id() else None
+
+    def write_pin(self, pid: int, txnid: int) -> None:
+        """Name the pin (under the writer lock; pid 0: none)."""
+        os.pwrite(self._pin_file(), _PIN.pack(boot_id(), pid, txnid), 0)
+
+    def pin_lock(self, exclusive: bool | None) -> None:
+        """The lock that keeps a named pin from ending: shared while a commit relies on another
+        process's pin, exclusive while a pin's owner ends it; None: release."""
+        if self._pin_lock_fd is None:
+            self._pin_lock_fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        op = fcntl.LOCK_UN if exclusive is None else fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        fcntl.flock(self._pin_lock_fd, op)
 
     # opening and recovery
     def lock(self, exclusive: bool) -> None:
@@ -400,16 +438,21 @@ class Keeper:
         self.pin = None  # a read transaction on the checkpoint this process made
         self.pin_txnid: int | None = None
         self.since = 0  # commits logged since this process's last checkpoint
+        self._sharing = False  # a commit relies on another process's pin (its lock held)
 
     def log(self, txn, ops: list[tuple]) -> tuple[Checkpoint, int]:
         """Append the record of write transaction ``txn`` before it commits, the checkpoint it
         builds on made safe first (:meth:`protect`)."""
         txnid = txn.id()
-        ck = self.protect(txnid - 1)
         try:
+            ck = self.protect(txnid - 1)
             self.redo.append(ck, txnid, ops)
         except OSError as e:
+            self.done()
             raise StoreUnavailable(f"{self.redo.label}: cannot append to its redo log: {e.strerror or e}") from None
+        except BaseException:
+            self.done()
+            raise
         self.since += 1
         return ck, txnid
 
@@ -419,13 +462,27 @@ class Keeper:
         except OSError as e:  # the next commit's record of this ID replaces it anyway
             log.debug("%s: cannot note an aborted commit in the redo log: %s", self.redo.label, e)
 
+    def done(self) -> None:
+        """The commit that relied on another process's pin is over (committed or not)."""
+        if self._sharing:
+            self._sharing = False
+            self.redo.pin_lock(None)
+
     def protect(self, last: int) -> Checkpoint:
-        """The checkpoint, pinned by this process, the log not too long; else a new checkpoint
-        of ``last``, the last commit."""
+        """The checkpoint, pinned -- by this process, or by the one ``redo.pin`` names (then its
+        lock is held until :meth:`done`) -- the log not too long; else a new checkpoint of
+        ``last``, the last commit."""
         ck = self.redo.current()
         if ck is not None and self.redo.appended < MAX_LOG_BYTES and self.since < CKPT_COMMITS:
             if ck.txnid == self.pin_txnid:
                 return ck
+            named = self.redo.read_pin()
+            if named is not None and named[1] == ck.txnid:
+                self.redo.pin_lock(False)
+                self._sharing = True
+                if self.redo.read_pin() == named:  # (not ended while the lock was awaited)
+                    return ck
+                self.done()
             if ck.txnid == last:  # nothing committed since: this process pins it
                 self._set_pin(self.env.begin(write=False))
                 return ck
@@ -450,17 +507,57 @@ class Keeper:
         return ck
 
     def _set_pin(self, pin) -> None:
-        self.drop_pin()
+        """Pin the checkpoint (under the writer lock: ``redo.pin`` names the new pin before the
+        old one ends, and no commit relies on the old one meanwhile)."""
+        old = self.pin
         self.pin, self.pin_txnid = pin, pin.id()
-
-    def drop_pin(self, ended: bool = False) -> None:
-        """End the pin (``ended``: a map resize ended it already, its reader slot is free)."""
-        old, self.pin, self.pin_txnid = self.pin, None, None
-        if old is not None and not ended:
+        self.redo.write_pin(os.getpid(), self.pin_txnid)
+        if old is not None:
             try:
                 old.abort()
             except lmdb.Error:  # (ended already)
                 pass
+
+    def before_resize(self) -> None:
+        """A map resize is about to end every transaction of this process, the pin too: unname it
+        first, once no commit of another process relies on it."""
+        if self.pin is not None:
+            self.redo.pin_lock(True)
+            try:
+                if self.redo.read_pin() == (os.getpid(), self.pin_txnid):
+                    self.redo.write_pin(0, 0)
+            except BaseException:
+                self.redo.pin_lock(None)
+                raise
+
+    def after_resize(self) -> None:
+        if self.pin is not None:
+            self.pin = self.pin_txnid = None  # (py-lmdb ended it; the next write pins again)
+            self.redo.pin_lock(None)
+
+    def drop_pin(self) -> None:
+        """End the pin (at close)."""
+        if self.pin is None:
+            return
+        self.before_resize()
+        try:
+            self.pin.abort()
+        except lmdb.Error:  # (ended already)
+            pass
+        self.after_resize()
+
+    def clear_dead_pin(self) -> None:
+        """After a ``reader_check`` (under the writer lock): unname the pin of a process that died
+        (its reader slot, which kept the checkpoint's pages, may be gone now)."""
+        named = self.redo.read_pin()
+        if named is None:
+            return
+        try:
+            os.kill(named[0], 0)
+        except ProcessLookupError:
+            self.redo.write_pin(0, 0)
+        except PermissionError:  # (alive, another user's)
+            pass
 
 
 def _fsync_dir(path: Path) -> None:

@@ -552,12 +552,11 @@ class Keeper:
         named = self.redo.read_pin()
         if named is None:
             return
-        try:
-            os.kill(named[0], 0)
-        except ProcessLookupError:
-            self.redo.write_pin(0, 0)
-        except PermissionError:  # (alive, another user's)
-            pass
+        for line in self.env.readers().splitlines()[1:]:  # "pid thread txnid" per reader slot
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == str(named[0]) and parts[2] == str(named[1]):
+                return
+        self.redo.write_pin(0, 0)  # (its process died, or its pid now names another process)
 
 
 def _fsync_dir(path: Path) -> None:

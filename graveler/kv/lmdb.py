@@ -425,12 +425,7 @@ class Env(SnapshotReads):
         for attempt in range(40):
             grow = False
             with self._gate.shared():
-                try:
-                    txn = self._env.begin(write=True)
-                except lmdb.MapResizedError:
-                    txn = None
-                except lmdb.Error as e:
-                    raise _wrap(e, self.path) from None
+                txn = self._begin_write()
                 if txn is not None:
                     try:
                         t = LmdbTxn(txn, self.dbs, [] if self._recording else None)
@@ -470,6 +465,16 @@ class Env(SnapshotReads):
                 self._adopt_size()
         raise StoreUnavailable(f"{_label(self.path)}: could not get a write transaction")
 
+    def _begin_write(self) -> "lmdb.Transaction | None":
+        """A write transaction (LMDB's writer lock), or None when another process grew the map
+        (adopt its size and try again)."""
+        try:
+            return self._env.begin(write=True)
+        except lmdb.MapResizedError:
+            return None
+        except lmdb.Error as e:
+            raise _wrap(e, self.path) from None
+
     def write_grouped(self, fn: Callable[["LmdbTxn"], T], durable: bool = True) -> T:
         """Like :meth:`write`, but concurrent callers share transactions: while one
         thread commits, the others queue their ``fn``; the next of them to go runs all
@@ -497,12 +502,7 @@ class Env(SnapshotReads):
         """A checkpoint of everything committed so far (takes the writer lock)."""
         for _ in range(_RESIZE_ATTEMPTS):
             with self._gate.shared():
-                try:
-                    txn = self._env.begin(write=True)
-                except lmdb.MapResizedError:
-                    txn = None
-                except lmdb.Error as e:
-                    raise _wrap(e, self.path) from None
+                txn = self._begin_write()
                 if txn is not None:
                     try:
                         self._checkpoint_locked(txn.id() - 1)

@@ -176,42 +176,11 @@ class Env(SnapshotReads):
         if not create and not (self.path / "data.mdb").exists():
             raise NotFound(f"{_label(self.path)} does not exist")
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            redo = self._redo.prepare() if self._redo is not None else None  # (before LMDB maps the file)
-        except OSError as e:
-            if self._redo is not None:
-                self._redo.close()
-            raise StoreUnavailable(f"{_label(self.path)}: cannot create {self.path}: {e.strerror or e}") from None
-        try:
-            verdict = check_data_file(self.path)
+            verdict, redo = self._prepare_file()
         except BaseException:
             if self._redo is not None:
                 self._redo.close()
             raise
-        try:
-            self._env = lmdb.open(
-                str(self.path),
-                map_size=config.map_size,
-                max_dbs=len(TABLES) + 2,
-                max_readers=config.max_readers,
-                lock=True,
-                # A commit is visible and kept if the process dies, and flushes nothing
-                # (MDB_NOSYNC): the redo log keeps the file whole across a power loss
-                # (graveler.kv.lmdb_redo). ``write(durable=True)`` and :meth:`sync` fdatasync
-                # the log -- once for a group of concurrent commits -- and a background thread
-                # checkpoints within ``sync_interval`` of a commit (see :meth:`_lazy_sync`).
-                sync=False,
-                metasync=False,
-                readahead=False,
-            )
-        except lmdb.Error as e:
-            if self._redo is not None:
-                self._redo.close()
-            raise _wrap(e, self.path) from None
-        except OSError as e:  # py-lmdb reports some open failures as OSError
-            if self._redo is not None:
-                self._redo.close()
-            raise StoreUnavailable(f"{_label(self.path)}: cannot open: {e.strerror or e}") from None
         if self._redo is not None:
             self._keeper = lmdb_redo.Keeper(self._redo, self._env, self.path / "data.mdb")
         try:
@@ -250,6 +219,37 @@ class Env(SnapshotReads):
         except BaseException:
             self._close_quietly()
             raise
+
+    def _prepare_file(self) -> tuple:
+        """Before LMDB maps ``data.mdb``: the redo log's recovery (:meth:`RedoLog.prepare`), the
+        file's check, then LMDB's open; (the check's verdict, the commits to redo)."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            redo = self._redo.prepare() if self._redo is not None else None
+        except OSError as e:
+            raise StoreUnavailable(f"{_label(self.path)}: cannot create {self.path}: {e.strerror or e}") from None
+        verdict = check_data_file(self.path)
+        try:
+            self._env = lmdb.open(
+                str(self.path),
+                map_size=self.config.map_size,
+                max_dbs=len(TABLES) + 2,
+                max_readers=self.config.max_readers,
+                lock=True,
+                # A commit is visible and kept if the process dies, and flushes nothing
+                # (MDB_NOSYNC): the redo log keeps the file whole across a power loss
+                # (graveler.kv.lmdb_redo). ``write(durable=True)`` and :meth:`sync` fdatasync
+                # the log -- once for a group of concurrent commits -- and a background thread
+                # checkpoints within ``sync_interval`` of a commit (see :meth:`_lazy_sync`).
+                sync=False,
+                metasync=False,
+                readahead=False,
+            )
+        except lmdb.Error as e:
+            raise _wrap(e, self.path) from None
+        except OSError as e:  # py-lmdb reports some open failures as OSError
+            raise StoreUnavailable(f"{_label(self.path)}: cannot open: {e.strerror or e}") from None
+        return verdict, redo
 
     def _close_quietly(self) -> None:
         if self._keeper is not None:

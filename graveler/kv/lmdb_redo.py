@@ -82,7 +82,7 @@ CKPT_COMMITS = 1000
 META_BYTES = 152  # LMDB 0.9: page header (16) + MDB_meta up to mm_txnid (lmdb_file's layout)
 _PIN = struct.Struct("<16sQQ")  # boot id, pid, txnid (zeros: no pin)
 _CKPT_MAGIC = b"LFRC"
-_CKPT = struct.Struct("<4sIQQ16sI")  # magic, version, txnid, generation, boot id, meta length
+_CKPT = struct.Struct("<4sIQ16sI")  # magic, version, txnid, boot id, meta length
 _REC_MAGIC = b"LFRL"
 _REC = struct.Struct("<4sBIQ")  # magic, kind, payload length, txnid
 _CRC = struct.Struct("<I")
@@ -106,8 +106,7 @@ def boot_id() -> bytes:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    txnid: int  # LMDB's last committed transaction at the checkpoint
-    gen: int  # names its log, redo.<gen>.log
+    txnid: int  # LMDB's last committed transaction at the checkpoint; names its log, redo.<txnid>.log
     boot: bytes
     meta: bytes  # the first META_BYTES of the meta page of ``txnid``
     ino: int  # of redo.ckpt as read (a new checkpoint is a new file)
@@ -232,7 +231,7 @@ class RedoLog:
         self._ck: Checkpoint | None = None
         self._fd: int | None = None  # the log of self._fd_gen, opened for appending
         self._fd_gen: int | None = None
-        self.appended = 0  # the current log's length after this process's last append
+        self.appended = 0  # the current log's length when opened, plus this process's appends since
         self._lock_fd: int | None = None
         self._pin_fd: int | None = None  # redo.pin, and a lock of redo.lock of its own (see the module docstring)
         self._pin_lock_fd: int | None = None
@@ -257,13 +256,13 @@ class RedoLog:
         if len(raw) < _CKPT.size + _CRC.size:
             raise CorruptedData(f"{self.label} is damaged: {self.ckpt_path} is {len(raw)} bytes long, "
                                 f"shorter than a checkpoint record")
-        magic, version, txnid, gen, boot, mlen = _CKPT.unpack_from(raw, 0)
+        magic, version, txnid, boot, mlen = _CKPT.unpack_from(raw, 0)
         body_end = _CKPT.size + mlen
         if (magic != _CKPT_MAGIC or version != 1 or mlen != META_BYTES or body_end + _CRC.size != len(raw)
                 or _CRC.unpack_from(raw, body_end)[0] != google_crc32c.value(raw[:body_end])):
             raise CorruptedData(f"{self.label} is damaged: {self.ckpt_path} is not a valid checkpoint record "
                                 f"(wrong magic, version, length or checksum); data.mdb was not touched")
-        return Checkpoint(txnid, gen, boot, raw[_CKPT.size:body_end], ino)
+        return Checkpoint(txnid, boot, raw[_CKPT.size:body_end], ino)
 
     def current(self) -> Checkpoint | None:
         """The checkpoint now on disk (re-read only when ``redo.ckpt`` is a new file)."""
@@ -279,11 +278,10 @@ class RedoLog:
     def write_checkpoint(self, txnid: int, meta: bytes) -> Checkpoint:
         """Record ``meta`` (the synced meta page of ``txnid``) as the checkpoint, with a new,
         empty log; durable when it returns. The caller holds LMDB's writer lock."""
-        gen = txnid
-        body = _CKPT.pack(_CKPT_MAGIC, 1, txnid, gen, boot_id(), len(meta)) + meta
+        body = _CKPT.pack(_CKPT_MAGIC, 1, txnid, boot_id(), len(meta)) + meta
         raw = body + _CRC.pack(google_crc32c.value(body))
         tmp = self.path / f"{CKPT}.tmp"
-        lp = self.log_path(gen)
+        lp = self.log_path(txnid)
         fd = os.open(lp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         os.close(fd)  # (a record of an attempt that never committed may be in an old one: gone)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -294,7 +292,7 @@ class RedoLog:
             os.close(fd)
         os.rename(tmp, self.ckpt_path)
         _fsync_dir(self.path)
-        self._ck = Checkpoint(txnid, gen, boot_id(), meta, os.stat(self.ckpt_path).st_ino)
+        self._ck = Checkpoint(txnid, boot_id(), meta, os.stat(self.ckpt_path).st_ino)
         for p in self.path.glob("redo.*.log"):
             if p != lp:
                 try:
@@ -308,23 +306,21 @@ class RedoLog:
     def append(self, ck: Checkpoint, txnid: int, ops: list[tuple] | None) -> None:
         """Append a commit record (``ops``) or an abort marker (None) for ``txnid`` to the log of
         ``ck``; the caller holds LMDB's writer lock."""
-        if self._fd_gen != ck.gen:
-            fd = os.open(self.log_path(ck.gen), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        if self._fd_gen != ck.txnid:
+            fd = os.open(self.log_path(ck.txnid), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             with self._fd_lock:
                 self._close_fd()
-                self._fd, self._fd_gen = fd, ck.gen
+                self._fd, self._fd_gen = fd, ck.txnid
+            self.appended = os.fstat(fd).st_size
         rec = _record(_ABORT, txnid, b"") if ops is None else _record(_COMMIT, txnid, encode_ops(ops))
-        self.appended = os.fstat(self._fd).st_size  # (other processes append to it too)
-        try:
-            n = os.write(self._fd, rec)
-            if n != len(rec):
-                raise OSError(errno.ENOSPC, f"short write to {self.log_path(ck.gen)}")
-        except OSError:
+        n = os.write(self._fd, rec)  # (nothing written if it raises)
+        if n != len(rec):
             # (a full disk mid-record) the log ends where it ended: a torn record left inside it
-            # would end every recovery there, before the records of later commits
-            os.ftruncate(self._fd, self.appended)
-            raise
-        self.appended += n
+            # would end every recovery there, before the records of later commits; other
+            # processes append too, but none while this one holds the writer lock
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - n)
+            raise OSError(errno.ENOSPC, f"short write to {self.log_path(ck.txnid)}")
+        self.appended += n  # (this process's appends: the limit of the log's length is a rough one)
 
     def sync(self) -> None:
         """Every record this process appended is on disk (a later checkpoint covers a log it replaced)."""
@@ -403,7 +399,7 @@ class RedoLog:
         ck = self.current()  # another process may have recovered meanwhile
         if ck is None or ck.boot == boot_id():
             return None
-        records, torn = read_records(self.log_path(ck.gen))
+        records, torn = read_records(self.log_path(ck.txnid))
         redo = commits_after(records, ck.txnid)
         data = self.path / "data.mdb"
         fd = os.open(data, os.O_RDWR | os.O_CLOEXEC)
@@ -447,11 +443,10 @@ class Keeper:
         try:
             ck = self.protect(txnid - 1)
             self.redo.append(ck, txnid, ops)
-        except OSError as e:
+        except BaseException as e:
             self.done()
-            raise StoreUnavailable(f"{self.redo.label}: cannot append to its redo log: {e.strerror or e}") from None
-        except BaseException:
-            self.done()
+            if isinstance(e, OSError):
+                raise StoreUnavailable(f"{self.redo.label}: cannot write its redo log: {e.strerror or e}") from None
             raise
         self.since += 1
         return ck, txnid
@@ -571,11 +566,10 @@ def synced_meta(data: Path, txnid: int) -> bytes:
     """The meta page of ``txnid`` from ``data`` (synced by the caller, who holds the writer lock)."""
     fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        first = os.pread(fd, META_BYTES, 0)
-        psize = struct.unpack_from("<I", first, 40)[0]
-        for raw in (first, os.pread(fd, META_BYTES, psize)):
-            if len(raw) == META_BYTES and struct.unpack_from("<Q", raw, 144)[0] == txnid:
-                return raw
+        metas = lmdb_file.read_metas(fd)
+        for slot, m in enumerate(metas if not isinstance(metas, str) else ()):
+            if m.txnid == txnid:
+                return os.pread(fd, META_BYTES, slot * m.psize)
     finally:
         os.close(fd)
     raise StoreUnavailable(f"no meta page of transaction {txnid} in {data} right after a sync")

@@ -54,6 +54,8 @@ environment (read by the daemon):
                                  one call)
   LAKEFUSE_READDIR_PLAIN=0       every readdir reply READDIRPLUS (by default the kernel
                                  asks for plain READDIR where nothing stats the names)
+  LAKEFUSE_DEFERRED_REPLIES=0    a write, close or fsync answered from the event loop (not
+                                 by the worker thread that did it)
   LAKEFUSE_CACHE_WHOLE_MAX=SIZE  largest S3 object kept whole in the data cache (0: none)
   LAKEFUSE_S3_LANES=N            most GETs at once for a sequential read of a large S3
                                  object (its stream and parallel parts; 1: one stream)

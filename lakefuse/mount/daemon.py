@@ -68,6 +68,9 @@ class MountConfig:
     # (a listing read past its first reply with nothing looked up meanwhile: ``ls -f``); off:
     # $LAKEFUSE_READDIR_PLAIN=0 (READDIRPLUS always)
     readdir_plain: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_READDIR_PLAIN", True))
+    # a worker thread answers the write, close (flush) or fsync it served itself, without waking
+    # the trio thread (a patched build: pyfuse3.Reply); off: $LAKEFUSE_DEFERRED_REPLIES=0
+    deferred_replies: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_DEFERRED_REPLIES", True))
     # how many GETs at once a sequential reader of a large S3 object may reach (a stream and its
     # parallel parts; 1: one stream, no parts); None: graveler's default. $LAKEFUSE_S3_LANES
     s3_lanes: int | None = field(default_factory=lambda: _env_count("LAKEFUSE_S3_LANES"))
@@ -238,7 +241,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")
     ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough,
                      inline_reads=config.inline_reads, receive_burst=config.receive_burst,
-                     readdir_many=config.readdir_many, readdir_plain=config.readdir_plain)
+                     readdir_many=config.readdir_many, readdir_plain=config.readdir_plain,
+                     deferred_replies=config.deferred_replies)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")
@@ -265,6 +269,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         trio.run(_main, mp, config.read_ahead_kb)
     finally:
         watch.stop()
+        ops.offload.close()  # requests still in worker threads: done and answered before the session goes
         try:
             pyfuse3.close(unmount=True)
         except Exception:  # already unmounted from outside

@@ -42,6 +42,9 @@ READDIR_MANY = hasattr(pyfuse3, "readdir_reply_many")
 # ... and lets the kernel send plain READDIR requests (FUSE_CAP_READDIRPLUS_AUTO; ReaddirToken.plus)
 READDIR_PLAIN = hasattr(pyfuse3.Operations, "readdirplus_auto")
 RECEIVE_BURST = 16  # requests a pyfuse3 task reads in a row before it waits in trio's I/O loop
+# ... and lets a worker thread answer the request it served (pyfuse3.Reply: write, flush and fsync
+# of a branch file), so the trio thread is not woken to send the answer
+REPLY = getattr(pyfuse3, "Reply", None)
 
 
 def _entry(attr: Attr) -> pyfuse3.EntryAttributes:
@@ -71,49 +74,66 @@ def _negative(timeout: float) -> pyfuse3.EntryAttributes:
     return e
 
 
+def _failure(ops: "Operations", op: str, args: tuple, e: BaseException) -> int:
+    """The errno that answers ``e``, raised by handler ``op``: counted, and logged as its kind
+    asks (the one policy of the error boundary, whichever thread answers)."""
+    if isinstance(e, FUSEError):
+        ops.stats.error(errno.errorcode.get(e.errno, str(e.errno)))
+        return e.errno
+    if isinstance(e, FsError):
+        ops._count_error(e.errno)
+        if e.errno == errno.EIO:
+            log.debug("%s%r: %s", op, args[:2], e)
+        return e.errno
+    if isinstance(e, GravelerError):
+        code = errno_for(e)
+        ops._count_error(code)
+        if code in (errno.EIO, errno.EBUSY, errno.EAGAIN):
+            ops.log_once(logging.WARNING, (type(e), str(e)), "%s: %s: %s (answered %s)",
+                         op, type(e).__name__, e, errno.errorcode.get(code, code))
+        else:
+            log.debug("%s%r: %s: %s", op, args[:2], type(e).__name__, e)
+        return code
+    if isinstance(e, OSError):
+        # a local file of the daemon's own (a spool file, the cache) refused: its errno
+        # (EFBIG, ENOSPC, EDQUOT...) says more than EIO would (errors.OS_ERRNOS)
+        code = errno_for(e)
+        ops._count_error(code)
+        ops.log_once(logging.WARNING, (op, code), "%s%r: %s (answered %s)", op, args[:2], e,
+                     errno.errorcode.get(code, code))
+        return code
+    ops._count_error(errno.EIO)
+    log.error("%s%r: unexpected error, answered EIO (the mount stays up)", op, args[:2],
+              exc_info=(type(e), e, e.__traceback__))
+    return errno.EIO
+
+
 def boundary(op: str):
-    """The error boundary around one handler (see the module docstring)."""
+    """The error boundary around one handler (see the module docstring). A handler that
+    returns a :class:`pyfuse3.Reply` (its request answered later by a worker thread,
+    :meth:`Operations._defer`) is timed by that thread."""
 
     def deco(fn):
         @functools.wraps(fn)
         async def handler(self: "Operations", *args):
             self.stats.request(op)
             t0 = time.perf_counter_ns()
+            res = None
             try:
-                return await fn(self, *args)
-            except FUSEError as e:
-                self.stats.error(errno.errorcode.get(e.errno, str(e.errno)))
-                raise
+                res = await fn(self, *args)
+                return res
             except FsError as e:
                 if op == "lookup" and e.errno == errno.ENOENT and e.cache_timeout > 0:
                     return _negative(e.cache_timeout)
-                self._count_error(e.errno)
-                if e.errno == errno.EIO:
-                    log.debug("%s%r: %s", op, args[:2], e)
-                raise FUSEError(e.errno) from None
-            except GravelerError as e:
-                code = errno_for(e)
-                self._count_error(code)
-                if code in (errno.EIO, errno.EBUSY, errno.EAGAIN):
-                    self.log_once(logging.WARNING, (type(e), str(e)), "%s: %s: %s (answered %s)",
-                                  op, type(e).__name__, e, errno.errorcode.get(code, code))
-                else:
-                    log.debug("%s%r: %s: %s", op, args[:2], type(e).__name__, e)
-                raise FUSEError(code) from None
-            except OSError as e:
-                # a local file of the daemon's own (a spool file, the cache) refused: its errno
-                # (EFBIG, ENOSPC, EDQUOT...) says more than EIO would (errors.OS_ERRNOS)
-                code = errno_for(e)
-                self._count_error(code)
-                self.log_once(logging.WARNING, (op, code), "%s%r: %s (answered %s)", op, args[:2], e,
-                              errno.errorcode.get(code, code))
-                raise FUSEError(code) from None
-            except Exception:
-                self._count_error(errno.EIO)
-                log.exception("%s%r: unexpected error, answered EIO (the mount stays up)", op, args[:2])
-                raise FUSEError(errno.EIO) from None
+                raise FUSEError(_failure(self, op, args, e)) from None
+            except FUSEError as e:
+                _failure(self, op, args, e)
+                raise
+            except Exception as e:
+                raise FUSEError(_failure(self, op, args, e)) from None
             finally:
-                self.stats.done(op, time.perf_counter_ns() - t0)
+                if REPLY is None or type(res) is not REPLY:
+                    self.stats.done(op, time.perf_counter_ns() - t0)
 
         return handler
 
@@ -129,8 +149,10 @@ class Operations(pyfuse3.Operations):
 
     def __init__(self, fs: Filesystem, offload: Offload | None = None, passthrough: bool = False,
                  inline_reads: bool = True, receive_burst: bool = True, readdir_many: bool = True,
-                 readdir_plain: bool = True):
+                 readdir_plain: bool = True, deferred_replies: bool = True):
         super().__init__()
+        # read by the patched pyfuse3 at init: these handlers get one more argument, their Reply
+        self.deferred_replies = ("write", "flush", "fsync") if deferred_replies and REPLY is not None else ()
         self.receive_burst = RECEIVE_BURST if receive_burst else 0  # read by the patched pyfuse3.main
         self.fs = fs
         self.stats = fs.stats
@@ -158,6 +180,8 @@ class Operations(pyfuse3.Operations):
                        "per entry (pyfuse3 without readdir_reply_many)")
         self.stats.set("passthrough", "off" if not passthrough else
                        "on" if has else "unavailable (pyfuse3 without passthrough)")
+        self.stats.set("deferred_replies", "on" if self.deferred_replies else "off" if REPLY is not None else
+                       "unavailable (pyfuse3 without Reply)")
 
     def init(self):
         if self.enable_passthrough:
@@ -189,6 +213,29 @@ class Operations(pyfuse3.Operations):
 
     async def _meta(self, fn, *args):
         return await self.offload.run(META, fn, *args)
+
+    def _defer(self, op: str, reply, answer, fn, *args):
+        """``fn(*args)`` in a worker thread of the WRITE pool, which answers the request itself
+        through ``reply`` (``answer(reply, result)``, or the errno the error boundary gives its
+        exception) and times it: returns ``reply`` (pyfuse3 sends nothing more). Nothing is left
+        for the trio thread once ``fn`` returns: ``fn`` does all of the request's work."""
+        t0 = time.perf_counter_ns()
+
+        def job() -> None:
+            try:
+                try:
+                    res = fn(*args)
+                except BaseException as e:  # noqa: BLE001 -- every failure answers (the caller never hangs)
+                    reply.error(_failure(self, op, args, e))
+                else:
+                    answer(reply, res)
+            except Exception:  # noqa: BLE001 -- (the answer itself failed: pyfuse3 logged why)
+                log.exception("%s: answering failed", op)
+            finally:
+                self.stats.done(op, time.perf_counter_ns() - t0)
+
+        self.offload.defer(WRITE, job)
+        return reply
 
     # -- names and attributes -------------------------------------------------------------
 
@@ -356,14 +403,18 @@ class Operations(pyfuse3.Operations):
         return data
 
     @boundary("flush")
-    async def flush(self, fh):
+    async def flush(self, fh, reply=None):
         if self.fs.pending(fh):
+            if reply is not None:
+                return self._defer("flush", reply, _ok, self.fs.flush, fh)
             await self.offload.run(WRITE, self.fs.flush, fh)
 
     @boundary("fsync")
-    async def fsync(self, fh, datasync):
+    async def fsync(self, fh, datasync, reply=None):
         # always: a close saved the file without syncing it (fsync = fdatasync here: what
         # is synced is a new object and its entry, metadata included)
+        if reply is not None:
+            return self._defer("fsync", reply, _ok, self.fs.fsync, fh)
         await self.offload.run(WRITE, self.fs.fsync, fh)
 
     @boundary("release")
@@ -465,7 +516,17 @@ class Operations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io), _entry(attr)
 
     @boundary("write")
-    async def write(self, fh, off, buf):
+    async def write(self, fh, off, buf, reply=None):
+        if reply is not None:
+            return self._defer("write", reply, _written, self.fs.write, fh, off, bytes(buf))
         return await self.offload.run(WRITE, self.fs.write, fh, off, bytes(buf))
+
+
+def _ok(reply, _result) -> None:
+    reply.ok()
+
+
+def _written(reply, size: int) -> None:
+    reply.write(size)
 
 __all__ = ["Operations"]

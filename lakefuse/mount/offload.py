@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import queue
+import threading
 from typing import Callable, TypeVar
 
 import trio
@@ -39,6 +41,8 @@ class Offload:
         # the mount's counters (set by the FUSE adapter): each run counts as ``thread_hops_<name>``
         # in .lakefuse/stats (a small file's thread hops: its write and its close)
         self.stats = None
+        self._pools: dict[str, _Pool] = {}  # defer(): threads of our own, one pool per name
+        self._pools_lock = threading.Lock()
 
     def limiter(self, name: str) -> trio.CapacityLimiter:
         lim = self._limiters.get(name)
@@ -93,8 +97,78 @@ class Offload:
         fut.add_done_callback(done)
         await trio.lowlevel.wait_task_rescheduled(_not_cancellable)
 
+    def defer(self, name: str, job: Callable[[], None]) -> None:
+        """Run ``job()`` in a worker thread of pool ``name`` (at most the limit of ``name``
+        threads) and return at once: nothing on the trio thread waits for it, so ``job``
+        finishes its request itself (answers through a ``pyfuse3.Reply``) and must not
+        raise. Never blocks; :meth:`close` waits for every job."""
+        if self.stats is not None:
+            self.stats.add(HOPS[name] if name in HOPS else "thread_hops_" + name)
+        pool = self._pools.get(name)
+        if pool is None:
+            with self._pools_lock:
+                pool = self._pools.get(name)
+                if pool is None:
+                    pool = self._pools[name] = _Pool(f"lakefuse-{name}", self.limits[name])
+        pool.submit(job)
+
+    def close(self) -> None:
+        """Wait for every deferred job (their requests answered) and end their threads:
+        before the FUSE session goes (a job answers through it)."""
+        with self._pools_lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {
             name: {"limit": int(lim.total_tokens), "busy": lim.borrowed_tokens, "waiting": lim.statistics().tasks_waiting}
             for name, lim in self._limiters.items()
         }
+
+
+class _Pool:
+    """Up to ``size`` threads taking jobs from one queue, started as jobs find no idle one."""
+
+    def __init__(self, name: str, size: int):
+        self.name = name
+        self.size = max(1, size)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._closed = False
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self.name}: closed")
+            if self._idle == 0 and len(self._threads) < self.size:
+                t = threading.Thread(target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True)
+                self._threads.append(t)
+                t.start()
+            else:
+                self._idle -= 1  # (a waiting thread takes this job: the next one starts another)
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        jobs = self._jobs
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            try:
+                job()
+            except BaseException:  # noqa: BLE001 -- a job must not raise; the thread stays
+                log.exception("%s: a deferred job raised", self.name)
+            with self._lock:
+                self._idle += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        for _ in threads:
+            self._jobs.put(None)  # (after every queued job: each thread ends once they are done)
+        for t in threads:
+            t.join()

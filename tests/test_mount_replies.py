@@ -1,0 +1,228 @@
+"""Deferred replies: a branch file's write, close (flush) and fsync are answered by the worker
+thread that did them (``pyfuse3.Reply``, the vendored patch), not by the trio thread woken to
+send the answer. The answers must be the ones the error boundary gives, every request answered
+exactly once, and nothing left running when the mount ends."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from lakefuse.mount.fuse import Operations
+from lakefuse.mount.offload import WRITE, Offload
+from tests.mount_testutil import MountProc, is_mounted, needs_fuse, seed_repo
+
+
+class FakeReply:
+    """What a worker thread answers (pyfuse3.Reply's three calls), recorded."""
+
+    def __init__(self):
+        self.answers: list[tuple] = []
+        self.done = threading.Event()
+
+    def write(self, n):
+        self.answers.append(("write", n))
+        self.done.set()
+
+    def ok(self):
+        self.answers.append(("ok",))
+        self.done.set()
+
+    def error(self, code):
+        self.answers.append(("error", code))
+        self.done.set()
+
+
+def test_deferred_jobs_run_in_at_most_the_limit_s_threads_and_close_waits_for_every_one():
+    off = Offload({WRITE: 2})
+    running, most, done = [0], [0], []
+    lock = threading.Lock()
+
+    def job(i):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+        done.append(i)
+
+    for i in range(20):
+        off.defer(WRITE, lambda i=i: job(i))
+    off.close()  # the queued ones too, before it returns
+    assert sorted(done) == list(range(20))
+    assert most[0] <= 2
+    assert not [t for t in threading.enumerate() if t.name.startswith("lakefuse-write")]
+
+
+@pytest.mark.expect_log("a job that raises is logged")
+def test_a_deferred_job_that_raises_keeps_its_thread():
+    off = Offload({WRITE: 1})
+    done = []
+    off.defer(WRITE, lambda: 1 / 0)  # (a job must not raise: logged, and the pool goes on)
+    off.defer(WRITE, lambda: done.append(1))
+    off.close()
+    assert done == [1]
+
+
+class _Fs:
+    """The three core calls a deferred handler makes, failing as asked."""
+
+    def __init__(self, stats):
+        self.stats = stats
+        self.fail: BaseException | None = None
+
+    def _maybe_fail(self):
+        if self.fail is not None:
+            raise self.fail
+
+    def write(self, fh, off, data):
+        self._maybe_fail()
+        return len(data)
+
+    def pending(self, fh):
+        return fh != 0
+
+    def flush(self, fh):
+        self._maybe_fail()
+
+    def fsync(self, fh):
+        self._maybe_fail()
+
+
+@pytest.mark.expect_log("an unexpected failure of a deferred write is logged with its traceback")
+def test_deferred_handlers_answer_what_the_error_boundary_would():
+    import trio
+
+    from lakefuse.mount.errors import FsError, LogOnce
+    from lakefuse.mount.stats import Stats
+
+    fs = _Fs(Stats())
+    ops = Operations.__new__(Operations)  # (the adapter's state a handler uses, without a core)
+    ops.fs, ops.stats, ops.offload = fs, fs.stats, Offload()
+    ops.log_once = LogOnce(logging.getLogger("test"))
+
+    async def call(op, *args):
+        r = FakeReply()
+        got = await getattr(ops, op)(*args, r)
+        if got is r:
+            assert r.done.wait(10), f"{op}: never answered"
+        return got is r, r.answers
+
+    async def run():
+        assert await call("write", 3, 0, b"abcd") == (True, [("write", 4)])
+        assert await call("flush", 3) == (True, [("ok",)])
+        assert await call("fsync", 3, False) == (True, [("ok",)])
+        assert await call("flush", 0) == (False, [])  # nothing to save: pyfuse3 answers, no thread
+        for exc, code in [(OSError(errno.EFBIG, "File too large"), errno.EFBIG), (FsError(errno.EROFS), errno.EROFS),
+                          (RuntimeError("bug"), errno.EIO)]:
+            fs.fail = exc
+            for op, args in (("write", (3, 0, b"x")), ("flush", (3,)), ("fsync", (3, True))):
+                assert await call(op, *args) == (True, [("error", code)]), (op, exc)
+        fs.fail = None
+        assert await call("write", 3, 5, b"after") == (True, [("write", 5)])
+
+    trio.run(run)
+    ops.offload.close()
+
+
+REPO = "replies"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    h = tmp_path_factory.mktemp("rhome")
+    src = tmp_path_factory.mktemp("rsrc")
+    (src / "in").mkdir()
+    (src / "in" / "a.txt").write_bytes(b"committed\n")
+    seed_repo(h, REPO, src / "in")
+    return h
+
+
+@needs_fuse
+@pytest.mark.parametrize("deferred", ["1", "0"])
+def test_writes_closes_and_fsyncs_answer_the_same_either_way(home, tmp_path, deferred):
+    m = MountProc(home, REPO, tmp_path / "mnt", env={"LAKEFUSE_DEFERRED_REPLIES": deferred}).start()
+    try:
+        mp = m.mountpoint
+        stats = lambda: json.loads((mp / ".lakefuse" / "stats").read_text())  # noqa: E731
+        assert stats()["deferred_replies"] == ("on" if deferred == "1" else "off")
+        d = mp / "main" / f"w{deferred}"
+        d.mkdir()
+        for i in range(50):
+            fd = os.open(d / f"f{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                assert os.write(fd, b"x" * i + b"\n") == i + 1
+                if i % 10 == 0:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        assert all((d / f"f{i}").read_bytes() == b"x" * i + b"\n" for i in range(50))
+        # a failed write and close reach the caller with their errno: a control request past
+        # its limit (EFBIG on the write past 1 MiB, and again at close); nothing runs
+        fd = os.open(mp / "main" / ".lakefuse" / "commit", os.O_WRONLY | os.O_TRUNC)
+        with pytest.raises(OSError) as ei:
+            data = memoryview(b"m" * (3 << 20))
+            while data:
+                data = data[os.write(fd, data):]
+        assert ei.value.errno == errno.EFBIG
+        with pytest.raises(OSError) as ei:
+            os.close(fd)
+        assert ei.value.errno == errno.EFBIG
+        lat = stats()["latency"]
+        assert lat["write"]["n"] >= 50 and lat["flush"]["n"] >= 50 and lat["fsync"]["n"] == 5
+    finally:
+        m.stop()
+    assert "Traceback" not in m.log() and "dropped unanswered" not in m.log()
+
+
+WRITER = r"""
+import os, sys
+d = sys.argv[1]
+i = 0
+while True:
+    try:
+        fd = os.open(f"{d}/s{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, b"y" * 4096)
+        if i % 3 == 0:
+            os.fsync(fd)
+        os.close(fd)
+    except OSError:
+        sys.exit(0)  # the mount went away
+    i += 1
+"""
+
+
+@needs_fuse
+def test_sigterm_during_a_stream_of_writes_answers_them_and_exits_cleanly(home, tmp_path):
+    """The mount ends while worker threads hold requests: each is finished and answered (or
+    dropped with the session, never sent to a destroyed one) and the daemon exits 0."""
+    m = MountProc(home, REPO, tmp_path / "mnt").start()
+    writers = []
+    try:
+        d = m.mountpoint / "main" / "stream"
+        d.mkdir()
+        writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(d)]) for _ in range(3)]
+        time.sleep(1.5)
+        assert all(w.poll() is None for w in writers)
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(30) == 0, m.log()
+        for w in writers:
+            assert w.wait(30) == 0
+        assert not is_mounted(m.mountpoint)
+    finally:
+        for w in writers:
+            if w.poll() is None:
+                w.kill()
+        m.stop()
+    log = m.log()
+    assert "dropped unanswered" not in log and "Traceback" not in log, log

@@ -18,6 +18,8 @@ import random
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -337,3 +339,42 @@ def test_a_record_cut_short_by_a_full_disk_commits_nothing_and_leaves_no_torn_re
     finally:
         e._keeper.since = 0
         kv.close_env(path)
+
+
+def test_a_checkpoint_due_is_made_by_the_background_thread_not_by_a_commit(tmp_path, monkeypatch):
+    """Half way to a limit a commit wakes the background thread, which checkpoints (the bulk of
+    the flush before it takes the writer lock); a commit checkpoints itself only at the limit."""
+    monkeypatch.setattr(lmdb_redo, "CKPT_COMMITS", 40)
+    made_by = []
+    real = lmdb_redo.Keeper.checkpoint
+
+    def spy(self, last):
+        made_by.append(threading.current_thread().name)
+        return real(self, last)
+
+    monkeypatch.setattr(lmdb_redo.Keeper, "checkpoint", spy)
+    path = tmp_path / "refs.lmdb"
+    e = kv.open_env(path, kv.KVConfig(map_size=1 << 22, sync_interval=3600))  # (no timed checkpoint)
+    try:
+        e.write(lambda t: t.put(kv.STAGING, b"k", b"0"), durable=False)
+        made_by.clear()
+        for i in range(25):  # past 20: due
+            e.write(lambda t, i=i: t.put(kv.STAGING, b"k%d" % i, b"v"), durable=False)
+        deadline = time.monotonic() + 10
+        while not made_by and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert made_by and all(n.startswith("lmdb-sync") for n in made_by), made_by
+        assert e._keeper.since < 25
+        ck = e._redo.current()
+        assert ck is not None and ck.txnid > 2  # (a checkpoint of a later commit than the first's)
+        # not due (a few commits since): no checkpoint is made meanwhile
+        n = len(made_by)
+        for i in range(3):
+            e.write(lambda t, i=i: t.put(kv.STAGING, b"m%d" % i, b"v"), durable=False)
+        time.sleep(0.2)
+        assert len(made_by) == n
+    finally:
+        kv.close_env(path)
+    with kv.open_env(path, kv.KVConfig(map_size=1 << 22)).read() as t:  # everything kept
+        assert t.get(kv.STAGING, b"k24") == b"v" and t.get(kv.STAGING, b"m2") == b"v"
+    kv.close_env(path)

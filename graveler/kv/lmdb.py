@@ -19,10 +19,7 @@ Rules kept here:
 * A thread holds at most one transaction of an environment at a time.  A
   :meth:`Env.read` inside a read or write of the same thread reuses the open
   transaction; a :meth:`Env.write` inside one raises :class:`NestedTransaction`
-  at once.  (A nested write could never grow the map -- LMDB resizes only when
-  the process has no transaction open, and the caller's own is one -- so it
-  used to hang; refusing it up front shows the bug on the first call, not on
-  the day the map fills.)
+  at once: it could never grow the map (see :meth:`Env.write`), so it would hang.
 * The map size starts at ``KVConfig.map_size`` and doubles when full; a grow (or
   adopting a size another process grew to) waits until this process has no
   transaction open.  Another process growing the map (``MDB_MAP_RESIZED``) is
@@ -151,11 +148,8 @@ class Env(SnapshotReads):
     """One open LMDB environment with the repository's named databases."""
 
     def __init__(self, path: Path, config: KVConfig = KVConfig(), create: bool = True):
-        """Open (``create``: or create) the environment at ``path``.
-
-        ``create=False``: ``NotFound`` when there is no ``data.mdb``.  An existing
-        file is checked before it is mapped (:func:`check_data_file`).
-        """
+        """Open (``create``: or create) the environment at ``path``; ``create=False``: ``NotFound``
+        when there is no ``data.mdb``. An existing file is checked before it is mapped (:func:`check_data_file`)."""
         self.path = Path(path)
         self.config = config
         self._gate = RWLock()  # transactions are shared, a map resize is exclusive
@@ -166,6 +160,7 @@ class Env(SnapshotReads):
         self._grouped = GroupCommit(self.write)
         self._syncer: threading.Thread | None = None  # started by the first unsynced commit
         self._stop_syncer = threading.Event()
+        self._ckpt_soon = threading.Event()
         self._txns = ThreadTxns()
         # the redo log (graveler.kv.lmdb_redo): commits are not flushed one by one; without
         # ``config.sync`` (benchmarks, tests) nothing is kept for a power loss
@@ -447,8 +442,8 @@ class Env(SnapshotReads):
                             seq = self._commit_seq
                         if durable:
                             self._sync_to(seq)
-                        elif self._syncer is None and self.config.sync:
-                            self._start_syncer()
+                        if self.config.sync and (self._syncer is None or self._keeper.due()):
+                            self._start_syncer(self._syncer is not None)  # (or a checkpoint is due: wake it)
                         return result
                     except lmdb.MapFullError:
                         txn.abort()
@@ -499,7 +494,13 @@ class Env(SnapshotReads):
             self._synced_seq = max(self._synced_seq, seq)
 
     def _checkpoint_now(self) -> None:
-        """A checkpoint of everything committed so far (takes the writer lock)."""
+        """A checkpoint of everything committed so far (takes the writer lock, after a flush
+        without it: then only the pages of the commits made meanwhile are left to flush)."""
+        with self._gate.shared():
+            try:
+                self._env.sync(True)
+            except lmdb.Error as e:
+                raise _wrap(e, self.path) from None
         for _ in range(_RESIZE_ATTEMPTS):
             with self._gate.shared():
                 txn = self._begin_write()
@@ -547,7 +548,9 @@ class Env(SnapshotReads):
 
     stats_group_synced = 0  # durable commits that another writer's sync covered
 
-    def _start_syncer(self) -> None:
+    def _start_syncer(self, due: bool = False) -> None:
+        if due:
+            self._ckpt_soon.set()
         with self._sync_lock:
             if self._syncer is None:
                 self._syncer = threading.Thread(target=self._lazy_sync, name=f"lmdb-sync {self.path.parent.name}",
@@ -555,14 +558,16 @@ class Env(SnapshotReads):
                 self._syncer.start()
 
     def _lazy_sync(self) -> None:
-        """Every ``KVConfig.sync_interval`` seconds, checkpoint the commits made meanwhile (which
-        also makes them durable): a power loss loses at most that much of the ones left unsynced
-        (``durable=False``), as ext4 loses at most its journal commit interval of what was written
-        without fsync. Nothing committed: nothing to do."""
-        while not self._stop_syncer.wait(self.config.sync_interval):
-            if self._closed:
+        """Every ``KVConfig.sync_interval`` seconds, or sooner when a commit finds one due, checkpoint
+        the commits made meanwhile (which also makes them durable): a power loss loses at most that
+        much of the ones left unsynced (``durable=False``), as ext4 loses at most its journal commit
+        interval of what was written without fsync. Nothing committed: nothing to do."""
+        while not self._stop_syncer.is_set():
+            woken = self._ckpt_soon.wait(self.config.sync_interval)
+            self._ckpt_soon.clear()
+            if self._closed or self._stop_syncer.is_set():
                 return
-            if not self._keeper.since:
+            if not self._keeper.since or (woken and not self._keeper.due()):  # (woken late: done already)
                 continue
             try:
                 self._checkpoint_now()
@@ -603,6 +608,7 @@ class Env(SnapshotReads):
 
     def close(self) -> None:
         self._stop_syncer.set()
+        self._ckpt_soon.set()
         if self._keeper is not None and not self._closed and self._keeper.since:
             try:  # a clean close leaves nothing for a restart to redo
                 self._checkpoint_now()

@@ -78,6 +78,8 @@ MAX_LOG_BYTES = 64 << 20  # a checkpoint at the next write once the log is this 
 # ... or once a process made this many commits since its last: the pinned checkpoint keeps LMDB
 # from reusing the pages later commits free, so the file grows by their copies until the next one
 CKPT_COMMITS = 1000
+# A background thread checkpoints at half of either limit (the commit path then rarely reaches one)
+CKPT_DUE = 2
 
 META_BYTES = 152  # LMDB 0.9: page header (16) + MDB_meta up to mm_txnid (lmdb_file's layout)
 _PIN = struct.Struct("<16sQQ")  # boot id, pid, txnid (zeros: no pin)
@@ -450,6 +452,10 @@ class Keeper:
             raise
         self.since += 1
         return ck, txnid
+
+    def due(self) -> bool:
+        """A checkpoint is due (a background thread makes it, before a commit would have to)."""
+        return self.since >= CKPT_COMMITS // CKPT_DUE or self.redo.appended >= MAX_LOG_BYTES // CKPT_DUE
 
     def log_abort(self, ck: Checkpoint, txnid: int) -> None:
         try:

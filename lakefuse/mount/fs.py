@@ -45,6 +45,7 @@ import dataclasses
 import errno
 import logging
 import os
+import stat
 import threading
 import time
 
@@ -726,6 +727,9 @@ class Filesystem(Opens, Reads, XattrReads):
         if got is None:
             return None
         o, attr = got
+        if (flags & os.O_ACCMODE) == os.O_WRONLY and not attr.mode & (stat.S_ISUID | stat.S_ISGID):
+            # direct I/O: the kernel then sends no getxattr of security.capability before each write
+            o = Opened(o.fh, o.keep_cache, True, o.backing_fd, o.noflush)  # (docs/SEMANTICS.md)
         if self.backings.hold(attr.ino):  # a cached open: no passthrough open of it meanwhile
             self.backings.opened(o.fh, attr.ino, False)
         return o, attr

@@ -17,9 +17,10 @@ Work (each timed ``--reps`` times; medians reported):
 
 The peer for every figure is the same work on a native directory of the same
 filesystem (no fsync, as ``cp`` does), in the same run; the native figure with an
-fsync before each close is printed too. Each file through the mount is about seven FUSE
-requests (lookup, create, the kernel's getxattr of security.capability, write, flush, release,
-and the getattr of its directory at the next create); the 1-process row prints the count
+fsync before each close is printed too. Each file through the mount is about six FUSE
+requests (lookup, create, write, flush, release, and the getattr of its directory at the next
+create; a file created write-only is opened with direct I/O, so the kernel no longer asks for
+security.capability before each write); the 1-process row prints the count
 (from ``.lakefuse/stats``), with the share of creates answered without a thread hand-off, and the
 ``tar -x`` row its own (GNU tar also sends utimens, chown and chmod of each file, and a
 write that crosses one of its 10 KiB records is two); a line under each gives the requests per

@@ -7,7 +7,11 @@ same call on a native file in the same run (medians of ``--reps`` runs of ``--n`
 * ``getxattr`` of ``security.capability`` (the name the kernel asks for before every write):
   answered on the trio thread (ENOTSUP), no I/O: the dispatch alone -- the kernel's queue,
   pyfuse3's session loop, the handler's error boundary and the reply;
-* ``listxattr``: answered in a worker thread (one thread hand-off and back).
+* ``listxattr``: answered in a worker thread (one thread hand-off and back);
+* ``pwrite`` of 1 byte into a branch file open for writing: a worker thread writes the spool
+  file and answers the request itself (``pyfuse3.Reply``: a hand-off one way), beside the same
+  on a second mount with ``LAKEFUSE_DEFERRED_REPLIES=0`` (the trio thread woken to answer), in
+  the same run: the ratio is what deferred replies save per request.
 
 Beside each: the daemon's CPU per request (user + system, all its threads, from
 ``/proc/<pid>/stat``). A native call never leaves the kernel, so the ratio shows what a FUSE
@@ -48,6 +52,11 @@ def listxattr_loop(fd: int, n: int) -> None:
         os.listxattr(fd)
 
 
+def pwrite_loop(fd: int, n: int) -> None:
+    for i in range(n):
+        os.pwrite(fd, b"y", i & 4095)
+
+
 def timed(fn, fd: int, n: int, pid: int | None) -> tuple[float, float | None]:
     c0 = cpu_s(pid) if pid else 0.0
     t0 = time.perf_counter()
@@ -67,28 +76,41 @@ def main() -> int:
         native = work / "native.bin"
         native.write_bytes(b"x" * 4096)
         lf = LakefuseMount(work / "lf")
+        off = LakefuseMount(work / "off", env={"LAKEFUSE_DEFERRED_REPLIES": "0"})
+        fds: list[int] = []
         try:
-            f = lf.branch / "one.bin"
-            f.write_bytes(b"x" * 4096)
-            nfd, mfd = os.open(native, os.O_RDONLY), os.open(f, os.O_RDONLY)
-            pid = lf.proc.pid
+            for m in (lf, off):
+                (m.branch / "one.bin").write_bytes(b"x" * 4096)
+            nfd, mfd = os.open(native, os.O_RDONLY), os.open(lf.branch / "one.bin", os.O_RDONLY)
+            nwfd, mwfd = os.open(native, os.O_WRONLY), os.open(lf.branch / "one.bin", os.O_WRONLY)
+            owfd = os.open(off.branch / "one.bin", os.O_WRONLY)
+            fds += [nfd, mfd, nwfd, mwfd, owfd]
             print(f"a request's round trip, {args.reps} run(s) of {args.n:,} calls; medians")
-            for name, fn in (("getxattr security.capability (trio thread)", getxattr_loop),
-                             ("listxattr (a worker thread)", listxattr_loop)):
-                fn(mfd, 200)  # (warm: the first requests make the handler's state)
+            got = {}
+            for name, fn, fd, nat_fd, m in (
+                    ("getxattr security.capability (trio thread)", getxattr_loop, mfd, nfd, lf),
+                    ("listxattr (a worker thread)", listxattr_loop, mfd, nfd, lf),
+                    ("pwrite 1 byte (a worker thread answers it)", pwrite_loop, mwfd, nwfd, lf),
+                    ("pwrite 1 byte, LAKEFUSE_DEFERRED_REPLIES=0", pwrite_loop, owfd, nwfd, off)):
+                fn(fd, 200)  # (warm: the first requests make the handler's state)
                 ours, cpu, nat = [], [], []
                 for _ in range(args.reps):
-                    us, c = timed(fn, mfd, args.n, pid)
+                    us, c = timed(fn, fd, args.n, m.proc.pid)
                     ours.append(us)
                     cpu.append(c)
-                    nat.append(timed(fn, nfd, args.n, None)[0])
+                    nat.append(timed(fn, nat_fd, args.n, None)[0])
                 o, n_ = statistics.median(ours), statistics.median(nat)
+                got[name] = o
                 print(f"  {name:45s} {o:8.1f} us/request (native {n_:.1f} us: x{o / n_:.0f}); "
                       f"daemon CPU {statistics.median(cpu):.1f} us/request")
-            os.close(nfd)
-            os.close(mfd)
+            a, b = (got[k] for k in list(got)[2:])
+            print(f"  deferred replies: a worker-thread write request in {a / b:.2f} of the time it takes answered "
+                  f"from the trio thread")
         finally:
+            for fd in fds:
+                os.close(fd)
             lf.close()
+            off.close()
     return 0
 
 

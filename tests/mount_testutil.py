@@ -8,6 +8,7 @@ with ``fusermount3 -u`` (lazily if busy) and reaps the daemon, whatever state it
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -166,6 +167,33 @@ def seed_repo(home: Path | str, repo: str, src: Path, tag: str | None = "v1") ->
                  *((("tag", "create", f"lakefs://{repo}/{tag}", f"lakefs://{repo}/main"),) if tag else ())):
         r = subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True)
         assert r.returncode == 0, f"lakefuse {' '.join(args)} failed: {r.stderr}"
+
+
+def oversized_control_request(control: Path, size: int) -> None:
+    """Write ``size`` bytes (past the 1 MiB limit) to control file ``control`` in one write(2):
+    the kernel splits it, the piece past 1 MiB fails with EFBIG, and the close fails the same
+    way (asserted)."""
+    fd = os.open(control, os.O_WRONLY | os.O_TRUNC)
+    data = memoryview(b"m" * size)
+    with pytest.raises(OSError) as ei:
+        while data:
+            data = data[os.write(fd, data):]
+    assert ei.value.errno == errno.EFBIG
+    with pytest.raises(OSError) as ei:
+        os.close(fd)
+    assert ei.value.errno == errno.EFBIG
+
+
+def seeded_home(tmp_path_factory, repo: str, files: dict[str, bytes] | None = None) -> Path:
+    """A new home whose ``repo`` holds ``files`` (default: one ``a.txt``) under ``main/in``,
+    committed and tagged ``v1`` (:func:`seed_repo`)."""
+    home = tmp_path_factory.mktemp(f"{repo}-home")
+    src = tmp_path_factory.mktemp(f"{repo}-src") / "in"
+    for name, data in (files or {"a.txt": b"committed\n"}).items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+    seed_repo(home, repo, src)
+    return home
 
 
 def empty_repo_on(tmp_path: Path, request, store: str, repo: str) -> tuple[Path, dict | None]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mount_testutil import branch_dir, clean_mount, lakefuse_cmd, needs_fuse, seed_repo
+from tests.mount_testutil import branch_dir, clean_mount, lakefuse_cmd, needs_fuse, oversized_control_request, seed_repo
 
 pytestmark = needs_fuse
 
@@ -59,17 +59,9 @@ def test_oversized_control_request_never_runs(mnt, tmp_path):
     b = branch(mnt, "big")
     (b / "f.txt").write_text("f")
     head = head_of(b)
-    # one write(2) of 10 MiB: the kernel splits it; the piece past 1 MiB fails with EFBIG,
-    # and the close fails the same way: the first MiB is not run as a request of its own
-    fd = os.open(b / ".lakefuse" / "commit", os.O_WRONLY | os.O_TRUNC)
-    data = memoryview(b"m" * (10 << 20))
-    with pytest.raises(OSError) as ei:
-        while data:
-            data = data[os.write(fd, data):]
-    assert ei.value.errno == errno.EFBIG
-    with pytest.raises(OSError) as ei:
-        os.close(fd)
-    assert ei.value.errno == errno.EFBIG
+    # one write(2) of 10 MiB: EFBIG past 1 MiB and at close: the first MiB is not run as a
+    # request of its own
+    oversized_control_request(b / ".lakefuse" / "commit", 10 << 20)
     assert head_of(b) == head
     assert (b / ".lakefuse" / "status").read_text() == "A f.txt\n"
     back = outcome(b, "commit")

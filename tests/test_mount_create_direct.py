@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mount_testutil import clean_mount, needs_fuse, seed_repo
+from tests.mount_testutil import clean_mount, needs_fuse, seeded_home
 
 pytestmark = needs_fuse
 
@@ -27,11 +27,7 @@ REPO = "cdirect"
 
 @pytest.fixture(scope="module")
 def mnt(tmp_path_factory):
-    home = tmp_path_factory.mktemp("cdhome")
-    src = tmp_path_factory.mktemp("cdsrc")
-    (src / "in").mkdir()
-    (src / "in" / "a.txt").write_bytes(b"committed\n")
-    seed_repo(home, REPO, src / "in")
+    home = seeded_home(tmp_path_factory, REPO)
     # allow_other, and a mountpoint every user can reach: the set-ID test writes as another user
     top = Path(tempfile.mkdtemp(prefix="lakefuse-cdirect-"))
     try:

@@ -19,7 +19,7 @@ import pytest
 
 from lakefuse.mount.fuse import Operations
 from lakefuse.mount.offload import WRITE, Offload
-from tests.mount_testutil import MountProc, is_mounted, needs_fuse, seed_repo
+from tests.mount_testutil import MountProc, is_mounted, needs_fuse, oversized_control_request, seeded_home
 
 
 class FakeReply:
@@ -140,12 +140,7 @@ REPO = "replies"
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    h = tmp_path_factory.mktemp("rhome")
-    src = tmp_path_factory.mktemp("rsrc")
-    (src / "in").mkdir()
-    (src / "in" / "a.txt").write_bytes(b"committed\n")
-    seed_repo(h, REPO, src / "in")
-    return h
+    return seeded_home(tmp_path_factory, REPO)
 
 
 @needs_fuse
@@ -169,15 +164,7 @@ def test_writes_closes_and_fsyncs_answer_the_same_either_way(home, tmp_path, def
         assert all((d / f"f{i}").read_bytes() == b"x" * i + b"\n" for i in range(50))
         # a failed write and close reach the caller with their errno: a control request past
         # its limit (EFBIG on the write past 1 MiB, and again at close); nothing runs
-        fd = os.open(mp / "main" / ".lakefuse" / "commit", os.O_WRONLY | os.O_TRUNC)
-        with pytest.raises(OSError) as ei:
-            data = memoryview(b"m" * (3 << 20))
-            while data:
-                data = data[os.write(fd, data):]
-        assert ei.value.errno == errno.EFBIG
-        with pytest.raises(OSError) as ei:
-            os.close(fd)
-        assert ei.value.errno == errno.EFBIG
+        oversized_control_request(mp / "main" / ".lakefuse" / "commit", 3 << 20)
         lat = stats()["latency"]
         assert lat["write"]["n"] >= 50 and lat["flush"]["n"] >= 50 and lat["fsync"]["n"] == 5
     finally:

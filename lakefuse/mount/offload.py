@@ -143,12 +143,13 @@ class _Pool:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{self.name}: closed")
-            if self._idle == 0 and len(self._threads) < self.size:
+            # _idle: threads waiting for a job less jobs queued (below 0: a backlog, all threads busy)
+            if self._idle <= 0 and len(self._threads) < self.size:
                 t = threading.Thread(target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True)
                 self._threads.append(t)
                 t.start()
             else:
-                self._idle -= 1  # (a waiting thread takes this job: the next one starts another)
+                self._idle -= 1
         self._jobs.put(job)
 
     def _work(self) -> None:

@@ -8,10 +8,11 @@ same call on a native file in the same run (medians of ``--reps`` runs of ``--n`
   answered on the trio thread (ENOTSUP), no I/O: the dispatch alone -- the kernel's queue,
   pyfuse3's session loop, the handler's error boundary and the reply;
 * ``listxattr``: answered in a worker thread (one thread hand-off and back);
-* ``pwrite`` of 1 byte into a branch file open for writing: a worker thread writes the spool
-  file and answers the request itself (``pyfuse3.Reply``: a hand-off one way), beside the same
-  on a second mount with ``LAKEFUSE_DEFERRED_REPLIES=0`` (the trio thread woken to answer), in
-  the same run: the ratio is what deferred replies save per request.
+* ``pwrite`` of 1 byte into a branch file created write-only (direct I/O: one WRITE request per
+  call, no ``getxattr`` before it): a worker thread writes the spool file and answers the
+  request itself (``pyfuse3.Reply``: a hand-off one way), beside the same on a second mount with
+  ``LAKEFUSE_DEFERRED_REPLIES=0`` (the trio thread woken to answer), in the same run: the ratio
+  is what deferred replies save per request.
 
 Beside each: the daemon's CPU per request (user + system, all its threads, from
 ``/proc/<pid>/stat``). A native call never leaves the kernel, so the ratio shows what a FUSE
@@ -82,8 +83,9 @@ def main() -> int:
             for m in (lf, off):
                 (m.branch / "one.bin").write_bytes(b"x" * 4096)
             nfd, mfd = os.open(native, os.O_RDONLY), os.open(lf.branch / "one.bin", os.O_RDONLY)
-            nwfd, mwfd = os.open(native, os.O_WRONLY), os.open(lf.branch / "one.bin", os.O_WRONLY)
-            owfd = os.open(off.branch / "one.bin", os.O_WRONLY)
+            created = os.O_WRONLY | os.O_CREAT | os.O_EXCL  # (as cp and tar create: direct I/O)
+            nwfd = os.open(work / "native.w", created, 0o644)
+            mwfd, owfd = (os.open(m.branch / "w.bin", created, 0o644) for m in (lf, off))
             fds += [nfd, mfd, nwfd, mwfd, owfd]
             print(f"a request's round trip, {args.reps} run(s) of {args.n:,} calls; medians")
             got = {}

@@ -214,6 +214,13 @@ class Operations(pyfuse3.Operations):
     async def _meta(self, fn, *args):
         return await self.offload.run(META, fn, *args)
 
+    async def _writing(self, op: str, reply, answer, fn, *args):
+        """``fn(*args)`` in a WRITE worker thread: answered by that thread when pyfuse3 handed
+        over the request's ``reply`` (:meth:`_defer`), else returned here to be answered."""
+        if reply is not None:
+            return self._defer(op, reply, answer, fn, *args)
+        return await self.offload.run(WRITE, fn, *args)
+
     def _defer(self, op: str, reply, answer, fn, *args):
         """``fn(*args)`` in a worker thread of the WRITE pool, which answers the request itself
         through ``reply`` (``answer(reply, result)``, or the errno the error boundary gives its
@@ -405,17 +412,13 @@ class Operations(pyfuse3.Operations):
     @boundary("flush")
     async def flush(self, fh, reply=None):
         if self.fs.pending(fh):
-            if reply is not None:
-                return self._defer("flush", reply, _ok, self.fs.flush, fh)
-            await self.offload.run(WRITE, self.fs.flush, fh)
+            return await self._writing("flush", reply, _ok, self.fs.flush, fh)
 
     @boundary("fsync")
     async def fsync(self, fh, datasync, reply=None):
         # always: a close saved the file without syncing it (fsync = fdatasync here: what
         # is synced is a new object and its entry, metadata included)
-        if reply is not None:
-            return self._defer("fsync", reply, _ok, self.fs.fsync, fh)
-        await self.offload.run(WRITE, self.fs.fsync, fh)
+        return await self._writing("fsync", reply, _ok, self.fs.fsync, fh)
 
     @boundary("release")
     async def release(self, fh):
@@ -517,9 +520,7 @@ class Operations(pyfuse3.Operations):
 
     @boundary("write")
     async def write(self, fh, off, buf, reply=None):
-        if reply is not None:
-            return self._defer("write", reply, _written, self.fs.write, fh, off, bytes(buf))
-        return await self.offload.run(WRITE, self.fs.write, fh, off, bytes(buf))
+        return await self._writing("write", reply, _written, self.fs.write, fh, off, bytes(buf))
 
 
 def _ok(reply, _result) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
-import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
 import trio
@@ -41,7 +41,7 @@ class Offload:
         # the mount's counters (set by the FUSE adapter): each run counts as ``thread_hops_<name>``
         # in .lakefuse/stats (a small file's thread hops: its write and its close)
         self.stats = None
-        self._pools: dict[str, _Pool] = {}  # defer(): threads of our own, one pool per name
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # defer(): threads of our own, one pool per name
         self._pools_lock = threading.Lock()
 
     def limiter(self, name: str) -> trio.CapacityLimiter:
@@ -109,8 +109,8 @@ class Offload:
             with self._pools_lock:
                 pool = self._pools.get(name)
                 if pool is None:
-                    pool = self._pools[name] = _Pool(f"lakefuse-{name}", self.limits[name])
-        pool.submit(job)
+                    pool = self._pools[name] = ThreadPoolExecutor(self.limits[name], f"lakefuse-{name}")
+        pool.submit(_logged, job)
 
     def close(self) -> None:
         """Wait for every deferred job (their requests answered) and end their threads:
@@ -118,7 +118,7 @@ class Offload:
         with self._pools_lock:
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
-            pool.close()
+            pool.shutdown(wait=True)  # (after every queued job)
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {
@@ -127,49 +127,10 @@ class Offload:
         }
 
 
-class _Pool:
-    """Up to ``size`` threads taking jobs from one queue, started as jobs find no idle one."""
-
-    def __init__(self, name: str, size: int):
-        self.name = name
-        self.size = max(1, size)
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._idle = 0
-        self._closed = False
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"{self.name}: closed")
-            # _idle: threads waiting for a job less jobs queued (below 0: a backlog, all threads busy)
-            if self._idle <= 0 and len(self._threads) < self.size:
-                t = threading.Thread(target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True)
-                self._threads.append(t)
-                t.start()
-            else:
-                self._idle -= 1
-        self._jobs.put(job)
-
-    def _work(self) -> None:
-        jobs = self._jobs
-        while True:
-            job = jobs.get()
-            if job is None:
-                return
-            try:
-                job()
-            except BaseException:  # noqa: BLE001 -- a job must not raise; the thread stays
-                log.exception("%s: a deferred job raised", self.name)
-            with self._lock:
-                self._idle += 1
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            threads = list(self._threads)
-        for _ in threads:
-            self._jobs.put(None)  # (after every queued job: each thread ends once they are done)
-        for t in threads:
-            t.join()
+def _logged(job: Callable[[], None]) -> None:
+    """A deferred job, whose exception (it must not raise) is logged rather than kept unseen in
+    its Future."""
+    try:
+        job()
+    except BaseException:  # noqa: BLE001 -- (the pool's thread stays)
+        log.exception("a deferred job raised")

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from lakefuse.mount.fuse import Operations
-from lakefuse.mount.offload import WRITE, Offload
+from lakefuse.mount.offload import LOCAL_SAVE_THREADS, SAVE, WRITE, Offload, limits_for
 from tests.mount_testutil import MountProc, is_mounted, needs_fuse, oversized_control_request, seeded_home
 
 
@@ -62,6 +62,41 @@ def test_deferred_jobs_run_in_at_most_the_limit_s_threads_and_close_waits_for_ev
     assert sorted(done) == list(range(20))
     assert most[0] <= 2
     assert not [t for t in threading.enumerate() if t.name.startswith("lakefuse-write")]
+
+
+def test_a_local_store_saves_in_two_threads_and_an_fsync_waiting_on_the_disk_holds_up_no_save():
+    """A local store's writes and closes (SAVE) are GIL-bound: at most LOCAL_SAVE_THREADS of
+    them run at once; fsyncs (WRITE) have their own threads, so one waiting on the disk
+    leaves the others' writes and closes going. An S3 store's saves (uploads) keep 8."""
+    assert limits_for(False)[SAVE] == 8 and limits_for(True)[SAVE] == LOCAL_SAVE_THREADS == 2
+    assert limits_for(True)[WRITE] == limits_for(False)[WRITE] == 8
+    off = Offload(limits_for(True))
+    disk = threading.Event()
+    running, most, saved = [0], [0], []
+    lock = threading.Lock()
+
+    def save(i):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.005)
+        with lock:
+            running[0] -= 1
+        saved.append(i)
+
+    try:
+        for _ in range(3):
+            off.defer(WRITE, lambda: disk.wait(30))  # fsyncs waiting on a slow disk
+        for i in range(20):
+            off.defer(SAVE, lambda i=i: save(i))
+        deadline = time.monotonic() + 20
+        while len(saved) < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(saved) == list(range(20))  # all done while the fsyncs still wait
+        assert most[0] <= LOCAL_SAVE_THREADS
+    finally:
+        disk.set()
+        off.close()
 
 
 @pytest.mark.expect_log("a job that raises is logged")
@@ -165,8 +200,12 @@ def test_writes_closes_and_fsyncs_answer_the_same_either_way(home, tmp_path, def
         # a failed write and close reach the caller with their errno: a control request past
         # its limit (EFBIG on the write past 1 MiB, and again at close); nothing runs
         oversized_control_request(mp / "main" / ".lakefuse" / "commit", 3 << 20)
-        lat = stats()["latency"]
+        st = stats()
+        lat = st["latency"]
         assert lat["write"]["n"] >= 50 and lat["flush"]["n"] >= 50 and lat["fsync"]["n"] == 5
+        # writes and closes in the save threads (50 writes, the 45 closes with a save left to do:
+        # an fsync saved the other 5), fsyncs in the write threads
+        assert st["thread_hops_save"] >= 95 and st["thread_hops_write"] >= 5
     finally:
         m.stop()
     assert "Traceback" not in m.log() and "dropped unanswered" not in m.log()

@@ -219,7 +219,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     from graveler.objstore.chunked import ReadAheadPool
     from lakefuse.mount.fs import Filesystem
     from lakefuse.mount.fuse import Operations
-    from lakefuse.mount.offload import Offload
+    from graveler.objstore import LocalStore
+    from lakefuse.mount.offload import Offload, limits_for
     from lakefuse.mount.spool import Spool, SpoolConfig
     from lakefuse.mount.writes import WritableFilesystem
 
@@ -239,7 +240,9 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         tell_user(report.lines() if report is not None else [])
     fs.branch_passthrough = config.branch_passthrough
     fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")
-    ops = Operations(fs, Offload(config.limits or None), passthrough=config.passthrough,
+    limits = limits_for(isinstance(repo.store, LocalStore))  # a local store's saves: GIL-bound, 2 threads
+    limits.update(config.limits)
+    ops = Operations(fs, Offload(limits), passthrough=config.passthrough,
                      inline_reads=config.inline_reads, receive_burst=config.receive_burst,
                      readdir_many=config.readdir_many, readdir_plain=config.readdir_plain,
                      deferred_replies=config.deferred_replies)

@@ -26,7 +26,7 @@ from lakefuse.mount.attrs import Attr, Caller, SetAttr
 from lakefuse.mount.errors import FsError, LogOnce, errno_for
 from lakefuse.mount.fs import Filesystem
 from lakefuse.mount.listing import DOTS
-from lakefuse.mount.offload import DATA, META, WRITE, Offload
+from lakefuse.mount.offload import DATA, META, SAVE, WRITE, Offload
 
 log = logging.getLogger(__name__)
 
@@ -214,15 +214,16 @@ class Operations(pyfuse3.Operations):
     async def _meta(self, fn, *args):
         return await self.offload.run(META, fn, *args)
 
-    async def _writing(self, op: str, reply, answer, fn, *args):
-        """``fn(*args)`` in a WRITE worker thread: answered by that thread when pyfuse3 handed
-        over the request's ``reply`` (:meth:`_defer`), else returned here to be answered."""
+    async def _writing(self, op: str, pool: str, reply, answer, fn, *args):
+        """``fn(*args)`` in a worker thread of ``pool`` (SAVE or WRITE): answered by that thread
+        when pyfuse3 handed over the request's ``reply`` (:meth:`_defer`), else returned here to
+        be answered."""
         if reply is not None:
-            return self._defer(op, reply, answer, fn, *args)
-        return await self.offload.run(WRITE, fn, *args)
+            return self._defer(op, pool, reply, answer, fn, *args)
+        return await self.offload.run(pool, fn, *args)
 
-    def _defer(self, op: str, reply, answer, fn, *args):
-        """``fn(*args)`` in a worker thread of the WRITE pool, which answers the request itself
+    def _defer(self, op: str, pool: str, reply, answer, fn, *args):
+        """``fn(*args)`` in a worker thread of ``pool``, which answers the request itself
         through ``reply`` (``answer(reply, result)``, or the errno the error boundary gives its
         exception) and times it: returns ``reply`` (pyfuse3 sends nothing more). Nothing is left
         for the trio thread once ``fn`` returns: ``fn`` does all of the request's work."""
@@ -241,7 +242,7 @@ class Operations(pyfuse3.Operations):
             finally:
                 self.stats.done(op, time.perf_counter_ns() - t0)
 
-        self.offload.defer(WRITE, job)
+        self.offload.defer(pool, job)
         return reply
 
     # -- names and attributes -------------------------------------------------------------
@@ -412,13 +413,13 @@ class Operations(pyfuse3.Operations):
     @boundary("flush")
     async def flush(self, fh, reply=None):
         if self.fs.pending(fh):
-            return await self._writing("flush", reply, _ok, self.fs.flush, fh)
+            return await self._writing("flush", SAVE, reply, _ok, self.fs.flush, fh)
 
     @boundary("fsync")
     async def fsync(self, fh, datasync, reply=None):
         # always: a close saved the file without syncing it (fsync = fdatasync here: what
         # is synced is a new object and its entry, metadata included)
-        return await self._writing("fsync", reply, _ok, self.fs.fsync, fh)
+        return await self._writing("fsync", WRITE, reply, _ok, self.fs.fsync, fh)
 
     @boundary("release")
     async def release(self, fh):
@@ -520,7 +521,7 @@ class Operations(pyfuse3.Operations):
 
     @boundary("write")
     async def write(self, fh, off, buf, reply=None):
-        return await self._writing("write", reply, _written, self.fs.write, fh, off, bytes(buf))
+        return await self._writing("write", SAVE, reply, _written, self.fs.write, fh, off, bytes(buf))
 
 
 def _ok(reply, _result) -> None:

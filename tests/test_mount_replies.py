@@ -42,8 +42,8 @@ class FakeReply:
         self.done.set()
 
 
-def test_deferred_jobs_run_in_at_most_the_limit_s_threads_and_close_waits_for_every_one():
-    off = Offload({WRITE: 2})
+def _counted_jobs(seconds: float):
+    """A job (argument i) that sleeps ``seconds``, the list of the i done, and [the most running at once]."""
     running, most, done = [0], [0], []
     lock = threading.Lock()
 
@@ -51,11 +51,17 @@ def test_deferred_jobs_run_in_at_most_the_limit_s_threads_and_close_waits_for_ev
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
-        time.sleep(0.01)
+        time.sleep(seconds)
         with lock:
             running[0] -= 1
         done.append(i)
 
+    return job, done, most
+
+
+def test_deferred_jobs_run_in_at_most_the_limit_s_threads_and_close_waits_for_every_one():
+    off = Offload({WRITE: 2})
+    job, done, most = _counted_jobs(0.01)
     for i in range(20):
         off.defer(WRITE, lambda i=i: job(i))
     off.close()  # the queued ones too, before it returns
@@ -72,18 +78,7 @@ def test_a_local_store_saves_in_two_threads_and_an_fsync_waiting_on_the_disk_hol
     assert limits_for(True)[WRITE] == limits_for(False)[WRITE] == 8
     off = Offload(limits_for(True))
     disk = threading.Event()
-    running, most, saved = [0], [0], []
-    lock = threading.Lock()
-
-    def save(i):
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        time.sleep(0.005)
-        with lock:
-            running[0] -= 1
-        saved.append(i)
-
+    save, saved, most = _counted_jobs(0.005)
     try:
         for _ in range(3):
             off.defer(WRITE, lambda: disk.wait(30))  # fsyncs waiting on a slow disk

@@ -216,10 +216,10 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     import pyfuse3
     import trio
 
+    from graveler.objstore import LocalStore
     from graveler.objstore.chunked import ReadAheadPool
     from lakefuse.mount.fs import Filesystem
     from lakefuse.mount.fuse import Operations
-    from graveler.objstore import LocalStore
     from lakefuse.mount.offload import Offload, limits_for
     from lakefuse.mount.spool import Spool, SpoolConfig
     from lakefuse.mount.writes import WritableFilesystem

@@ -69,6 +69,11 @@ class KVConfig:
     sync: bool = True
     sync_interval: float = 5.0  # LMDB: commits are checkpointed (flushed) within this (s)
 
+    @property
+    def embedded(self) -> bool:
+        """True when the KV lives in this process (LMDB, ``memory://``), False for a server (PostgreSQL)."""
+        return not self.url.startswith(("postgresql://", "postgres://"))
+
 
 @dataclass(frozen=True, slots=True)
 class RangeParams:

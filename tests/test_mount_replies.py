@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from graveler import KVConfig
 from lakefuse.mount.fuse import Operations
 from lakefuse.mount.offload import LOCAL_SAVE_THREADS, SAVE, WRITE, Offload, limits_for
 from tests.mount_testutil import MountProc, is_mounted, needs_fuse, oversized_control_request, seeded_home
@@ -71,10 +72,13 @@ def test_deferred_jobs_run_in_at_most_the_limit_s_threads_and_close_waits_for_ev
 
 
 def test_a_local_store_saves_in_two_threads_and_an_fsync_waiting_on_the_disk_holds_up_no_save():
-    """A local store's writes and closes (SAVE) are GIL-bound: at most LOCAL_SAVE_THREADS of
-    them run at once; fsyncs (WRITE) have their own threads, so one waiting on the disk
+    """With a local store and an embedded KV, writes and closes (SAVE) are GIL-bound: at most
+    LOCAL_SAVE_THREADS of them run at once; fsyncs (WRITE) have their own threads, so one waiting on the disk
     leaves the others' writes and closes going. An S3 store's saves (uploads) keep 8."""
     assert limits_for(False)[SAVE] == 8 and limits_for(True)[SAVE] == LOCAL_SAVE_THREADS == 2
+    # (local: a local store and an embedded KV; a PostgreSQL commit waits on a server, as an upload)
+    assert KVConfig().embedded and KVConfig(url="memory://x").embedded
+    assert not KVConfig(url="postgresql://u@127.0.0.1/db").embedded and not KVConfig(url="postgres://h/d").embedded
     assert limits_for(True)[WRITE] == limits_for(False)[WRITE] == 8
     off = Offload(limits_for(True))
     disk = threading.Event()
@@ -181,6 +185,7 @@ def test_writes_closes_and_fsyncs_answer_the_same_either_way(home, tmp_path, def
         mp = m.mountpoint
         stats = lambda: json.loads((mp / ".lakefuse" / "stats").read_text())  # noqa: E731
         assert stats()["deferred_replies"] == ("on" if deferred == "1" else "off")
+        assert stats()["save_threads"] == "2"  # a local store, LMDB
         d = mp / "main" / f"w{deferred}"
         d.mkdir()
         for i in range(50):

@@ -220,7 +220,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     from graveler.objstore.chunked import ReadAheadPool
     from lakefuse.mount.fs import Filesystem
     from lakefuse.mount.fuse import Operations
-    from lakefuse.mount.offload import Offload, limits_for
+    from lakefuse.mount.offload import SAVE, Offload, limits_for
     from lakefuse.mount.spool import Spool, SpoolConfig
     from lakefuse.mount.writes import WritableFilesystem
 
@@ -240,8 +240,10 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         tell_user(report.lines() if report is not None else [])
     fs.branch_passthrough = config.branch_passthrough
     fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")
-    limits = limits_for(isinstance(repo.store, LocalStore))  # a local store's saves: GIL-bound, 2 threads
+    # a local store's saves with an embedded KV: GIL-bound, 2 threads (offload.LOCAL_SAVE_THREADS)
+    limits = limits_for(isinstance(repo.store, LocalStore) and repo.config.kv.embedded)
     limits.update(config.limits)
+    fs.stats.set("save_threads", str(limits[SAVE]))
     ops = Operations(fs, Offload(limits), passthrough=config.passthrough,
                      inline_reads=config.inline_reads, receive_burst=config.receive_burst,
                      readdir_many=config.readdir_many, readdir_plain=config.readdir_plain,

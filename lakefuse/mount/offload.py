@@ -25,17 +25,18 @@ DATA = "data"  # object reads
 WRITE = "write"  # fsync, the last close's save, directory fsync: what waits on the disk
 SAVE = "save"  # a branch file's write and close: its spool write, upload and staging (or a control request)
 DEFAULT_LIMITS = {META: 8, DATA: 16, WRITE: 8, SAVE: 8}
-# A local store's saves are Python and short system calls, all under the GIL: one thread runs
-# while a second is in a system call, and more only take turns at the GIL (8 processes writing
-# small files went 1.26-1.31x faster with 2 than with 8). An S3 store's wait on uploads: 8.
+# With a local store and an embedded KV (LMDB) a save is Python and short system calls, all
+# under the GIL: one thread runs while a second is in a system call, and more only take turns at
+# the GIL (8 processes writing small files went 1.26-1.31x faster with 2 than with 8). A save
+# that waits on a server (an S3 upload, a PostgreSQL commit) keeps 8.
 LOCAL_SAVE_THREADS = 2
 
 
-def limits_for(local_store: bool) -> dict[str, int]:
-    """A mount's thread limits: :data:`DEFAULT_LIMITS`, a local store's saves in
-    :data:`LOCAL_SAVE_THREADS` threads."""
+def limits_for(local: bool) -> dict[str, int]:
+    """A mount's thread limits: :data:`DEFAULT_LIMITS`; ``local`` (a local store and an embedded
+    KV: saves bound by the GIL) puts saves in :data:`LOCAL_SAVE_THREADS` threads."""
     limits = dict(DEFAULT_LIMITS)
-    if local_store:
+    if local:
         limits[SAVE] = LOCAL_SAVE_THREADS
     return limits
 HOPS = {name: "thread_hops_" + name for name in DEFAULT_LIMITS}  # counter names (Offload.stats)

@@ -55,6 +55,9 @@ def resolve_kv_url(url: str | None = None) -> str:
     return os.environ.get(KV_ENV) or DEFAULT_KV
 
 
+PG_SCHEMES = ("postgresql://", "postgres://")  # a KV URL naming a PostgreSQL server (libpq's two forms)
+
+
 @dataclass(frozen=True, slots=True)
 class KVConfig:
     """Where refs and staging live (``url``: ``lmdb``, the embedded default, or ``memory://NAME`` for
@@ -72,7 +75,7 @@ class KVConfig:
     @property
     def embedded(self) -> bool:
         """True when the KV lives in this process (LMDB, ``memory://``), False for a server (PostgreSQL)."""
-        return not self.url.startswith(("postgresql://", "postgres://"))
+        return not self.url.startswith(PG_SCHEMES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graveler.config import KVConfig
+from graveler.config import PG_SCHEMES, KVConfig
 from graveler.errors import InvalidArgument
 from graveler.kv.base import (
     BRANCHES,
@@ -58,7 +58,7 @@ def open_backend(config: KVConfig, home: Path) -> Backend:
         return LmdbBackend(home, config)
     if url.startswith("memory://") and len(url) > len("memory://"):
         return MemoryBackend(url)
-    if url.startswith(("postgresql://", "postgres://")):
+    if url.startswith(PG_SCHEMES):
         try:
             from graveler.kv.postgres import open_pg_backend
         except ImportError as e:

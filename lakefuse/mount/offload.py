@@ -22,9 +22,10 @@ T = TypeVar("T")
 
 META = "meta"  # lookups, listings, ref resolution, LMDB reads
 DATA = "data"  # object reads
-WRITE = "write"  # fsync, the last close's save, directory fsync: what waits on the disk
+WRITE = "write"  # fsync, directory fsync, the last close's save or control request: what may wait long
 SAVE = "save"  # a branch file's write and close: its spool write, upload and staging (or a control request)
 DEFAULT_LIMITS = {META: 8, DATA: 16, WRITE: 8, SAVE: 8}
+HOPS = {name: "thread_hops_" + name for name in DEFAULT_LIMITS}  # counter names (Offload.stats)
 # With a local store and an embedded KV (LMDB) a save is Python and short system calls, all
 # under the GIL: one thread runs while a second is in a system call, and more only take turns at
 # the GIL (8 processes writing small files went 1.26-1.31x faster with 2 than with 8). A save
@@ -39,7 +40,6 @@ def limits_for(local: bool) -> dict[str, int]:
     if local:
         limits[SAVE] = LOCAL_SAVE_THREADS
     return limits
-HOPS = {name: "thread_hops_" + name for name in DEFAULT_LIMITS}  # counter names (Offload.stats)
 
 
 def _not_cancellable(_raise_cancel) -> trio.lowlevel.Abort:

@@ -246,3 +246,29 @@ def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_wr
     assert not spool_path.exists() and repo.read("main", "cow") == b"new"
     assert open(repo._store._path(e4.address), "rb").read() == b"new"
     assert open(obj1, "rb").read() == b"first version" and repo.read_entry(e1) == b"first version"
+
+
+def test_large_writes_are_hashed_beside_them_and_the_close_waits_for_the_digest(repo, spool, monkeypatch):
+    """1 MiB writes in order (hashed in the hashing thread, lakefuse.mount.md5stream) and a small
+    tail: the close's etag is the content's MD5, never read back; a write elsewhere drops the
+    running hash and the store hashes the file once at the close."""
+
+    def no_rehash(*a, **k):
+        raise AssertionError("the file was hashed again")
+
+    data = os.urandom(5 * (1 << 20)) + b"tail"
+    sf = spool.open(9, "main", b"big", None, ATTRS, new=True)
+    for off in range(0, len(data), 1 << 20):
+        sf.write(off, data[off:off + (1 << 20)])
+    monkeypatch.setattr(repo._store, "_etag", no_rehash)
+    e = sf.flush()
+    monkeypatch.undo()
+    assert e.etag == hashlib.md5(data).hexdigest() and e.size == len(data)
+    spool.release(9)
+    sf = spool.open(10, "main", b"holes", None, ATTRS, new=True)
+    sf.write(1 << 20, data[:1 << 20])
+    sf.write(0, data[1 << 20:2 << 20])  # not in order: hashed once, at the close
+    e = sf.flush()
+    assert e.etag == hashlib.md5(data[1 << 20:2 << 20] + data[:1 << 20]).hexdigest()
+    spool.release(10)
+    assert repo.read("main", "big") == data

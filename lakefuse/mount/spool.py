@@ -74,7 +74,6 @@ from __future__ import annotations
 import concurrent.futures
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -89,6 +88,7 @@ from graveler.errors import Conflict, GravelerError, InvalidArgument
 from graveler.model import Entry
 from graveler.objects import PosixAttrs, user_metadata
 from lakefuse.mount import sidecar
+from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
 from lakefuse.mount.recovery import LOCK_NAME, PENDING_PREFIX, RecoveryReport, recover_spool
 from lakefuse.mount.recovery import RECOVERED_DIR  # noqa: F401 (re-exported: where recovery keeps files)
@@ -200,7 +200,7 @@ class SpoolFile:
             self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         self.on_disk = True
         self._write_sidecar()  # before the first byte: a crash leaves no content without it
-        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._md5 = Md5Stream()
         self._md5_off = 0
 
     def _write_sidecar(self) -> None:
@@ -309,7 +309,7 @@ class SpoolFile:
             self._unshare(keep=size > 0)
             os.ftruncate(self._fd, size)
             if size == 0:
-                self._md5, self._md5_off = hashlib.md5(usedforsecurity=False), 0
+                self._md5, self._md5_off = Md5Stream(), 0
             elif size != self._md5_off:
                 self._md5 = None
             self.size = size

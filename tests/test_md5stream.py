@@ -94,3 +94,40 @@ def test_at_most_max_pending_pieces_wait(monkeypatch):
     t.join(10)
     assert done.is_set() and max(seen) <= MAX_PENDING
     assert s.hexdigest() == real(piece * (MAX_PENDING + 3)).hexdigest()
+
+
+def test_the_process_holds_at_most_max_held_pieces_of_all_streams(monkeypatch):
+    gate = threading.Event()
+    real = hashlib.md5
+
+    class Slow:
+        def __init__(self, *a, **k):
+            self._h = real(*a, **k)
+
+        def update(self, data):
+            gate.wait(10)
+            self._h.update(data)
+
+        def hexdigest(self):
+            return self._h.hexdigest()
+
+    monkeypatch.setattr(md5stream.hashlib, "md5", Slow)
+    monkeypatch.setattr(md5stream, "_held", threading.BoundedSemaphore(3))
+    streams = [Md5Stream(), Md5Stream()]
+    piece = b"q" * BESIDE_MIN
+    fed = []
+
+    def writer():
+        for i in range(5):
+            streams[i % 2].update(piece)
+            fed.append(i)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    t.join(0.5)
+    assert len(fed) == 3  # the fourth piece waits for a slot (each stream holds fewer than MAX_PENDING)
+    gate.set()
+    t.join(10)
+    assert len(fed) == 5
+    assert streams[0].hexdigest() == real(piece * 3).hexdigest()
+    assert streams[1].hexdigest() == real(piece * 2).hexdigest()

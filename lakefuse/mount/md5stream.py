@@ -6,9 +6,11 @@ write takes about as long as storing it, and a writer waits for both before its 
 write: :class:`Md5Stream` hands pieces of :data:`BESIDE_MIN` bytes and more to one hashing
 thread (hashlib releases the GIL while it hashes), so the writer is answered once its bytes
 are stored and the next write is stored while the last one is hashed. The digest waits for
-the pieces still being hashed; at most :data:`MAX_PENDING` wait at once (their bytes are
-held until hashed). Smaller pieces (a small file's) are hashed at once, as before, unless
-larger ones are still waiting (the order is the stream's).
+the pieces still being hashed. At most :data:`MAX_PENDING` pieces of one stream, and
+:data:`MAX_HELD` of all streams of the process, wait at once (their bytes are held until
+hashed): a writer ahead of the hashing thread by more waits for it. Smaller pieces (a small
+file's) are hashed at once, as before, unless larger ones are still waiting (the order is
+the stream's).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from collections import deque
 
 BESIDE_MIN = 128 << 10
 MAX_PENDING = 8
+MAX_HELD = 32
+
+_held = threading.BoundedSemaphore(MAX_HELD)
 
 _lock = threading.Lock()
 _thread: concurrent.futures.ThreadPoolExecutor | None = None
@@ -53,9 +58,21 @@ class Md5Stream:
             return
         while len(pending) >= MAX_PENDING:
             pending.popleft().result()
-        pending.append(_hasher().submit(self._h.update, data))
+        _held.acquire()
+        try:
+            pending.append(_hasher().submit(_hash, self._h, data))
+        except BaseException:
+            _held.release()
+            raise
 
     def hexdigest(self) -> str:
         while self._pending:
             self._pending.popleft().result()
         return self._h.hexdigest()
+
+
+def _hash(h, data) -> None:
+    try:
+        h.update(data)
+    finally:
+        _held.release()

@@ -340,7 +340,8 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
     never write to that file again; ``etag`` is its MD5 if the caller already knows it;
     ``durable=False``: an adopted file is not fsynced (see :meth:`LocalStore.adopt_file`;
     :meth:`ObjectStore.sync_object` makes it durable later); ``fd``: an open descriptor of that
-    file, which a local store adopts it through (no second open; left open)."""
+    file, which a local store adopts it through (no second open; left open); with ``etag``, any
+    other store uploads it without hashing it again."""
     address = new_data_address()
     tmp = None
     try:
@@ -359,6 +360,9 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
                 # the local store hashes what it copies (its etag is always the MD5): one pass, not two
                 info = store.put_file(address, fname)
                 etag, size = info.etag, info.size
+            elif etag is not None and fd is not None:  # the caller's MD5 of the file it has open: no second pass
+                size = os.fstat(fd).st_size
+                store.put_file(address, fname)
             else:
                 try:
                     etag, size = md5_file(fname)

@@ -272,3 +272,31 @@ def test_large_writes_are_hashed_beside_them_and_the_close_waits_for_the_digest(
     assert e.etag == hashlib.md5(data[1 << 20:2 << 20] + data[:1 << 20]).hexdigest()
     spool.release(10)
     assert repo.read("main", "big") == data
+
+
+def test_an_s3_upload_from_the_spool_takes_the_md5_computed_while_written(tmp_path, s3_config, s3_bucket, monkeypatch):
+    """On S3 the close uploads the spool file without hashing it again when it was written in
+    order (its MD5 computed while written), and hashes it once when it was not."""
+    from graveler import objects
+    from tests.graveler_testutil import make_graveler
+
+    repo = make_graveler(tmp_path, store=s3_config).create_repository("s3spool", f"s3://{s3_bucket}/ns")
+    spool = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    hashed = []
+    real = objects.md5_file
+    monkeypatch.setattr(objects, "md5_file", lambda p: hashed.append(p) or real(p))
+    data = os.urandom(3 << 20)
+    sf = spool.open(1, "main", b"inorder", None, ATTRS, new=True)
+    for off in range(0, len(data), 1 << 20):
+        sf.write(off, data[off:off + (1 << 20)])
+    e = sf.flush()
+    assert hashed == [] and e.etag == hashlib.md5(data).hexdigest() and e.size == len(data)
+    spool.release(1)
+    sf = spool.open(2, "main", b"holes", None, ATTRS, new=True)
+    sf.write(5, b"tail")
+    sf.write(0, b"head!")
+    e = sf.flush()
+    assert len(hashed) == 1 and e.etag == hashlib.md5(b"head!tail").hexdigest()
+    spool.release(2)
+    assert repo.read("main", "inorder") == data and repo.read("main", "holes") == b"head!tail"
+    spool.close()

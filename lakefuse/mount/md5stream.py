@@ -58,6 +58,8 @@ class Md5Stream:
             return
         while len(pending) >= MAX_PENDING:
             pending.popleft().result()
+        if not isinstance(data, bytes):
+            data = bytes(data)  # (hashed later: a buffer the caller reuses must not change meanwhile)
         _held.acquire()
         try:
             pending.append(_hasher().submit(_hash, self._h, data))

@@ -57,14 +57,11 @@ def test_large_pieces_are_hashed_in_the_hashing_thread_small_ones_at_once(monkey
     assert where == [(10, me)]
 
 
-def test_at_most_max_pending_pieces_wait(monkeypatch):
-    """A writer faster than the hashing thread waits for it: no more than MAX_PENDING pieces
-    (and their bytes) are held."""
-    gate = threading.Event()
-    seen = []
+def _held_up_md5(gate: threading.Event):
+    """An ``hashlib.md5`` whose updates wait for ``gate``: a hashing thread slower than the writer."""
     real = hashlib.md5
 
-    class Slow:
+    class HeldUp:
         def __init__(self, *a, **k):
             self._h = real(*a, **k)
 
@@ -75,7 +72,17 @@ def test_at_most_max_pending_pieces_wait(monkeypatch):
         def hexdigest(self):
             return self._h.hexdigest()
 
-    monkeypatch.setattr(md5stream.hashlib, "md5", Slow)
+    return HeldUp
+
+
+def test_at_most_max_pending_pieces_wait(monkeypatch):
+    """A writer faster than the hashing thread waits for it: no more than MAX_PENDING pieces
+    (and their bytes) are held."""
+    gate = threading.Event()
+    seen = []
+    real = hashlib.md5
+
+    monkeypatch.setattr(md5stream.hashlib, "md5", _held_up_md5(gate))
     s = Md5Stream()
     piece = b"p" * BESIDE_MIN
     done = threading.Event()
@@ -100,18 +107,7 @@ def test_the_process_holds_at_most_max_held_pieces_of_all_streams(monkeypatch):
     gate = threading.Event()
     real = hashlib.md5
 
-    class Slow:
-        def __init__(self, *a, **k):
-            self._h = real(*a, **k)
-
-        def update(self, data):
-            gate.wait(10)
-            self._h.update(data)
-
-        def hexdigest(self):
-            return self._h.hexdigest()
-
-    monkeypatch.setattr(md5stream.hashlib, "md5", Slow)
+    monkeypatch.setattr(md5stream.hashlib, "md5", _held_up_md5(gate))
     monkeypatch.setattr(md5stream, "_held", threading.BoundedSemaphore(3))
     streams = [Md5Stream(), Md5Stream()]
     piece = b"q" * BESIDE_MIN

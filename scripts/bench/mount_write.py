@@ -31,7 +31,9 @@ worker thread rather than on the trio thread), and another the daemon's CPU per 
 (trio's loop against all other threads: from ``/proc/<pid>/task``). With ``--s3`` the sequential and
 small-file work also runs on S3 (a moto server on 127.0.0.1): lakefuse with an
 S3 storage namespace, ``rclone mount`` and ``s3fs`` on the same server (installed
-with apt when missing; skipped with a note if that fails).
+with apt when missing; skipped with a note if that fails), and one boto3 upload of a
+local file of the sequential write's size (the limit for a close that returns once the
+object is stored; rclone's write-back cache returns before it uploads).
 
     .venv/bin/python scripts/bench/mount_write.py
     .venv/bin/python scripts/bench/mount_write.py --seq-mib 256 --files 2000 --reps 1 --s3
@@ -417,6 +419,19 @@ def bench_s3(args, work: Path, rep: Report) -> None:
             run("lakefuse", lf.branch)
         finally:
             lf.close()
+        # the limit for a write whose close returns once the object is stored: one boto3 upload of
+        # a local file of that size (its multipart defaults), timed alone
+        src = work / "s3-floor.bin"
+        seq_write(src, args.s3_seq_mib)
+        ups = []
+        for r in range(args.reps):
+            t0 = time.perf_counter()
+            s3.upload_file(str(src), "lakefuse", f"floor{r}")
+            ups.append(time.perf_counter() - t0)
+        src.unlink()
+        rep.add(f"S3 one boto3 upload of a {args.s3_seq_mib} MiB file", f"{mb / median(ups):.0f} MB/s",
+                f"lakefuse's sequential write (the write and its close) {median(ups) / results['lakefuse'][0]:.2f} "
+                "of it")
         if ensure_tool("rclone", "rclone"):
             mp = work / "rclone"
             mp.mkdir(parents=True)

@@ -42,6 +42,11 @@ and the mount hides it (:func:`is_dir_marker`). A marker stays when files are
 added to its directory, so the attributes of a directory made with mkdir
 survive; rmdir removes it.
 
+The root directory's marker is the key ``/`` (:data:`ROOT_MARKER`): made when the
+root's mode, owner or times are set (``cp -a``, ``rsync -a`` and ``tar -x`` set
+them), hidden from every listing (its one component is empty), never removed by
+the mount.
+
 ``.lakefuse`` (:data:`RESERVED_NAME`) is the mount's control directory in every
 tree: no key may have it as a path component (:func:`has_reserved_component`).
 
@@ -195,6 +200,9 @@ def is_dir_marker(key: bytes | str) -> bool:
 def dir_marker_key(directory: bytes) -> bytes:
     """The marker key of ``directory`` (a path without a trailing slash)."""
     return directory + b"/"
+
+
+ROOT_MARKER = dir_marker_key(b"")  # b"/": the root directory's marker
 
 
 def has_reserved_component(key: bytes | str) -> bool:
@@ -458,6 +466,7 @@ __all__ = [
     "PosixAttrs",
     "RESERVED_NAME",
     "dir_marker_key",
+    "ROOT_MARKER",
     "has_reserved_component",
     "is_dir_marker",
     "READ_CHUNK",

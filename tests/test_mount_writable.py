@@ -95,6 +95,44 @@ def test_cp_tar_rsync_into_a_branch(mnt, home):
     assert repo.read("tools", "tar/graveler/tree.py") == (SRC / "graveler" / "tree.py").read_bytes()
 
 
+def test_rsync_cp_a_and_tar_into_a_branch_root_restore_its_attributes(home, tmp_path):
+    """The tools that copy a directory's contents into another (``rsync -a src/ dst/``,
+    ``cp -a src/. dst/``, ``tar -xf`` of a ``.``-rooted archive) also set the destination
+    directory's times, mode and owner: on a branch root they succeed (before, each exited
+    with an error), the root shows them after a remount, and its commit keeps them."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "x").write_bytes(b"x")
+    (src / "y").write_bytes(b"y")
+    os.chmod(src, 0o751)
+    os.utime(src, ns=(1_400_000_000_000_000_000, 1_400_000_000_000_000_000))
+    tarball = subprocess.run(["tar", "-C", str(src), "-cf", "-", "."], capture_output=True, check=True).stdout
+    mp = tmp_path / "m"
+    with MountProc(home, REPO, mp, "--branch-timeout", "0.2"):
+        for name, argv, stdin in (
+                ("rsync", ["rsync", "-a", f"{src}/", "{b}/"], None),
+                ("cpa", ["cp", "-a", f"{src}/.", "{b}/"], None),
+                ("tar", ["tar", "-C", "{b}", "-xf", "-"], tarball)):
+            b = branch(mp, f"root-{name}")
+            os.utime(b, ns=(1_300_000_000_000_000_000, 1_300_000_000_000_000_000))  # touch -d
+            r = subprocess.run([a.replace("{b}", str(b)) for a in argv], input=stdin, capture_output=True)
+            assert r.returncode == 0, (name, r.stderr)
+            st = os.stat(b)
+            assert (stat.S_IMODE(st.st_mode), st.st_mtime_ns) == (0o751, 1_400_000_000_000_000_000), name
+            assert sorted(os.listdir(b)) == ["in", "sub", "y"], name  # the root's marker is no name
+        os.chown(mp / "root-tar", 1234, 5678)
+        (mp / "root-tar" / ".lakefuse" / "commit").write_text("root attributes\n")
+        head = (mp / "root-tar" / ".lakefuse" / "head").read_text().strip()
+    with MountProc(home, REPO, mp, "--branch-timeout", "0.2"):
+        for where in ("root-tar", head):
+            st = os.stat(mp / where)
+            assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns) == (
+                0o751, 1234, 5678, 1_400_000_000_000_000_000), where
+        assert stat.S_IMODE(os.stat(mp / "main").st_mode) == 0o755  # a root never set: as before
+        assert subprocess.run(["chmod", "700", str(mp / head)], capture_output=True).returncode != 0  # EROFS
+        assert sorted(os.listdir(mp / head)) == ["in", "sub", "y"]
+
+
 def test_git_clone_into_a_branch(mnt, tmp_path):
     src = tmp_path / "src"
     src.mkdir()

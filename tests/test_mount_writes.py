@@ -10,14 +10,14 @@ import stat
 import pytest
 
 from graveler.errors import InvalidArgument, NothingToCommit
-from graveler.objects import POSIX_MODE, POSIX_RDEV, PosixAttrs
+from graveler.objects import POSIX_MODE, POSIX_RDEV, ROOT_MARKER, PosixAttrs
 from lakefuse.mount.errors import errno_for
 from lakefuse.mount.fs import FsConfig
 from lakefuse.mount.inodes import ROOT_INO
 from lakefuse.mount.spool import Spool, SpoolConfig
 from lakefuse.mount.writes import RENAME_EXCHANGE, RENAME_NOREPLACE, Caller, SetAttr, WritableFilesystem
 from tests.graveler_testutil import make_repo
-from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, seeded_repo, writable_core
+from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, readdir_all, seeded_repo, writable_core
 
 ME = Caller(uid=1000, gid=100)
 
@@ -279,6 +279,35 @@ def test_chmod_chown_utimens_keep_the_object(fs, repo):
     assert pa.mode == stat.S_IFREG | 0o600 and pa.mtime_ns == 1_600_000_000_000_000_000
     fs.setattr(ino, SetAttr(mode=0o644))  # mtime stays what utimens set
     assert fs.getattr(ino).mtime_ns == 1_600_000_000_000_000_000
+
+
+@PERSISTENT_KVS
+def test_a_branch_roots_mode_owner_and_times_are_kept_in_a_hidden_marker_and_committed(fs, repo, kv_backend):
+    """cp -a, rsync -a and tar -x set the attributes of the directory they copy into: on a
+    branch root they go into the marker "/" (hidden from listings), and a commit keeps them."""
+    root = ino_of(fs, "main")
+    before = fs.getattr(root)
+    names = sorted(e.name for e, _ in readdir_all(fs, root))
+    a = fs.setattr(root, SetAttr(mode=0o700, uid=7, gid=8, mtime_ns=1_500_000_000_000_000_000,
+                                 atime_ns=1_500_000_000_000_000_001))
+    assert (stat.S_IFMT(a.mode), stat.S_IMODE(a.mode), a.uid, a.gid) == (stat.S_IFDIR, 0o700, 7, 8)
+    assert (a.mtime_ns, a.atime_ns, a.nlink) == (1_500_000_000_000_000_000, 1_500_000_000_000_000_001, before.nlink)
+    pa = PosixAttrs.from_metadata(repo.get("main", ROOT_MARKER).metadata)
+    assert (pa.mode, pa.uid, pa.gid) == (stat.S_IFDIR | 0o700, 7, 8)
+    assert sorted(e.name for e, _ in readdir_all(fs, root)) == names  # "/" is no name in the root
+    assert fs.getattr(root).mode == a.mode
+    assert [attr.mode for e, attr in readdir_all(fs, ROOT_INO) if e.name == b"main"] == [a.mode]  # ls -l /mnt
+    fs.setattr(root, SetAttr(mode=0o750))  # chmod alone: the rest stays
+    a = fs.getattr(root)
+    assert (stat.S_IMODE(a.mode), a.uid, a.mtime_ns) == (0o750, 7, 1_500_000_000_000_000_000)
+    write_file(fs, "main", "new", b"n")  # an entry added: the root stays as set (its times are not kept up)
+    assert fs.getattr(root).mtime_ns == 1_500_000_000_000_000_000
+    assert fs_errno(fs.setattr, root, SetAttr(size=0)) == errno.EISDIR
+    commit = repo.commit("main", "root attributes").id
+    c = fs.getattr(ino_of(fs, commit))
+    assert (stat.S_IMODE(c.mode), c.uid, c.gid, c.mtime_ns) == (0o750, 7, 8, 1_500_000_000_000_000_000)
+    assert sorted(e.name for e, _ in readdir_all(fs, ino_of(fs, commit))) == sorted(names + [b"new"])
+    assert fs.getattr(ino_of(fs, "v1")).uid == before.uid  # a tag made before: as it was
 
 
 @PERSISTENT_KVS

@@ -288,8 +288,8 @@ class Filesystem(Opens, Reads, XattrReads):
                 return self.acquire(("i", None), Kind.INFO_DIR, None, b"", ROOT_INO, attr)
             tree = self.tree(name)
             stamp = tree.repin()
-            return self.acquire(self.dir_key(tree, b""), Kind.DIR, tree, b"", ROOT_INO,
-                                self._counted(self.rules.tree_dir_attr(tree, b""), tree, b""), stamp=stamp)
+            attr = self._counted(self.rules.tree_dir_attr(tree, b"", tree.root_marker()), tree, b"")
+            return self.acquire(self.dir_key(tree, b""), Kind.DIR, tree, b"", ROOT_INO, attr, stamp=stamp)
         if kind == Kind.INFO_DIR:
             spec = special.find(parent.tree, name, self.writable)
             if spec is None:
@@ -473,8 +473,8 @@ class Filesystem(Opens, Reads, XattrReads):
                 node.attr = self._counted(node.attr, tree, node.path, stamp)
             return node
         if not node.path:
-            node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, b""), tree, b"", stamp),
-                                       node.ino)
+            attr = self.rules.tree_dir_attr(tree, b"", tree.root_marker())
+            node.attr = self._with_ino(self._counted(attr, tree, b"", stamp), node.ino)
             node.stamp = stamp
             return node
         st = tree.view.stat(node.path)

@@ -449,7 +449,7 @@ def root_entries(fs) -> list[DirEntry]:
         except FsError:
             continue  # deleted meanwhile
         out.append(DirEntry(name, len(out) + 1, fs.dir_key(tree, b""), Kind.DIR, tree, b"", None,
-                            fs.rules.uncounted(fs.rules.tree_dir_attr(tree, b"")), tree.stamp))
+                            fs.rules.uncounted(fs.rules.tree_dir_attr(tree, b"", tree.root_marker())), tree.stamp))
     return out
 
 

@@ -17,11 +17,16 @@ change, which makes the tree forget all of that.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 
+from graveler.errors import GravelerError
 from graveler.locks import RWLock
+from graveler.objects import ROOT_MARKER
 from graveler.view import View
+
+log = logging.getLogger(__name__)
 
 
 MAX_HOLES = 64  # unexplained stamps kept track of; more at once: taken as another writer's changes
@@ -40,7 +45,7 @@ class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
     __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
-                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred", "markers")
+                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred", "markers", "_root")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -73,6 +78,23 @@ class Tree:
         # directory path -> (stamp, its marker's value or None) as this mount last staged it: current
         # while dir_current(path, stamp) says so (lakefuse.mount.creates.create_fast)
         self.markers: dict[bytes, tuple[int, bytes | None]] = {}
+        self._root: tuple[bytes | None] | None = None  # an immutable tree's root marker, once read
+
+    def root_marker(self) -> bytes | None:
+        """The marker of the tree's root directory (the key ``/``, hidden from every listing:
+        :mod:`graveler.paths`), which keeps the mode, owner and times set on the root (None:
+        none set). A marker that cannot be read (a damaged range, the KV away) counts as none
+        set: the root's stat keeps working, its paths report the error. Blocking."""
+        if self._root is not None:
+            return self._root[0]
+        try:
+            value = self.view.get(ROOT_MARKER)
+        except (GravelerError, OSError) as e:
+            log.debug("%s: the root's marker not read: %s", self.name, e)
+            return None
+        if self.immutable:
+            self._root = (value,)
+        return value
 
     def repin(self) -> int:
         """The current change stamp; a branch view re-pins when it moved (NotFound

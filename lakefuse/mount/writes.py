@@ -641,11 +641,9 @@ class BranchWrites:
         if changes.size is not None:
             raise FsError(errno.EISDIR)
         tree: Tree = node.tree
-        if not node.path:
-            raise FsError(errno.EPERM, "the attributes of a branch's root directory are fixed")
         with self.fs.tree_lock(tree).shared():
             tree.repin()
-            marker = tree.view.get(node.path + b"/")
+            marker = tree.view.get(node.path + b"/")  # (the root's: "/", graveler.objects.ROOT_MARKER)
             cur = self.rules.tree_dir_attr(tree, node.path, marker)
             md: dict[str, str] = {}
             e = self.empty_entry()

@@ -139,8 +139,8 @@ class Filesystem(Opens, Reads, XattrReads):
         self.cold_direct_io = False
         self._local_store = str(getattr(repo, "storage_namespace", "")).startswith("file:")
         root = self.inodes.get(ROOT_INO)
-        root.attr = self.rules.dir_attr(ROOT_INO, self.started_ns, self.config.branch_timeout,
-                                        self.config.branch_timeout)
+        timeout = self.config.branch_timeout
+        root.attr = self.rules.dir_attr(ROOT_INO, self.started_ns, timeout, timeout)
 
     @staticmethod
     def _with_ino(attr: Attr, ino: int) -> Attr:
@@ -359,8 +359,7 @@ class Filesystem(Opens, Reads, XattrReads):
             self.inodes.forget(ino, n)
 
     def _counted(self, attr: Attr, tree: Tree | None, path: bytes, stamp: int | None = None) -> Attr:
-        """A directory's ``attr`` with its link count (:func:`lakefuse.mount.listing.nlink`;
-        ``stamp``: a branch's, just read under the tree lock: the listing read is held at it)."""
+        """``attr`` with its link count (:meth:`_nlink`; ``stamp``: a branch's, read under the tree lock)."""
         return self.rules.counted(attr, tree, self._nlink(tree, path, stamp))
 
     def _nlink(self, tree: Tree | None, path: bytes, stamp: int | None = None) -> int:
@@ -618,14 +617,16 @@ class Filesystem(Opens, Reads, XattrReads):
     def write(self, fh: int, offset: int, data: bytes) -> int:
         return self._handle(fh).write(offset, data)
 
+    def fallocate(self, fh: int, mode: int, offset: int, length: int) -> None:  # (lakefuse.mount.falloc)
+        self._handle(fh).fallocate(mode, offset, length)
+
     def pending(self, fh: int) -> bool:
         """True when ``flush`` of ``fh`` has work to do (never blocks)."""
         h = self._handles.get(fh)
         return h is not None and h.pending()
 
     def flush(self, fh: int) -> None:
-        """close(2): save a written file (upload + stage: visible, kept if the daemon dies)
-        or run a control request."""
+        """close(2): save a written file (upload + stage: visible, kept if the daemon dies) or run a control."""
         h = self._handles.get(fh)
         if h is not None:
             stamp = h.flush()
@@ -654,8 +655,7 @@ class Filesystem(Opens, Reads, XattrReads):
         return True
 
     def fsyncdir(self) -> None:
-        """fsync(2) of a directory: every change staged through this mount (each a committed,
-        unsynced KV transaction: create, mkdir, rename, unlink, chmod...) is on disk."""
+        """fsync(2) of a directory: every change this mount staged (unsynced KV transactions) is on disk."""
         if self.writes is not None:
             self.settle()
             self.repo.sync()

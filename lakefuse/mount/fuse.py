@@ -421,6 +421,10 @@ class Operations(pyfuse3.Operations):
         # is synced is a new object and its entry, metadata included)
         return await self._writing("fsync", WRITE, reply, _ok, self.fs.fsync, fh)
 
+    @boundary("fallocate")
+    async def fallocate(self, fh, mode, offset, length):
+        await self.offload.run(SAVE, self.fs.fallocate, fh, mode, offset, length)
+
     @boundary("release")
     async def release(self, fh):
         if self.fs.release_pending(fh):  # a control request to run, a spool file to save

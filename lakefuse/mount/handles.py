@@ -31,7 +31,7 @@ import threading
 
 from graveler.errors import GravelerError, NotFound
 from graveler.model import Entry
-from lakefuse.mount import control
+from lakefuse.mount import control, falloc
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.nowait import pread_nowait
 
@@ -66,6 +66,9 @@ class Handle:
 
     def write(self, offset: int, data: bytes) -> int:
         raise FsError(errno.EBADF, "not open for writing")
+
+    def fallocate(self, mode: int, offset: int, length: int) -> None:
+        raise FsError(errno.EOPNOTSUPP, "fallocate is for branch files")
 
     def pending(self) -> bool:
         """True when :meth:`flush` has work to do (never blocks)."""
@@ -353,6 +356,12 @@ class SpoolHandle(Handle):
         if not self.writable:
             raise FsError(errno.EBADF, "not open for writing")
         return self.sf.write(offset, data)
+
+    def fallocate(self, mode: int, offset: int, length: int) -> None:
+        if not self.writable:
+            raise FsError(errno.EBADF, "not open for writing")
+        falloc.check(mode, offset, length)
+        self.sf.fallocate(mode, offset, length)
 
     def _reader_of_unsaved(self) -> bool:
         """A read-only handle of a file whose save failed: its close leaves the save to the

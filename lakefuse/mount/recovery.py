@@ -43,6 +43,7 @@ log = logging.getLogger("lakefuse.mount.spool")
 RECOVERED_DIR = "recovered"  # <cache>/spool/<repo>/recovered/<stamp>/: what recovery kept, not staged
 LOCK_NAME = "lock"  # <instance>/lock: flock'ed for the life of one mount
 PENDING_PREFIX = ".new-"  # an instance directory being made (not locked yet): never recovered
+OWNER_NAME = "owner.json"  # <instance>/owner.json: which repository it served (Spool._owner)
 PENDING_STALE_S = 600  # a pending directory this old belongs to a daemon that died while starting
 
 
@@ -152,7 +153,7 @@ def recover_spool(spool) -> RecoveryReport:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # a live mount
-            if not spool._owns(inst):
+            if not owned(spool, inst):
                 log.info("spool: %s belongs to another repository named %s; left alone",
                          inst, spool.config.repository)
                 continue
@@ -162,6 +163,19 @@ def recover_spool(spool) -> RecoveryReport:
             os.close(fd)
     report.write(out_dir, stamp, spool.config.repository)
     return report
+
+def owned(spool, inst: Path) -> bool:
+    """Whether instance ``inst`` served the repository ``spool`` serves (one without an owner
+    record, made by an older version, is taken as that repository's)."""
+    try:
+        owner = json.loads((inst / OWNER_NAME).read_text())
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError) as e:
+        log.warning("spool: unreadable %s (%s); left alone", inst / OWNER_NAME, e)
+        return False
+    return owner == spool._owner()
+
 
 def _drop_stale_pending(inst: Path) -> None:
     """Remove a ``.new-*`` directory of a daemon that died while starting (it holds no

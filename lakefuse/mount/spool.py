@@ -46,20 +46,10 @@ Each mount uses its own instance directory, so two mounts of one repository with
 the same cache directory never touch each other's files. An instance directory is
 made under a hidden name (``.new-*``) and gets its name only once its lock is held,
 so a recovery running at the same moment never sees a live mount's directory
-unlocked. :meth:`Spool.recover` (run when a mount starts) takes over the instance
-directories whose lock no process holds -- a killed daemon's -- of the SAME
-repository (``owner.json``: another home's repository of the same name may share
-the cache directory; its leftovers are left for its own next mount), and, for each
-leftover file: if its content is what the last acknowledged save of it staged (the
-sidecar records that save) or what the branch shows at its key (it was saved and
-the daemon died before deleting its spool copy) the copy is deleted -- a save that
-close/fsync acknowledged is never reported as lost, even when a newer write has
-replaced it since; otherwise (it was never saved: no close or fsync returned
-success for that content) it is staged at its key, as ext4 keeps what was written
-to a file when its writer is killed -- unless another writer saved that path
-meanwhile: then it is moved to ``recovered/<stamp>/<branch>/<key>``
-(:mod:`lakefuse.mount.recovery` has the rules). Both are listed in
-``recovered/<stamp>/REPORT.json``, the log and on the terminal of ``lakefuse mount``.
+unlocked. :meth:`Spool.recover` (run when a mount starts) takes over what dead mounts
+of the same repository left: :mod:`lakefuse.mount.recovery` has the rules (a save that
+close/fsync acknowledged is never reported as lost; content never acknowledged is
+staged at its key, or kept in ``recovered/<stamp>/`` when another writer saved there).
 A copy-in of a saved file is made as ``<sid>.copyin`` and renamed to ``<sid>.data``
 once whole: a daemon killed during it leaves nothing recovery could take for work.
 Unfinished intents are returned to the caller, who finishes them (a directory
@@ -74,7 +64,6 @@ from __future__ import annotations
 import concurrent.futures
 import errno
 import fcntl
-import json
 import logging
 import os
 import secrets
@@ -87,10 +76,10 @@ from pathlib import Path
 from graveler.errors import Conflict, GravelerError, InvalidArgument
 from graveler.model import Entry
 from graveler.objects import PosixAttrs, user_metadata
-from lakefuse.mount import sidecar
+from lakefuse.mount import falloc, sidecar
 from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
-from lakefuse.mount.recovery import LOCK_NAME, PENDING_PREFIX, RecoveryReport, recover_spool
+from lakefuse.mount.recovery import LOCK_NAME, OWNER_NAME, PENDING_PREFIX, RecoveryReport, recover_spool
 from lakefuse.mount.recovery import RECOVERED_DIR  # noqa: F401 (re-exported: where recovery keeps files)
 from lakefuse.mount.retry import SaveRetries
 from lakefuse.mount.spoolpool import FilePool, new_sid
@@ -98,7 +87,6 @@ from lakefuse.mount.spoolpool import FilePool, new_sid
 log = logging.getLogger(__name__)
 
 SPOOL_DIR = "spool"
-OWNER_NAME = "owner.json"
 _UNSET = object()  # SpoolFile._expect when the last flush did not fail
 _COPY_CHUNK = 8 << 20
 
@@ -291,9 +279,7 @@ class SpoolFile:
             n = os.pwrite(self._fd, data, offset)
             self._hash(offset, data[:n] if n < len(data) else data)
             self.size = max(self.size, offset + n)
-            self.mtime_ns = self.ctime_ns = time.time_ns()
-            self.attrs = _drop_mtime(self.attrs)
-            self._gen += 1
+            self._changed()
             return n
 
     def truncate(self, size: int) -> None:
@@ -313,9 +299,27 @@ class SpoolFile:
             elif size != self._md5_off:
                 self._md5 = None
             self.size = size
-            self.mtime_ns = self.ctime_ns = time.time_ns()
-            self.attrs = _drop_mtime(self.attrs)
-            self._gen += 1
+            self._changed()
+
+    def fallocate(self, mode: int, offset: int, length: int) -> None:
+        """fallocate(2), a mode :func:`lakefuse.mount.falloc.check` accepted: the range reads as
+        zeros (PUNCH_HOLE, ZERO_RANGE); the size grows to its end unless KEEP_SIZE."""
+        with self.lock:
+            end = offset + length
+            if mode & (falloc.PUNCH_HOLE | falloc.ZERO_RANGE) and offset < self.size:
+                self._load()
+                self._unshare()
+                falloc.zero(self._fd, offset, min(end, self.size) - offset)
+                self._md5 = None  # (the close hashes the file)
+                self._changed()
+            if not mode & falloc.KEEP_SIZE and end > self.size:
+                self.truncate(end)
+
+    def _changed(self) -> None:
+        """The content changed: new times, one more generation to save."""
+        self.mtime_ns = self.ctime_ns = time.time_ns()
+        self.attrs = _drop_mtime(self.attrs)
+        self._gen += 1
 
     def _hash(self, offset: int, data) -> None:
         if self._md5 is not None:
@@ -624,7 +628,7 @@ class Spool(SaveRetries):
 
     def _owner(self) -> dict:
         """Which repository this spool serves: the name alone is not enough (two homes may
-        each have a repository of that name and share a cache directory)."""
+        each have a repository of that name and share a cache directory: recovery's ``owned``)."""
         record = getattr(self.repo, "record", None)
         created = getattr(record, "creation_date", None)
         return {
@@ -632,18 +636,6 @@ class Spool(SaveRetries):
             "storage_namespace": getattr(self.repo, "storage_namespace", None),
             "creation_date": created.isoformat() if created is not None else None,
         }
-
-    def _owns(self, inst: Path) -> bool:
-        """Whether instance ``inst`` served this repository (one without an owner record,
-        made by an older version, is taken as this repository's)."""
-        try:
-            owner = json.loads((inst / OWNER_NAME).read_text())
-        except FileNotFoundError:
-            return True
-        except (OSError, ValueError) as e:
-            log.warning("spool: unreadable %s (%s); left alone", inst / OWNER_NAME, e)
-            return False
-        return owner == self._owner()
 
     # -- files
     def get(self, ino: int) -> SpoolFile | None:

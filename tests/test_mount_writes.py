@@ -310,6 +310,28 @@ def test_a_branch_roots_mode_owner_and_times_are_kept_in_a_hidden_marker_and_com
     assert fs.getattr(ino_of(fs, "v1")).uid == before.uid  # a tag made before: as it was
 
 
+def test_a_close_moves_no_time_the_last_change_does(fs, repo):
+    """ctime (and mtime, unless set) are the file's last change, as on ext4: a close saves the
+    file without moving them (pjdfstest's unlink/00.t 29 once passed when a save crossed a second)."""
+    main = ino_of(fs, "main")
+    o, attr = fs.create(main, b"t", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    created = fs.getattr(attr.ino).ctime_ns
+    fs.flush(o.fh)
+    fs.release(o.fh)
+    a = fs.getattr(ino_of(fs, "main/t"))
+    assert a.ctime_ns == created and repo.get("main", "t").last_modified_ns == created
+    o = fs.open(a.ino, os.O_WRONLY)
+    fs.write(o.fh, 0, b"data")
+    written = fs.getattr(a.ino)
+    fs.flush(o.fh)
+    fs.release(o.fh)
+    a = fs.getattr(a.ino)
+    assert (a.ctime_ns, a.mtime_ns) == (written.ctime_ns, written.mtime_ns) and written.ctime_ns > created
+    assert repo.get("main", "t").last_modified_ns == written.ctime_ns
+    a = fs.setattr(a.ino, SetAttr(mode=0o600))  # chmod: the ctime moves, the mtime stays
+    assert a.ctime_ns > written.ctime_ns and a.mtime_ns == written.mtime_ns
+
+
 @PERSISTENT_KVS
 def test_mkdir_marker_rmdir_and_notempty(fs, repo, kv_backend):
     a = fs.mkdir(ino_of(fs, "main"), b"empty", stat.S_IFDIR | 0o750, ME)

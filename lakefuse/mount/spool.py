@@ -70,7 +70,7 @@ import secrets
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from graveler.errors import Conflict, GravelerError, InvalidArgument
@@ -359,7 +359,8 @@ class SpoolFile:
         entries as they are)."""
         with self.lock:
             self.branch, self.key = branch, key
-            if identity is not _UNSET:
+            if identity is not _UNSET:  # this file renamed (not a directory above it): its ctime moves
+                self.ctime_ns = time.time_ns()
                 self.known = identity
                 if self._expect is not _UNSET:  # a failed save's retry: this rename is no other writer's
                     self._expect = identity
@@ -503,12 +504,14 @@ class SpoolFile:
             if self.attrs.mtime_ns is None:
                 md.update(PosixAttrs(mtime_ns=self.mtime_ns).to_metadata())
             b = self.base
-            return Entry(b.address, b.size, b.etag, time.time_ns(), md, b.address_type, b.content_type)
+            return Entry(b.address, b.size, b.etag, self.ctime_ns, md, b.address_type, b.content_type)
         entry = repo.put_object(f"{self.spool.dir_name}/{self.sid}.data", content_type=self.content_type, metadata=md,
                                 adopt=True, etag=self._etag(), durable=False, fd=self._fd)  # fsync: synced later
         self.spool.stats["uploaded_bytes"] += entry.size
         self.spool.stats["uploads"] += 1
-        return entry
+        # last_modified (the ctime; the mtime too unless set) is the file's last change, not this
+        # save's time: a close moves neither, as on ext4
+        return replace(entry, last_modified_ns=self.ctime_ns)
 
     def _handed_over(self, entry: Entry) -> None:
         """The spool file became the stored object (a local store linked it into place)

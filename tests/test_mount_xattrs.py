@@ -19,6 +19,7 @@ from graveler.errors import NotFound
 from graveler.home import Graveler
 from lakefuse.mount import xattrs
 from lakefuse.mount.errors import FsError
+from lakefuse.mount.inodes import ROOT_INO
 from lakefuse.mount.writes import Caller
 from tests.graveler_testutil import make_repo
 from tests.mount_core_testutil import PERSISTENT_KVS, ino_of, writable_core
@@ -218,8 +219,12 @@ def test_xattr_errnos(mnt):
         assert err(os.setxattr, f, name, b"x") == errno.EPERM, name
         assert err(os.removexattr, f, name) == errno.EPERM, name
     assert os.getxattr(f, "user.lakefs.etag") != b"x"
-    # what has no entry to keep them: a branch's root, the mount root, .lakefuse
-    assert err(os.setxattr, b, "user.x", b"1") == errno.EPERM
+    # a branch's root keeps them in its marker "/" (rsync -aX src/ main/ sets them); what has no
+    # entry to keep them: the mount root, .lakefuse
+    os.setxattr(b, "user.rootx", b"1")
+    assert os.getxattr(b, "user.rootx") == b"1" and "user.rootx" in os.listxattr(b)
+    os.removexattr(b, "user.rootx")
+    assert err(os.getxattr, b, "user.rootx") == errno.ENODATA
     assert err(os.setxattr, mnt, "user.x", b"1") == errno.EPERM
     assert err(os.setxattr, b / ".lakefuse", "user.x", b"1") == errno.EPERM
     # symlinks: Linux takes user.* attributes on regular files and directories only
@@ -240,6 +245,7 @@ def test_xattrs_are_committed_and_read_only_on_commit_and_tag_trees(mnt, home):
     f.write_bytes(b"kept")
     os.setxattr(f, "user.k", ALL_BYTES)
     os.setxattr(b / "c", "user.dir", b"d\x00")
+    os.setxattr(b, "user.root", b"r")
     r = subprocess.run(["bash", "-c", f"echo 'with xattrs' > {b}/.lakefuse/commit"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     commit = json.loads((b / ".lakefuse" / "commit").read_text())["commit"]["id"]
@@ -249,6 +255,7 @@ def test_xattrs_are_committed_and_read_only_on_commit_and_tag_trees(mnt, home):
         cf = root / "c" / "kept.bin"
         assert user_xattrs(cf) == {"user.k": ALL_BYTES}
         assert user_xattrs(root / "c") == {"user.dir": b"d\x00"}
+        assert os.getxattr(root, "user.root") == b"r"
         names = os.listxattr(cf)
         assert {"user.lakefs.commit", "user.lakefs.etag", "user.k"} <= set(names)
         assert os.getxattr(cf, "user.lakefs.commit") == commit.encode()
@@ -293,7 +300,11 @@ def test_xattr_flags_and_refusals_in_the_core(kv_backend, tmp_path):
             assert _fs_err(fs.removexattr, ino, b"user.b") == errno.ENODATA
             link = fs.symlink(main, b"l", b"f", Caller(uid=1000, gid=100))
             assert _fs_err(fs.setxattr, link.ino, b"user.a", b"1") == errno.EPERM
-            assert _fs_err(fs.setxattr, main, b"user.a", b"1") == errno.EPERM
+            assert _fs_err(fs.removexattr, main, b"user.a") == errno.ENODATA  # the root: no marker yet
+            fs.setxattr(main, b"user.a", b"1")  # it gets one ("/"), hidden from the listing
+            assert fs.getxattr(main, b"user.a") == b"1"
+            assert repo.get("main", "/").metadata["lakefuse-xattr-user.a"] == "t:1"
+            assert _fs_err(fs.setxattr, ROOT_INO, b"user.a", b"1") == errno.EPERM  # the mount root
             # a directory without a marker has nothing to remove
             repo.upload("main", "imp/x", b"x")
             imp = ino_of(fs, "main/imp")

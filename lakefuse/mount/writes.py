@@ -675,8 +675,6 @@ class BranchWrites:
         xattrs.check_name(name, writing=True)
         if node.kind == Kind.FILE and node.attr is not None and not stat.S_ISREG(node.attr.mode):
             raise FsError(errno.EPERM, "user.* attributes are for regular files and directories (as Linux says)")
-        if node.kind == Kind.DIR and not node.path:
-            raise FsError(errno.EPERM, "a branch's root directory has no entry to keep extended attributes in")
         tree: Tree = node.tree
         with self._xattr_locks[ino % len(self._xattr_locks)]:
             if node.kind == Kind.DIR:
@@ -687,8 +685,8 @@ class BranchWrites:
                     if marker is not None:
                         e = Entry.from_value(marker)
                         md = xattrs.changed(e.metadata, name, value, flags)
-                    else:  # a directory that exists through its keys only: it gets a marker
-                        if not tree.view.stat(node.path).is_dir:
+                    else:  # a directory that exists through its keys only (or the root): it gets a marker
+                        if node.path and not tree.view.stat(node.path).is_dir:
                             raise FsError(errno.ENOENT, f"{node.path!r} is gone from branch {tree.name!r}")
                         if value is None or flags & xattrs.XATTR_REPLACE:
                             raise FsError(errno.ENODATA, f"no attribute {name!r}")

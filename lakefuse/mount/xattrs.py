@@ -164,8 +164,8 @@ class XattrReads:
                     out[XATTR_PREFIX + b"meta." + k.encode()] = v.encode()
             sf = self.spooled(ino) if not tree.immutable else None
             out.update(read(sf.user_metadata if sf is not None else e.metadata))
-        elif node.kind == Kind.DIR and node.path:
-            marker = tree.view.get(node.path + b"/")
+        elif node.kind == Kind.DIR:
+            marker = tree.view.get(node.path + b"/") if node.path else tree.root_marker()
             if marker is not None:
                 out.update(read(Entry.from_value(marker).metadata))
         return out

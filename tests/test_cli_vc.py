@@ -290,6 +290,8 @@ def test_merge_conflict_and_strategies(cli, story, tmp_path):
         (("tag", "create", f"{REPO}/bad..tag", "main"), 2, "invalid tag name"),
         (("tag", "delete", f"{REPO}/ghost"), 3, "not found"),
         (("commit", f"{REPO}/main", "-m", "nothing"), 4, "nothing to commit"),
+        (("commit", f"{REPO}/main", "-m", ""), 2, "commit message is empty"),
+        (("commit", f"{REPO}/main", "-m", " \n"), 2, "--allow-empty-message"),
         (("commit", f"{REPO}/main", "-m", "x", "--meta", "novalue"), 2, "KEY=VALUE"),
         (("commit", f"{REPO}/main/ds", "-m", "x"), 2, "without a path"),
         (("log", f"{REPO}/main", "--amount", "-1"), 2, "--amount"),
@@ -309,6 +311,14 @@ def test_errors(cli, story, monkeypatch, args, code, fragment):
     monkeypatch.setattr("sys.stdin", open(os.devnull))
     msg = cli.fails(code, *args)
     assert fragment in msg, msg
+
+
+def test_an_empty_commit_message_needs_its_flag(cli, story, tmp_path):
+    (tmp_path / "n").write_text("n")
+    cli("fs", "upload", f"{REPO}/main/n", "--source", str(tmp_path / "n"))
+    assert "commit message is empty" in cli.fails(2, "commit", f"{REPO}/main", "-m", "")
+    c = cli.json("commit", f"{REPO}/main", "-m", "", "--allow-empty-message")
+    assert c["message"] == "" and cli.json("show", f"{REPO}/main")["id"] == c["id"]
 
 
 def test_revert_merge_commit_needs_parent_number(cli, story):

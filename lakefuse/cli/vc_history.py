@@ -45,6 +45,8 @@ def register(sub) -> None:
     p.add_argument("-m", "--message", required=True, help="commit message")
     p.add_argument("--meta", metavar="KEY=VALUE", action="append", help="commit metadata (repeatable)")
     p.add_argument("--allow-empty", action="store_true", help="commit even if nothing changed")
+    p.add_argument("--allow-empty-message", action="store_true",
+                   help="take an empty (or blank) message; refused without it, as git and lakectl do")
 
     p = add_command(sub, "log", "show the first-parent history of a ref, newest first", cmd_log)
     p.add_argument("ref", metavar="lakefs://REPO/REF")
@@ -123,6 +125,8 @@ def cmd_commit(args: argparse.Namespace) -> int:
     u = uri_arg(args.branch)
     branch = u.with_ref("branch")
     metadata = parse_meta(args.meta)
+    if not args.message.strip() and not args.allow_empty_message:
+        raise InvalidArgument("the commit message is empty (--allow-empty-message commits with it anyway)")
     with session(args) as s:
         repo = s.repo(u)
         c = repo.commit(branch, args.message, metadata=metadata, allow_empty=args.allow_empty)

@@ -164,6 +164,7 @@ def recover_spool(spool) -> RecoveryReport:
     report.write(out_dir, stamp, spool.config.repository)
     return report
 
+
 def owned(spool, inst: Path) -> bool:
     """Whether instance ``inst`` served the repository ``spool`` serves (one without an owner
     record, made by an older version, is taken as that repository's)."""

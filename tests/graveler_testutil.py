@@ -73,9 +73,14 @@ def catalog_entries(text_max: int, metadata):
 def damage_second_range(repo: Repository, ns: Path):
     """Zero 30 bytes near the start of the second range file of ``repo``'s ``main`` head (its
     storage namespace is directory ``ns``): the ranges (at least three) and the damaged one."""
+    return damage_range(repo, ns, 1)
+
+
+def damage_range(repo: Repository, ns: Path, index: int):
+    """:func:`damage_second_range` of the range at ``index`` instead."""
     infos = repo._committed.list_ranges(repo.get_commit("main").meta_range_id)
     assert len(infos) >= 3
-    victim = infos[1]
+    victim = infos[index]
     path = ns / "_lakefs" / victim.id
     data = bytearray(path.read_bytes())
     data[10:40] = b"\x00" * 30

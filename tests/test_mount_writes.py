@@ -310,6 +310,42 @@ def test_a_branch_roots_mode_owner_and_times_are_kept_in_a_hidden_marker_and_com
     assert fs.getattr(ino_of(fs, "v1")).uid == before.uid  # a tag made before: as it was
 
 
+def test_a_root_marker_in_a_damaged_range_leaves_the_root_readable(tmp_path):
+    """The root's marker sits in the first range: when that range is damaged the root's stat
+    falls back to the defaults (its listing and the paths in that range answer EIO, the others
+    read), rather than the tree becoming unreachable."""
+    from graveler.committed.writer import RangeParams
+    from tests.graveler_testutil import damage_range, make_graveler
+
+    params = RangeParams(min_range_size=0, max_range_size=2048, raggedness=5)
+    g = make_graveler(tmp_path, range_params=params)
+    repo = g.create_repository("dmg", f"file://{tmp_path}/ns-dmg")
+    keys = [f"d{i:02d}/f{j:02d}" for i in range(8) for j in range(8)]
+    for k in keys:
+        repo.upload("main", k, k.encode())
+    with writable_core(repo, tmp_path / "cache") as fs:
+        fs.setattr(ino_of(fs, "main"), SetAttr(mode=0o700, uid=7))
+    commit = repo.commit("main", "root set").id
+    infos, victim = damage_range(repo, tmp_path / "ns-dmg", 0)
+    assert victim.min_key == ROOT_MARKER  # "/" sorts first
+    g.close()
+    g = make_graveler(tmp_path, range_params=params)  # (nothing of the range cached)
+    repo = g.repository("dmg")
+    try:
+        with writable_core(repo, tmp_path / "cache2") as fs:
+            a = fs.getattr(ino_of(fs, commit))
+            assert stat.S_ISDIR(a.mode) and a.uid == 1000  # the defaults: the marker unreadable
+            inside = [k for k in keys if k.encode() <= victim.max_key]
+            outside = [k for k in keys if k.encode() > infos[1].min_key]
+            assert inside and outside
+            assert read_path(fs, f"{commit}/{outside[-1]}") == outside[-1].encode()
+            with pytest.raises(Exception) as ei:
+                read_path(fs, f"{commit}/{inside[0]}")
+            assert errno_for(ei.value) == errno.EIO
+    finally:
+        g.close()
+
+
 def test_a_close_moves_no_time_the_last_change_does(fs, repo):
     """ctime (and mtime, unless set) are the file's last change, as on ext4: a close saves the
     file without moving them (pjdfstest's unlink/00.t 29 once passed when a save crossed a second)."""

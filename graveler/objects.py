@@ -338,9 +338,10 @@ def split_full_address(address: str) -> tuple[str, str]:
 
 def put_object(store, source: UploadSource, content_type: str = "", metadata: dict[str, str] | None = None,
                spool_dir: str | None = None, adopt: bool = False, etag: str | None = None,
-               durable: bool = True, fd: int | None = None) -> Entry:
+               durable: bool = True, fd: int | None = None, last_modified_ns: int | None = None) -> Entry:
     """Upload bytes, a local file (path) or a readable binary file object to a new
-    RELATIVE address under ``data/`` of ``store``; return its entry (md5 etag), unstaged.
+    RELATIVE address under ``data/`` of ``store``; return its entry (md5 etag), unstaged,
+    last modified at ``last_modified_ns`` (None: now, when the upload ends).
     A file object is spooled to a temp file in ``spool_dir`` first (removed after).
 
     ``adopt`` (a path source): the caller hands the file over -- a local store links it
@@ -394,7 +395,7 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
         address=address,
         size=size,
         etag=etag,
-        last_modified_ns=time.time_ns(),
+        last_modified_ns=time.time_ns() if last_modified_ns is None else last_modified_ns,
         metadata=dict(metadata or {}),
         address_type=AddressType.RELATIVE,
         content_type=content_type,

@@ -395,16 +395,16 @@ class Repository:
 
     def put_object(self, source: UploadSource, content_type: str = "", metadata: dict[str, str] | None = None,
                    adopt: bool = False, etag: str | None = None, durable: bool = True,
-                   fd: int | None = None) -> Entry:
+                   fd: int | None = None, last_modified_ns: int | None = None) -> Entry:
         """Upload bytes, a local file (path) or a binary file object to a new object
         under ``data/`` in the namespace, WITHOUT staging it: the entry (RELATIVE
         address, md5 etag) is the caller's to stage (e.g. many at once with
-        :meth:`stage_many`). ``adopt``/``etag``/``durable``: see
+        :meth:`stage_many`). ``adopt``/``etag``/``durable``/``last_modified_ns``: see
         :func:`graveler.objects.put_object` (a local file handed over, linked into a local
         store instead of copied; ``durable=False``: not fsynced -- :meth:`sync_entry` or
         the next :meth:`commit` makes it durable)."""
         return put_object(self._store, source, content_type, metadata, self.config.upload_spool_dir, adopt, etag,
-                          durable, fd)
+                          durable, fd, last_modified_ns)
 
     def sync_entry(self, entry: Entry) -> None:
         """Make the object of ``entry`` (in this namespace) durable if ``put_object(durable=False)``

@@ -70,7 +70,7 @@ import secrets
 import shutil
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from graveler.errors import Conflict, GravelerError, InvalidArgument
@@ -505,13 +505,14 @@ class SpoolFile:
                 md.update(PosixAttrs(mtime_ns=self.mtime_ns).to_metadata())
             b = self.base
             return Entry(b.address, b.size, b.etag, self.ctime_ns, md, b.address_type, b.content_type)
+        # last_modified (the ctime; the mtime too unless set) is the file's last change, not this
+        # save's time: a close moves neither, as on ext4 (not fsynced here: an fsync syncs it later)
         entry = repo.put_object(f"{self.spool.dir_name}/{self.sid}.data", content_type=self.content_type, metadata=md,
-                                adopt=True, etag=self._etag(), durable=False, fd=self._fd)  # fsync: synced later
+                                adopt=True, etag=self._etag(), durable=False, fd=self._fd,
+                                last_modified_ns=self.ctime_ns)
         self.spool.stats["uploaded_bytes"] += entry.size
         self.spool.stats["uploads"] += 1
-        # last_modified (the ctime; the mtime too unless set) is the file's last change, not this
-        # save's time: a close moves neither, as on ext4
-        return replace(entry, last_modified_ns=self.ctime_ns)
+        return entry
 
     def _handed_over(self, entry: Entry) -> None:
         """The spool file became the stored object (a local store linked it into place)

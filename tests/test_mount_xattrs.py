@@ -161,6 +161,19 @@ def test_user_xattrs_on_branch_files_and_directories(mnt, home):
     r = subprocess.run(["rsync", "-aX", str(g), str(b / "copy3.bin")], capture_output=True, text=True)
     assert r.returncode == 23 and "user.lakefs.etag" in r.stderr, r.stderr
     assert user_xattrs(b / "copy3.bin") == user_xattrs(g)
+    # the documented recipe: rsync's xattr filter leaves the mount's names out, and exits 0
+    r = subprocess.run(["rsync", "-aX", "--filter=-x user.lakefs.*", str(g), str(b / "copy4.bin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert user_xattrs(b / "copy4.bin") == user_xattrs(g) != {}
+    # mv to another branch copies (EXDEV): the user's names go along; each of the mount's is
+    # one warning, and mv succeeds
+    (mnt / "xattr-mv").mkdir()  # a branch
+    theirs = [n for n in os.listxattr(b / "copy4.bin") if n.startswith("user.lakefs.")]
+    r = subprocess.run(["mv", str(b / "copy4.bin"), str(mnt / "xattr-mv" / "moved.bin")], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and len(r.stderr.splitlines()) == len(theirs) > 0, r.stderr
+    assert not (b / "copy4.bin").exists() and user_xattrs(mnt / "xattr-mv" / "moved.bin") == user_xattrs(g)
 
 
 @needs_fuse

@@ -135,7 +135,7 @@ def test_user_story(cli, tmp_path):
     assert log[0]["id"] == merge["id"]
     text = cli("log", f"{REPO}/main", "--amount", "2").splitlines()
     assert len(text) == 2 and text[0].startswith(merge["id"][:12]) and text[0].endswith("Merge 'feature' into 'main'")
-    assert "lakefuse" in text[1]
+    assert " root " in text[1]  # the committer: this process's user (lakefuse.users)
     assert cli.json("show", f"{REPO}/main~1")["id"] == c1["id"]
     assert cli("show", f"{REPO}/main").startswith(f"commit {merge['id']}\nMerge:")
 
@@ -319,6 +319,23 @@ def test_an_empty_commit_message_needs_its_flag(cli, story, tmp_path):
     assert "commit message is empty" in cli.fails(2, "commit", f"{REPO}/main", "-m", "")
     c = cli.json("commit", f"{REPO}/main", "-m", "", "--allow-empty-message")
     assert c["message"] == "" and cli.json("show", f"{REPO}/main")["id"] == c["id"]
+
+
+def test_commits_merges_and_reverts_name_this_user_or_lakefuse_committer(cli, story, tmp_path, monkeypatch):
+    import pwd
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    (tmp_path / "u").write_text("u")
+    cli("fs", "upload", f"{REPO}/main/u", "--source", str(tmp_path / "u"))
+    assert cli.json("commit", f"{REPO}/main", "-m", "mine")["committer"] == me
+    monkeypatch.setenv("LAKEFUSE_COMMITTER", "etl-bot")
+    cli("branch", "create", f"{REPO}/bot", "--source", "main")
+    cli("fs", "rm", f"{REPO}/bot/u")
+    assert cli.json("commit", f"{REPO}/bot", "-m", "bot's")["committer"] == "etl-bot"
+    assert cli.json("merge", f"{REPO}/bot", f"{REPO}/main")["committer"] == "etl-bot"
+    monkeypatch.setenv("LAKEFUSE_COMMITTER", " ")  # blank: as unset
+    assert cli.json("revert", f"{REPO}/main", f"{REPO}/main", "-p", "1")["committer"] == me
+    # first parents: the revert, the merge, "mine"
+    assert [c["committer"] for c in cli.jsonl("log", f"{REPO}/main", "--amount", "3")] == [me, "etl-bot", me]
 
 
 def test_revert_merge_commit_needs_parent_number(cli, story):

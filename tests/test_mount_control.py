@@ -93,6 +93,27 @@ def test_commit_success_and_read_back(repo, controls):
     assert back["ok"] and back["commit"]["id"] == head.id
 
 
+def test_a_requests_commit_merge_and_revert_name_the_user_who_wrote_it(repo, controls, monkeypatch):
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    repo.upload("main", "a.txt", b"A")
+    c = controls.execute("main", "commit", b"by nobody", nobody.pw_uid)["commit"]
+    assert c["committer"] == repo.get_commit("main").committer == "nobody"
+    repo.create_branch("dev", "main")
+    repo.upload("dev", "b.txt", b"B")
+    repo.commit("dev", "on dev")
+    assert controls.execute("main", "merge", b"dev", 0)["commit"]["committer"] == "root"
+    assert controls.execute("main", "revert", b"main~1", nobody.pw_uid)["commit"]["committer"] == "nobody"
+    unknown = 4_000_000_000  # a user ID the user database does not have
+    repo.upload("main", "c.txt", b"C")
+    assert controls.execute("main", "commit", b"by a number", unknown)["commit"]["committer"] == f"uid:{unknown}"
+    repo.upload("main", "d.txt", b"D")  # no user known (a caller of the core): the repository's committer
+    assert controls.execute("main", "commit", b"core")["commit"]["committer"] == repo.config.committer
+    monkeypatch.setenv("LAKEFUSE_COMMITTER", "etl-bot")  # the daemon's environment names every commit
+    repo.upload("main", "e.txt", b"E")
+    assert controls.execute("main", "commit", b"bot", nobody.pw_uid)["commit"]["committer"] == "etl-bot"
+
+
 @pytest.mark.expect_log("a failed control request is logged as a warning")
 def test_failed_requests_change_nothing_and_keep_the_reason(repo, controls):
     head = repo.get_commit("main").id

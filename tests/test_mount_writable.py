@@ -7,6 +7,7 @@ import errno
 import hashlib
 import json
 import os
+import pwd
 import random
 import shutil
 import signal
@@ -209,6 +210,9 @@ def test_control_files_through_the_mount(mnt, home):
     assert out["ok"] and out["commit"]["message"] == "first write"
     head = (b / ".lakefuse" / "head").read_text().strip()
     assert head == out["commit"]["id"]
+    # its committer: the user whose process wrote the request (lakefuse.users)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert out["commit"]["committer"] == me and f" {me}: first write" in (b / ".lakefuse" / "log").read_text()
     assert (mnt / head / "new.txt").read_text() == "new\n"  # the new commit, by its ID
     # an empty commit fails in bash and in Python, and the reason is read back
     r = subprocess.run(["bash", "-c", f"echo nothing > {b}/.lakefuse/commit"], capture_output=True, text=True)

@@ -202,13 +202,15 @@ def _cache_budget(args) -> tuple[Path | None, int, int]:
 
 def _graveler(args):
     from graveler import CacheConfig, Graveler, GravelerConfig
+    from lakefuse.users import committer
 
     cache_dir, table_bytes, _ = _cache_budget(args)
     # the tables' disk tier is shared with the CLI (<home>/cache) unless --cache-dir is given
     cache = CacheConfig(disk_bytes=table_bytes, disk_dir=str(cache_dir / "tables") if cache_dir else None)
 
+    # (a control request's commit names the user who opened the control file: lakefuse.users)
     return Graveler(GravelerConfig.from_home(getattr(args, "home", None), kv_url=getattr(args, "kv", None),
-                                             cache=cache, store=store_config(args)))
+                                             cache=cache, store=store_config(args), committer=committer()))
 
 
 def _sources(args) -> None:

@@ -23,6 +23,7 @@ from typing import Iterable, Iterator, Sequence
 
 from graveler.errors import InvalidArgument
 from graveler import Graveler, GravelerConfig, Repository
+from lakefuse.users import committer
 from graveler.model import Entry
 from graveler.refs import Commit
 from lakefuse.cli.common import add_kv_option, add_store_options, store_config, terminal_text
@@ -80,7 +81,7 @@ class Session:
 
     def __init__(self, args: argparse.Namespace):
         self.config = GravelerConfig.from_home(getattr(args, "home", None), kv_url=getattr(args, "kv", None),
-                                               store=store_config(args))
+                                               store=store_config(args), committer=committer())
         self.graveler = Graveler(self.config)
 
     @property

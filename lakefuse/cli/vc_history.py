@@ -40,7 +40,9 @@ Each line is `+ path` (added), `- path` (removed) or `~ path` (changed);
 
 
 def register(sub) -> None:
-    p = add_command(sub, "commit", "commit a branch's staged changes", cmd_commit)
+    p = add_command(sub, "commit", "commit a branch's staged changes", cmd_commit,
+                    epilog="The commit (as every merge, revert and import) names $LAKEFUSE_COMMITTER as its committer,\n"
+                           "else the login name of the user running the command.")
     p.add_argument("branch", metavar="lakefs://REPO/BRANCH")
     p.add_argument("-m", "--message", required=True, help="commit message")
     p.add_argument("--meta", metavar="KEY=VALUE", action="append", help="commit metadata (repeatable)")

@@ -42,6 +42,7 @@ from graveler.errors import GravelerError, InvalidArgument, MergeConflict, NotFo
 from graveler.model import DiffType, MergeStrategy
 from graveler.refs import Commit
 from graveler.staging import as_path
+from lakefuse.users import committer as committer_of
 
 log = logging.getLogger(__name__)
 
@@ -279,14 +280,16 @@ class Controls:
         where = f"branch {branch}" if branch else "the mount root"
         log.warning("%s: %s request on %s not run: %s", self.repo.name, name, where, reason)
 
-    def execute(self, branch: str | None, name: str, data: bytes) -> dict:
+    def execute(self, branch: str | None, name: str, data: bytes, uid: int | None = None) -> dict:
         """Run the request ``data`` written to control file ``name`` of ``branch``
-        (None: the mount root). Returns the success outcome; raises the
-        GravelerError (InvalidArgument for malformed input) after recording it."""
+        (None: the mount root) for user ``uid`` (a commit, merge or revert names
+        :func:`lakefuse.users.committer` of it; None: the repository's configured committer). Returns
+        the success outcome; raises the GravelerError (InvalidArgument for malformed input)
+        after recording it."""
         try:
             if self.before_request is not None:
                 self.before_request()
-            result = self._run(branch, name, data)
+            result = self._run(branch, name, data, None if uid is None else committer_of(uid))
         except GravelerError as e:
             obj = {"ok": False, "operation": name, "error": str(e), "error_type": type(e).__name__, "at": _now()}
             if isinstance(e, MergeConflict):
@@ -299,7 +302,7 @@ class Controls:
         self._record(branch, name, obj)
         return obj
 
-    def _run(self, branch: str | None, name: str, data: bytes) -> dict:
+    def _run(self, branch: str | None, name: str, data: bytes, committer: str | None) -> dict:
         repo = self.repo
         if branch is None:
             if name == "branch":
@@ -315,15 +318,15 @@ class Controls:
             r = parse_commit(data)
             if self.before_commit is not None:
                 self.before_commit(branch)
-            c = repo.commit(branch, r.message, metadata=r.metadata or None, allow_empty=r.allow_empty)
+            c = repo.commit(branch, r.message, committer, metadata=r.metadata or None, allow_empty=r.allow_empty)
             return {"commit": commit_summary(c)}
         if name == "merge":
             r = parse_merge(data)
-            c = repo.merge(r.source, branch, r.strategy)
+            c = repo.merge(r.source, branch, r.strategy, committer=committer)
             return {"commit": commit_summary(c), "source": r.source}
         if name == "revert":
             r = parse_revert(data)
-            c = repo.revert(branch, r.ref, parent_number=r.parent_number)
+            c = repo.revert(branch, r.ref, parent_number=r.parent_number, committer=committer)
             return {"commit": commit_summary(c), "reverted": r.ref}
         if name == "reset":
             r = parse_reset(data)

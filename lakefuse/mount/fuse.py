@@ -382,7 +382,7 @@ class Operations(pyfuse3.Operations):
         # a committed local file the kernel will read itself, opened from the dentry cache: no thread
         o = self.fs.open_fast(inode, flags, True) if self.passthrough else None
         if o is None:
-            o = await self._meta(self.fs.open, inode, flags, self.passthrough)
+            o = await self._meta(self.fs.open, inode, flags, self.passthrough, ctx.uid)
         fi = pyfuse3.FileInfo(fh=o.fh, keep_cache=o.keep_cache, direct_io=o.direct_io)
         if o.noflush and OPEN_FLAGS:
             fi.noflush = True  # nothing to flush at its close: the kernel sends no FLUSH

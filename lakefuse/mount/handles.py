@@ -436,10 +436,12 @@ class ControlHandle(Handle):
     (it records nothing: bash closes its first descriptor before the command writes),
     and the last close (release) records the failure for the read-back."""
 
-    __slots__ = ("controls", "branch", "name", "buf", "writable", "content", "failed", "written")
+    __slots__ = ("controls", "branch", "name", "buf", "writable", "content", "failed", "written", "uid")
 
-    def __init__(self, node, controls, branch: str | None, name: str, writable: bool, content: bytes):
+    def __init__(self, node, controls, branch: str | None, name: str, writable: bool, content: bytes,
+                 uid: int | None = None):
         super().__init__(node)
+        self.uid = uid  # who opened it (its commit's committer); None: the daemon's own user
         self.controls = controls
         self.branch = branch
         self.name = name
@@ -515,7 +517,7 @@ class ControlHandle(Handle):
 
     def _run(self, data: bytes) -> None:
         try:
-            self.controls.execute(self.branch, self.name, data)
+            self.controls.execute(self.branch, self.name, data, self.uid)
         finally:
             self.content = self.controls.outcome(self.branch, self.name)
             if self.node.tree is not None:

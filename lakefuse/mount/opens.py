@@ -30,7 +30,7 @@ class Opens:
     """The open path of :class:`lakefuse.mount.fs.Filesystem` (which supplies ``inodes``,
     ``spool``, ``writes``, ``backings``, ``stats``, ``config`` and the other collaborators)."""
 
-    def open(self, ino: int, flags: int, passthrough: bool = False) -> Opened:
+    def open(self, ino: int, flags: int, passthrough: bool = False, uid: int | None = None) -> Opened:
         """Open a file. With ``passthrough`` (the adapter can hand reads to the kernel), a
         read-only open of an object of a local store -- a commit's file, or a branch file no
         handle is writing (``branch_passthrough``) -- names the object's file as
@@ -46,7 +46,7 @@ class Opens:
                 raise FsError(errno.ENOENT)
             if writing and not spec.control:
                 self.check_writable(ino)
-            h = special.open_handle(self, node, spec, writing)
+            h = special.open_handle(self, node, spec, writing, uid)
             self.inodes.open(node)
             return Opened(self.new_fh(h), False, True, noflush=not writing)
         if node.kind == Kind.FILE and not node.tree.immutable and self.writes is not None and self.spool is not None:

@@ -125,7 +125,7 @@ def attr(fs, spec: SpecialFile, tree: "Tree | None") -> Attr:
     return fs.rules.special_attr(size, spec.writable)
 
 
-def open_handle(fs, node: "Node", spec: SpecialFile, writing: bool) -> Handle:
+def open_handle(fs, node: "Node", spec: SpecialFile, writing: bool, uid: int | None = None) -> Handle:
     tree = node.tree
     if writing:  # refused at open, not at the first write (which could only answer EBADF)
         if tree is not None and tree.immutable:
@@ -135,7 +135,7 @@ def open_handle(fs, node: "Node", spec: SpecialFile, writing: bool) -> Handle:
     if not spec.control:
         return InfoHandle(node, spec.read(fs, tree), fs.stats)
     branch = tree.view.branch if tree is not None else None
-    return ControlHandle(node, fs.controls, branch, spec.name.decode(), writing, spec.read(fs, tree))
+    return ControlHandle(node, fs.controls, branch, spec.name.decode(), writing, spec.read(fs, tree), uid)
 
 
 def stats_json(fs, extra: dict) -> bytes:

@@ -346,4 +346,5 @@ class PostgresGravelerModel(GravelerModel):
 # Half the examples: every step is a few server round trips (about 5x LMDB's time); the machine's logic is
 # the same on every backend, and the server's own behaviour is proven by tests/test_kv_postgres.py.
 PostgresGravelerModel.TestCase.settings = settings(GravelerModel.TestCase.settings, max_examples=100)
-TestGravelerModelPostgres = pytest.mark.usefixtures("postgres_url")(PostgresGravelerModel.TestCase)
+# (slow: about 100 s; the default suite runs the machine on LMDB and in memory)
+TestGravelerModelPostgres = pytest.mark.slow(pytest.mark.usefixtures("postgres_url")(PostgresGravelerModel.TestCase))

@@ -23,11 +23,11 @@ from typing import Iterable, Iterator, Sequence
 
 from graveler.errors import InvalidArgument
 from graveler import Graveler, GravelerConfig, Repository
-from lakefuse.users import committer
 from graveler.model import Entry
 from graveler.refs import Commit
 from lakefuse.cli.common import add_kv_option, add_store_options, store_config, terminal_text
 from lakefuse.cli.uri import LakeFSURI, is_uri, parse_uri
+from lakefuse.users import committer
 
 log = logging.getLogger(__name__)
 

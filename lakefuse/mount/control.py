@@ -213,6 +213,12 @@ def commit_summary(c: Commit) -> dict:
     }
 
 
+def _committer(uid: int | None) -> str | None:
+    """A new commit's committer for user ``uid`` (looked up only when a commit is made);
+    None: the repository's configured one."""
+    return None if uid is None else committer_of(uid)
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -289,7 +295,7 @@ class Controls:
         try:
             if self.before_request is not None:
                 self.before_request()
-            result = self._run(branch, name, data, None if uid is None else committer_of(uid))
+            result = self._run(branch, name, data, uid)
         except GravelerError as e:
             obj = {"ok": False, "operation": name, "error": str(e), "error_type": type(e).__name__, "at": _now()}
             if isinstance(e, MergeConflict):
@@ -302,7 +308,7 @@ class Controls:
         self._record(branch, name, obj)
         return obj
 
-    def _run(self, branch: str | None, name: str, data: bytes, committer: str | None) -> dict:
+    def _run(self, branch: str | None, name: str, data: bytes, uid: int | None) -> dict:
         repo = self.repo
         if branch is None:
             if name == "branch":
@@ -318,15 +324,15 @@ class Controls:
             r = parse_commit(data)
             if self.before_commit is not None:
                 self.before_commit(branch)
-            c = repo.commit(branch, r.message, committer, metadata=r.metadata or None, allow_empty=r.allow_empty)
+            c = repo.commit(branch, r.message, _committer(uid), metadata=r.metadata or None, allow_empty=r.allow_empty)
             return {"commit": commit_summary(c)}
         if name == "merge":
             r = parse_merge(data)
-            c = repo.merge(r.source, branch, r.strategy, committer=committer)
+            c = repo.merge(r.source, branch, r.strategy, committer=_committer(uid))
             return {"commit": commit_summary(c), "source": r.source}
         if name == "revert":
             r = parse_revert(data)
-            c = repo.revert(branch, r.ref, parent_number=r.parent_number, committer=committer)
+            c = repo.revert(branch, r.ref, parent_number=r.parent_number, committer=_committer(uid))
             return {"commit": commit_summary(c), "reverted": r.ref}
         if name == "reset":
             r = parse_reset(data)

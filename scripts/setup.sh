@@ -58,12 +58,13 @@ stamp=.venv/.lakefuse-installed
 # The compiled hot path (graveler/**/*.pyx, built in place by `pip install -e .`): rebuild when a .pyx, .pxd or
 # setup.py changed since the last install, or when the built modules are missing (a fresh clone, git clean).
 compiled_check='import graveler._crecord, graveler._centries, graveler._clru, graveler.sstable._csha256, graveler.sstable._cblock, graveler.sstable._ctable, graveler.sstable._crange, graveler.committed._cfnv, graveler.committed._capply, graveler.committed._cdiff'
-# (and when the venv's editable install is another checkout's: lakefuse imported from outside this one)
+# The built modules and where the venv's lakefuse comes from are checked in one call from outside the
+# checkout: an editable install of another checkout (a removed git worktree) is reinstalled too.
 here="$(pwd -P)"
-installed_from="$(cd / && "$here/.venv/bin/python" -c 'import lakefuse, os; print(os.path.dirname(os.path.dirname(os.path.realpath(lakefuse.__file__))))' 2>/dev/null || true)"
+installed_from="$(cd / && "$here/.venv/bin/python" -c "$compiled_check"'; import lakefuse, os; print(os.path.dirname(os.path.dirname(os.path.realpath(lakefuse.__file__))))' 2>/dev/null || true)"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] ||
     [ -n "$(find graveler \( -name '*.pyx' -o -name '*.pxd' \) -newer "$stamp" -print -quit)" ] ||
-    [ "$installed_from" != "$here" ] || ! .venv/bin/python -c "$compiled_check" >/dev/null 2>&1; then
+    [ "$installed_from" != "$here" ]; then
     echo "setup: installing lakefuse (building its compiled hot path) and its dependencies into .venv"
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING' || true
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[fuse,spark,postgres,test]' 2>&1 | grep -v '^WARNING' || true

@@ -82,7 +82,7 @@ root="$PWD"
 fuse_prefix="$root/.venv/opt/libfuse"
 pt_stamp=.venv/.lakefuse-passthrough
 pt_sum="$(cat "$vendor"/fuse3_*.orig.tar.gz "$vendor"/pyfuse3-*.tar.gz "$vendor"/pyfuse3-passthrough.patch | sha256sum | cut -d' ' -f1)"
-pt_check='import pyfuse3; assert hasattr(pyfuse3, "passthrough_open") and hasattr(pyfuse3.FileInfo, "noflush") and hasattr(pyfuse3, "readdir_reply_many") and hasattr(pyfuse3, "direct_io_mmap_enabled") and hasattr(pyfuse3.Operations, "readdirplus_auto") and hasattr(pyfuse3, "Reply") and hasattr(pyfuse3, "finish_started") and hasattr(pyfuse3.Operations, "fallocate"), "pyfuse3 without the (current) patch"'
+pt_check='import pyfuse3; assert hasattr(pyfuse3, "passthrough_open") and hasattr(pyfuse3.FileInfo, "noflush") and hasattr(pyfuse3, "readdir_reply_many") and hasattr(pyfuse3, "direct_io_mmap_enabled") and hasattr(pyfuse3.Operations, "readdirplus_auto") and hasattr(pyfuse3, "Reply") and hasattr(pyfuse3, "finish_started") and hasattr(pyfuse3.Operations, "fallocate") and hasattr(pyfuse3, "receive_spin_stats"), "pyfuse3 without the (current) patch"'
 if [ "$(cat "$pt_stamp" 2>/dev/null)" != "$pt_sum" ] || ! .venv/bin/python -c "$pt_check" >/dev/null 2>&1; then
     echo "setup: building libfuse and pyfuse3 with FUSE passthrough from $vendor"
     .venv/bin/python -m pip install -q --disable-pip-version-check meson ninja 2>&1 | grep -v '^WARNING' || true

@@ -36,6 +36,10 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 FS_TYPE = "fuse.lakefuse"
+# How long the event loop looks for the next request before it sleeps (see MountConfig): long
+# enough to cover a small file's close in a worker thread and the writer's next call
+RECEIVE_SPIN_US = 500
+MAX_SPIN_US = 100_000
 
 
 class MountError(Exception):
@@ -74,6 +78,10 @@ class MountConfig:
     # how many GETs at once a sequential reader of a large S3 object may reach (a stream and its
     # parallel parts; 1: one stream, no parts); None: graveler's default. $LAKEFUSE_S3_LANES
     s3_lanes: int | None = field(default_factory=lambda: _env_count("LAKEFUSE_S3_LANES"))
+    # after answering a request with none waiting, how long (microseconds) the event loop reads the
+    # FUSE fd again outside the GIL before it sleeps (a patched build); 0: it sleeps at once.
+    # $LAKEFUSE_RECEIVE_SPIN_US
+    receive_spin_us: int = field(default_factory=lambda: _env_micros("LAKEFUSE_RECEIVE_SPIN_US", RECEIVE_SPIN_US))
 
 
 def _env_count(name: str) -> int | None:
@@ -84,6 +92,17 @@ def _env_count(name: str) -> int | None:
         from graveler.errors import InvalidArgument
 
         raise InvalidArgument(f"${name}: expected a whole number from 1 up, got {value!r}")
+    return int(value)
+
+
+def _env_micros(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) > MAX_SPIN_US:
+        from graveler.errors import InvalidArgument
+
+        raise InvalidArgument(f"${name}: expected microseconds from 0 to {MAX_SPIN_US}, got {value!r}")
     return int(value)
 
 
@@ -247,7 +266,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     ops = Operations(fs, Offload(limits), passthrough=config.passthrough,
                      inline_reads=config.inline_reads, receive_burst=config.receive_burst,
                      readdir_many=config.readdir_many, readdir_plain=config.readdir_plain,
-                     deferred_replies=config.deferred_replies)
+                     deferred_replies=config.deferred_replies, receive_spin_us=config.receive_spin_us)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
     if "allow_other" not in options:
         options.discard("allow_root")

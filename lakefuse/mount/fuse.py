@@ -45,6 +45,11 @@ RECEIVE_BURST = 16  # requests a pyfuse3 task reads in a row before it waits in 
 # ... and lets a worker thread answer the request it served (pyfuse3.Reply: write, flush and fsync
 # of a branch file), so the trio thread is not woken to send the answer
 REPLY = getattr(pyfuse3, "Reply", None)
+# ... and, after answering a request with no handler waiting, reads the fd again for a while
+# outside the GIL before it sleeps in trio's I/O loop (Operations.receive_spin_us): the next
+# request of a process that waits for each answer is read without a wake-up (on these VMs a
+# sleeping thread woken from another CPU costs tens of microseconds)
+RECEIVE_SPIN = getattr(pyfuse3, "receive_spin_stats", None)
 
 
 def _entry(attr: Attr) -> pyfuse3.EntryAttributes:
@@ -149,7 +154,7 @@ class Operations(pyfuse3.Operations):
 
     def __init__(self, fs: Filesystem, offload: Offload | None = None, passthrough: bool = False,
                  inline_reads: bool = True, receive_burst: bool = True, readdir_many: bool = True,
-                 readdir_plain: bool = True, deferred_replies: bool = True):
+                 readdir_plain: bool = True, deferred_replies: bool = True, receive_spin_us: int = 0):
         super().__init__()
         # read by the patched pyfuse3 at init: these handlers get one more argument, their Reply
         self.deferred_replies = ("write", "flush", "fsync") if deferred_replies and REPLY is not None else ()
@@ -163,6 +168,12 @@ class Operations(pyfuse3.Operations):
         self.stats.set("inline_reads", "on" if inline_reads else "off")
         self.stats.set("receive_burst", str(self.receive_burst) if OPEN_FLAGS and receive_burst else
                        "off" if OPEN_FLAGS else "unavailable (pyfuse3 without it)")
+        # read by the patched pyfuse3.main: how long it reads again for the next request
+        self.receive_spin_us = receive_spin_us if RECEIVE_SPIN is not None and self.receive_burst else 0
+        if self.receive_spin_us:
+            self.stats.probe("receive_spin", functools.partial(_spin_stats, self.receive_spin_us))
+        else:
+            self.stats.set("receive_spin", "unavailable (pyfuse3 without it)" if RECEIVE_SPIN is None else "off")
         self.log_once = LogOnce(log)
         self._ahead: dict[int, trio.Event] = {}  # directory handle -> its next page being read (readdir)
         # FUSE passthrough: asked for at init when wanted and pyfuse3 has it (the patched build
@@ -526,6 +537,11 @@ class Operations(pyfuse3.Operations):
     @boundary("write")
     async def write(self, fh, off, buf, reply=None):
         return await self._writing("write", SAVE, reply, _written, self.fs.write, fh, off, bytes(buf))
+
+
+def _spin_stats(us: int) -> dict:
+    caught, expired, seconds = RECEIVE_SPIN()
+    return {"us": us, "caught": caught, "expired": expired, "seconds": round(seconds, 3)}
 
 
 def _ok(reply, _result) -> None:

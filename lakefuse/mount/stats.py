@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 
 _SUB = 4  # latency buckets per power of two: each bucket spans 19% (2 ** (1/4))
@@ -53,6 +54,7 @@ class Stats:
         self.counts: Counter[str] = Counter()
         self.states: dict[str, str] = {}
         self.latency: dict[str, Counter[int]] = {}
+        self.probes: dict[str, Callable[[], object]] = {}  # read at each snapshot (never under the lock)
 
     def request(self, op: str) -> None:
         with self._lock:
@@ -98,12 +100,16 @@ class Stats:
         with self._lock:
             return self.states.get(name)
 
+    def probe(self, name: str, fn: Callable[[], object]) -> None:
+        """``name`` in every snapshot is what ``fn()`` returns then (counters kept elsewhere)."""
+        self.probes[name] = fn
+
     def snapshot(self) -> dict:
         with self._lock:
             latency = {op: {"n": sum(h.values()), "p50_us": round(_quantile_us(h, 0.5), 1),
                             "p99_us": round(_quantile_us(h, 0.99), 1)}
                        for op, h in sorted(self.latency.items())}
-            return {
+            snap = {
                 "uptime_seconds": round(time.time() - self.started, 3),
                 "requests": dict(sorted(self.requests.items())),
                 "latency": latency,
@@ -111,3 +117,6 @@ class Stats:
                 **dict(sorted(self.counts.items())),
                 **self.states,
             }
+        for name, fn in list(self.probes.items()):
+            snap[name] = fn()
+        return snap

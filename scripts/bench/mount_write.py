@@ -19,7 +19,11 @@ Work (each timed ``--reps`` times; medians reported):
 
 The peer for every figure is the same work on a native directory of the same
 filesystem (no fsync, as ``cp`` does), in the same run; the native figure with an
-fsync before each close is printed too. Each file through the mount is about six FUSE
+fsync before each close is printed too. The small-file rows have a second peer, the cost of
+FUSE itself: the same work through libfuse's own example file system ``passthrough_hp``
+(C++, multithreaded; ``--nopassthrough``: its daemon serves every write, as lakefuse's does)
+over a native directory, built once from the vendored libfuse into ``.venv/opt/libfuse-peer``
+(meson, ninja and g++; skipped with a note when it cannot be built). Each file through the mount is about six FUSE
 requests (lookup, create, write, flush, release, and the getattr of its directory at the next
 create; a file created write-only is opened with direct I/O, so the kernel no longer asks for
 security.capability before each write); the 1-process row prints the count
@@ -251,6 +255,82 @@ class LakefuseMount:
         self.log.close()
 
 
+class CFusePeer:
+    """libfuse's ``example/passthrough_hp`` mounted over a native directory (see the docstring);
+    ``ok`` False (and ``why``) when it could not be built or mounted."""
+
+    def __init__(self, work: Path):
+        self.ok, self.why, self.proc = False, "", None
+        self.src, self.mp = work / "src", work / "mnt"
+        try:
+            exe = build_passthrough_hp()
+        except (OSError, subprocess.CalledProcessError) as e:
+            self.why = f"cannot build libfuse's passthrough_hp: {e}"
+            return
+        self.src.mkdir(parents=True)
+        self.mp.mkdir(parents=True)
+        self.log = open(work / "peer.log", "ab")
+        env = {**os.environ, "LD_LIBRARY_PATH": str(exe.parents[1] / "lib")}
+        self.proc = subprocess.Popen([str(exe), "--nopassthrough", "--foreground", str(self.src), str(self.mp)],
+                                     stdout=self.log, stderr=self.log, env=env)
+        try:
+            wait_mount(self.mp, self.proc, timeout=20)
+        except RuntimeError as e:
+            self.why = f"passthrough_hp did not mount: {e}"
+            self.close()
+            return
+        self.ok = True
+
+    def close(self) -> None:
+        if self.proc is not None:
+            unmount(self.mp, self.proc)
+            self.log.close()
+            self.proc = None
+
+
+def build_passthrough_hp() -> Path:
+    """libfuse's example/passthrough_hp from the vendored libfuse tarball, built once (a few
+    minutes) into .venv/opt/libfuse-peer; its path."""
+    dest = ROOT / ".venv" / "opt" / "libfuse-peer"
+    exe = dest / "build" / "example" / "passthrough_hp"
+    if exe.exists():
+        return exe
+    print("  (building libfuse's passthrough_hp once, the C peer of the small-file rows)", flush=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    tarball = next((ROOT / "scripts" / "vendor").glob("fuse3_*.orig.tar.gz"))
+    subprocess.run(["tar", "-xzf", str(tarball), "-C", str(dest), "--strip-components=1"], check=True)
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"}
+    subprocess.run(["meson", "setup", "build", "--buildtype=release", "-Dexamples=true", "-Dutils=false",
+                    "-Dtests=false", "-Duseroot=false", "-Dinitscriptdir="], cwd=dest, env=env, check=True,
+                   capture_output=True)
+    subprocess.run(["ninja", "-C", "build", "example/passthrough_hp"], cwd=dest, env=env, check=True,
+                   capture_output=True)
+    return exe
+
+
+def peer_rows(args, peer: CFusePeer, rep: Report, ours: dict[str, float]) -> None:
+    """The small-file work through the C peer (``ours``: lakefuse's median seconds by row)."""
+    kib, sz = f"{args.size / 1024:g} KiB", args.size
+    if not peer.ok:
+        print(f"  (no C FUSE peer: {peer.why})", flush=True)
+        return
+    pid = peer.proc.pid
+    w, nw, nf = args.writers, args.files // args.writers * args.writers, args.fsync_files
+    for key, label, n, run in (
+            ("one", f"create+write+close {args.files} x {kib}", args.files,
+             lambda r: small_files(peer.mp / f"small{r}", args.files, size=sz)),
+            ("par", f"the same by {w} processes", nw,
+             lambda r: small_files_parallel(peer.mp / f"par{r}", nw, w, size=sz)),
+            ("fsync", f"create+write+fsync+close {nf} x {kib}", nf,
+             lambda r: small_files(peer.mp / f"fsync{r}", nf, fsync=True, size=sz))):
+        c0 = cpu_s(pid)
+        times = [run(r) for r in range(args.reps)]
+        cpu_ms = (cpu_s(pid) - c0) * 1000 / (n * args.reps)
+        rep.add(f"{label}: C FUSE peer", f"{n / median(times):.0f} files/s",
+                f"lakefuse x{median(times) / ours[key]:.2f} of it; its daemon CPU {cpu_ms:.2f} ms/file")
+
+
 def bench_local(args, work: Path, rep: Report) -> None:
     native = work / "native"
     native.mkdir(parents=True)
@@ -286,6 +366,7 @@ def bench_local(args, work: Path, rep: Report) -> None:
         q1, st1 = fuse_requests(lf.mp)
         n = args.files * args.reps
         inline = (st1.get("creates_inline", 0) - st0.get("creates_inline", 0)) / n
+        got = {"one": median(ours)}
         rep.add(f"create+write+close {args.files} x {kib}: lakefuse", f"{args.files / median(ours):.0f} files/s",
                 f"x{median(nat) / median(ours):.2f} of native ({args.files / median(nat):.0f}/s), "
                 f"x{median(nat_f) / median(ours):.2f} of native+fsync ({args.files / median(nat_f):.0f}/s); "
@@ -300,6 +381,7 @@ def bench_local(args, work: Path, rep: Report) -> None:
         c0 = cpu_s(lf.proc.pid)
         ours = [small_files_parallel(b / f"par{r}", nw, w, size=sz) for r in range(args.reps)]
         cpu_ms = (cpu_s(lf.proc.pid) - c0) * 1000 / (nw * args.reps)
+        got["par"] = median(ours)
         rep.add(f"create+write+close {nw} x {kib} by {w} processes: lakefuse", f"{nw / median(ours):.0f} files/s",
                 f"x{median(nat) / median(ours):.2f} of native ({nw / median(nat):.0f}/s), "
                 f"x{median(nat_f) / median(ours):.2f} of native+fsync ({nw / median(nat_f):.0f}/s); "
@@ -310,6 +392,12 @@ def bench_local(args, work: Path, rep: Report) -> None:
         ours = [small_files(b / f"fsync{r}", nf, fsync=True, size=sz) for r in range(args.reps)]
         rep.add(f"create+write+fsync+close {nf} x {kib}: lakefuse", f"{nf / median(ours):.0f} files/s",
                 f"x{median(nat_f) / median(ours):.2f} of native+fsync ({nf / median(nat_f):.0f}/s)")
+        got["fsync"] = median(ours)
+        peer = CFusePeer(work / "cpeer")
+        try:
+            peer_rows(args, peer, rep, got)
+        finally:
+            peer.close()
         # tar -x of an archive of small files
         tsrc = work / "tarsrc"
         make_tree(tsrc, args.tar_files, sz)

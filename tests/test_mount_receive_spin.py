@@ -44,6 +44,14 @@ def _write_files(d, n: int) -> dict[str, bytes]:
     return out
 
 
+def _reads_back(mp, written: dict[str, bytes]) -> None:
+    """What was written through the mount, and the commit's files, read back as they are."""
+    for name, data in written.items():
+        assert (mp / "main" / "new" / name).read_bytes() == data
+    for name, data in FILES.items():
+        assert (mp / "v1" / name).read_bytes() == data
+
+
 def test_a_writer_waiting_for_each_answer_has_its_next_request_read_by_the_spin(repo, tmp_path):
     import pyfuse3
 
@@ -60,10 +68,7 @@ def test_a_writer_waiting_for_each_answer_has_its_next_request_read_by_the_spin(
         assert after["caught"] > spin["caught"]
         assert after["caught"] + after["expired"] > spin["caught"] + spin["expired"]
         assert after["seconds"] >= spin["seconds"]
-        for name, data in written.items():
-            assert (mp / "main" / "new" / name).read_bytes() == data
-        for name, data in FILES.items():
-            assert (mp / "v1" / name).read_bytes() == data
+        _reads_back(mp, written)
     finally:
         m.stop()
 
@@ -102,10 +107,7 @@ def test_no_spin_serves_the_same_and_a_bad_setting_stops_the_mount(repo, tmp_pat
         mp = m.mountpoint
         assert _stats(mp)["receive_spin"] == "off"
         written = _write_files(mp / "main" / "new", 20)
-        for name, data in written.items():
-            assert (mp / "main" / "new" / name).read_bytes() == data
-        for name, data in FILES.items():
-            assert (mp / "v1" / name).read_bytes() == data
+        _reads_back(mp, written)
     finally:
         m.stop()
     for bad in ("abc", "-5", "100001"):

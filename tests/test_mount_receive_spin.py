@@ -21,8 +21,6 @@ from tests.mount_testutil import MountProc, needs_fuse
 
 FILES = {f"d/f{i:02d}": f"file {i}\n".encode() * (i + 1) for i in range(4)}
 
-pytestmark = needs_fuse
-
 
 @pytest.fixture
 def repo(tmp_path, request):
@@ -52,6 +50,7 @@ def _reads_back(mp, written: dict[str, bytes]) -> None:
         assert (mp / "v1" / name).read_bytes() == data
 
 
+@needs_fuse
 def test_a_writer_waiting_for_each_answer_has_its_next_request_read_by_the_spin(repo, tmp_path):
     import pyfuse3
 
@@ -73,6 +72,7 @@ def test_a_writer_waiting_for_each_answer_has_its_next_request_read_by_the_spin(
         m.stop()
 
 
+@needs_fuse
 def test_a_handler_waiting_for_a_thread_is_answered_without_waiting_for_a_spin(repo, tmp_path):
     # Two processes: a mkdir (a worker thread's job) and a stat of the branch's directory (no
     # attribute cache: --branch-timeout 0) while it runs. Were the event loop to spin after one
@@ -101,6 +101,7 @@ def test_a_handler_waiting_for_a_thread_is_answered_without_waiting_for_a_spin(r
         m.stop()
 
 
+@needs_fuse
 def test_no_spin_serves_the_same_and_a_bad_setting_stops_the_mount(repo, tmp_path):
     m = MountProc(repo.config.home, "spin", tmp_path / "mnt", env={"LAKEFUSE_RECEIVE_SPIN_US": "0"}).start()
     try:
@@ -113,3 +114,16 @@ def test_no_spin_serves_the_same_and_a_bad_setting_stops_the_mount(repo, tmp_pat
     for bad in ("abc", "-5", "100001"):
         with pytest.raises(RuntimeError, match="LAKEFUSE_RECEIVE_SPIN_US: expected microseconds from 0 to 100000"):
             MountProc(repo.config.home, "spin", tmp_path / "mnt2", env={"LAKEFUSE_RECEIVE_SPIN_US": bad}).start()
+
+
+def test_a_daemon_allowed_one_cpu_does_not_spin_unless_asked(monkeypatch):
+    from lakefuse.mount import daemon
+
+    monkeypatch.delenv("LAKEFUSE_RECEIVE_SPIN_US", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert daemon.MountConfig("spin", "/mnt").receive_spin_us == 0
+    monkeypatch.setenv("LAKEFUSE_RECEIVE_SPIN_US", "200")
+    assert daemon.MountConfig("spin", "/mnt").receive_spin_us == 200
+    monkeypatch.delenv("LAKEFUSE_RECEIVE_SPIN_US")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert daemon.MountConfig("spin", "/mnt").receive_spin_us == daemon.RECEIVE_SPIN_US == 500

@@ -60,8 +60,8 @@ environment (read by the daemon):
   LAKEFUSE_S3_LANES=N            most GETs at once for a sequential read of a large S3
                                  object (its stream and parallel parts; 1: one stream)
   LAKEFUSE_RECEIVE_SPIN_US=N     after answering a request, how long the daemon looks for
-                                 the next one before it sleeps (default 500; 0: sleeps at
-                                 once)
+                                 the next one before it sleeps (default 500, 0 on one CPU;
+                                 0: sleeps at once)
 
 examples:
   lakefuse mount lakefs://sales /mnt/sales

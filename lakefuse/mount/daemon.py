@@ -81,7 +81,9 @@ class MountConfig:
     # after answering a request with none waiting, how long (microseconds) the event loop reads the
     # FUSE fd again outside the GIL before it sleeps (a patched build); 0: it sleeps at once.
     # $LAKEFUSE_RECEIVE_SPIN_US
-    receive_spin_us: int = field(default_factory=lambda: _env_micros("LAKEFUSE_RECEIVE_SPIN_US", RECEIVE_SPIN_US))
+    # (by default 0 where the daemon may run on one CPU only: the next request cannot come while it spins)
+    receive_spin_us: int = field(default_factory=lambda: _env_micros(
+        "LAKEFUSE_RECEIVE_SPIN_US", RECEIVE_SPIN_US if len(os.sched_getaffinity(0)) > 1 else 0))
 
 
 def _env_count(name: str) -> int | None:

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.mount_core_testutil import seeded_repo
-from tests.mount_testutil import MountProc, needs_fuse
+from tests.mount_testutil import MountProc, clean_mount, needs_fuse
 
 FILES = {f"d/f{i:02d}": f"file {i}\n".encode() * (i + 1) for i in range(4)}
 
@@ -55,9 +55,7 @@ def test_a_writer_waiting_for_each_answer_has_its_next_request_read_by_the_spin(
     import pyfuse3
 
     assert hasattr(pyfuse3, "receive_spin_stats"), "scripts/setup.sh builds the pyfuse3 that spins"
-    m = MountProc(repo.config.home, "spin", tmp_path / "mnt").start()
-    try:
-        mp = m.mountpoint
+    with clean_mount(repo.config.home, "spin", tmp_path / "mnt") as mp:
         spin = _stats(mp)["receive_spin"]
         assert spin["us"] == 500  # the default
         written = _write_files(mp / "main" / "new", 100)
@@ -68,8 +66,6 @@ def test_a_writer_waiting_for_each_answer_has_its_next_request_read_by_the_spin(
         assert after["caught"] + after["expired"] > spin["caught"] + spin["expired"]
         assert after["seconds"] >= spin["seconds"]
         _reads_back(mp, written)
-    finally:
-        m.stop()
 
 
 @needs_fuse
@@ -78,10 +74,8 @@ def test_a_handler_waiting_for_a_thread_is_answered_without_waiting_for_a_spin(r
     # attribute cache: --branch-timeout 0) while it runs. Were the event loop to spin after one
     # answer while the other request waits for its thread (100 ms here, and no request
     # follows), that other answer would wait for the spin to end.
-    m = MountProc(repo.config.home, "spin", tmp_path / "mnt", "--branch-timeout", "0",
-                  env={"LAKEFUSE_RECEIVE_SPIN_US": "100000"}).start()
-    try:
-        mp = m.mountpoint
+    with clean_mount(repo.config.home, "spin", tmp_path / "mnt", "--branch-timeout", "0",
+                     env={"LAKEFUSE_RECEIVE_SPIN_US": "100000"}) as mp:
         assert _stats(mp)["receive_spin"]["us"] == 100000
         took = []
         for i in range(9):
@@ -97,20 +91,14 @@ def test_a_handler_waiting_for_a_thread_is_answered_without_waiting_for_a_spin(r
             time.sleep(0.15)  # (the spin after the last answer is over)
         assert statistics.median(took) < 0.05, took
         assert sorted(n for n in os.listdir(mp / "main") if n.startswith("dir")) == sorted(f"dir{i}" for i in range(9))
-    finally:
-        m.stop()
 
 
 @needs_fuse
 def test_no_spin_serves_the_same_and_a_bad_setting_stops_the_mount(repo, tmp_path):
-    m = MountProc(repo.config.home, "spin", tmp_path / "mnt", env={"LAKEFUSE_RECEIVE_SPIN_US": "0"}).start()
-    try:
-        mp = m.mountpoint
+    with clean_mount(repo.config.home, "spin", tmp_path / "mnt", env={"LAKEFUSE_RECEIVE_SPIN_US": "0"}) as mp:
         assert _stats(mp)["receive_spin"] == "off"
         written = _write_files(mp / "main" / "new", 20)
         _reads_back(mp, written)
-    finally:
-        m.stop()
     for bad in ("abc", "-5", "100001"):
         with pytest.raises(RuntimeError, match="LAKEFUSE_RECEIVE_SPIN_US: expected microseconds from 0 to 100000"):
             MountProc(repo.config.home, "spin", tmp_path / "mnt2", env={"LAKEFUSE_RECEIVE_SPIN_US": bad}).start()

@@ -23,7 +23,9 @@ fsync before each close is printed too. The small-file rows have a second peer, 
 FUSE itself: the same work through libfuse's own example file system ``passthrough_hp``
 (C++, multithreaded; ``--nopassthrough``: its daemon serves every write, as lakefuse's does)
 over a native directory, built once from the vendored libfuse into ``.venv/opt/libfuse-peer``
-(meson, ninja and g++; skipped with a note when it cannot be built). Each file through the mount is about six FUSE
+(meson, ninja and g++; skipped with a note when it cannot be built).
+
+Each file through the mount is about six FUSE
 requests (lookup, create, write, flush, release, and the getattr of its directory at the next
 create; a file created write-only is opened with direct I/O, so the kernel no longer asks for
 security.capability before each write); the 1-process row prints the count

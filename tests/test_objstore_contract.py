@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from graveler.errors import InvalidArgument, NotFound, StoreUnavailable
+from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.objstore import LocalStore, ObjectInfo, ObjectStore, StoreConfig, open_store
 
 MiB = 1 << 20
@@ -645,3 +645,46 @@ def test_local_multi_process_writers(tmp_path):
     assert len(keys) == 81 and keys[-1] == "same/key"
     leftovers = [f for _, _, files in os.walk(root) for f in files if f.startswith(".")]
     assert leftovers == []
+
+
+def test_local_sync_object_flushes_the_file_and_its_directory_in_kept_threads(tmp_path, monkeypatch):
+    """An fsync through the mount syncs the object's file and its directory (its name) at once:
+    both are flushed, the directory's in one of a few threads kept for it (not one made per
+    call); a flush that fails says so; a missing object is NotFound; a forked child syncs too."""
+    store = LocalStore(str(tmp_path / "s"))
+    for i in range(20):
+        store.put(f"d/k{i}", b"x" * i)
+    synced, runners, real_fsync = [], set(), os.fsync
+
+    def fsync(fd):
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            runners.add(threading.current_thread())  # (the objects: an OS thread ID may be reused)
+        synced.append("dir" if os.path.isdir(f"/proc/self/fd/{fd}") else os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(store.sync_object, [f"d/k{i}" for i in range(20)]))
+    assert sorted(synced) == sorted(["dir"] * 20 + [f"k{i}" for i in range(20)])
+    assert 1 <= len(runners) <= 8 and all(t.name.startswith("graveler-fsync") for t in runners)  # kept, not one per call
+    with pytest.raises(NotFound):
+        store.sync_object("d/missing")
+
+    def failing(fd):
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(GravelerError, match="Input/output error"):
+        store.sync_object("d/k1")
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's flush threads are not there; its own are made
+        try:
+            store.sync_object("d/k2")
+            os._exit(0)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -20,6 +20,7 @@ Deleting the last object of a directory removes the empty directories above it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import hashlib
 import logging
@@ -69,24 +70,26 @@ def _md5():
     return hashlib.md5(usedforsecurity=False)
 
 
-class _Flush(threading.Thread):
-    """``fn(*args)`` in a thread of its own, started at once: :meth:`result` (after ``join``)
-    raises what it raised."""
+_flushers: concurrent.futures.ThreadPoolExecutor | None = None
+_flushers_lock = threading.Lock()
 
-    def __init__(self, fn, *args):
-        super().__init__(name="graveler-fsync", daemon=True)
-        self._fn, self._args, self._error = fn, args, None
-        self.start()
 
-    def run(self) -> None:
-        try:
-            self._fn(*self._args)
-        except BaseException as e:  # noqa: BLE001 -- handed to the caller by result()
-            self._error = e
+def _flush_soon(fn, *args) -> concurrent.futures.Future:
+    """``fn(*args)`` (a flush) in one of a few threads kept for it, started at once: a thread
+    made per flush cost about twice the hand-off, on every fsync of a file through the mount."""
+    global _flushers
+    with _flushers_lock:
+        if _flushers is None:
+            _flushers = concurrent.futures.ThreadPoolExecutor(8, "graveler-fsync")
+        return _flushers.submit(fn, *args)
 
-    def result(self) -> None:
-        if self._error is not None:
-            raise self._error
+
+def _forget_flushers() -> None:
+    global _flushers, _flushers_lock
+    _flushers, _flushers_lock = None, threading.Lock()  # a forked child has none of the threads
+
+
+os.register_at_fork(after_in_child=_forget_flushers)
 
 
 def _unlink_quietly(path: str) -> None:
@@ -501,14 +504,14 @@ class LocalStore(ObjectStore):
         except OSError as exc:
             raise self._os_error("sync", key, exc, writing=True) from exc
         # the file and its directory (its name) flushed at once: two flushes in the time of one
-        dir_synced = _Flush(self._fsync_dir, key, os.path.dirname(path))
+        dir_synced = _flush_soon(self._fsync_dir, key, os.path.dirname(path))
         try:
             os.fsync(fd)
         except OSError as exc:
             raise self._os_error("sync", key, exc, writing=True) from exc
         finally:
             os.close(fd)
-            dir_synced.join()
+            concurrent.futures.wait([dir_synced])
         dir_synced.result()
 
     def sync(self) -> None:

@@ -206,6 +206,33 @@ def test_a_create_needing_no_read_is_answered_without_a_thread_and_declines_othe
     assert fs.stats.counts["creates_inline"] == 1
 
 
+@pytest.mark.parametrize("save", ["close", "fsync"])
+def test_after_a_save_the_directory_and_file_attributes_are_answered_without_a_read(fs, repo, save):
+    """The kernel asks a directory's attributes again after each create in it, and the next
+    create's lookup follows: after a file's save -- a close, or an fsync before it (each file
+    of an fsync loop) -- both are answered from what the save staged (getattr_fast, lookup_absent),
+    and the next create needs no thread."""
+    main = ino_of(fs, "main")
+    d = fs.mkdir(main, b"s" + save.encode(), 0o755, ME).ino
+    for i in range(3):
+        name = b"f%d" % i
+        assert fs.lookup_absent(d, name)
+        got = fs.create(d, name, stat.S_IFREG | 0o644, os.O_WRONLY, ME, bool(i))
+        assert got is not None  # (from the second on: answered without a thread)
+        opened, _ = got
+        fs.write(opened.fh, 0, b"x" * (i + 1))
+        if save == "fsync":
+            fs.fsync(opened.fh)
+        fs.flush(opened.fh)
+        fs.release(opened.fh)
+        dir_attr = fs.getattr_fast(d)
+        assert dir_attr is not None and dir_attr.mtime_ns == fs.getattr(d).mtime_ns
+        file_attr = fs.getattr_fast(fs.lookup(d, name).ino)
+        assert file_attr is not None and file_attr.size == i + 1
+    assert fs.stats.counts["creates_inline"] == 2
+    assert [repo.read("main", f"s{save}/f{i}") for i in range(3)] == [b"x" * (i + 1) for i in range(3)]
+
+
 def test_attributes_of_a_new_file_before_its_first_write_are_kept_in_memory_and_staged_at_its_close(fs, repo):
     """touch(1), or tar extracting an empty file: utimens / chown / chmod of a file just created
     (its create not staged yet) are answered without a thread (setattr_fast) and without staging

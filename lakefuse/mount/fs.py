@@ -82,7 +82,6 @@ from lakefuse.mount.xattrs import XattrReads
 log = logging.getLogger(__name__)
 
 
-
 class Filesystem(Opens, Reads, XattrReads):
     """The semantics of the mount over one repository (see the module docstring).
 
@@ -627,14 +626,16 @@ class Filesystem(Opens, Reads, XattrReads):
 
     def flush(self, fh: int) -> None:
         """close(2): save a written file (upload + stage: visible, kept if the daemon dies) or run a control."""
-        h = self._handles.get(fh)
-        if h is not None:
-            stamp = h.flush()
-            if stamp:  # a file saved through the spool: its entry as staged (no read at the next stat)
-                self.file_staged(h.node, h.sf.saved.to_value(), stamp, h.sf.saved)
-                parent = self.inodes.peek(h.node.parent_ino) if h.sf.staged_items else None
-                if parent is not None and parent.kind == Kind.DIR:  # its create, staged with it: its marker
-                    self.dir_staged(parent, h.sf.staged_items, stamp)
+        if (h := self._handles.get(fh)) is not None:
+            self._saved(h, h.flush())
+
+    def _saved(self, h, stamp: int | None) -> None:
+        """A save (close, fsync) through the spool: its entry and (create) its directory's marker as staged."""
+        if stamp:
+            self.file_staged(h.node, h.sf.saved.to_value(), stamp, h.sf.saved)
+            parent = self.inodes.peek(h.node.parent_ino) if h.sf.staged_items else None
+            if parent is not None and parent.kind == Kind.DIR:
+                self.dir_staged(parent, h.sf.staged_items, stamp)
 
     def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:
         """Before a read of the branch: stage what this mount created, not saved yet (creates.settle)."""
@@ -662,9 +663,8 @@ class Filesystem(Opens, Reads, XattrReads):
 
     def fsync(self, fh: int) -> None:
         """fsync(2) / fdatasync(2): :meth:`flush`, and the file's saved content on disk."""
-        h = self._handles.get(fh)
-        if h is not None:
-            h.fsync()
+        if (h := self._handles.get(fh)) is not None:
+            self._saved(h, h.fsync())
 
     def release_pending(self, fh: int) -> bool:
         """True when ``release`` of ``fh`` may block (never blocks itself)."""

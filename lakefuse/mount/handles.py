@@ -77,9 +77,11 @@ class Handle:
     def flush(self) -> None:
         """close(2): make what was written take effect (visible, kept if the daemon dies)."""
 
-    def fsync(self) -> None:
-        """fsync(2) / fdatasync(2): :meth:`flush`, and what the file shows is on disk when it returns."""
+    def fsync(self) -> int | None:
+        """fsync(2) / fdatasync(2): :meth:`flush`, and what the file shows is on disk when it
+        returns; the branch's stamp after a save it made (None: none, or not known)."""
         self.flush()
+        return None
 
     def release_pending(self) -> bool:
         """True when :meth:`release` may block (it then runs in a worker thread)."""
@@ -380,14 +382,15 @@ class SpoolHandle(Handle):
                 return self._own_change()
         return None
 
-    def fsync(self) -> None:
+    def fsync(self) -> int | None:
         with self._saving():
             try:
                 staged = self.sf.flush(durable=True)
             except NotFound:  # the object it was saved with is gone from the store
                 raise FsError(errno.EIO, "object missing") from None
             if staged is not None:
-                self._own_change()
+                return self._own_change()
+        return None
 
     def release_pending(self) -> bool:
         # the last handle's release saves the file if a flush failed (upload, staging) and

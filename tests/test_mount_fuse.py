@@ -291,6 +291,37 @@ def test_daemonized_mount_and_umount(world, tmp_path):
     assert u.returncode == 1 and "not mounted" in u.stderr
 
 
+def test_mount_and_umount_find_a_mount_point_named_through_symbolic_links(world, tmp_path):
+    """A mount point named through a link -- a linked parent directory, or a link to the mount
+    point itself -- is the path the kernel lists: the mount says that path, its busy check and
+    umount find it (umount through a link used to answer "not mounted" and leave it mounted)."""
+    real = tmp_path / "real"
+    (real / "mnt").mkdir(parents=True)
+    via = tmp_path / "via"
+    via.symlink_to(real)  # a linked parent
+    link = tmp_path / "link"
+    link.symlink_to(real / "mnt")  # a link to the mount point
+    home = world["home"]
+
+    def run(*args):
+        return subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True, timeout=60)
+
+    try:
+        for mount_as, umount_as in ((via / "mnt", link), (link, via / "mnt")):
+            r = run("mount", "lakefs://demo", str(mount_as), "--log", str(tmp_path / "d.log"))
+            assert r.returncode == 0, r.stderr
+            assert f"on {real / 'mnt'} " in r.stderr  # the path the kernel lists
+            assert is_mounted(real / "mnt") and is_mounted(link) and is_mounted(via / "mnt")
+            assert (link / "v1" / "docs" / "readme.txt").read_bytes() == DATA1["docs/readme.txt"]
+            again = run("mount", "lakefs://demo", str(umount_as))
+            assert again.returncode != 0 and "busy" in again.stderr
+            u = run("umount", str(umount_as))
+            assert u.returncode == 0, u.stderr
+            assert not is_mounted(real / "mnt")
+    finally:
+        force_unmount(real / "mnt")
+
+
 def test_mount_failures_say_why(world, tmp_path):
     home = world["home"]
 

@@ -234,7 +234,7 @@ def cmd_mount(args) -> int:
     _sources(args)
     dump = args.refs_dump is not None
     uri = None if dump else parse_uri(args.repository).repo_only()
-    mp = os.path.abspath(args.mountpoint)
+    mp = daemon.canonical_mountpoint(args.mountpoint)  # (as the kernel will list it)
     if not args.foreground:
         try:
             daemon.check_mountpoint(mp)  # the usual mistakes are reported before forking

@@ -158,9 +158,29 @@ def _unescape(field_: str) -> str:
     return "".join(out)
 
 
+def canonical_mountpoint(mountpoint: str) -> str:
+    """``mountpoint`` as the kernel lists mounts (``/proc/self/mountinfo``): absolute, with every
+    symbolic link on the way resolved (``/data/lake`` where ``/data`` links to ``/srv``). The path
+    itself is never stat'ed -- a hung daemon serving it would not answer --: its parent is
+    resolved, then its last element if that is a link (``readlink`` of a mount point answers
+    EINVAL without asking the file system mounted there)."""
+    p = os.path.abspath(mountpoint)
+    for _ in range(40):  # (as the kernel's limit on links followed)
+        parent, name = os.path.split(p)
+        p = os.path.join(os.path.realpath(parent), name)
+        if not name:
+            return p
+        try:
+            target = os.readlink(p)
+        except OSError:  # not a link (EINVAL), or not there
+            return p
+        p = os.path.normpath(os.path.join(os.path.dirname(p), target))
+    return p
+
+
 def mount_type(mountpoint: str) -> str | None:
     """The filesystem type mounted exactly at ``mountpoint`` (None: nothing is)."""
-    mp = os.path.abspath(mountpoint)
+    mp = canonical_mountpoint(mountpoint)
     found = None
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
@@ -176,7 +196,7 @@ def mount_type(mountpoint: str) -> str | None:
 
 def check_mountpoint(mountpoint: str) -> str:
     """The absolute mount point, or MountError when nothing can be mounted there."""
-    mp = os.path.abspath(mountpoint)
+    mp = canonical_mountpoint(mountpoint)
     if not os.path.exists("/dev/fuse"):
         raise MountError("no /dev/fuse: FUSE is not available here (load the fuse module; "
                          "in a container, pass --device /dev/fuse)")
@@ -324,7 +344,7 @@ def set_read_ahead(mountpoint: str, kib: int) -> bool:
     """Raise the kernel's read-ahead window of the mount (``/sys/class/bdi/<dev>/read_ahead_kb``):
     with the default 128 KiB every FUSE read is 128 KiB; with 4 MiB a sequential reader's
     requests grow to 1 MiB (FUSE's largest), 8 times fewer. Needs root; False if not done."""
-    mp = os.path.abspath(mountpoint)
+    mp = canonical_mountpoint(mountpoint)
     dev = None
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
@@ -447,7 +467,7 @@ def _alive(pid: int) -> bool:
 
 def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
     """Unmount a lakefuse mount and wait for its daemon to exit (see the module docstring)."""
-    mp = os.path.abspath(mountpoint)
+    mp = canonical_mountpoint(mountpoint)
     kind = mount_type(mp)
     if kind is None:
         raise MountError(f"{mp} is not mounted")

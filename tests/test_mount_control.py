@@ -37,6 +37,9 @@ def controls(repo):
         (b'{"message": "m", "metadata": {"k": "v"}, "allow_empty": true}',
          ctl.CommitRequest("m", {"k": "v"}, True)),
         (b'  {"message": "m"}\n', ctl.CommitRequest("m")),
+        # text that opens no JSON object (no name after the brace) is the message itself
+        (b"{WIP} fix stuff\n", ctl.CommitRequest("{WIP} fix stuff")),
+        (b"{not json", ctl.CommitRequest("{not json")),
     ],
 )
 def test_parse_commit(data, want):
@@ -47,7 +50,11 @@ def test_parse_commit(data, want):
     "data, reason",
     [
         (b"\n\n", "empty"),
-        (b"{not json", "malformed JSON"),
+        (b'{"message": x}', "malformed JSON"),
+        (b"{}", "non-empty"),
+        (b'{"message":' + b"[" * 3000 + b"]" * 3000 + b"}", "nested too deeply"),
+        (b'{"message": "bad \\udcff msg"}', "unpaired surrogate"),
+        (b'{"message": "m", "metadata": {"k": "\\ud800"}}', "unpaired surrogate"),
         (b'{"message": ""}', "non-empty"),
         (b'{"message": "m", "metadata": {"k": 1}}', "string values"),
         (b'{"message": "m", "allow_empty": "yes"}', "true or false"),
@@ -68,6 +75,9 @@ def test_parse_other_requests():
     assert ctl.parse_reset(b"*\n") == ctl.ResetRequest("all")
     assert ctl.parse_reset(b"/a/b\n") == ctl.ResetRequest("path", "a/b")
     assert ctl.parse_reset(b"a/") == ctl.ResetRequest("prefix", "a/")
+    # the path as written: spaces are part of it (a key may begin or end with one), the line's end is not
+    assert ctl.parse_reset(b" sp.txt\n") == ctl.ResetRequest("path", " sp.txt")
+    assert ctl.parse_reset(b"tr.txt \r\n") == ctl.ResetRequest("path", "tr.txt ")
     assert ctl.parse_revert(b"main~1") == ctl.RevertRequest("main~1")
     assert ctl.parse_revert(b"abc 2") == ctl.RevertRequest("abc", 2)
     assert ctl.parse_branch(b"dev main~2\n") == ctl.BranchRequest("dev", "main~2")
@@ -76,7 +86,8 @@ def test_parse_other_requests():
     for fn, data in [
         (ctl.parse_merge, b"dev sideways"), (ctl.parse_merge, b""), (ctl.parse_merge, b"a b c"),
         (ctl.parse_merge, b"a\nb"), (ctl.parse_reset, b""), (ctl.parse_reset, b"a/../b"),
-        (ctl.parse_reset, b"/"), (ctl.parse_revert, b"x 0"), (ctl.parse_revert, b"x y"),
+        (ctl.parse_reset, b"/"), (ctl.parse_reset, b"  \n"), (ctl.parse_revert, b"x 0"), (ctl.parse_revert, b"x y"),
+        (ctl.parse_revert, "x \u00b2".encode()), (ctl.parse_revert, "x \u0661".encode()),  # digits, not ASCII ones
         (ctl.parse_tag, b"v1"), (ctl.parse_branch, b"a b c"),
     ]:
         with pytest.raises(InvalidArgument):
@@ -122,7 +133,7 @@ def test_failed_requests_change_nothing_and_keep_the_reason(repo, controls):
     back = json.loads(controls.outcome("main", "commit"))
     assert not back["ok"] and back["error_type"] == "NothingToCommit" and "nothing to commit" in back["error"]
     with pytest.raises(InvalidArgument):
-        controls.execute("main", "commit", b"{bad")
+        controls.execute("main", "commit", b'{"bad')
     assert "malformed JSON" in json.loads(controls.outcome("main", "commit"))["error"]
     assert repo.get_commit("main").id == head
     controls.execute("main", "commit", b'{"message": "empty ok", "allow_empty": true}')
@@ -183,6 +194,38 @@ def test_reset_all_path_prefix(repo, controls):
     assert not repo.exists("main", "d/a") and repo.exists("main", "f")
     controls.execute("main", "reset", b"*")
     assert controls.outcome("main", "status") == b""
+
+
+def test_reset_takes_the_path_as_written_and_asks_for_the_caches_to_go(repo, controls):
+    """' sp.txt' and 'sp.txt' are two keys: resetting one leaves the other (a reset that dropped
+    the spaces discarded another file's uncommitted content). A request that changed the
+    branch's files (reset, merge, revert) calls after_change before it is answered; a commit does not."""
+    called = []
+    controls.after_change = lambda: called.append(True)
+    repo.upload("main", "sp.txt", b"one")
+    repo.upload("main", " sp.txt", b"two")
+    assert controls.execute("main", "reset", b" sp.txt\n")["reset"] == " sp.txt"
+    assert repo.read("main", "sp.txt") == b"one" and not repo.exists("main", " sp.txt")
+    assert called == [True]
+    controls.execute("main", "commit", b"keep sp.txt\n")
+    assert called == [True]
+
+
+def test_an_unexpected_error_is_kept_for_the_read_back(repo, controls, monkeypatch):
+    """A defect (not a GravelerError: the mount answers EIO) is recorded too: the read-back
+    never shows the previous request's outcome as if it were this one's."""
+    repo.upload("main", "a", b"1")
+    controls.execute("main", "commit", b"first\n")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(repo, "commit", broken)
+    repo.upload("main", "b", b"1")
+    with pytest.raises(RuntimeError):
+        controls.execute("main", "commit", b"second\n")
+    back = json.loads(controls.outcome("main", "commit"))
+    assert not back["ok"] and back["error_type"] == "RuntimeError" and "broken on purpose" in back["error"]
 
 
 def test_revert(repo, controls):

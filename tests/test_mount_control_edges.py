@@ -263,3 +263,46 @@ def test_an_empty_request_is_einval(mnt):
     time.sleep(0.2)  # any release that could still record something has arrived
     back = outcome(b, "commit")
     assert back["ok"] and back["commit"]["message"] == "a message" and head_of(b) != head
+
+
+def test_appended_requests_and_several_on_one_descriptor_run_as_written(mnt):
+    """``echo msg >> commit`` (O_APPEND: the write lands at the outcome's size) and a second
+    request written through the same descriptor (after the first one's bytes): a request is
+    what its writes hold from where the first of them landed. Both used to be padded with
+    NULs and refused as "request contains NUL"."""
+    b = branch(mnt, "app")
+    (b / "x.txt").write_text("x")
+    r = subprocess.run(["bash", "-c", f"echo 'appended' >> {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    back = outcome(b, "commit")
+    assert back["ok"] and back["commit"]["message"] == "appended", back
+    (b / "y.txt").write_text("y")
+    fd = os.open(b / ".lakefuse" / "commit", os.O_WRONLY)
+    try:
+        assert os.write(fd, b"first\n") == 6  # runs at its newline
+        assert outcome(b, "commit")["commit"]["message"] == "first"
+        with pytest.raises(OSError) as ei:  # the second request: nothing left to commit
+            os.write(fd, b"second\n")
+        assert ei.value.errno == errno.EBUSY
+        assert outcome(b, "commit")["error_type"] == "NothingToCommit"
+    finally:
+        os.close(fd)
+    with open(b / ".lakefuse" / "reset", "a") as f:  # Python's append mode, a request without a newline
+        f.write("x.txt")
+    assert outcome(b, "reset")["ok"]
+
+
+def test_a_reset_made_through_the_mount_shows_at_once(mnt):
+    """The kernel keeps a branch tree's attributes for --branch-timeout; a reset, merge or
+    revert made through this mount drops them before it is answered (the stamp watch's
+    round, asked for and waited on), so the next stat sees the branch as the request left it."""
+    b = branch(mnt, "rsa")
+    (b / "in" / "a.txt").write_text("modified and staged, longer\n")
+    (b / "new.txt").write_text("n")
+    assert (b / "in" / "a.txt").stat().st_size == 28 and (b / "new.txt").stat().st_size == 1  # (now cached)
+    (b / ".lakefuse" / "reset").write_text("in/a.txt\n")
+    assert (b / "in" / "a.txt").stat().st_size == len("committed a\n")
+    assert (b / "in" / "a.txt").read_text() == "committed a\n"
+    (b / ".lakefuse" / "reset").write_text("new.txt\n")
+    with pytest.raises(FileNotFoundError):
+        os.stat(b / "new.txt")

@@ -223,7 +223,7 @@ def test_control_files_through_the_mount(mnt, home):
     back = json.loads((b / ".lakefuse" / "commit").read_text())
     assert not back["ok"] and back["error_type"] == "NothingToCommit"
     with pytest.raises(OSError) as ei:
-        (b / ".lakefuse" / "commit").write_text("{broken json\n")
+        (b / ".lakefuse" / "commit").write_text('{"broken json\n')
     assert ei.value.errno == errno.EINVAL
     assert "malformed JSON" in json.loads((b / ".lakefuse" / "commit").read_text())["error"]
     (b / ".lakefuse" / "commit").write_text(json.dumps({"message": "empty ok", "metadata": {"k": "v"},

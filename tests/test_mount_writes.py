@@ -556,7 +556,7 @@ def test_commit_control_file(fs, repo, kv_backend):
         control(fs, "main", "commit", b"nothing\n")
     assert json.loads(read_control(fs, "main", "commit"))["error_type"] == "NothingToCommit"
     with pytest.raises(InvalidArgument):
-        control(fs, "main", "commit", b"{broken")
+        control(fs, "main", "commit", b'{"broken')
     # the commit is readable by its ID
     assert read_path(fs, f"{head}/c.txt") == b"c"
 

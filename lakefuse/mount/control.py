@@ -9,11 +9,12 @@ In every branch tree (``<branch>/.lakefuse/``):
 
 =========  =====================================================================
 ``commit``  plain text (the message; trailing newlines dropped) or a JSON object
-            ``{"message": str, "metadata": {str: str}, "allow_empty": bool}``
+            ``{"message": str, "metadata": {str: str}, "allow_empty": bool}`` (JSON when
+            the text opens an object with a name, ``{"``, or is ``{}``)
 ``merge``   ``SOURCE_REF [dest-wins|source-wins]``: merge into this branch;
             a conflict fails and the read-back lists the conflicting paths
 ``reset``   ``*`` (everything), ``PATH`` (a file; or a directory: everything
-            under it), ``PREFIX/`` (every path under it): discard staged changes;
+            under it; as written, spaces included), ``PREFIX/`` (every path under it): discard staged changes;
             one that names nothing (staged or in the head commit) is NotFound
 ``revert``  ``REF [PARENT_NUMBER]``: revert that commit on this branch
 ``status``  read-only: uncommitted changes, ``A|M|D path`` per line
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -57,6 +59,9 @@ MAX_REQUEST_BYTES = 1 << 20
 RUN_AT_NEWLINE_BELOW = 128 * 1024
 _STRATEGIES = {"dest-wins": MergeStrategy.DEST_WINS, "source-wins": MergeStrategy.SOURCE_WINS}
 _STATUS_LETTER = {DiffType.ADDED: "A", DiffType.CHANGED: "M", DiffType.REMOVED: "D"}
+# A commit request is JSON when it opens an object with a name or closes it at once (``{"message":
+# ...}``, ``{}``); other text, ``{WIP} fix`` included, is the message itself.
+_JSON_REQUEST = re.compile(r'\s*\{\s*["}]')
 
 
 # ---------------------------------------------------------------- requests (parsing only)
@@ -121,13 +126,26 @@ def _words(data: bytes, what: str, usage: str, lo: int, hi: int) -> list[str]:
     return words
 
 
+def _encodable(s: str, what: str) -> str:
+    """``s`` if it can be stored (UTF-8): JSON's ``\\udcff`` escapes make unpaired surrogates."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"commit: {what} holds an unpaired surrogate (\\ud800-\\udfff), "
+                              "which is not text") from None
+    return s
+
+
 def parse_commit(data: bytes) -> CommitRequest:
     text = _text(data, "commit")
-    if text.lstrip().startswith("{"):
+    if _JSON_REQUEST.match(text):
         try:
             obj = json.loads(text)
+        except RecursionError:
+            raise InvalidArgument("commit: JSON nested too deeply") from None
         except ValueError as e:
-            raise InvalidArgument(f"commit: malformed JSON ({e})") from None
+            raise InvalidArgument(f"commit: malformed JSON ({e}); a message that starts with '{{\"' "
+                                  "goes as JSON: {\"message\": ...}") from None
         if not isinstance(obj, dict):
             raise InvalidArgument("commit: JSON request must be an object")
         unknown = set(obj) - {"message", "metadata", "allow_empty"}
@@ -144,7 +162,10 @@ def parse_commit(data: bytes) -> CommitRequest:
         allow_empty = obj.get("allow_empty", False)
         if not isinstance(allow_empty, bool):
             raise InvalidArgument("commit: 'allow_empty' must be true or false")
-        return CommitRequest(message, dict(md), allow_empty)
+        for k, v in md.items():
+            _encodable(k, "a metadata key")
+            _encodable(v, f"metadata value {k!r}")
+        return CommitRequest(_encodable(message, "the message"), dict(md), allow_empty)
     message = text.rstrip("\r\n")
     if not message.strip():
         raise InvalidArgument("commit: the commit message is empty")
@@ -162,8 +183,9 @@ def parse_merge(data: bytes) -> MergeRequest:
 
 
 def parse_reset(data: bytes) -> ResetRequest:
-    text = _text(data, "reset").strip()
-    if not text:
+    # the path as written, spaces included (a key may begin or end with one): only the line's end goes
+    text = _text(data, "reset").removesuffix("\n").removesuffix("\r")
+    if not text.strip():
         raise InvalidArgument("reset: expected '*', a path or a prefix ending in '/'")
     if "\n" in text:
         raise InvalidArgument("reset: one path per write")
@@ -182,7 +204,7 @@ def parse_revert(data: bytes) -> RevertRequest:
     words = _words(data, "revert", "REF [PARENT_NUMBER]", 1, 2)
     parent = 0
     if len(words) == 2:
-        if not words[1].isdigit() or int(words[1]) < 1:
+        if not (words[1].isascii() and words[1].isdigit()) or int(words[1]) < 1:
             raise InvalidArgument(f"revert: parent number must be a positive integer, not {words[1]!r}")
         parent = int(words[1])
     return RevertRequest(words[0], parent)
@@ -262,6 +284,9 @@ class Controls:
         # before_request(): called before every request and status read (the mount stages the
         # files it created and has not saved yet: what the branch shows must hold them)
         self.before_request = None
+        # after_change(): called after a request changed a branch's files (reset, merge, revert):
+        # the mount drops the kernel's caches of them before the request is answered
+        self.after_change = None
 
     def outcome(self, branch: str | None, name: str) -> bytes:
         """What reading ``name`` returns: the last outcome, or ``{}`` before any request."""
@@ -304,8 +329,14 @@ class Controls:
             where = f"branch {branch}" if branch else "the mount root"
             log.warning("%s: %s request on %s failed: %s", self.repo.name, name, where, e)
             raise
+        except Exception as e:  # a defect (answered EIO): the read-back says so, not the last outcome
+            self._record(branch, name, {"ok": False, "operation": name, "error": f"unexpected error: {e}",
+                                        "error_type": type(e).__name__, "at": _now()})
+            raise
         obj = {"ok": True, "operation": name, "at": _now(), **result}
         self._record(branch, name, obj)
+        if name in ("reset", "merge", "revert") and self.after_change is not None:
+            self.after_change()
         return obj
 
     def _run(self, branch: str | None, name: str, data: bytes, uid: int | None) -> dict:

@@ -302,6 +302,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     from lakefuse.mount.watch import StampWatch
 
     watch = StampWatch(fs, lambda ino: pyfuse3.invalidate_inode(ino, False)).start()
+    fs.controls.after_change = watch.poke  # a reset, merge or revert: the kernel's caches go first
     try:
         tune_gc()
         trio.run(_main, mp, config.read_ahead_kb)

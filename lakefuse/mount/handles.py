@@ -439,7 +439,7 @@ class ControlHandle(Handle):
     (it records nothing: bash closes its first descriptor before the command writes),
     and the last close (release) records the failure for the read-back."""
 
-    __slots__ = ("controls", "branch", "name", "buf", "writable", "content", "failed", "written", "uid")
+    __slots__ = ("controls", "branch", "name", "buf", "start", "writable", "content", "failed", "written", "uid")
 
     def __init__(self, node, controls, branch: str | None, name: str, writable: bool, content: bytes,
                  uid: int | None = None):
@@ -449,6 +449,9 @@ class ControlHandle(Handle):
         self.branch = branch
         self.name = name
         self.buf = bytearray()
+        # the file offset where the request being written begins: its first write's (O_APPEND
+        # writes at the outcome's size; a second request of the descriptor after the first's bytes)
+        self.start = 0
         self.writable = writable
         self.content = content
         self.failed: FsError | None = None  # a write of the request being written failed: it never runs
@@ -466,12 +469,17 @@ class ControlHandle(Handle):
         self.written = True
         if self.failed is not None:
             raise FsError(self.failed.errno, str(self.failed))
-        if offset + len(data) > control.MAX_REQUEST_BYTES:
+        if not self.buf:
+            self.start = offset
+        pos = offset - self.start
+        if pos < 0:
+            raise FsError(errno.EINVAL, f"{self.name}: a write before the start of the request being written")
+        if pos + len(data) > control.MAX_REQUEST_BYTES:
             self._fail(FsError(errno.EFBIG, f"control requests are at most {control.MAX_REQUEST_BYTES} bytes: "
-                                            f"a write reached byte {offset + len(data)}, the request was not run"))
-        if offset > len(self.buf):
-            self.buf.extend(b"\0" * (offset - len(self.buf)))
-        self.buf[offset:offset + len(data)] = data
+                                            f"a write reached byte {pos + len(data)}, the request was not run"))
+        if pos > len(self.buf):  # (a gap: the request then holds NULs, and is refused)
+            self.buf.extend(b"\0" * (pos - len(self.buf)))
+        self.buf[pos:pos + len(data)] = data
         if data.endswith(b"\n") and len(data) < control.RUN_AT_NEWLINE_BELOW:
             # A write that ends a line ends the request: run it now, so the write itself
             # fails when the request does (bash ignores errors of close, not of write).

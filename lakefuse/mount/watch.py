@@ -19,7 +19,10 @@ re-subscribing, and costs a few point reads a second; a NOTIFY would still need 
 a fallback after a lost connection.
 
 The invalidations are called from this thread, never from a request handler (the kernel may
-wait on the daemon to finish a request on the same directory while it invalidates).
+wait on the daemon to finish a request on the same directory while it invalidates). A control
+request of this mount that changed a branch's files (reset, merge, revert) asks for a round at
+once and waits for it (:meth:`StampWatch.poke`, at most :data:`POKE_WAIT_S`), so what the
+kernel shows right after the request is the branch as it left it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from lakefuse.mount.inodes import Kind
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 0.25
+POKE_WAIT_S = 0.5  # the longest a control request waits for the round it asked for (never a deadlock)
 
 
 class StampWatch:
@@ -48,6 +52,9 @@ class StampWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.dropped = 0  # trees whose caches were dropped
+        self._cv = threading.Condition()
+        self._asked = 0  # rounds asked for by poke(), and the last of them a round has answered
+        self._answered = 0
 
     def poll_once(self) -> int:
         """One round: how many inodes' kernel caches were dropped."""
@@ -88,13 +95,36 @@ class StampWatch:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while True:
+            with self._cv:
+                if self._asked == self._answered:
+                    self._cv.wait(self.interval)
+                asked = self._asked
+            if self._stop.is_set():
+                return
             try:
                 self.poll_once()
             except Exception:  # noqa: BLE001 -- the watch must outlive one bad round; requests still re-check
                 log.exception("stamp watch: one round failed")
+            with self._cv:
+                self._answered = asked
+                self._cv.notify_all()
+
+    def poke(self, timeout: float = POKE_WAIT_S) -> bool:
+        """Run a round now (in the watch's thread) and wait for it, at most ``timeout`` seconds:
+        True once a round that began after this call has ended."""
+        with self._cv:
+            self._asked += 1
+            ticket = self._asked
+            self._cv.notify_all()
+            if self._thread is None:
+                return False
+            return self._cv.wait_for(lambda: self._answered >= ticket or self._stop.is_set(), timeout) \
+                and self._answered >= ticket
 
     def stop(self) -> None:
         self._stop.set()
+        with self._cv:
+            self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(5)

@@ -78,6 +78,7 @@ on ranged reads.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import itertools
 import os
@@ -228,6 +229,77 @@ def md5_file(path: str) -> tuple[str, int]:
             h.update(chunk)
             size += len(chunk)
     return h.hexdigest(), size
+
+
+# A file whose MD5 nobody computed while writing it (written out of order, truncated, sparse)
+# is hashed when it is stored: from COMPOSITE_MIN bytes on, its etag is S3's multipart form
+# instead of its MD5 -- the MD5 of its parts' MD5s, then "-<parts>" -- over parts of
+# composite_part(size) bytes. Parts are hashed by several threads at once (hashlib lets go of
+# the GIL), and a part the file holds no data in (a hole: SEEK_DATA) is not read at all: its MD5
+# is that of as many zeros, made once per length. ``truncate -s 1T`` then costs a close of
+# milliseconds, not half an hour of MD5 over zeros (which no shortcut can skip: MD5 is sequential).
+COMPOSITE_MIN = 1 << 30
+_COMPOSITE_PART = 64 << 20
+_COMPOSITE_MAX_PARTS = 10_000  # S3's limit: the part doubles until the file fits in as many
+_HASH_THREADS = 4
+_zero_digests: dict[int, bytes] = {}
+_zero_lock = threading.Lock()
+
+
+def composite_part(size: int) -> int:
+    part = _COMPOSITE_PART
+    while (size + part - 1) // part > _COMPOSITE_MAX_PARTS:
+        part *= 2
+    return part
+
+
+def _zeros_digest(n: int) -> bytes:
+    with _zero_lock:
+        d = _zero_digests.get(n)
+    if d is None:
+        h, zeros, left = hashlib.md5(usedforsecurity=False), bytes(min(n, _CHUNK)), n
+        while left:
+            h.update(zeros if left >= len(zeros) else zeros[:left])
+            left -= min(left, len(zeros))
+        d = h.digest()
+        with _zero_lock:
+            _zero_digests[n] = d
+    return d
+
+
+def _range_digest(fd: int, start: int, end: int) -> bytes:
+    """The MD5 of bytes [start, end) of ``fd``'s file (no reads where it has no data)."""
+    try:
+        data_at = os.lseek(fd, start, os.SEEK_DATA)
+    except OSError as e:  # ENXIO: no data from ``start`` on; any other: read it
+        data_at = end if e.errno == errno.ENXIO else start
+    if data_at >= end:
+        return _zeros_digest(end - start)
+    h, off = hashlib.md5(usedforsecurity=False), start
+    while off < end:
+        chunk = os.pread(fd, min(_CHUNK, end - off), off)
+        if not chunk:
+            raise OSError(errno.EIO, f"the file ended at byte {off} of {end} while it was hashed")
+        h.update(chunk)
+        off += len(chunk)
+    return h.digest()
+
+
+def file_etag(fd: int, size: int, like: str | None = None) -> str:
+    """The etag of the ``size`` bytes of the file open at ``fd`` (read with ``pread``: its
+    offset does not matter): its hex MD5, or from :data:`COMPOSITE_MIN` bytes on the composite
+    form above. ``like``: an etag to compare with -- the result takes its form (an MD5, or a
+    composite), whatever the size."""
+    composite = not is_md5_etag(like) if like else size >= COMPOSITE_MIN
+    if not composite:
+        return _range_digest(fd, 0, size).hex()
+    part = composite_part(size)
+    bounds = [(i, min(size, i + part)) for i in range(0, size, part)] or [(0, 0)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(_HASH_THREADS, len(bounds)), "graveler-etag") as pool:
+        digests = list(pool.map(lambda b: _range_digest(fd, *b), bounds))
+    return f"{hashlib.md5(b''.join(digests), usedforsecurity=False).hexdigest()}-{len(bounds)}"
 
 
 def spool(fileobj: BinaryIO, spool_dir: str | None = None) -> tuple[str, str, int]:

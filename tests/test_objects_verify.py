@@ -103,3 +103,60 @@ def test_local_object_replaced_by_a_symlink(tmp_path):
     os.symlink(other, os.path.join(store.root, "o"))
     with pytest.raises(CorruptedData):
         read_verified(store, "o", len(DATA), md5(DATA))
+
+
+def test_file_etag_is_the_md5_of_a_small_file_and_the_composite_of_a_large_ones_parts(tmp_path, monkeypatch):
+    """A file nobody hashed while writing it: below COMPOSITE_MIN its etag is its MD5; from
+    there on S3's multipart form over composite_part(size) parts, holes hashed as the zeros
+    they read as (a sparse file and the same bytes written out have one etag), and any byte
+    changed changes it. ``like`` chooses the form to compare with, whatever the size."""
+    import graveler.objects as o
+
+    monkeypatch.setattr(o, "COMPOSITE_MIN", 1 << 20)
+    monkeypatch.setattr(o, "_COMPOSITE_PART", 256 << 10)
+    size = 1_500_000  # six parts: holes at both ends and between, data crossing part boundaries
+    sparse = os.open(tmp_path / "sparse", os.O_RDWR | os.O_CREAT)
+    os.ftruncate(sparse, size)
+    payload = os.urandom(400_000)
+    os.pwrite(sparse, payload, 300_000)
+    os.pwrite(sparse, b"tail", 1_200_000)
+    content = os.pread(sparse, size + 1, 0)
+    assert len(content) == size
+    part = o.composite_part(size)
+    assert part == 256 << 10
+    want = hashlib.md5(b"".join(hashlib.md5(content[i:i + part]).digest() for i in range(0, size, part)))
+    assert o.file_etag(sparse, size) == f"{want.hexdigest()}-6"
+    written = os.open(tmp_path / "written", os.O_RDWR | os.O_CREAT)
+    os.pwrite(written, content, 0)  # the same bytes, no holes
+    assert o.file_etag(written, size) == o.file_etag(sparse, size)
+    os.pwrite(written, b"\1", 5)  # one byte in a part that was a hole
+    assert o.file_etag(written, size) != o.file_etag(sparse, size)
+    assert o.file_etag(sparse, size, like=md5(b"x")) == md5(content)  # an MD5 to compare with: an MD5
+    small = content[:1000]
+    assert o.file_etag(sparse, 1000) == md5(small) and is_md5_etag(o.file_etag(sparse, 1000))
+    assert o.file_etag(sparse, 1000, like="0" * 32 + "-2") == hashlib.md5(hashlib.md5(small).digest()).hexdigest() + "-1"
+    assert o.file_etag(sparse, 0) == md5(b"")
+    os.close(sparse)
+    os.close(written)
+
+
+def test_file_etag_of_a_terabyte_of_holes_reads_none_of_them(tmp_path):
+    """``truncate -s 1T`` and three bytes at the end: the composite etag hashes one part's
+    zeros once and the three bytes, not a terabyte (half an hour of MD5 on these machines)."""
+    import time
+
+    import graveler.objects as o
+
+    fd = os.open(tmp_path / "huge", os.O_RDWR | os.O_CREAT)
+    try:
+        os.pwrite(fd, b"END", 1 << 40)
+        size = (1 << 40) + 3
+        part = o.composite_part(size)
+        assert part == 128 << 20 and size // part == 8192
+        zeros = hashlib.md5(bytes(part)).digest()
+        want = hashlib.md5(zeros * 8192 + hashlib.md5(b"END").digest()).hexdigest() + "-8193"
+        t = time.monotonic()
+        assert o.file_etag(fd, size) == want
+        assert time.monotonic() - t < 20
+    finally:
+        os.close(fd)

@@ -23,7 +23,6 @@ Staged and kept files are listed in ``recovered/<stamp>/REPORT.json`` and the lo
 
 from __future__ import annotations
 
-import hashlib
 import fcntl
 import json
 import logging
@@ -35,7 +34,7 @@ from pathlib import Path
 
 from graveler.errors import GravelerError, NotFound
 from graveler.model import Entry
-from graveler.objects import PosixAttrs, user_metadata
+from graveler.objects import PosixAttrs, file_etag, user_metadata
 from lakefuse.mount import sidecar
 
 log = logging.getLogger("lakefuse.mount.spool")
@@ -120,13 +119,11 @@ class RecoveryReport:
                         "(see REPORT.json)", len(self.kept), out_dir)
 
 
-def _md5_fd(fd: int) -> tuple[str, int]:
-    h = hashlib.md5(usedforsecurity=False)
-    off = 0
-    while chunk := os.pread(fd, 1 << 20, off):
-        h.update(chunk)
-        off += len(chunk)
-    return h.hexdigest(), off
+def _entry_etag(repo, branch: str, key: str) -> str | None:
+    try:
+        return repo.get(branch, key).etag
+    except (NotFound, GravelerError):
+        return None
 
 
 def recover_spool(spool) -> RecoveryReport:
@@ -211,17 +208,20 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
     for data in sorted(inst.glob("*.data")):
         meta = sidecar.read(data, journal)
         branch, key = meta.get("branch"), meta.get("key")
-        fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            etag, size = _md5_fd(fd)
-        finally:
-            os.close(fd)
+        size = data.stat().st_size
         if not meta and size == 0:
             os.unlink(data)  # made, its record not set yet, when the daemon died: nothing was written to it
             continue
         if branch and meta.get("key", "") is None:
             os.unlink(data)  # unlinked while open: nothing to save
             continue
+        # its etag in the form of the save it may repeat (an MD5, or a large file's composite)
+        like = meta.get("saved_etag") or (_entry_etag(repo, branch, key) if branch and key else None)
+        fd = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            etag = file_etag(fd, size, like)
+        finally:
+            os.close(fd)
         acked = meta.get("saved_etag") == etag and meta.get("saved_size") == size
         if branch and key and (acked or _already_saved(repo, branch, key, etag, size)):
             os.unlink(data)
@@ -230,7 +230,7 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
             continue
         reason = "no branch or path recorded for it"
         if branch and key and meta.get("expect_known"):
-            reason = _stage_leftover(repo, branch, key, meta, data)
+            reason = _stage_leftover(repo, branch, key, meta, data, etag)
             if reason is None:
                 os.unlink(data)
                 report.files.append(Recovered(branch, key, size, "staged"))
@@ -250,7 +250,7 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
                     key, branch, size, dest, reason)
 
 
-def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path) -> str | None:
+def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path, etag: str) -> str | None:
     """Stage a killed daemon's leftover at its key -- what ext4 shows after a process
     kill: the file holds what was written to it -- if the branch still shows there what
     that file last knew (the sidecar's ``expect``; compare-and-set with
@@ -277,7 +277,7 @@ def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path) -> str 
     try:
         mtime = data.stat().st_mtime_ns
         # handed over: a local store links the file into place (nothing copied); it is unlinked here after
-        entry = repo.put_object(str(data), content_type=content_type, metadata=md, adopt=True)
+        entry = repo.put_object(str(data), content_type=content_type, metadata=md, adopt=True, etag=etag)
         entry = Entry(entry.address, entry.size, entry.etag, mtime, entry.metadata,
                       entry.address_type, entry.content_type)
         if not repo.stage_if(branch, key, entry, expect):

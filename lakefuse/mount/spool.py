@@ -75,7 +75,7 @@ from pathlib import Path
 
 from graveler.errors import Conflict, GravelerError, InvalidArgument
 from graveler.model import Entry
-from graveler.objects import PosixAttrs, user_metadata
+from graveler.objects import COMPOSITE_MIN, PosixAttrs, file_etag, user_metadata
 from lakefuse.mount import falloc, sidecar
 from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
@@ -507,8 +507,11 @@ class SpoolFile:
             return Entry(b.address, b.size, b.etag, self.ctime_ns, md, b.address_type, b.content_type)
         # last_modified (the ctime; the mtime too unless set) is the file's last change, not this
         # save's time: a close moves neither, as on ext4 (not fsynced here: an fsync syncs it later)
+        etag = self._etag()
+        if etag is None and self.size >= COMPOSITE_MIN:  # not hashed while written: its parts, holes unread
+            etag = file_etag(self._fd, self.size)
         entry = repo.put_object(f"{self.spool.dir_name}/{self.sid}.data", content_type=self.content_type, metadata=md,
-                                adopt=True, etag=self._etag(), durable=False, fd=self._fd,
+                                adopt=True, etag=etag, durable=False, fd=self._fd,
                                 last_modified_ns=self.ctime_ns)
         self.spool.stats["uploaded_bytes"] += entry.size
         self.spool.stats["uploads"] += 1

@@ -433,6 +433,23 @@ def test_rename_file_and_directory_without_copying(fs, repo, kv_backend):
     assert read_path(fs, "main/renamed/sub/x") == b"x"
 
 
+def test_a_directory_rename_takes_the_object_its_name_hides_along(fs, repo):
+    """Keys ``obj`` and ``obj/child``: the directory wins and the object is hidden. After
+    ``mv obj objm`` the old name is gone (POSIX): the hidden object moves with its directory
+    (hidden at ``objm`` in turn), rather than showing up at ``obj`` as a file."""
+    repo.upload("main", "obj", b"hid")
+    repo.upload("main", "obj/child", b"c")
+    main = ino_of(fs, "main")
+    assert stat.S_ISDIR(fs.lookup(main, b"obj").mode)
+    fs.rename(main, b"obj", main, b"objm", 0)
+    assert fs_errno(fs.lookup, main, b"obj") == errno.ENOENT
+    assert stat.S_ISDIR(fs.lookup(main, b"objm").mode) and read_path(fs, "main/objm/child") == b"c"
+    assert not repo.exists("main", "obj") and repo.read("main", "objm") == b"hid"
+    fs.mkdir(main, b"plain", stat.S_IFDIR | 0o755, ME)  # (a directory hiding nothing moves as before)
+    fs.rename(main, b"plain", main, b"plain2", 0)
+    assert not repo.exists("main", "plain2") and fs_errno(fs.lookup, main, b"plain") == errno.ENOENT
+
+
 @PERSISTENT_KVS
 def test_rename_rules(fs, repo, kv_backend):
     main = ino_of(fs, "main")

@@ -533,6 +533,10 @@ class BranchWrites:
             pre += self._touch_parent(tree, op.path, now, frozenset({src + b"/"}))
             if np_.path != op.path:
                 pre += self._touch_parent(tree, np_.path, now)
+            try:  # an object at the directory's own name, hidden by it, goes with it (hidden there too)
+                pre += [(dst, self.repo.get_value(branch, src)), (src, None)]
+            except NotFound:
+                pass
             if pre:
                 self._stage(tree, pre)
             rename_prefix(self.repo, branch, src, dst, batch=DIR_RENAME_BATCH)

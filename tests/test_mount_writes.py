@@ -436,7 +436,8 @@ def test_rename_file_and_directory_without_copying(fs, repo, kv_backend):
 def test_a_directory_rename_takes_the_object_its_name_hides_along(fs, repo):
     """Keys ``obj`` and ``obj/child``: the directory wins and the object is hidden. After
     ``mv obj objm`` the old name is gone (POSIX): the hidden object moves with its directory
-    (hidden at ``objm`` in turn), rather than showing up at ``obj`` as a file."""
+    (hidden at ``objm`` in turn), rather than showing up at ``obj`` as a file. An rmdir of
+    such a directory, emptied, is ENOTEMPTY: its name would otherwise show the object."""
     repo.upload("main", "obj", b"hid")
     repo.upload("main", "obj/child", b"c")
     main = ino_of(fs, "main")
@@ -448,6 +449,12 @@ def test_a_directory_rename_takes_the_object_its_name_hides_along(fs, repo):
     fs.mkdir(main, b"plain", stat.S_IFDIR | 0o755, ME)  # (a directory hiding nothing moves as before)
     fs.rename(main, b"plain", main, b"plain2", 0)
     assert not repo.exists("main", "plain2") and fs_errno(fs.lookup, main, b"plain") == errno.ENOENT
+    # emptied, the directory is not removed: its name would show the object (rm -r says "not empty")
+    objm = ino_of(fs, "main/objm")
+    fs.unlink(objm, b"child")
+    assert fs_errno(fs.rmdir, main, b"objm") == errno.ENOTEMPTY
+    assert stat.S_ISDIR(fs.lookup(main, b"objm").mode) and repo.read("main", "objm") == b"hid"
+    fs.rmdir(main, b"plain2")  # (one hiding nothing goes)
 
 
 @PERSISTENT_KVS

@@ -431,6 +431,9 @@ class BranchWrites:
             page = tree.view.list_page(marker, b"", 2)
             if any(it.path != marker for it in page):
                 raise FsError(errno.ENOTEMPTY)
+            if st.value is not None:  # gone, the directory would show the object it hides at its name
+                raise FsError(errno.ENOTEMPTY, f"{path.decode('utf-8', 'replace')!r} hides an object of its own "
+                                               "name: remove it with the CLI, or rename the directory (it goes along)")
             self._stage(tree, [(marker, None)] + self._touch_parent(tree, parent.path, time.time_ns(),
                                                                     frozenset({marker})))
             self.fs.subdirs_changed(tree, parent.path)

@@ -322,6 +322,27 @@ def test_mount_and_umount_find_a_mount_point_named_through_symbolic_links(world,
         force_unmount(real / "mnt")
 
 
+def test_a_daemonized_mount_passes_its_store_timeouts_on(world, tmp_path):
+    """``--timeout`` and ``--max-attempts`` bound an S3 read through the mount (timeout x
+    attempts): the background daemon must get them, given before or after ``mount`` (it ran
+    with the defaults, 8 s x 3, whatever was asked)."""
+    for i, (before, after) in enumerate(((["--timeout", "3", "--max-attempts", "2"], []),
+                                         ([], ["--timeout", "3", "--max-attempts", "2"]))):
+        mp = tmp_path / f"mnt{i}"
+        mp.mkdir()
+        r = subprocess.run([*lakefuse_cmd(world["home"]), *before, "mount", "lakefs://demo", str(mp),
+                            *after, "--log", str(tmp_path / f"d{i}.log")], capture_output=True, text=True, timeout=60)
+        try:
+            assert r.returncode == 0, r.stderr
+            pid = json.loads((mp / ".lakefuse" / "stats").read_text())["pid"]
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            i_t, i_a = argv.index(b"--timeout"), argv.index(b"--max-attempts")
+            assert float(argv[i_t + 1]) == 3.0 and argv[i_a + 1] == b"2"
+        finally:
+            subprocess.run(lakefuse_cmd(world["home"], "umount", str(mp)), capture_output=True, timeout=60)
+            force_unmount(mp)
+
+
 def test_mount_failures_say_why(world, tmp_path):
     home = world["home"]
 

@@ -255,6 +255,10 @@ def cmd_mount(args) -> int:
             argv += ["--cache-dir", os.path.abspath(args.cache_dir)]
         if args.cache_size:
             argv += ["--cache-size", str(args.cache_size)]
+        if getattr(args, "timeout", None) is not None:  # (before or after the command's name)
+            argv += ["--timeout", str(args.timeout)]
+        if getattr(args, "max_attempts", None) is not None:
+            argv += ["--max-attempts", str(args.max_attempts)]
         for o in args.options:
             argv += ["-o", o]
         try:

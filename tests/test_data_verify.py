@@ -77,6 +77,31 @@ def test_large_object_cut_in_half_is_caught_while_streaming(tmp_path, capsysbina
     assert rc == 5 and len(out) == 0 and "entry says 1048576" in err
 
 
+@pytest.mark.parametrize("whole_max", [256 << 20, 128 << 10], ids=["held-whole", "read-twice"])
+def test_fs_cat_writes_nothing_of_an_object_damaged_midway(tmp_path, capsysbinary, monkeypatch, whole_max):
+    """A byte changed in the middle of a many-chunk object: the size is right, only the MD5
+    tells, at the end. fs cat checks it before its first byte goes out (held whole, or above
+    CAT_WHOLE_MAX read twice), so the output holds nothing rather than 15 chunks of which one
+    is wrong (it used to write them, then exit 5); a healthy object comes out whole either way."""
+    from lakefuse.cli import vc_fs
+
+    monkeypatch.setattr(vc_fs, "CAT_CHUNK", 64 << 10)
+    monkeypatch.setattr(vc_fs, "CAT_WHOLE_MAX", whole_max, raising=False)
+    home = tmp_path / "home"
+    src = tmp_path / "big"
+    data = os.urandom(1 << 20)
+    src.write_bytes(data)
+    run(capsysbinary, home, "repo", "create", REPO, "--storage", f"file://{tmp_path}/ns")
+    assert run(capsysbinary, home, "fs", "upload", f"{REPO}/main/big", "-s", str(src))[0] == 0
+    assert run(capsysbinary, home, "fs", "cat", f"{REPO}/main/big") == (0, data, "")
+    physical = [p for p in (tmp_path / "ns" / "data").rglob("*") if p.is_file()][0]
+    with open(physical, "r+b") as f:
+        f.seek(700_000)
+        f.write(bytes([data[700_000] ^ 0xFF]))
+    rc, out, err = run(capsysbinary, home, "fs", "cat", f"{REPO}/main/big")
+    assert rc == 5 and out == b"" and "MD5" in err
+
+
 def test_library_reads_refuse_a_damaged_object(tmp_path):
     from graveler.config import GravelerConfig
     from graveler.home import Graveler

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from graveler.errors import InvalidArgument, NotFound
 from graveler import Repository
 from graveler.model import Entry
+from graveler.objects import is_md5_etag
 from graveler.staging import as_path
 from lakefuse.cli.vc_common import (
     add_command,
@@ -36,6 +37,7 @@ DEFAULT_CONTENT_TYPE = "application/octet-stream"
 STAGE_BATCH = 1000  # entries staged per LMDB transaction in a recursive upload
 UPLOAD_THREADS = 8
 CAT_CHUNK = 8 << 20
+CAT_WHOLE_MAX = 256 << 20  # fs cat holds an object up to this size while it checks it; a larger one is read twice
 
 UPLOAD_EPILOG = """\
 With --recursive, SOURCE is a local directory and PATH a prefix: every regular
@@ -68,7 +70,9 @@ def register(sub) -> None:
     p.add_argument("--recursive", "-r", action="store_true", help="upload a directory tree under the PATH prefix")
     p.add_argument("--content-type", metavar="T", help="content type of the object(s) (default: guessed)")
     p.add_argument("--progress", action="store_true", help="show a progress bar even if stderr is not a terminal")
-    p = add_command(g, "cat", "write an object's content to stdout", cmd_cat, json_output=False)
+    p = add_command(g, "cat", "write an object's content to stdout, checked before its first byte (an object "
+                              "over 256 MiB with an MD5 etag is read twice: to check it, then to write it)",
+                    cmd_cat, json_output=False)
     p.add_argument("path", metavar="lakefs://REPO/REF/PATH")
     p = add_command(g, "ls", "list objects and common prefixes under a prefix", cmd_ls, epilog=LS_EPILOG)
     p.add_argument("prefix", metavar="lakefs://REPO/REF/[PREFIX]")
@@ -238,7 +242,16 @@ def cmd_cat(args: argparse.Namespace) -> int:
         repo = s.repo(u)
         entry = repo.get(ref, path)
         w = sys.stdout.buffer
-        for chunk in repo.iter_entry(entry, CAT_CHUNK):  # checked: a damaged object is exit 5
+        if is_md5_etag(entry.etag):
+            # checked whole (its MD5) before its first byte goes out: a damaged object is exit 5
+            # with nothing written, never bytes a reader might take for the object
+            if entry.size <= CAT_WHOLE_MAX:
+                w.write(b"".join(repo.iter_entry(entry, CAT_CHUNK)))
+                w.flush()
+                return 0
+            for _ in repo.iter_entry(entry, CAT_CHUNK):  # a first pass: the check
+                pass
+        for chunk in repo.iter_entry(entry, CAT_CHUNK):  # (sizes checked with every chunk, the MD5 again)
             w.write(chunk)
         w.flush()
     return 0

@@ -121,6 +121,8 @@ class Graveler:
                 raise_exists = False
             if raise_exists:
                 raise AlreadyExists(f"repository {name!r} already exists")
+        if not bare:  # (a bare one receives a refs dump: lakeFS restores into a namespace in use too)
+            self._check_namespace_free(storage_namespace)
         store = self.store_factory(storage_namespace)
         store.check_namespace()  # a namespace that cannot work fails here, not at the first upload
         committed = self.committed_factory(store, self.config)
@@ -225,6 +227,18 @@ class Graveler:
         with self._lock:
             self._repos[name] = repo
         return repo
+
+    def _check_namespace_free(self, storage_namespace: str) -> None:
+        """AlreadyExists if a repository of this KV keeps its data in ``storage_namespace``, or in a
+        namespace inside it or around it (as lakeFS refuses a namespace in use): two repositories
+        sharing ``_lakefs/`` and ``data/`` would each collect the other's objects as garbage."""
+        mine = storage_namespace.rstrip("/") + "/"
+        for rec in self.list_repositories(damaged=[]):
+            theirs = rec.storage_namespace.rstrip("/") + "/"
+            if mine.startswith(theirs) or theirs.startswith(mine):
+                how = "is" if mine == theirs else "overlaps"
+                raise AlreadyExists(f"storage namespace {storage_namespace} {how} the namespace of repository "
+                                    f"{rec.name!r} ({rec.storage_namespace}): each repository needs its own")
 
     def list_repositories(self, damaged: list[tuple[str, GravelerError]] | None = None) -> list[RepositoryRecord]:
         """Every repository in the home, by name (environments not open already are

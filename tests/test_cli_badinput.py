@@ -241,3 +241,22 @@ def test_escape_sequences_are_escaped_on_a_terminal_and_exact_in_json(home, tmp_
     assert evil_name in [json.loads(line)["path"] for line in r.stdout.decode().splitlines()]
     r = run(home, "log", "lakefs://rep1/main")  # a pipe: the bytes as they are
     assert evil_msg.split("\r")[0].encode() in r.stdout
+
+
+def test_repo_create_refuses_a_namespace_in_use_and_makes_nothing_for_bad_arguments(tmp_path, capsys):
+    """A second repository over a live one's storage namespace -- the same, inside it or
+    around it -- is refused (exit 4), as lakeFS refuses a namespace in use: the two would
+    share _lakefs/ and data/, and each one's GC would sweep the other's objects. (A bare
+    repository for a refs restore may, as in lakeFS.) A bad default branch is refused before
+    anything is made (it left an empty namespace directory behind)."""
+    h = tmp_path / "home"
+    assert main(["repo", "create", "lakefs://first", "--home", str(h)]) == 0
+    ns = h / "storage" / "first"
+    for storage in (ns, ns / "sub", h / "storage"):
+        capsys.readouterr()
+        assert main(["repo", "create", "lakefs://second", "--storage", storage.as_uri(), "--home", str(h)]) == 4
+        err = capsys.readouterr().err
+        assert "namespace of repository 'first'" in err and len(err.strip().splitlines()) == 1
+    assert main(["repo", "create", "lakefs://firstly", "--home", str(h)]) == 0  # (a name that only starts alike)
+    assert main(["repo", "create", "lakefs://third", "--default-branch=-x", "--home", str(h)]) == 2
+    assert sorted(p.name for p in (h / "storage").iterdir()) == ["first", "firstly"]

@@ -8,6 +8,7 @@ import sys
 
 from graveler.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from graveler.objstore.uri import StorageURI
+from graveler.refs.names import validate_branch_name
 from graveler.refsdump import MANIFEST_KEY, parse_manifest
 from lakefuse.cli.common import exit_code
 from lakefuse.cli.vc_common import (
@@ -44,6 +45,8 @@ def register(sub) -> None:
                "  file://<home>/storage/<REPO>\n"
                "A namespace that holds a refs dump (_lakefs/refs_manifest.json) is refused:\n"
                "bring that repository back with `lakefuse refs restore` instead.\n"
+               "So is one that another repository of this KV uses, or one inside or around it\n"
+               "(each one's garbage collection would sweep the other's objects).\n"
                "On a shared KV (--kv postgresql://...) a file:// namespace is refused unless\n"
                "--allow-local-storage: other hosts would see the repository but not its data.",
     )
@@ -126,6 +129,7 @@ def _repo_json(rec) -> dict:
 
 def cmd_repo_create(args: argparse.Namespace) -> int:
     u = uri_arg(args.repository).repo_only()
+    validate_branch_name(args.default_branch)  # (before anything is made: a namespace's directory)
     with session(args) as s:
         ns = args.storage or default_storage(s.home, u.repository)
         if s.graveler.has_repository(u.repository):

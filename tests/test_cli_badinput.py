@@ -260,3 +260,23 @@ def test_repo_create_refuses_a_namespace_in_use_and_makes_nothing_for_bad_argume
     assert main(["repo", "create", "lakefs://firstly", "--home", str(h)]) == 0  # (a name that only starts alike)
     assert main(["repo", "create", "lakefs://third", "--default-branch=-x", "--home", str(h)]) == 2
     assert sorted(p.name for p in (h / "storage").iterdir()) == ["first", "firstly"]
+
+
+@pytest.mark.expect_log("a foreground mount logs why it could not start")
+def test_the_tests_in_process_kv_is_refused_by_every_command(tmp_path, capsys, monkeypatch):
+    """memory:// keeps nothing past the process: `kv copy --to memory://x` said "copied" and
+    `repo create` "created", and the next command found nothing. The CLI refuses it (exit 2)
+    wherever it comes from: --kv, $LAKEFUSE_KV, kv copy's --from/--to, mount."""
+    h = tmp_path / "home"
+    assert main(["repo", "create", "lakefs://abc", "--home", str(h)]) == 0
+    for args in (["kv", "copy", "--from", "lmdb", "--to", "memory://x", "abc"],
+                 ["kv", "copy", "--from", "memory://x", "--to", "lmdb", "abc"],
+                 ["repo", "create", "lakefs://memr", "--kv", "memory://x"],
+                 ["repo", "list", "--kv", "memory://x"],
+                 ["mount", "lakefs://abc", str(tmp_path), "--kv", "memory://x", "-f"]):
+        capsys.readouterr()
+        assert main([*args, "--home", str(h)]) == (1 if args[0] == "mount" else 2), args  # (mount's failures: 1)
+        assert "in-process KV for tests" in capsys.readouterr().err
+    monkeypatch.setenv("LAKEFUSE_KV", "memory://y")
+    assert main(["repo", "list", "--home", str(h)]) == 2
+    assert sorted(p.name for p in (h / "storage").iterdir()) == ["abc"]

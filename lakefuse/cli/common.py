@@ -41,6 +41,18 @@ KV_HELP = ("where refs and staging live: 'lmdb' (the default: under the home) or
            "the password is better in ~/.pgpass or $PGPASSWORD); default: $LAKEFUSE_KV, else lmdb")
 
 
+def check_cli_kv(config):
+    """``config`` unless its KV is ``memory://``: the tests' in-process backend keeps nothing
+    past the process, so a command on it would report success and lose everything
+    (InvalidArgument: exit 2)."""
+    from graveler.errors import InvalidArgument
+
+    if config.kv.url.startswith("memory://"):
+        raise InvalidArgument(f"{config.kv.url} is an in-process KV for tests: nothing of it outlives this "
+                              "command. Use 'lmdb' or 'postgresql://...'")
+    return config
+
+
 def add_kv_option(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
     """``--kv URL`` (on the main parser and on every command that opens a home)."""
     p.add_argument("--kv", metavar="URL", default=default, help=KV_HELP)

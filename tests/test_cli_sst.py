@@ -37,6 +37,8 @@ def test_sst_dump_text_of_metarange_and_rocksdb_table():
     assert r.returncode == 0 and "a83af763" in r.stdout and "type: metaranges" in r.stdout
     r = run("sst", "dump", "--limit", "2", str(ROCKS / "h.sst"))
     assert r.returncode == 0 and '"value": "97"' in r.stdout
+    r = run("sst", "dump", "--limit", "-1", str(ROCKS / "h.sst"))  # (it printed no record and exited 0)
+    assert r.returncode == 2 and "must be >= 0, not -1" in r.stderr and r.stdout == ""
 
 
 def test_damaged_and_missing_files_fail_cleanly(tmp_path):

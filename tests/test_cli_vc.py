@@ -109,6 +109,9 @@ def test_user_story(cli, tmp_path):
     c1 = cli.json("commit", f"{REPO}/main", "-m", "add dataset", "--meta", "source=test", "--meta", "k=v=w")
     assert c1["metadata"] == {"source": "test", "k": "v=w"} and c1["changes"]["added"] == len(files)
     assert cli("diff", f"{REPO}/main") == ""
+    # uncommitted changes are a branch's: one commit or tag alone is bad input, said so (exit 2)
+    err = cli.fails(2, "diff", f"{REPO}/main~0")
+    assert "is a commit, not a branch" in err and "give two refs to compare" in err
 
     # a branch: change one file, delete one, add one
     cli("branch", "create", f"{REPO}/feature", "--source", "main")

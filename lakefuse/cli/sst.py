@@ -14,6 +14,16 @@ from graveler.model import Entry, RangeInfo, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
 from lakefuse.cli.common import terminal_text
 
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {n}")
+    return n
+
+
 def register(sub) -> None:
     p = sub.add_parser("sst", help="inspect SSTable (range / metarange) files",
                        description="Inspect SSTable files: lakeFS ranges and metaranges, or any RocksDB table.")
@@ -22,7 +32,7 @@ def register(sub) -> None:
     d = s.add_parser("dump", help="print a table's properties and records")
     d.add_argument("file", help="path of the .sst file")
     d.add_argument("--json", action="store_true", help="one JSON object per line: properties first, then records")
-    d.add_argument("--limit", type=int, default=None, help="print at most N records")
+    d.add_argument("--limit", type=_count, default=None, help="print at most N records (N >= 0)")
     d.set_defaults(func=cmd_dump)
     i = s.add_parser("id", help="print the table's lakeFS range / metarange ID")
     i.add_argument("file", help="path of the .sst file")

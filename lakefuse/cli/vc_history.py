@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Iterator
 
-from graveler.errors import InvalidArgument, MergeConflict
+from graveler.errors import InvalidArgument, MergeConflict, ReadOnlyRef
 from graveler import Repository
 from graveler.model import DiffRecord, DiffType, Entry
 from graveler.refs import Commit
@@ -171,7 +171,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     with session(args) as s:
         repo = s.repo(left)
         if args.right is None:
-            records = repo.diff_uncommitted(lref)
+            try:
+                records = repo.diff_uncommitted(lref)
+            except ReadOnlyRef as e:  # a tag or a commit: nothing uncommitted, and nothing changes (bad input)
+                raise InvalidArgument(f"{str(e).replace(': it cannot be changed', '')}: uncommitted changes are a branch's; "
+                                      f"give two refs to compare (lakefuse diff {args.left} lakefs://REPO/OTHER)") from None
         else:
             right = uri_arg(args.right)
             same_repo(left, right)

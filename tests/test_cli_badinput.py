@@ -243,6 +243,31 @@ def test_escape_sequences_are_escaped_on_a_terminal_and_exact_in_json(home, tmp_
     assert evil_msg.split("\r")[0].encode() in r.stdout
 
 
+def test_names_that_could_fake_a_line_or_a_field_are_quoted_as_git_quotes_paths(tmp_path, capsys):
+    """A key with a newline (``x\\n+ evil`` forged a diff line), a tab, a quote or a backslash is
+    shown in double quotes with C escapes by diff and fs ls, on a terminal or in a pipe; a plain
+    name (spaces and non-ASCII letters included) is shown bare; --json keeps every name exact."""
+    import json
+
+    h = tmp_path / "home"
+    src = tmp_path / "f"
+    src.write_bytes(b"x")
+    assert main(["repo", "create", "lakefs://qqq", "--home", str(h)]) == 0
+    names = {"new\n+ forged": '"new\\n+ forged"', "tab\tx": '"tab\\tx"', 'q"uote': '"q\\"uote"',
+             "back\\slash": '"back\\\\slash"', "plain name é": "plain name é"}
+    for name in names:
+        assert main(["fs", "upload", f"lakefs://qqq/main/d/{name}", "-s", str(src), "--home", str(h)]) == 0
+    capsys.readouterr()
+    assert main(["diff", "lakefs://qqq/main", "--home", str(h)]) == 0
+    quoted_path = {n: f'"d/{v[1:]}' if v.startswith('"') else f"d/{v}" for n, v in names.items()}  # the whole path
+    assert sorted(capsys.readouterr().out.splitlines()) == sorted(f"+ {p}" for p in quoted_path.values())
+    assert main(["fs", "ls", "lakefs://qqq/main/d/", "--home", str(h)]) == 0
+    shown = [line.split(" B  ", 1)[1] for line in capsys.readouterr().out.splitlines()]  # (after the size)
+    assert sorted(shown) == sorted(names.values())
+    assert main(["fs", "ls", "lakefs://qqq/main/d/", "--json", "--home", str(h)]) == 0
+    assert sorted(json.loads(x)["path"] for x in capsys.readouterr().out.splitlines()) == sorted(f"d/{n}" for n in names)
+
+
 def test_repo_create_refuses_a_namespace_in_use_and_makes_nothing_for_bad_arguments(tmp_path, capsys):
     """A second repository over a live one's storage namespace -- the same, inside it or
     around it -- is refused (exit 4), as lakeFS refuses a namespace in use: the two would

@@ -28,6 +28,7 @@ from lakefuse.cli.vc_common import (
     out,
     physical_address,
     session,
+    show_name,
     uri_arg,
 )
 
@@ -269,13 +270,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 if args.json:
                     emit_json({"type": "prefix", "path": name})
                 else:
-                    out(f"{'prefix':<7} {'':16} {'':>10}  {name[len(trim):]}")
+                    out(f"{'prefix':<7} {'':16} {'':>10}  {show_name(name[len(trim):])}")
                 continue
             e = item.entry
             if args.json:
                 emit_json({"type": "object", **entry_json(repo, name, e)})
             else:
-                out(f"{'object':<7} {local_time_ns(e.last_modified_ns):16} {human_size(e.size):>10}  {name[len(trim):]}")
+                out(f"{'object':<7} {local_time_ns(e.last_modified_ns):16} {human_size(e.size):>10}  "
+                    f"{show_name(name[len(trim):])}")
     return 0
 
 

@@ -23,6 +23,7 @@ from lakefuse.cli.vc_common import (
     ref_arg,
     same_repo,
     session,
+    show_name,
     uri_arg,
 )
 
@@ -117,7 +118,7 @@ def _print_diff(args, repo: Repository, records: Iterator[DiffRecord]) -> None:
             emit_json({"type": d.type.value, "path": path,
                        "left": _entry_or_none(repo, path, d.left), "right": _entry_or_none(repo, path, d.right)})
         else:
-            out(f"{_SIGN[d.type]} {path}")
+            out(f"{_SIGN[d.type]} {show_name(path)}")
 
 
 # ---------------------------------------------------------------------- commands

@@ -241,6 +241,42 @@ def test_bad_magic_and_unknown_compression():
     assert ei.value.offset == h.offset
 
 
+@pytest.mark.parametrize("path", [p for p in ALL_FIXTURES if p.suffix == ".sst"], ids=lambda p: p.name)
+def test_a_damaged_footer_or_index_handle_is_reported_where_it_is(path):
+    """A zeroed footer named the metaindex (0, 0): the read went to offset 0 and reported "unknown
+    compression type 129 at offset 0", the intact first data block. Footer handles, and the
+    handles of an index, must name a non-empty block before them: else CorruptedData at the
+    footer's (the index block's) own offset. The healthy file reads, all of it."""
+    from graveler.sstable.format import block_trailer, decode_footer, get_uvarint
+
+    data = path.read_bytes()
+    assert _read_all(data)[0]  # healthy: read whole
+    f = decode_footer(data, "x")
+    foot = len(data) - (53 if f.magic == "rocksdb" and f.version else 48)
+    zeroed = data[:foot + (1 if f.version else 0)] + bytes(8) + data[foot + (1 if f.version else 0) + 8:]
+    with pytest.raises(CorruptedData, match="damaged footer") as ei:
+        _read_all(zeroed)
+    assert ei.value.offset == foot
+    idx = bytearray(data[f.index.offset:f.index.offset + f.index.size])
+    if data[f.index.offset + f.index.size] != 0:
+        return  # (a compressed index: nothing to patch in place)
+    # the first entry: shared 0, key length, value length, key, value = its handle (offset, size)
+    _, pos = get_uvarint(idx, 0)
+    klen, pos = get_uvarint(idx, pos)
+    _, pos = get_uvarint(idx, pos)
+    pos += klen
+    _, at = get_uvarint(idx, pos)  # the handle's offset; its size follows
+    size, end = get_uvarint(idx, at)
+    assert size > 0
+    idx[at:end] = b"\x80" * (end - at - 1) + b"\x00"  # size 0, in as many varint bytes
+    bad = bytearray(data)
+    bad[f.index.offset:f.index.offset + f.index.size] = idx
+    bad[f.index.offset + f.index.size:f.index.offset + f.index.size + 5] = block_trailer(bytes(idx), 0)
+    with pytest.raises(CorruptedData, match="damaged index") as ei:
+        _read_all(bytes(bad))
+    assert ei.value.offset == f.index.offset
+
+
 def test_bad_varint_in_block_is_reported(tmp_path):
     from graveler.sstable.format import block_trailer
 

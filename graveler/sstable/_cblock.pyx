@@ -792,8 +792,14 @@ cdef class TableCore:
         return self.block_at(off, size)
 
     cdef int handle_of(self, Block blk, Py_ssize_t i, Py_ssize_t at, uint64_t* off, uint64_t* size) except -1:
+        """Handle ``i`` of the index block at ``at``: a block of its own (not empty) before that index
+        block (data blocks, then index partitions, then the top index), else the index is damaged --
+        said at ``at``, not where a zeroed handle (offset 0) would send the read."""
         if blk.handle_c(i, off, size) != 0:
             raise CorruptedData("malformed block handle", self.name, at)
+        if size[0] == 0 or off[0] + size[0] + 5 > <uint64_t>at:  # (5: a block's trailer)
+            raise CorruptedData(f"damaged index: entry {i} names a block at offset {off[0]} of {size[0]} bytes, "
+                                "which is not before the index block", self.name, at)
         return 0
 
     cdef Block partition(self, Py_ssize_t p, Py_ssize_t* at):

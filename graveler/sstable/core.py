@@ -12,7 +12,7 @@ import hashlib
 from typing import Callable, Iterator
 
 from graveler.errors import CorruptedData
-from graveler.sstable.format import BlockHandle
+from graveler.sstable.format import BLOCK_TRAILER_LEN, BlockHandle
 
 
 def record_id_input(keys: list[bytes], values: list[bytes]) -> bytes:
@@ -40,10 +40,18 @@ class PyTableCore:
         self._handles = [self._handle_at(top, i, index_offset) for i in range(len(top))] if two_level else None
 
     def _handle_at(self, blk, i: int, at: int) -> BlockHandle:
+        """Handle ``i`` of the index block at file offset ``at``: what it names is a block of its
+        own (not empty) that lies before that index block (data blocks come first, then index
+        partitions, then the top index), else the index is damaged -- said at ``at``, not at
+        whatever a zeroed handle (offset 0) would have sent the read to."""
         try:
-            return blk.handle(i)
+            h = blk.handle(i)
         except ValueError:
             raise CorruptedData("malformed block handle", self.name, at) from None
+        if h.size == 0 or h.offset + h.size + BLOCK_TRAILER_LEN > at:
+            raise CorruptedData(f"damaged index: entry {i} names a block at offset {h.offset} of {h.size} bytes, "
+                                f"which is not before the index block", self.name, at)
+        return h
 
     def cached_block(self, offset: int, size: int):
         ck = (self.cache_id, offset)

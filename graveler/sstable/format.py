@@ -104,6 +104,7 @@ def decode_footer(buf, name: str) -> Footer:
             index, pos = BlockHandle.decode(foot, pos)
             if pos > (41 if version else 40):
                 raise CorruptedData("block handles overrun the footer", name, start)
+            _check_footer_handles(metaindex, index, start, name)
             return Footer("rocksdb", version, checksum, metaindex, index)
         if tail == LEVELDB_MAGIC:
             start = n - LEVELDB_FOOTER_LEN
@@ -112,6 +113,7 @@ def decode_footer(buf, name: str) -> Footer:
             index, pos = BlockHandle.decode(foot, pos)
             if pos > 40:
                 raise CorruptedData("block handles overrun the footer", name, start)
+            _check_footer_handles(metaindex, index, start, name)
             return Footer("leveldb", 0, CHECKSUM_CRC32C, metaindex, index)
     except (IndexError, ValueError) as e:
         raise CorruptedData(f"malformed footer ({e})", name, n - LEVELDB_FOOTER_LEN) from None
@@ -126,6 +128,15 @@ def encode_footer_v2(metaindex: BlockHandle, index: BlockHandle) -> bytes:
     body += _U32.pack(2)
     body += ROCKSDB_MAGIC
     return bytes(body)
+
+
+def _check_footer_handles(metaindex: BlockHandle, index: BlockHandle, start: int, name: str) -> None:
+    """The metaindex and index blocks are not empty and lie before the footer (at ``start``), else
+    the footer is damaged: said at its offset, not where a zeroed handle (0, 0) would send a read."""
+    for what, h in (("metaindex", metaindex), ("index", index)):
+        if h.size == 0 or h.offset + h.size + BLOCK_TRAILER_LEN > start:
+            raise CorruptedData(f"damaged footer: its {what} handle names offset {h.offset}, {h.size} bytes, "
+                                "not a block before it", name, start)
 
 
 def read_block(buf, handle: BlockHandle, checksum_type: int, name: str) -> bytes:

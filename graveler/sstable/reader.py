@@ -23,6 +23,7 @@ from graveler.lru import LRU
 from graveler.sstable import kernel
 from graveler.sstable.kernel import Block
 from graveler.sstable.format import (
+    BLOCK_TRAILER_LEN,
     INDEX_TYPE_TWO_LEVEL,
     BlockHandle,
     decode_footer,
@@ -128,17 +129,25 @@ class SSTable:
 
     # -- plumbing -------------------------------------------------------------------------
     def _handle(self, raw: bytes, at: int) -> BlockHandle:
+        """A handle read from the block at ``at`` (the metaindex): what it names lies before it."""
         try:
             h, pos = BlockHandle.decode(raw, 0)
         except (IndexError, ValueError):
             raise CorruptedData("malformed block handle", self.name, at) from None
+        if h.size == 0 or h.offset + h.size + BLOCK_TRAILER_LEN > at:
+            raise CorruptedData(f"damaged metaindex: it names a block at offset {h.offset} of {h.size} bytes, "
+                                "which is not before it", self.name, at)
         return h
 
     def _handle_at(self, blk: Block, i: int, at: int) -> BlockHandle:
         try:
-            return blk.handle(i)
+            h = blk.handle(i)
         except ValueError:
             raise CorruptedData("malformed block handle", self.name, at) from None
+        if h.size == 0 or h.offset + h.size + BLOCK_TRAILER_LEN > at:  # (as the compiled reader's handle_of)
+            raise CorruptedData(f"damaged index: entry {i} names a block at offset {h.offset} of {h.size} bytes, "
+                                "which is not before the index block", self.name, at)
+        return h
 
     def _decode(self, handle: BlockHandle, internal_keys: bool) -> Block:
         data = read_block(self.buf, handle, self.footer.checksum_type, self.name)

@@ -252,6 +252,39 @@ def test_branch_tree_shows_changes_made_behind_the_mount(world):
     assert not f.exists()
 
 
+def test_a_file_replaced_behind_the_mount_while_open_keeps_its_version(world):
+    """Another process replaces a branch file with a shorter version while it is open through
+    the mount: the open descriptor keeps the version it opened -- fstat says its size (and
+    nlink 0, as a file renamed over), a read goes on to its end, mmap by that size works --
+    and the name shows the new version on a new inode. fstat used to show the new size on the
+    old inode: reads stopped short at it (the daemon's path), mmap died of SIGBUS, tail -F
+    never looked at the name again."""
+    import mmap
+
+    r = world["repo"]
+    f = world["mp"] / "dev" / "swapped.bin"
+    old, new = os.urandom(300_000), os.urandom(100_000)
+    r.upload("dev", "swapped.bin", old)
+    deadline = time.monotonic() + 5
+    while not f.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open(f, "rb") as fd:
+        assert fd.read(1000) == old[:1000]
+        ino = os.fstat(fd.fileno()).st_ino
+        r.upload("dev", "swapped.bin", new)
+        deadline = time.monotonic() + 10
+        while f.read_bytes() != new:  # the name: within the branch timeout and the stamp watch
+            assert time.monotonic() < deadline, "the new version never showed"
+            time.sleep(0.05)
+        st = os.fstat(fd.fileno())
+        assert (st.st_ino, st.st_size, st.st_nlink) == (ino, len(old), 0)
+        assert os.stat(f).st_ino != ino and os.stat(f).st_size == len(new)
+        assert fd.read() == old[1000:]  # to the end of the version it opened
+        with mmap.mmap(fd.fileno(), st.st_size, prot=mmap.PROT_READ) as m:
+            assert m[250_000:250_010] == old[250_000:250_010]
+    assert f.read_bytes() == new
+
+
 def test_readdir_restarts_and_seeks(world):
     # os.scandir in two interleaved iterators of the same directory: offsets are per handle
     d = world["mp"] / "v1" / "raw" / "2024"

@@ -103,8 +103,7 @@ class Filesystem(Opens, Reads, XattrReads):
         self.stats = stats or Stats()
         self.data_cache = data_cache  # graveler.objstore.chunked.DataCache for remote stores (or None)
         self.spool = spool
-        # statfs reports this directory's filesystem: the spool's (where files being written
-        # live), else the one given (the caches of a read-only mount), else the home's
+        # statfs: the spool's filesystem (files being written), else the caches' (read-only), else the home's
         self.space_dir = str(spool.config.root if spool is not None else space_dir or repo.config.home)
         self.writable = writable
         self.rules = AttrRules(self.config, writable)
@@ -451,7 +450,8 @@ class Filesystem(Opens, Reads, XattrReads):
                 base = node.attr if node.attr is not None else self.revalidate(node).attr
                 return self.rules.spooled(sf, base)
         with self.tree_lock(tree).shared():
-            return self.revalidate(node).attr
+            node = self.revalidate(node)
+        return node.attr if self.inodes.attached(node) else self.getattr(ino)  # (just replaced while open: above)
 
     def revalidate(self, node: Node) -> Node:
         """A branch node whose tree's stamp moved is read again (ENOENT if it is gone)."""
@@ -480,6 +480,9 @@ class Filesystem(Opens, Reads, XattrReads):
             node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, node.path, st.marker), tree,
                                                      node.path, stamp), node.ino)
         elif node.kind == Kind.FILE and st.value is not None and not st.is_dir:
+            if node.opens > 0 and node.value is not None and st.value != node.value:
+                self.inodes.replace(node)  # changed behind the mount while open: as if renamed over (getattr)
+                return node
             node.value = st.value
             node.attr = self._with_ino(self.rules.file_attr(st.value, tree), node.ino)
         else:
@@ -489,11 +492,9 @@ class Filesystem(Opens, Reads, XattrReads):
         return node
 
     def dir_staged(self, node: Node, touched: list, stamp: int) -> None:
-        """This mount staged a change in directory ``node`` (a create, a mkdir) with the items
-        ``touched`` of :meth:`BranchWrites._touch_parent` (its marker as just staged, or
-        nothing: no marker), and the branch's stamp became ``stamp``: its attributes as of
-        ``stamp`` are known without reading them back (the kernel asks them right after: it
-        dropped them when the directory changed)."""
+        """This mount staged a change in directory ``node`` (a create, a mkdir; ``touched``: its
+        marker as :meth:`BranchWrites._touch_parent` staged it, or nothing) and the stamp became
+        ``stamp``: its attributes are known without a read (the kernel asks them right after)."""
         if not node.path or stamp < node.stamp:
             return  # the tree root (its attributes are computed, never read); or known newer
         marker = touched[0][1] if touched else None
@@ -668,8 +669,7 @@ class Filesystem(Opens, Reads, XattrReads):
 
     def release_pending(self, fh: int) -> bool:
         """True when ``release`` of ``fh`` may block (never blocks itself)."""
-        h = self._handles.get(fh)
-        return h is not None and h.release_pending()
+        return (h := self._handles.get(fh)) is not None and h.release_pending()
 
     def release(self, fh: int) -> None:
         with self._handles_lock:

@@ -61,6 +61,8 @@ class Opens:
         if node.kind != Kind.FILE:
             raise FsError(errno.EISDIR)
         node = self.revalidate(node)
+        if not node.tree.immutable and not self.inodes.attached(node):
+            self._stale(node)  # replaced behind the mount while open: the name's new version is a new inode
         if not passthrough:
             return self._open_file(node, False)
         tree: Tree = node.tree

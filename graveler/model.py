@@ -258,6 +258,14 @@ class EntryLocation:
         self.address_type = address_type
         self.size = size
 
+    def __eq__(self, other) -> bool:  # the same object, whatever else two entries differ in (metadata)
+        if not isinstance(other, EntryLocation):
+            return NotImplemented
+        return (self.address, self.address_type, self.size) == (other.address, other.address_type, other.size)
+
+    def __hash__(self) -> int:
+        return hash((self.address, self.address_type, self.size))
+
 
 def entry_location(v: Value) -> EntryLocation:
     """The :class:`EntryLocation` of a range record's catalog entry: a quarter of the cost of

@@ -190,6 +190,8 @@ class Filesystem(Opens, Reads, XattrReads):
 
     def acquire(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                 value: Value | None = None, stamp: int = 0, lookups: int = 1) -> Attr:
+        if value is not None and (old := self.inodes.find(key)) is not None and old.other_object(value):
+            self.inodes.replace(old)  # an open file replaced behind the mount: the name's new inode (revalidate)
         return self._took(self.inodes.acquire(key, kind, tree, path, parent_ino, lookups)[0], tree, attr, value, stamp)
 
     @staticmethod
@@ -442,16 +444,15 @@ class Filesystem(Opens, Reads, XattrReads):
         if tree.immutable:
             return self.revalidate(node).attr
         if kind == Kind.FILE and node.opens > 0 and node.attr is not None and not self.inodes.attached(node):
-            # unlinked (or renamed over) while open: fstat still answers, with no name left
-            return dataclasses.replace(self.rules.spooled(self.spooled(ino), node.attr), nlink=0)
+            return dataclasses.replace(self.rules.spooled(self.spooled(ino), node.attr), nlink=0)  # (no name left)
         if kind == Kind.FILE:
             sf = self.spooled(ino)
             if sf is not None:
                 base = node.attr if node.attr is not None else self.revalidate(node).attr
                 return self.rules.spooled(sf, base)
         with self.tree_lock(tree).shared():
-            node = self.revalidate(node)
-        return node.attr if self.inodes.attached(node) else self.getattr(ino)  # (just replaced while open: above)
+            attr = self.revalidate(node).attr
+        return attr if self.inodes.attached(node) else self.getattr(ino)  # (just replaced while open: above)
 
     def revalidate(self, node: Node) -> Node:
         """A branch node whose tree's stamp moved is read again (ENOENT if it is gone)."""
@@ -480,8 +481,8 @@ class Filesystem(Opens, Reads, XattrReads):
             node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, node.path, st.marker), tree,
                                                      node.path, stamp), node.ino)
         elif node.kind == Kind.FILE and st.value is not None and not st.is_dir:
-            if node.opens > 0 and node.value is not None and st.value != node.value:
-                self.inodes.replace(node)  # changed behind the mount while open: as if renamed over (getattr)
+            if node.other_object(st.value):
+                self.inodes.replace(node)  # replaced behind the mount while open: as if renamed over (getattr)
                 return node
             node.value = st.value
             node.attr = self._with_ino(self.rules.file_attr(st.value, tree), node.ino)
@@ -622,8 +623,7 @@ class Filesystem(Opens, Reads, XattrReads):
 
     def pending(self, fh: int) -> bool:
         """True when ``flush`` of ``fh`` has work to do (never blocks)."""
-        h = self._handles.get(fh)
-        return h is not None and h.pending()
+        return (h := self._handles.get(fh)) is not None and h.pending()
 
     def flush(self, fh: int) -> None:
         """close(2): save a written file (upload + stage: visible, kept if the daemon dies) or run a control."""

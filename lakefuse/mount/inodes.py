@@ -20,6 +20,7 @@ import errno
 import threading
 from typing import Callable, Hashable
 
+from graveler.model import entry_location
 from lakefuse.mount.errors import FsError
 
 ROOT_INO = 1
@@ -59,6 +60,13 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.ino}, {self.kind.name}, {self.path!r}, nlookup={self.nlookup})"
+
+    def other_object(self, value) -> bool:
+        """Whether ``value``, read at this open branch file's key, names another object than the
+        one it read (not a change of metadata only): it was replaced behind the mount while open,
+        and its handles keep what they opened, as if it were renamed over."""
+        return (self.opens > 0 and self.value is not None and self.kind == Kind.FILE and not self.tree.immutable
+                and entry_location(value) != entry_location(self.value))
 
 
 class InodeTable:

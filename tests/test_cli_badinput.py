@@ -265,7 +265,8 @@ def test_names_that_could_fake_a_line_or_a_field_are_quoted_as_git_quotes_paths(
     shown = [line.split(" B  ", 1)[1] for line in capsys.readouterr().out.splitlines()]  # (after the size)
     assert sorted(shown) == sorted(names.values())
     assert main(["fs", "ls", "lakefs://qqq/main/d/", "--json", "--home", str(h)]) == 0
-    assert sorted(json.loads(x)["path"] for x in capsys.readouterr().out.splitlines()) == sorted(f"d/{n}" for n in names)
+    listed = [json.loads(x)["path"] for x in capsys.readouterr().out.splitlines()]
+    assert sorted(listed) == sorted(f"d/{n}" for n in names)
 
 
 def test_repo_create_refuses_a_namespace_in_use_and_makes_nothing_for_bad_arguments(tmp_path, capsys):
@@ -305,3 +306,28 @@ def test_the_tests_in_process_kv_is_refused_by_every_command(tmp_path, capsys, m
     monkeypatch.setenv("LAKEFUSE_KV", "memory://y")
     assert main(["repo", "list", "--home", str(h)]) == 2
     assert sorted(p.name for p in (h / "storage").iterdir()) == ["abc"]
+
+
+def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
+    """--home naming a file (it said "no repositories", or blamed a storage path), merge -m ""
+    (it used the default message silently, where commit -m "" is refused), and a tag or branch
+    that shares a name with a branch or tag (the branch wins every resolution: said, as git
+    warns of an ambiguous name)."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for args in (["repo", "list"], ["repo", "create", "lakefs://zzz"]):
+        capsys.readouterr()
+        assert main([*args, "--home", str(f)]) == 2
+        assert "is not a directory" in capsys.readouterr().err
+    h = tmp_path / "home"
+    assert main(["repo", "create", "lakefs://edg", "--home", str(h)]) == 0
+    assert main(["branch", "create", "lakefs://edg/dev", "-s", "main", "--home", str(h)]) == 0
+    capsys.readouterr()
+    assert main(["merge", "lakefs://edg/dev", "lakefs://edg/main", "-m", " ", "--home", str(h)]) == 2
+    assert "the merge message is empty" in capsys.readouterr().err
+    assert main(["tag", "create", "lakefs://edg/dev", "main", "--home", str(h)]) == 0
+    assert "a branch 'dev' exists too" in capsys.readouterr().err
+    assert main(["tag", "create", "lakefs://edg/v1", "main", "--home", str(h)]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["branch", "create", "lakefs://edg/v1", "-s", "main", "--home", str(h)]) == 0
+    assert "a tag 'v1' exists too: lakefs://edg/v1 now names this branch" in capsys.readouterr().err

@@ -41,12 +41,16 @@ KV_HELP = ("where refs and staging live: 'lmdb' (the default: under the home) or
            "the password is better in ~/.pgpass or $PGPASSWORD); default: $LAKEFUSE_KV, else lmdb")
 
 
-def check_cli_kv(config):
-    """``config`` unless its KV is ``memory://``: the tests' in-process backend keeps nothing
-    past the process, so a command on it would report success and lose everything
-    (InvalidArgument: exit 2)."""
+def checked_config(config):
+    """``config`` unless its home is something other than a directory (a file: every command
+    then said "no repositories" or blamed a storage path), or its KV is ``memory://`` (the
+    tests' in-process backend keeps nothing past the process: a command would report success
+    and lose everything). InvalidArgument: exit 2."""
     from graveler.errors import InvalidArgument
 
+    home = config.home
+    if home.exists() and not home.is_dir():
+        raise InvalidArgument(f"the lakefuse home {home} is not a directory (--home, $LAKEFUSE_HOME)")
     if config.kv.url.startswith("memory://"):
         raise InvalidArgument(f"{config.kv.url} is an in-process KV for tests: nothing of it outlives this "
                               "command. Use 'lmdb' or 'postgresql://...'")

@@ -15,7 +15,7 @@ import argparse
 from graveler.config import GravelerConfig
 from graveler.errors import InvalidArgument
 from graveler.kv.base import BRANCHES, COMMITS, STAGING, TAGS
-from lakefuse.cli.common import check_cli_kv
+from lakefuse.cli.common import checked_config
 from lakefuse.cli.uri import is_uri, parse_uri
 from lakefuse.cli.vc_common import add_group, check_shared_namespace, emit_json, note, out
 
@@ -75,8 +75,8 @@ def cmd_kv_copy(args: argparse.Namespace) -> int:
     if args.source == args.target:
         raise InvalidArgument("--from and --to name the same KV: nothing to copy")
     home = getattr(args, "home", None)
-    src_cfg = check_cli_kv(GravelerConfig.from_home(home, kv_url=args.source))
-    dst_cfg = check_cli_kv(GravelerConfig.from_home(home, kv_url=args.target))
+    src_cfg = checked_config(GravelerConfig.from_home(home, kv_url=args.source))
+    dst_cfg = checked_config(GravelerConfig.from_home(home, kv_url=args.target))
     src = open_backend(src_cfg.kv, src_cfg.home)
     dst = open_backend(dst_cfg.kv, dst_cfg.home)
     if dst.url != "lmdb" and not args.allow_local_storage:

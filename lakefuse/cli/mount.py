@@ -22,7 +22,7 @@ from pathlib import Path
 from graveler.config import KV_ENV
 from graveler.errors import GravelerError, InvalidArgument
 from lakefuse.cli import mount_dump
-from lakefuse.cli.common import add_kv_option, add_store_options, check_cli_kv, store_config
+from lakefuse.cli.common import add_kv_option, add_store_options, checked_config, store_config
 from lakefuse.cli.uri import parse_uri
 
 log = logging.getLogger(__name__)
@@ -212,9 +212,9 @@ def _graveler(args):
     cache = CacheConfig(disk_bytes=table_bytes, disk_dir=str(cache_dir / "tables") if cache_dir else None)
 
     # (a control request's commit names the user who opened the control file: lakefuse.users)
-    return Graveler(check_cli_kv(GravelerConfig.from_home(getattr(args, "home", None), kv_url=getattr(args, "kv", None),
-                                                          cache=cache, store=store_config(args),
-                                                          committer=committer())))
+    return Graveler(checked_config(GravelerConfig.from_home(
+        getattr(args, "home", None), kv_url=getattr(args, "kv", None), cache=cache, store=store_config(args),
+        committer=committer())))
 
 
 def _sources(args) -> None:

@@ -8,7 +8,7 @@ import os
 import stat
 import sys
 
-from graveler.errors import CorruptedData, InvalidArgument, NotFound
+from graveler.errors import InvalidArgument, NotFound
 from graveler.committed.reader import computed_table_id
 from graveler.model import Entry, RangeInfo, decode_value
 from graveler.sstable.reader import BlockCache, SSTable
@@ -136,6 +136,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
 def cmd_id(args: argparse.Namespace) -> int:
     t = open_table(args.file)
     if "type" not in t.raw_properties:
-        raise CorruptedData("not a lakeFS range or metarange (no 'type' property)", args.file)
+        # a table that reads whole but is not lakeFS's: the wrong input (2), not damage (5)
+        raise InvalidArgument(f"{args.file}: not a lakeFS range or metarange (no 'type' property): it has no lakeFS ID")
     print(table_id(t))
     return 0

@@ -26,7 +26,7 @@ from graveler.errors import InvalidArgument
 from graveler import Graveler, GravelerConfig, Repository
 from graveler.model import Entry
 from graveler.refs import Commit
-from lakefuse.cli.common import add_kv_option, add_store_options, check_cli_kv, store_config, terminal_text
+from lakefuse.cli.common import add_kv_option, add_store_options, checked_config, store_config, terminal_text
 from lakefuse.cli.uri import LakeFSURI, is_uri, parse_uri
 from lakefuse.users import committer
 
@@ -81,8 +81,9 @@ class Session:
     """One command's graveler: built from ``--home`` at the edge, closed at the end."""
 
     def __init__(self, args: argparse.Namespace):
-        self.config = check_cli_kv(GravelerConfig.from_home(getattr(args, "home", None), kv_url=getattr(args, "kv", None),
-                                                            store=store_config(args), committer=committer()))
+        self.config = checked_config(GravelerConfig.from_home(
+            getattr(args, "home", None), kv_url=getattr(args, "kv", None), store=store_config(args),
+            committer=committer()))
         self.graveler = Graveler(self.config)
 
     @property

@@ -175,8 +175,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
             try:
                 records = repo.diff_uncommitted(lref)
             except ReadOnlyRef as e:  # a tag or a commit: nothing uncommitted, and nothing changes (bad input)
-                raise InvalidArgument(f"{str(e).replace(': it cannot be changed', '')}: uncommitted changes are a branch's; "
-                                      f"give two refs to compare (lakefuse diff {args.left} lakefs://REPO/OTHER)") from None
+                what = str(e).replace(": it cannot be changed", "")
+                raise InvalidArgument(f"{what}: uncommitted changes are a branch's; give two refs to compare "
+                                      f"(lakefuse diff {args.left} lakefs://REPO/OTHER)") from None
         else:
             right = uri_arg(args.right)
             same_repo(left, right)
@@ -190,6 +191,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     dest = uri_arg(args.dest)
     same_repo(src, dest)
     sref, dbranch = src.with_ref("source"), dest.with_ref("branch")
+    if args.message is not None and not args.message.strip():  # (as commit's -m; none given: the default)
+        raise InvalidArgument("the merge message is empty: leave out -m for the default one")
     metadata = parse_meta(args.meta)
     with session(args) as s:
         repo = s.repo(src)

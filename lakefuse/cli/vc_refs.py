@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from graveler.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
+from graveler.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, ReadOnlyRef
 from graveler.objstore.uri import StorageURI
 from graveler.refs.names import validate_branch_name
 from graveler.refsdump import MANIFEST_KEY, parse_manifest
@@ -203,12 +203,23 @@ def cmd_repo_delete(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- branch
 
 
+def _shadow_note(repo, other: str, name: str, what: str) -> None:
+    """Say so (stderr) when a new branch or tag shares its name with a tag or branch: a ref
+    resolves to the branch first (git warns of such an ambiguous name too)."""
+    try:
+        (repo.get_tag if other == "tag" else repo.get_branch)(name)
+    except (NotFound, ReadOnlyRef):  # (get_branch of a tag's name: ReadOnlyRef)
+        return
+    note(f"note: a {other} {name!r} exists too: {what}")
+
+
 def cmd_branch_create(args: argparse.Namespace) -> int:
     u = uri_arg(args.branch)
     name = u.with_ref("branch")
     with session(args) as s:
         repo = s.repo(u)
         b = repo.create_branch(name, ref_arg(args.source, u.repository, "source ref"))
+        _shadow_note(repo, "tag", name, f"lakefs://{u.repository}/{name} now names this branch, not the tag")
     if args.json:
         emit_json({"name": b.name, "commit_id": b.commit_id})
     else:
@@ -265,7 +276,10 @@ def cmd_tag_create(args: argparse.Namespace) -> int:
     u = uri_arg(args.tag)
     name = u.with_ref("tag")
     with session(args) as s:
-        t = s.repo(u).create_tag(name, ref_arg(args.ref, u.repository))
+        repo = s.repo(u)
+        t = repo.create_tag(name, ref_arg(args.ref, u.repository))
+        _shadow_note(repo, "branch", name, f"lakefs://{u.repository}/{name} names the branch: this tag is "
+                                           "reached only by its commit")
     if args.json:
         emit_json({"name": t.name, "commit_id": t.commit_id})
     else:

@@ -59,7 +59,8 @@ def test_object_replaced_by_a_symlink(repo_with_file, capsysbinary, tmp_path):
     assert rc == 5 and out == b""
 
 
-def test_large_object_cut_in_half_is_caught_while_streaming(tmp_path, capsysbinary, monkeypatch):
+def _big_object(tmp_path, capsysbinary, monkeypatch) -> tuple[Path, bytes, Path]:
+    """A home with a 1 MiB object (fs cat reads it in 64 KiB chunks): (home, its bytes, its file)."""
     from lakefuse.cli import vc_fs
 
     monkeypatch.setattr(vc_fs, "CAT_CHUNK", 64 << 10)
@@ -69,9 +70,12 @@ def test_large_object_cut_in_half_is_caught_while_streaming(tmp_path, capsysbina
     src.write_bytes(data)
     run(capsysbinary, home, "repo", "create", REPO, "--storage", f"file://{tmp_path}/ns")
     assert run(capsysbinary, home, "fs", "upload", f"{REPO}/main/big", "-s", str(src))[0] == 0
-    assert run(capsysbinary, home, "fs", "cat", f"{REPO}/main/big")[1] == data
-    physical = next((tmp_path / "ns" / "data").rglob("*"), None)
-    physical = [p for p in (tmp_path / "ns" / "data").rglob("*") if p.is_file()][0]
+    assert run(capsysbinary, home, "fs", "cat", f"{REPO}/main/big") == (0, data, "")
+    return home, data, [p for p in (tmp_path / "ns" / "data").rglob("*") if p.is_file()][0]
+
+
+def test_large_object_cut_in_half_is_caught_while_streaming(tmp_path, capsysbinary, monkeypatch):
+    home, data, physical = _big_object(tmp_path, capsysbinary, monkeypatch)
     os.truncate(physical, len(data) // 2)
     rc, out, err = run(capsysbinary, home, "fs", "cat", f"{REPO}/main/big")
     assert rc == 5 and len(out) == 0 and "entry says 1048576" in err
@@ -85,16 +89,8 @@ def test_fs_cat_writes_nothing_of_an_object_damaged_midway(tmp_path, capsysbinar
     is wrong (it used to write them, then exit 5); a healthy object comes out whole either way."""
     from lakefuse.cli import vc_fs
 
-    monkeypatch.setattr(vc_fs, "CAT_CHUNK", 64 << 10)
-    monkeypatch.setattr(vc_fs, "CAT_WHOLE_MAX", whole_max, raising=False)
-    home = tmp_path / "home"
-    src = tmp_path / "big"
-    data = os.urandom(1 << 20)
-    src.write_bytes(data)
-    run(capsysbinary, home, "repo", "create", REPO, "--storage", f"file://{tmp_path}/ns")
-    assert run(capsysbinary, home, "fs", "upload", f"{REPO}/main/big", "-s", str(src))[0] == 0
-    assert run(capsysbinary, home, "fs", "cat", f"{REPO}/main/big") == (0, data, "")
-    physical = [p for p in (tmp_path / "ns" / "data").rglob("*") if p.is_file()][0]
+    monkeypatch.setattr(vc_fs, "CAT_WHOLE_MAX", whole_max)
+    home, data, physical = _big_object(tmp_path, capsysbinary, monkeypatch)
     with open(physical, "r+b") as f:
         f.seek(700_000)
         f.write(bytes([data[700_000] ^ 0xFF]))

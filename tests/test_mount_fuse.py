@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -429,6 +430,48 @@ def test_killed_daemon_is_cleared_by_umount(world, tmp_path):
         # and the mount point is usable again
         with MountProc(world["home"], "demo", mp):
             assert os.listdir(mp / "v1")
+    finally:
+        m.stop()
+
+
+def test_sigterm_saves_a_file_still_open_for_writing_and_says_so(world, tmp_path):
+    """A SIGTERM (systemctl stop) while a file is open for writing: what was written is saved
+    and staged, as after a kill -9, and the log says so for that file (it was saved silently)."""
+    mp = tmp_path / "mnt5"
+    m = MountProc(world["home"], "demo", mp).start()
+    try:
+        f = open(mp / "dev" / "open-at-stop.bin", "wb", buffering=0)
+        f.write(b"written before the stop\n")
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(15) == 0
+        with pytest.raises(OSError):
+            f.close()  # (the mount is gone: ENOTCONN)
+        assert world["repo"].read("dev", "open-at-stop.bin") == b"written before the stop\n"
+        assert "open-at-stop.bin on branch dev was open for writing when the mount stopped" in m.log()
+    finally:
+        m.stop()
+
+
+def test_umount_clears_a_killed_daemons_mount_while_a_file_is_held_open(world, tmp_path):
+    """A killed daemon's mount with a file still open there: nothing can be served any more, so
+    umount detaches it (lazily) rather than answer "busy" until that process exits."""
+    mp = tmp_path / "mnt6"
+    m = MountProc(world["home"], "demo", mp).start()
+    try:
+        holder = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'rb'); f.read(1);"
+                                   " print('open', flush=True); time.sleep(60)", str(mp / "v1" / "docs" / "readme.txt")],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "open"
+            m.proc.kill()
+            m.proc.wait(10)
+            u = subprocess.run(lakefuse_cmd(world["home"], "umount", str(mp)), capture_output=True, text=True,
+                               timeout=60)
+            assert u.returncode == 0, u.stderr
+            assert not is_mounted(mp) and "detached lazily" in u.stderr
+        finally:
+            holder.kill()
+            holder.wait(10)
     finally:
         m.stop()
 

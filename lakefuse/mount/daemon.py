@@ -480,9 +480,16 @@ def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
         raise MountError("fusermount3 not found (install the fuse3 package)")
     cmd = [tool, "-u"] + (["-z"] if lazy else []) + [mp]
     r = subprocess.run(cmd, capture_output=True, text=True)
+    busy = r.returncode != 0 and "busy" in (r.stderr or r.stdout).lower()
+    if busy and not lazy and pid is None:
+        # its daemon is gone (killed): nothing can be served there any more, and a file a process
+        # still holds open would keep it busy for good -- detach it now, as --lazy does
+        log.warning("%s: its daemon is gone and files are still open there: detached lazily", mp)
+        r = subprocess.run([tool, "-u", "-z", mp], capture_output=True, text=True)
     if r.returncode != 0:
         msg = (r.stderr or r.stdout).strip()
-        hint = " (files are open there; close them, or use --lazy)" if "busy" in msg.lower() else ""
+        hint = (" (files are open there, or something is mounted inside it; close them, or use --lazy)"
+                if "busy" in msg.lower() else "")
         raise MountError(f"cannot unmount {mp}: {msg}{hint}")
     if pid is None:
         log.info("unmounted %s (its daemon was not answering)", mp)

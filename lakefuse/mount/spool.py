@@ -62,6 +62,7 @@ FUSE core calls it from worker threads.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import errno
 import fcntl
 import logging
@@ -575,17 +576,14 @@ class SpoolFile:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
-            if not self.on_disk:
-                return
-            self.on_disk = False
-            self._unlink_names()
+            if self.on_disk:
+                self.on_disk = False
+                self._unlink_names()
 
     def _unlink_names(self) -> None:
         """Remove the spool file's name (its record goes from the journal at its next rewrite)."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{self.spool.dir_name}/{self.sid}.data")  # (data_path: no pathlib on a close)
-        except FileNotFoundError:
-            pass
         self.spool.journal.forget(self.sid)
 
 
@@ -780,9 +778,11 @@ class Spool(SaveRetries):
         with self._lock:
             left = list(self._files.values())
             self._files.clear()
-        for sf in left:
+        for sf in left:  # (still open: the mount stopped under its writer, a SIGTERM)
             try:
-                sf.flush()
+                if sf.flush() is not None:
+                    log.warning("spool: %s on branch %s was open for writing when the mount stopped: the %d bytes "
+                                "written to it were saved (staged, not committed)", _name(sf), sf.branch, sf.size)
                 sf.close()
             except Exception:
                 log.error("could not save %s on branch %s at unmount; its content stays in %s",

@@ -113,7 +113,10 @@ def test_a_failed_save_keeps_its_inode_and_content_until_a_retry_saves_it(tmp_pa
         opened, attr = fs.create(ino_of(fs, "main"), b"f", stat.S_IFREG | 0o644, os.O_WRONLY, Caller(0, 0))
         fs.write(opened.fh, 0, b"precious")
 
+        tries = []
+
         def down(*a, **k):
+            tries.append(1)
             raise StoreUnavailable("store down (test)")
 
         monkeypatch.setattr(repo._store, "put_file", down)
@@ -121,6 +124,9 @@ def test_a_failed_save_keeps_its_inode_and_content_until_a_retry_saves_it(tmp_pa
         with pytest.raises(StoreUnavailable):
             fs.flush(opened.fh)
         fs.release(opened.fh)
+        # the last close does not try again at once (a hung store held it, and every lookup that
+        # settles the branch, for a whole round of attempts): the background retries, 1 s on
+        assert len(tries) == 1
         fs.forget([(attr.ino, 1)])  # the kernel lets go of it
         assert ino_of(fs, "main/f") == attr.ino and fs.getattr(attr.ino).size == 8
         assert repo.get("main", "f").size == 0

@@ -711,10 +711,9 @@ class Spool(SaveRetries):
             return sf
 
     def release(self, ino: int) -> None:
-        """One handle of ``ino`` closed. The last one saves the file if it is still dirty
-        (a failed flush) and drops the spool copy once the content is saved. If saving
-        fails the file stays in the spool and the mount (reads show what was written) and
-        is retried in the background (:meth:`retry_saves`) until it is saved."""
+        """One handle of ``ino`` closed. The last one saves the file if it is still dirty and
+        drops the spool copy once saved; a failed save stays in the spool and the mount (reads
+        show what was written) and is retried in the background (:meth:`retry_saves`)."""
         with self._lock:
             sf = self._files.get(ino)
             if sf is None:
@@ -722,6 +721,8 @@ class Spool(SaveRetries):
             sf.handles -= 1
             if sf.handles > 0:
                 return
+        if sf.failure is not None:  # the close's own save just failed: the background retries it, 1 s on
+            return self._save_failed(sf, sf.failure, "after its last close")
         try:
             sf.flush()
         except Exception as e:

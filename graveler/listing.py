@@ -43,7 +43,7 @@ class SeekIterator(Protocol):
 class CommittedIterator:
     """``CommittedManager.iterator`` as a seekable iterator."""
 
-    __slots__ = ("_cm", "_mr", "_gen", "_head", "_lower", "_end")
+    __slots__ = ("_cm", "_mr", "_gen", "_head", "_lower", "_end", "_failed")
 
     READ_AHEAD = 16
 
@@ -59,8 +59,12 @@ class CommittedIterator:
         self._gen = self._cm.iterator(self._mr, start, self._end)
         self._head: Item | None = None
         self._lower = start  # every key >= _lower not yet returned is still ahead
+        self._failed: Exception | None = None  # met by a batch after some items: raised at the next call
 
     def _fill(self) -> Item | None:
+        if self._failed is not None:
+            e, self._failed = self._failed, None
+            raise e
         if self._head is None and self._gen is not None:
             self._head = next(self._gen, None)
             if self._head is None:
@@ -81,12 +85,20 @@ class CommittedIterator:
             out.append(self._head)
             self._head = None
             n -= 1
+        if self._failed is not None and not out:
+            self._fill()  # (raises it)
         gen = self._gen
         if gen is not None and n > 0:
-            got = list(islice(gen, n))
-            out += got
-            if len(got) < n:
-                self._gen = None
+            before = len(out)
+            try:
+                out.extend(islice(gen, n))  # (what a damaged range's error comes after is kept)
+            except Exception as e:
+                if not out:
+                    raise
+                self._gen, self._failed = None, e  # the items before it first, then the error
+            else:
+                if len(out) - before < n:
+                    self._gen = None
         if out:
             self._lower = out[-1][0] + b"\x00"
         return out

@@ -143,6 +143,36 @@ def test_committed_iterator_seeks():
     assert it.next() is None
 
 
+def test_a_damaged_range_fails_a_listing_after_the_items_before_it():
+    """The committed records end in an error midway (a damaged second range): a batch hands
+    out every item read before it, and the error comes at the next call -- ``fs ls`` printed
+    none of the batch that ran into it (entries of the healthy first range were missing
+    from its output before its exit 5)."""
+    from graveler.errors import CorruptedData
+
+    class Damaged(FakeCommitted):
+        def iterator(self, mr, start=b"", end=None):
+            def gen():
+                yield from super(Damaged, self).iterator(mr, start, end)
+                raise CorruptedData("range checksum mismatch", "r2.sst", 0)
+            return gen()
+
+    items = [(b"a/%02d" % i, V(str(i))) for i in range(5)]
+    it = CommittedIterator(Damaged(items), "mr")
+    assert it.next_batch(100) == items
+    with pytest.raises(CorruptedData):
+        it.next_batch(100)
+    listed = []
+    with pytest.raises(CorruptedData):
+        for x in list_items(CommittedIterator(Damaged(items), "mr"), b"a/", b"/"):
+            listed.append(x.path)
+    assert listed == [k for k, _ in items]
+    it = CommittedIterator(Damaged(items), "mr")  # one at a time: the same
+    assert [it.next() for _ in range(5)] == items
+    with pytest.raises(CorruptedData):
+        it.next()
+
+
 class CountingIterator(ListIterator):
     def __init__(self, items):
         super().__init__(items)

@@ -66,6 +66,28 @@ def test_rules_round_trip_and_active_commits(tmp_path):
     assert set(active_commits(repo, None, NOW)) >= set(ids) | {dev}  # no rules: everything stays
 
 
+def test_a_commit_that_was_a_head_within_the_retention_stays_active_whichever_walk_comes_first(tmp_path):
+    """cX (10 days old) was main's head until m1 (now); branch stale grew from cX with commits
+    5 days old. With a 1-day retention cX was main's head within it, so it stays active. The
+    walks from the heads go in commit-ID order: when stale's came first it reached cX through
+    an old child, and main's walk then stopped at cX without activating it -- GC deleted the
+    object main~1 names (a helper saw fs cat fail after gc run). The order is forced here."""
+    repo = make_repo(tmp_path)
+    repo.stage("main", "x.txt", Entry(address="data/x/1", size=1, etag="1"))
+    cx = repo.commit("main", "cX", date=NOW - 10 * DAY).id
+    repo.create_branch("stale", cx)
+    repo.stage("main", "x.txt", Entry(address="data/x/2", size=1, etag="2"))
+    m1 = repo.commit("main", "m1", date=NOW).id
+    for i in range(64):  # until stale's head sorts before main's (its walk first): about two tries
+        repo.stage("stale", f"pad{i}", Entry(address=f"data/x/p{i}", size=1, etag="p"))
+        head = repo.commit("stale", f"s{i}", date=NOW - 5 * DAY).id
+        if head < m1:
+            break
+    assert head < m1
+    act = active_commits(repo, GCRules(1), NOW)
+    assert cx in act and m1 in act and head in act
+
+
 @pytest.fixture
 def gc_repo(tmp_path):
     """A repository whose history exercises every rule; returns (repo, {name: address}, external path)."""

@@ -170,11 +170,11 @@ def active_commits(repo, rules: GCRules | None, now: datetime | None = None,
         else:  # a dangling commit: walk from a hypothetical head just as old as it
             created, parent = node.creation_date, cid
         while parent:
+            if created > threshold:  # its child on this walk is within the retention: it was a head then
+                active.add(parent)
             prev = processed.get(parent)
             if prev is not None and prev <= threshold:
-                break  # reached before with a longer (or equal) retention: that walk decides
-            if created > threshold:
-                active.add(parent)
+                break  # reached before with a longer (or equal) retention: that walk decides its ancestors
             node = get(parent)
             processed[parent] = threshold
             created, parent = node.creation_date, _main_parent(node)

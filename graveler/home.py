@@ -17,6 +17,7 @@ storage namespace, not in the home. One repository's operations are
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,6 +76,18 @@ def _valid_repository_name(name: str) -> bool:
     return True
 
 
+
+def _where(namespace: str) -> str:
+    """A namespace as a place, to compare: a local one by its real path (a symbolic link to
+    another repository's directory is that directory), each with a trailing slash."""
+    try:
+        uri = StorageURI.parse(namespace)
+    except InvalidArgument:
+        return namespace.rstrip("/") + "/"
+    if uri.scheme == "file":
+        return "file://" + os.path.realpath(uri.path).rstrip("/") + "/"
+    return str(uri).rstrip("/") + "/"
+
 class Graveler:
     """The lakefuse home: create, open, list and delete repositories.
 
@@ -122,7 +135,7 @@ class Graveler:
             if raise_exists:
                 raise AlreadyExists(f"repository {name!r} already exists")
         if not bare:  # (a bare one receives a refs dump: lakeFS restores into a namespace in use too)
-            self._check_namespace_free(storage_namespace)
+            self.check_namespace_free(storage_namespace)
         store = self.store_factory(storage_namespace)
         store.check_namespace()  # a namespace that cannot work fails here, not at the first upload
         committed = self.committed_factory(store, self.config)
@@ -228,13 +241,13 @@ class Graveler:
             self._repos[name] = repo
         return repo
 
-    def _check_namespace_free(self, storage_namespace: str) -> None:
+    def check_namespace_free(self, storage_namespace: str) -> None:
         """AlreadyExists if a repository of this KV keeps its data in ``storage_namespace``, or in a
         namespace inside it or around it (as lakeFS refuses a namespace in use): two repositories
         sharing ``_lakefs/`` and ``data/`` would each collect the other's objects as garbage."""
-        mine = storage_namespace.rstrip("/") + "/"
+        mine = _where(storage_namespace)
         for rec in self.list_repositories(damaged=[]):
-            theirs = rec.storage_namespace.rstrip("/") + "/"
+            theirs = _where(rec.storage_namespace)
             if mine.startswith(theirs) or theirs.startswith(mine):
                 how = "is" if mine == theirs else "overlaps"
                 raise AlreadyExists(f"storage namespace {storage_namespace} {how} the namespace of repository "

@@ -283,6 +283,11 @@ def test_repo_create_refuses_a_namespace_in_use_and_makes_nothing_for_bad_argume
         assert main(["repo", "create", "lakefs://second", "--storage", storage.as_uri(), "--home", str(h)]) == 4
         err = capsys.readouterr().err
         assert "namespace of repository 'first'" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "alias").symlink_to(ns)  # another spelling of the same place: a link into it
+    capsys.readouterr()
+    assert main(["repo", "create", "lakefs://linked", "--storage", (tmp_path / "alias" / "in").as_uri(),
+                 "--home", str(h)]) == 4
+    assert "namespace of repository 'first'" in capsys.readouterr().err and not (ns / "in").exists()
     assert main(["repo", "create", "lakefs://firstly", "--home", str(h)]) == 0  # (a name that only starts alike)
     assert main(["repo", "create", "lakefs://third", "--default-branch=-x", "--home", str(h)]) == 2
     assert sorted(p.name for p in (h / "storage").iterdir()) == ["first", "firstly"]

@@ -38,6 +38,14 @@ def test_cli_import_gc_export(spark, tmp_path, capsys):
     assert re.search(rf"listing {re.escape(str(src))}: 12 objects, (\d+)/\1 prefixes, [\d,]+ objects/s in ", err), err
     rc, o, _ = run(capsys, "--home", home, "import", str(src), "lakefs://clirepo/main/raw/")
     assert rc == 0 and "no commit (the tree is unchanged)" in o
+    # a mistyped or empty source would have emptied the prefix (exit 0, a commit): refused, nothing changes
+    head = run(capsys, "--home", home, "show", "lakefs://clirepo/main", "--json")[1]
+    rc, _, err = run(capsys, "--home", home, "import", str(src) + "-typo", "lakefs://clirepo/main/raw/")
+    assert rc == 3 and "not found" in err
+    (tmp_path / "empty").mkdir()
+    rc, _, err = run(capsys, "--home", home, "import", str(tmp_path / "empty"), "lakefs://clirepo/main/raw/")
+    assert rc == 3 and "nothing to import" in err
+    assert run(capsys, "--home", home, "show", "lakefs://clirepo/main", "--json")[1] == head
     rc, _, err = run(capsys, "--home", home, "import", str(src), "lakefs://clirepo/main")
     assert rc == 2 and "destination prefix" in err
 

@@ -65,6 +65,43 @@ def test_export_full_then_incremental(spark, tmp_path):
         export(spark, repo, "main", repo.record.storage_namespace + "/exports")
 
 
+def test_an_export_of_a_changed_or_missing_object_fails_without_success(spark, tmp_path):
+    """An imported file changed behind the repository (same size, other bytes) or gone: the
+    export checks every object against its entry -- size, and the MD5 of a plain etag -- and
+    fails (CorruptedData, NotFound: exit 5, exit 3 in one line) with no _SUCCESS written. It
+    used to copy the changed bytes and write _SUCCESS naming the commit (or die with a page
+    of Spark traceback, exit 1). A healthy one exports, checked the same way."""
+    from graveler.errors import CorruptedData
+
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f.txt").write_bytes(b"original\n")
+    (src / "d" / "g.txt").write_bytes(b"kept\n")
+    repo = make_repo(tmp_path)
+    import_prefix(spark, repo, "main", str(src), "in/")
+    ok = tmp_path / "ok"
+    export(spark, repo, "main", str(ok))
+    assert read_success(str(ok))["copied"] == 2 and (ok / "in/d/f.txt").read_bytes() == b"original\n"
+    (src / "d" / "f.txt").write_bytes(b"tampered\n")  # the same size
+    dest = tmp_path / "out"
+    with pytest.raises(CorruptedData, match="in/d/f.txt"):
+        try:
+            export(spark, repo, "main", str(dest), full=True)
+        except Exception as e:  # (Spark's wrapper of the task's error: what the CLI unwraps)
+            from lakefuse.cli import _from_spark
+
+            raise (_from_spark(e) or e) from None
+    assert read_success(str(dest)) is None
+    os.unlink(src / "d" / "f.txt")
+    r = subprocess.run([sys.executable, "-m", "lakefuse", "--home", str(repo.config.home), "export",
+                        f"lakefs://{repo.name}/main", str(tmp_path / "out2"), "--spark", "local[1]"],
+                       capture_output=True, text=True, timeout=300, cwd=str(ROOT))
+    assert r.returncode == 3, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]  # (above it: Spark's own log of the failed task)
+    assert last.startswith("lakefuse: ") and last.endswith("f.txt not found")
+    assert read_success(str(tmp_path / "out2")) is None
+
+
 @pytest.mark.s3
 def test_s3_import_and_export(spark, tmp_path, s3_bucket, s3_client, s3_config):
     objs = {f"raw/{d}/{i:03d}.json": f'{{"i": {i}}}'.encode() for d in ("a", "b", "c") for i in range(30)}

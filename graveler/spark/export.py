@@ -15,6 +15,7 @@ harmless.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from datetime import datetime, timezone
 
 from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.model import AddressType
-from graveler.objects import split_full_address
+from graveler.objects import is_md5_etag, split_full_address
 from graveler.objstore import open_store, validate_key
 from graveler.objstore.base import StoreConfig
 from graveler.spark.diff import diff_df
@@ -72,6 +73,23 @@ def _source(ns: Namespace, address: str, address_type: str, stores: dict):
     return worker_store(ns), address
 
 
+def _check(key: str, got: int, size: int, etag: str, content) -> None:
+    """CorruptedData unless ``content`` (bytes, or a file read from its start) is the object its
+    entry describes: ``size`` bytes and, for a plain-MD5 ``etag``, that MD5."""
+    if got != size:
+        raise CorruptedData(f"{key}: its object is {got} bytes, the entry says {size}")
+    if etag and is_md5_etag(etag):
+        h = hashlib.md5(usedforsecurity=False)
+        if isinstance(content, (bytes, bytearray)):
+            h.update(content)
+        else:
+            while chunk := content.read(8 << 20):
+                h.update(chunk)
+        if h.hexdigest() != etag.strip('"').lower():
+            raise CorruptedData(f"{key}: its object's content does not match its etag (MD5 {h.hexdigest()}, "
+                                f"the entry says {etag})")
+
+
 def _copy_task(ns: Namespace, dest: Namespace):
     import pyarrow as pa
 
@@ -81,23 +99,29 @@ def _copy_task(ns: Namespace, dest: Namespace):
         copied = deleted = nbytes = 0
         for b in batches:
             cols = b.to_pydict()
-            for op, key, address, atype, size in zip(cols["op"], cols["key"], cols["address"], cols["address_type"],
-                                                     cols["size"]):
+            for op, key, address, atype, size, etag in zip(cols["op"], cols["key"], cols["address"],
+                                                           cols["address_type"], cols["size"], cols["etag"]):
                 if op == "delete":
                     out.delete(key)
                     deleted += 1
                     continue
                 src, skey = _source(ns, address, atype, stores)
+                # every object checked against its entry (size; the MD5 of a plain etag) before it is
+                # put: an export that writes _SUCCESS holds the commit's bytes, never a changed file's
                 if size > _BIG:
                     fd, tmp = tempfile.mkstemp(prefix="lakefuse-export-")
                     os.close(fd)
                     try:
                         src.get_to_file(skey, tmp)
+                        with open(tmp, "rb") as f:
+                            _check(key, os.fstat(f.fileno()).st_size, size, etag, f)
                         out.put_file(key, tmp)
                     finally:
                         os.unlink(tmp)
                 else:
-                    out.put(key, src.get(skey))
+                    data = src.get(skey)
+                    _check(key, len(data), size, etag, data)
+                    out.put(key, data)
                 copied += 1
                 nbytes += size
         fault_point("export_copy")
@@ -140,10 +164,11 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
                 F.col("right.address").alias("address"),
                 F.col("right.address_type").alias("address_type"),
                 F.coalesce(F.col("right.size"), F.lit(0)).alias("size"),
+                F.col("right.etag").alias("etag"),
             )
         else:
             plan = entries_df(spark, repo, commit.id).select(F.lit("copy").alias("op"), "key", "address",
-                                                             "address_type", "size")
+                                                             "address_type", "size", "etag")
         plan = plan.where(~F.col("key").endswith("/"))  # directory markers (empty dirs of the mount): no object
         bad = plan.where(F.col("key").contains("//") | F.col("key").startswith("/"))
         first_bad = bad.select("key").limit(1).collect()

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from graveler.errors import DirtyBranch, InvalidArgument
+from graveler.errors import DirtyBranch, InvalidArgument, NotFound
 from graveler import ident
 from graveler import model
 from graveler.model import AddressType, Value, encode_value
@@ -392,8 +392,11 @@ def import_prefix(spark, repo, branch: str, source_uri: str, dest_prefix: str, m
     cfg = store_config if store_config is not None else repo.config.store
     prog = Progress(source_uri, enabled=progress) if progress is not None else None
     job = listing_job(spark, source_uri, cfg, progress=prog)
-    listing, _ = materialize_listing(job, prog)
+    listing, n = materialize_listing(job, prog)
     try:
+        if n == 0:  # (the prefix would be emptied: a mistyped source, most likely)
+            raise NotFound(f"nothing to import: {source_uri} holds no object (an import replaces the "
+                           f"destination prefix; `lakefuse fs rm -r` empties one)")
         return import_listing(repo, branch, listing, dest_prefix, message, partitions, source=source_uri)
     finally:
         listing.unpersist()

@@ -83,6 +83,29 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"lakefuse: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return 1
+    except Exception as e:  # a graveler error raised in a Spark task reaches here wrapped in Spark's
+        err = _from_spark(e)
+        if err is None:
+            raise
+        return _fail(err)
+
+
+def _from_spark(e: Exception):
+    """The graveler error a Spark task raised, from Spark's wrapper of it (PythonException,
+    Py4JJavaError): one line and its exit code, not a page of traceback. None: not one."""
+    import re
+
+    import graveler.errors as errors
+
+    if type(e).__name__ not in ("PythonException", "Py4JJavaError", "SparkException"):
+        return None
+    m = re.search(r"graveler\.errors\.(\w+): ([^\n]*)", str(e))
+    cls = getattr(errors, m.group(1), None) if m else None
+    if not (isinstance(cls, type) and issubclass(cls, errors.GravelerError)):
+        return None
+    err = errors.GravelerError.__new__(cls)
+    Exception.__init__(err, m.group(2))
+    return err
 
 
 def submit_main(command: str, argv: list[str]) -> int:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from dataclasses import asdict
 from datetime import timedelta
 
-from graveler.errors import InvalidArgument
+from graveler.errors import InvalidArgument, NotFound
 from lakefuse.cli.vc_common import add_command, add_group, emit_json, note, out, session, uri_arg
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,13 @@ def cmd_import(args) -> int:
     branch, prefix = u.with_prefix()
     if not prefix:
         raise InvalidArgument(f"{u}: give a destination prefix, lakefs://REPO/BRANCH/PREFIX/ (it is replaced)")
+    src = args.source
+    if "://" not in src or src.startswith("file://"):  # a local directory: there, before Spark starts
+        path = src[len("file://"):] if src.startswith("file://") else src
+        if not os.path.exists(path):
+            raise NotFound(f"import source {src} not found")
+        if not os.path.isdir(path):
+            raise InvalidArgument(f"import source {src} is not a directory")
     with session(args) as s:
         repo = s.repo(u)
         repo.get_branch(branch)  # fail before starting Spark

@@ -135,7 +135,10 @@ def cmd_repo_create(args: argparse.Namespace) -> int:
         if s.graveler.has_repository(u.repository):
             raise AlreadyExists(f"repository {u.repository!r} already exists")
         check_shared_namespace(s.config, ns, args.allow_local_storage)
-        s.graveler.check_namespace_free(str(StorageURI.parse(ns)))  # before anything opens it
+        try:  # before anything opens it (a malformed one: create_repository says why)
+            s.graveler.check_namespace_free(str(StorageURI.parse(ns)))
+        except InvalidArgument:
+            pass
         if "://" in ns:
             if s.graveler.has_refs_dump(ns):
                 raise AlreadyExists(

@@ -190,7 +190,7 @@ class Filesystem(Opens, Reads, XattrReads):
 
     def acquire(self, key, kind: Kind, tree, path: bytes, parent_ino: int, attr: Attr,
                 value: Value | None = None, stamp: int = 0, lookups: int = 1) -> Attr:
-        if value is not None and (old := self.inodes.find(key)) is not None and old.other_object(value):
+        if value is not None and (old := self.inodes.find(key)) is not None and old.other_object(value, self.spooled):
             self.inodes.replace(old)  # an open file replaced behind the mount: the name's new inode (revalidate)
         return self._took(self.inodes.acquire(key, kind, tree, path, parent_ino, lookups)[0], tree, attr, value, stamp)
 
@@ -481,7 +481,7 @@ class Filesystem(Opens, Reads, XattrReads):
             node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, node.path, st.marker), tree,
                                                      node.path, stamp), node.ino)
         elif node.kind == Kind.FILE and st.value is not None and not st.is_dir:
-            if node.other_object(st.value):
+            if node.other_object(st.value, self.spooled):
                 self.inodes.replace(node)  # replaced behind the mount while open: as if renamed over (getattr)
                 return node
             node.value = st.value

@@ -61,12 +61,13 @@ class Node:
     def __repr__(self) -> str:
         return f"Node({self.ino}, {self.kind.name}, {self.path!r}, nlookup={self.nlookup})"
 
-    def other_object(self, value) -> bool:
+    def other_object(self, value, spooled) -> bool:
         """Whether ``value``, read at this open branch file's key, names another object than the
         one it read (not a change of metadata only): it was replaced behind the mount while open,
-        and its handles keep what they opened, as if it were renamed over."""
+        and its handles keep what they opened, as if it were renamed over. Never a file this mount
+        writes (``spooled(ino)``: its spool file; its saves race with what the branch shows)."""
         return (self.opens > 0 and self.value is not None and self.kind == Kind.FILE and not self.tree.immutable
-                and entry_location(value) != entry_location(self.value))
+                and entry_location(value) != entry_location(self.value) and spooled(self.ino) is None)
 
 
 class InodeTable:

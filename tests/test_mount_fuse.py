@@ -273,6 +273,8 @@ def test_a_file_replaced_behind_the_mount_while_open_keeps_its_version(world):
         assert fd.read(1000) == old[:1000]
         ino = os.fstat(fd.fileno()).st_ino
         r.upload("dev", "swapped.bin", new)
+        time.sleep(0.5)  # (the stamp watch has dropped the kernel's caches of the branch)
+        assert "swapped.bin" in os.listdir(f.parent)  # a listing first: it must not refresh the open inode
         deadline = time.monotonic() + 10
         while f.read_bytes() != new:  # the name: within the branch timeout and the stamp watch
             assert time.monotonic() < deadline, "the new version never showed"

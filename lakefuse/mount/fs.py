@@ -194,13 +194,13 @@ class Filesystem(Opens, Reads, XattrReads):
             self.inodes.replace(old)  # an open file replaced behind the mount: the name's new inode (revalidate)
         return self._took(self.inodes.acquire(key, kind, tree, path, parent_ino, lookups)[0], tree, attr, value, stamp)
 
-    @staticmethod
-    def _took(node: Node, tree, attr: Attr, value: Value | None, stamp: int) -> Attr:
+    def _took(self, node: Node, tree, attr: Attr, value: Value | None, stamp: int) -> Attr:
         """The attributes of ``node`` just acquired, ``attr`` as read (a new node has none yet)."""
         old = node.attr
         if (old is not None and not old.uncounted and attr.uncounted
-                and (tree.immutable or node.stamp == stamp)):
-            return old  # a listing's directory the node has counted already, at the same state
+                and (tree.immutable or node.stamp == stamp)) or (
+                value is not None and node.other_object(value, self.spooled)):
+            return old  # a listing's directory counted already; an open file replaced (its handles' version)
         if tree is None or not tree.immutable or old is None or (old.uncounted and not attr.uncounted):
             if attr.ino and attr.ino != node.ino:  # a held listing's entry, another node's already: a copy
                 attr = dataclasses.replace(attr)

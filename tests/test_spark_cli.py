@@ -71,6 +71,13 @@ def test_cli_import_gc_export(spark, tmp_path, capsys):
     rc, o, _ = run(capsys, "--home", home, "export", "lakefs://clirepo/main", str(dest))
     assert rc == 0 and "0 copied, 0 deleted (incremental" in o
 
+    # a dirty branch is refused before the source is listed (a listing can take an hour), not after
+    (tmp_path / "one.txt").write_text("staged")
+    assert run(capsys, "--home", home, "fs", "upload", "lakefs://clirepo/main/one.txt",
+               "--source", str(tmp_path / "one.txt"))[0] == 0
+    rc, _, err = run(capsys, "--home", home, "import", str(src), "lakefs://clirepo/main/raw/")
+    assert rc == 4 and "uncommitted changes" in err and "listing" not in err, err
+
 
 @pytest.mark.slow
 def test_spark_submit_entry(tmp_path):

@@ -333,7 +333,7 @@ def materialize_listing(job: ListingJob, progress: Progress | None = None, poll:
     return df, n
 
 
-def _check_clean(repo, branch: str) -> None:
+def check_clean(repo, branch: str) -> None:
     if repo.has_uncommitted(branch):
         raise DirtyBranch(f"branch {branch!r} has uncommitted changes: commit or reset them before importing")
 
@@ -344,7 +344,7 @@ def import_listing(repo, branch: str, listing, dest_prefix: str, message: str | 
     """Import a listing DataFrame under ``dest_prefix`` of ``branch`` as one commit."""
     spark = listing.sparkSession
     dest_prefix = check_dest_prefix(dest_prefix)
-    _check_clean(repo, branch)
+    check_clean(repo, branch)
     head = repo.get_commit(branch)
     ns = namespace_of(repo)
     from pyspark.sql import functions as F
@@ -389,6 +389,8 @@ def import_prefix(spark, repo, branch: str, source_uri: str, dest_prefix: str, m
                   progress: bool | None = True) -> ImportResult:
     """Import every object under ``source_uri`` (a local directory or ``s3://bucket/prefix``), listed
     by delimiter fan-out; ``progress``: the listing's progress line on stderr (None: no counting)."""
+    dest_prefix = check_dest_prefix(dest_prefix)
+    check_clean(repo, branch)  # before the listing, which may take long: asked again before the commit
     cfg = store_config if store_config is not None else repo.config.store
     prog = Progress(source_uri, enabled=progress) if progress is not None else None
     job = listing_job(spark, source_uri, cfg, progress=prog)
@@ -411,7 +413,7 @@ def import_records_local(repo, branch: str, records: list[tuple[bytes, bytes]], 
     as pairs or as the ``key, value`` Arrow batch of :func:`encode_listing_batch` (sorted by Arrow and
     written over its buffers, as the Spark tasks do)."""
     dest_prefix = check_dest_prefix(dest_prefix)
-    _check_clean(repo, branch)
+    check_clean(repo, branch)
     head = repo.get_commit(branch)
     ns: Namespace = namespace_of(repo)
     store = ns.open()

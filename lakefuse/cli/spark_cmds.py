@@ -107,7 +107,7 @@ def _print(args, obj: dict, human: str) -> None:
 
 
 def cmd_import(args) -> int:
-    from graveler.spark.importer import import_prefix
+    from graveler.spark.importer import check_clean, import_prefix
 
     u = uri_arg(args.dest)
     branch, prefix = u.with_prefix()
@@ -123,6 +123,7 @@ def cmd_import(args) -> int:
     with session(args) as s:
         repo = s.repo(u)
         repo.get_branch(branch)  # fail before starting Spark
+        check_clean(repo, branch)
         spark = _spark(args)
         res = import_prefix(spark, repo, branch, args.source, prefix, args.message, args.partitions)
     what = f"commit {res.commit_id[:12]}" if res.commit_id else "no commit (the tree is unchanged)"

@@ -4,10 +4,13 @@ Every successful ``lookup`` (and every entry a READDIRPLUS reply hands over)
 raises a node's lookup count by one; ``forget`` lowers it. A node at zero with
 no open handle is dropped, so memory follows what the kernel keeps, however many
 files a walk touches. Inode numbers are never reused for anything else (a 64-bit
-counter), so the generation is always 0; but a name of an immutable tree (a commit
-never changes) gets the number it had back when it is looked up again after the
-kernel forgot it (the last :data:`KEEP_GONE` such numbers are kept): the inode
-numbers a kept listing shows (FOPEN_CACHE_DIR) stay those ``stat`` shows.
+counter), so the generation is always 0; but a name of a tree gets the number it had
+back when it is looked up again after the kernel forgot it (the last :data:`KEEP_GONE`
+such numbers are kept): the inode numbers a kept listing shows (FOPEN_CACHE_DIR) stay
+those ``stat`` shows, and a branch file keeps its ``st_ino`` however often the kernel
+drops its inode (tools that compare ``st_ino`` -- git's index, ``find -newer`` runs,
+backup tools -- see the same file). As on ext4, a new file may get the number of one
+removed before it; a number is never given to two live nodes.
 
 A node is keyed by what it shows (its tree and path, or a fixed name); looking
 the same thing up again gives the same inode while the kernel still knows it.
@@ -24,7 +27,7 @@ from graveler.model import entry_location
 from lakefuse.mount.errors import FsError
 
 ROOT_INO = 1
-KEEP_GONE = 100_000  # numbers of dropped nodes of immutable trees kept for their next lookup
+KEEP_GONE = 100_000  # numbers of dropped nodes kept for their next lookup
 
 
 class Kind(enum.IntEnum):
@@ -253,7 +256,7 @@ class InodeTable:
         del self._nodes[node.ino]
         if self._by_key.get(node.key) == node.ino:
             del self._by_key[node.key]
-            if node.tree is not None and node.tree.immutable:  # the same number at its next lookup
+            if node.tree is not None:  # the same number at its next lookup (a file of any tree)
                 if len(self._gone) >= KEEP_GONE:
                     self._gone.clear()
                 self._gone[node.key] = node.ino

@@ -26,6 +26,10 @@ class InvalidArgument(GravelerError):
     """Bad input: a malformed name, path, ref expression or parameter."""
 
 
+class PathTooLong(InvalidArgument):
+    """A path longer than the staging key limit allows (a name that is too long for a filesystem)."""
+
+
 class AmbiguousRef(InvalidArgument):
     """A commit-ID prefix (or a name) that matches more than one commit."""
 

@@ -23,7 +23,7 @@ How a filesystem view (the mount) shows each key is decided here, in one place:
 
 from __future__ import annotations
 
-from graveler.errors import InvalidArgument
+from graveler.errors import InvalidArgument, PathTooLong
 from graveler.objects import RESERVED_NAME
 
 SEP = b"/"
@@ -55,7 +55,7 @@ def check_path(path: str | bytes, what: str = "path", max_bytes: int | None = No
         if part in (b".", b".."):
             raise InvalidArgument(f"invalid {what} {b!r}: '.' and '..' components are not allowed")
     if max_bytes is not None and len(b) > max_bytes:
-        raise InvalidArgument(f"invalid {what}: {len(b)} bytes, at most {max_bytes} are allowed")
+        raise PathTooLong(f"invalid {what}: {len(b)} bytes, at most {max_bytes} are allowed")
     return b
 
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import logging
 
-from graveler.errors import InvalidArgument, NotFound
+from typing import Callable
+
+from graveler.errors import InvalidArgument, NotFound, PathTooLong
+from graveler.staging import MAX_PATH_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +40,13 @@ def rename_path(repo, branch: str, src: bytes, dst: bytes) -> None:
     repo.stage_many(branch, [(dst, value), (src, None)])
 
 
-def rename_prefix(repo, branch: str, src_dir: bytes, dst_dir: bytes, batch: int = RENAME_BATCH) -> int:
+def rename_prefix(repo, branch: str, src_dir: bytes, dst_dir: bytes, batch: int = RENAME_BATCH,
+                  first: list | None = None, staged: Callable[[int], None] | None = None) -> int:
     """Move every key under ``src_dir/`` to the same name under ``dst_dir/``; return
-    how many keys moved. ``dst_dir`` must not lie inside ``src_dir``."""
+    how many keys moved. ``dst_dir`` must not lie inside ``src_dir``. A key that would
+    grow past the path limit is :class:`PathTooLong` before anything is staged.
+    ``first``: more changes staged with the first batch (in its transaction);
+    ``staged(n)`` is called after each batch's transaction (n keys moved by it)."""
     src_dir, dst_dir = src_dir.rstrip(b"/"), dst_dir.rstrip(b"/")
     if not src_dir or not dst_dir:
         raise InvalidArgument("rename_prefix needs non-empty directories")
@@ -48,19 +55,34 @@ def rename_prefix(repo, branch: str, src_dir: bytes, dst_dir: bytes, batch: int 
     if dst_dir.startswith(src_dir + b"/"):
         raise InvalidArgument(f"cannot move {src_dir!r} into itself ({dst_dir!r})")
     src_pfx, dst_pfx = src_dir + b"/", dst_dir + b"/"
+    grow = len(dst_pfx) - len(src_pfx)
+    if grow > 0:  # a pass over the keys first: no batch is staged if a later one cannot be
+        longest = max((len(item.path) for item in repo.list(branch, src_pfx, delimiter=b"")), default=0)
+        if longest + grow > MAX_PATH_BYTES:
+            raise PathTooLong(f"moving {src_dir.decode('utf-8', 'replace')!r} to "
+                              f"{dst_dir.decode('utf-8', 'replace')!r} makes a path of {longest + grow} bytes "
+                              f"below it (at most {MAX_PATH_BYTES})")
     n = 0
-    pending: list = []
+    pending: list = list(first or ())
+    extra = len(pending)
+
+    def flush() -> None:
+        nonlocal n, pending, extra
+        repo.stage_many(branch, pending)
+        moved = (len(pending) - extra) // 2
+        n += moved
+        pending, extra = [], 0
+        if staged is not None:
+            staged(moved)
+
     for item in repo.list(branch, src_pfx, delimiter=b""):
         rest = item.path[len(src_pfx):]
         pending.append((dst_pfx + rest, item.value))
         pending.append((item.path, None))
-        if len(pending) >= 2 * batch:
-            repo.stage_many(branch, pending)
-            n += len(pending) // 2
-            pending = []
+        if len(pending) - extra >= 2 * batch:
+            flush()
     if pending:
-        repo.stage_many(branch, pending)
-        n += len(pending) // 2
+        flush()
     if n == 0:
         raise NotFound(f"nothing under {src_pfx.decode('utf-8', 'replace')!r} on {branch!r}")
     log.debug("%s: renamed %d keys %r -> %r on %s", repo.name, n, src_dir, dst_dir, branch)

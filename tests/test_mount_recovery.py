@@ -251,3 +251,79 @@ def test_a_sparse_terabyte_saves_and_recovers_in_seconds(tmp_path):
     e2 = repo.get("main", "huge2")
     assert e2.size == size and e2.etag.endswith("-8193") and e2.etag != e.etag
     assert repo.read_entry(e2, 1 << 40, 3) == b"end"
+
+
+def _dir_rename_core(tmp_path):
+    from lakefuse.mount.writes import WritableFilesystem
+
+    repo = make_repo(tmp_path)
+    deep = "X/" + "y" * 200 + "/" + "z" * 200 + "/f"
+    repo.upload("main", deep, b"deep")
+    for i in range(4):
+        repo.upload("main", f"X/f{i}", b"%d" % i)
+    cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    return repo, cfg, WritableFilesystem(repo, spool=Spool(repo, cfg)), deep
+
+
+def test_a_directory_rename_that_fails_leaves_nothing_for_recovery_to_replay(tmp_path):
+    """Defect: a directory rename refused (a path below it would pass the limit) answered EINVAL
+    and left its intent in the spool; after a kill -9 the next mount "finished" it, moving what
+    the user had put at the old name since. Now: ENAMETOOLONG before anything is written, and
+    the branch and the spool as they were."""
+    import errno
+
+    from lakefuse.mount.errors import errno_for
+    from tests.mount_core_testutil import ino_of
+
+    repo, cfg, fs, deep = _dir_rename_core(tmp_path)
+    root = ino_of(fs, "main")
+    before = sorted(it.path for it in repo.list("main", b"", delimiter=b""))
+    with pytest.raises(Exception) as exc:
+        fs.rename(root, b"X", root, b"n" * 100, 0)
+    assert errno_for(exc.value) == errno.ENAMETOOLONG, exc.value
+    assert sorted(it.path for it in repo.list("main", b"", delimiter=b"")) == before
+    assert not list((tmp_path / "cache").rglob("*.intent"))
+    repo.upload("main", "X/keep.txt", b"still at X")
+    os.close(fs.spool._lock_fd)  # kill -9
+    report = Spool(repo, cfg).recover()
+    assert report.intents == []
+    assert repo.read("main", "X/keep.txt") == b"still at X" and repo.read("main", deep) == b"deep"
+
+
+@pytest.mark.expect_log("the half-done rename is reported as an error")
+def test_a_directory_rename_cut_short_after_a_batch_is_finished_by_the_next_mount(tmp_path, monkeypatch):
+    """A rename whose KV fails between batches keeps its intent (the directory is half moved:
+    recovery finishes it); one whose first transaction fails leaves none."""
+    import lakefuse.mount.writes as writes_mod
+    from tests.mount_core_testutil import ino_of
+
+    monkeypatch.setattr(writes_mod, "DIR_RENAME_BATCH", 2)
+    repo, cfg, fs, deep = _dir_rename_core(tmp_path)
+    root = ino_of(fs, "main")
+    orig, calls = repo.stage_many, []
+
+    def failing(at):
+        def stage_many(branch, items, *a, **kw):
+            calls.append(len(items))
+            if len(calls) == at:
+                raise StoreUnavailable("the KV went away")
+            return orig(branch, items, *a, **kw)
+        return stage_many
+
+    monkeypatch.setattr(repo, "stage_many", failing(1))
+    with pytest.raises(StoreUnavailable):
+        fs.rename(root, b"X", root, b"W", 0)
+    assert not list((tmp_path / "cache").rglob("*.intent")) and repo.exists("main", deep)
+
+    calls.clear()
+    monkeypatch.setattr(repo, "stage_many", failing(2))
+    with pytest.raises(StoreUnavailable):
+        fs.rename(root, b"X", root, b"W", 0)
+    assert len(list((tmp_path / "cache").rglob("*.intent"))) == 1
+    monkeypatch.setattr(repo, "stage_many", orig)
+    os.close(fs.spool._lock_fd)  # kill -9
+    from lakefuse.mount.writes import WritableFilesystem
+
+    WritableFilesystem(repo, spool=Spool(repo, cfg)).writes.recover()  # the next mount
+    assert sorted(it.path for it in repo.list("main", b"X/", delimiter=b"")) == []
+    assert repo.read("main", "W" + deep[1:]) == b"deep"

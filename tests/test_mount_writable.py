@@ -298,7 +298,14 @@ def test_errnos_of_unsupported_and_refused_operations(mnt):
         (lambda: os.rename(b / "f", mnt / "main" / "f"), errno.EXDEV),
         (lambda: os.rename(b / "d", b / "d" / "sub"), errno.EINVAL),
         (lambda: os.setxattr(b / "f", "user.lakefs.etag", b"1"), errno.EPERM),
+        # a path inside the branch over the key limit; a directory whose rename would put one there
+        (lambda: os.makedirs(b / ("y" * 250) / ("z" * 250)), errno.ENAMETOOLONG),
+        (lambda: os.rename(b / "long", b / ("n" * 100)), errno.ENAMETOOLONG),
+        (lambda: open(os.path.join(os.fsencode(b), b"latin-\xe9"), "w"), errno.EINVAL),  # not UTF-8
+        (lambda: os.symlink(b"\xff", os.path.join(os.fsencode(b), b"lnk")), errno.EINVAL),
     ]
+    (b / "long" / ("y" * 200) / ("z" * 200)).mkdir(parents=True)
+    (b / "long" / ("y" * 200) / ("z" * 200) / "f").write_text("deep")
     for fn, want in cases:
         with pytest.raises(OSError) as ei:
             fn()
@@ -309,6 +316,7 @@ def test_errnos_of_unsupported_and_refused_operations(mnt):
     assert _renameat2(b / "f", b / "g", 2) == errno.EINVAL  # RENAME_EXCHANGE is not supported
     assert _renameat2(b / "f", b / "new", 1) == 0
     assert (b / "new").read_text() == "f"
+    assert (b / "long" / ("y" * 200) / ("z" * 200) / "f").read_text() == "deep"  # the refused rename moved nothing
 
 
 def _mount_options(mp: Path) -> set[str]:

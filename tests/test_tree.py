@@ -78,3 +78,22 @@ def test_rename_prefix_refuses_bad_targets(repo):
     with pytest.raises(NotFound):
         rename_prefix(repo, "main", b"nothing", b"x")
     assert rename_prefix(repo, "main", b"a", b"a") == 0
+
+
+def test_rename_prefix_refuses_a_path_past_the_limit_before_it_stages_anything(repo):
+    from graveler.errors import PathTooLong
+    from graveler.staging import MAX_PATH_BYTES
+
+    deep = b"s/" + b"y" * 200 + b"/" + b"z" * 200 + b"/f"
+    repo.upload("main", "s/a", b"a")
+    repo.stage_many("main", [(deep, repo.get_value("main", b"s/a"))])
+    before = addresses(repo, "main")
+    calls = []
+    grow = MAX_PATH_BYTES - len(deep) + 1  # one byte too many for the deepest key
+    with pytest.raises(PathTooLong, match="makes a path of"):
+        rename_prefix(repo, "main", b"s", b"s" * (1 + grow), batch=1, first=[(b"other", None)], staged=calls.append)
+    assert calls == [] and addresses(repo, "main") == before  # nothing staged, the first batch's extras neither
+    # one byte less fits; the extras go with the first batch, each batch is reported
+    n = rename_prefix(repo, "main", b"s", b"s" * grow, batch=1, first=[(b"s/a-marker", None)], staged=calls.append)
+    assert n == 2 and calls == [1, 1]
+    assert sorted(addresses(repo, "main")) == sorted([b"s" * grow + b"/a", b"s" * grow + deep[1:]])

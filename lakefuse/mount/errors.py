@@ -26,6 +26,7 @@ ERRNO_TABLE: dict[type[g.GravelerError], int] = {
     g.NotFound: errno.ENOENT,
     g.AlreadyExists: errno.EEXIST,
     g.InvalidArgument: errno.EINVAL,
+    g.PathTooLong: errno.ENAMETOOLONG,
     g.AmbiguousRef: errno.ENOENT,  # a ref prefix that names no single commit is no directory
     g.Conflict: errno.EBUSY,
     g.MergeConflict: errno.EBUSY,

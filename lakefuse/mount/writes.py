@@ -540,9 +540,17 @@ class BranchWrites:
                 pre += [(dst, self.repo.get_value(branch, src)), (src, None)]
             except NotFound:
                 pass
-            if pre:
-                self._stage(tree, pre)
-            rename_prefix(self.repo, branch, src, dst, batch=DIR_RENAME_BATCH)
+            moved_keys: list[int] = []  # (pre goes with the first batch: a rename failing before it leaves no trace)
+            try:
+                rename_prefix(self.repo, branch, src, dst, batch=DIR_RENAME_BATCH, first=pre,
+                              staged=moved_keys.append)
+            except BaseException:
+                if intent is not None and not moved_keys:  # nothing moved: no rename for recovery to finish
+                    self.spool.end_intent(intent)
+                elif intent is not None:
+                    log.error("renaming directory %r -> %r on %s failed after %d keys moved: the next mount "
+                              "finishes it", src, dst, branch, sum(moved_keys))
+                raise
             self.fs.subdirs_changed(tree, None)  # every directory under src moved: count them all again
             if intent is not None:
                 self.spool.end_intent(intent)

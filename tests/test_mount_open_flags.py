@@ -182,3 +182,88 @@ def test_a_branch_file_keeps_its_st_ino_when_the_kernel_drops_its_inode(repo, tm
         assert (mp / "main" / "d" / "written").read_bytes() == b"through the mount"
     finally:
         m.stop()
+
+
+def test_a_branch_file_changed_behind_the_mount_keeps_its_handles_and_its_name(repo, tmp_path):
+    """Defects a new user's ETL run found with the CLI changing a branch while it was mounted:
+    ``stat`` of a file that had been open while it was replaced recursed in the daemon (EIO:
+    RecursionError); ``fstat`` of a descriptor whose file was removed, or whose branch was
+    deleted, answered ENOENT; an ``O_TRUNC`` create over a name removed that way answered
+    ENOENT. Now: an open file's handles see it with ``nlink`` 0, and an inode the kernel holds by
+    a stale name answers ESTALE, which has the kernel look the name up again."""
+    import errno
+
+    from lakefuse.mount.errors import FsError
+
+    def stale(fn):
+        with pytest.raises(FsError) as e:
+            fn()
+        assert e.value.errno == errno.ESTALE, e.value
+
+    with writable_core(repo, tmp_path / "cache") as fs:
+        for path, change in (("main/d/f01", lambda: repo.upload("main", "d/f01", b"another version")),
+                             ("main/d/f02", lambda: repo.delete("main", "d/f02"))):
+            ino = ino_of(fs, path)
+            size = fs.getattr(ino).size
+            o = fs.open(ino, os.O_RDONLY, passthrough=False)
+            change()
+            time.sleep(0.06)  # (past the 50 ms a branch's stamp is taken as current)
+            a = fs.getattr(ino)
+            assert (a.ino, a.size, a.nlink) == (ino, size, 0), path
+            fs.release(o.fh)
+            stale(lambda: fs.getattr(ino))  # (was: a RecursionError, answered EIO)
+            stale(lambda: fs.open(ino, os.O_RDONLY, passthrough=False))
+        # a name removed behind the mount, looked up before: a create with O_TRUNC over it
+        ino = ino_of(fs, "main/d/f03")
+        repo.delete("main", "d/f03")
+        time.sleep(0.06)
+        stale(lambda: fs.open(ino, os.O_WRONLY | os.O_TRUNC, passthrough=False))
+        # the branch deleted while a file of it is open
+        repo.create_branch("gone", "main")
+        ino = ino_of(fs, "gone/d/f04")
+        o = fs.open(ino, os.O_RDONLY, passthrough=False)
+        repo.delete_branch("gone")
+        time.sleep(0.06)
+        assert fs.getattr(ino).nlink == 0
+        assert fs.read(o.fh, 0, 100) == FILES["d/f04"]
+        fs.release(o.fh)
+
+
+@needs_fuse
+def test_changes_behind_the_mount_fail_no_open_descriptor_and_no_create(repo, tmp_path):
+    """The same through the kernel (its cached names and inodes), as the ETL run saw it."""
+    m = MountProc(repo.config.home, "oflags", tmp_path / "mnt").start()
+    try:
+        d = m.mountpoint / "main" / "d"
+        data = os.urandom(200_000)
+        (d / "gone.bin").write_bytes(data)
+        with open(d / "gone.bin", "rb") as f:
+            f.read(100)
+            repo.delete("main", "d/gone.bin")
+            end = time.monotonic() + 1.2
+            while time.monotonic() < end:  # (was: ENOENT until the daemon's inode went)
+                assert os.fstat(f.fileno()).st_size == len(data)
+                assert os.pread(f.fileno(), 10, 150_000) == data[150_000:150_010]
+                time.sleep(0.02)
+            assert os.fstat(f.fileno()).st_nlink == 0
+        for i in range(4):
+            y = d / f"y{i}.txt"
+            y.write_bytes(b"v1")
+            os.stat(y)
+            repo.delete("main", f"d/y{i}.txt")
+            y.write_bytes(b"v2")  # (was: ENOENT for up to the entry timeout)
+            assert y.read_bytes() == b"v2"
+        for i in range(6):
+            z = d / "rr.bin"
+            z.write_bytes(os.urandom(50_000))
+            with open(z, "rb") as f:
+                f.read(10)
+                repo.upload("main", "d/rr.bin", b"other %d" % i)
+                time.sleep(0.05 * i)
+                os.fstat(f.fileno())
+            os.stat(z)  # (was: EIO now and then: the daemon's getattr recursed)
+            z.write_bytes(b"again %d" % i)
+            assert z.read_bytes() == b"again %d" % i
+        assert "RecursionError" not in m.log_path.read_text(errors="replace")
+    finally:
+        m.stop()

@@ -123,6 +123,23 @@ class StatFs:
     files_avail: int
     name_max: int
 
+    @classmethod
+    def of(cls, path: str, name_max: int) -> "StatFs":
+        """statvfs of ``path``, or of its nearest existing parent (a cache directory not made
+        yet: the disk it will be on). Blocking."""
+        while True:
+            try:
+                st = os.statvfs(path)
+                break
+            except FileNotFoundError:
+                parent = os.path.dirname(path)
+                if parent == path:
+                    raise
+                path = parent
+        return cls(block_size=st.f_bsize, fragment_size=st.f_frsize, blocks=st.f_blocks,
+                   blocks_free=st.f_bfree, blocks_avail=st.f_bavail, files=st.f_files,
+                   files_free=st.f_ffree, files_avail=st.f_favail, name_max=name_max)
+
 
 @dataclass(frozen=True, slots=True)
 class Caller:

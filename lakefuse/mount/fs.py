@@ -443,16 +443,28 @@ class Filesystem(Opens, Reads, XattrReads):
         tree: Tree = node.tree
         if tree.immutable:
             return self.revalidate(node).attr
-        if kind == Kind.FILE and node.opens > 0 and node.attr is not None and not self.inodes.attached(node):
-            return dataclasses.replace(self.rules.spooled(self.spooled(ino), node.attr), nlink=0)  # (no name left)
+        if kind == Kind.FILE and not self.inodes.attached(node):
+            return self._detached_attr(node)
         if kind == Kind.FILE:
             sf = self.spooled(ino)
             if sf is not None:
                 base = node.attr if node.attr is not None else self.revalidate(node).attr
                 return self.rules.spooled(sf, base)
         with self.tree_lock(tree).shared():
-            attr = self.revalidate(node).attr
-        return attr if self.inodes.attached(node) else self.getattr(ino)  # (just replaced while open: above)
+            try:
+                attr = self.revalidate(node).attr
+            except FsError as e:  # removed behind the mount (or its branch deleted): open handles keep it
+                if e.errno != errno.ENOENT or kind != Kind.FILE or node.opens == 0 or node.attr is None:
+                    raise
+                return self._detached_attr(node)
+        return attr if self.inodes.attached(node) else self._detached_attr(node)  # (just replaced)
+
+    def _detached_attr(self, node: Node) -> Attr:
+        """A branch file whose name went to another version or nowhere (through the mount or behind
+        it): while open, what its handles see, ``nlink`` 0; else ESTALE (the kernel looks it up again)."""
+        if node.opens > 0 and node.attr is not None:
+            return dataclasses.replace(self.rules.spooled(self.spooled(node.ino), node.attr), nlink=0)
+        raise FsError(errno.ESTALE, f"{node.path!r}: replaced or removed; the name is looked up again")
 
     def revalidate(self, node: Node) -> Node:
         """A branch node whose tree's stamp moved is read again (ENOENT if it is gone)."""
@@ -785,16 +797,4 @@ class Filesystem(Opens, Reads, XattrReads):
     def statfs(self) -> StatFs:
         """The space and inodes of the filesystem holding the spool and caches (a branch tree
         cannot take more), the mount's own name limit. Blocking (one statvfs)."""
-        path = self.space_dir
-        while True:
-            try:
-                st = os.statvfs(path)
-                break
-            except FileNotFoundError:  # not made yet (a read-only mount's cache): the disk it will be on
-                parent = os.path.dirname(path)
-                if parent == path:
-                    raise
-                path = parent
-        return StatFs(block_size=st.f_bsize, fragment_size=st.f_frsize, blocks=st.f_blocks,
-                      blocks_free=st.f_bfree, blocks_avail=st.f_bavail, files=st.f_files,
-                      files_free=st.f_ffree, files_avail=st.f_favail, name_max=paths.MAX_NAME_BYTES)
+        return StatFs.of(self.space_dir, paths.MAX_NAME_BYTES)

@@ -49,6 +49,18 @@ class Opens:
             h = special.open_handle(self, node, spec, writing, uid)
             self.inodes.open(node)
             return Opened(self.new_fh(h), False, True, noflush=not writing)
+        try:
+            return self._open_tree_file(node, flags, writing, passthrough)
+        except FsError as e:
+            if e.errno != errno.ENOENT or node.kind != Kind.FILE or node.tree.immutable:
+                raise
+            # removed behind the mount, the kernel still holding the name (an open, or a create
+            # with O_TRUNC, by its cached entry): ESTALE has it look the name up (then create it)
+            self.stats.add("opens_stale")
+            raise FsError(errno.ESTALE, f"{e}: the kernel looks the name up again") from None
+
+    def _open_tree_file(self, node: Node, flags: int, writing: bool, passthrough: bool) -> Opened:
+        ino = node.ino
         if node.kind == Kind.FILE and not node.tree.immutable and self.writes is not None and self.spool is not None:
             if writing or self.spool.get(ino) is not None:
                 if not passthrough:

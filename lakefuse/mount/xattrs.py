@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
+import stat
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
 from graveler.model import Entry
@@ -151,6 +152,8 @@ class XattrReads:
             else:  # (as every read of a branch: a directory rename's keys are never seen half moved)
                 with self.tree_lock(node.tree).shared():
                     node = self.revalidate(node)
+        if node.kind == Kind.FILE and node.attr is not None and not stat.S_ISREG(node.attr.mode):
+            return {}  # Linux reads user.* names of regular files and directories only: none to list
         tree = node.tree
         out = {XATTR_PREFIX + b"commit": tree.view.commit_id.encode()}
         if node.kind == Kind.FILE:

@@ -153,6 +153,11 @@ def test_status_lines(repo, controls):
     repo.upload("main", "new/file", b"3")
     repo.delete("main", "gone")
     assert controls.outcome("main", "status") == b"M change\nD gone\nA new/file\n"
+    # a name with a newline or tab cannot fake a line: quoted as `lakefuse diff` and git show it
+    repo.upload("main", "nl\nname.txt", b"4")
+    repo.upload("main", "t\tab \"q\".txt", b"5")
+    assert controls.outcome("main", "status").decode().splitlines() == [
+        "M change", "D gone", "A new/file", 'A "nl\\nname.txt"', 'A "t\\tab \\"q\\".txt"']
 
 
 @pytest.mark.expect_log("a failed control request is logged as a warning")

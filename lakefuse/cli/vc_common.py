@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -28,6 +27,7 @@ from graveler.model import Entry
 from graveler.refs import Commit
 from lakefuse.cli.common import add_kv_option, add_store_options, checked_config, store_config, terminal_text
 from lakefuse.cli.uri import LakeFSURI, is_uri, parse_uri
+from lakefuse.names import decode_key, show_name  # noqa: F401 (the commands take them from here)
 from lakefuse.users import committer
 
 log = logging.getLogger(__name__)
@@ -283,27 +283,3 @@ def entry_json(repo: Repository, path: str, e: Entry) -> dict:
     }
 
 
-def decode_key(key: bytes) -> str:
-    return key.decode("utf-8", "surrogateescape")
-
-
-_QUOTED = re.compile('[\x00-\x1f\x7f"\\\\\udc80-\udcff]')
-_QUOTE_AS = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
-
-
-def show_name(name: str) -> str:
-    """A key as the human-readable output shows it, as git shows paths: bare when plain, else
-    in double quotes with C escapes (``\\n``, ``\\t``, ``\\"``, ``\\\\``, ``\\xNN`` for any other control
-    character or undecodable byte) -- a name can never fake a line or a field of the output,
-    on a terminal or in a pipe. (``--json`` output keeps names exact.)"""
-    if not _QUOTED.search(name):
-        return name
-
-    def esc(m: re.Match) -> str:
-        c = m.group()
-        if c in _QUOTE_AS:
-            return _QUOTE_AS[c]
-        o = ord(c)
-        return f"\\x{o - 0xDC00 if o >= 0xDC80 else o:02x}"
-
-    return '"' + _QUOTED.sub(esc, name) + '"'

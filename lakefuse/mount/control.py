@@ -44,6 +44,7 @@ from graveler.errors import GravelerError, InvalidArgument, MergeConflict, NotFo
 from graveler.model import DiffType, MergeStrategy
 from graveler.refs import Commit
 from graveler.staging import as_path
+from lakefuse.names import decode_key, show_name
 from lakefuse.users import committer as committer_of
 
 log = logging.getLogger(__name__)
@@ -246,14 +247,15 @@ def _now() -> str:
 
 
 def status_lines(repo, branch: str) -> bytes:
-    """``A|M|D path`` per uncommitted change of ``branch``, in path order. Directory
+    """``A|M|D path`` per uncommitted change of ``branch``, in path order (a name with a control
+    character or quote in double quotes with C escapes, as ``lakefuse diff`` shows it). Directory
     markers (``dir/``) are listed when added or removed, not when only their
     attributes changed (every change inside a directory updates its mtime)."""
     out = []
     for d in repo.diff_uncommitted(branch):
         if d.type == DiffType.CHANGED and d.key.endswith(b"/"):
             continue  # a directory marker whose attributes (mtime) changed: not a change to list
-        out.append(f"{_STATUS_LETTER[d.type]} {d.key.decode('utf-8', 'replace')}\n")
+        out.append(f"{_STATUS_LETTER[d.type]} {show_name(decode_key(d.key))}\n")  # quoted as git and diff do
     return "".join(out).encode()
 
 

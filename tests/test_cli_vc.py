@@ -100,6 +100,20 @@ def test_user_story(cli, tmp_path):
     names = [line.split()[-1] for line in out.splitlines()]
     assert names == ["deep/", "readme.txt", "sales/"]
     assert out.splitlines()[1].startswith("object ") and "16 B" in out.splitlines()[1]
+    # a directory marker (the mount's mkdir makes them) under its own prefix: shown by its key, never as ""
+    from graveler import Graveler, GravelerConfig
+
+    def marker(put: bool) -> None:
+        g = Graveler(GravelerConfig(home=cli.home))
+        try:
+            r = g.repository("demo")
+            r.upload("main", "ds/deep/", b"") if put else r.delete("main", "ds/deep/")
+        finally:
+            g.close()
+
+    marker(True)
+    assert cli("fs", "ls", f"{REPO}/main/ds/deep/").splitlines()[0].split()[-3:] == ["0", "B", "ds/deep/"]
+    marker(False)
     listed = cli.jsonl("fs", "ls", f"{REPO}/main/ds/", "--recursive")
     assert [e["path"] for e in listed] == sorted("ds/" + p for p in files)
     assert all(e["type"] == "object" and e["physical_address"].startswith(ns + "/data/") for e in listed)

@@ -59,7 +59,8 @@ PREFIX is a key prefix, as in lakectl: `lakefs://repo/main/data/` lists the
 contents of data/, `lakefs://repo/main/data` lists what starts with "data"
 (for instance the common prefix data/). Without --recursive, keys below the next
 '/' are folded into common prefixes (directories); names are shown relative to
-the prefix's last '/'."""
+the prefix's last '/' (a directory marker, the key of the prefix itself, by its
+whole key)."""
 
 
 def register(sub) -> None:
@@ -276,8 +277,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             if args.json:
                 emit_json({"type": "object", **entry_json(repo, name, e)})
             else:
+                # (the prefix's own directory marker, ``data/`` under ``data/``: by its key, not as "")
                 out(f"{'object':<7} {local_time_ns(e.last_modified_ns):16} {human_size(e.size):>10}  "
-                    f"{show_name(name[len(trim):])}")
+                    f"{show_name(name[len(trim):] or name)}")
     return 0
 
 

@@ -195,6 +195,8 @@ def test_xattr_errnos(mnt):
     assert os.getxattr(f, longest) == b"1"
     assert err(os.setxattr, f, longest + "n", b"1") == errno.ERANGE
     assert err(os.getxattr, f, longest + "n") == errno.ERANGE
+    assert err(os.setxattr, f, "user.", b"1") == errno.EINVAL  # no name after the namespace: ext4's EINVAL
+    assert err(os.getxattr, f, "user.") == errno.EINVAL
     os.setxattr(f, "user.big", b"\xff" * 65536)
     assert os.getxattr(f, "user.big") == b"\xff" * 65536
     assert err(os.setxattr, f, "user.big", b"\xff" * 65537) == errno.E2BIG

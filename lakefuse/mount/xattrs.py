@@ -63,6 +63,8 @@ def check_name(name: bytes, writing: bool) -> None:
         raise FsError(errno.ERANGE, f"an attribute name has 1 to {NAME_MAX} bytes, not {len(name)}")
     if not name.startswith(USER):
         raise FsError(errno.ENOTSUP, "only user.* extended attributes are kept")
+    if name == USER:  # (Linux's handlers: a namespace with no name in it)
+        raise FsError(errno.EINVAL, "an attribute name after 'user.' is needed")
     if writing and name.startswith(XATTR_PREFIX):
         raise FsError(errno.EPERM, f"{XATTR_PREFIX.decode()}* attributes are the mount's, read-only")
 

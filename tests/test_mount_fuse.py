@@ -389,7 +389,9 @@ def test_mount_failures_say_why(world, tmp_path):
         return r
 
     r = mount("lakefs://nosuchrepo", str(tmp_path))
-    assert r.returncode != 0 and "not found" in r.stderr
+    assert r.returncode == 3 and "not found" in r.stderr  # the exit codes of every command (was 1)
+    r = mount("lakefs://demo", str(tmp_path), "--timeout", "0")
+    assert r.returncode == 2 and "--timeout must be a positive" in r.stderr
     r = mount("lakefs://demo", str(tmp_path / "missing"))
     assert r.returncode == 1 and "does not exist" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1  # one line, the reason

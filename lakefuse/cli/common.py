@@ -72,7 +72,12 @@ def store_config(args: argparse.Namespace):
     """The object-store configuration of a command: environment defaults, then ``--timeout`` / ``--max-attempts``."""
     from graveler.config import StoreConfig
 
-    return StoreConfig().with_timeout(getattr(args, "timeout", None), getattr(args, "max_attempts", None))
+    timeout, attempts = getattr(args, "timeout", None), getattr(args, "max_attempts", None)
+    if timeout is not None and not timeout > 0:  # (NaN too)
+        raise InvalidArgument(f"--timeout must be a positive number of seconds, not {timeout}")
+    if attempts is not None and attempts < 1:
+        raise InvalidArgument(f"--max-attempts must be at least 1, not {attempts}")
+    return StoreConfig().with_timeout(timeout, attempts)
 
 
 # What a terminal would act on instead of showing: C0/C1 controls (ESC starts every escape

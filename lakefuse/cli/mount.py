@@ -270,8 +270,8 @@ def cmd_mount(args) -> int:
                                       notices=notices)
         except daemon.MountError as e:
             print(f"lakefuse: {e}", file=sys.stderr)
-            status = getattr(e, "exit_status", None)
-            return status if dump and status in (2, 3, 4, 5, 6) else 1
+            status = getattr(e, "exit_status", None)  # the daemon's: 2 bad input, 3 not found, 6 store down...
+            return status if status in (2, 3, 4, 5, 6) else 1
         for line in notices:  # what the daemon found (files recovered from a killed mount's spool)
             print(f"lakefuse: {line}", file=sys.stderr)
         print(f"mounted {uri or args.refs_dump} on {mp} (daemon pid {pid}, log {log_path}); "
@@ -325,13 +325,18 @@ def serve_foreground(args, repository: str, mp: str) -> int:
                      data_cache)
         return 0
     except (daemon.MountError, GravelerError) as e:
+        from lakefuse.cli.common import exit_code
+
         reason = str(e)
-        if isinstance(e, GravelerError) and not isinstance(e, InvalidArgument):
-            reason = f"cannot mount lakefs://{repository}: {e}"
+        code = 1  # (a mount point's problem)
+        if isinstance(e, GravelerError):
+            code = exit_code(e)  # as every command's: 2 bad input, 3 not found, 6 store unavailable...
+            if not isinstance(e, InvalidArgument):
+                reason = f"cannot mount lakefs://{repository}: {e}"
         daemon.sd_notify(f"STATUS={reason}\nERRNO=1")
         print(f"lakefuse: {reason}", file=sys.stderr)
         log.error("%s", reason)
-        return 1
+        return code
     finally:
         if g is not None:
             g.close()

@@ -32,7 +32,7 @@ from typing import Callable
 import diskcache
 
 from graveler.errors import CorruptedData, StoreUnavailable
-from graveler.objstore.base import Fingerprint, ObjectInfo, ObjectStore, file_fingerprint, map_file
+from graveler.objstore.base import Fingerprint, ObjectInfo, ObjectStore, file_fingerprint, map_file, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,8 @@ class ImmutableCache:
         self.memo = memo  # cached files known to have passed ``verify`` (by fingerprint)
         self.stats = CacheStats()
         try:
-            self._cache = diskcache.Cache(directory, size_limit=max_bytes, eviction_policy="least-recently-used")
+            self._cache = diskcache.Cache(private_dir(directory), size_limit=max_bytes,
+                                          eviction_policy="least-recently-used")
         except _CACHE_ERRORS as exc:
             raise StoreUnavailable(f"cannot open the cache directory {directory!r}: {exc}") from exc
         self._lock = threading.Lock()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -95,6 +96,14 @@ def test_data_cache_is_shared_and_checked(store, tmp_path):
     r4 = ChunkedReader(store, "obj", len(data), "s3://b/obj", "e", cache, chunk_size=2048, read_ahead=0)
     assert r4.read(2048, 2048) == data[2048:4096]
     assert cache.stats()["damaged"] == 1
+    # a healthy chunk kept under another chunk's key (two cache files swapped): damaged too, never served
+    k0, k2 = DataCache.key("s3://b/obj", "e", 0), DataCache.key("s3://b/obj", "e", 2)
+    raw0, raw2 = cache._cache.get(k0), cache._cache.get(k2)
+    cache._cache.set(k0, raw2)
+    cache._cache.set(k2, raw0)
+    r5 = ChunkedReader(store, "obj", len(data), "s3://b/obj", "e", cache, chunk_size=2048, read_ahead=0)
+    assert r5.read(0, 5_000) == data
+    assert cache.stats()["damaged"] == 3
     cache.close()
 
 
@@ -251,6 +260,27 @@ def test_whole_object_enters_the_data_cache_only_with_its_size_and_md5(tmp_path,
     assert r.read(chunk - 10, 20) == data[chunk - 10:chunk + 10] and r.read(0, len(data)) == data
     assert r.bytes_from_store == 0 and r.gets == 0 and cache.stats()["whole_hits"] == 1
     r.close()
+    path = cache.whole_path(addr, etag)
+    assert stat.S_IMODE(os.stat(tmp_path / "dc").st_mode) == 0o700 and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    # changed in place since its check (same size, another byte): not served, fetched again -- not
+    # counted damaged (nothing says which bytes are wrong); what a later open reads is the object
+    with open(path, "r+b") as f:
+        f.seek(1000)
+        f.write(bytes([data[1000] ^ 0xFF]))
+    r = ChunkedReader(store, "obj", len(data), addr, etag, cache, chunk_size=chunk)
+    assert not r.open_cached()
+    assert b"".join(r.read(o, 1 << 20) for o in range(0, len(data), 1 << 20)) == data
+    r.close()
+    assert cache.wait_fills() and cache.stats()["whole_unchecked"] == 1 and cache.stats()["damaged"] == 0
+    r = ChunkedReader(store, "obj", len(data), addr, etag, cache, chunk_size=chunk)
+    assert r.open_cached() and r.read(0, len(data)) == data  # the fresh fill, checked, is served
+    r.close()
+    # ... and a cache opened again (another process) serves it too: the check's record is on disk
+    cache2 = DataCache(str(tmp_path / "dc"), 256 << 20)
+    r = ChunkedReader(store, "obj", len(data), addr, etag, cache2, chunk_size=chunk)
+    assert r.open_cached() and r.read(0, len(data)) == data and cache2.stats()["whole_unchecked"] == 0
+    r.close()
+    cache2.close()
     # a small object read whole at open: checked (size, MD5) before it is kept or served
     small = store.put("small", b"tiny object")
     r = ChunkedReader(store, "small", 11, store.full_uri("small"), wrong, cache)

@@ -188,6 +188,14 @@ MAP_MIN_BYTES = 4 << 20
 Fingerprint = tuple[int, int, int, int, int]
 
 
+def private_dir(path: str) -> str:
+    """Make directory ``path`` (and its parents) if it is not there, itself readable by its owner
+    only (0700: the caches hold copies of repository data a mount shows its own user only); an
+    existing directory keeps the mode it has (an administrator's choice)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
 def file_fingerprint(st: os.stat_result) -> Fingerprint:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 

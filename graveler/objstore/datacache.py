@@ -29,6 +29,8 @@ import diskcache
 import google_crc32c
 
 from graveler.errors import StoreUnavailable
+from graveler.cache import CheckMemo
+from graveler.objstore.base import file_fingerprint, private_dir
 from graveler.objstore.buffers import pool
 from graveler.objects import is_md5_etag
 
@@ -40,6 +42,7 @@ _CACHE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
 # as one file each (see DataCache): filled by a read of the whole object, checked then, not per hit.
 WHOLE_MAX = 1 << 30
 _TMP = ".tmp-"
+RECENT_S = 3600.0  # a whole file's use moves its mtime (its eviction order) at most this often
 TMP_STALE_S = 600.0  # an unfinished whole file not written to for this long is a dead process's
 _PAGE = 4096
 _STAGE = 8 * MiB  # a whole object's file is written in pieces of this size
@@ -95,10 +98,16 @@ class DataCache:
         self._whole_bytes: int | None = None  # what the whole files take (scanned at the first fill)
         self._cond = threading.Condition(self._lock)
         self._fills = 0  # whole files being checked (WholeFill)
+        self.whole_unchecked = 0  # whole files found changed since their check, or never checked here: fetched again
+        self._checked: CheckMemo | None = None
         try:
+            private_dir(directory)  # (copies of the repository's data: its user's only, as the spool)
             if self.whole_max > 0:
                 os.makedirs(self.whole_dir, exist_ok=True)
                 self._drop_stale_tmp()
+                # each whole file's fingerprint when it passed its check (device, inode, size, mtime,
+                # ctime): one changed in place since (same size, other bytes) is not served
+                self._checked = CheckMemo(os.path.join(directory, "checked"))
             # least-recently-stored: a hit costs no SQLite write
             self._cache = diskcache.Cache(directory, size_limit=max_bytes - (self.whole_budget if self.whole_max > 0
                                                                               else 0),
@@ -138,11 +147,20 @@ class DataCache:
         except OSError:
             return -1
         try:
-            if os.fstat(fd).st_size != size:  # never the case for a file this cache filled
+            st = os.fstat(fd)
+            fp = file_fingerprint(st)
+            if st.st_size != size or not self._checked.checked(path, fp):
+                # changed since its check (or a size this cache never filled it with), or no record of
+                # its check (a cache from before the record, or its record lost): fetched again
                 os.close(fd)
                 self._unlink(path)
+                with self._lock:
+                    self.whole_unchecked += 1
+                log.info("data cache: %s is not as it was checked; fetching the object again", path)
                 return -1
-            os.utime(fd)  # recently used: evicted last
+            if time.time() - st.st_mtime > RECENT_S:  # recently used: evicted last (the mtime, an hour's grain)
+                os.utime(fd)
+                self._checked.remember(path, file_fingerprint(os.fstat(fd)))
         except OSError:
             pass
         with self._lock:
@@ -231,7 +249,8 @@ class DataCache:
 
     @staticmethod
     def key(address: str, etag: str, index: int) -> str:
-        return f"{etag}:{index}:{address}"
+        # ("2": the CRC covers the key, see _crc; chunks kept by older versions are not read)
+        return f"2:{etag}:{index}:{address}"
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -241,7 +260,7 @@ class DataCache:
             raw = None
         if raw is not None:
             data = raw[4:]
-            if len(raw) >= 4 and int.from_bytes(raw[:4], "little") == google_crc32c.value(data):
+            if len(raw) >= 4 and int.from_bytes(raw[:4], "little") == _crc(key, data):
                 with self._lock:
                     self.hits += 1
                     self.bytes_from_cache += len(data)
@@ -272,7 +291,7 @@ class DataCache:
             with self._lock:
                 self._damaged.discard(key)
         try:
-            self._cache.set(key, google_crc32c.value(data).to_bytes(4, "little") + data, retry=True)
+            self._cache.set(key, _crc(key, data).to_bytes(4, "little") + data, retry=True)
         except _CACHE_ERRORS as exc:
             log.warning("data cache write failed; continuing without it: %s", exc)
 
@@ -286,7 +305,7 @@ class DataCache:
         with self._lock:
             return {"hits": self.hits, "misses": self.misses, "bytes_from_cache": self.bytes_from_cache,
                     "damaged": self.corrupt, "whole_hits": self.whole_hits, "whole_filled": self.whole_filled,
-                    "whole_rejected": self.whole_rejected}
+                    "whole_rejected": self.whole_rejected, "whole_unchecked": self.whole_unchecked}
 
     def count_bytes(self, n: int) -> None:
         with self._lock:
@@ -297,6 +316,12 @@ class DataCache:
 
     def close(self) -> None:
         self._cache.close()
+
+
+def _crc(key: str, data) -> int:
+    """A chunk's check: CRC32C of its key, then its bytes -- a chunk file moved to another key
+    (another object's, another offset's) fails it as a damaged one does."""
+    return google_crc32c.extend(google_crc32c.value(key.encode("utf-8", "surrogateescape")), data)
 
 
 def _yield_cpu() -> int | None:
@@ -321,7 +346,7 @@ class WholeFill:
         self.cache, self.path, self.size, self.etag = cache, path, size, etag
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.tmp = os.path.join(os.path.dirname(path), f"{_TMP}{uuid.uuid4().hex}")
-        self._fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self._fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         self.written = 0
         self.verify_nice: int | None = None  # the niceness its MD5 check ran at (see VERIFY_NICE)
         self._failed = False
@@ -504,14 +529,16 @@ class WholeFill:
         log.warning("data cache: %s read whole is not its entry's object (%s); not kept", self.path, why)
 
     def _keep(self) -> None:
-        os.close(self._fd)
-        self._fd = -1
         try:
             os.rename(self.tmp, self.path)
+            self.cache._checked.remember(self.path, file_fingerprint(os.fstat(self._fd)))  # (after the rename: its ctime)
         except OSError as exc:
             log.warning("data cache write failed; continuing without it: %s", exc)
             DataCache._unlink(self.tmp)
             return
+        finally:
+            os.close(self._fd)
+            self._fd = -1
         self.cache._whole_added(self.size)
 
     def abort(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 
 import pytest
 
@@ -295,3 +296,34 @@ def test_a_request_waiting_on_a_hung_store_holds_up_no_other_request(tmp_path, s
             t.join(30)
             os.close(fd)
             assert len(got) == 1 and isinstance(got[0], OSError) and got[0].errno == errno.EIO, got
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+def test_what_is_read_gives_way_to_what_is_written_on_a_full_cache_disk(s3world):
+    """Defect an administrator found: on a cache disk smaller than --cache-size (a 50 MB
+    tmpfs), reading a 20 MiB file kept it whole in the data cache and a later copy into a branch
+    failed with ENOSPC for as long as the mount ran (the cache was far under its budget, so
+    nothing was evicted). Now the data cache keeps 10% of its disk free and, when a write to
+    the spool finds the disk full, gives its space up to the file being written."""
+    import subprocess
+
+    w = s3world
+    disk = w["tmp"] / "small"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)], check=True)
+    try:
+        mp = w["tmp"] / "mnt"
+        with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(disk / "c"), env=w["env"]):
+            assert (mp / "v1" / "big.bin").read_bytes() == BIG  # (20 MiB: kept whole)
+            deadline = time.monotonic() + 30
+            while _stats(mp)["data_cache"]["whole_filled"] < 1:  # checked and kept
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            free = os.statvfs(disk)
+            assert free.f_bavail * free.f_frsize >= (32 << 20) // 10 - (1 << 20)  # the reserve stays
+            data = os.urandom(20 << 20)
+            (mp / "main" / "written.bin").write_bytes(data)  # (was: ENOSPC)
+            assert (mp / "main" / "written.bin").read_bytes() == data
+            assert (mp / "v1" / "big.bin").read_bytes() == BIG  # read from the store again
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

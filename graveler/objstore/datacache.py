@@ -42,6 +42,9 @@ _CACHE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
 # as one file each (see DataCache): filled by a read of the whole object, checked then, not per hit.
 WHOLE_MAX = 1 << 30
 _TMP = ".tmp-"
+# what the data cache leaves free on its disk: this share of it (percent), at most RESERVE_MAX
+RESERVE_SHARE = 10
+RESERVE_MAX = 1 << 30
 RECENT_S = 3600.0  # a whole file's use moves its mtime (its eviction order) at most this often
 TMP_STALE_S = 600.0  # an unfinished whole file not written to for this long is a dead process's
 _PAGE = 4096
@@ -170,8 +173,8 @@ class DataCache:
 
     def whole_fill(self, address: str, etag: str, size: int, threaded: bool = True) -> "WholeFill | None":
         """A file to fill with the whole object in order (:class:`WholeFill`), or None when the
-        object is too big for the whole-object form."""
-        if self.whole_max <= 0 or size > self.whole_max:
+        object is too big for the whole-object form or its disk has no room for it."""
+        if self.whole_max <= 0 or size > self.whole_max or not self._room(size):
             return None
         try:
             return WholeFill(self, self.whole_path(address, etag), size, etag, threaded)
@@ -218,8 +221,9 @@ class DataCache:
         if over:
             self._evict_whole()
 
-    def _evict_whole(self) -> None:
-        """The least recently used whole files go until the rest fits the budget."""
+    def _evict_whole(self, need: int = 0) -> int:
+        """The least recently used whole files go until the rest fits the budget and at least
+        ``need`` bytes went; the bytes that went."""
         files = []
         for d, _, fs in os.walk(self.whole_dir):
             for f in fs:
@@ -232,13 +236,45 @@ class DataCache:
                 files.append((st.st_mtime_ns, st.st_size, os.path.join(d, f)))
         files.sort()
         total = sum(f[1] for f in files)
+        freed = 0
         for _, size, path in files:
-            if total <= self.whole_budget:
+            if total <= self.whole_budget and freed >= need:
                 break
             self._unlink(path)
             total -= size
+            freed += size
         with self._lock:
             self._whole_bytes = total
+        return freed
+
+    def _room(self, n: int) -> bool:
+        """Whether ``n`` more bytes leave the cache's disk its reserve (:data:`RESERVE_SHARE` of it,
+        at most :data:`RESERVE_MAX`: what is written through the mount -- the spool, on the same
+        disk by default -- comes first); whole files are evicted, least recently used first, to
+        make it. False: the bytes are not kept (no warning: a full disk is no failure of the cache)."""
+        try:
+            st = os.statvfs(self.directory)
+        except OSError:
+            return True  # (the write says why, if it fails)
+        reserve = min(RESERVE_MAX, st.f_blocks * st.f_frsize * RESERVE_SHARE // 100)
+        need = n + reserve - st.f_bavail * st.f_frsize
+        if need <= 0:
+            return True
+        return self._evict_whole(need) >= need
+
+    def free_up(self) -> int:
+        """Give up every kept chunk and whole file (what readers hold open stays theirs until
+        they close it): the spool's disk is full. Bytes freed, about."""
+        freed = self._evict_whole(1 << 62)
+        try:
+            freed += self._cache.volume()
+            self._cache.clear(retry=True)
+        except _CACHE_ERRORS as exc:
+            log.warning("data cache: could not empty it for the spool: %s", exc)
+        if freed:
+            log.warning("data cache in %s: its disk is full; %d MB given up to the files being written",
+                        self.directory, freed >> 20)
+        return freed
 
     @staticmethod
     def _unlink(path: str) -> None:
@@ -285,7 +321,7 @@ class DataCache:
             return False
 
     def put(self, key: str, data: bytes) -> None:
-        if len(data) > self.max_bytes:
+        if len(data) > self.max_bytes or not self._room(len(data)):
             return
         if self._damaged:
             with self._lock:

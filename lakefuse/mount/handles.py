@@ -357,7 +357,13 @@ class SpoolHandle(Handle):
     def write(self, offset: int, data: bytes) -> int:
         if not self.writable:
             raise FsError(errno.EBADF, "not open for writing")
-        return self.sf.write(offset, data)
+        try:
+            return self.sf.write(offset, data)
+        except OSError as e:  # the spool's disk is full: the read caches on it give up their space first
+            make_room = self.sf.spool.make_room
+            if e.errno != errno.ENOSPC or make_room is None or not make_room():
+                raise
+            return self.sf.write(offset, data)
 
     def fallocate(self, mode: int, offset: int, length: int) -> None:
         if not self.writable:

@@ -608,11 +608,12 @@ class Spool(SaveRetries):
         self._lock = threading.Lock()
         self._files: dict[int, SpoolFile] = {}
         self.unstaged: dict[int, SpoolFile] = {}  # files created through the mount, not staged yet
-        self.stats = {"copy_in_bytes": 0, "uploaded_bytes": 0, "uploads": 0, "adopted": 0, "syncs": 0,
-                      "save_retries": 0, "cow_bytes": 0}
+        self.stats = dict.fromkeys(("copy_in_bytes", "uploaded_bytes", "uploads", "adopted", "syncs", "save_retries",
+                                    "cow_bytes"), 0)
         # pin(ino, True/False): hold / let go the inode of a file whose failed save waits for a
-        # retry, so its content stays reachable through the mount (set by the mount core)
-        self.pin = None
+        # retry, so its content stays reachable through the mount (set by the mount core);
+        # make_room(): the read caches on the spool's disk give up their space, bytes freed (the daemon)
+        self.pin, self.make_room = None, None
         self._retrier: threading.Thread | None = None
         self._stop = threading.Event()
         config.root.mkdir(parents=True, exist_ok=True)
@@ -762,9 +763,8 @@ class Spool(SaveRetries):
 
     # -- crash recovery
     def recover(self) -> RecoveryReport:
-        """Take over what killed mounts of this repository left in the spool (see the
-        module docstring and :func:`lakefuse.mount.recovery.recover_spool`). Safe to run while
-        other mounts are live: their instance directories are locked and left alone."""
+        """Take over what killed mounts of this repository left in the spool (:mod:`lakefuse.mount.recovery`):
+        safe to run while other mounts are live: their instance directories are locked and left alone."""
         return recover_spool(self)
 
     def close(self) -> None:

@@ -247,6 +247,43 @@ def test_a_hung_endpoint_fails_one_read_within_one_bound(tmp_path, s3_endpoint, 
             assert (mp / c.id / "big.bin").read_bytes() == data
 
 
+def test_a_store_that_hangs_midway_through_a_stream_fails_one_read_within_one_bound(
+        tmp_path, s3_endpoint, s3_config, s3_bucket):
+    """An administrator's finding: a store that stopped answering in the middle of a sequential
+    read held one read(2) for a timeout (the stream's stalled body) and then all the attempts of
+    the chunk's own GET: 32 s where the README promises ~25 s (timeout x attempts). The GET
+    after a stall now has one attempt fewer: one bound in all."""
+    from tests.faultproxy import Fault, FaultProxy
+
+    data = os.urandom(40 << 20)  # (below the size that takes parallel parts: one stream)
+    home = tmp_path / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    r = g.create_repository("stall", f"s3://{s3_bucket}/ns")
+    r.upload("main", "big.bin", data)
+    c = r.commit("main", "data")
+    g.close()
+    timeout, attempts = 2.0, 3
+    bound = timeout * attempts
+    with FaultProxy(s3_endpoint) as proxy:
+        mp = tmp_path / "mnt"
+        with MountProc(home, "stall", mp, "--cache-dir", str(tmp_path / "cache"), "--timeout", str(timeout),
+                       "--max-attempts", str(attempts), env={"LAKEFUSE_S3_ENDPOINT": proxy.url,
+                                                             "LAKEFUSE_CACHE_WHOLE_MAX": "0"}):
+            os.listdir(mp / c.id)
+            proxy.add(Fault("hang", method="GET", path="/data/", after=20 << 20, times=1))  # the stream
+            proxy.add(Fault("hang", method="GET", path="/data/"))  # and every GET after it
+            took = 0.0
+            with open(mp / c.id / "big.bin", "rb", buffering=0) as f:
+                with pytest.raises(OSError) as ei:
+                    while True:
+                        t0 = time.monotonic()
+                        assert f.read(1 << 20), "read to the end: the stall was never met"
+                took = time.monotonic() - t0
+            assert ei.value.errno == errno.EIO
+            assert bound * 0.8 <= took < bound * 1.2, took  # (it was bound + timeout)
+            proxy.clear()
+
+
 def test_a_request_waiting_on_a_hung_store_holds_up_no_other_request(tmp_path, s3_endpoint, s3_config, s3_bucket):
     """While one read waits on a store that never answers (its worker thread blocked), the mount
     answers every other request at once: another pyfuse3 task takes its turn at the FUSE fd

@@ -280,6 +280,13 @@ class ObjectStore(abc.ABC):
     def head(self, key: str) -> ObjectInfo:
         """Size, mtime and etag of an object; ``NotFound`` if absent."""
 
+    def after_stall(self) -> "ObjectStore | None":
+        """This store for a request that follows one the store held up for a whole timeout (a
+        response that stalled midway): one attempt fewer, so that the two together take no more
+        than one request's attempts; None when it had one attempt only. Stores without timeouts:
+        themselves."""
+        return self
+
     def open_reader(self, key: str) -> ObjectReader:
         """A read handle on one object; ``NotFound`` if absent."""
         return ObjectReader(self, key, self.head(key).size)

@@ -100,6 +100,7 @@ class ChunkedReader(ObjectReader):
         self._follow_lock = threading.Lock()
         self._chunks: OrderedDict[int, Future] = OrderedDict()
         self._unavailable: dict[int, float] = {}  # chunk -> when its fetch found the store unavailable
+        self._stalled_t: float | None = None  # when a stream's response last stalled for a timeout (_request_store)
         self._next_offset = -1
         self._stream: _Stream | None = None  # the stream of the chain under way (parts follow it)
         self._streams: list[_Stream] = []  # the chain: the stream, then its parts (those not done)
@@ -323,6 +324,20 @@ class ChunkedReader(ObjectReader):
             return None
         return f
 
+    def _request_store(self):
+        """The store for a request now: within :data:`UNAVAILABLE_MEMO_S` of a stream whose
+        response stalled for a timeout, with one attempt fewer (:meth:`ObjectStore.after_stall`:
+        the read waiting on it waits for one request's attempts in all, not one more);
+        StoreUnavailable when that leaves none."""
+        t = self._stalled_t
+        if t is None or time.monotonic() - t >= UNAVAILABLE_MEMO_S:
+            return self.store
+        store = self.store.after_stall()
+        if store is None:
+            raise StoreUnavailable(f"{self.store.full_uri(self.key)}: the store stopped answering "
+                                   "midway (one attempt: see --max-attempts)")
+        return store
+
     def _fetch_run(self, first: int, futures: list[Future]) -> None:
         """Fill the futures of chunks ``first``, ``first + 1``...: from the data cache where
         it has them, the rest with one ranged GET."""
@@ -335,15 +350,16 @@ class ChunkedReader(ObjectReader):
                     results[k] = self.cache.get(self._ck(first + k))
             missing = [k for k in range(n) if results[k] is None]
             if missing:
+                store = self._request_store()
                 lo, hi = missing[0], missing[-1]
                 cs = self.chunk_size
                 start = (first + lo) * cs
                 end = min((first + hi + 1) * cs, self.size)
                 whole = start == 0 and end == self.size
                 if whole:  # the whole object: size and MD5 checked
-                    data = read_verified(self.store, self.key, self.size, self.etag)
+                    data = read_verified(store, self.key, self.size, self.etag)
                 else:  # a part: the object's size checked in the same request
-                    data = read_range_checked(self.store, self.key, self.size, start, end - start)
+                    data = read_range_checked(store, self.key, self.size, start, end - start)
                 with self._lock:
                     self.bytes_from_store += len(data)
                     self.gets += 1

@@ -158,13 +158,13 @@ class _Stream:
         cs = r.chunk_size
         stream = data = None
         i = self.first
-        t0 = time.monotonic()
+        t0 = t_last = time.monotonic()  # (t_last: when the response last brought bytes)
         buffers = pool(cs)
         _count(1)
         try:
             if self.cancelled:
                 return
-            stream = r.store.open_stream(r.key, i * cs, min(self.end * cs, r.size) - i * cs)
+            stream = r._request_store().open_stream(r.key, i * cs, min(self.end * cs, r.size) - i * cs)
             if stream.total != r.size:
                 raise CorruptedData(f"{r.store.full_uri(r.key)}: the object has {stream.total} bytes, "
                                     f"the entry says {r.size}", r.store.full_uri(r.key))
@@ -204,6 +204,7 @@ class _Stream:
                                                f"{i * cs + n}, the object has {r.size}")
                     n += k
                 got += len(data)
+                t_last = time.monotonic()
                 with r._lock:
                     r.bytes_from_store += len(data)
                     r._chain_bytes += len(data)
@@ -226,7 +227,13 @@ class _Stream:
                 i += 1
         except BaseException as e:
             slow = isinstance(e, StoreUnavailable) and time.monotonic() - t0 >= SLOW_FAILURE_S
+            # a body that stopped coming for a timeout (a hung store, not a connection reset): the
+            # requests that follow it have one attempt fewer (ChunkedReader._request_store)
+            stalled = stream is not None and isinstance(e, StoreUnavailable) and (
+                time.monotonic() - t_last >= SLOW_FAILURE_S)
             with r._lock:
+                if stalled:
+                    r._stalled_t = time.monotonic()
                 waiting = dict(self.claimed)
                 self.claimed.clear()
                 if i not in waiting:

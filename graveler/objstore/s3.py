@@ -285,6 +285,7 @@ class S3Store(ObjectStore):
         except bex.BotoCoreError as exc:
             raise StoreUnavailable(f"cannot set up an S3 client for {self.uri}: {type(exc).__name__}") from exc
         self._endpoint = self._client.meta.endpoint_url
+        self._fewer: S3Store | None = None  # (after_stall)
         self._part_checksums = self._client.meta.config.request_checksum_calculation == "when_supported"
         log.debug("opened %s at %s", self.uri, self._endpoint)
 
@@ -411,6 +412,14 @@ class S3Store(ObjectStore):
         except bex.BotoCoreError as exc:
             raise self._map(exc, "get_range", key) from exc
         return _S3Stream(self, key, resp, start, length)
+
+    def after_stall(self) -> "S3Store | None":
+        n = self.config.max_attempts - 1
+        if n < 1:
+            return None
+        if self._fewer is None:  # (two threads may make one each: either serves)
+            self._fewer = S3Store(self.bucket, self.prefix, self.config.with_timeout(None, n))
+        return self._fewer
 
     def head(self, key: str) -> ObjectInfo:
         with self._errors("head", key):

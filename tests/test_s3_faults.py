@@ -112,3 +112,25 @@ def test_default_bounds_fail_a_cli_within_about_30_seconds(monkeypatch):
 
     with pytest.raises(InvalidArgument, match="LAKEFUSE_S3_MAX_ATTEMPTS"):
         StoreConfig()
+
+
+@pytest.mark.expect_log("the failed abort is a warning")
+def test_a_multipart_upload_whose_abort_failed_is_aborted_once_the_store_answers(store, proxy, s3_bucket,
+                                                                                s3_client, tmp_path):
+    """An administrator's finding: an upload that failed while the store was going away left its
+    multipart upload in the bucket (its abort failed too): parts billed, never listed. The abort
+    is tried again after the next upload that succeeds."""
+    src = tmp_path / "big"
+    src.write_bytes(os.urandom(3 * store.config.multipart_chunksize))
+    proxy.add(Fault("error", method="PUT", path="partNumber=2", status=500))  # a part that never goes
+    proxy.add(Fault("error", method="DELETE", path="uploadId", status=503))  # and the abort neither
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        with pytest.raises(StoreUnavailable):
+            store._multipart_upload("big", fd, src.stat().st_size)
+    finally:
+        os.close(fd)
+    assert len(s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", [])) == 1
+    proxy.clear()
+    store.put("small", b"the store answers again")
+    assert s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []

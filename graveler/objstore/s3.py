@@ -286,6 +286,8 @@ class S3Store(ObjectStore):
             raise StoreUnavailable(f"cannot set up an S3 client for {self.uri}: {type(exc).__name__}") from exc
         self._endpoint = self._client.meta.endpoint_url
         self._fewer: S3Store | None = None  # (after_stall)
+        self._unaborted: list[tuple[str, str]] = []  # multipart uploads a failed abort left (_abort_upload)
+        self._unaborted_lock = threading.Lock()
         self._part_checksums = self._client.meta.config.request_checksum_calculation == "when_supported"
         log.debug("opened %s at %s", self.uri, self._endpoint)
 
@@ -530,6 +532,7 @@ class S3Store(ObjectStore):
         with self._errors("put", key):
             resp = self._client.put_object(Bucket=self.bucket, Key=k, Body=bytes(data))
         log.debug("put %s (%d bytes)", k, len(data))
+        self._abort_unaborted()
         return ObjectInfo(key, len(data), _response_time(resp), _strip_etag(resp["ETag"]))
 
     def put_file(self, key: str, path: str) -> ObjectInfo:
@@ -544,6 +547,7 @@ class S3Store(ObjectStore):
                 with self._errors("put_file", key):
                     resp = self._client.put_object(Bucket=self.bucket, Key=k, Body=f)
                 log.debug("put_file %s (%d bytes)", k, size)
+                self._abort_unaborted()
                 return ObjectInfo(key, size, _response_time(resp), _strip_etag(resp["ETag"]))
             return self._multipart_upload(key, f.fileno(), size)
 
@@ -572,14 +576,37 @@ class S3Store(ObjectStore):
                 resp = self._client.complete_multipart_upload(
                     Bucket=self.bucket, Key=k, UploadId=upload_id, MultipartUpload={"Parts": parts})
         except BaseException:
-            try:
-                self._client.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=upload_id)
-            except (bex.ClientError, bex.BotoCoreError) as exc:
-                log.warning("could not abort multipart upload %s of %s: %s", upload_id, self.full_uri(key),
-                            type(exc).__name__)
+            self._abort_upload(k, upload_id)
             raise
         log.debug("put_file %s (%d bytes, %d parts)", k, size, nparts)
+        self._abort_unaborted()
         return ObjectInfo(key, size, _response_time(resp), _strip_etag(resp["ETag"]))
+
+    def _abort_upload(self, k: str, upload_id: str) -> None:
+        """Abort a multipart upload (its parts are billed until then); one the store did not take
+        (it is down: why the upload failed) is tried again after the next upload that succeeds."""
+        try:
+            self._client.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=upload_id)
+        except bex.ClientError as exc:
+            if _error_code(exc) != "NoSuchUpload":
+                self._keep_unaborted(k, upload_id, exc)
+        except bex.BotoCoreError as exc:
+            self._keep_unaborted(k, upload_id, exc)
+
+    def _keep_unaborted(self, k: str, upload_id: str, exc: BaseException) -> None:
+        log.warning("could not abort multipart upload %s of %s (%s): tried again after the next upload",
+                    upload_id, k, type(exc).__name__)
+        with self._unaborted_lock:
+            if len(self._unaborted) < 1000:
+                self._unaborted.append((k, upload_id))
+
+    def _abort_unaborted(self) -> None:
+        """After an upload that succeeded (the store answers again): abort what failed aborts left."""
+        if self._unaborted:
+            with self._unaborted_lock:
+                left, self._unaborted = self._unaborted, []
+            for k, upload_id in left:
+                self._abort_upload(k, upload_id)
 
     def delete(self, key: str) -> None:
         with self._errors("delete", key):

@@ -46,7 +46,7 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
     w = s3world
     mp = w["tmp"] / "mnt"
     env = {**w["env"], "LAKEFUSE_CACHE_WHOLE_MAX": "1M"}
-    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=env):
+    with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=env) as m:
         assert sorted(os.listdir(mp)) == ["main", "v1"]
         assert (mp / "v1" / "big.bin").read_bytes() == BIG
         for k, v in SMALL.items():
@@ -66,6 +66,8 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
             (mp / "main" / "gone.txt").read_bytes()
         assert ei.value.errno == errno.EIO
         assert "gone.txt" in os.listdir(mp / "main")
+        # said in the log, naming the file and its object (it was EIO without a word)
+        assert f"gone.txt: its object {e.address} is missing from the store" in m.log_path.read_text()
     # a new daemon reads the same objects from the data cache on disk, through another ref;
     # a damaged cache entry is fetched again, never returned
     cache_files = [p for p in (w["tmp"] / "cache" / "data").rglob("*.val") if "whole" not in p.parts]

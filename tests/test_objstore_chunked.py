@@ -597,3 +597,18 @@ def test_the_mounts_lanes_setting_reaches_its_readers_and_is_checked(monkeypatch
         r.close()
     with ReadAheadPool():
         assert ChunkedReader(store, "obj", len(data), "file:///obj", md5).max_lanes == MAX_LANES
+
+
+def test_failed_cache_writes_are_said_once_a_minute_with_a_count(tmp_path, caplog):
+    """An administrator's finding: a full cache disk gave one warning per chunk (19 for one read)."""
+    import logging
+
+    cache = DataCache(str(tmp_path / "dc"), 64 << 20)
+    with caplog.at_level(logging.WARNING, logger="graveler.objstore.datacache"):
+        for _ in range(5):
+            cache.warn_write(OSError(28, "No space left on device"))
+        assert len(caplog.records) == 1 and "No space left" in caplog.records[0].getMessage()
+        cache._warned_t -= 61  # a minute later
+        cache.warn_write(OSError(28, "No space left on device"))
+        assert len(caplog.records) == 2 and "(4 more since the last such warning)" in caplog.records[1].getMessage()
+    cache.close()

@@ -44,6 +44,7 @@ WHOLE_MAX = 1 << 30
 _TMP = ".tmp-"
 # what the data cache leaves free on its disk: this share of it (percent), at most RESERVE_MAX
 RESERVE_SHARE = 10
+WARN_EVERY_S = 60.0  # failed writes to the cache are said at most this often
 RESERVE_MAX = 1 << 30
 RECENT_S = 3600.0  # a whole file's use moves its mtime (its eviction order) at most this often
 TMP_STALE_S = 600.0  # an unfinished whole file not written to for this long is a dead process's
@@ -101,6 +102,7 @@ class DataCache:
         self._whole_bytes: int | None = None  # what the whole files take (scanned at the first fill)
         self._cond = threading.Condition(self._lock)
         self._fills = 0  # whole files being checked (WholeFill)
+        self._write_failures, self._warned_t = 0, None  # (warn_write)
         self.whole_unchecked = 0  # whole files found changed since their check, or never checked here: fetched again
         self._checked: CheckMemo | None = None
         try:
@@ -179,7 +181,7 @@ class DataCache:
         try:
             return WholeFill(self, self.whole_path(address, etag), size, etag, threaded)
         except OSError as exc:
-            log.warning("data cache write failed; continuing without it: %s", exc)
+            self.warn_write(exc)
             return None
 
     def whole_put(self, address: str, etag: str, data: bytes) -> None:
@@ -246,6 +248,19 @@ class DataCache:
         with self._lock:
             self._whole_bytes = total
         return freed
+
+    def warn_write(self, exc: BaseException) -> None:
+        """A write to the cache failed (a full disk, a broken database): the read goes on without
+        it. Said at most every :data:`WARN_EVERY_S` (a busy mount on a full disk meets it at every
+        chunk), with how many more failed since."""
+        now = time.monotonic()
+        with self._lock:
+            self._write_failures += 1
+            if self._warned_t is not None and now - self._warned_t < WARN_EVERY_S:
+                return
+            n, self._write_failures, self._warned_t = self._write_failures, 0, now
+        more = f" ({n - 1} more since the last such warning)" if n > 1 else ""
+        log.warning("data cache write failed; continuing without it: %s%s", exc, more)
 
     def _room(self, n: int) -> bool:
         """Whether ``n`` more bytes leave the cache's disk its reserve (:data:`RESERVE_SHARE` of it,
@@ -329,7 +344,7 @@ class DataCache:
         try:
             self._cache.set(key, _crc(key, data).to_bytes(4, "little") + data, retry=True)
         except _CACHE_ERRORS as exc:
-            log.warning("data cache write failed; continuing without it: %s", exc)
+            self.warn_write(exc)
 
     def discard(self, key: str) -> None:
         try:
@@ -416,7 +431,7 @@ class WholeFill:
         try:
             fn(arg)
         except OSError as exc:
-            log.warning("data cache write failed; continuing without it: %s", exc)
+            self.cache.warn_write(exc)
             self._failed = True
 
     def _write_all(self, data) -> None:
@@ -569,7 +584,7 @@ class WholeFill:
             os.rename(self.tmp, self.path)
             self.cache._checked.remember(self.path, file_fingerprint(os.fstat(self._fd)))  # (after the rename: its ctime)
         except OSError as exc:
-            log.warning("data cache write failed; continuing without it: %s", exc)
+            self.cache.warn_write(exc)
             DataCache._unlink(self.tmp)
             return
         finally:

@@ -129,6 +129,12 @@ class ObjectHandle(Handle):
     def _written(self) -> bool:
         return self.spool is not None and self.spool.peek(self.node.ino) is not None
 
+    def _missing(self) -> FsError:
+        """EIO for an object gone from the store, said once in the log (which object, which path)."""
+        self.log_once(logging.WARNING, ("missing", self.reader.key), "%s: %s: its object %s is missing from the store",
+                      self.repo_name, self.node.path.decode("utf-8", "replace"), self.reader.key)
+        return FsError(errno.EIO, "object missing")
+
     def open_cached(self, passthrough: bool, small: int) -> int:
         """At open (in a worker thread), a remote object: its whole file in the data cache when
         there is one -- returned for FUSE passthrough when ``passthrough`` (a read-only open of an
@@ -203,7 +209,7 @@ class ObjectHandle(Handle):
         try:
             data = self.reader.read(offset, n)
         except NotFound:
-            raise FsError(errno.EIO, "object missing") from None
+            raise self._missing() from None
         self._count_from_store(len(data))
         self.next_off = offset + len(data)
         self.stats.add("bytes_read", len(data))
@@ -321,7 +327,7 @@ class LocalObjectHandle(ObjectHandle):
                 try:
                     piece = self.reader.read(start, want)
                 except NotFound:
-                    raise FsError(errno.EIO, "object missing") from None
+                    raise self._missing() from None
                 self.stats.add("bytes_from_store", len(piece))
                 if len(piece) == want:
                     self.buf, self.buf_off = piece, start

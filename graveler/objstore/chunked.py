@@ -348,6 +348,10 @@ class ChunkedReader(ObjectReader):
             if self.cache is not None:
                 for k in range(n):
                     results[k] = self.cache.get(self._ck(first + k))
+                hit = sum(len(r) for r in results if r is not None)
+                if hit:
+                    with self._lock:
+                        self.bytes_from_cache += hit  # (chunks: the whole file's are counted where it is read)
             missing = [k for k in range(n) if results[k] is None]
             if missing:
                 store = self._request_store()

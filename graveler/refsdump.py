@@ -30,6 +30,7 @@ from graveler.model import Value
 from graveler.proto import graveler_pb2
 from graveler.committed.manager import CommittedManager
 from graveler.refs import Branch, Commit, RefManager, new_staging_token
+from graveler.refs.names import validate_branch_name, validate_tag_name
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,32 @@ def _parse(cls, raw: bytes, what: str):
     return pb
 
 
+def _check_ref_record(what: str, key: bytes, name: str, validate) -> None:
+    """A branch or tag record of a dump: keyed by its own name (a record under another key would
+    silently stand for it), a name the refs may hold. CorruptedData: the dump is not one lakeFS
+    or lakefuse writes."""
+    if key != name.encode("utf-8"):
+        raise CorruptedData(f"refs dump: a {what} record keyed {key.decode('utf-8', 'replace')!r} "
+                            f"names {what} {name!r}")
+    try:
+        validate(name)
+    except InvalidArgument as e:
+        raise CorruptedData(f"refs dump: {e}") from None
+
+
+def _check_closed(commits: list[Commit], branches: list[Branch], tags: list[tuple[str, str]]) -> None:
+    """Every commit a commit, branch or tag of the dump names is in it (the history whole): else
+    the dump is incomplete (CorruptedData), not a repository whose log fails later."""
+    ids = {c.id for c in commits}
+    for c in commits:
+        for p in c.parents:
+            if p not in ids:
+                raise CorruptedData(f"refs dump is incomplete: commit {c.id} names parent {p}, which it does not hold")
+    for what, name, cid in [("branch", b.name, b.commit_id) for b in branches] + [("tag", t, cid) for t, cid in tags]:
+        if cid not in ids:
+            raise CorruptedData(f"refs dump is incomplete: {what} {name!r} names commit {cid}, which it does not hold")
+
+
 def restore_refs(refs: RefManager, committed: CommittedManager, store, manifest: dict[str, str] | None = None) -> None:
     """Load a refs dump (``manifest``, default: the one in ``store``) into the bare repository of ``refs``."""
     name = refs.get_repository().name
@@ -188,11 +215,14 @@ def restore_refs(refs: RefManager, committed: CommittedManager, store, manifest:
     branches = []
     for key, v in cm.iterator(manifest["branches_meta_range_id"]):
         pb = _parse(graveler_pb2.BranchData, v.data, "branch")
+        _check_ref_record("branch", key, pb.id, validate_branch_name)
         branches.append(Branch(pb.id, pb.commit_id, new_staging_token(), ()))
     tags = []
     for key, v in cm.iterator(manifest["tags_meta_range_id"]):
         pb = _parse(graveler_pb2.TagData, v.data, "tag")
+        _check_ref_record("tag", key, pb.id, validate_tag_name)
         tags.append((pb.id, pb.commit_id))
+    _check_closed(commits, branches, tags)
 
     def fn(txn):
         for c in commits:

@@ -636,6 +636,50 @@ def test_restore_rejects_tampered_commit(tmp_path):
     g.close()
 
 
+def test_restore_refuses_an_incomplete_or_inconsistent_dump(tmp_path):
+    """Found by a lakeFS user's exploration: a dump without its root commit restored (exit 0)
+    and `log` failed later; a branch record keyed "other" that named branch main silently put
+    main on the wrong commit; a branch named "bad name~1" restored and no command could name
+    it; a branch on a commit the dump lacks was "not found" (exit 3). Each is CorruptedData
+    now, nothing restored; the healthy dump still restores."""
+    from graveler.errors import CorruptedData
+    from graveler.model import Value
+    from graveler.proto import graveler_pb2
+    from graveler.refsdump import _metadata
+
+    g = make_graveler(tmp_path)
+    r = g.create_repository("orig", f"file://{tmp_path}/ns")
+    r.stage("main", "a", entry("a"))
+    c1 = r.commit("main", "one")
+    manifest = r.dump_refs()
+    commits = sorted(r._refs.list_commits(), key=lambda c: c.id)
+    root = [c for c in commits if not c.parents][0]
+
+    def branches(*recs):
+        return r._committed.write_metarange(sorted(
+            (key.encode(), Value(cid.encode(), graveler_pb2.BranchData(id=name, commit_id=cid).SerializeToString()))
+            for key, name, cid in recs), _metadata("branch"))
+
+    no_root = [(c.id.encode(), Value(c.id.encode(), c.to_bytes())) for c in commits if c is not root]
+    cases = {
+        "names parent": {"commits_meta_range_id": r._committed.write_metarange(no_root, _metadata("commit"))},
+        "keyed 'other' names branch 'main'": {"branches_meta_range_id": branches(("main", "main", root.id),
+                                                                                 ("other", "main", c1.id))},
+        "invalid branch name": {"branches_meta_range_id": branches(("bad name~1", "bad name~1", c1.id),
+                                                                   ("main", "main", c1.id))},
+        "names commit 0000": {"branches_meta_range_id": branches(("main", "main", "0000" * 16))},
+    }
+    for i, (match, change) in enumerate(cases.items()):
+        bare = g.create_repository(f"bare{i}", f"file://{tmp_path}/ns", bare=True)
+        with pytest.raises(CorruptedData, match=match):
+            bare.restore_refs({**manifest, **change})
+        assert bare.list_branches() == [] and bare._refs.count_commits() == 0  # nothing restored
+    ok = g.create_repository("whole", f"file://{tmp_path}/ns", bare=True)
+    ok.restore_refs(manifest)
+    assert ok.get_commit("main").id == c1.id
+    g.close()
+
+
 def _table_id(path: Path) -> str:
     t = SSTable(path.read_bytes(), str(path))
     h = TableHasher()

@@ -39,7 +39,7 @@ MANIFEST_KEY = "_lakefs/refs_manifest.json"
 ENTITY_TYPE_KEY = "entity"
 ENTITY_SCHEMA_KEY = "schema_name"
 ENTITY_SCHEMA_DEFINITION_KEY = "schema_definition"
-_ENTITIES = {
+ENTITIES = {
     "commit": ("io.treeverse.lakefs.graveler.CommitData", graveler_pb2.CommitData),
     "branch": ("io.treeverse.lakefs.graveler.BranchData", graveler_pb2.BranchData),
     "tag": ("io.treeverse.lakefs.graveler.TagData", graveler_pb2.TagData),
@@ -55,7 +55,7 @@ def _schema_definition(msg_cls) -> str:
 
 
 def _metadata(entity: str) -> dict[str, str]:
-    schema, cls = _ENTITIES[entity]
+    schema, cls = ENTITIES[entity]
     return {
         ENTITY_TYPE_KEY: entity,
         ENTITY_SCHEMA_KEY: schema,

@@ -57,3 +57,46 @@ def test_help_everywhere():
     for args in (["--help"], ["sst", "--help"], ["sst", "dump", "--help"], ["sst", "id", "--help"]):
         r = run(*args)
         assert r.returncode == 0 and "usage:" in r.stdout
+
+
+def test_sst_dump_reads_a_refs_dumps_own_tables_and_keeps_binary_keys_apart(tmp_path):
+    """Found by a lakeFS user's exploration: the commit, branch and tag tables of a refs dump
+    (``type: ranges``, their ``entity`` property naming what the values are) were decoded as
+    catalog entries and called damaged (exit 5, naming no file); and a key or value that is not
+    UTF-8 printed as "0x..." -- the same text as a key spelled that way."""
+    import rocksdict
+
+    from tests.graveler_testutil import make_graveler
+
+    g = make_graveler(tmp_path)
+    r = g.create_repository("dumped", f"file://{tmp_path}/ns")
+    r.upload("main", "a", b"A")
+    c = r.commit("main", "one")
+    r.create_tag("v1", "main")
+    manifest = r.dump_refs()
+    got = {}
+    for field, entity in (("commits_meta_range_id", "commit"), ("branches_meta_range_id", "branch"),
+                          ("tags_meta_range_id", "tag")):
+        ranges = r._committed.list_ranges(manifest[field])
+        out = run("sst", "dump", "--json", str(tmp_path / "ns" / "_lakefs" / ranges[0].id))
+        assert out.returncode == 0, out.stderr
+        got[entity] = [json.loads(x)[entity] for x in out.stdout.splitlines()[1:]]
+    g.close()
+    assert c.id in [x["id"] for x in got["commit"]] and {"id": "main", "commit_id": c.id} in got["branch"]
+    assert got["tag"] == [{"id": "v1", "commit_id": c.id}]
+    # a binary key beside a text key that reads like its old hex rendering
+    path = str(tmp_path / "bin.sst")
+    opts = rocksdict.Options(raw_mode=True)
+    bbo = rocksdict.BlockBasedOptions()
+    bbo.set_format_version(2)
+    bbo.set_checksum_type(rocksdict.ChecksumType.crc32c())
+    opts.set_block_based_table_factory(bbo)
+    w = rocksdict.SstFileWriter(opts)
+    w.open(path)
+    w[b"\x00\xff"] = b"\xff\xfe"
+    w[b"0x00ff"] = b"0xfffe"
+    w.finish()
+    out = run("sst", "dump", "--json", path)
+    assert out.returncode == 0, out.stderr
+    recs = [json.loads(x) for x in out.stdout.splitlines()[1:]]
+    assert {"key_hex": "00ff", "value_hex": "fffe"} in recs and {"key": "0x00ff", "value": "0xfffe"} in recs

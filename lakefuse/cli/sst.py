@@ -8,9 +8,10 @@ import os
 import stat
 import sys
 
-from graveler.errors import InvalidArgument, NotFound
+from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.committed.reader import computed_table_id
 from graveler.model import Entry, RangeInfo, decode_value
+from graveler.refsdump import ENTITIES, ENTITY_TYPE_KEY
 from graveler.sstable.reader import BlockCache, SSTable
 from lakefuse.cli.common import terminal_text
 
@@ -29,7 +30,11 @@ def register(sub) -> None:
                        description="Inspect SSTable files: lakeFS ranges and metaranges, or any RocksDB table.")
     s = p.add_subparsers(dest="sst_command", metavar="SUBCOMMAND")
     s.required = True
-    d = s.add_parser("dump", help="print a table's properties and records")
+    d = s.add_parser("dump", help="print a table's properties and records", epilog=(
+        "Records are decoded by the table's type property: a range's values as catalog entries, a "
+        "metarange's as range records, a refs dump's commit / branch / tag tables (their entity "
+        "property) as CommitData / BranchData / TagData, any other table's as text. With --json, a "
+        "key or value that is not UTF-8 is given as key_hex / value_hex."))
     d.add_argument("file", help="path of the .sst file")
     d.add_argument("--json", action="store_true", help="one JSON object per line: properties first, then records")
     d.add_argument("--limit", type=_count, default=None, help="print at most N records (N >= 0)")
@@ -75,17 +80,40 @@ def _text(b: bytes) -> str:
         return "0x" + b.hex()
 
 
+def _bytes_field(out: dict, name: str, b: bytes) -> None:
+    """``name`` as text when it is UTF-8, else ``name_hex`` (never a text that reads the same)."""
+    try:
+        out[name] = b.decode("utf-8")
+    except UnicodeDecodeError:
+        out[name + "_hex"] = b.hex()
+
+
 def _prop_json(v):
     if isinstance(v, bytes):
         return _text(v)
     return v
 
 
-def record_json(kind: str | None, key: bytes, raw: bytes, name: str) -> dict:
-    out: dict = {"key": _text(key)}
-    if kind == "ranges":
+def record_json(kind: str | None, key: bytes, raw: bytes, name: str, entity: str | None = None) -> dict:
+    out: dict = {}
+    _bytes_field(out, "key", key)
+    if kind == "ranges" and entity in ENTITIES:  # a refs dump's commits, branches or tags (lakeFS's form)
+        from google.protobuf import json_format
+
         v = decode_value(raw, name)
-        e = Entry.from_value(v)
+        pb = ENTITIES[entity][1]()
+        try:
+            pb.ParseFromString(v.data)
+        except Exception as e:  # (protobuf's DecodeError)
+            raise CorruptedData(f"malformed {entity} record {key!r} ({e})", name) from None
+        out["identity"] = v.identity.hex()
+        out[entity] = json_format.MessageToDict(pb, preserving_proto_field_name=True)
+    elif kind == "ranges":
+        v = decode_value(raw, name)
+        try:
+            e = Entry.from_value(v)
+        except CorruptedData as exc:  # (it names no file: the record does not know its table)
+            raise CorruptedData(f"{exc} in record {key!r}", name) from None
         out["identity"] = v.identity.hex()
         out["entry"] = {
             "address": e.address, "address_type": e.address_type.name, "size": e.size, "etag": e.etag,
@@ -98,7 +126,7 @@ def record_json(kind: str | None, key: bytes, raw: bytes, name: str) -> dict:
         out["range"] = {"min_key": _text(r.min_key), "max_key": _text(r.max_key),
                         "count": r.count, "estimated_size": r.estimated_size}
     else:
-        out["value"] = _text(raw)
+        _bytes_field(out, "value", raw)
     return out
 
 
@@ -106,6 +134,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     t = open_table(args.file)
     props = {k: _prop_json(v) for k, v in sorted(t.properties.items())}
     kind = t.raw_properties.get("type", b"").decode("utf-8", "replace") or None
+    entity = t.raw_properties.get(ENTITY_TYPE_KEY, b"").decode("utf-8", "replace") or None
     out = sys.stdout
     if args.json:
         out.write(json.dumps({"file": args.file, "footer": {
@@ -123,12 +152,13 @@ def cmd_dump(args: argparse.Namespace) -> int:
     for key, raw in t:
         if args.limit is not None and n >= args.limit:
             break
-        rec = record_json(kind, key, raw, args.file)
+        rec = record_json(kind, key, raw, args.file, entity)
         if args.json:
             out.write(json.dumps(rec) + "\n")
         else:
-            rest = {k: v for k, v in rec.items() if k != "key"}
-            out.write(terminal_text(f"  {rec['key']} {json.dumps(rest)}", out) + "\n")
+            rest = {k: v for k, v in rec.items() if k not in ("key", "key_hex")}
+            shown = rec["key"] if "key" in rec else "0x" + rec["key_hex"]
+            out.write(terminal_text(f"  {shown} {json.dumps(rest)}", out) + "\n")
         n += 1
     return 0
 

@@ -82,5 +82,10 @@ class CorruptedData(GravelerError):
         self.reason = message
 
 
+class UnsupportedFormat(CorruptedData):
+    """Stored bytes of a healthy file in a form lakefuse does not read (a RocksDB table written
+    with LZ4, XXH3 checksums, format_version 4...): refused, as damage is, but said as what it is."""
+
+
 class StoreUnavailable(GravelerError):
     """The object store (or the refs database) cannot be reached or refused access."""

@@ -100,3 +100,15 @@ def test_sst_dump_reads_a_refs_dumps_own_tables_and_keeps_binary_keys_apart(tmp_
     assert out.returncode == 0, out.stderr
     recs = [json.loads(x) for x in out.stdout.splitlines()[1:]]
     assert {"key_hex": "00ff", "value_hex": "fffe"} in recs and {"key": "0x00ff", "value": "0xfffe"} in recs
+
+
+def test_a_healthy_table_in_a_form_lakefuse_does_not_read_is_exit_2_by_name(tmp_path):
+    """Not "corrupted" (exit 5): the wrong input (exit 2), named (LZ4, not "unknown type 4")."""
+    import rocksdict
+
+    from tests.test_sstable import _records, _rocks_table
+
+    path = _rocks_table(tmp_path / "lz4.sst", sorted(_records(3000, value_size=40)),
+                        compression=rocksdict.DBCompressionType.lz4())
+    r = run("sst", "dump", str(path))
+    assert r.returncode == 2 and "LZ4 compression is not supported" in r.stderr, r.stderr

@@ -312,3 +312,61 @@ def test_fuzz_mutated_fixtures_never_return_wrong_records(which, flips, cut):
     # Damage that the format cannot see (footer padding, the unused bytes of a properties value
     # that nobody checks) may go unnoticed; it must never change the records.
     assert records == good_records
+
+
+def _rocks_table(path, recs, deletes=(), fmt=2, two_level=False, hash_index=False, compression=None):
+    rocksdict = pytest.importorskip("rocksdict")
+    opts = rocksdict.Options(raw_mode=True)
+    bbo = rocksdict.BlockBasedOptions()
+    bbo.set_format_version(fmt)
+    bbo.set_checksum_type(rocksdict.ChecksumType.crc32c())
+    if two_level:
+        bbo.set_index_type(rocksdict.BlockBasedIndexType.two_level_index_search())
+    if hash_index:
+        bbo.set_data_block_index_type(rocksdict.DataBlockIndexType.binary_and_hash())
+    opts.set_block_based_table_factory(bbo)
+    opts.set_compression_type(compression or rocksdict.DBCompressionType.snappy())
+    w = rocksdict.SstFileWriter(opts)
+    w.open(str(path))
+    gone = set(deletes)
+    for k, v in recs:
+        if k in gone:
+            del w[k]
+        else:
+            w[k] = v
+    w.finish()
+    return path
+
+
+@pytest.mark.parametrize("impl", ["compiled", "reference"])
+def test_rocksdb_options_lakeFS_never_uses_are_read_or_refused_by_name(tmp_path, impl):
+    """Found by a lakeFS user's exploration of `sst dump` against tables RocksDB wrote: a
+    format_version 3 table of more than a few blocks (its index keys are user keys) was "keys out of
+    order" (exit 5); a data block with RocksDB's hash index was a "malformed block"; deletions were
+    listed as records with an empty value (exit 0: a deleted key shown as present); LZ4 was an
+    "unknown compression type" (exit 5, "corrupted"). Now the first two are read as RocksDB reads
+    them, and the others refused by name as UnsupportedFormat (exit 2)."""
+    from graveler.errors import UnsupportedFormat
+    from graveler.sstable import kernel as sstable_kernel
+
+    k = sstable_kernel.compiled if impl == "compiled" else sstable_kernel.reference
+    if k is None:
+        pytest.skip("no compiled kernel")
+    cls = type("T", (SSTable,), {"kernel": k})
+
+    def open_(path):
+        return cls(path.read_bytes(), str(path), block_cache=BlockCache())
+
+    recs = _sorted(_records(5000, value_size=40))
+    for two_level in (False, True):
+        t = open_(_rocks_table(tmp_path / f"fv3-{two_level}.sst", recs, fmt=3, two_level=two_level))
+        assert not t.index_internal and t.two_level == two_level
+        assert list(t) == recs and t.get(recs[4321][0]) == recs[4321][1] and t.get(b"absent") is None
+    t = open_(_rocks_table(tmp_path / "hash.sst", recs, hash_index=True))
+    assert list(t) == recs and t.get(recs[17][0]) == recs[17][1]
+    with pytest.raises(UnsupportedFormat, match="a deletion"):
+        list(open_(_rocks_table(tmp_path / "dels.sst", recs[:300], deletes=[recs[5][0]])))
+    import rocksdict
+
+    with pytest.raises(UnsupportedFormat, match="LZ4 compression is not supported"):
+        list(open_(_rocks_table(tmp_path / "lz4.sst", recs[:3000], compression=rocksdict.DBCompressionType.lz4())))

@@ -92,11 +92,12 @@ cdef class TableCore:
     cdef object pybuf       # a memoryview of it (slices of it feed cramjam without a copy)
     cdef bint has_buf
     cdef int checksum_type
+    cdef bint index_internal  # False: index partitions hold user keys (format_version 3's option)
 
     cdef Py_ssize_t checked_end(self, uint64_t off, uint64_t size) except -1
     cdef bytes read_contents(self, uint64_t off, uint64_t size)
     cdef Py_ssize_t read_raw(self, uint64_t off, uint64_t size, Scratch s, const unsigned char** out) except -1
-    cdef Block read(self, uint64_t off, uint64_t size)
+    cdef Block read(self, uint64_t off, uint64_t size, bint internal=*, bint data=*)
     cdef Block block_at(self, uint64_t off, uint64_t size)
     cdef int handle_of(self, Block blk, Py_ssize_t i, Py_ssize_t at, uint64_t* off, uint64_t* size) except -1
     cdef Block partition(self, Py_ssize_t p, Py_ssize_t* at)
@@ -105,7 +106,7 @@ cdef class TableCore:
 
 # The masked CRC32C of a block's stored bytes and its compression type byte (its trailer's checksum).
 cdef uint32_t block_crc(const unsigned char* p, Py_ssize_t n, unsigned char ctype)
-cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_keys)
+cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_keys, bint data_block=*)
 cdef int hash_block_records(Sha256 h, Block blk, unsigned char* kb) except -1
 cdef int scan_raw_block(const unsigned char* d, Py_ssize_t n, RawBlockInfo* info) noexcept nogil
 cdef Py_ssize_t stage_raw_block(Sha256 h, const unsigned char* d, Py_ssize_t n, const RawBlockInfo* info,

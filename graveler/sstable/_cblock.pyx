@@ -21,7 +21,8 @@ from cpython.buffer cimport PyBUF_WRITE
 from cpython.memoryview cimport PyMemoryView_FromMemory
 
 from graveler.errors import CorruptedData
-from graveler.sstable.format import BlockHandle
+from graveler.sstable.block import not_a_value
+from graveler.sstable.format import BlockHandle, compression_error
 
 cdef inline bytes as_bytes(object b):
     if type(b) is bytes:
@@ -274,12 +275,13 @@ cdef class BlockIter:
         return t
 
 
-def decode_block(data, name, offset, bint internal_keys):
-    """Validate and index a block.  Any inconsistency raises CorruptedData at ``offset``."""
-    return decode_block_c(as_bytes(data), name, offset, internal_keys)
+def decode_block(data, name, offset, bint internal_keys, bint data_block=False):
+    """Validate and index a block.  Any inconsistency raises CorruptedData at ``offset``; a data
+    block (``data_block``) holding a record that is not a value, UnsupportedFormat."""
+    return decode_block_c(as_bytes(data), name, offset, internal_keys, data_block)
 
 
-cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_keys):
+cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_keys, bint data_block=False):
     cdef const unsigned char* d = <const unsigned char*>PyBytes_AS_STRING(buf)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(buf)
     cdef uint64_t num_restarts, shared, unshared, vlen
@@ -295,6 +297,8 @@ cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_k
     cdef const unsigned char* rbase
     cdef uint32_t roff
     cdef int r, trail = 8 if internal_keys else 0
+    cdef Py_ssize_t tail
+    cdef object kind_err = None
     cdef object err = None
     cdef object order_err = None
     cdef Py_ssize_t i
@@ -303,7 +307,13 @@ cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_k
     if n < 4:
         raise CorruptedData("malformed block (block shorter than its restart count)", name, offset)
     num_restarts = le32(d + n - 4)
-    limit = <int64_t>n - 4 - 4 * <int64_t>num_restarts
+    tail = 4
+    if num_restarts & 0x80000000u:  # a data block with RocksDB's hash index: its buckets before the count
+        num_restarts &= 0x7fffffffu
+        if n < 6:
+            raise CorruptedData("malformed block (block shorter than its hash index)", name, offset)
+        tail += 2 + (d[n - 6] | (<Py_ssize_t>d[n - 5] << 8))
+    limit = <int64_t>n - tail - 4 * <int64_t>num_restarts
     if limit < 0 or (num_restarts == 0 and limit > 0):
         raise CorruptedData(f"malformed block (bad restart count {num_restarts})", name, offset)
     rbase = d + limit
@@ -357,6 +367,9 @@ cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_k
                     memcpy(kcur + shared, d + pos, unshared)
                     if count > 0 and cmp_keys(kprev, kprevlen - 8, kcur, klen - 8) > 0:
                         order_err = "keys out of order"
+                    elif data_block and kcur[klen - 8] != 1 and kind_err is None:  # (block.KIND_VALUE)
+                        kind_err = not_a_value(kcur[klen - 8], PyBytes_FromStringAndSize(<char*>kcur, klen - 8),
+                                               name, offset)
                     kswap = kprev
                     kprev = kcur
                     kcur = kswap
@@ -368,6 +381,8 @@ cdef Block decode_block_c(bytes buf, object name, object offset, bint internal_k
             raise CorruptedData(f"malformed block ({err})", name, offset)
         if order_err is not None:
             raise CorruptedData(order_err, name, offset)
+        if kind_err is not None:
+            raise kind_err
         # Restart points (lookups binary-search them, so they must be right).
         if count > 0:
             rp = 0
@@ -676,7 +691,8 @@ cdef class TableCore:
     """
 
     def __cinit__(self, Block top, bint two_level, cache, cache_id, load, name, Py_ssize_t index_offset,
-                  owner=None, buf=None, int checksum_type=1):
+                  owner=None, buf=None, int checksum_type=1, bint index_internal=True):
+        self.index_internal = index_internal
         self.top = top
         self.two_level = two_level
         self.parts = [None] * top.n if two_level else []
@@ -694,11 +710,13 @@ cdef class TableCore:
         self.name = name
         self.index_offset = index_offset
 
-    cdef Block read(self, uint64_t off, uint64_t size):
-        """Read, verify, decompress and decode the block at (off, size): format.read_block + decode_block."""
+    cdef Block read(self, uint64_t off, uint64_t size, bint internal=True, bint data=True):
+        """Read, verify, decompress and decode the block at (off, size): format.read_block + decode_block
+        (``internal``: its keys are internal keys, an index partition's may not be; ``data``: a data
+        block, not an index partition)."""
         if not self.has_buf:
-            return <Block>self.load(off, size)
-        b = decode_block_c(self.read_contents(off, size), self.name, off, True)
+            return <Block>self.load(off, size, internal, data)
+        b = decode_block_c(self.read_contents(off, size), self.name, off, internal, data)
         self.owner.blocks_read += 1
         return <Block>b
 
@@ -731,7 +749,7 @@ cdef class TableCore:
         if ctype == 0:
             return PyBytes_FromStringAndSize(<const char*>p + off, <Py_ssize_t>size)
         if ctype != 1:
-            raise CorruptedData(f"unknown compression type {ctype}", self.name, off)
+            raise compression_error(ctype, self.name, off)
         # Snappy's raw format starts with the uncompressed length
         if read_uvarint(p + off, <Py_ssize_t>size, &pos, &ulen) != 0 or ulen > <uint64_t>(64 * size + 64) \
                 or ulen > (1 << 31):
@@ -763,7 +781,7 @@ cdef class TableCore:
             out[0] = p + off
             return <Py_ssize_t>size
         if ctype != 1:
-            raise CorruptedData(f"unknown compression type {ctype}", self.name, off)
+            raise compression_error(ctype, self.name, off)
         if read_uvarint(p + off, <Py_ssize_t>size, &pos, &ulen) != 0 or ulen > <uint64_t>(64 * size + 64) \
                 or ulen > (1 << 31):
             raise CorruptedData("bad Snappy block (bad length)", self.name, off)
@@ -812,8 +830,13 @@ cdef class TableCore:
         at[0] = <Py_ssize_t>off
         b = self.parts[p]
         if b is None:
-            b = self.parts[p] = self.read(off, size)
+            b = self.parts[p] = self.read(off, size, self.index_internal, False)
         return <Block>b
+
+    def partition_block(self, Py_ssize_t p):
+        """Index partition ``p`` of a two-level index (SSTable._partition)."""
+        cdef Py_ssize_t at
+        return self.partition(p, &at)
 
     cdef Py_ssize_t nparts(self):
         return self.top.n if self.two_level else 1

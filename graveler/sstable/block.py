@@ -11,10 +11,21 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 
-from graveler.errors import CorruptedData
+from graveler.errors import CorruptedData, UnsupportedFormat
 from graveler.sstable.format import BlockHandle, get_uvarint, put_uvarint, uvarint_len
 
 _U32 = struct.Struct("<I")
+HASH_INDEX_FLAG = 1 << 31  # the restart count's top bit: the data block carries RocksDB's hash index
+KIND_VALUE = 1  # an internal key's kind (the low byte of its trailer): a value; RocksDB's others below
+_KINDS = {0: "a deletion", 2: "a merge operand", 7: "a single deletion", 0x11: "a blob index"}
+
+
+def not_a_value(kind: int, key: bytes, name: str, offset: int) -> UnsupportedFormat:
+    """A record that is not a value (a deletion, a merge operand...): a RocksDB table lakeFS never
+    writes; shown as a value it would list a deleted key as present."""
+    what = _KINDS.get(kind, f"of kind {kind}")
+    return UnsupportedFormat(f"the table holds {what} (key {key[:64]!r}): lakefuse reads tables of values, "
+                             "as lakeFS writes them", name, offset)
 
 
 class PyBlock:
@@ -73,14 +84,21 @@ class PyBlock:
         return zip(self.keys[i:], self.values[i:])
 
 
-def py_decode_block(data: bytes, name: str, offset: int, internal_keys: bool) -> PyBlock:
-    """Decode a whole block.  Any inconsistency raises CorruptedData at ``offset``."""
+def py_decode_block(data: bytes, name: str, offset: int, internal_keys: bool, data_block: bool = False) -> PyBlock:
+    """Decode a whole block.  Any inconsistency raises CorruptedData at ``offset``; a data block
+    (``data_block``) holding a record that is not a value, UnsupportedFormat."""
     n = len(data)
     try:
         if n < 4:
             raise ValueError("block shorter than its restart count")
         num_restarts = _U32.unpack_from(data, n - 4)[0]
-        limit = n - 4 - 4 * num_restarts
+        tail = 4
+        if num_restarts & HASH_INDEX_FLAG:  # a data block with RocksDB's hash index: its buckets before the count
+            num_restarts &= ~HASH_INDEX_FLAG
+            if n < 6:
+                raise ValueError("block shorter than its hash index")
+            tail += 2 + (data[n - 6] | data[n - 5] << 8)
+        limit = n - tail - 4 * num_restarts
         if limit < 0 or (num_restarts == 0 and limit > 0):
             raise ValueError(f"bad restart count {num_restarts}")
         keys: list[bytes] = []
@@ -114,6 +132,9 @@ def py_decode_block(data: bytes, name: str, offset: int, internal_keys: bool) ->
     if internal_keys:
         if keys and min(map(len, keys)) < 8:
             raise CorruptedData("internal key shorter than its 8-byte trailer", name, offset)
+        for k in keys if data_block else ():  # (index separators carry a kind of their own: pebble's 17)
+            if k[-8] != KIND_VALUE:
+                raise not_a_value(k[-8], k[:-8], name, offset)
         keys = [k[:-8] for k in keys]
         if keys != sorted(keys):
             raise CorruptedData("keys out of order", name, offset)

@@ -25,10 +25,12 @@ class PyTableCore:
     partitions with a two-level index, else of data blocks); blocks come from the shared cache, keyed
     ``(cache_id, offset)``, and on a miss from ``load(offset, size)``."""
 
-    __slots__ = ("top", "two_level", "cache", "cache_id", "load", "name", "index_offset", "_parts", "_handles")
+    __slots__ = ("top", "two_level", "cache", "cache_id", "load", "name", "index_offset", "_parts", "_handles",
+                 "index_internal")
 
     def __init__(self, top, two_level: bool, cache, cache_id, load: Callable, name: str, index_offset: int,
-                 owner=None, buf=None, checksum_type: int = 1):
+                 owner=None, buf=None, checksum_type: int = 1, index_internal: bool = True):
+        self.index_internal = index_internal  # (False: index partitions hold user keys, format_version 3)
         self.top = top
         self.two_level = two_level
         self.cache = cache
@@ -69,7 +71,17 @@ class PyTableCore:
         if not self.two_level:
             return self.top, self.index_offset
         h = self._handles[p]
-        return self.cached_block(h.offset, h.size), h.offset
+        return self.partition_block(p), h.offset
+
+    def partition_block(self, p: int):
+        """Index partition ``p`` of a two-level index, through the cache."""
+        h = self._handles[p]
+        ck = (self.cache_id, h.offset)
+        b = self.cache.get(ck)
+        if b is None:
+            b = self.load(h.offset, h.size, self.index_internal, False)
+            self.cache.put(ck, b)
+        return b
 
     def block_handles(self, p: int) -> list[BlockHandle]:
         part, at = self.partition(p)

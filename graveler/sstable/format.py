@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import cramjam
 import google_crc32c
 
-from graveler.errors import CorruptedData
+from graveler.errors import CorruptedData, UnsupportedFormat
 from graveler.varint import get_uvarint, put_uvarint, uvarint_bytes, uvarint_len  # noqa: F401 (the sstable package's names)
 
 ROCKSDB_MAGIC = bytes.fromhex("f7cff485b741e288")
@@ -26,6 +26,18 @@ CHECKSUM_CRC32C = 1
 
 COMPRESSION_NONE = 0
 COMPRESSION_SNAPPY = 1
+# RocksDB's other block compressions and checksums: healthy tables lakefuse does not read
+_COMPRESSIONS = {2: "zlib", 3: "bzip2", 4: "LZ4", 5: "LZ4HC", 6: "XPRESS", 7: "ZSTD"}
+_CHECKSUMS = {2: "xxHash", 3: "xxHash64", 4: "XXH3"}
+
+
+def compression_error(ctype: int, name: str, off: int) -> CorruptedData:
+    """A block's compression type byte lakefuse does not decompress: another of RocksDB's
+    (UnsupportedFormat) or no compression at all (CorruptedData)."""
+    if ctype in _COMPRESSIONS:
+        return UnsupportedFormat(f"{_COMPRESSIONS[ctype]} compression is not supported (lakefuse reads Snappy "
+                                 "and uncompressed blocks, as lakeFS writes them)", name, off)
+    return CorruptedData(f"unknown compression type {ctype}", name, off)
 
 # Internal-key trailers: (seqnum << 8) | kind, little-endian.
 KIND_SET = 1
@@ -99,7 +111,10 @@ def decode_footer(buf, name: str) -> Footer:
                 checksum = foot[0]
                 pos = 1
             if checksum not in (CHECKSUM_NONE, CHECKSUM_CRC32C):
-                raise CorruptedData(f"unsupported checksum type {checksum}", name, start)
+                if checksum in _CHECKSUMS:
+                    raise UnsupportedFormat(f"{_CHECKSUMS[checksum]} block checksums are not supported (lakefuse "
+                                            "reads CRC32C, as lakeFS writes them)", name, start)
+                raise CorruptedData(f"unknown checksum type {checksum}", name, start)
             metaindex, pos = BlockHandle.decode(foot, pos)
             index, pos = BlockHandle.decode(foot, pos)
             if pos > (41 if version else 40):
@@ -160,7 +175,7 @@ def read_block(buf, handle: BlockHandle, checksum_type: int, name: str) -> bytes
             return bytes(cramjam.snappy.decompress_raw(raw[:-1]))
         except Exception as e:  # cramjam raises its own DecompressionError
             raise CorruptedData(f"bad Snappy block ({e})", name, off) from None
-    raise CorruptedData(f"unknown compression type {ctype}", name, off)
+    raise compression_error(ctype, name, off)
 
 
 def compress_block(contents: bytes, allow_snappy: bool = True) -> tuple[bytes, int]:

@@ -18,7 +18,7 @@ import itertools
 import struct
 from typing import Callable, Iterator
 
-from graveler.errors import CorruptedData
+from graveler.errors import CorruptedData, UnsupportedFormat
 from graveler.lru import LRU
 from graveler.sstable import kernel
 from graveler.sstable.kernel import Block
@@ -114,9 +114,12 @@ class SSTable:
             self.raw_properties.get("rocksdb.block.based.table.index.type", b"\0\0\0\0"),
         )
         if self.raw_properties.get("rocksdb.index.value.is.delta.encoded", b"\0") not in (b"\0", b""):
-            raise CorruptedData("delta-encoded index values are not supported", name, self.footer.index.offset)
+            raise UnsupportedFormat("delta-encoded index values (RocksDB's format_version 4 and later) are not "
+                                    "supported", name, self.footer.index.offset)
         self.two_level = idx_type == INDEX_TYPE_TWO_LEVEL
-        top = self._decode(self.footer.index, internal_keys=True)
+        # format_version 3 on: index keys may be user keys, without the internal-key trailer
+        self.index_internal = self.raw_properties.get("rocksdb.index.key.is.user.key", b"\0") in (b"\0", b"")
+        top = self._decode(self.footer.index, internal_keys=self.index_internal)
         self._top = top
         self._top_handles = [self._handle_at(top, i, self.footer.index.offset) for i in range(len(top))]
         # For a single-level index the top index *is* the one partition.
@@ -124,7 +127,7 @@ class SSTable:
         # Lookups and scans: the selected implementation's core.
         self._core = self.kernel.TableCore(top, self.two_level, self._cache, self._cache_id, self._load_block,
                                            self.name, self.footer.index.offset, self, buf,
-                                           self.footer.checksum_type)
+                                           self.footer.checksum_type, self.index_internal)
         self.get = self._core.get  # no Python frame on the lookup path
 
     # -- plumbing -------------------------------------------------------------------------
@@ -149,13 +152,14 @@ class SSTable:
                                 "which is not before the index block", self.name, at)
         return h
 
-    def _decode(self, handle: BlockHandle, internal_keys: bool) -> Block:
-        data = read_block(self.buf, handle, self.footer.checksum_type, self.name)
-        return self.kernel.decode_block(data, self.name, handle.offset, internal_keys)
+    def _decode(self, handle: BlockHandle, internal_keys: bool, data: bool = False) -> Block:
+        raw = read_block(self.buf, handle, self.footer.checksum_type, self.name)
+        return self.kernel.decode_block(raw, self.name, handle.offset, internal_keys, data)
 
-    def _load_block(self, offset: int, size: int) -> Block:
-        """A data block or index partition from the buffer (a block-cache miss)."""
-        b = self._decode(BlockHandle(offset, size), internal_keys=True)
+    def _load_block(self, offset: int, size: int, internal_keys: bool = True, data: bool = True) -> Block:
+        """A data block or index partition from the buffer (a block-cache miss; an index
+        partition's keys are internal keys unless the table's index holds user keys)."""
+        b = self._decode(BlockHandle(offset, size), internal_keys=internal_keys, data=data)
         self.blocks_read += 1
         return b
 
@@ -166,7 +170,7 @@ class SSTable:
         """Index partition ``i``: separator keys -> data-block handles."""
         if self._single is not None:
             return self._single
-        return self._cached_block(self._top_handles[i])
+        return self._core.partition_block(i)
 
     def _partition_offset(self, i: int) -> int:
         return self.footer.index.offset if self._single is not None else self._top_handles[i].offset

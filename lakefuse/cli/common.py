@@ -16,6 +16,7 @@ from graveler.errors import (
     NotFound,
     ReadOnlyRef,
     StoreUnavailable,
+    UnsupportedFormat,
 )
 
 # Exit codes: 1 generic failure, 2 usage / invalid argument, 3 not found, 4 conflict, 5 corrupted, 6 unavailable.
@@ -25,6 +26,7 @@ EXIT_CODES: list[tuple[type[GravelerError], int]] = [
     (AlreadyExists, 4),
     (Conflict, 4),
     (ReadOnlyRef, 4),
+    (UnsupportedFormat, 2),  # (a healthy file of a form we do not read: the wrong input, not damage)
     (CorruptedData, 5),
     (StoreUnavailable, 6),
 ]

@@ -35,6 +35,7 @@ ERRNO_TABLE: dict[type[g.GravelerError], int] = {
     g.NothingToCommit: errno.EBUSY,
     g.ReadOnlyRef: errno.EROFS,
     g.CorruptedData: errno.EIO,
+    g.UnsupportedFormat: errno.EIO,
     g.StoreUnavailable: errno.EIO,
 }
 

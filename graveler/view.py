@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from itertools import islice
 
 from graveler.core import Pin, RepoCore
-from graveler.errors import NotFound
+from graveler.errors import CorruptedData, NotFound
 from graveler.kv.base import prefix_successor
 from graveler.listing import ListItem, list_items
 from graveler.model import AddressType, Entry, EntryLocation, Value
-from graveler.objects import EntryReader
+from graveler.objects import EntryReader, is_md5_etag
 from graveler.objstore.local import LocalStore
 from graveler.refs import Commit, ResolvedRef
 
@@ -192,7 +192,16 @@ class View:
 
         store, key = self._entries.locate(entry)
         if isinstance(store, LocalStore):
-            return store.open_reader(key)
+            reader = store.open_reader(key)
+            if entry.address_type == AddressType.FULL and is_md5_etag(entry.etag) and reader.size == entry.size:
+                # an imported file, outside the namespace: anyone may have changed it in place since
+                # (same size: a stream of it, or the kernel reading it, would hand out its new bytes)
+                got = reader.etag()  # (remembered by size and mtime: hashed again only after a change)
+                if got != entry.etag:
+                    reader.close()
+                    raise CorruptedData(f"{store.full_uri(key)} is not the object its entry names: it changed "
+                                        f"since it was imported (MD5 {got}, the entry says {entry.etag})")
+            return reader
         return ChunkedReader(store, key, entry.size, store.full_uri(key), entry.etag, cache)
 
     def open_cached(self, entry: Entry | EntryLocation):

@@ -8,6 +8,7 @@ then a real mount (the pyfuse3 that scripts/setup.sh builds has both flags)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -265,5 +266,42 @@ def test_changes_behind_the_mount_fail_no_open_descriptor_and_no_create(repo, tm
             z.write_bytes(b"again %d" % i)
             assert z.read_bytes() == b"again %d" % i
         assert "RecursionError" not in m.log_path.read_text(errors="replace")
+    finally:
+        m.stop()
+
+
+@needs_fuse
+def test_an_imported_file_changed_in_place_since_its_import_is_eio_not_its_new_bytes(repo, tmp_path):
+    """A data engineer's finding: a file imported from a local directory (the entry names it
+    where it is) and then changed in place, same size, was served by the mount with its new bytes
+    (the kernel read it through passthrough), where `fs cat` refused it. Now an open of such a
+    file checks its MD5 (remembered by size and mtime: hashed again only after a change): EIO,
+    said in the log; a file only touched (same bytes, another mtime) is still served."""
+    import hashlib
+
+    from graveler.model import AddressType, Entry
+
+    src = tmp_path / "source"
+    src.mkdir()
+    f = src / "data.csv"
+    data = b"id,value\n" + b"".join(b"%d,%d\n" % (i, i * i) for i in range(2000))
+    f.write_bytes(data)
+    e = Entry(address=f"file://{src}/data.csv", size=len(data), etag=hashlib.md5(data).hexdigest(),
+              last_modified_ns=f.stat().st_mtime_ns, address_type=AddressType.FULL)
+    repo.stage("main", "imported/data.csv", e)
+    c = repo.commit("main", "import")
+    m = MountProc(repo.config.home, "oflags", tmp_path / "mnt").start()
+    try:
+        path = m.mountpoint / c.id / "imported" / "data.csv"
+        assert path.read_bytes() == data
+        os.utime(f)  # touched: the same bytes
+        assert path.read_bytes() == data
+        with open(f, "r+b") as w:  # changed in place, the same size
+            w.seek(100)
+            w.write(b"X")
+        with pytest.raises(OSError) as ei:
+            path.read_bytes()
+        assert ei.value.errno == errno.EIO
+        assert "changed since it was imported" in m.log_path.read_text()
     finally:
         m.stop()

@@ -707,6 +707,14 @@ class LocalStore(ObjectStore):
 class LocalReader(ObjectReader):
     """An open descriptor on a local object's file (no copy through any cache)."""
 
+    def etag(self) -> str:
+        """The MD5 of the file as it is now: the one remembered for its size and mtime, else
+        hashed (and remembered). Blocking."""
+        try:
+            return self.store._etag(self._fd, os.fstat(self._fd))
+        except OSError as exc:
+            raise self.store._os_error("etag", self.key, exc) from exc
+
     def __init__(self, store: LocalStore, key: str, fd: int, size: int):
         super().__init__(store, key, size)
         self._fd = fd

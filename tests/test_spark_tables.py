@@ -178,6 +178,32 @@ def test_import_refuses_a_dirty_branch(spark, tmp_path):
         import_listing(repo, "main", df, "../x/")
 
 
+def test_import_listing_refuses_what_staging_refuses(spark, tmp_path):
+    """A data engineer's finding: a listing DataFrame made by hand committed a key with a ".."
+    segment (no export could write it), a negative size (every read failed), a folder marker
+    naming an object; an empty one emptied the prefix. Each is refused now, nothing committed."""
+    from datetime import datetime, timezone
+
+    from graveler.errors import NotFound
+
+    repo = make_repo(tmp_path)
+    repo.stage("main", "in/keep", entry("keep"))
+    repo.commit("main", "base")
+    head = repo.get_commit("main").id
+    schema = "key string, address string, size long, etag string, last_modified timestamp"
+    now = datetime.now(timezone.utc)
+    good = ("ok.txt", f"file://{tmp_path}/ok.txt", 3, "e" * 32, now)
+    for bad, match in ((("in/../escape.txt", "file:///x", 3, "e" * 32, now), "not an object key"),
+                       (("neg.txt", "file:///x", -5, "e" * 32, now), "negative size"),
+                       (("dir/", "file:///x", 7, "e" * 32, now), "folder marker")):
+        with pytest.raises(Exception, match=match):
+            import_listing(repo, "main", spark.createDataFrame([good, bad], schema), "in/")
+        assert repo.get_commit("main").id == head
+    with pytest.raises(NotFound, match="listing is empty"):
+        import_listing(repo, "main", spark.createDataFrame([], schema), "in/")
+    assert repo.get_commit("main").id == head and repo.exists("main", "in/keep")
+
+
 def test_entries_df_runs_of_ranges_in_a_few_tasks(spark, tmp_path):
     repo = make_repo(tmp_path, range_params=SMALL)
     for i in range(400):
@@ -345,7 +371,7 @@ def test_listing_batch_is_the_library_encoding():
         assert got.column("value").to_pylist() == want
     for bad in ("", "/abs", "a\x00b"):
         t1 = tbl.slice(0, 2).set_column(0, "key", pa.array(["ok", bad]))
-        with pytest.raises(InvalidArgument, match="invalid listed key"):
+        with pytest.raises(InvalidArgument, match="invalid listed key|not an object key"):
             encode_listing_batch("", t1)
     # a time whose nanoseconds do not fit int64 (past 2262) is refused, not wrapped around
     far = pa.array([0, 2**62], pa.int64()).cast(pa.timestamp("us", tz="UTC"))

@@ -133,12 +133,45 @@ def _column(b, name: str, typ, nullable: bool = False):
     return col if col.type == typ else col.cast(typ)
 
 
+# a listing key staging refuses (graveler.paths.check_path): empty, NUL, a "." or ".." segment
+_BAD_KEY = r"^$|\x00|(^|/)\.\.?(/|$)"
+
+
+def check_listing_batch(b) -> None:
+    """InvalidArgument, naming the first bad row, unless every key of listing batch ``b`` is one
+    staging takes (:func:`graveler.paths.check_path`), every size >= 0 and every folder marker
+    (a key ending in '/') empty: a listing made by hand (:func:`import_listing` takes any
+    DataFrame) must not commit what staging refuses -- a ".." key no export can write, a
+    negative size every read fails on, a directory that is an object too."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = _column(b, "key", pa.string())
+    bad = pc.match_substring_regex(keys, _BAD_KEY)
+    if pc.any(bad).as_py():
+        i = pc.index(bad, True).as_py()
+        raise InvalidArgument(f"listing: {keys[i].as_py()!r} is not an object key (empty, NUL, or a '.' or '..' "
+                              "segment)")
+    size = _column(b, "size", pa.int64())
+    neg = pc.less(size, 0)
+    if pc.any(neg).as_py():
+        i = pc.index(neg, True).as_py()
+        raise InvalidArgument(f"listing: {keys[i].as_py()!r} has a negative size ({size[i].as_py()})")
+    marker = pc.and_(pc.ends_with(keys, "/"), pc.greater(size, 0))
+    if pc.any(marker).as_py():
+        i = pc.index(marker, True).as_py()
+        raise InvalidArgument(f"listing: {keys[i].as_py()!r} is a folder marker (a key ending in '/') "
+                              f"of {size[i].as_py()} bytes: a directory, not an object")
+
+
 def encode_listing_batch(dest_prefix: str, b):
     """The records (``key binary, value binary`` RecordBatch) of a listing batch or table: what
     :func:`encode_listing` gives, by the compiled codec over the Arrow buffers (no Python object per
-    record; the per-record reference when graveler runs its pure-Python reference)."""
+    record; the per-record reference when graveler runs its pure-Python reference). Its rows are
+    checked first (:func:`check_listing_batch`)."""
     import pyarrow as pa
 
+    check_listing_batch(b)
     if model.listing_records is None:
         recs = encode_listing(dest_prefix, b.column("key").to_pylist(), b.column("address").to_pylist(),
                               b.column("size").to_pylist(), b.column("etag").to_pylist(),
@@ -345,6 +378,9 @@ def import_listing(repo, branch: str, listing, dest_prefix: str, message: str | 
     spark = listing.sparkSession
     dest_prefix = check_dest_prefix(dest_prefix)
     check_clean(repo, branch)
+    if listing.isEmpty():  # (the prefix would be emptied: as import_prefix refuses an empty source)
+        raise NotFound("nothing to import: the listing is empty (an import replaces the destination prefix; "
+                       "`lakefuse fs rm -r` empties one)")
     head = repo.get_commit(branch)
     ns = namespace_of(repo)
     from pyspark.sql import functions as F

@@ -49,7 +49,11 @@ def register(sub) -> None:
                "same import again gives the same tree and makes no commit.  SOURCE is listed in parallel:\n"
                "sub-prefixes found by delimited listings, runs of them listed by the tasks; a progress line\n"
                "(objects listed, prefixes done/known, objects/s) goes to stderr.  Keys that are not object\n"
-               "keys (S3 folder markers 'dir/', empty or '.' segments) are skipped and counted.",
+               "keys (S3 folder markers 'dir/', empty or '.' segments) are skipped and counted.  In a local\n"
+               "directory only regular files are objects: symbolic links, FIFOs, sockets, devices and names\n"
+               "that are not UTF-8 are not listed (nor counted: they are no keys), as `fs upload` skips them.\n"
+               "Objects of a local SOURCE are checked at each read against the MD5 the import recorded:\n"
+               "one changed in place later is refused (EIO through a mount), not read as it is now.",
     )
     p.add_argument("source", metavar="SOURCE", help="a local directory or s3://BUCKET/PREFIX")
     p.add_argument("dest", metavar="lakefs://REPO/BRANCH/PREFIX/")

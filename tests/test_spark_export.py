@@ -99,7 +99,24 @@ def test_an_export_of_a_changed_or_missing_object_fails_without_success(spark, t
     assert r.returncode == 3, r.stderr[-2000:]
     last = r.stderr.strip().splitlines()[-1]  # (above it: Spark's own log of the failed task)
     assert last.startswith("lakefuse: ") and last.endswith("f.txt not found")
+    assert "lakefuse: in/d/f.txt: " in last  # which file of the commit, not only its object's address
     assert read_success(str(tmp_path / "out2")) is None
+
+
+def test_an_export_of_a_commit_holding_its_own_success_marker_is_refused(spark, tmp_path):
+    """A data engineer's finding: a Spark job writing straight to a branch's root leaves
+    _SUCCESS there; its export overwrote that file with the export's marker, said "2 copied"
+    and exited 0. Refused now, before the destination is touched."""
+    repo = make_repo(tmp_path)
+    repo.upload("main", "_SUCCESS", b"")
+    repo.upload("main", "part-0000.parquet", b"data")
+    repo.commit("main", "a job's output")
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "_SUCCESS").write_text('{"commit_id": "an earlier export"}')
+    with pytest.raises(InvalidArgument, match="holds _SUCCESS at its root"):
+        export(spark, repo, "main", str(dest))
+    assert (dest / "_SUCCESS").read_text() == '{"commit_id": "an earlier export"}'
 
 
 @pytest.mark.s3

@@ -106,22 +106,10 @@ def _copy_task(ns: Namespace, dest: Namespace):
                     deleted += 1
                     continue
                 src, skey = _source(ns, address, atype, stores)
-                # every object checked against its entry (size; the MD5 of a plain etag) before it is
-                # put: an export that writes _SUCCESS holds the commit's bytes, never a changed file's
-                if size > _BIG:
-                    fd, tmp = tempfile.mkstemp(prefix="lakefuse-export-")
-                    os.close(fd)
-                    try:
-                        src.get_to_file(skey, tmp)
-                        with open(tmp, "rb") as f:
-                            _check(key, os.fstat(f.fileno()).st_size, size, etag, f)
-                        out.put_file(key, tmp)
-                    finally:
-                        os.unlink(tmp)
-                else:
-                    data = src.get(skey)
-                    _check(key, len(data), size, etag, data)
-                    out.put(key, data)
+                try:
+                    _copy_one(out, src, skey, key, size, etag)
+                except NotFound as e:  # (the store names its address only: say which file)
+                    raise NotFound(f"{key}: {e}") from None
                 copied += 1
                 nbytes += size
         fault_point("export_copy")
@@ -129,6 +117,25 @@ def _copy_task(ns: Namespace, dest: Namespace):
                                          names=["copied", "deleted", "bytes"])
 
     return fn
+
+
+def _copy_one(out, src, skey: str, key: str, size: int, etag: str) -> None:
+    """One object onto the destination, checked against its entry (size; the MD5 of a plain etag)
+    before it is put: an export that writes _SUCCESS holds the commit's bytes, never a changed file's."""
+    if size > _BIG:
+        fd, tmp = tempfile.mkstemp(prefix="lakefuse-export-")
+        os.close(fd)
+        try:
+            src.get_to_file(skey, tmp)
+            with open(tmp, "rb") as f:
+                _check(key, os.fstat(f.fileno()).st_size, size, etag, f)
+            out.put_file(key, tmp)
+        finally:
+            os.unlink(tmp)
+    else:
+        data = src.get(skey)
+        _check(key, len(data), size, etag, data)
+        out.put(key, data)
 
 
 def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, full: bool = False,
@@ -143,6 +150,9 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
     dest = Namespace(dest_uri.rstrip("/"), cfg)
     if dest.uri == ns.uri or dest.uri.startswith(ns.uri + "/"):
         raise InvalidArgument("the export destination must be outside the repository's storage namespace")
+    if repo.exists(commit.id, SUCCESS):  # (its copy would be overwritten by the marker, without a word)
+        raise InvalidArgument(f"commit {commit.id[:12]} holds {SUCCESS} at its root, where an export writes its "
+                              "own marker: the copy would lose it (rename or remove it in a commit first)")
     done = read_success(dest.uri, cfg)
     prev_id = None
     if not full:

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import stat
+import time
 
 import pytest
 
@@ -551,9 +552,12 @@ def test_unlink_open_file_detaches_it(fs, repo, kv_backend):
     assert not repo.exists("main", "tmp")
     top = ino_of(fs, "main/top")
     o = fs.open(top, os.O_RDONLY)  # a committed file open for reading, then unlinked
+    ctime = fs.getattr(top).ctime_ns
+    time.sleep(0.01)
     fs.unlink(ino_of(fs, "main"), b"top")
     a = fs.getattr(top)
     assert (a.nlink, a.size) == (0, 3) and fs.read(o.fh, 0, 10) == b"top"
+    assert a.ctime_ns > ctime  # its link count went: ext4 moves the ctime (found exploring: it stayed)
     fs.release(o.fh)
     assert fs_errno(fs.getattr, top) == errno.ESTALE  # closed: gone (the kernel looks the name up: ENOENT)
 

@@ -371,8 +371,8 @@ class SpoolFile:
     def detach(self) -> None:
         """The file was unlinked while open: keep serving its handles, stage nothing."""
         with self.lock:
-            self.key = None
-            self.failure = None
+            self.key, self.failure = None, None
+            self.ctime_ns = time.time_ns()  # (its link count went: a change of the inode, as on ext4)
             self._saved_gen = self._gen
             self._staged_create()
             if self.on_disk:

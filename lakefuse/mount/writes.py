@@ -410,6 +410,8 @@ class BranchWrites:
         node = self.inodes.find(key)
         if node is not None:
             self.inodes.replace(node)
+            if node.attr is not None:  # its link count went: its ctime moves (open handles fstat it)
+                node.attr = replace(node.attr, ctime_ns=time.time_ns())
             if kind == Kind.FILE and self.spool is not None:
                 self.spool.detach(node.ino)
 

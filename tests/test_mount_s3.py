@@ -91,7 +91,10 @@ def test_s3_mount_reads_through_the_data_cache(s3world, s3_client):
     with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(w["tmp"] / "cache"), env=env):
         c = w["commit"].id[:10]
         assert (mp / c / "big.bin").read_bytes() == BIG
-        s2 = _stats(mp)
+        deadline = time.monotonic() + 10
+        while (s2 := _stats(mp))["open_handles"] > 0:  # (its counts join the mount's at the release,
+            assert time.monotonic() < deadline        # which the kernel sends after close returns)
+            time.sleep(0.05)
         assert s2["data_cache"]["hits"] >= 1
         assert s2["data_cache"]["damaged"] == 1
         assert s2["bytes_from_store"] < len(BIG)  # most of it came from the disk cache
@@ -217,6 +220,19 @@ def test_s3_unreachable_store_fails_the_mount_with_a_reason(s3world, tmp_path):
                                      or "reach" in r.stderr.lower()), r.stderr
 
 
+def _one_big_file(tmp_path, s3_config, s3_bucket, name: str, size: int):
+    """A repository ``name`` on S3 whose main holds ``big.bin`` of ``size`` random bytes, committed:
+    (its home, the commit, the bytes)."""
+    data = os.urandom(size)
+    home = tmp_path / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    r = g.create_repository(name, f"s3://{s3_bucket}/ns")
+    r.upload("main", "big.bin", data)
+    c = r.commit("main", "data")
+    g.close()
+    return home, c, data
+
+
 def test_a_hung_endpoint_fails_one_read_within_one_bound(tmp_path, s3_endpoint, s3_config, s3_bucket):
     """A store that accepts and never answers: a 1 MiB read(2) is EIO after one bound (timeout x
     attempts), not two -- the kernel follows the failed read-ahead with a read of the same page,
@@ -225,13 +241,7 @@ def test_a_hung_endpoint_fails_one_read_within_one_bound(tmp_path, s3_endpoint, 
 
     from tests.faultproxy import Fault, FaultProxy
 
-    data = os.urandom(12 << 20)
-    home = tmp_path / "home"
-    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
-    r = g.create_repository("hung", f"s3://{s3_bucket}/ns")
-    r.upload("main", "big.bin", data)
-    c = r.commit("main", "data")
-    g.close()
+    home, c, data = _one_big_file(tmp_path, s3_config, s3_bucket, "hung", 12 << 20)
     bound = 2 * 1.0  # --timeout 1 --max-attempts 2
     with FaultProxy(s3_endpoint) as proxy:
         mp = tmp_path / "mnt"
@@ -259,13 +269,7 @@ def test_a_store_that_hangs_midway_through_a_stream_fails_one_read_within_one_bo
     after a stall now has one attempt fewer: one bound in all."""
     from tests.faultproxy import Fault, FaultProxy
 
-    data = os.urandom(40 << 20)  # (below the size that takes parallel parts: one stream)
-    home = tmp_path / "home"
-    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
-    r = g.create_repository("stall", f"s3://{s3_bucket}/ns")
-    r.upload("main", "big.bin", data)
-    c = r.commit("main", "data")
-    g.close()
+    home, c, _ = _one_big_file(tmp_path, s3_config, s3_bucket, "stall", 40 << 20)  # (one stream: no parts)
     timeout, attempts = 2.0, 3
     bound = timeout * attempts
     with FaultProxy(s3_endpoint) as proxy:

@@ -619,3 +619,52 @@ def test_root_names_are_resolved_again_when_a_tag_moves(world):
             r.create_tag("v1", c1.id)
     time.sleep(0.6)
     assert old.read_bytes() == DATA1["docs/readme.txt"]
+
+
+def test_an_administrators_daemon_lifecycle(world, tmp_path):
+    """An administrator's findings: SIGHUP (logrotate's signal) unmounted the mount and nothing
+    opened the log again; after a kill -9 the next mount said "busy: something is already
+    mounted there"; `umount` of a stopped daemon said "its daemon is gone", exited 0 and left it
+    running; a daemonized mount that libfuse refused said only "fuse_session_new() failed"."""
+    import signal
+
+    home, mp, logf = world["home"], tmp_path / "m", tmp_path / "d.log"
+    mp.mkdir()
+
+    def run(*args, timeout=60):
+        return subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True, timeout=timeout)
+
+    def pid_of() -> int:
+        return json.loads((mp / ".lakefuse" / "stats").read_text())["pid"]
+
+    try:
+        assert run("mount", "lakefs://demo", str(mp), "--log", str(logf)).returncode == 0
+        pid = pid_of()
+        logf.rename(tmp_path / "d.log.1")  # a rotation by rename, then its signal
+        os.kill(pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while not logf.exists():
+            assert time.monotonic() < deadline, "the log was not opened again"
+            time.sleep(0.05)
+        assert is_mounted(mp) and pid_of() == pid  # still serving
+        assert "opened again" in logf.read_text()
+        os.kill(pid, signal.SIGKILL)  # a killed daemon leaves its mount behind
+        time.sleep(0.2)
+        r = run("mount", "lakefs://demo", str(mp), "--log", str(logf))
+        assert r.returncode == 1 and f"lakefuse umount {mp}" in r.stderr, r.stderr
+        assert run("umount", str(mp)).returncode == 0
+        assert run("mount", "lakefs://demo", str(mp), "--log", str(logf)).returncode == 0
+        pid = pid_of()
+        os.kill(pid, signal.SIGSTOP)  # a daemon that does not answer
+        try:
+            u = run("umount", str(mp), "--timeout", "2")
+            assert u.returncode == 1 and f"pid {pid}" in u.stderr and "did not answer" in u.stderr, u.stderr
+            assert not is_mounted(mp)  # detached all the same
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        r = run("mount", "lakefs://demo", str(mp), "--log", str(logf), "-o", "bogus_opt=1")
+        assert r.returncode == 1 and "unknown option" in r.stderr and "bogus_opt" in r.stderr, r.stderr
+        r = run("mount", "lakefs://demo", str(mp), "--log", str(logf), "-o", "allow_other,allow_root")
+        assert r.returncode == 1 and "exclude each other" in r.stderr, r.stderr
+    finally:
+        force_unmount(mp)

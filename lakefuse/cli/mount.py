@@ -325,18 +325,22 @@ def serve_foreground(args, repository: str, mp: str) -> int:
         daemon.serve(repo, daemon.MountConfig(repository, mp, _fuse_options(args), cache_dir=spool_dir), fs_config,
                      data_cache)
         return 0
-    except (daemon.MountError, GravelerError) as e:
+    except (daemon.MountError, GravelerError, OSError) as e:
         from lakefuse.cli.common import exit_code
 
         reason = str(e)
-        code = 1  # (a mount point's problem)
+        code = 1  # (a mount point's problem, or a local file's: the cache directory...)
         if isinstance(e, GravelerError):
             code = exit_code(e)  # as every command's: 2 bad input, 3 not found, 6 store unavailable...
             if not isinstance(e, InvalidArgument):
                 reason = f"cannot mount lakefs://{repository}: {e}"
+        elif isinstance(e, OSError):  # (which file: "No space left on device" alone says nothing)
+            where = f": {e.filename}" if e.filename else ""
+            reason = f"cannot mount lakefs://{repository}: {e.strerror or e}{where}"
         daemon.sd_notify(f"STATUS={reason}\nERRNO=1")
         print(f"lakefuse: {reason}", file=sys.stderr)
-        log.error("%s", reason)
+        if args.log:  # (else the log is stderr: the line above says it once)
+            log.error("%s", reason)
         return code
     finally:
         if g is not None:

@@ -200,7 +200,11 @@ def check_mountpoint(mountpoint: str) -> str:
     if not os.path.exists("/dev/fuse"):
         raise MountError("no /dev/fuse: FUSE is not available here (load the fuse module; "
                          "in a container, pass --device /dev/fuse)")
-    if mount_type(mp) is not None:
+    kind = mount_type(mp)
+    if kind == FS_TYPE and daemon_pid(mp, timeout=2.0) is None:
+        raise MountError(f"mount point {mp} still holds a lakefuse mount whose daemon is gone or not answering "
+                         f"(killed?): clear it with `lakefuse umount {mp}` (its spool is recovered at the next mount)")
+    if kind is not None:
         raise MountError(f"mount point {mp} is busy: something is already mounted there")
     try:
         st = os.stat(mp)
@@ -258,6 +262,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     from lakefuse.mount.writes import WritableFilesystem
 
     mp = check_mountpoint(config.mountpoint)
+    if {"allow_other", "allow_root"} <= set(config.fuse_options):
+        raise MountError("-o allow_other and -o allow_root exclude each other (allow_other lets root in too)")
     # The store must answer before we mount (a cached tree would not tell): list it once,
     # then read the default branch's tree.
     repo.check_store()
@@ -284,8 +290,6 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
                      readdir_many=config.readdir_many, readdir_plain=config.readdir_plain,
                      deferred_replies=config.deferred_replies, receive_spin_us=config.receive_spin_us)
     options = {"fsname=lakefs://" + repo.name, "subtype=lakefuse", "default_permissions", *config.fuse_options}
-    if "allow_other" not in options:
-        options.discard("allow_root")
     read_ahead = ReadAheadPool(lanes=config.s3_lanes)  # the chunked readers' streams: ended with the mount
     fs.stats.set("s3_lanes", str(read_ahead.lanes))
     # A stream's thread takes the GIL back after every socket read, a request's worker thread after
@@ -338,9 +342,29 @@ async def _on_signals() -> None:
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
+            if signum == signal.SIGHUP:  # logrotate's signal: the log file is opened again (its new one)
+                reopen_logs()
+                log.info("SIGHUP: log file opened again")
+                continue
             log.info("%s: unmounting", signal.Signals(signum).name)
             pyfuse3.terminate()
             return
+
+
+def reopen_logs() -> None:
+    """Open every log file of this process again by its name (after a rotation renamed it)."""
+    for h in logging.getLogger().handlers:
+        if isinstance(h, logging.FileHandler):
+            h.acquire()
+            try:
+                if h.stream is not None:
+                    h.stream.close()
+                h.stream = h._open()
+            except OSError as e:  # (the old stream is gone: the next record tries again)
+                h.stream = None
+                sys.stderr.write(f"lakefuse: cannot open the log file {h.baseFilename} again: {e}\n")
+            finally:
+                h.release()
 
 
 def set_read_ahead(mountpoint: str, kib: int) -> bool:
@@ -394,6 +418,7 @@ def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0, env: dic
         sock.settimeout(0.1)
         os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
         with open(log_path, "ab") as logf:
+            log_start = logf.tell()  # (what the daemon says from here on: its reason, if it fails)
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd="/", start_new_session=True,
                 env={**os.environ, **(env or {}), "NOTIFY_SOCKET": sock_path}, close_fds=True,
@@ -421,7 +446,11 @@ def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0, env: dic
                                 status = line[len("STATUS="):]
                 except (socket.timeout, OSError):
                     pass
-                err = MountError(status or f"the mount daemon exited with status {proc.returncode} (see {log_path})")
+                said = _daemon_said(log_path, log_start)
+                if status and said and said not in status:
+                    status = f"{status} ({said})"  # (libfuse's or fusermount3's own words: why)
+                err = MountError(status or said or f"the mount daemon exited with status {proc.returncode} "
+                                                   f"(see {log_path})")
                 err.exit_status = proc.returncode  # the CLI passes the daemon's exit code on
                 raise err
         proc.terminate()
@@ -432,6 +461,41 @@ def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0, env: dic
 
 
 # ---------------------------------------------------------------------- unmounting
+
+
+def _daemon_by_cmdline(mp: str) -> int | None:
+    """The pid of a live ``lakefuse mount ... MP -f`` process (a daemon whose stats do not
+    answer), from /proc; None when there is none (or it is not ours to see)."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                args = f.read().decode("utf-8", "surrogateescape").split("\0")
+        except OSError:
+            continue
+        if "mount" in args and "-f" in args and any(a == "lakefuse" or a.endswith("/lakefuse") for a in args) \
+                and any(a == mp or (a and canonical_mountpoint(a) == mp) for a in args[args.index("mount") + 1:]
+                        if not a.startswith("-")):
+            return int(d)
+    return None
+
+
+def _daemon_said(log_path: str, start: int) -> str:
+    """The reason a daemon that failed before it answered gave in its log (from offset ``start``):
+    libfuse's and fusermount3's own lines (``fuse: ...``, ``fusermount3: ...``), else our one
+    line (``lakefuse: ...``), else the last line it wrote; "" when it wrote nothing."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            lines = [x.strip() for x in f.read(1 << 16).decode("utf-8", "replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    for prefixes in (("fuse:", "fusermount3:", "fusermount:"), ("lakefuse:",)):
+        found = [x for x in lines if x.startswith(prefixes)]
+        if found:
+            return "; ".join(dict.fromkeys(x.removeprefix("lakefuse: ") for x in found[-2:]))
+    return lines[-1] if lines else ""
 
 
 def daemon_pid(mountpoint: str, timeout: float = 5.0) -> int | None:
@@ -477,6 +541,9 @@ def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
     if kind != FS_TYPE:
         raise MountError(f"{mp} is a {kind} mount, not a lakefuse one")
     pid = daemon_pid(mp)
+    silent = None  # a daemon alive but not answering (stopped, hung): found by its command line
+    if pid is None:
+        silent = _daemon_by_cmdline(mp)
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     if tool is None:
         raise MountError("fusermount3 not found (install the fuse3 package)")
@@ -484,21 +551,28 @@ def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True)
     busy = r.returncode != 0 and "busy" in (r.stderr or r.stdout).lower()
     if busy and not lazy and pid is None:
-        # its daemon is gone (killed): nothing can be served there any more, and a file a process
-        # still holds open would keep it busy for good -- detach it now, as --lazy does
-        log.warning("%s: its daemon is gone and files are still open there: detached lazily", mp)
+        # its daemon is gone (killed) or does not answer: nothing is served there, and a file a
+        # process still holds open (our own read of its stats, if it hangs) keeps it busy for
+        # good -- detach it now, as --lazy does
+        if silent is None:
+            log.warning("%s: its daemon is gone and files are still open there: detached lazily", mp)
+        else:
+            log.warning("%s: its daemon (pid %d) does not answer: detached lazily", mp, silent)
         r = subprocess.run([tool, "-u", "-z", mp], capture_output=True, text=True)
     if r.returncode != 0:
         msg = (r.stderr or r.stdout).strip()
         hint = (" (files are open there, or something is mounted inside it; close them, or use --lazy)"
                 if "busy" in msg.lower() else "")
         raise MountError(f"cannot unmount {mp}: {msg}{hint}")
-    if pid is None:
-        log.info("unmounted %s (its daemon was not answering)", mp)
+    if pid is None and silent is None:
+        log.info("unmounted %s (its daemon was gone)", mp)
         return
+    if pid is None:
+        pid = silent
     deadline = time.monotonic() + timeout
     while _alive(pid):
         if time.monotonic() > deadline:
-            raise MountError(f"unmounted {mp}, but its daemon (pid {pid}) has not exited after {timeout:.0f} s")
+            why = " (it did not answer: stopped or hung? `kill -CONT` or `kill` it)" if silent else ""
+            raise MountError(f"unmounted {mp}, but its daemon (pid {pid}) has not exited after {timeout:.0f} s{why}")
         time.sleep(0.05)
     log.info("unmounted %s; daemon %d exited", mp, pid)

@@ -424,6 +424,7 @@ class ChunkedReader(ObjectReader):
             with self._lock:
                 self._chunks[start] = f
                 self._trim()
+                self.bytes_from_cache += len(data)
             start += 1
         if start >= n:
             return

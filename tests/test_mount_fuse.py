@@ -662,6 +662,12 @@ def test_an_administrators_daemon_lifecycle(world, tmp_path):
             assert not is_mounted(mp)  # detached all the same
         finally:
             os.kill(pid, signal.SIGCONT)
+        # --lazy with a file open there: detached at once, exit 0 (it waited 30 s and said 1)
+        assert run("mount", "lakefs://demo", str(mp), "--log", str(logf)).returncode == 0
+        with open(mp / "v1" / "docs" / "readme.txt", "rb") as held:
+            t0 = time.monotonic()
+            assert run("umount", str(mp), "--lazy").returncode == 0 and time.monotonic() - t0 < 10
+            assert not is_mounted(mp) and held.read() == DATA1["docs/readme.txt"]
         r = run("mount", "lakefs://demo", str(mp), "--log", str(logf), "-o", "bogus_opt=1")
         assert r.returncode == 1 and "unknown option" in r.stderr and "bogus_opt" in r.stderr, r.stderr
         r = run("mount", "lakefs://demo", str(mp), "--log", str(logf), "-o", "allow_other,allow_root")

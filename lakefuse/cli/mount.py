@@ -138,7 +138,9 @@ def register(sub) -> None:
                        description="Unmount a lakefuse mount (also one left behind by a killed daemon) "
                                    "and wait for its daemon to exit.")
     u.add_argument("mountpoint", metavar="MOUNTPOINT")
-    u.add_argument("-z", "--lazy", action="store_true", help="detach now even if files are open there")
+    u.add_argument("-z", "--lazy", action="store_true",
+                   help="detach now even if files are open there (returns at once: the daemon serves them and "
+                        "exits with the last)")
     u.add_argument("--timeout", metavar="SECONDS", type=float, default=30.0,
                    help="how long to wait for the daemon to exit (default 30)")
     u.set_defaults(func=cmd_umount)

@@ -569,6 +569,10 @@ def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
         return
     if pid is None:
         pid = silent
+    if lazy and silent is None:
+        # (detached: the daemon serves the files still open there and exits with the last of them)
+        log.info("detached %s; its daemon (pid %d) exits once the last file open there is closed", mp, pid)
+        return
     deadline = time.monotonic() + timeout
     while _alive(pid):
         if time.monotonic() > deadline:

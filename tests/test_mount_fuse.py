@@ -390,6 +390,9 @@ def test_mount_failures_say_why(world, tmp_path):
 
     r = mount("lakefs://nosuchrepo", str(tmp_path))
     assert r.returncode == 3 and "not found" in r.stderr  # the exit codes of every command (was 1)
+    (tmp_path / "afile").write_text("")
+    r = mount("lakefs://demo", str(tmp_path), "--log", str(tmp_path / "afile" / "x.log"))
+    assert r.returncode == 2 and "is not a directory" in r.stderr, r.stderr  # (it said "File exists")
     r = mount("lakefs://demo", str(tmp_path), "--timeout", "0")
     assert r.returncode == 2 and "--timeout must be a positive" in r.stderr
     r = mount("lakefs://demo", str(tmp_path / "missing"))

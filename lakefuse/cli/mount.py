@@ -231,10 +231,24 @@ def _sources(args) -> None:
         raise InvalidArgument("expected lakefs://REPO MOUNTPOINT, or --refs-dump URL MOUNTPOINT")
 
 
+def _check_log_path(path: str) -> None:
+    """--log names a file whose directory is (or can be made) a directory: InvalidArgument, said
+    as such, not "File exists" from a path component that is a file."""
+    d = os.path.dirname(os.path.abspath(path))
+    while d and not os.path.exists(d):
+        d = os.path.dirname(d)
+    if d and not os.path.isdir(d):
+        raise InvalidArgument(f"--log {path}: {d} is not a directory")
+    if os.path.isdir(path):
+        raise InvalidArgument(f"--log {path} is a directory: name a file")
+
+
 def cmd_mount(args) -> int:
     from lakefuse.mount import daemon
 
     _sources(args)
+    if args.log:
+        _check_log_path(args.log)
     dump = args.refs_dump is not None
     uri = None if dump else parse_uri(args.repository).repo_only()
     mp = daemon.canonical_mountpoint(args.mountpoint)  # (as the kernel will list it)

@@ -254,9 +254,10 @@ class SpoolFile:
             if offset >= self.size or length <= 0:
                 return b""
             length = min(length, self.size - offset)
-            if self.loaded:
-                return os.pread(self._fd, length, offset)
-            return self.spool.repo.read_entry(self.base, offset, length)
+            if self.loaded and self._fd is not None:
+                return os.pread(self._fd, length, offset)  # (closed after its save: what it saved, below)
+            e = (self.saved or self.base) if self.loaded else self.base
+            return self.spool.repo.read_entry(e, offset, length) if e is not None else b""
 
     def read_nowait(self, offset: int, length: int) -> bytearray | bytes | None:
         """:meth:`read` when it cannot block (on the trio thread): the bytes from the page
@@ -754,8 +755,7 @@ class Spool(SaveRetries):
 
     # -- intents (operations that span several transactions)
     def begin_intent(self, record: dict) -> Path:
-        path = self.dir / f"{time.time_ns():019d}-{secrets.token_hex(4)}.intent"
-        sidecar.write_synced_json(path, record)
+        sidecar.write_synced_json(path := self.dir / f"{time.time_ns():019d}-{secrets.token_hex(4)}.intent", record)
         return path
 
     def end_intent(self, path: Path) -> None:

@@ -49,3 +49,13 @@ def log_err(path, msg):
 
 def errname(e):
     return errno.errorcode.get(e.errno, str(e.errno)) if isinstance(e, OSError) else type(e).__name__
+
+
+def run_all(q, procs, timeout):
+    """Start the worker processes, take one result each from queue ``q`` (each puts one), join them."""
+    for p in procs:
+        p.start()
+    res = [q.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join(10)
+    return res

@@ -72,7 +72,5 @@ if __name__ == "__main__":
         f.write(rec(1, 0, 0))
     q = mp.Queue()
     ps = [mp.Process(target=writer, args=(q,))] + [mp.Process(target=reader, args=(i, q)) for i in range(NR)]
-    for p in ps: p.start()
-    res = [q.get(timeout=DUR + 120) for _ in ps]
-    for p in ps: p.join(10)
+    res = run_all(q, ps, DUR + 120)
     for r in res: print(r)

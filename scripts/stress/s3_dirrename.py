@@ -90,9 +90,7 @@ if __name__ == "__main__":
     q = mp.Queue()
     ps = [mp.Process(target=renamer, args=(q,)), mp.Process(target=reader, args=(q,)), mp.Process(target=committer, args=(q,))]
     ps += [mp.Process(target=writer, args=(w, q)) for w in range(NW)]
-    for p in ps: p.start()
-    res = [q.get(timeout=DUR + 120) for _ in ps]
-    for p in ps: p.join(10)
+    res = run_all(q, ps, DUR + 120)
     model = {}
     for r in res:
         print(r[:3], r[3] if r[0] == "reader" else "")

@@ -59,7 +59,5 @@ if __name__ == "__main__":
         f.write(content(1))
     q = mp.Queue()
     ps = [mp.Process(target=writer, args=(q,))] + [mp.Process(target=reader, args=(r, q)) for r in range(NR)]
-    for p in ps: p.start()
-    res = [q.get(timeout=DUR + 180) for _ in ps]
-    for p in ps: p.join(10)
+    res = run_all(q, ps, DUR + 180)
     for r in res: print(r)

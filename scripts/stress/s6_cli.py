@@ -84,9 +84,7 @@ if __name__ == "__main__":
     q = mp.Queue()
     ps = [mp.Process(target=cli_worker, args=(q,))] + [mp.Process(target=writer, args=(w, q)) for w in range(NW)]
     ps += [mp.Process(target=reader, args=(r, q)) for r in range(NR)]
-    for p in ps: p.start()
-    res = [q.get(timeout=DUR + 180) for _ in ps]
-    for p in ps: p.join(10)
+    res = run_all(q, ps, DUR + 180)
     model = {}
     for r in res:
         print(r[:3], r[3] if r[0].startswith("reader") else "")

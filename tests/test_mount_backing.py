@@ -42,3 +42,25 @@ def test_a_refused_passthrough_open_becomes_a_cached_one():
     b.released(1)
     b.released(2)
     assert b.counts() == (0, 0)
+
+
+def test_a_refused_writers_retry_finds_the_names_next_inode_unbound(monkeypatch):
+    """A stress test's finding: a writer refused on an inode passthrough readers held got
+    ESTALE, and when a reader bound the name's next inode before the kernel's one retry came,
+    the retry was refused too and ESTALE reached the writer (100-350 times in 8 s, and the
+    writes it made the program give up). Readers of that name are served by the daemon until
+    the retry comes (at most WRITER_WAIT_S), so the writer's retry is admitted."""
+    import lakefuse.mount.backing as backing
+
+    b = Backings()
+    assert b.bind(7, b"A", key="f") == PASSTHROUGH  # a reader of the file
+    b.opened(1, 7, True)
+    assert not b.hold(7)  # a writer: refused, the name gets a new inode
+    b.writer_waits("f")
+    assert b.bind(8, b"A", key="f") == CACHED  # a reader on the new inode, before the retry
+    b.opened(2, 8, False)
+    assert b.hold(8)  # the writer's retry is admitted
+    assert b.bind(9, b"A", key="g") == PASSTHROUGH  # another name is not held back
+    now = backing.time.monotonic()
+    monkeypatch.setattr(backing.time, "monotonic", lambda: now + backing.WRITER_WAIT_S + 1)
+    assert b.bind(10, b"A", key="f") == PASSTHROUGH  # the wait is over

@@ -20,11 +20,13 @@ kernel then looks the name up again and repeats the open on the new inode
 from __future__ import annotations
 
 import threading
+import time
 
 # what an open of an inode may be, as :meth:`Backings.bind` answers
 PASSTHROUGH = "passthrough"  # handed to the kernel: bound to the object's file
 CACHED = "cached"  # the daemon serves it (the inode has cached opens)
 STALE = "stale"  # bound to another object's file: the name needs a new inode
+WRITER_WAIT_S = 2.0  # how long a refused writer's name keeps its next inode from passthrough readers
 
 
 class Backings:
@@ -33,16 +35,35 @@ class Backings:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # a name a writer was refused on (ESTALE: its retry comes on the name's next inode) ->
+        # until when readers of that name's inodes are served by the daemon, not bound
+        self._writer_waits: dict[object, float] = {}
         self._bound: dict[int, list] = {}  # ino -> [object identity, passthrough opens]
         self._held: dict[int, int] = {}  # ino -> cached opens
         self._fhs: dict[int, tuple[int, bool]] = {}  # fh -> (ino, passthrough)
 
-    def bind(self, ino: int, identity: bytes) -> str:
+    def writer_waits(self, key) -> None:
+        """A writer's open of the file named ``key`` was refused (passthrough readers hold its
+        inode): the kernel retries it once, on the name's next inode. Until then (at most
+        :data:`WRITER_WAIT_S`) readers of that name do not bind the new inode to a backing file
+        -- one that did would refuse the retry too, and ESTALE would reach the writer."""
+        with self._lock:
+            now = time.monotonic()
+            if len(self._writer_waits) > 1000:
+                self._writer_waits = {k: t for k, t in self._writer_waits.items() if t > now}
+            self._writer_waits[key] = now + WRITER_WAIT_S
+
+    def bind(self, ino: int, identity: bytes, key=None) -> str:
         """One passthrough open of ``ino`` onto the file of the object ``identity``, if the
         kernel can take it: :data:`PASSTHROUGH` (then :meth:`opened` with its fh, or
         :meth:`undo`), :data:`CACHED` (the daemon serves it: held as by :meth:`hold`) or
-        :data:`STALE`."""
+        :data:`STALE`. ``key``: the file's name (:meth:`writer_waits`)."""
         with self._lock:
+            if key is not None and self._writer_waits and ino not in self._bound:
+                t = self._writer_waits.get(key)
+                if t is not None and time.monotonic() < t:  # a writer's retry comes: it needs a cached inode
+                    self._held[ino] = self._held.get(ino, 0) + 1
+                    return CACHED
             b = self._bound.get(ino)
             if b is not None:
                 if b[0] != identity:

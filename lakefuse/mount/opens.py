@@ -66,6 +66,7 @@ class Opens:
                 if not passthrough:
                     return self.writes.open_spooled(node, flags, writing)
                 if not self.backings.hold(node.ino):
+                    self.backings.writer_waits(node.key)  # (its retry must find the next inode unbound)
                     self._stale(node)
                 return self._admitted(node, False, self.writes.open_spooled, node, flags, writing)
         if writing:
@@ -82,7 +83,7 @@ class Opens:
         if (not writing and entry.size > 0 and not stat.S_ISLNK(node.attr.mode)
                 and ((self._local_store and (tree.immutable or self.branch_passthrough))
                      or (tree.immutable and self.data_cache is not None))):
-            mode = self.backings.bind(node.ino, node.value.identity)
+            mode = self.backings.bind(node.ino, node.value.identity, node.key)
             if mode == STALE:
                 self._stale(node)
         elif self.backings.hold(node.ino):
@@ -194,7 +195,7 @@ class Opens:
         reader = node.tree.view.open_cached(loc)
         if reader is None:
             return None
-        mode = self.backings.bind(ino, node.value.identity) if reader.size == loc.size else None
+        mode = self.backings.bind(ino, node.value.identity, node.key) if reader.size == loc.size else None
         if mode != PASSTHROUGH:  # :meth:`open` says what is wrong, or decides (cached opens, another object's)
             reader.close()
             if mode == CACHED:

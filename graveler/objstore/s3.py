@@ -685,4 +685,6 @@ class S3Store(ObjectStore):
         super().check_namespace()
 
     def close(self) -> None:
+        if self._fewer is not None:  # (after_stall's client)
+            self._fewer.close()
         self._client.close()

@@ -474,9 +474,9 @@ def _daemon_by_cmdline(mp: str) -> int | None:
                 args = f.read().decode("utf-8", "surrogateescape").split("\0")
         except OSError:
             continue
-        if "mount" in args and "-f" in args and any(a == "lakefuse" or a.endswith("/lakefuse") for a in args) \
-                and any(a == mp or (a and canonical_mountpoint(a) == mp) for a in args[args.index("mount") + 1:]
-                        if not a.startswith("-")):
+        # (the daemon's argv names the canonical mount point: start_daemon, or a unit's absolute path)
+        if "mount" in args and "-f" in args and mp in args[args.index("mount") + 1:] \
+                and any(a == "lakefuse" or a.endswith("/lakefuse") for a in args):
             return int(d)
     return None
 

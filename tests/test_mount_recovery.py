@@ -294,10 +294,10 @@ def test_a_directory_rename_that_fails_leaves_nothing_for_recovery_to_replay(tmp
 def test_a_directory_rename_cut_short_after_a_batch_is_finished_by_the_next_mount(tmp_path, monkeypatch):
     """A rename whose KV fails between batches keeps its intent (the directory is half moved:
     recovery finishes it); one whose first transaction fails leaves none."""
-    import lakefuse.mount.writes as writes_mod
+    import lakefuse.mount.renames as renames_mod
     from tests.mount_core_testutil import ino_of
 
-    monkeypatch.setattr(writes_mod, "DIR_RENAME_BATCH", 2)
+    monkeypatch.setattr(renames_mod, "DIR_RENAME_BATCH", 2)
     repo, cfg, fs, deep = _dir_rename_core(tmp_path)
     root = ino_of(fs, "main")
     orig, calls = repo.stage_many, []

@@ -27,6 +27,7 @@ PASSTHROUGH = "passthrough"  # handed to the kernel: bound to the object's file
 CACHED = "cached"  # the daemon serves it (the inode has cached opens)
 STALE = "stale"  # bound to another object's file: the name needs a new inode
 WRITER_WAIT_S = 2.0  # how long a refused writer's name keeps its next inode from passthrough readers
+WRITTEN_KEEP = 10_000  # names a writer opened or truncated through the mount, the most recent (Backings.wrote)
 
 
 class Backings:
@@ -41,6 +42,22 @@ class Backings:
         self._bound: dict[int, list] = {}  # ino -> [object identity, passthrough opens]
         self._held: dict[int, int] = {}  # ino -> cached opens
         self._fhs: dict[int, tuple[int, bool]] = {}  # fh -> (ino, passthrough)
+        self._written: dict[object, None] = {}  # names written through the mount, oldest first
+
+    def wrote(self, key) -> None:
+        """A handle opened the file named ``key`` for writing, or truncate(2) cut it: its readers the
+        daemon serves skip the page cache from now on (:meth:`written`; the kernel pads a page read
+        while the file shrinks or grows with zeros and keeps it)."""
+        with self._lock:
+            w = self._written
+            w.pop(key, None)
+            w[key] = None
+            if len(w) > WRITTEN_KEEP:
+                del w[next(iter(w))]
+
+    def written(self, key) -> bool:
+        """Whether :meth:`wrote` named ``key`` (one of the last :data:`WRITTEN_KEEP`); never blocks."""
+        return key in self._written
 
     def writer_waits(self, key) -> None:
         """A writer's open of the file named ``key`` was refused (passthrough readers hold its

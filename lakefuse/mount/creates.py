@@ -44,6 +44,7 @@ def create(w, parent_ino: int, name: bytes, mode: int, flags: int, caller: Calle
     if not absent:
         settle(w, tree, key=path)  # (another create of this name, not staged yet, must be seen)
     with w.fs.tree_lock(tree).shared():
+        w._unmoved(parent, path)
         st = None if absent else w._stat(tree, path)
         if st is not None and st.is_dir:
             raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
@@ -87,8 +88,8 @@ def create_fast(w, parent_ino: int, name: bytes, mode: int, flags: int, caller: 
     if not lock.try_shared():  # a directory rename under way
         return None
     try:
-        if not tree.lock.acquire(blocking=False):
-            return None
+        if path.rpartition(b"/")[0] != parent.path or not tree.lock.acquire(blocking=False):
+            return None  # (its directory renamed meanwhile: create says so)
         try:
             if not w.fs.absent(parent, name):
                 return None

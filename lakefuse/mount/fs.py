@@ -135,6 +135,7 @@ class Filesystem(Opens, Reads, XattrReads):
         # serve every later open by passthrough (see opens._cold_direct_io); set at FUSE init when
         # the kernel lets such a file be mapped shared
         self.cold_direct_io = False
+        self.dio_mmap = False  # the kernel maps FOPEN_DIRECT_IO files shared (set at FUSE init)
         self._local_store = str(getattr(repo, "storage_namespace", "")).startswith("file:")
         root = self.inodes.get(ROOT_INO)
         timeout = self.config.branch_timeout
@@ -205,9 +206,7 @@ class Filesystem(Opens, Reads, XattrReads):
             if attr.ino and attr.ino != node.ino:  # a held listing's entry, another node's already: a copy
                 attr = dataclasses.replace(attr)
             attr.ino = node.ino
-            node.attr = attr
-            node.value = value
-            node.stamp = stamp
+            node.take(attr, stamp, value)  # (not over a state read at a later stamp)
         return node.attr
 
     @staticmethod
@@ -479,7 +478,7 @@ class Filesystem(Opens, Reads, XattrReads):
         except NotFound:
             self.inodes.replace(node)
             raise FsError(errno.ENOENT, f"branch {tree.name!r} is gone") from None
-        if node.stamp == stamp and node.attr is not None:
+        if node.stamp >= stamp and node.attr is not None:  # (or a later state: a save's, staged since)
             if node.attr.uncounted:
                 node.attr = self._counted(node.attr, tree, node.path, stamp)
             return node
@@ -490,18 +489,16 @@ class Filesystem(Opens, Reads, XattrReads):
             return node
         st = tree.view.stat(node.path)
         if node.kind == Kind.DIR and st.is_dir:
-            node.attr = self._with_ino(self._counted(self.rules.tree_dir_attr(tree, node.path, st.marker), tree,
-                                                     node.path, stamp), node.ino)
+            node.take(self._with_ino(self._counted(self.rules.tree_dir_attr(tree, node.path, st.marker), tree,
+                                                   node.path, stamp), node.ino), stamp)
         elif node.kind == Kind.FILE and st.value is not None and not st.is_dir:
             if node.other_object(st.value, self.spooled):
                 self.inodes.replace(node)  # replaced behind the mount while open: as if renamed over (getattr)
                 return node
-            node.value = st.value
-            node.attr = self._with_ino(self.rules.file_attr(st.value, tree), node.ino)
-        else:
+            node.take(self._with_ino(self.rules.file_attr(st.value, tree), node.ino), stamp, st.value)
+        elif node.stamp <= stamp:  # (gone at a stamp later than what the node holds)
             self.inodes.replace(node)  # a new lookup makes a new inode for what is there now
             raise FsError(errno.ENOENT, f"{node.path!r} is gone from branch {tree.name!r}")
-        node.stamp = stamp
         return node
 
     def dir_staged(self, node: Node, touched: list, stamp: int) -> None:
@@ -661,12 +658,9 @@ class Filesystem(Opens, Reads, XattrReads):
         holds a later state already). ``entry``: ``value`` as an Entry (then not decoded again)."""
         if stamp < node.stamp:
             return False
-        node.value = value
         rules = self.rules
         attr = rules.file_attr(value, node.tree) if entry is None else rules.entry_attr(entry, node.tree)
-        node.attr = self._with_ino(attr, node.ino)
-        node.stamp = stamp
-        return True
+        return node.take(self._with_ino(attr, node.ino), stamp, value)
 
     def fsyncdir(self) -> None:
         """fsync(2) of a directory: every change this mount staged (unsynced KV transactions) is on disk."""
@@ -785,8 +779,11 @@ class Filesystem(Opens, Reads, XattrReads):
                     v is not None for v in (changes.mode, changes.uid, changes.gid, changes.mtime_ns, changes.atime_ns)):
                 raise FsError(errno.EPERM, "control files only take truncation to zero")
             return self._special_attr(node)
+        if changes.size is not None and node.kind == Kind.FILE:
+            self.backings.wrote(node.key)
         if changes.size is not None and fh is None and self.backings.bound(ino):
             self.check_writable(ino)
+            self.backings.writer_waits(node.key)  # (its retry must find the next inode unbound)
             self._stale(node)  # truncate(2) of a file read through a backing file: on a new inode
         return self._writer().setattr(ino, changes)
 

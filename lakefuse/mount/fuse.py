@@ -200,7 +200,8 @@ class Operations(pyfuse3.Operations):
             if not self.passthrough:
                 self.stats.set("passthrough", "unavailable (the kernel does not offer it)")
         dio_mmap = getattr(pyfuse3, "direct_io_mmap_enabled", None)
-        self.fs.cold_direct_io = bool(self.passthrough and dio_mmap is not None and dio_mmap())
+        self.fs.dio_mmap = bool(dio_mmap is not None and dio_mmap())
+        self.fs.cold_direct_io = self.passthrough and self.fs.dio_mmap
         self.stats.set("cold_direct_io", "on" if self.fs.cold_direct_io else "off")
         log.debug("FUSE passthrough: %s", self.stats.get("passthrough"))
 

@@ -30,7 +30,7 @@ import logging
 import threading
 
 from graveler.errors import GravelerError, NotFound
-from graveler.model import Entry
+from graveler.model import Entry, entry_location
 from lakefuse.mount import control, falloc
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.nowait import pread_nowait
@@ -114,10 +114,11 @@ class ObjectHandle(Handle):
     """A committed object of a remote store (see the module docstring). While a spool
     file of the same inode holds newer content (another handle writes it), reads go there."""
 
-    __slots__ = ("reader", "size", "next_off", "spool", "stats", "log_once", "repo_name")
+    __slots__ = ("reader", "size", "next_off", "spool", "stats", "log_once", "repo_name", "value")
 
     def __init__(self, node, reader, size: int, spool, stats, log_once, repo_name: str):
         super().__init__(node)
+        self.value = node.value  # the entry opened (a branch file's may move on: _moved)
         self.reader = reader
         self.size = size
         self.next_off = 0
@@ -127,7 +128,8 @@ class ObjectHandle(Handle):
         self.repo_name = repo_name
 
     def _written(self) -> bool:
-        return self.spool is not None and self.spool.peek(self.node.ino) is not None
+        """Another handle writes the inode, or saved it since this one opened: reads go to a worker."""
+        return self.node.value is not self.value or (self.spool is not None and self.spool.peek(self.node.ino) is not None)
 
     def _missing(self) -> FsError:
         """EIO for an object gone from the store, said once in the log (which object, which path)."""
@@ -159,7 +161,26 @@ class ObjectHandle(Handle):
         sf = self.spool.get(self.node.ino)
         if sf is not None and (sf.loaded or sf.saved is not None):
             return sf.read(offset, size)  # another handle is writing it: read what it wrote
-        return None
+        moved = self._moved()
+        if moved is None:
+            return None
+        if offset >= moved.size:
+            return b""
+        return self.spool.repo.read_entry(moved, offset, min(size, moved.size - offset))
+
+    def _moved(self) -> Entry | None:
+        """A branch file whose inode another handle of this mount wrote and saved since this one
+        opened it: its entry now, which every descriptor of the inode reads, as on a local
+        filesystem (the kernel's size and page cache of the inode are that version's; reading the
+        object opened would end early and the kernel would take the old size back). None while
+        the handle's object is the inode's (a change of attributes only is taken here)."""
+        v = self.node.value
+        if v is self.value or v is None or self.spool is None:
+            return None
+        if self.value is not None and entry_location(v) == entry_location(self.value):
+            self.value = v
+            return None
+        return Entry.from_value(v)
 
     def read_fast(self, offset: int, size: int) -> bytes | None:
         reader = self.reader
@@ -275,6 +296,8 @@ class LocalObjectHandle(ObjectHandle):
             sf = self.spool.peek(self.node.ino)
             if sf is not None and (sf.loaded or sf.saved is not None):
                 return sf.read_nowait(offset, size)  # another handle is writing it (as _spooled_read)
+            if self.node.value is not self.value:
+                return None  # written and saved since this handle opened (_moved, in a worker)
         if offset >= self.size or self.reader is None:
             return b""
         fileno = getattr(self.reader, "fileno", None)

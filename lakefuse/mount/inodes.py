@@ -28,6 +28,9 @@ from lakefuse.mount.errors import FsError
 
 ROOT_INO = 1
 KEEP_GONE = 100_000  # numbers of dropped nodes kept for their next lookup
+_KEEP = object()
+# a node's (attr, value, stamp) changes as one, never back to an older stamp (Node.take)
+_STATE = threading.Lock()
 
 
 class Kind(enum.IntEnum):
@@ -60,6 +63,21 @@ class Node:
         self.value = None
         self.stamp = -1
         self.opened_identity: bytes | None = None
+
+    def take(self, attr, stamp: int, value=_KEEP) -> bool:
+        """Take ``attr`` (and ``value``) as read at the branch's ``stamp``, unless the node holds a
+        state read or staged at a later stamp (False): threads read a branch file's entry while a
+        save stages its next version, and one that read before the save must not put the older
+        size back -- the kernel would take it from a later lookup or getattr, cut reads short,
+        and place an ``O_APPEND`` write over the last one."""
+        with _STATE:
+            if stamp < self.stamp:
+                return False
+            self.attr = attr
+            if value is not _KEEP:
+                self.value = value
+            self.stamp = stamp
+            return True
 
     def __repr__(self) -> str:
         return f"Node({self.ino}, {self.kind.name}, {self.path!r}, nlookup={self.nlookup})"

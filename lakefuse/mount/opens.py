@@ -62,6 +62,8 @@ class Opens:
     def _open_tree_file(self, node: Node, flags: int, writing: bool, passthrough: bool) -> Opened:
         ino = node.ino
         if node.kind == Kind.FILE and not node.tree.immutable and self.writes is not None and self.spool is not None:
+            if writing:
+                self.backings.wrote(node.key)
             if writing or self.spool.get(ino) is not None:
                 if not passthrough:
                     return self.writes.open_spooled(node, flags, writing)
@@ -77,7 +79,7 @@ class Opens:
         if not node.tree.immutable and not self.inodes.attached(node):
             self._stale(node)  # replaced behind the mount while open: the name's new version is a new inode
         if not passthrough:
-            return self._open_file(node, False)
+            return self._uncached(node, self._open_file(node, False))
         tree: Tree = node.tree
         entry = Entry.from_value(node.value)
         if (not writing and entry.size > 0 and not stat.S_ISLNK(node.attr.mode)
@@ -90,7 +92,20 @@ class Opens:
             mode = CACHED
         else:
             self._stale(node)
-        return self._admitted(node, mode == PASSTHROUGH, self._open_file, node, mode == PASSTHROUGH)
+        o = self._admitted(node, mode == PASSTHROUGH, self._open_file, node, mode == PASSTHROUGH)
+        return self._uncached(node, o) if mode == CACHED else o
+
+    def _uncached(self, node: Node, o: Opened) -> Opened:
+        """A branch file's open the daemon serves skips the page cache (FOPEN_DIRECT_IO, where the kernel
+        still maps such files shared) when a handle may write it, or truncate(2) cut it, while this one
+        reads -- the kernel pads a page read as the file shrinks or grows with zeros and keeps it (as
+        open_spooled's readers): a local store's file whose plain reads are passthrough, or one written
+        through the mount (:meth:`Backings.written`). It keeps the inode's pages (FOPEN_KEEP_CACHE):
+        a write in flight has put its bytes there."""
+        if node.tree.immutable or not self.dio_mmap or not (
+                (self._local_store and self.branch_passthrough) or self.backings.written(node.key)):
+            return o
+        return Opened(o.fh, True, True, o.backing_fd, o.noflush)
 
     def _admitted(self, node: Node, pt: bool, fn, *args) -> Opened:
         """Run the open :class:`Backings` admitted; it is released with its fh (or now, if it fails)."""

@@ -28,7 +28,7 @@ How each change reaches graveler:
 * ``unlink`` / ``rmdir`` stage tombstones. A directory that would vanish because
   its last entry went away (a directory that only existed through the keys under
   it) gets a marker in the same transaction, so it stays, as POSIX says.
-* ``rename`` restages entries under their new names (:mod:`graveler.tree`): no
+* ``rename`` (:mod:`lakefuse.mount.renames`) restages entries under their new names (:mod:`graveler.tree`): no
   data is copied. A directory rename runs in bounded transactions while holding
   its branch tree's lock exclusively, so no reader of the mount sees half of it;
   an intent record in the spool lets the next mount finish one a crash cut short.
@@ -45,7 +45,6 @@ import os
 import stat
 import threading
 import time
-from contextlib import ExitStack, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -55,7 +54,7 @@ from graveler.model import Entry, Value
 from graveler.objects import PosixAttrs, user_metadata
 from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
-from lakefuse.mount import creates, xattrs
+from lakefuse.mount import creates, renames, xattrs
 from lakefuse.mount.attrs import (
     BRANCH_DIR_MODE,
     BRANCH_FILE_MODE,
@@ -79,9 +78,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RENAME_NOREPLACE = 1
-RENAME_EXCHANGE = 2
-DIR_RENAME_BATCH = 50_000  # keys per LMDB transaction of a directory rename
+RENAME_NOREPLACE = renames.RENAME_NOREPLACE
+RENAME_EXCHANGE = renames.RENAME_EXCHANGE
 
 
 def _dirs_of(items) -> set[bytes]:
@@ -146,6 +144,26 @@ class BranchWrites:
         if node.kind not in kinds:
             raise FsError(errno.ENOTDIR if Kind.DIR in kinds else errno.EISDIR)
         return node
+
+    def _named(self, node: Node) -> None:
+        """A change of file ``node`` that no spool file holds is staged at its name: ESTALE if the
+        name went to another inode (renamed over, replaced behind the mount, or given a new one
+        for a writer while readers read the old through the kernel). A stale dentry brings
+        truncate(2), chmod(2), utimensat(2) here; their retry looks the name up again. Staging
+        the old inode's version there would put an older file back over the newer."""
+        if not self.inodes.attached(node):
+            self.stats.add("changes_stale")
+            self.fs.backings.writer_waits(node.key)  # (the retry's inode must take it: not bound meanwhile)
+            raise FsError(errno.ESTALE, f"{node.path!r}: the name has another inode now; it is looked up again")
+
+    def _unmoved(self, parent: Node, path: bytes) -> None:
+        """(Under the tree lock.) ``path``, made from directory ``parent``'s path before the lock, is
+        still there: a directory rename that moved ``parent`` meanwhile would have the change land
+        at the old name -- the renamed directory coming back there. ESTALE then: the kernel looks
+        the names up again and repeats the call (create, mkdir, unlink, rmdir, rename, ...)."""
+        if path.rpartition(b"/")[0] != parent.path:
+            self.stats.add("changes_stale")
+            raise FsError(errno.ESTALE, "a directory on the path was renamed meanwhile; it is looked up again")
 
     @staticmethod
     def _branch(node: Node) -> str:
@@ -248,17 +266,18 @@ class BranchWrites:
 
     def open_spooled(self, node: Node, flags: int, writing: bool) -> Opened:
         tree: Tree = node.tree
-        sf = self.spool.get(node.ino)
+        # (held at once if there is one: a spool file looked at, then opened, may be dropped between
+        # -- its last handle's save -- and a new one would start from nothing: a hole, saved)
+        sf = self.spool.hold(node.ino)
         if sf is None:
             with self.fs.tree_lock(tree).shared():
                 node = self.fs.revalidate(node)
+            self._named(node)  # (a writer's saves go to the name: never from an older version's inode)
             entry = Entry.from_value(node.value)
             pa = PosixAttrs.from_metadata(entry.metadata)
             if pa.symlink is not None:
                 raise FsError(errno.ELOOP, "a symlink")
-        else:
-            entry, pa = None, None
-        sf = self.spool.open(node.ino, tree.view.branch, node.path, entry, self._attrs_for(node, pa))
+            sf = self.spool.open(node.ino, tree.view.branch, node.path, entry, self._attrs_for(node, pa))
         try:
             if flags & os.O_TRUNC and writing:
                 sf.truncate(0)
@@ -267,7 +286,13 @@ class BranchWrites:
             raise
         self.inodes.open(node)
         self.stats.add("opens")
-        return Opened(self.fs.new_fh(SpoolHandle(node, sf, writing, self.spool)), False, False)
+        # a reader of a file another handle writes skips the page cache (FOPEN_DIRECT_IO, where the
+        # kernel still maps such files shared): the kernel pads a page it reads past the daemon's end
+        # with zeros and keeps it, and a write in flight then extends the size over those zeros. Nor
+        # does its open drop the inode's pages (FOPEN_KEEP_CACHE): a write in flight has put its bytes
+        # there, not yet in the daemon, and a cached reader would read that page again too early.
+        direct = not writing and self.fs.dio_mmap
+        return Opened(self.fs.new_fh(SpoolHandle(node, sf, writing, self.spool)), direct, direct)
 
     def _attrs_for(self, node: Node, pa: PosixAttrs | None) -> PosixAttrs:
         a = node.attr
@@ -296,9 +321,7 @@ class BranchWrites:
             self.inodes.replace(old)
         node, _ = self.inodes.acquire(key, kind, tree, path, parent_ino)
         attr.ino = node.ino  # (every caller hands in attributes made for this call)
-        node.attr = attr
-        node.value = value
-        node.stamp = stamp
+        node.take(attr, stamp, value)
         return node.attr
 
     def mkdir(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
@@ -313,6 +336,7 @@ class BranchWrites:
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
         with self.fs.tree_lock(tree).shared():
+            self._unmoved(parent, path)
             st = self._stat(tree, path)
             if st.exists:
                 raise FsError(errno.EEXIST)
@@ -357,6 +381,7 @@ class BranchWrites:
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
         with self.fs.tree_lock(tree).shared():
+            self._unmoved(parent, path)
             if self._stat(tree, path).exists:
                 raise FsError(errno.EEXIST)
             self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now))
@@ -395,6 +420,7 @@ class BranchWrites:
         path = self._child_path(parent, name)
         tree: Tree = parent.tree
         with self.fs.tree_lock(tree).shared():
+            self._unmoved(parent, path)
             st = self._stat(tree, path)
             if st.is_dir:
                 raise FsError(errno.EISDIR)
@@ -427,6 +453,7 @@ class BranchWrites:
         tree: Tree = parent.tree
         marker = path + b"/"
         with self.fs.tree_lock(tree).shared():
+            self._unmoved(parent, path)
             st = self._stat(tree, path)
             if not st.is_dir:
                 raise FsError(errno.ENOTDIR if st.value is not None else errno.ENOENT)
@@ -442,127 +469,11 @@ class BranchWrites:
             self._forget_path(tree, path, Kind.DIR)
         self.stats.add("rmdirs")
 
-    # ------------------------------------------------------------------ rename
+    # ------------------------------------------------------------------ rename (lakefuse.mount.renames)
 
     def rename(self, old_parent_ino: int, old_name: bytes, new_parent_ino: int, new_name: bytes,
                flags: int) -> None:
-        self.settle()
-        if flags & RENAME_EXCHANGE:
-            raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
-        if flags & ~RENAME_NOREPLACE:
-            raise FsError(errno.EINVAL, f"rename flags {flags:#x} are not supported")
-        op = self.inodes.get(old_parent_ino)
-        np_ = self.inodes.get(new_parent_ino)
-        if op.kind == Kind.ROOT or np_.kind == Kind.ROOT:
-            raise FsError(errno.EPERM, "branches are not renamed through the mount")
-        op = self._branch_node(old_parent_ino)
-        np_ = self._branch_node(new_parent_ino)
-        if op.tree.key != np_.tree.key:
-            raise FsError(errno.EXDEV, "rename across refs")
-        if old_name in paths.RESERVED_NAMES or new_name in paths.RESERVED_NAMES:
-            raise FsError(errno.EPERM, "'.lakefuse' is reserved")
-        src = self._child_path(op, old_name)
-        dst = self._child_path(np_, new_name)
-        tree: Tree = op.tree
-        if src == dst:
-            return
-        with self.fs.tree_lock(tree).shared():
-            s = self._stat(tree, src)
-            d = self._stat(tree, dst)
-            if not s.exists:
-                raise FsError(errno.ENOENT)
-            if d.exists and flags & RENAME_NOREPLACE:
-                raise FsError(errno.EEXIST)
-            if not s.is_dir:
-                if d.is_dir:
-                    raise FsError(errno.EISDIR)
-                self._rename_file(tree, op, np_, src, dst)
-                return
-            if dst.startswith(src + b"/"):
-                raise FsError(errno.EINVAL, "cannot move a directory into itself")
-            if d.value is not None and not d.is_dir:
-                raise FsError(errno.ENOTDIR)
-            if d.is_dir:
-                page = tree.view.list_page(dst + b"/", b"", 2)
-                if any(it.path != dst + b"/" for it in page):
-                    raise FsError(errno.ENOTEMPTY)
-        self._rename_dir(tree, op, np_, src, dst, d.is_dir)
-
-    def _rename_file(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes) -> None:
-        node = self.inodes.find(self.fs.file_key(tree, src))
-        sf = self.spool.get(node.ino) if node is not None and self.spool is not None else None
-        # an open file's save (its lock) is not under way while it moves: one that was waits
-        # for it (and its entry is the one moved), the next one stages at dst
-        with sf.lock if sf is not None else nullcontext():
-            self._rename_file_locked(tree, op, np_, src, dst, node, sf)
-
-    def _rename_file_locked(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, node, sf) -> None:
-        branch = tree.view.branch
-        now = time.time_ns()
-        tree.repin()  # a save that was under way staged src meanwhile
-        e = Entry.from_value(tree.view.get(src))
-        pa = PosixAttrs.from_metadata(e.metadata)
-        md = dict(e.metadata)
-        if pa.mtime_ns is None:  # the entry's last_modified becomes the ctime: keep the mtime
-            md.update(PosixAttrs(mtime_ns=e.last_modified_ns).to_metadata())
-        moved = replace(e, metadata=md, last_modified_ns=now).to_value()
-        items = [(dst, moved), (src, None)] + self._touch_parent(tree, op.path, now, frozenset({src}))
-        if np_.path != op.path:
-            items += self._touch_parent(tree, np_.path, now)
-        self._stage(tree, items)
-        self._forget_path(tree, dst, Kind.FILE)  # an open file replaced at dst: detached
-        if node is not None:
-            self.inodes.rekey(node, self.fs.file_key(tree, dst), dst)
-            if sf is not None:
-                sf.move(branch, dst, moved.identity)  # what the branch now shows at dst: its next save's base
-        self.stats.add("renames")
-
-    def _rename_dir(self, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_exists: bool) -> None:
-        branch = tree.view.branch
-        with self.fs.tree_lock(tree).exclusive(), ExitStack() as saving:
-            tree.forget_own()  # (the lookups answered on the trio thread take no tree lock)
-            # the open files below src: no save of one is under way while the keys move (one
-            # that was is waited for, and its entry moves with the rest); the next stages at dst
-            below = [sf for sf in (self.spool.open_files() if self.spool is not None else ())
-                     if sf.branch == branch and sf.key is not None and sf.key.startswith(src + b"/")]
-            for sf in below:
-                saving.enter_context(sf.lock)
-            intent = None
-            if self.spool is not None:
-                intent = self.spool.begin_intent({"op": "rename_dir", "branch": branch,
-                                                  "src": src.decode(), "dst": dst.decode()})
-            now = time.time_ns()
-            pre = []
-            if dst_exists:
-                pre.append((dst + b"/", None))  # the empty target's marker (src's own moves over it)
-            pre += self._touch_parent(tree, op.path, now, frozenset({src + b"/"}))
-            if np_.path != op.path:
-                pre += self._touch_parent(tree, np_.path, now)
-            try:  # an object at the directory's own name, hidden by it, goes with it (hidden there too)
-                pre += [(dst, self.repo.get_value(branch, src)), (src, None)]
-            except NotFound:
-                pass
-            moved_keys: list[int] = []  # (pre goes with the first batch: a rename failing before it leaves no trace)
-            try:
-                rename_prefix(self.repo, branch, src, dst, batch=DIR_RENAME_BATCH, first=pre,
-                              staged=moved_keys.append)
-            except BaseException:
-                if intent is not None and not moved_keys:  # nothing moved: no rename for recovery to finish
-                    self.spool.end_intent(intent)
-                elif intent is not None:
-                    log.error("renaming directory %r -> %r on %s failed after %d keys moved: the next mount "
-                              "finishes it", src, dst, branch, sum(moved_keys))
-                raise
-            self.fs.subdirs_changed(tree, None)  # every directory under src moved: count them all again
-            if intent is not None:
-                self.spool.end_intent(intent)
-            tree.repin()
-            self._forget_path(tree, dst, Kind.DIR)
-            moved = self.inodes.rekey_prefix(tree.key, src, dst)
-            for sf in below:
-                sf.move(branch, dst + sf.key[len(src):])
-        log.debug("renamed directory %r -> %r on %s (%d inodes)", src, dst, branch, moved)
-        self.stats.add("renames")
+        renames.rename(self, old_parent_ino, old_name, new_parent_ino, new_name, flags)
 
     # ------------------------------------------------------------------ setattr
 
@@ -575,9 +486,12 @@ class BranchWrites:
         node = self._branch_node(ino, (Kind.FILE,))
         tree: Tree = node.tree
         sf = self.spool.hold(ino)  # an open file: change it through its spool (saved at its last close)
+        if sf is None:
+            self._named(node)
         if sf is None and changes.size is not None:
             with self.fs.tree_lock(tree).shared():
                 node = self.fs.revalidate(node)
+            self._named(node)  # (the read may find the name given to another inode meanwhile)
             e = Entry.from_value(node.value)
             sf = self.spool.open(ino, tree.view.branch, node.path, e,
                                  self._attrs_for(node, PosixAttrs.from_metadata(e.metadata)))
@@ -595,6 +509,7 @@ class BranchWrites:
             if not (node.value is not None and node.attr is not None and tree.dir_current(node.path, node.stamp)
                     and tree.fresh(FRESH_NS)):  # (what this mount staged there last is what it holds)
                 node = self.fs.revalidate(node)
+                self._named(node)
             e = Entry.from_value(node.value)
             pa = PosixAttrs.from_metadata(e.metadata)
             cur = node.attr
@@ -726,6 +641,7 @@ class BranchWrites:
                 return
             with self.fs.tree_lock(tree).shared():
                 node = self.fs.revalidate(node)
+                self._named(node)
                 e = Entry.from_value(node.value)
                 md = xattrs.changed(e.metadata, name, value, flags)
                 if PosixAttrs.from_metadata(e.metadata).mtime_ns is None:
@@ -747,7 +663,7 @@ class BranchWrites:
                 continue
             try:
                 n = rename_prefix(self.repo, intent["branch"], intent["src"].encode(), intent["dst"].encode(),
-                                  batch=DIR_RENAME_BATCH)
+                                  batch=renames.DIR_RENAME_BATCH)
                 log.warning("finished an interrupted rename %s -> %s on %s (%d keys)",
                             intent["src"], intent["dst"], intent["branch"], n)
             except NotFound:

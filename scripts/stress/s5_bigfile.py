@@ -3,6 +3,8 @@ version to a temp name and renames it over (tmp -> big). Every read must be exac
 version (all 1 MiB blocks carry the same version number, size 100 MiB).
 usage: s5_bigfile.py DIR SECONDS READERS [MB]"""
 import os, sys, time, struct, multiprocessing as mp
+sys.path.insert(0, os.path.dirname(__file__))
+from common import run_all
 D, DUR, NR = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 MB = int(sys.argv[4]) if len(sys.argv) > 4 else 100
 BIG = os.path.join(D, "big"); BLK = 1 << 20

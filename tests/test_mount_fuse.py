@@ -408,6 +408,30 @@ def test_mount_failures_say_why(world, tmp_path):
     assert r.returncode != 0 and "not a directory" in r.stderr
 
 
+def test_a_second_daemon_starting_on_a_mount_point_another_is_mounting_is_refused(world, tmp_path):
+    """Two ``mount -f`` started together both found the mount point free, and the second mounted
+    over the first. A daemon holds the directory it mounts over (``flock``) from its check on:
+    one that finds it held is refused, nothing is mounted, and the holder's mount goes on."""
+    import fcntl
+
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    fd = os.open(mp, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a daemon between its check and its mount
+        r = subprocess.run(lakefuse_cmd(world["home"], "mount", "lakefs://demo", str(mp), "-f"),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "another lakefuse daemon is mounting there" in r.stderr, r.stderr
+        assert not is_mounted(mp)
+    finally:
+        os.close(fd)
+    m = MountProc(world["home"], "demo", mp).start()  # once let go: mounts as ever
+    try:
+        assert sorted(os.listdir(mp)) == sorted(os.listdir(world["mp"]))
+    finally:
+        m.stop()
+
+
 def test_sigterm_unmounts_cleanly(world, tmp_path):
     mp = tmp_path / "mnt3"
     m = MountProc(world["home"], "demo", mp).start()

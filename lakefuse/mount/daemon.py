@@ -219,6 +219,31 @@ def check_mountpoint(mountpoint: str) -> str:
     return mp
 
 
+def claim_mountpoint(mp: str) -> int:
+    """Hold the directory at ``mp`` -- the one a mount covers -- for this daemon (an exclusive
+    ``flock``, let go when the process ends): two daemons started together on one mount point
+    both passed :func:`check_mountpoint` before either mounted, and the second mounted over the
+    first, whose mount then served no one and whose ``umount`` reached the wrong daemon. The
+    directory's descriptor, kept open; MountError if another daemon holds it."""
+    import fcntl
+
+    try:
+        fd = os.open(mp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise MountError(f"mount point {mp}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise MountError(f"mount point {mp} is busy: another lakefuse daemon is mounting there") from None
+    try:
+        check_mountpoint(mp)  # (one that mounted between our check and our open: its mount is there now)
+    except MountError:
+        os.close(fd)
+        raise
+    return fd
+
+
 # ---------------------------------------------------------------------- the daemon
 
 # The daemon's collector thresholds: young collections every 100,000 allocations (not 700), older
@@ -262,6 +287,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     from lakefuse.mount.writes import WritableFilesystem
 
     mp = check_mountpoint(config.mountpoint)
+    claim_mountpoint(mp)  # (held until the process ends: a second daemon on mp is refused meanwhile)
     if {"allow_other", "allow_root"} <= set(config.fuse_options):
         raise MountError("-o allow_other and -o allow_root exclude each other (allow_other lets root in too)")
     # The store must answer before we mount (a cached tree would not tell): list it once,

@@ -236,6 +236,8 @@ def claim_mountpoint(mp: str) -> int:
     except BlockingIOError:
         os.close(fd)
         raise MountError(f"mount point {mp} is busy: another lakefuse daemon is mounting there") from None
+    except OSError as e:  # a filesystem without flock (some network ones): mounted unclaimed, as before
+        log.debug("mount point %s: no flock (%s); not claimed", mp, e.strerror)
     try:
         check_mountpoint(mp)  # (one that mounted between our check and our open: its mount is there now)
     except MountError:

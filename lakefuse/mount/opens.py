@@ -100,12 +100,14 @@ class Opens:
         still maps such files shared) when a handle may write it, or truncate(2) cut it, while this one
         reads -- the kernel pads a page read as the file shrinks or grows with zeros and keeps it (as
         open_spooled's readers): a local store's file whose plain reads are passthrough, or one written
-        through the mount (:meth:`Backings.written`). It keeps the inode's pages (FOPEN_KEEP_CACHE):
-        a write in flight has put its bytes there."""
+        through the mount (:meth:`Backings.written`). While a handle writes it, the open keeps the
+        inode's pages (FOPEN_KEEP_CACHE: a write in flight has put its bytes there); else it drops
+        them as every open of a changed file does (its mmap reads the pages)."""
         if node.tree.immutable or not self.dio_mmap or not (
                 (self._local_store and self.branch_passthrough) or self.backings.written(node.key)):
             return o
-        return Opened(o.fh, True, True, o.backing_fd, o.noflush)
+        return Opened(o.fh, self.spool is not None and self.spool.peek(node.ino) is not None, True,
+                      o.backing_fd, o.noflush)
 
     def _admitted(self, node: Node, pt: bool, fn, *args) -> Opened:
         """Run the open :class:`Backings` admitted; it is released with its fh (or now, if it fails)."""

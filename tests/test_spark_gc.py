@@ -151,6 +151,24 @@ def test_mark_dry_run_then_mark_and_sweep(spark, gc_repo):
     assert repo.read("main~1", "z") == b"Z"  # c3 is retained
     with pytest.raises(NotFound):
         sweep(spark, repo, "no-such-run")
+    # run again: swept already -- nothing deleted or counted again (it counted 3 deletions again)
+    again = sweep(spark, repo, m.run_id)
+    assert (again.deleted, again.kept, again.failed) == (0, 0, 0) and again.swept_before is not None
+    assert json.loads(repo.store.get(m.report_prefix + "swept.json"))["deleted"] == 3
+
+
+def test_a_sweep_run_again_after_failures_deletes_and_counts_only_what_is_left(spark, gc_repo):
+    repo, a, _ = gc_repo
+    m = mark(spark, repo)
+    # an earlier sweep that deleted one and failed for two (recorded as a failing sweep records it)
+    repo.store.delete(a["O"])
+    repo.store.put(m.report_prefix + "swept.json", json.dumps(
+        {"run_id": m.run_id, "swept": "earlier", "deleted": 1, "kept": 0, "failed": 2}).encode())
+    s = sweep(spark, repo, m.run_id)
+    assert (s.deleted, s.kept, s.failed, s.swept_before) == (2, 0, 0, None)
+    assert not any(exists(repo, a[n]) for n in ("X", "Y", "O"))
+    assert json.loads(repo.store.get(m.report_prefix + "swept.json"))["deleted"] == 3
+    assert sweep(spark, repo, m.run_id).swept_before is not None
 
 
 def test_branch_created_or_staged_during_the_run_keeps_its_objects(spark, gc_repo):

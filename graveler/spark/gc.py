@@ -508,6 +508,16 @@ class SweepResult:
     dry_run: bool
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    # an earlier sweep of the run that deleted all it had to: when (nothing is done again), else None
+    swept_before: str | None = None
+
+
+def _swept(ns: Namespace, run_id: str) -> dict | None:
+    """What an earlier (not dry) sweep of ``run_id`` recorded, or None."""
+    try:
+        return json.loads(ns.open().get(f"{GC_PREFIX}{run_id}/swept.json"))
+    except NotFound:
+        return None
 
 
 def read_summary(repo, run_id: str) -> dict:
@@ -551,7 +561,9 @@ def _report_task(ns: Namespace):
     return fn
 
 
-def _delete_task(ns: Namespace, dry_run: bool, max_attempts: int = 6):
+def _delete_task(ns: Namespace, dry_run: bool, max_attempts: int = 6, existing_only: bool = False):
+    """``existing_only``: a sweep run again (the earlier one failed for some): what is gone already
+    is neither deleted nor counted again."""
     import pyarrow as pa
 
     def fn(batches):
@@ -559,6 +571,8 @@ def _delete_task(ns: Namespace, dry_run: bool, max_attempts: int = 6):
         deleted = failed = 0
         for b in batches:
             keys = [k for k in b.column(0).to_pylist() if k.startswith(DATA_PREFIX)]  # never outside data/
+            if existing_only:
+                keys = [k for k in keys if store.exists(k)]
             for i in range(0, len(keys), 1000):
                 chunk = keys[i : i + 1000]
                 if dry_run:
@@ -595,6 +609,11 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
     if summary.get("storage_namespace") != ns.uri:
         raise InvalidArgument(f"GC run {run_id} was made for {summary.get('storage_namespace')}, not {ns.uri}")
     marked = RefsSnapshot.from_json(summary["refs"])
+    before = _swept(ns, run_id)
+    if before is not None and not before.get("failed"):  # done: its objects are gone, nothing to count again
+        log.info("gc sweep %s: swept already at %s (%d deleted then)", run_id, before.get("swept"),
+                 before.get("deleted", 0))
+        return SweepResult(run_id, 0, 0, 0, dry_run, time.monotonic() - t0, {}, before.get("swept"))
     parts = [o.key for o in ns.open().list(summary["report"]) if o.key.endswith(".parquet")]
     report = per_task_df(spark, parts).mapInArrow(_report_task(ns), _ADDR_SCHEMA) if parts else \
         spark.createDataFrame([], _ADDR_SCHEMA)
@@ -608,17 +627,21 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
     phases["recheck_refs"] = time.monotonic() - t1
     t1 = time.monotonic()
     nparts = max(1, min(len(parts) * 4, 64))
-    rows = todo.repartition(nparts).mapInArrow(_delete_task(ns, dry_run), "deleted long, failed long").collect()
+    rows = todo.repartition(nparts).mapInArrow(_delete_task(ns, dry_run, existing_only=before is not None),
+                                               "deleted long, failed long").collect()
     phases["delete"] = time.monotonic() - t1
     deleted = sum(r.deleted for r in rows)
     failed = sum(r.failed for r in rows)
     kept = total - deleted - failed
+    if before is not None:  # a re-run: those the earlier sweep deleted are neither deleted nor kept now
+        kept = max(0, kept - int(before.get("deleted", 0)))
     report.unpersist()
     res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0, phases)
     if not dry_run:
         ns.open().put(f"{GC_PREFIX}{run_id}/swept.json", json.dumps({
-            "run_id": run_id, "swept": datetime.now(timezone.utc).isoformat(), "deleted": deleted, "kept": kept,
-            "failed": failed}).encode())
+            "run_id": run_id, "swept": datetime.now(timezone.utc).isoformat(),
+            "deleted": deleted + (int(before.get("deleted", 0)) if before is not None else 0),  # (over every sweep)
+            "kept": kept, "failed": failed}).encode())
     log.info("gc sweep %s: %d deleted, %d kept, %d failed%s", run_id, deleted, kept, failed,
              " (dry run)" if dry_run else "")
     return res

@@ -220,6 +220,9 @@ def cmd_gc_sweep(args) -> int:
     with session(args) as s:
         repo = s.repo(uri_arg(args.repo).repo_only())
         r = sweep(_spark(args), repo, args.run_id, dry_run=args.dry_run)
+    if r.swept_before is not None:
+        _print(args, asdict(r), f"run {r.run_id}: swept already at {r.swept_before}; nothing to delete")
+        return 0
     verb = "would be deleted" if args.dry_run else "deleted"
     _print(args, asdict(r), f"run {r.run_id}: {r.deleted} {verb}, {r.kept} kept (live again), {r.failed} failed")
     return 1 if r.failed else 0

@@ -295,3 +295,33 @@ def test_two_processes_share_one_cache_directory(tmp_path):
 
     run_both("fill")
     run_both("read")
+
+
+def test_a_full_cache_disk_with_nothing_to_evict_is_not_walked_per_chunk(tmp_path, monkeypatch):
+    """The data cache's disk below its reserve and no whole file left to evict: each chunk asked
+    again (a statvfs and a walk of the whole files per chunk of every read). Now the answer
+    stands for FULL_RECHECK_S; once the disk has room again, chunks are kept again."""
+    import graveler.objstore.datacache as dc
+
+    cache = dc.DataCache(str(tmp_path / "dc"), 64 << 20)
+    real = os.statvfs(tmp_path)
+    free = {"blocks": 0}
+
+    class Vfs:
+        f_blocks, f_frsize = real.f_blocks, real.f_frsize
+
+        @property
+        def f_bavail(self):
+            return free["blocks"]
+
+    walks = []
+    evict = cache._evict_whole
+    monkeypatch.setattr(dc.os, "statvfs", lambda path: Vfs())
+    monkeypatch.setattr(cache, "_evict_whole", lambda need=0: walks.append(need) or evict(need))
+    assert not any(cache._room(1 << 20) for _ in range(200))
+    assert len(walks) == 1  # (was: 200)
+    free["blocks"] = real.f_blocks  # room again
+    monkeypatch.setattr(dc, "FULL_RECHECK_S", 0.0)
+    cache._full_until = time.monotonic()
+    assert cache._room(1 << 20)
+    cache.close()

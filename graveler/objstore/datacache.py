@@ -45,6 +45,7 @@ _TMP = ".tmp-"
 # what the data cache leaves free on its disk: this share of it (percent), at most RESERVE_MAX
 RESERVE_SHARE = 10
 WARN_EVERY_S = 60.0  # failed writes to the cache are said at most this often
+FULL_RECHECK_S = 1.0  # a disk found full even after evicting: how long later writes are refused unlooked
 RESERVE_MAX = 1 << 30
 RECENT_S = 3600.0  # a whole file's use moves its mtime (its eviction order) at most this often
 TMP_STALE_S = 600.0  # an unfinished whole file not written to for this long is a dead process's
@@ -103,6 +104,7 @@ class DataCache:
         self._cond = threading.Condition(self._lock)
         self._fills = 0  # whole files being checked (WholeFill)
         self._write_failures, self._warned_t = 0, None  # (warn_write)
+        self._full_until = 0.0  # (_room: the disk was full, nothing left to evict, until then)
         self.whole_unchecked = 0  # whole files found changed since their check, or never checked here: fetched again
         self._checked: CheckMemo | None = None
         try:
@@ -267,6 +269,8 @@ class DataCache:
         at most :data:`RESERVE_MAX`: what is written through the mount -- the spool, on the same
         disk by default -- comes first); whole files are evicted, least recently used first, to
         make it. False: the bytes are not kept (no warning: a full disk is no failure of the cache)."""
+        if self._full_until and time.monotonic() < self._full_until:
+            return False  # (full a moment ago with nothing left to evict: no walk of the whole files per chunk)
         try:
             st = os.statvfs(self.directory)
         except OSError:
@@ -274,8 +278,12 @@ class DataCache:
         reserve = min(RESERVE_MAX, st.f_blocks * st.f_frsize * RESERVE_SHARE // 100)
         need = n + reserve - st.f_bavail * st.f_frsize
         if need <= 0:
+            self._full_until = 0.0
             return True
-        return self._evict_whole(need) >= need
+        if self._evict_whole(need) >= need:
+            return True
+        self._full_until = time.monotonic() + FULL_RECHECK_S
+        return False
 
     def free_up(self) -> int:
         """Give up every kept chunk and whole file (what readers hold open stays theirs until

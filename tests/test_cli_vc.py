@@ -172,7 +172,11 @@ def test_user_story(cli, tmp_path):
     cli("fs", "upload", f"{REPO}/main/tmp/x", "--source", str(changed))
     cli("fs", "upload", f"{REPO}/main/tmp/y", "--source", str(changed))
     cli("fs", "upload", f"{REPO}/main/z", "--source", str(changed))
-    cli("branch", "reset", f"{REPO}/main", "--path", "z")
+    assert "discarded" in cli("branch", "reset", f"{REPO}/main", "--path", "z")
+    assert cli("diff", f"{REPO}/main").splitlines() == ["+ tmp/x", "+ tmp/y"]
+    # a path with no change (a directory's name, a name that is nowhere): said, nothing discarded
+    assert "nothing discarded" in cli("branch", "reset", f"{REPO}/main", "--path", "tmp")
+    assert "nothing discarded" in cli("branch", "reset", f"{REPO}/main", "--prefix", "none/")
     assert cli("diff", f"{REPO}/main").splitlines() == ["+ tmp/x", "+ tmp/y"]
     cli("branch", "reset", f"{REPO}/main", "--prefix", "tmp/")
     assert cli("diff", f"{REPO}/main") == ""
@@ -266,6 +270,8 @@ def test_merge_conflict_and_strategies(cli, story, tmp_path):
     cli("commit", f"{REPO}/main", "-m", "b")
     msg = cli.fails(4, "merge", f"{REPO}/x", f"{REPO}/main")
     assert "conflict" in msg and "ds/readme.txt" in msg and "--strategy" in msg
+    out = cli("merge", f"{REPO}/x", f"{REPO}/main", "--json", code=4)  # the conflicts as data too
+    assert json.loads(out) == {"merged": False, "conflicts": ["ds/readme.txt"], "count": 1}
     cli("merge", f"{REPO}/x", f"{REPO}/main", "--strategy", "dest-wins")
     assert cli("fs", "cat", f"{REPO}/main/ds/readme.txt") == "b"
     cli("fs", "upload", f"{REPO}/x/ds/readme.txt", "--source", str(b))
@@ -294,7 +300,7 @@ def test_merge_conflict_and_strategies(cli, story, tmp_path):
         (("fs", "upload", f"{REPO}/main/x", "--source", "/no/such/file"), 3, "local file not found"),
         (("fs", "upload", f"{REPO}/main/x", "--source", "/"), 2, "is a directory: use --recursive"),
         (("fs", "upload", f"{REPO}/main/x", "--source", __file__, "--recursive"), 2, "needs a directory"),
-        (("fs", "upload", f"{REPO}/main~1/x", "--source", __file__), 4, "not a branch"),
+        (("fs", "upload", f"{REPO}/main~1/x", "--source", __file__), 2, "not a branch"),  # (was 4)
         (("fs", "rm", f"{REPO}/main/ds/none"), 3, "not found"),
         (("fs", "rm", f"{REPO}/main/none", "-r"), 3, "no objects under"),
         (("branch", "create", f"{REPO}/main", "--source", "main"), 4, "already exists"),
@@ -361,6 +367,8 @@ def test_revert_merge_commit_needs_parent_number(cli, story):
     cli("commit", f"{REPO}/x", "-m", "rm")
     cli("merge", f"{REPO}/x", f"{REPO}/main")
     assert "parent number" in cli.fails(2, "revert", f"{REPO}/main", "main")
+    assert ">= 1, not 0" in cli.fails(2, "revert", f"{REPO}/main", "main", "-p", "0")  # (was "give the parent number")
+    assert ">= 1, not 0" in cli.fails(2, "revert", f"{REPO}/main", "main~1", "-p", "0")  # (was taken as no number)
     cli("revert", f"{REPO}/main", f"{REPO}/main", "-p", "1")
     assert cli("fs", "cat", f"{REPO}/main/ds/readme.txt") == "a small dataset\n"
 

@@ -25,7 +25,7 @@ EXIT_CODES: list[tuple[type[GravelerError], int]] = [
     (NotFound, 3),
     (AlreadyExists, 4),
     (Conflict, 4),
-    (ReadOnlyRef, 4),
+    (ReadOnlyRef, 2),  # (a tag or commit named where a branch must be: the wrong input)
     (UnsupportedFormat, 2),  # (a healthy file of a form we do not read: the wrong input, not damage)
     (CorruptedData, 5),
     (StoreUnavailable, 6),

@@ -78,7 +78,7 @@ def register(sub) -> None:
     p = add_command(sub, "revert", "commit the inverse of a commit's changes on a branch", cmd_revert)
     p.add_argument("branch", metavar="lakefs://REPO/BRANCH")
     p.add_argument("commit", metavar="COMMIT", help="the commit to revert: a ref (commit ID, main~1, a tag) or lakefs://REPO/REF")
-    p.add_argument("--parent-number", "-p", type=int, default=0, metavar="N",
+    p.add_argument("--parent-number", "-p", type=int, default=None, metavar="N",
                    help="for a merge commit: revert against its N-th parent (1-based)")
     p.add_argument("-m", "--message", help="commit message (default: Revert <commit ID>)")
 
@@ -199,7 +199,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
         try:
             c = repo.merge(sref, dbranch, strategy=args.strategy or "none", message=args.message, metadata=metadata)
         except MergeConflict as e:
-            raise MergeConflict(f"{e}; use --strategy dest-wins or source-wins to resolve", e.keys) from None
+            if args.json:  # the conflicting paths, as the control file's read-back gives them (exit 4 still)
+                emit_json({"merged": False, "conflicts": [decode_key(k) for k in e.keys], "count": e.count})
+            raise MergeConflict(f"{e}; use --strategy dest-wins or source-wins to resolve", e.keys, e.count) from None
         _report_commit(args, repo, dbranch, c)
     return 0
 
@@ -207,11 +209,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_revert(args: argparse.Namespace) -> int:
     u = uri_arg(args.branch)
     branch = u.with_ref("branch")
-    if args.parent_number < 0:
+    if args.parent_number is not None and args.parent_number < 1:
         raise InvalidArgument(f"--parent-number must be >= 1, not {args.parent_number}")
     with session(args) as s:
         repo = s.repo(u)
         ref = ref_arg(args.commit, u.repository, "commit")
-        c = repo.revert(branch, ref, parent_number=args.parent_number, message=args.message)
+        c = repo.revert(branch, ref, parent_number=args.parent_number or 0, message=args.message)
         _report_commit(args, repo, branch, c)
     return 0

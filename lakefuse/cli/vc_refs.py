@@ -105,7 +105,10 @@ def register(sub) -> None:
         g, "restore", "load a refs dump into a new repository", cmd_refs_restore,
         epilog="If the repository does not exist in the home it is created (bare) on --storage\n"
                "(default: file://<home>/storage/<REPO>); an existing repository must have no commits.\n"
-               f"The manifest is read from --manifest FILE, else from <namespace>/{MANIFEST_KEY}.",
+               f"The manifest is read from --manifest FILE, else from <namespace>/{MANIFEST_KEY}.\n"
+               "Unlike `repo create`, it takes a namespace another repository of this KV uses (as lakeFS's\n"
+               "restore does: the dump is that namespace's own). Then only one of the two may run\n"
+               "garbage collection: each one's would sweep the objects only the other's commits hold.",
     )
     p.add_argument("repository", metavar="lakefs://REPO")
     p.add_argument("--manifest", metavar="FILE", help="a local refs manifest (JSON) to restore instead of the namespace's")
@@ -262,12 +265,22 @@ def cmd_branch_reset(args: argparse.Namespace) -> int:
     u = uri_arg(args.branch)
     name = u.with_ref("branch")
     with session(args) as s:
-        s.repo(u).reset(name, path=args.path, prefix=args.prefix)
+        repo = s.repo(u)
+        matched = True
+        if args.path is not None or args.prefix is not None:  # (a path or prefix with no change: say so)
+            key = (args.path if args.path is not None else args.prefix).encode()
+            matched = any(d.key == key if args.path is not None else d.key.startswith(key)
+                          for d in repo.diff_uncommitted(name))
+        repo.reset(name, path=args.path, prefix=args.prefix)
     what = (f"path {args.path!r}" if args.path is not None
             else f"prefix {args.prefix!r}" if args.prefix is not None else "all")
     if args.json:
         emit_json({"branch": name, "reset": "all" if what == "all" else (args.path or args.prefix),
-                   "kind": "path" if args.path is not None else "prefix" if args.prefix is not None else "all"})
+                   "kind": "path" if args.path is not None else "prefix" if args.prefix is not None else "all",
+                   "matched": matched})
+    elif not matched:
+        out(f"Branch {name!r}: no uncommitted change at {what}; nothing discarded"
+            + (" (--path names one object; --prefix P/ what is under a directory)" if args.path is not None else ""))
     else:
         out(f"Branch {name!r}: uncommitted changes discarded ({what})")
     return 0

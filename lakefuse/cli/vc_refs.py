@@ -261,16 +261,25 @@ def cmd_branch_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _value(repo, ref: str, path: str):
+    """The record at ``path`` on ``ref`` (None: none)."""
+    try:
+        return repo.get_value(ref, path)
+    except NotFound:
+        return None
+
+
 def cmd_branch_reset(args: argparse.Namespace) -> int:
     u = uri_arg(args.branch)
     name = u.with_ref("branch")
     with session(args) as s:
         repo = s.repo(u)
-        matched = True
-        if args.path is not None or args.prefix is not None:  # (a path or prefix with no change: say so)
-            key = (args.path if args.path is not None else args.prefix).encode()
-            matched = any(d.key == key if args.path is not None else d.key.startswith(key)
-                          for d in repo.diff_uncommitted(name))
+        matched = True  # (a path or prefix with no uncommitted change: said so)
+        if args.path is not None:  # two point reads: the branch's value and its head's
+            matched = _value(repo, name, args.path) != _value(repo, repo.get_branch(name).commit_id, args.path)
+        elif args.prefix is not None:
+            key = args.prefix.encode()
+            matched = any(d.key.startswith(key) for d in repo.diff_uncommitted(name))
         repo.reset(name, path=args.path, prefix=args.prefix)
     what = (f"path {args.path!r}" if args.path is not None
             else f"prefix {args.prefix!r}" if args.prefix is not None else "all")

@@ -142,7 +142,7 @@ class RepoCore:
         committed = CommittedIterator(self.committed, pin.commit.meta_range_id, start, end)
         if not pin.resolved.tokens:
             return committed
-        sources = [self.staging.iterator(t, start, pin.guard, batch) for t in pin.resolved.tokens]
+        sources = [self.staging.iterator(t, start, pin.guard, batch, end) for t in pin.resolved.tokens]
         sources.append(committed)
         return MergedIterator(sources)
 

@@ -127,12 +127,14 @@ class StagingManager:
             return self.scan_txn(txn, token, start, limit, end)
 
     def iterator(
-        self, token: str, start: bytes = b"", guard: Callable[[Txn], None] | None = None, batch: int = 64
+        self, token: str, start: bytes = b"", guard: Callable[[Txn], None] | None = None, batch: int = 64,
+        end: bytes | None = None,
     ) -> "TokenIterator":
         """A seekable iterator over ``token`` that reads in batches, one short
         transaction each, calling ``guard(txn)`` in each of them; ``batch``: the first
-        batch after a seek (a reader that wants one or two entries reads few)."""
-        it = TokenIterator(self, token, guard, batch)
+        batch after a seek (a reader that wants one or two entries reads few); ``end``: no
+        path >= ``end`` is read."""
+        it = TokenIterator(self, token, guard, batch, end)
         if start:
             it.seek_ge(start)
         return it
@@ -205,11 +207,12 @@ class TokenIterator:
     listing that skips directories) stays cheap.
     """
 
-    __slots__ = ("_sm", "_token", "_guard", "_buf", "_keys", "_i", "_resume", "_done", "_batch", "_first")
+    __slots__ = ("_sm", "_token", "_guard", "_buf", "_keys", "_i", "_resume", "_done", "_batch", "_first", "_end")
 
     def __init__(self, sm: StagingManager, token: str, guard: Callable[[Txn], None] | None = None,
-                 batch: int = 64):
+                 batch: int = 64, end: bytes | None = None):
         self._sm = sm
+        self._end = end  # no path >= end is read (a branch's tombstones past it are never walked)
         self._token = token
         self._guard = guard
         self._buf: list[tuple[bytes, Staged]] = []
@@ -224,7 +227,7 @@ class TokenIterator:
             self._done = True
             self._buf, self._keys, self._i = [], [], 0
             return
-        self._buf = self._sm.scan(self._token, self._resume, self._batch, guard=self._guard)
+        self._buf = self._sm.scan(self._token, self._resume, self._batch, self._end, guard=self._guard)
         self._keys = [k for k, _ in self._buf]
         self._i = 0
         if len(self._buf) < self._batch:

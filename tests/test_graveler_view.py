@@ -142,6 +142,27 @@ def test_stat_reads_a_few_staged_entries_not_a_batch(repo, monkeypatch):
     assert len(v.list_page(b"d/", b"", 100)) == 100 and limits[0] == 64
 
 
+def test_stat_reads_no_staged_delete_past_the_keys_it_asks_about(repo, monkeypatch):
+    """A stat of a name followed by many staged deletes (a directory emptied from its end) reads
+    none of them: the staging read stops where the name's own keys end, as the committed read
+    does. (It walked them all, one stat per unlink: quadratic.)"""
+    from graveler.staging import StagingManager
+
+    repo.stage_many("main", [(f"d/f{i:04d}", entry(f"e{i}")) for i in range(1000)])
+    repo.commit("main", "many")
+    repo.stage_many("main", [(f"d/f{i:04d}", None) for i in range(1, 1000)])  # all but the first
+    read = [0]
+    real = StagingManager.scan_txn
+    monkeypatch.setattr(StagingManager, "scan_txn",
+                        lambda self, *a, **k: (lambda out: (read.__setitem__(0, read[0] + len(out)), out)[1])(
+                            real(self, *a, **k)))
+    v = repo.view("main")
+    st = v.stat(b"d/f0000")
+    assert st.value is not None and not st.is_dir and read[0] <= 1
+    assert v.stat(b"d/f0500").value is None  # a staged delete still hides its committed key
+    assert [it.path for it in v.list_page(b"d/", b"", 10)] == [b"d/f0000"]
+
+
 def test_stat_of_a_healthy_path_does_not_open_the_damaged_range_after_it(tmp_path):
     """A path's stat asks what comes right after it (is it also a directory?): the metarange
     says the next range starts past anything under ``path/``, so that range is not opened,

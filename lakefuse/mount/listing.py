@@ -167,6 +167,8 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int, at_least: int = 0) -> None:
         if not page:
             break
         last = page[-1].path
+        if not tree.immutable:
+            tree.witness(path, page)  # (BranchWrites._remains: removing them all, no scan per name)
         entries.extend(_page_entries(fs, tree, path, page, done, stamp))
     # offsets: the entry at index i (counted from `start`) resumes at start + i + 1
     for i, e in enumerate(entries):

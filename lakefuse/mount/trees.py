@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 MAX_HOLES = 64  # unexplained stamps kept track of; more at once: taken as another writer's changes
 MAX_MARKERS = 10_000  # directory markers kept (Tree.markers; past that: forgotten, read again)
+MAX_WITNESSES = 10_000  # directories' witnesses kept (Tree.witnesses; past that: forgotten)
 MAX_AHEAD = 100_000  # own stamps kept that reported before an earlier own one (Tree.own_change)
 DEFER_NS = 500_000_000  # how long the watch waits for stamps that may be own saves still to report
 HOLE_NS = 1_000_000_000  # an unexplained stamp this old is another writer's change
@@ -45,7 +46,7 @@ class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
     __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
-                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred", "markers", "_root")
+                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred", "markers", "witnesses", "_root")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount
@@ -78,6 +79,9 @@ class Tree:
         # directory path -> (stamp, its marker's value or None) as this mount last staged it: current
         # while dir_current(path, stamp) says so (lakefuse.mount.creates.create_fast)
         self.markers: dict[bytes, tuple[int, bytes | None]] = {}
+        # directory path -> a key under it that held an object when last read (a listing's last, or
+        # what BranchWrites._remains found): a hint, always read again before it is believed
+        self.witnesses: dict[bytes, bytes] = {}
         self._root: tuple[bytes | None] | None = None  # an immutable tree's root marker, once read
 
     def root_marker(self) -> bytes | None:
@@ -190,6 +194,17 @@ class Tree:
             markers.clear()
         for key, value in items:
             markers[key.rstrip(b"/")] = (stamp, value)
+
+    def witness(self, path: bytes, page) -> None:
+        """Directory ``path`` held the objects of listing ``page`` (ListItems) just now: the last
+        is kept as its witness (see :attr:`witnesses`; a common prefix is none: no point read
+        tells whether a directory without a marker is there)."""
+        for item in reversed(page):
+            if item.value is not None:
+                if len(self.witnesses) >= MAX_WITNESSES:
+                    self.witnesses.clear()
+                self.witnesses[path] = item.path
+                return
 
     def _names(self, items) -> None:
         """Keep the known directories' names true after staging ``items`` (key, value or None)."""

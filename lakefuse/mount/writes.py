@@ -79,6 +79,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RENAME_NOREPLACE = renames.RENAME_NOREPLACE
+# names read past a departing one to tell whether its directory keeps an entry (BranchWrites._remains)
+REMAINS_PAGE = 16
 RENAME_EXCHANGE = renames.RENAME_EXCHANGE
 
 
@@ -204,6 +206,27 @@ class BranchWrites:
         # (graveler.core.RepoCore.pinned), and the staging that follows updates the stamp
         return tree.view.stat(path)
 
+    @staticmethod
+    def _remains(tree: Tree, parent_path: bytes, leaving: frozenset[bytes]) -> bool:
+        """Whether directory ``parent_path`` (no marker) keeps an entry once ``leaving`` (keys; a
+        directory's ``name/``) go. First its witness (:attr:`Tree.witnesses`), if it is not leaving
+        and one point read finds it still there; else the names after the last one leaving, then
+        (none there) its first names; the last found that stays is the next witness. (Read from its
+        start at every unlink, a directory emptied in key order, as ``rm -rf`` and ``rsync
+        --delete`` do, was read past every name gone before: quadratic in its size. Now either
+        order reads a few names per unlink.)"""
+        w = tree.witnesses.get(parent_path)
+        if w is not None and w not in leaving and not any(w.startswith(k) for k in leaving if k.endswith(b"/")):
+            if tree.view.get(w) is not None:
+                return True
+        for after in (max(leaving), b""):
+            page = tree.view.list_page(parent_path + b"/", after, len(leaving) + REMAINS_PAGE)
+            left = [it for it in page if it.path not in leaving and it.path.rstrip(b"/") + b"/" not in leaving]
+            if left:
+                tree.witness(parent_path, left)
+                return True
+        return False
+
     def _touch_parent(self, tree: Tree, parent_path: bytes, now: int,
                       leaving: frozenset[bytes] = frozenset()) -> list[tuple[bytes, Value]]:
         """What to stage, in the same transaction as a change in directory ``parent_path``:
@@ -232,10 +255,7 @@ class BranchWrites:
                 pa = PosixAttrs.from_metadata(e.metadata)
                 md = user_metadata(e.metadata)
         else:
-            if not leaving:
-                return []
-            page = tree.view.list_page(key, b"", len(leaving) + 2)
-            if any(it.path not in leaving and it.path.rstrip(b"/") + b"/" not in leaving for it in page):
+            if not leaving or self._remains(tree, parent_path, leaving):
                 return []  # entries remain: the directory stays without a marker
             e = self.empty_entry()
             pa = PosixAttrs(mode=stat.S_IFDIR | BRANCH_DIR_MODE, uid=self.config.uid, gid=self.config.gid)
@@ -426,8 +446,9 @@ class BranchWrites:
                 raise FsError(errno.EISDIR)
             if st.value is None:
                 raise FsError(errno.ENOENT)
-            self._stage(tree, [(path, None)] + self._touch_parent(tree, parent.path, time.time_ns(),
-                                                                  frozenset({path})))
+            touched = self._touch_parent(tree, parent.path, time.time_ns(), frozenset({path}))
+            stamp = self._stage(tree, [(path, None)] + touched)
+            self.fs.dir_staged(parent, touched, stamp)  # (the kernel asks for them right after)
             self._forget_path(tree, path, Kind.FILE)
         self.stats.add("unlinks")
 
@@ -463,9 +484,10 @@ class BranchWrites:
             if st.value is not None:  # gone, the directory would show the object it hides at its name
                 raise FsError(errno.ENOTEMPTY, f"{path.decode('utf-8', 'replace')!r} hides an object of its own "
                                                "name: remove it with the CLI, or rename the directory (it goes along)")
-            self._stage(tree, [(marker, None)] + self._touch_parent(tree, parent.path, time.time_ns(),
-                                                                    frozenset({marker})))
+            touched = self._touch_parent(tree, parent.path, time.time_ns(), frozenset({marker}))
+            stamp = self._stage(tree, [(marker, None)] + touched)
             self.fs.subdirs_changed(tree, parent.path)
+            self.fs.dir_staged(parent, touched, stamp)
             self._forget_path(tree, path, Kind.DIR)
         self.stats.add("rmdirs")
 

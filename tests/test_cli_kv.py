@@ -252,6 +252,14 @@ def test_bad_urls_wrong_password_stopped_server_newer_schema(run, postgres_clust
     assert "bad PostgreSQL URL" in fails(2, f"postgresql://u:{secret}@h/db?no_such_option=1")
     assert "unknown KV backend 'mysql://...'" in fails(2, f"mysql://u:{secret}@h/db")
     assert "unknown KV backend" in fails(2, "lmbd")
+    # shapes that are no URL a parser takes apart: the password is still never shown
+    for bad in (f"dbname=lakefuse user=u password={secret} host=127.0.0.1", f"u:{secret}@127.0.0.1:5432/db",
+                f"postgresql:/u:{secret}@127.0.0.1/db"):
+        assert "unknown KV backend" in fails(2, bad)
+    assert "bad PostgreSQL URL" in fails(2, f"postgresql://u:{secret}@[::1:5432/db")
+    # settings libpq checks only when it connects: bad input too (exit 2), not an outage
+    assert "bad PostgreSQL URL" in fails(2, f"postgresql://u:{secret}@127.0.0.1:notaport/db")
+    assert "bad PostgreSQL URL" in fails(2, postgres_cluster.url + "?sslmode=bogus")
     msg = fails(2, postgres_cluster.url_with_password(secret))
     assert "refused the login" in msg and "password authentication failed" in msg
     # no password at all for a role that needs one

@@ -19,6 +19,8 @@ uses the protocol only.
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 from graveler.config import PG_SCHEMES, KVConfig
@@ -65,8 +67,17 @@ def open_backend(config: KVConfig, home: Path) -> Backend:
             raise InvalidArgument(f"a PostgreSQL KV backend needs psycopg ({e}): "
                                   "pip install 'lakefuse[postgres]'") from None
         return open_pg_backend(url)
-    scheme = url.split("://", 1)[0] + "://..." if "://" in url else url  # never echo a password
-    raise InvalidArgument(f"unknown KV backend {scheme!r}: use 'lmdb', 'memory://NAME' or 'postgresql://...'")
+    raise InvalidArgument(f"unknown KV backend {_shown(url)!r}: use 'lmdb', 'memory://NAME' or 'postgresql://...'")
+
+
+def _shown(url: str) -> str:
+    """What a message may show of a KV setting that is not understood: a bare word whole, else
+    only what comes before its first ``:``, ``/``, ``@``, ``=``, ``?`` or space -- never a
+    password, whatever shape it was written in (``user:PASS@host``, ``password=PASS``...)."""
+    if re.fullmatch(r"[\w.+-]*", url):
+        return url
+    head = re.split(r"[:/@=?\s]", url, maxsplit=1)[0]
+    return head + ("://..." if url[len(head):].startswith("://") else "...")
 
 
 __all__ = [

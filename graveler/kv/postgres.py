@@ -160,6 +160,9 @@ def _password_of(url: str) -> str | None:
         pw = None
     if pw:
         return unquote(pw)
+    m = re.search(r"://[^:/@\s]*:([^@\s]+)@", url)  # a URL urlsplit cannot take ("@[::1", a bad port...)
+    if m:
+        return unquote(m.group(1))
     for part in url.replace("&", " ").replace("?", " ").split():
         if part.startswith("password="):
             return unquote(part[len("password="):])
@@ -177,7 +180,7 @@ def _one_line(e: BaseException, secret: str | None) -> str:
     text = "; ".join(s.strip() for s in str(e).splitlines() if s.strip()) or type(e).__name__
     if secret:
         text = text.replace(secret, "***")
-    return text
+    return redact(text)  # (libpq quotes a URL it cannot parse: whatever its password's shape)
 
 
 def parse_url(url: str) -> tuple[dict[str, str], str]:
@@ -201,6 +204,10 @@ _LOGIN_REFUSED = re.compile(r"authentication failed|no password supplied|pg_hba\
                             r"(role|database) \"[^\"]*\" does not exist|not permitted to log in")
 
 
+# libpq's words for a URL setting it refused at connect time (``port=notaport``, ``sslmode=bogus``)
+_BAD_OPTION = re.compile(r"invalid [\w ]*value|invalid port number|invalid connection option")
+
+
 def _unavailable(server: str, e: BaseException, secret: str | None) -> StoreUnavailable | InvalidArgument:
     """A failed connect: the server refused the login (a wrong password, an unknown role or
     database) is ``InvalidArgument`` -- retrying cannot help; anything else (unreachable, stopped,
@@ -208,6 +215,8 @@ def _unavailable(server: str, e: BaseException, secret: str | None) -> StoreUnav
     text = _one_line(e, secret)
     if _LOGIN_REFUSED.search(text):
         return InvalidArgument(f"{server} refused the login: {text}")
+    if _BAD_OPTION.search(text):  # a setting of the URL libpq checks only when it connects
+        return InvalidArgument(f"bad PostgreSQL URL: {text}")
     return StoreUnavailable(f"{server}: {text}")
 
 

@@ -88,8 +88,8 @@ class RecoveryReport:
         for r in shown[:limit]:
             where = f"{r.branch}/{r.key}" if r.branch and r.key else "?"
             if r.action == "staged":
-                out.append(f"recovered {where}: {r.size} bytes written before the previous mount was killed, "
-                           "staged (not committed)")
+                out.append(f"recovered {where}: {r.size} bytes the previous mount left unsaved (its daemon "
+                           "killed, or the save still failing when it stopped), staged (not committed)")
             else:
                 out.append(f"NOT recovered {where}: {r.size} bytes kept in {r.recovered_path} ({r.reason})")
         if len(shown) > limit:
@@ -107,12 +107,12 @@ class RecoveryReport:
                 "recovered_at": stamp,
                 "repository": repository,
                 "note": "content written through the mount whose close/fsync never returned success "
-                        "(the daemon died first): 'staged' files hold it at their path now (not committed); "
+                        "(the daemon died first, or the save still failed when the mount stopped): 'staged' files hold it at their path now (not committed); "
                         "'kept' ones are here, not staged (see reason)",
                 "files": [r.__dict__ for r in self.files if r.action != "saved"],
             })
         if self.staged:
-            log.warning("spool: %d file(s) written before a previous mount was killed were recovered and staged: %s",
+            log.warning("spool: %d file(s) a previous mount left unsaved were recovered and staged: %s",
                         len(self.staged), ", ".join(f"{r.branch}/{r.key}" for r in self.staged[:20]))
         if self.kept:
             log.warning("spool: %d unsaved file(s) from a previous mount were kept in %s, not staged "
@@ -234,7 +234,7 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
             if reason is None:
                 os.unlink(data)
                 report.files.append(Recovered(branch, key, size, "staged"))
-                log.warning("spool: %s on branch %s: %d bytes written before the daemon was killed, staged",
+                log.warning("spool: %s on branch %s: %d bytes a previous mount left unsaved, staged",
                             key, branch, size)
                 continue
         elif branch and key:

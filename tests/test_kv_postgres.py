@@ -231,6 +231,71 @@ def test_the_server_stopped_mid_run_then_work_resumes():
         cluster.destroy()
 
 
+def _server_pids(cluster) -> list[int]:
+    """The postmaster of ``cluster`` and every process it started (its backends, its workers)."""
+    import os
+
+    main = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == main:
+                        kids.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return [main, *kids]
+
+
+def test_a_hung_server_fails_a_statement_within_the_bound_and_work_resumes_at_once(monkeypatch):
+    """A server that keeps its connections but never answers (SIGSTOP: its kernel still takes
+    the packets, so no TCP timeout fires) held every request without a bound. A statement now
+    fails (StoreUnavailable) once unanswered for ``STATEMENT_TIMEOUT_S``, and is not sent again on
+    another connection; once the server answers again, so does the backend -- at once, not
+    after the pool's reconnect backoff (its delays double with no cap). Its own cluster."""
+    import os
+    import signal
+
+    from graveler.kv import pg_wire
+
+    monkeypatch.setattr(pg_wire, "STATEMENT_TIMEOUT_S", 1.0)
+    cluster = pg_testutil.PgCluster()
+    stopped: list[int] = []
+    try:
+        b = postgres.PgBackend(cluster.url, pool_timeout=2)
+        s = b.open("r")
+        s.write(lambda t: t.put(kv.BRANCHES, b"main", b"1"))
+        stopped = _server_pids(cluster)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        def get_main():
+            with s.read() as t:
+                return t.get(kv.BRANCHES, b"main")
+
+        for call in (get_main, lambda: s.write(lambda t: t.put(kv.BRANCHES, b"main", b"2"))):
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnavailable) as e:
+                call()
+            took = time.monotonic() - t0
+            # the bound, the watch's period, and at most one quick connect of 3 s to tell why
+            assert took < 1.0 + 0.5 + 3.5, took
+            assert "\n" not in str(e.value)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        stopped = []
+        t0 = time.monotonic()
+        s.write(lambda t: t.put(kv.BRANCHES, b"dev", b"2"))  # no wait for the pool's backoff
+        with s.read() as t:
+            assert dict(t.scan(kv.BRANCHES)) == {b"main": b"1", b"dev": b"2"}
+        assert time.monotonic() - t0 < 3.0
+        b.shutdown()
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        cluster.destroy()
+
+
 def test_durable_false_then_sync_and_grouped_writes(url):
     b = postgres.PgBackend(url)
     try:

@@ -259,7 +259,11 @@ class PgTxn:
             self.flush()
         if self._cursor is None:
             self._cursor = self._conn.cursor()
-        return self._cursor.execute(sql, params, binary=True)
+        key = pg_wire.watch(self._conn)
+        try:
+            return self._cursor.execute(sql, params, binary=True)
+        finally:
+            pg_wire.unwatch(key)
 
     def _q(self, sql: str, *params) -> psycopg.Cursor:
         return self._x(sql, (self._part, *params))
@@ -489,6 +493,7 @@ class PgBackend:
         self._stores: dict[str, PgStore] = {}
         self._lock = threading.Lock()
         self._unsynced = 0  # non-durable commits since the last sync
+        self._out = 0  # pooled connections checked out (_pooled)
         self._check_schema()
         # No check at checkout (it would cost a round trip per transaction): every transaction's first
         # statement is its BEGIN, and a connection found dead there is replaced before the caller runs.
@@ -549,6 +554,8 @@ class PgBackend:
                 with self._pooled(label) as conn:
                     try:
                         pg_wire.simple(conn, begin)  # one round trip (BEGIN; SET: the simple protocol takes both)
+                    except pg_wire.StatementTimeout:
+                        raise  # a hung server: another connection would wait as long
                     except psycopg.OperationalError:
                         conn.close()  # died while pooled (a server restart): the pool drops it
                         if attempt < POOL_MAX:
@@ -602,6 +609,8 @@ class PgBackend:
                 with self._pooled(label) as conn:
                     try:
                         return run(conn)
+                    except pg_wire.StatementTimeout:
+                        raise  # a hung server: another connection would wait as long
                     except psycopg.OperationalError:
                         conn.close()  # died while pooled (a server restart): the pool drops it
                         if attempt < POOL_MAX:
@@ -623,13 +632,28 @@ class PgBackend:
             conn = self.pool.getconn(timeout=min(QUICK_WAIT_S, self.pool.timeout))
         except PoolTimeout:
             try:
-                psycopg.connect(**{**self._params, "connect_timeout": "3"}).close()
+                direct = psycopg.connect(**{**self._params, "connect_timeout": "3"}, autocommit=True)
             except psycopg.Error as e:
                 raise StoreUnavailable(f"{label}: no connection: {_one_line(e, self._secret)}") from None
-            conn = self.pool.getconn()
+            with self._lock:
+                short = self._out < POOL_MAX
+            if short:
+                # The server answers, yet the pool gave nothing and not all its connections are out:
+                # it is still waiting out its reconnect backoff after an outage (its delays double
+                # with no cap: 16-32 s after a 40 s outage). This connection serves now, then closes.
+                with direct:
+                    _configure(direct)
+                    yield direct
+                return
+            direct.close()
+            conn = self.pool.getconn()  # all out: the pool is busy, and its wait is the right one
+        with self._lock:
+            self._out += 1
         try:
             yield conn
         finally:
+            with self._lock:
+                self._out -= 1
             self.pool.putconn(conn)
 
     def _why(self) -> str:

@@ -32,6 +32,7 @@ import uuid
 from typing import Callable, Iterator
 
 from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
+from graveler.objstore import sparse
 from graveler.objstore.base import (
     MAP_MIN_BYTES,
     Fingerprint,
@@ -113,24 +114,9 @@ def _pread_exact(fd: int, length: int, offset: int) -> bytes:
 
 
 def _copy_fd(src: int, dst: int, size: int) -> None:
-    """Copy ``size`` bytes from the start of ``src`` to ``dst``, in the kernel when it can."""
-    offset = 0
-    try:
-        while offset < size:
-            n = os.copy_file_range(src, dst, size - offset, offset)
-            if n == 0:
-                break
-            offset += n
-        return
-    except OSError:
-        if offset:
-            raise
-    while True:  # copy_file_range refused (old kernel, other filesystem): plain copy
-        chunk = os.pread(src, _CHUNK, offset)
-        if not chunk:
-            return
-        os.write(dst, chunk)
-        offset += len(chunk)
+    """Copy ``size`` bytes from the start of ``src`` to ``dst`` (new), in the kernel when it
+    can, its holes kept (:func:`graveler.objstore.sparse.copy_sparse`)."""
+    sparse.copy_sparse(src, dst, size)
 
 
 _libc = None
@@ -417,9 +403,12 @@ class LocalStore(ObjectStore):
 
             def fill(fd: int) -> str:
                 h = _md5()
-                while chunk := os.read(src, _CHUNK):
+                off = 0
+                while chunk := os.read(src, sparse.CHUNK):
                     h.update(chunk)
-                    _write_all(fd, chunk)
+                    sparse.pwrite_sparse(fd, chunk, off)  # (runs of zeros stay holes: a sparse file stays sparse)
+                    off += len(chunk)
+                os.ftruncate(fd, off)
                 return h.hexdigest()
 
             return self._write_atomic(key, dest, fill)

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import errno
 import fcntl
 import logging
 import os
@@ -77,6 +76,7 @@ from pathlib import Path
 from graveler.errors import Conflict, GravelerError, InvalidArgument
 from graveler.model import Entry
 from graveler.objects import COMPOSITE_MIN, PosixAttrs, file_etag, user_metadata
+from graveler.objstore import sparse
 from lakefuse.mount import falloc, sidecar
 from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
@@ -227,9 +227,10 @@ class SpoolFile:
                     chunk = self.spool.repo.read_entry(self.base, off, min(_COPY_CHUNK, self.base.size - off))
                     if not chunk:
                         raise GravelerError(f"object of {self.key!r} ended at {off} of {self.base.size} bytes")
-                    os.pwrite(self._fd, chunk, off)
+                    sparse.pwrite_sparse(self._fd, chunk, off)  # (zeros stay holes: a sparse file stays sparse)
                     self._hash(off, chunk)
                     off += len(chunk)
+                os.ftruncate(self._fd, off)
             except BaseException:
                 # No partial copy of the saved file stays behind: after a crash, recovery
                 # would present it as unsaved work. The next write starts a new copy.
@@ -542,22 +543,12 @@ class SpoolFile:
         if not self._adopted:
             return
         fd = os.open(self.copy_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        off = 0
         try:
             if not self.on_disk:
                 self._write_sidecar()  # it says which save this copy was made from
                 self.on_disk = True
-            while keep and off < self.size:
-                try:
-                    n = os.copy_file_range(self._fd, fd, self.size - off, off, off)
-                except OSError as e:
-                    if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
-                        raise
-                    chunk = os.pread(self._fd, min(_COPY_CHUNK, self.size - off), off)
-                    n = os.pwrite(fd, chunk, off) if chunk else 0
-                if n == 0:
-                    raise OSError(errno.EIO, f"spool file of {_name(self)} ended at {off} of {self.size} bytes")
-                off += n
+            if keep:
+                sparse.copy_sparse(self._fd, fd, self.size)  # (its holes kept)
             os.rename(self.copy_path, self.data_path)
         except BaseException:
             os.close(fd)
@@ -569,7 +560,7 @@ class SpoolFile:
         os.close(self._fd)
         self._fd = fd
         self._adopted = False
-        self.spool.stats["cow_bytes"] += off
+        self.spool.stats["cow_bytes"] += self.size if keep else 0
 
     def close(self) -> None:
         """Forget the spool copy (after a successful flush, or a discard)."""

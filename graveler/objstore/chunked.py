@@ -131,6 +131,7 @@ class ChunkedReader(ObjectReader):
         self._whole_fd = -1
         self._whole_checked = cache is None
         self._content: bytes | None = None
+        self._whole_failed: tuple[float, str] | None = None  # (when, why) read_whole found the store away
         self.bytes_from_store = 0
         self.bytes_from_cache = 0
         self.gets = 0
@@ -267,13 +268,29 @@ class ChunkedReader(ObjectReader):
         """The whole object, checked (size and MD5), kept in memory for every read and put in the
         data cache's whole-object form: what an open of a small file does."""
         if self._content is None:
-            data = read_verified(self.store, self.key, self.size, self.etag)
+            self._unavailable_whole()
+            try:
+                data = read_verified(self.store, self.key, self.size, self.etag)
+            except StoreUnavailable as e:
+                self._whole_failed = (time.monotonic(), str(e))
+                raise
             self.bytes_from_store += len(data)
             self.gets += 1
             if self.cache is not None:
                 self.cache.whole_put(self.address, self.etag, data)
             self._content = data
         return self._content
+
+    def _unavailable_whole(self) -> None:
+        """StoreUnavailable again, without a request, within :data:`UNAVAILABLE_MEMO_S` of a
+        :meth:`read_whole` that found the store away: the open of a small file fetched it whole
+        and waited out every attempt; its first read must not wait them out once more (a hung
+        store held ``cat`` of a small file for twice the bound)."""
+        failed = self._whole_failed
+        if failed is not None:
+            if time.monotonic() - failed[0] < UNAVAILABLE_MEMO_S:
+                raise StoreUnavailable(failed[1])
+            self._whole_failed = None
 
     @property
     def content(self) -> bytes | None:
@@ -514,6 +531,7 @@ class ChunkedReader(ObjectReader):
             return self._content[offset:end]
         if self.open_cached():
             return self._pread(offset, end - offset)
+        self._unavailable_whole()
         first, last = offset // self.chunk_size, (end - 1) // self.chunk_size
         # the kernel's first reads of a file may arrive out of order: any read in the first chunk
         # before the reader has a position starts the stream from the start

@@ -49,7 +49,7 @@ def create(w, parent_ino: int, name: bytes, mode: int, flags: int, caller: Calle
         if st is not None and st.is_dir:
             raise FsError(errno.EISDIR if not flags & os.O_EXCL else errno.EEXIST)
         if st is not None and st.value is not None and flags & os.O_EXCL:
-            raise FsError(errno.EEXIST)
+            raise w._eexist(tree)
         touched = w._touch_parent(tree, parent.path, now)
         if st is not None and st.value is not None:  # over an existing entry: staged at once (not synced)
             stamp = w._stage(tree, [(path, entry.to_value())] + touched)

@@ -66,7 +66,7 @@ def rename(w, old_parent_ino: int, old_name: bytes, new_parent_ino: int, new_nam
         if not s.exists:
             raise FsError(errno.ENOENT)
         if d.exists and flags & RENAME_NOREPLACE:
-            raise FsError(errno.EEXIST)
+            raise w._eexist(tree)
         if not s.is_dir:
             if d.is_dir:
                 raise FsError(errno.EISDIR)

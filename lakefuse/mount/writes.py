@@ -207,6 +207,16 @@ class BranchWrites:
         return tree.view.stat(path)
 
     @staticmethod
+    def _eexist(tree: Tree) -> FsError:
+        """EEXIST for a name this mount found there on reading the branch: the branch's stamp is
+        read again first. Another host made the name since this mount last looked; what this mount
+        remembers of the directory (:meth:`Tree.known_absent`, answered without a read) must not
+        say it is absent the next moment -- ``mkdir -p`` on two hosts at once got EEXIST, then
+        ENOENT from the same mount for up to 50 ms, and failed."""
+        tree.repin()
+        return FsError(errno.EEXIST)
+
+    @staticmethod
     def _remains(tree: Tree, parent_path: bytes, leaving: frozenset[bytes]) -> bool:
         """Whether directory ``parent_path`` (no marker) keeps an entry once ``leaving`` (keys; a
         directory's ``name/``) go. First its witness (:attr:`Tree.witnesses`), if it is not leaving
@@ -359,7 +369,7 @@ class BranchWrites:
             self._unmoved(parent, path)
             st = self._stat(tree, path)
             if st.exists:
-                raise FsError(errno.EEXIST)
+                raise self._eexist(tree)
             touched = self._touch_parent(tree, parent.path, now)
             stamp = self._stage(tree, [(path + b"/", entry.to_value())] + touched)
             tree.made_dir(path, stamp)
@@ -403,7 +413,7 @@ class BranchWrites:
         with self.fs.tree_lock(tree).shared():
             self._unmoved(parent, path)
             if self._stat(tree, path).exists:
-                raise FsError(errno.EEXIST)
+                raise self._eexist(tree)
             self._stage(tree, [(path, entry.to_value())] + self._touch_parent(tree, parent.path, now))
             attr = self.rules.file_attr(entry.to_value(), tree)
             return self._acquire_fresh(self.fs.file_key(tree, path), Kind.FILE, tree, path, parent.ino, attr,

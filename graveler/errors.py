@@ -89,3 +89,7 @@ class UnsupportedFormat(CorruptedData):
 
 class StoreUnavailable(GravelerError):
     """The object store (or the refs database) cannot be reached or refused access."""
+
+
+class NoSpace(StoreUnavailable):
+    """A local disk the refs database (or the store) writes to is full, or over its quota."""

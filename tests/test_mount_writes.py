@@ -695,3 +695,35 @@ def test_stamp_watch_drops_the_kernels_caches_of_a_moved_branch(fs, repo, kv_bac
     repo.delete("main", "data/sub/x")
     w.poll_once()
     assert sub in dropped
+
+
+@pytest.mark.expect_log("a read that could not stage the new files says so once")
+def test_a_full_kv_disk_fails_writes_with_enospc_and_reads_go_on(fs, repo, monkeypatch):
+    """The refs database's disk full (LMDB's commit, or its redo log, says ENOSPC): a write
+    answers ENOSPC, not EIO, and a read that first stages this mount's new files (a listing,
+    a lookup) answers without them instead of failing: ``ls`` of the mount root and of the
+    directory went EIO while one new file waited for its save."""
+    from pathlib import Path
+
+    import lmdb
+
+    from graveler.errors import NoSpace
+    from graveler.kv.lmdb import _wrap
+
+    assert isinstance(_wrap(lmdb.Error("mdb_txn_commit: No space left on device"), Path("refs.lmdb")), NoSpace)
+    assert errno_for(NoSpace("full")) == errno.ENOSPC
+    opened, _ = fs.create(ino_of(fs, "main/data"), b"new.txt", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    fs.write(opened.fh, 0, b"pending")
+
+    def full(*a, **k):
+        raise NoSpace("refs.lmdb: cannot write its redo log: No space left on device")
+
+    monkeypatch.setattr(repo, "stage_stamped", full)
+    names = [e.name for e, _ in readdir_all(fs, ino_of(fs, "main/data")) if e.name not in (b".", b"..")]
+    assert b"a.csv" in names and b"sub" in names
+    assert [e.name for e, _ in readdir_all(fs, ino_of(fs, "/"))]  # the mount root lists
+    assert fs_errno(fs.mkdir, ino_of(fs, "main/data"), b"d", 0o755, ME) == errno.ENOSPC
+    monkeypatch.undo()
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert read_path(fs, "main/data/new.txt") == b"pending"

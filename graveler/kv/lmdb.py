@@ -51,7 +51,7 @@ from typing import Callable, Iterator, TypeVar
 import lmdb
 
 from graveler.config import KVConfig
-from graveler.errors import CorruptedData, GravelerError, NotFound, StoreUnavailable
+from graveler.errors import CorruptedData, GravelerError, NoSpace, NotFound, StoreUnavailable
 from graveler.kv import lmdb_file, lmdb_redo
 from graveler.locks import RWLock
 from graveler.kv.base import TABLES, GroupCommit, NestedTransaction, SnapshotReads, ThreadTxns
@@ -92,7 +92,8 @@ def _label(path: Path) -> str:
 def _wrap(e: lmdb.Error, path: Path) -> GravelerError:
     if isinstance(e, _DAMAGE_ERRORS):
         return CorruptedData(f"{_label(path)} is damaged ({type(e).__name__}: {e})")
-    return StoreUnavailable(f"{_label(path)}: {e}")
+    full = any(t in str(e) for t in ("No space left on device", "Disk quota exceeded"))  # (its errno's text)
+    return (NoSpace if full else StoreUnavailable)(f"{_label(path)}: {e}")
 
 
 _EMPTY_GRACE_S = 1.0  # a creator writes the meta pages right after creating the file

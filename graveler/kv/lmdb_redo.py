@@ -65,7 +65,7 @@ from pathlib import Path
 import google_crc32c
 import lmdb
 
-from graveler.errors import CorruptedData, StoreUnavailable
+from graveler.errors import CorruptedData, NoSpace, StoreUnavailable
 from graveler.kv import lmdb_file
 from graveler.kv.base import TABLES
 
@@ -448,7 +448,8 @@ class Keeper:
         except BaseException as e:
             self.done()
             if isinstance(e, OSError):
-                raise StoreUnavailable(f"{self.redo.label}: cannot write its redo log: {e.strerror or e}") from None
+                cls = NoSpace if e.errno in (errno.ENOSPC, errno.EDQUOT) else StoreUnavailable
+                raise cls(f"{self.redo.label}: cannot write its redo log: {e.strerror or e}") from None
             raise
         self.since += 1
         return ck, txnid

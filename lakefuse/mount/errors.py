@@ -37,6 +37,7 @@ ERRNO_TABLE: dict[type[g.GravelerError], int] = {
     g.CorruptedData: errno.EIO,
     g.UnsupportedFormat: errno.EIO,
     g.StoreUnavailable: errno.EIO,
+    g.NoSpace: errno.ENOSPC,
 }
 
 

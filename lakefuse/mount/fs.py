@@ -50,7 +50,7 @@ import threading
 import time
 
 from graveler import paths
-from graveler.errors import InvalidArgument, NotFound
+from graveler.errors import GravelerError, InvalidArgument, NotFound
 from graveler.model import Entry, Value
 from graveler.objects import PosixAttrs
 from lakefuse.mount import control, listing, special
@@ -502,9 +502,9 @@ class Filesystem(Opens, Reads, XattrReads):
         return node
 
     def dir_staged(self, node: Node, touched: list, stamp: int) -> None:
-        """This mount staged a change in directory ``node`` (a create, a mkdir; ``touched``: its
-        marker as :meth:`BranchWrites._touch_parent` staged it, or nothing) and the stamp became
-        ``stamp``: its attributes are known without a read (the kernel asks them right after)."""
+        """This mount staged a change in directory ``node`` (a create, mkdir, unlink, rmdir; ``touched``: its marker
+        as :meth:`BranchWrites._touch_parent` staged it, or nothing) and the stamp became ``stamp``:
+        its attributes are known without a read (the kernel asks them right after)."""
         if not node.path or stamp < node.stamp:
             return  # the tree root (its attributes are computed, never read); or known newer
         marker = touched[0][1] if touched else None
@@ -650,7 +650,10 @@ class Filesystem(Opens, Reads, XattrReads):
     def settle(self, tree: Tree | None = None, key: bytes | None = None, parent: bytes | None = None) -> None:
         """Before a read of the branch: stage what this mount created, not saved yet (creates.settle)."""
         if self.writes is not None:
-            self.writes.settle(tree, key, parent)
+            try:
+                self.writes.settle(tree, key, parent)
+            except GravelerError as e:  # (the KV's disk full, its server away): the read answers, not EIO
+                self.log_once(logging.WARNING, ("settle", type(e)), "new files not staged before a read: %s", e)
 
     def file_staged(self, node: Node, value: Value, stamp: int, entry: Entry | None = None) -> bool:
         """This mount staged ``value`` for file ``node`` and the branch's stamp became ``stamp``:
@@ -665,7 +668,7 @@ class Filesystem(Opens, Reads, XattrReads):
     def fsyncdir(self) -> None:
         """fsync(2) of a directory: every change this mount staged (unsynced KV transactions) is on disk."""
         if self.writes is not None:
-            self.settle()
+            self.writes.settle()  # (strict: what is to be made durable must be staged)
             self.repo.sync()
 
     def fsync(self, fh: int) -> None:

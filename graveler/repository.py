@@ -32,6 +32,7 @@ from graveler.model import AddressType, DiffRecord, Entry, MergeStrategy, RangeI
 from graveler.objects import EntryReader, UploadSource, put_object
 from graveler.objstore.uri import StorageURI
 from graveler.refs import Branch, Commit, RepositoryRecord, ResolvedRef, Tag, new_staging_token, validate_branch_name
+from graveler.refs.names import COMMIT_ID_LENGTH, HEX_RE
 from graveler.refsdump import dump_refs, restore_refs
 from graveler.staging import as_path, as_prefix
 from graveler.view import View
@@ -122,8 +123,12 @@ class Repository:
 
     def create_branch(self, name: str, source: str | None = None) -> Branch:
         """Create branch ``name`` at the commit ``source`` resolves to (default: the
-        default branch's head). Staged changes of a source branch are not copied."""
+        default branch's head). Staged changes of a source branch are not copied. A name of
+        64 hex digits is refused: a ref like that resolves as a commit ID (lakeFS's order), so
+        such a branch (a restored lakeFS one may be) is never reached by its name."""
         validate_branch_name(name)
+        if len(name) == COMMIT_ID_LENGTH and HEX_RE.match(name):
+            raise InvalidArgument(f"invalid branch name {name!r}: 64 hex digits are read as a commit ID")
 
         def fn(txn):
             rr = self._refs.resolve_txn(txn, source or self.default_branch)

@@ -725,3 +725,15 @@ def test_env_is_shared_not_reopened(tmp_path):
     r = make_repo(tmp_path)
     assert kv.open_env(r._env.path) is r._env
     r.close()
+
+
+def test_a_branch_named_as_a_full_commit_id_is_refused(repo):
+    """A ref of 64 hex digits resolves as a commit ID: a branch of that name was made, listed, and
+    could never be reached (its directory showed the commit). Refused now; shorter hex names,
+    which lakeFS allows, stay allowed."""
+    c = repo.commit("main", "base", allow_empty=True)
+    for name in (c.id, "ab" * 32):
+        with pytest.raises(InvalidArgument, match="64 hex digits"):
+            repo.create_branch(name)
+    repo.create_branch("ab" * 31)
+    assert "ab" * 31 in {b.name for b in repo.list_branches()}

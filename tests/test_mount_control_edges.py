@@ -292,6 +292,22 @@ def test_appended_requests_and_several_on_one_descriptor_run_as_written(mnt):
     assert outcome(b, "reset")["ok"]
 
 
+def test_a_reset_of_a_file_held_open_takes_its_name_at_once(mnt):
+    """A file another process holds open, reset away through a control file (a revert, a merge alike): its
+    name went at once from listings but ``stat`` found it for up to --branch-timeout (the
+    kernel's name for the inode the descriptor keeps). The request's round drops the name too;
+    the descriptor still reads what it held, as an unlinked open file does."""
+    b = branch(mnt, "rso")
+    (b / "held.txt").write_text("x\n")
+    with open(b / "held.txt", "rb") as held:
+        assert (b / "held.txt").stat().st_size == 2  # (the name is cached now)
+        (b / ".lakefuse" / "reset").write_text("*\n")
+        with pytest.raises(FileNotFoundError):
+            os.stat(b / "held.txt")
+        assert "held.txt" not in os.listdir(b)
+        assert held.read() == b"x\n" and os.fstat(held.fileno()).st_nlink == 0
+
+
 def test_a_reset_made_through_the_mount_shows_at_once(mnt):
     """The kernel keeps a branch tree's attributes for --branch-timeout; a reset, merge or
     revert made through this mount drops them before it is answered (the stamp watch's

@@ -335,7 +335,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     log.info("mounted lakefs://%s on %s (pid %d)", repo.name, mp, os.getpid())
     from lakefuse.mount.watch import StampWatch
 
-    watch = StampWatch(fs, lambda ino: pyfuse3.invalidate_inode(ino, False)).start()
+    watch = StampWatch(fs, lambda ino: pyfuse3.invalidate_inode(ino, False),
+                       invalidate_entry=lambda parent, name: pyfuse3.invalidate_entry(parent, name)).start()
     fs.controls.after_change = watch.poke  # a reset, merge or revert: the kernel's caches go first
     try:
         tune_gc()

@@ -45,9 +45,11 @@ POKE_WAIT_S = 0.5  # the longest a control request waits for the round it asked 
 class StampWatch:
     """Poll branch stamps of ``fs`` and drop the kernel's caches of the trees that moved."""
 
-    def __init__(self, fs, invalidate_inode: Callable[[int], None], interval: float = INTERVAL_S):
+    def __init__(self, fs, invalidate_inode: Callable[[int], None], interval: float = INTERVAL_S,
+                 invalidate_entry: Callable[[int, bytes], None] | None = None):
         self.fs = fs
         self._inode = invalidate_inode
+        self._entry = invalidate_entry  # (parent inode, name): a name the kernel must look up again
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -73,7 +75,21 @@ class StampWatch:
                 if node.kind not in (Kind.FILE, Kind.DIR):
                     continue
                 n += self._drop(node)
+                if node.kind == Kind.FILE and node.opens > 0 and self._entry is not None:
+                    self._gone(tree, node)
         return n
+
+    def _gone(self, tree, node) -> None:
+        """A file held open whose name the change took away (a reset, a revert, another host's
+        delete): its name is dropped too. Its open descriptors keep the inode, which answers
+        ``stat`` as an unlinked open file does; the kernel would otherwise take the name for that
+        inode until its entry timed out (up to ``--branch-timeout``) after the change."""
+        try:
+            if tree.view.stat(node.path).value is not None:
+                return
+            self._entry(node.parent_ino, node.path.rpartition(b"/")[2])
+        except (GravelerError, OSError) as e:  # (the kernel has no such name: nothing to drop)
+            log.debug("dropping the name of %r: %s", node.path, e)
 
     def _drop(self, node) -> int:
         """Drop the kernel's attributes and pages of ``node``: its next stat asks the daemon, which

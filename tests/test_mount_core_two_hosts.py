@@ -44,10 +44,10 @@ def _errno(fn, *args) -> int:
 def test_a_name_another_host_made_is_found_right_after_this_host_is_told_it_exists(two_hosts, monkeypatch, op):
     """A directory this host made is answered from memory for a while (a lookup of a name not in
     it: ENOENT without a read). Another host makes a name there; this host's mkdir of it is
-    EEXIST (a symlink's, a rename's without replacing too) -- and the lookup that follows (``mkdir -p``, ``os.makedirs(exist_ok=True)``) must find
-    it, not answer ENOENT from that memory (it did for up to 50 ms: 6 races in 10 failed). (An
-    O_EXCL create right after such a lookup reads nothing more: across hosts it is not exclusive,
-    docs/SEMANTICS.md says so.)"""
+    EEXIST (a symlink's, a rename's without replacing too) -- and the lookup that follows
+    (``mkdir -p``, ``os.makedirs(exist_ok=True)``) must find it, not answer ENOENT from that
+    memory (it did for up to 50 ms: 6 races in 10 failed). (An O_EXCL create right after such a
+    lookup reads nothing more: across hosts it is not exclusive, docs/SEMANTICS.md says so.)"""
     monkeypatch.setattr(fs_module, "FRESH_NS", 60 * 10**9)  # memory that stays fresh: no timing luck
     a, b = two_hosts
     d_a = a.mkdir(ino_of(a, "main"), b"race", 0o755, ME).ino  # this host made it: it knows its names

@@ -107,7 +107,8 @@ class RecoveryReport:
                 "recovered_at": stamp,
                 "repository": repository,
                 "note": "content written through the mount whose close/fsync never returned success "
-                        "(the daemon died first, or the save still failed when the mount stopped): 'staged' files hold it at their path now (not committed); "
+                        "(the daemon died first, or the save still failed when the mount stopped): "
+                        "'staged' files hold it at their path now (not committed); "
                         "'kept' ones are here, not staged (see reason)",
                 "files": [r.__dict__ for r in self.files if r.action != "saved"],
             })

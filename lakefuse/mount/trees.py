@@ -46,7 +46,8 @@ class Tree:
     """One ref shown as a tree: a branch (live, unless frozen) or a commit (immutable)."""
 
     __slots__ = ("key", "name", "view", "immutable", "nodes", "stamp", "lock", "watched", "foreign", "confirmed_ns",
-                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred", "markers", "witnesses", "_root")
+                 "own_from", "touched", "known", "holes", "own_ahead", "saving", "deferred", "markers", "witnesses",
+                 "_root")
 
     def __init__(self, name: str, view: View, frozen: bool = False):
         """``frozen``: a branch shown as it is now, never re-pinned (a read-only mount

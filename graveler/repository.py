@@ -205,6 +205,44 @@ class Repository:
 
         return self._env.write_grouped(fn, durable)  # concurrent stagers share a transaction
 
+    def stage_stamped_if(self, branch: str, items: Iterable[tuple[str | bytes, Entry | Value | None]],
+                         expected: dict[bytes, bytes | None],
+                         durable: bool = True) -> tuple[int, int, bytes] | None:
+        """:meth:`stage_stamped`, only if ``branch`` still shows at each path of ``expected`` the
+        entry whose identity is given there (None: no entry); else None, and nothing is staged.
+        What two writers read and then change at once -- a rename of one file on two hosts --
+        is changed by one of them: the check and the change are one transaction."""
+        paths: list[bytes] = []
+        values: list[Entry | Value | None] = []
+        for p, e in items:
+            paths.append(as_path(p))
+            values.append(e)
+        records = encode_records(values)
+        core, refs = self._core, self._refs
+
+        def attempt(n: int):
+            b, head = core.branch_head(branch)
+            committed = {p: self._committed.get(head.meta_range_id, p) for p in expected}  # (may read the store)
+
+            def fn(txn):
+                b2 = core.branch_txn(txn, branch)
+                if b2.commit_id != b.commit_id:
+                    return None  # committed meanwhile: look again
+                for p, ident in expected.items():
+                    found, cur = self._staging.get_txn(txn, b2.tokens, p)
+                    if not found:
+                        cur = committed[p]
+                    if (None if cur is None else cur.identity) != ident:
+                        return False
+                refs.bump_staged_stamp_txn(txn, branch)
+                n = self._staging.put_records_txn(txn, b2.staging_token, paths, records)
+                return n, refs.stamp_txn(txn, branch), refs.branch_raw_txn(txn, branch)
+
+            return self._env.write(fn, durable)
+
+        got = core.retry(attempt, f"branch {branch!r} kept changing while staging; try again")
+        return None if got is False else got
+
     def stage_if(self, branch: str, path: str | bytes, entry: Entry | Value, expected: bytes | None) -> bool:
         """Stage ``entry`` at ``path`` only if ``branch`` still shows the entry whose identity is
         ``expected`` there (None: no entry), or already shows ``entry`` itself; False (nothing

@@ -67,3 +67,30 @@ def test_a_name_another_host_made_is_found_right_after_this_host_is_told_it_exis
     assert code == errno.EEXIST
     assert not a.lookup_absent(d_a, b"p1")
     assert stat.S_ISDIR(a.lookup(d_a, b"p1").mode)
+
+
+def test_two_hosts_renaming_one_file_at_once_move_it_once(two_hosts, monkeypatch):
+    """Both hosts read the file, then stage its move: both renames succeeded and the content
+    was at both targets (the "claim by rename" pattern broken). The move now stages only if the
+    source is still what was read: the host that comes second gets ENOENT, as on one machine."""
+    a, b = two_hosts
+    opened, _ = a.create(ino_of(a, "main"), b"src.txt", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    a.write(opened.fh, 0, b"claimed once")
+    a.flush(opened.fh)
+    a.release(opened.fh)
+    main_a, main_b = ino_of(a, "main"), ino_of(b, "main")
+    assert b.lookup(main_b, b"src.txt").size == 12
+    real = a.writes._touch_parent
+    raced = []
+
+    def other_host_first(tree, path, now, leaving=frozenset()):
+        if leaving and not raced:  # after this host read the source, before it stages the move
+            raced.append(True)
+            b.rename(main_b, b"src.txt", main_b, b"by-b.txt", 0)
+        return real(tree, path, now, leaving)
+
+    monkeypatch.setattr(a.writes, "_touch_parent", other_host_first)
+    assert _errno(a.rename, main_a, b"src.txt", main_a, b"by-a.txt", 0) == errno.ENOENT
+    assert raced
+    names = {it.path for it in a.repo.view("main").list_page(b"", b"", 10)}
+    assert names == {b"by-b.txt"}

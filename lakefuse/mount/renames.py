@@ -93,17 +93,25 @@ def _rename_file(w, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes) -> 
 def _rename_file_locked(w, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, node, sf) -> None:
     branch = tree.view.branch
     now = time.time_ns()
-    tree.repin()  # a save that was under way staged src meanwhile
-    e = Entry.from_value(tree.view.get(src))
-    pa = PosixAttrs.from_metadata(e.metadata)
-    md = dict(e.metadata)
-    if pa.mtime_ns is None:  # the entry's last_modified becomes the ctime: keep the mtime
-        md.update(PosixAttrs(mtime_ns=e.last_modified_ns).to_metadata())
-    moved = replace(e, metadata=md, last_modified_ns=now).to_value()
-    items = [(dst, moved), (src, None)] + w._touch_parent(tree, op.path, now, frozenset({src}))
-    if np_.path != op.path:
-        items += w._touch_parent(tree, np_.path, now)
-    w._stage(tree, items)
+    for attempt in range(3):
+        tree.repin()  # a save that was under way staged src meanwhile
+        value = tree.view.get(src)
+        if value is None:  # gone since the stat: another host's rename or unlink came first
+            raise FsError(errno.ENOENT)
+        e = Entry.from_value(value)
+        pa = PosixAttrs.from_metadata(e.metadata)
+        md = dict(e.metadata)
+        if pa.mtime_ns is None:  # the entry's last_modified becomes the ctime: keep the mtime
+            md.update(PosixAttrs(mtime_ns=e.last_modified_ns).to_metadata())
+        moved = replace(e, metadata=md, last_modified_ns=now).to_value()
+        items = [(dst, moved), (src, None)] + w._touch_parent(tree, op.path, now, frozenset({src}))
+        if np_.path != op.path:
+            items += w._touch_parent(tree, np_.path, now)
+        # only if src is still what was read: of two hosts renaming one file at once, one does
+        if w._stage(tree, items, expected={src: value.identity}) is not None:
+            break
+    else:
+        raise FsError(errno.EBUSY, f"{src!r} kept changing while it was renamed; try again")
     w._forget_path(tree, dst, Kind.FILE)  # an open file replaced at dst: detached
     if node is not None:
         w.inodes.rekey(node, w.fs.file_key(tree, dst), dst)

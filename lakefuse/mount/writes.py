@@ -286,10 +286,17 @@ class BranchWrites:
         """:func:`lakefuse.mount.creates.settle`: stage the pending creates a read needs."""
         creates.settle(self, tree, key, parent)
 
-    def _stage(self, tree: Tree, items, durable: bool = False) -> int:
-        """Stage ``items`` (one stamp bump); the branch's stamp after it."""
+    def _stage(self, tree: Tree, items, durable: bool = False, expected: dict | None = None) -> int | None:
+        """Stage ``items`` (one stamp bump); the branch's stamp after it. ``expected`` (path ->
+        identity or None): only if the branch still shows those there (None returned if not)."""
         with tree.own_saving():
-            _, stamp, raw = self.repo.stage_stamped(tree.view.branch, items, durable)
+            if expected is None:
+                _, stamp, raw = self.repo.stage_stamped(tree.view.branch, items, durable)
+            else:
+                got = self.repo.stage_stamped_if(tree.view.branch, items, expected, durable)
+                if got is None:
+                    return None
+                _, stamp, raw = got
             return tree.staged(stamp, raw, _dirs_of(items), items)
 
     # ------------------------------------------------------------------ open for writing

@@ -92,7 +92,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator
 
 from graveler.errors import CorruptedData, InvalidArgument, NotFound, StoreUnavailable
 from graveler.model import AddressType, Entry
-from graveler.objstore.uri import StorageURI
+from graveler.objstore.uri import FILE, StorageURI
 
 if TYPE_CHECKING:
     from graveler.objstore.base import ObjectStore
@@ -474,10 +474,24 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
     )
 
 
+def refuse_local_root(namespace: str | StorageURI, root: str | StorageURI, address: str) -> None:
+    """CorruptedData for an entry of a repository stored remotely (S3) whose FULL address is a
+    file of this host: such an entry may not read the files of whichever host reads it (a
+    crafted entry, or a refs dump from shared storage mounted with ``allow_other``, served any
+    file the daemon could read). A repository stored locally may name local files (an import
+    of a local directory keeps them where they are)."""
+    ns = namespace if isinstance(namespace, StorageURI) else StorageURI.parse(namespace)
+    rt = root if isinstance(root, StorageURI) else StorageURI.parse(root)
+    if rt.scheme == FILE and ns.scheme != FILE:
+        raise CorruptedData(f"entry address {address!r} names a local file, and the repository is stored at "
+                            f"{ns}: refused (an entry of a remote repository never reads this host's files)")
+
+
 class EntryReader:
     """Reads the objects entries point at: RELATIVE addresses in the namespace's
     store, FULL ones (whole URIs) in the store of their root, opened once by
-    ``store_factory(root_uri)`` and kept."""
+    ``store_factory(root_uri)`` and kept (never a local file for a remote namespace:
+    :func:`refuse_local_root`)."""
 
     def __init__(self, namespace: str, store, store_factory: Callable[[str], object]):
         self._namespace = StorageURI.parse(namespace)
@@ -495,6 +509,7 @@ class EntryReader:
             root, key = StorageURI.split_object(addr)
             if root == self._namespace:
                 return self._store, key
+            refuse_local_root(self._namespace, root, addr)
             with self._lock:
                 st = self._stores.get(root)
             if st is None:

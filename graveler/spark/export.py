@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 
 from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.model import AddressType
-from graveler.objects import is_md5_etag, split_full_address
+from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
 from graveler.objstore import open_store, validate_key
 from graveler.objstore.base import StoreConfig
 from graveler.spark.diff import diff_df
@@ -66,6 +66,7 @@ def _source(ns: Namespace, address: str, address_type: str, stores: dict):
         root, key = split_full_address(address)
         if root == ns.uri:
             return worker_store(ns), key
+        refuse_local_root(ns.uri, root, address)
         st = stores.get(root)
         if st is None:
             st = stores[root] = open_store(root, ns.store)

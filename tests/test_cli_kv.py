@@ -257,6 +257,10 @@ def test_bad_urls_wrong_password_stopped_server_newer_schema(run, postgres_clust
                 f"postgresql:/u:{secret}@127.0.0.1/db"):
         assert "unknown KV backend" in fails(2, bad)
     assert "bad PostgreSQL URL" in fails(2, f"postgresql://u:{secret}@[::1:5432/db")
+    # a password with '/', '@' or '#' written as it is: libpq would take part of it for the host
+    for pw in (f"{secret}/x", f"x/{secret}", f"{secret}@x", f"ab+c/{secret}="):
+        msg = fails(2, f"postgresql://u:{pw}@127.0.0.1:1/db")
+        assert "percent-encode" in msg and not any(part in msg for part in pw.replace("@", "/").split("/"))
     # settings libpq checks only when it connects: bad input too (exit 2), not an outage
     assert "bad PostgreSQL URL" in fails(2, f"postgresql://u:{secret}@127.0.0.1:notaport/db")
     assert "bad PostgreSQL URL" in fails(2, postgres_cluster.url + "?sslmode=bogus")

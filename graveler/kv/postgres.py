@@ -183,8 +183,22 @@ def _one_line(e: BaseException, secret: str | None) -> str:
     return redact(text)  # (libpq quotes a URL it cannot parse: whatever its password's shape)
 
 
+def _userinfo(url: str) -> str | None:
+    """What comes between ``scheme://`` and the last ``@`` before the query: the user and
+    password as a person wrote them (None: no ``@`` there)."""
+    head = url.split("://", 1)[1].split("?", 1)[0] if "://" in url else ""
+    return head.rsplit("@", 1)[0] if "@" in head else None
+
+
 def parse_url(url: str) -> tuple[dict[str, str], str]:
     """libpq's parameters of ``url`` and how messages name the server (never the password)."""
+    info = _userinfo(url)
+    if info is not None and any(c in info for c in "/@#"):
+        # libpq would end the user or password at that character and take the rest for the host
+        # or the database: messages naming the server would then show part of the password
+        raise InvalidArgument("bad PostgreSQL URL: its user or password holds '/', '@' or '#': "
+                              "percent-encode them (%2F, %40, %23), or give the password in ~/.pgpass "
+                              "or $PGPASSWORD")
     secret = _password_of(url)
     try:
         params = conninfo_to_dict(url)

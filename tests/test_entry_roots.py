@@ -40,3 +40,40 @@ def test_a_remote_repository_never_reads_a_local_file_its_entry_names(tmp_path, 
         assert local.read("main", "in/f.txt") == secret.read_bytes()
     finally:
         g.close()
+
+
+def test_the_md5_memo_on_a_file_is_trusted_only_where_no_other_user_can_forge_it(tmp_path, monkeypatch):
+    """A file's MD5 is remembered on it (by size and mtime) so that an unchanged file is not
+    hashed again. Kept in ``user.lakefuse.md5``, its owner could forge it: changed bytes, the old
+    MD5 set back with the new mtime, were served by the mount as the imported (checked) file. As
+    root the memo is kept in ``trusted.*``; as another user, only on that user's own files."""
+    import os
+
+    from graveler.objstore import local
+
+    f = tmp_path / "big.bin"
+    f.write_bytes(b"A" * 300_000)
+    good = hashlib.md5(b"A" * 300_000).hexdigest()
+    store = local.LocalStore(str(tmp_path))
+
+    def etag() -> str:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            return store._etag(fd, os.fstat(fd))
+        finally:
+            os.close(fd)
+
+    assert etag() == good
+    f.write_bytes(b"B" * 300_000)  # changed in place, the same size; the old MD5 forged back
+    st = f.stat()
+    forged = f"{st.st_size}:{st.st_mtime_ns}:{good}".encode()
+    os.setxattr(f, local.ETAG_XATTR, forged)
+    if os.geteuid() == 0:
+        assert etag() == hashlib.md5(b"B" * 300_000).hexdigest()  # the forged user.* memo is not read
+        st = f.stat()
+        assert os.getxattr(f, local.TRUSTED_ETAG_XATTR).decode().endswith(hashlib.md5(b"B" * 300_000).hexdigest())
+    # as another user than the file's owner: no memo is trusted (nor written) on it
+    monkeypatch.setattr(local.os, "geteuid", lambda: f.stat().st_uid + 1)
+    os.setxattr(f, local.ETAG_XATTR, forged)
+    assert etag() == hashlib.md5(b"B" * 300_000).hexdigest()
+    assert local._memo_xattr(f.stat()) is None

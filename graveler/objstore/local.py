@@ -7,10 +7,11 @@ process or another one -- see the old content or the new content, never a part.
 Listings skip those temp files.
 
 ETag: the hex MD5 of the content.  ``put``/``put_file`` compute it while
-writing and keep it in the ``user.lakefuse.md5`` extended attribute together
-with the file's size and mtime; ``head``/``list`` read it back from there and
+writing and keep it in an extended attribute together with the file's size and
+mtime (``trusted.lakefuse.md5`` as root, else ``user.lakefuse.md5`` on the user's own
+files only: :func:`_memo_xattr`); ``head``/``list`` read it back from there and
 hash the file again only when the attribute is missing or stale (a file placed
-or modified behind the store's back, or a filesystem without user xattrs).
+or modified behind the store's back, or a filesystem without such xattrs).
 
 Limits of a directory tree compared with S3: the store cannot hold both an
 object ``a`` and an object ``a/b`` (``InvalidArgument``); a path segment may not
@@ -54,6 +55,9 @@ log = logging.getLogger(__name__)
 TMP_PREFIX = ".lakefuse-tmp-"
 _TMP_NAME = re.compile(r"\.lakefuse-tmp-[0-9a-f]{32}\Z")
 ETAG_XATTR = "user.lakefuse.md5"
+# as root, the MD5 memo goes where only root may write it: a user's own file's ``user.*``
+# attributes are that user's to set, and a forged memo would pass changed bytes as checked
+TRUSTED_ETAG_XATTR = "trusted.lakefuse.md5"
 _CHUNK = 1 << 20
 _NAME_MAX = 255
 # a key of segments of letters, digits, '_' and '-' (at most _NAME_MAX each): valid (validate_key), no
@@ -65,6 +69,16 @@ _UMASK = os.umask(0o022)  # read once, at import (reading it means setting it)
 os.umask(_UMASK)
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: never hang on a FIFO
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+
+def _memo_xattr(st: os.stat_result) -> str | None:
+    """Where the MD5 memo of a file (its size, mtime and MD5) is kept and trusted: as root in
+    ``trusted.*`` (only root writes it); otherwise in ``user.*``, and only on this user's own
+    files (another user could set it on theirs to vouch for changed bytes): None, hash again."""
+    euid = os.geteuid()
+    if euid == 0:
+        return TRUSTED_ETAG_XATTR
+    return ETAG_XATTR if st.st_uid == euid else None
 
 
 def _md5():
@@ -220,15 +234,21 @@ class LocalStore(ObjectStore):
 
     @staticmethod
     def _remember_etag(fd: int, st: os.stat_result, etag: str) -> None:
+        name = _memo_xattr(st)
+        if name is None:
+            return
         try:
-            os.setxattr(fd, ETAG_XATTR, f"{st.st_size}:{st.st_mtime_ns}:{etag}".encode("ascii"))
-        except OSError as exc:  # no user xattrs here, or no write permission: hash again next time
+            os.setxattr(fd, name, f"{st.st_size}:{st.st_mtime_ns}:{etag}".encode("ascii"))
+        except OSError as exc:  # no such xattrs here, or no write permission: hash again next time
             log.debug("cannot keep the etag in an xattr: %s", exc)
 
     @staticmethod
     def _known_etag(fd: int, st: os.stat_result) -> str | None:
+        name = _memo_xattr(st)
+        if name is None:
+            return None
         try:
-            raw = os.getxattr(fd, ETAG_XATTR)
+            raw = os.getxattr(fd, name)
         except OSError:
             return None
         parts = raw.decode("ascii", "replace").split(":")

@@ -158,3 +158,29 @@ def test_retried_tasks_do_not_change_results(tmp_path):
     assert result["entries"] == result["expected_entries"]
     assert result["gc_deleted"] == result["gc_expected"]
     assert result["export_tree_ok"] is True
+
+
+def test_an_export_never_writes_or_deletes_through_a_symlink_planted_in_its_destination(spark, tmp_path):
+    """A security review's finding: a directory of the destination replaced by a symbolic link
+    (by whoever can write the destination) sent a root export's files elsewhere, and an
+    incremental export deleted a file there. Such an export is refused now, before it writes or
+    deletes through the link; the target is untouched."""
+    repo = make_repo(tmp_path)
+    repo.upload("main", "ssh/authorized_keys", b"ssh-ed25519 AAAA exported\n")
+    repo.upload("main", "ssh/other", b"other\n")
+    repo.commit("main", "one")
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    (outside / "other").write_bytes(b"victim data\n")
+    (dest / "ssh").symlink_to(outside)
+    with pytest.raises(InvalidArgument, match="symbolic link"):
+        try:
+            export(spark, repo, "main", str(dest), full=True)
+        except Exception as e:  # (Spark's wrapper of the task's error: what the CLI unwraps)
+            from lakefuse.cli import _from_spark
+
+            raise (_from_spark(e) or e) from None
+    assert sorted(p.name for p in outside.iterdir()) == ["other"]
+    assert (outside / "other").read_bytes() == b"victim data\n"
+    assert read_success(str(dest)) is None

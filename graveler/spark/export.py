@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.model import AddressType
 from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
-from graveler.objstore import open_store, validate_key
+from graveler.objstore import LocalStore, open_store, validate_key
 from graveler.objstore.base import StoreConfig
 from graveler.spark.diff import diff_df
 from graveler.spark.entries import entries_df, namespace_of
@@ -102,6 +102,7 @@ def _copy_task(ns: Namespace, dest: Namespace):
             cols = b.to_pydict()
             for op, key, address, atype, size, etag in zip(cols["op"], cols["key"], cols["address"],
                                                            cols["address_type"], cols["size"], cols["etag"]):
+                _inside(out, key)
                 if op == "delete":
                     out.delete(key)
                     deleted += 1
@@ -118,6 +119,21 @@ def _copy_task(ns: Namespace, dest: Namespace):
                                          names=["copied", "deleted", "bytes"])
 
     return fn
+
+
+def _inside(out, key: str) -> None:
+    """InvalidArgument if a directory on the way to ``key`` in a local destination is a symbolic
+    link: an export writes and deletes below its destination only (a link planted there by
+    whoever can write it sent a root export's files, and its deletions, elsewhere)."""
+    root = getattr(out, "root", None)
+    if not isinstance(out, LocalStore) or root is None:
+        return
+    path = root
+    for segment in key.split("/")[:-1]:
+        path = os.path.join(path, segment)
+        if os.path.islink(path):
+            raise InvalidArgument(f"{path!r} in the export destination is a symbolic link: refused (an export "
+                                  "writes and deletes only below its destination)")
 
 
 def _copy_one(out, src, skey: str, key: str, size: int, etag: str) -> None:

@@ -93,7 +93,8 @@ def register(sub) -> None:
         sub, "export", "copy a commit's objects to a plain prefix (Spark)", cmd_export,
         epilog="DEST is a local directory or s3://BUCKET/PREFIX.  _SUCCESS is written last and names the\n"
                "commit; exporting onto a destination whose _SUCCESS names a commit of this repository only\n"
-               "copies and deletes the difference.",
+               "copies and deletes the difference. An export writes and deletes only below DEST: a directory\n"
+               "inside a local DEST that is a symbolic link is refused (exit 2).",
     )
     p.add_argument("ref", metavar="lakefs://REPO/REF")
     p.add_argument("dest", metavar="DEST")

@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         check_argv(argv)
     except InvalidArgument as e:
         return _fail(e)
+    from lakefuse.cli import logsafe
     from lakefuse.cli.mount import from_mount_helper
 
     argv = from_mount_helper(argv)  # `lakefuse lakefs://REPO MOUNTPOINT -o ...` (mount -t fuse.lakefuse)
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logsafe.guard_root()  # (botocore's -vv debug log prints request headers: credentials blanked)
     try:
         return int(args.func(args) or 0)
     except GravelerError as e:

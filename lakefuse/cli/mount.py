@@ -21,7 +21,7 @@ from pathlib import Path
 
 from graveler.config import KV_ENV
 from graveler.errors import GravelerError, InvalidArgument
-from lakefuse.cli import mount_dump
+from lakefuse.cli import logsafe, mount_dump
 from lakefuse.cli.common import add_kv_option, add_store_options, checked_config, store_config
 from lakefuse.cli.uri import parse_uri
 
@@ -302,7 +302,7 @@ def cmd_mount(args) -> int:
         root = logging.getLogger()
         for h in list(root.handlers):
             root.removeHandler(h)
-        root.addHandler(handler)
+        root.addHandler(logsafe.guard(handler))
     if dump:
         return mount_dump.serve_dump(args, mp, _cache_budget, _fuse_options(args))
     return serve_foreground(args, uri.repository, mp)

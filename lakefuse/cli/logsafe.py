@@ -1,0 +1,52 @@
+"""Credentials never reach a log line: a filter on every handler the CLI and the daemon set up.
+
+``-vv`` turns on botocore's debug log, which prints each request's headers: the session token
+(``X-Amz-Security-Token``) and the access key ID (``Authorization: ... Credential=AKIA...``) went
+into the mount's log file and onto stderr. The filter blanks those fields, and any value of the
+AWS credentials in the environment, wherever a message holds them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+_FIELDS = re.compile(
+    r"((?:X-Amz-Security-Token|x-amz-security-token|Credential|Signature|aws_secret_access_key|"
+    r"aws_session_token|SecretAccessKey|SessionToken)['\"]?\s*[:=]\s*b?['\"]?)[^'\"\s,/}&]+")
+_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID", "PGPASSWORD")
+
+
+class NoCredentials(logging.Filter):
+    """Rewrites a record's message with its credentials blanked (``***``); never drops one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # (values shorter than 8 characters are no credential worth the false hits: "x" in tests)
+        self._secrets = sorted({v for k in _ENV if len(v := os.environ.get(k, "")) >= 8}, key=len, reverse=True)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            msg = record.getMessage()
+        except Exception:  # noqa: BLE001 -- a malformed record is the handler's to report
+            return True
+        clean = _FIELDS.sub(r"\1***", msg)
+        for secret in self._secrets:
+            clean = clean.replace(secret, "***")
+        if clean != msg:
+            record.msg, record.args = clean, None
+        return True
+
+
+def guard(handler: logging.Handler) -> logging.Handler:
+    """``handler`` with the credentials filter (once)."""
+    if not any(isinstance(f, NoCredentials) for f in handler.filters):
+        handler.addFilter(NoCredentials())
+    return handler
+
+
+def guard_root() -> None:
+    """Every handler of the root logger gets the filter."""
+    for h in logging.getLogger().handlers:
+        guard(h)

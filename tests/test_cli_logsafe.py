@@ -1,0 +1,53 @@
+"""No credential reaches a log line, at any verbosity (lakefuse.cli.logsafe)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lakefuse.cli.logsafe import NoCredentials
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "SESSIONTOKENsecretFwoGZXIvYXdzEJr"
+KEY_ID = "AKIAEXAMPLEKEYID1234"
+
+
+def _filtered(msg: str, *args) -> str:
+    record = logging.LogRecord("botocore.endpoint", logging.DEBUG, __file__, 1, msg, args, None)
+    assert NoCredentials().filter(record)
+    return record.getMessage()
+
+
+def test_botocores_request_headers_lose_their_credentials(monkeypatch):
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    line = _filtered("Sending http request: %s", "<AWSPreparedRequest headers={'X-Amz-Security-Token': b'"
+                     + TOKEN + "', 'Authorization': b'AWS4-HMAC-SHA256 Credential=" + KEY_ID
+                     + "/20261130/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0a1b2c3d4e5f'}>")
+    assert TOKEN not in line and KEY_ID not in line and "0a1b2c3d4e5f" not in line
+    assert "X-Amz-Security-Token" in line and "SignedHeaders=host" in line  # the rest stays readable
+    monkeypatch.setenv("AWS_SESSION_TOKEN", TOKEN)  # and the environment's values, wherever they show
+    assert TOKEN not in _filtered("token in another shape: %r", {"tok": TOKEN})
+    assert _filtered("nothing secret here: %d files", 3) == "nothing secret here: 3 files"
+
+
+@pytest.mark.s3
+def test_debug_logging_of_an_s3_command_shows_no_credential(tmp_path, s3_endpoint, s3_bucket):
+    """``-vv`` printed the session token and the access key ID (botocore's headers) on stderr,
+    and a mount's log file got them too."""
+    env = {**os.environ, "AWS_SESSION_TOKEN": TOKEN, "AWS_ACCESS_KEY_ID": KEY_ID,
+           "LAKEFUSE_S3_ENDPOINT": s3_endpoint}
+    home = str(tmp_path / "home")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "lakefuse", "-vv", "--home", home, *args], env=env,
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+    r = run("repo", "create", "lakefs://tok", "--storage", f"s3://{s3_bucket}/ns")  # (probes the bucket)
+    assert r.returncode == 0, r.stderr
+    assert "Sending http request" in r.stderr and "X-Amz-Security-Token" in r.stderr  # (botocore's debug log)
+    assert TOKEN not in r.stderr + r.stdout and KEY_ID not in r.stderr + r.stdout

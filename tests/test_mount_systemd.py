@@ -65,6 +65,7 @@ def test_unit_sends_ready_once_the_mount_answers(home, tmp_path):
     s = unit_settings()
     assert s["Type"] == ["notify"]
     assert s["EnvironmentFile"] == ["-/etc/lakefuse/%i.env"]
+    assert s["UMask"] == ["0077"]  # (what it writes under its home is the daemon's user's alone)
     env_file = tmp_path / "svc.env"  # what /etc/lakefuse/svc.env would hold
     env_file.write_text(f"LAKEFUSE_HOME={home}\nLAKEFUSE_MOUNT_OPTIONS=--branch-timeout 0.5\n")
     env = {k: v for k, _, v in (e.partition("=") for e in s["Environment"])}

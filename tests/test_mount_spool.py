@@ -305,3 +305,33 @@ def test_an_s3_upload_from_the_spool_takes_the_md5_computed_while_written(tmp_pa
     spool.release(2)
     assert repo.read("main", "inorder") == data and repo.read("main", "holes") == b"head!tail"
     spool.close()
+
+
+def test_a_spool_another_user_could_write_is_refused(repo, tmp_path):
+    """Recovery stages what it finds in the spool as a dead mount's unsaved work: a spool
+    directory another user made (a --cache-dir under /tmp) or may write would let that user
+    put files into the branch. Refused; a private one, or one under a sticky /tmp-like
+    directory, is used."""
+    import pwd
+    import stat as st_
+
+    from graveler.errors import InvalidArgument
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # writable by everyone, no sticky bit
+    with pytest.raises(InvalidArgument, match="writable by everyone"):
+        Spool(repo, SpoolConfig(shared, repo.name))
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o777 | st_.S_ISVTX)  # as /tmp: fine, the spool below is this user's own
+    Spool(repo, SpoolConfig(sticky, repo.name)).close()
+    planted = tmp_path / "planted"
+    (planted / "spool" / repo.name).mkdir(parents=True)
+    if os.geteuid() == 0:  # another user's spool directory
+        nobody = pwd.getpwnam("nobody")
+        os.chown(planted / "spool" / repo.name, nobody.pw_uid, nobody.pw_gid)
+    else:
+        (planted / "spool" / repo.name).chmod(0o777)
+    with pytest.raises(InvalidArgument, match="another user's or writable by others"):
+        Spool(repo, SpoolConfig(planted, repo.name))

@@ -81,6 +81,7 @@ from lakefuse.mount import falloc, sidecar
 from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
 from lakefuse.mount.recovery import LOCK_NAME, OWNER_NAME, PENDING_PREFIX, RecoveryReport, recover_spool
+from lakefuse.mount.recovery import refuse_shared as _refuse_shared
 from lakefuse.mount.recovery import RECOVERED_DIR  # noqa: F401 (re-exported: where recovery keeps files)
 from lakefuse.mount.retry import SaveRetries
 from lakefuse.mount.spoolpool import FilePool, new_sid
@@ -608,7 +609,9 @@ class Spool(SaveRetries):
         self.pin, self.make_room = None, None
         self._retrier: threading.Thread | None = None
         self._stop = threading.Event()
-        config.root.mkdir(parents=True, exist_ok=True)
+        for d in (config.root.parent.parent, config.root.parent, config.root):  # (private, whatever the umask)
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _refuse_shared(config.root)
         name = f"{os.getpid()}-{secrets.token_hex(4)}"
         # Made, owned and locked under a hidden name, then renamed: a recovery running now
         # never finds this live directory unlocked (and takes it for a dead mount's).

@@ -722,6 +722,9 @@ def test_a_full_kv_disk_fails_writes_with_enospc_and_reads_go_on(fs, repo, monke
     names = [e.name for e, _ in readdir_all(fs, ino_of(fs, "main/data")) if e.name not in (b".", b"..")]
     assert b"a.csv" in names and b"sub" in names
     assert [e.name for e, _ in readdir_all(fs, ino_of(fs, "/"))]  # the mount root lists
+    data = ino_of(fs, "main/data")
+    assert fs.lookup(data, b"a.csv").size == 8  # another name: found
+    assert fs_errno(fs.lookup, data, b"new.txt") == errno.ENOSPC  # that very name: the error, never ENOENT
     assert fs_errno(fs.mkdir, ino_of(fs, "main/data"), b"d", 0o755, ME) == errno.ENOSPC
     monkeypatch.undo()
     fs.flush(opened.fh)

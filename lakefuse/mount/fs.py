@@ -554,8 +554,7 @@ class Filesystem(Opens, Reads, XattrReads):
         self.release(fh)
 
     def readdir_fast(self, fh: int, offset: int) -> list[DirEntry] | None:
-        """Entries from ``offset`` on that are already read (``[]``: the end), or None
-        when :meth:`readdir_fill` must read first."""
+        """Entries from ``offset`` on, read already (``[]``: the end); None: :meth:`readdir_fill` first."""
         h = self._handle(fh)
         entries = h.ready(offset)
         return entries if entries is not None else listing.from_memory(self, h, offset)
@@ -652,7 +651,9 @@ class Filesystem(Opens, Reads, XattrReads):
         if self.writes is not None:
             try:
                 self.writes.settle(tree, key, parent)
-            except GravelerError as e:  # (the KV's disk full, its server away): the read answers, not EIO
+            except GravelerError as e:  # (the KV's disk full, its server away): a listing answers without them
+                if key is not None:
+                    raise  # (that very name: no answer is true but the error)
                 self.log_once(logging.WARNING, ("settle", type(e)), "new files not staged before a read: %s", e)
 
     def file_staged(self, node: Node, value: Value, stamp: int, entry: Entry | None = None) -> bool:
@@ -701,8 +702,7 @@ class Filesystem(Opens, Reads, XattrReads):
     # ------------------------------------------------------------------ writes (lakefuse.mount.writes)
 
     def check_writable(self, ino: int) -> None:
-        """Every write-type call asks here first: EROFS on immutable trees, and on every
-        tree of a read-only core."""
+        """Every write-type call asks here first: EROFS on immutable trees and in a read-only core."""
         node = self.inodes.get(ino)
         if not self.writable or (node.tree is not None and node.tree.immutable):
             self.stats.add("writes_refused")

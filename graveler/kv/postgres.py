@@ -184,8 +184,7 @@ def _one_line(e: BaseException, secret: str | None) -> str:
 
 
 def _userinfo(url: str) -> str | None:
-    """What comes between ``scheme://`` and the last ``@`` before the query: the user and
-    password as a person wrote them (None: no ``@`` there)."""
+    """The user and password as written: between ``scheme://`` and the last ``@`` before the query."""
     head = url.split("://", 1)[1].split("?", 1)[0] if "://" in url else ""
     return head.rsplit("@", 1)[0] if "@" in head else None
 
@@ -649,12 +648,8 @@ class PgBackend:
                 direct = psycopg.connect(**{**self._params, "connect_timeout": "3"}, autocommit=True)
             except psycopg.Error as e:
                 raise StoreUnavailable(f"{label}: no connection: {_one_line(e, self._secret)}") from None
-            with self._lock:
-                short = self._out < POOL_MAX
-            if short:
-                # The server answers, yet the pool gave nothing and not all its connections are out:
-                # it is still waiting out its reconnect backoff after an outage (its delays double
-                # with no cap: 16-32 s after a 40 s outage). This connection serves now, then closes.
+            if self._out < POOL_MAX:  # the server answers, the pool gave nothing, not all its connections
+                # are out: it waits out its reconnect backoff (uncapped doubling): this connection serves
                 with direct:
                     _configure(direct)
                     yield direct

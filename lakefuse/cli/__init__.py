@@ -89,7 +89,22 @@ def main(argv: list[str] | None = None) -> int:
         err = _from_spark(e)
         if err is None:
             raise
+        _stop_spark()  # (its workers' shutdown noise comes before the one line, not after it)
         return _fail(err)
+
+
+def _stop_spark() -> None:
+    """Stop the Spark session a command started, if any (a failed job's workers print as they go)."""
+    if "pyspark" not in sys.modules:
+        return
+    try:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
+    except Exception:  # noqa: BLE001 -- stopping is a courtesy: the error is what the user must see
+        pass
 
 
 def _from_spark(e: Exception):

@@ -186,13 +186,19 @@ class Repository:
         read in its transaction --, the branch record's stored bytes then)."""
         return self._stage_many(branch, items, durable, True)
 
-    def _stage_many(self, branch: str, items, durable: bool, stamped: bool) -> tuple[int, int, bytes | None]:
+    @staticmethod
+    def _encoded(items) -> tuple[list[bytes], list]:
+        """The paths and staging records of ``items`` (path, entry/value/None): one compiled call,
+        made outside the write transaction."""
         paths: list[bytes] = []
         values: list[Entry | Value | None] = []
         for p, e in items:
             paths.append(as_path(p))
             values.append(e)
-        records = encode_records(values)  # one compiled call, outside the (shared) write transaction
+        return paths, encode_records(values)
+
+    def _stage_many(self, branch: str, items, durable: bool, stamped: bool) -> tuple[int, int, bytes | None]:
+        paths, records = self._encoded(items)  # (outside the (shared) write transaction)
         refs = self._refs
 
         def fn(txn):
@@ -212,12 +218,7 @@ class Repository:
         entry whose identity is given there (None: no entry); else None, and nothing is staged.
         What two writers read and then change at once -- a rename of one file on two hosts --
         is changed by one of them: the check and the change are one transaction."""
-        paths: list[bytes] = []
-        values: list[Entry | Value | None] = []
-        for p, e in items:
-            paths.append(as_path(p))
-            values.append(e)
-        records = encode_records(values)
+        paths, records = self._encoded(items)
         core, refs = self._core, self._refs
 
         def attempt(n: int):

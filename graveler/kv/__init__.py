@@ -20,7 +20,6 @@ uses the protocol only.
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 from graveler.config import PG_SCHEMES, KVConfig

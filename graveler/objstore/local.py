@@ -127,12 +127,6 @@ def _pread_exact(fd: int, length: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def _copy_fd(src: int, dst: int, size: int) -> None:
-    """Copy ``size`` bytes from the start of ``src`` to ``dst`` (new), in the kernel when it
-    can, its holes kept (:func:`graveler.objstore.sparse.copy_sparse`)."""
-    sparse.copy_sparse(src, dst, size)
-
-
 _libc = None
 
 
@@ -378,7 +372,7 @@ class LocalStore(ObjectStore):
                         etag = h.hexdigest()
                         self._remember_etag(fd, st, etag)
                     else:
-                        _copy_fd(fd, out, st.st_size)
+                        sparse.copy_sparse(fd, out, st.st_size)  # (in the kernel where it can; holes kept)
                 finally:
                     os.close(out)
                 os.replace(tmp, dest)

@@ -125,10 +125,9 @@ def _inside(out, key: str) -> None:
     """InvalidArgument if a directory on the way to ``key`` in a local destination is a symbolic
     link: an export writes and deletes below its destination only (a link planted there by
     whoever can write it sent a root export's files, and its deletions, elsewhere)."""
-    root = getattr(out, "root", None)
-    if not isinstance(out, LocalStore) or root is None:
+    if not isinstance(out, LocalStore):
         return
-    path = root
+    path = out.root
     for segment in key.split("/")[:-1]:
         path = os.path.join(path, segment)
         if os.path.islink(path):

@@ -336,7 +336,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     from lakefuse.mount.watch import StampWatch
 
     watch = StampWatch(fs, lambda ino: pyfuse3.invalidate_inode(ino, False),
-                       invalidate_entry=lambda parent, name: pyfuse3.invalidate_entry(parent, name)).start()
+                       invalidate_entry=pyfuse3.invalidate_entry).start()
     fs.controls.after_change = watch.poke  # a reset, merge or revert: the kernel's caches go first
     try:
         tune_gc()

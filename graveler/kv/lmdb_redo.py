@@ -171,7 +171,7 @@ def decode_ops(data: bytes) -> list[tuple]:
 
 
 def apply_ops(txn, ops: list[tuple]) -> None:
-    """Redo ``ops`` in ``txn`` (a :class:`graveler.kv.lmdb.LmdbTxn` that records nothing)."""
+    """Redo ``ops`` in ``txn`` (a :class:`graveler.kv.lmdb_txn.LmdbTxn` that records nothing)."""
     for op in ops:
         if op[0] == _PUT:
             txn.put(op[1], op[2], op[3])

@@ -81,19 +81,17 @@ import contextlib
 import logging
 import os
 import random
-import re
 import threading
 import time
 from typing import Callable, Iterator, TypeVar
-from urllib.parse import unquote, urlsplit
 
 import psycopg
 import psycopg.errors
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
 from graveler.kv import pg_wire
+from graveler.kv.pg_url import one_line, parse_url, password_of, redact, unavailable
 from graveler.kv.base import MAX_KEY_BYTES, TABLES, GroupCommit, NestedTransaction, ThreadTxns
 
 log = logging.getLogger(__name__)
@@ -147,90 +145,6 @@ _ADD = (f"INSERT INTO {KV_TABLE} SELECT $1::text, t, k, int8send(d) FROM unnest(
 _W_UPSERT = pg_wire.statement("upsert", _UPSERT)
 _W_ADD = pg_wire.statement("add", _ADD.format(2, 3, 4))
 _W_UPSERT_ADD = pg_wire.statement("upsert_add", f"WITH p AS ({_UPSERT}) {_ADD.format(5, 6, 7)}")
-
-
-# -- URLs and messages ---------------------------------------------------------------
-
-
-def _password_of(url: str) -> str | None:
-    """The password written in ``url`` (to keep it out of every message), if any."""
-    try:
-        pw = urlsplit(url).password
-    except ValueError:
-        pw = None
-    if pw:
-        return unquote(pw)
-    m = re.search(r"://[^:/@\s]*:([^@\s]+)@", url)  # a URL urlsplit cannot take ("@[::1", a bad port...)
-    if m:
-        return unquote(m.group(1))
-    for part in url.replace("&", " ").replace("?", " ").split():
-        if part.startswith("password="):
-            return unquote(part[len("password="):])
-    return None
-
-
-def redact(url: str) -> str:
-    """``url`` with its password (``user:PASS@`` or ``password=PASS``) replaced by ``***``."""
-    url = re.sub(r"(://[^/@?]*?):[^/@?]*@", r"\1:***@", url)
-    return re.sub(r"(password=)[^&\s]*", r"\1***", url)
-
-
-def _one_line(e: BaseException, secret: str | None) -> str:
-    """An exception as one line (libpq's messages span several), the secret blanked."""
-    text = "; ".join(s.strip() for s in str(e).splitlines() if s.strip()) or type(e).__name__
-    if secret:
-        text = text.replace(secret, "***")
-    return redact(text)  # (libpq quotes a URL it cannot parse: whatever its password's shape)
-
-
-def _userinfo(url: str) -> str | None:
-    """The user and password as written: between ``scheme://`` and the last ``@`` before the query."""
-    head = url.split("://", 1)[1].split("?", 1)[0] if "://" in url else ""
-    return head.rsplit("@", 1)[0] if "@" in head else None
-
-
-def parse_url(url: str) -> tuple[dict[str, str], str]:
-    """libpq's parameters of ``url`` and how messages name the server (never the password)."""
-    info = _userinfo(url)
-    if info is not None and any(c in info for c in "/@#"):
-        # libpq would end the user or password at that character and take the rest for the host
-        # or the database: messages naming the server would then show part of the password
-        raise InvalidArgument("bad PostgreSQL URL: its user or password holds '/', '@' or '#': "
-                              "percent-encode them (%2F, %40, %23), or give the password in ~/.pgpass "
-                              "or $PGPASSWORD")
-    secret = _password_of(url)
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.Error as e:
-        raise InvalidArgument(f"bad PostgreSQL URL: {_one_line(e, secret)}") from None
-    host = params.get("host") or os.environ.get("PGHOST") or "the default socket"
-    port = params.get("port") or os.environ.get("PGPORT")
-    user = params.get("user") or os.environ.get("PGUSER")
-    db = params.get("dbname") or os.environ.get("PGDATABASE") or user or ""
-    where = f"{user + '@' if user else ''}{host}{':' + port if port else ''}/{db}"
-    return params, f"PostgreSQL server {where}"
-
-
-# libpq's and the server's words for a login the server refused (connection errors carry no
-# SQLSTATE): a wrong or missing password, an unknown role or database, no pg_hba.conf entry.
-_LOGIN_REFUSED = re.compile(r"authentication failed|no password supplied|pg_hba\.conf|"
-                            r"(role|database) \"[^\"]*\" does not exist|not permitted to log in")
-
-
-# libpq's words for a URL setting it refused at connect time (``port=notaport``, ``sslmode=bogus``)
-_BAD_OPTION = re.compile(r"invalid [\w ]*value|invalid port number|invalid connection option")
-
-
-def _unavailable(server: str, e: BaseException, secret: str | None) -> StoreUnavailable | InvalidArgument:
-    """A failed connect: the server refused the login (a wrong password, an unknown role or
-    database) is ``InvalidArgument`` -- retrying cannot help; anything else (unreachable, stopped,
-    starting up) is ``StoreUnavailable``."""
-    text = _one_line(e, secret)
-    if _LOGIN_REFUSED.search(text):
-        return InvalidArgument(f"{server} refused the login: {text}")
-    if _BAD_OPTION.search(text):  # a setting of the URL libpq checks only when it connects
-        return InvalidArgument(f"bad PostgreSQL URL: {text}")
-    return StoreUnavailable(f"{server}: {text}")
 
 
 # -- transactions -------------------------------------------------------------------
@@ -497,7 +411,7 @@ class PgBackend:
     """``postgresql://...``: every repository of a home in one table of one database."""
 
     def __init__(self, url: str, pool_timeout: float = POOL_TIMEOUT_S):
-        self._secret = _password_of(url)
+        self._secret = password_of(url)
         params, self.server = parse_url(url)
         self.url = redact(url)
         if "connect_timeout" not in params:
@@ -525,7 +439,7 @@ class PgBackend:
         try:
             return psycopg.connect(**self._params, autocommit=True)
         except psycopg.Error as e:
-            raise _unavailable(self.server, e, self._secret) from None
+            raise unavailable(self.server, e, self._secret) from None
 
     def _check_schema(self) -> None:
         """Create the tables when absent; refuse a database whose schema is newer than this code.
@@ -548,7 +462,7 @@ class PgBackend:
                             f"{self.server}: the refs tables are at schema version {row[0]}, newer than this "
                             f"lakefuse knows (version {SCHEMA_VERSION}); upgrade lakefuse. Nothing was changed")
             except psycopg.Error as e:
-                raise _unavailable(self.server, e, self._secret) from None
+                raise unavailable(self.server, e, self._secret) from None
 
     @contextlib.contextmanager
     def transaction(self, label: str, write: bool, durable: bool = True,
@@ -597,8 +511,8 @@ class PgBackend:
 
     def _error(self, label: str, e: psycopg.Error) -> GravelerError:
         if isinstance(e, psycopg.errors.ProgramLimitExceeded):
-            return InvalidArgument(f"{label}: {_one_line(e, self._secret)}")
-        return StoreUnavailable(f"{label}: {_one_line(e, self._secret)}")
+            return InvalidArgument(f"{label}: {one_line(e, self._secret)}")
+        return StoreUnavailable(f"{label}: {one_line(e, self._secret)}")
 
     def get_one(self, label: str, partition: str, table: str, key: bytes) -> bytes | None:
         """One key's value in one statement and one round trip: no BEGIN / COMMIT (a single
@@ -647,7 +561,7 @@ class PgBackend:
             try:
                 direct = psycopg.connect(**{**self._params, "connect_timeout": "3"}, autocommit=True)
             except psycopg.Error as e:
-                raise StoreUnavailable(f"{label}: no connection: {_one_line(e, self._secret)}") from None
+                raise StoreUnavailable(f"{label}: no connection: {one_line(e, self._secret)}") from None
             if self._out < POOL_MAX:  # the server answers, the pool gave nothing, not all its connections
                 # are out: it waits out its reconnect backoff (uncapped doubling): this connection serves
                 with direct:
@@ -670,7 +584,7 @@ class PgBackend:
         try:
             psycopg.connect(**{**self._params, "connect_timeout": "3"}).close()
         except psycopg.Error as e:
-            return _one_line(e, self._secret)
+            return one_line(e, self._secret)
         return f"all {POOL_MAX} connections of this process are busy"
 
     def run_write(self, label: str, body: Callable[[psycopg.Connection], T], durable: bool = True,

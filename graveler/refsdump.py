@@ -30,7 +30,7 @@ from graveler.model import Value
 from graveler.proto import graveler_pb2
 from graveler.committed.manager import CommittedManager
 from graveler.refs import Branch, Commit, RefManager, new_staging_token
-from graveler.refs.names import validate_branch_name, validate_tag_name
+from graveler.refs.names import validate_branch_name, validate_lakefs_tag_name
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def restore_refs(refs: RefManager, committed: CommittedManager, store, manifest:
     tags = []
     for key, v in cm.iterator(manifest["tags_meta_range_id"]):
         pb = _parse(graveler_pb2.TagData, v.data, "tag")
-        _check_ref_record("tag", key, pb.id, validate_tag_name)
+        _check_ref_record("tag", key, pb.id, validate_lakefs_tag_name)
         tags.append((pb.id, pb.commit_id))
     _check_closed(commits, branches, tags)
 
@@ -231,7 +231,7 @@ def restore_refs(refs: RefManager, committed: CommittedManager, store, manifest:
             refs.get_commit_txn(txn, b.commit_id)
             refs.put_branch_txn(txn, b)
         for tag, cid in tags:
-            refs.create_tag_txn(txn, tag, cid)
+            refs.create_tag_txn(txn, tag, cid, restored=True)
 
     refs.env.write(fn)
     log.info("%s: restored %d commits, %d branches, %d tags", name, len(commits), len(branches), len(tags))

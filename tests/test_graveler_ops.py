@@ -680,6 +680,50 @@ def test_restore_refuses_an_incomplete_or_inconsistent_dump(tmp_path):
     g.close()
 
 
+def test_a_dump_keeps_the_tags_lakeFS_allows_and_each_is_reached_by_its_name(tmp_path):
+    """Found by a lakeFS power user's exploration: a dump holding a tag lakeFS's own rule allows
+    (``release/1.0``) was refused as corrupted (exit 5), as new tags are stricter. Such tags
+    restore, list and resolve by their exact name (``v~old``'s before reading ``~``); one lakeFS
+    refuses (a space) is still CorruptedData; and a new tag may not be named so, nor with 64 hex
+    digits (a full commit ID wins: the tag could never be reached)."""
+    from graveler.errors import CorruptedData, InvalidArgument
+    from graveler.model import Value
+    from graveler.proto import graveler_pb2
+    from graveler.refsdump import _metadata
+
+    g = make_graveler(tmp_path)
+    r = g.create_repository("orig", f"file://{tmp_path}/ns")
+    r.stage("main", "a", entry("a"))
+    c1 = r.commit("main", "one")
+    r.stage("main", "b", entry("b"))
+    c2 = r.commit("main", "two")
+    r.create_tag("v", c2.id)
+    manifest = r.dump_refs()
+
+    def tags(*names):
+        return r._committed.write_metarange(sorted(
+            (n.encode(), Value(c1.id.encode(), graveler_pb2.TagData(id=n, commit_id=c1.id).SerializeToString()))
+            for n in names), _metadata("tag"))
+
+    lakefs_only = ["release/1.0", "v~old", "a@b", "cost$", "v"]
+    ok = g.create_repository("whole", f"file://{tmp_path}/ns", bare=True)
+    ok.restore_refs({**manifest, "tags_meta_range_id": tags(*lakefs_only)})
+    assert sorted(t.name for t in ok.list_tags()) == sorted(lakefs_only)
+    for name in lakefs_only:
+        assert ok.resolve(name).commit_id == c1.id, name
+    assert ok.resolve("v~1").commit_id != c1.id  # no tag of that name: the expression on tag v
+    assert ok.resolve("main~1").commit_id == c1.id
+    for bad in ("bad name", "x^1", "a..b", "ends/"):
+        bare = g.create_repository(f"bare{abs(hash(bad)) % 1000}", f"file://{tmp_path}/ns", bare=True)
+        with pytest.raises(CorruptedData, match="lakeFS's rule"):
+            bare.restore_refs({**manifest, "tags_meta_range_id": tags(bad)})
+        assert bare.list_tags() == []
+    for new in ("release/2.0", "w~old", c2.id, "ab" * 32):
+        with pytest.raises(InvalidArgument):
+            r.create_tag(new, c1.id)
+    g.close()
+
+
 def _table_id(path: Path) -> str:
     t = SSTable(path.read_bytes(), str(path))
     h = TableHasher()

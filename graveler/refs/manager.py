@@ -28,11 +28,13 @@ from graveler.refs.names import (
     HEX_RE,
     MIN_COMMIT_PREFIX,
     validate_branch_name,
+    validate_lakefs_tag_name,
     validate_tag_name,
 )
 from graveler.refs.records import Branch, Commit, RepositoryRecord, Tag, new_staging_token
 
 _RECORD_KEY = b"record"
+_EXPR_CHARS = frozenset("~^@$/")  # in a ref expression, or only in a tag lakeFS's rule lets through
 _STRIPES = 256  # stamp stripes per branch (see RefManager.bump_staged_stamp_txn)
 _stripes: dict[int, int] = {}  # pid -> this process's stripe
 
@@ -208,8 +210,9 @@ class RefManager:
             raise NotFound(f"tag {name!r} not found")
         return Tag.from_bytes(raw, name)
 
-    def create_tag_txn(self, txn: Txn, name: str, commit_id: str) -> Tag:
-        validate_tag_name(name)
+    def create_tag_txn(self, txn: Txn, name: str, commit_id: str, restored: bool = False) -> Tag:
+        """A new tag; ``restored``: one a refs dump brings, under lakeFS's looser name rule."""
+        (validate_lakefs_tag_name if restored else validate_tag_name)(name)
         self.get_commit_txn(txn, commit_id)
         if not txn.insert(TAGS, name.encode(), Tag(name, commit_id).to_bytes()):
             raise AlreadyExists(f"tag {name!r} already exists")
@@ -229,6 +232,10 @@ class RefManager:
 
     # resolution
     def resolve_txn(self, txn: Txn, expr: str) -> ResolvedRef:
+        if _EXPR_CHARS.intersection(expr):  # a restored lakeFS tag may be named so: its exact name first
+            raw_tag = txn.get(TAGS, expr.encode("utf-8", "surrogateescape"))
+            if raw_tag is not None:
+                return ResolvedRef(RefType.TAG, Tag.from_bytes(raw_tag, expr).commit_id)
         raw = parse_ref(expr)
         rr = self._resolve_base(txn, raw.base)
         if not raw.modifiers:

@@ -38,12 +38,18 @@ def validate_branch_name(name: str) -> str:
 
 
 def validate_tag_name(name: str) -> str:
-    """git's check-ref-format rules, minus '/', and nothing that ref expressions use (~ ^ @ $)."""
+    """A new tag's name: git's check-ref-format rules, minus '/', nothing that ref expressions
+    use (~ ^ @ $), and not 64 hex digits (a full commit ID wins over a tag: such a tag could
+    never be reached by its name). Stricter than lakeFS (:func:`validate_lakefs_tag_name`),
+    whose tags a restored dump may still bring."""
     if not isinstance(name, str) or not name:
         raise InvalidArgument("invalid tag name: empty")
 
     def bad(reason: str) -> InvalidArgument:
         return InvalidArgument(f"invalid tag name {name!r}: {reason}")
+
+    if len(name) == COMMIT_ID_LENGTH and HEX_RE.match(name):
+        raise bad("64 hex digits are read as a commit ID")
 
     if len(name.encode("utf-8", "surrogatepass")) > 255:
         raise bad("longer than 255 bytes")
@@ -61,12 +67,43 @@ def validate_tag_name(name: str) -> str:
     return name
 
 
+_LAKEFS_TAG_FORBIDDEN = set("^:?*[\\")
+
+
+def validate_lakefs_tag_name(name: str) -> str:
+    """lakeFS's own rule for tags (its ValidateTagID), which a refs dump's tags must meet: not
+    empty or ``@``; no ``..``, ``//`` or ``@{``; not ending in ``.``, ``.lock`` or ``/``; none of
+    ``^ : ? * [ \\``, spaces or control characters. '/', '~', '@' and '$' pass: such a tag is
+    kept and listed, reached by its exact name where it can be (a name with '/' is no
+    directory of the mount's root and no ref of a ``lakefs://`` URI)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument("invalid tag name: empty")
+
+    def bad(reason: str) -> InvalidArgument:
+        return InvalidArgument(f"invalid tag name {name!r} (lakeFS's rule): {reason}")
+
+    if name == "@":
+        raise bad("'@' alone")
+    if name.endswith((".", ".lock", "/")):
+        raise bad("must not end with '.', '.lock' or '/'")
+    for part in ("..", "//", "@{"):
+        if part in name:
+            raise bad(f"must not contain {part!r}")
+    for ch in name:
+        if ch.isspace() or ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0:
+            raise bad("must not contain spaces or control characters")
+        if ch in _LAKEFS_TAG_FORBIDDEN:
+            raise bad(f"must not contain {ch!r} (one of ^ : ? * [ \\)")
+    return name
+
+
 __all__ = [
     "BRANCH_RE",
     "COMMIT_ID_LENGTH",
     "HEX_RE",
     "MIN_COMMIT_PREFIX",
     "validate_branch_name",
+    "validate_lakefs_tag_name",
     "validate_repository_name",
     "validate_tag_name",
 ]

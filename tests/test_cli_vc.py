@@ -147,9 +147,12 @@ def test_user_story(cli, tmp_path):
     assert len(merge["parents"]) == 2 and merge["branch"] == "main"
     assert cli("fs", "cat", f"{REPO}/main/ds/sales/2024/02.csv") == "day,amount\n1,31\n"
 
-    log = cli.jsonl("log", f"{REPO}/main")
-    assert [c["message"] for c in log] == ["Merge 'feature' into 'main'", "add dataset", "Repository created"]
+    log = cli.jsonl("log", f"{REPO}/main")  # every ancestor, as git log and lakectl log
+    assert [c["message"] for c in log] == ["Merge 'feature' into 'main'", "fix february", "add dataset",
+                                           "Repository created"]
     assert log[0]["id"] == merge["id"]
+    first = cli.jsonl("log", f"{REPO}/main", "--first-parent")
+    assert [c["message"] for c in first] == ["Merge 'feature' into 'main'", "add dataset", "Repository created"]
     text = cli("log", f"{REPO}/main", "--amount", "2").splitlines()
     assert len(text) == 2 and text[0].startswith(merge["id"][:12]) and text[0].endswith("Merge 'feature' into 'main'")
     assert " root " in text[1]  # the committer: this process's user (lakefuse.users)
@@ -284,6 +287,23 @@ def test_merge_conflict_and_strategies(cli, story, tmp_path):
     assert cli("fs", "cat", f"{REPO}/main/ds/readme.txt") == "b"
 
 
+def test_diff_three_dot_shows_the_right_side_since_the_merge_base(cli, story, tmp_path):
+    """Found by a lakeFS power user's exploration: `diff LEFT RIGHT` compares the tips (git's
+    two-dot) and lakectl's default, the right side's changes since the merge base, had no form.
+    --three-dot is it; it needs two refs, and two histories that meet."""
+    a = tmp_path / "a"
+    a.write_text("a")
+    cli("branch", "create", f"{REPO}/dev", "--source", "main")
+    cli("fs", "upload", f"{REPO}/dev/dev-only.txt", "--source", str(a))
+    cli("commit", f"{REPO}/dev", "-m", "dev")
+    cli("fs", "upload", f"{REPO}/main/main-only.txt", "--source", str(a))
+    cli("commit", f"{REPO}/main", "-m", "main")
+    assert cli("diff", f"{REPO}/main", f"{REPO}/dev").splitlines() == ["+ dev-only.txt", "- main-only.txt"]
+    assert cli("diff", f"{REPO}/main", f"{REPO}/dev", "--three-dot").splitlines() == ["+ dev-only.txt"]
+    assert cli("diff", f"{REPO}/dev", f"{REPO}/main", "--three-dot").splitlines() == ["+ main-only.txt"]
+    assert "two refs" in cli.fails(2, "diff", f"{REPO}/main", "--three-dot")
+
+
 @pytest.mark.parametrize(
     "args, code, fragment",
     [
@@ -358,7 +378,8 @@ def test_commits_merges_and_reverts_name_this_user_or_lakefuse_committer(cli, st
     monkeypatch.setenv("LAKEFUSE_COMMITTER", " ")  # blank: as unset
     assert cli.json("revert", f"{REPO}/main", f"{REPO}/main", "-p", "1")["committer"] == me
     # first parents: the revert, the merge, "mine"
-    assert [c["committer"] for c in cli.jsonl("log", f"{REPO}/main", "--amount", "3")] == [me, "etl-bot", me]
+    log = cli.jsonl("log", f"{REPO}/main", "--amount", "3", "--first-parent")
+    assert [c["committer"] for c in log] == [me, "etl-bot", me]
 
 
 def test_revert_merge_commit_needs_parent_number(cli, story):

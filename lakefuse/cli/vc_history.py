@@ -33,8 +33,10 @@ _SIGN = {DiffType.ADDED: "+", DiffType.REMOVED: "-", DiffType.CHANGED: "~"}
 
 DIFF_EPILOG = """\
 With two refs: the committed differences from LEFT to RIGHT (a branch counts as
-its head commit; its uncommitted changes are not included). With one branch:
-its uncommitted changes against its head commit.
+its head commit; its uncommitted changes are not included), as git's `diff A B`
+(two-dot); with --three-dot, RIGHT's changes since its merge base with LEFT, as
+git's `diff A...B` and lakectl's default. With one branch: its uncommitted changes
+against its head commit.
 
 Each line is `+ path` (added), `- path` (removed) or `~ path` (changed);
 --json prints one object per line: type, path, and the left / right entries."""
@@ -51,9 +53,14 @@ def register(sub) -> None:
     p.add_argument("--allow-empty-message", action="store_true",
                    help="take an empty (or blank) message; refused without it, as git and lakectl do")
 
-    p = add_command(sub, "log", "show the first-parent history of a ref, newest first", cmd_log)
+    p = add_command(sub, "log", "show the history of a ref, newest first", cmd_log,
+                    epilog="Every ancestor once, as git log and lakectl log show them: the highest generation\n"
+                           "first (a commit before its parents), the newest first among equals. --first-parent\n"
+                           "follows first parents only: the branch's own line, a merge standing for what it\n"
+                           "brought in.")
     p.add_argument("ref", metavar="lakefs://REPO/REF")
     p.add_argument("--amount", "-n", type=int, metavar="N", help="show at most N commits")
+    p.add_argument("--first-parent", action="store_true", help="follow first parents only")
 
     p = add_command(sub, "show", "show the commit a ref points at", cmd_show)
     p.add_argument("ref", metavar="lakefs://REPO/REF")
@@ -62,6 +69,8 @@ def register(sub) -> None:
                     cmd_diff, epilog=DIFF_EPILOG)
     p.add_argument("left", metavar="lakefs://REPO/LEFT")
     p.add_argument("right", metavar="lakefs://REPO/RIGHT", nargs="?")
+    p.add_argument("--three-dot", action="store_true",
+                   help="RIGHT's changes since the merge base of LEFT and RIGHT (lakectl's default)")
 
     p = add_command(
         sub, "merge", "merge a ref into a branch (three-way, with a merge commit)", cmd_merge,
@@ -144,7 +153,7 @@ def cmd_log(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"--amount must be >= 0, not {args.amount}")
     with session(args) as s:
         repo = s.repo(u)
-        for c in repo.log(ref, amount=args.amount):
+        for c in repo.log(ref, amount=args.amount, first_parent=args.first_parent):
             if args.json:
                 emit_json(commit_json(c))
             else:
@@ -172,6 +181,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     with session(args) as s:
         repo = s.repo(left)
         if args.right is None:
+            if args.three_dot:
+                raise InvalidArgument("--three-dot compares two refs: give RIGHT too")
             try:
                 records = repo.diff_uncommitted(lref)
             except ReadOnlyRef as e:  # a tag or a commit: nothing uncommitted, and nothing changes (bad input)
@@ -181,7 +192,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
         else:
             right = uri_arg(args.right)
             same_repo(left, right)
-            records = repo.diff(lref, right.with_ref())
+            rref = right.with_ref()
+            if args.three_dot:
+                base = repo.find_merge_base(lref, rref)
+                if base is None:
+                    raise InvalidArgument(f"{lref} and {rref} have no common ancestor: --three-dot has no base")
+                lref = base.id
+            records = repo.diff(lref, rref)
         _print_diff(args, repo, records)
     return 0
 

@@ -128,6 +128,8 @@ class Entry:
             pb.ParseFromString(data)
         except Exception as e:  # protobuf's DecodeError
             raise CorruptedData(f"malformed catalog entry ({e})") from None
+        if pb.size < 0:  # (an int64 on the wire: no object has such a size)
+            raise CorruptedData(f"damaged catalog entry: size {pb.size}")
         ts = pb.last_modified
         return Entry(
             address=pb.address,

@@ -506,7 +506,10 @@ class EntryReader:
         if entry.address_type == AddressType.FULL or (
             entry.address_type == AddressType.BY_PREFIX_DEPRECATED and "://" in addr
         ):
-            root, key = StorageURI.split_object(addr)
+            try:
+                root, key = StorageURI.split_object(addr)
+            except InvalidArgument as e:  # a stored entry's address: damage, not the caller's input
+                raise CorruptedData(f"damaged entry: {e}") from None
             if root == self._namespace:
                 return self._store, key
             refuse_local_root(self._namespace, root, addr)

@@ -127,7 +127,7 @@ class Repository:
         64 hex digits is refused: a ref like that resolves as a commit ID (lakeFS's order), so
         such a branch (a restored lakeFS one may be) is never reached by its name."""
         validate_branch_name(name)
-        if len(name) == COMMIT_ID_LENGTH and HEX_RE.match(name):
+        if len(name) == COMMIT_ID_LENGTH and HEX_RE.fullmatch(name):
             raise InvalidArgument(f"invalid branch name {name!r}: 64 hex digits are read as a commit ID")
 
         def fn(txn):
@@ -194,6 +194,8 @@ class Repository:
         values: list[Entry | Value | None] = []
         for p, e in items:
             paths.append(as_path(p))
+            if type(e) is Entry and e.size < 0:
+                raise InvalidArgument(f"entry {p!r}: size {e.size} (an object's size is >= 0)")
             values.append(e)
         return paths, encode_records(values)
 

@@ -336,3 +336,24 @@ def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     assert main(["branch", "create", "lakefs://edg/v1", "-s", "main", "--home", str(h)]) == 0
     assert "a tag 'v1' exists too: lakefs://edg/v1 now names this branch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("repo", "create", "lakefs://rep3", "--storage", "file:///tmp/a%00b"), "NUL"),
+    (("repo", "create", "lakefs://rep3", "--storage", "file://[x/y"), "IPv6"),
+    (("repo", "create", "lakefs://rep3", "--storage", "file:///tmp/%ff"), "not UTF-8"),
+    (("repo", "create", "lakefs://rep3\n"), "repository name"),
+    (("branch", "create", "lakefs://rep1/feat\n", "--source", "main"), "branch name"),
+    (("mount", "lakefs://rep1", "/nonexistent-mnt", "--cache-size", "inf"), "not a size"),
+    (("mount", "lakefs://rep1", "/nonexistent-mnt", "--cache-size", "1e999"), "not a size"),
+    (("mount", "lakefs://rep1", "/nonexistent-mnt", "--cache-size", "1e30T"), "too large"),
+], ids=lambda a: " ".join(a[:2]) if isinstance(a, tuple) else None)
+def test_malformed_values_are_usage_errors_in_one_line(home, args, fragment):
+    """Found by fuzzing: these were tracebacks (exit 1: ValueError, OverflowError), or were taken
+    (a name ending in a newline; 1e30T; %ff stored as another directory). Exit 2, one line (after
+    argparse's usage, for an option's value)."""
+    r = run(home, *args)
+    err = r.stderr.decode().strip().splitlines()
+    assert r.returncode == 2 and fragment in err[-1] and "Traceback" not in r.stderr.decode(), (r.returncode, err)
+    assert len(err) == 1 or err[0].startswith("usage:")
+    assert not (home / "repos" / "rep3").exists()

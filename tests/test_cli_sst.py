@@ -112,3 +112,30 @@ def test_a_healthy_table_in_a_form_lakefuse_does_not_read_is_exit_2_by_name(tmp_
                         compression=rocksdict.DBCompressionType.lz4())
     r = run("sst", "dump", str(path))
     assert r.returncode == 2 and "LZ4 compression is not supported" in r.stderr, r.stderr
+
+
+def test_sst_dump_json_of_a_commit_no_json_date_can_hold_is_exit_5(tmp_path):
+    """Found by fuzzing: a refs dump's commit record dated beyond year 9999 parses, and `sst dump
+    --json` died in protobuf's JSON form (a traceback, exit 1). Exit 5 naming the record; the
+    same table with the commit's real date dumps."""
+    from graveler.model import Value
+    from graveler.refsdump import _metadata
+    from tests.graveler_testutil import entry, make_graveler
+
+    g = make_graveler(tmp_path)
+    r = g.create_repository("big", f"file://{tmp_path}/ns")
+    r.stage("main", "a", entry("a"))
+    c = r.commit("main", "one")
+    pb = c.to_proto()
+    files = {}
+    for label, seconds in (("healthy", pb.creation_date.seconds), ("damaged", 1 << 40)):
+        pb.creation_date.seconds = seconds
+        mr = r._committed.write_metarange([(c.id.encode(), Value(c.id.encode(), pb.SerializeToString()))],
+                                          _metadata("commit"))
+        (rng,) = r._committed.list_ranges(mr)
+        files[label] = tmp_path / "ns" / "_lakefs" / rng.id
+    g.close()
+    ok = run("sst", "dump", "--json", str(files["healthy"]))
+    assert ok.returncode == 0 and json.loads(ok.stdout.splitlines()[1])["commit"]["id"] == c.id, ok.stderr
+    bad = run("sst", "dump", "--json", str(files["damaged"]))
+    assert bad.returncode == 5 and bad.stderr.count("\n") == 1 and "damaged commit record" in bad.stderr, bad.stderr

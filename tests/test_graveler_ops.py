@@ -781,3 +781,24 @@ def test_a_branch_named_as_a_full_commit_id_is_refused(repo):
             repo.create_branch(name)
     repo.create_branch("ab" * 31)
     assert "ab" * 31 in {b.name for b in repo.list_branches()}
+
+
+def test_a_negative_size_is_refused_when_staged_and_damage_when_read(tmp_path):
+    """Found by fuzzing: an entry of size -5 was staged, listed as "-5 B", and `fs cat` blamed the
+    caller ("bad byte range", exit 2). Staging refuses it (InvalidArgument); a stored one is
+    CorruptedData (exit 5); size 0 is an entry like any other."""
+    from graveler.errors import CorruptedData, InvalidArgument
+    from graveler.model import Entry, Value, py_entry_proto
+
+    assert Entry.from_proto_bytes(py_entry_proto("data/x", 0, "e", 0, {}, 0, "")).size == 0
+    with pytest.raises(CorruptedData, match="size -5"):
+        Entry.from_proto_bytes(py_entry_proto("data/x", -5, "e", 0, {}, 0, ""))
+    with pytest.raises(CorruptedData, match="size -5"):
+        Entry.from_value(Value(b"id", py_entry_proto("data/x", -5, "e", 0, {}, 0, "")))
+    g = make_graveler(tmp_path)
+    r = g.create_repository("neg", f"file://{tmp_path}/ns")
+    with pytest.raises(InvalidArgument, match="size -5"):
+        r.stage("main", "neg", Entry("data/nothing", -5, "d41d8cd98f00b204e9800998ecf8427e"))
+    r.stage("main", "empty", Entry("data/nothing", 0, "d41d8cd98f00b204e9800998ecf8427e"))
+    assert r.get("main", "empty").size == 0
+    g.close()

@@ -514,7 +514,9 @@ def test_parts_wait_for_a_size_and_a_cheap_request_and_a_jump_resets_the_window(
     assert r.lanes_max > 1 and r.parts >= 1  # the window grew
     assert r.read(30 * chunk + 5, 100) == data[30 * chunk + 5:30 * chunk + 105]  # a jump: one chunk alone
     assert r.read(30 * chunk + 105, 1000) == data[30 * chunk + 105:30 * chunk + 1105]  # sequential again
-    assert r.lanes == 1 and r._cap == 4  # a new stream from there, the window back to one GET, free to grow
+    # a new stream from there, the window back to one GET and free to grow (_cap 4); on a loaded
+    # machine it may have doubled already and judged the doubling not to pay (back to 1, _cap 1)
+    assert r.lanes == 1 and r._cap in (4, 1)
     assert _read_sequentially(r, 30 * chunk + 1105, len(data)) == data[30 * chunk + 1105:]
     assert r.streams == 2
     r.close()

@@ -44,3 +44,29 @@ def test_object_uris_round_trip(tmp_path):
     for bad in ("data/x", "s3://bucket", "file:///", "gs://b/k"):
         with pytest.raises(InvalidArgument):
             StorageURI.split_object(bad)
+
+
+def test_bad_input_in_a_uri_is_invalid_argument_and_a_stored_address_is_read_as_written(tmp_path):
+    """Found by fuzzing: `--storage file:///a%00b` and `file://[x/y` escaped as ValueError (a
+    traceback, exit 1), and `file:///d/%ff` made the directory `d/%EF%BF%BD` (a replacement
+    character, not the byte written). A new namespace refuses them (InvalidArgument: exit 2);
+    a stored object address keeps bytes that are not UTF-8 as the bytes written; an entry whose
+    address cannot be parsed is damage (CorruptedData), not the caller's bad input."""
+    from graveler.errors import CorruptedData
+    from graveler.model import AddressType, Entry
+    from graveler.objects import EntryReader
+
+    for bad, why in (("file:///a%00b", "NUL"), ("/a\x00b", "NUL"), ("file://[x/y", "IPv6"),
+                     ("file:///d/%ff", "not UTF-8")):
+        with pytest.raises(InvalidArgument, match=why):
+            StorageURI.parse(bad)
+    root, key = StorageURI.split_object("file:///tmp/x%ff/f%fe")
+    assert root.path.encode("utf-8", "surrogateescape") == b"/tmp/x\xff"
+    assert key.encode("utf-8", "surrogateescape") == b"f\xfe"
+    assert root.object_uri(key) == "file:///tmp/x%FF/f%FE"  # printed back as written
+    d = tmp_path / "ns"
+    reader = EntryReader(d.as_uri(), open_store(d.as_uri()), open_store)
+    with pytest.raises(CorruptedData, match="damaged entry"):
+        reader.locate(Entry("file://[x/y", 3, "etag", address_type=AddressType.FULL))
+    store, k = reader.locate(Entry(d.as_uri() + "/data/obj", 3, "etag", address_type=AddressType.FULL))
+    assert k == "obj" and store is not None  # a healthy FULL address: its directory, its name

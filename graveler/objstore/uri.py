@@ -44,11 +44,13 @@ class StorageURI:
             if not bucket:
                 raise InvalidArgument(f"bad S3 URI {text!r}: expected s3://bucket[/prefix]")
             return StorageURI(S3, bucket, prefix.strip("/"))
+        if "\x00" in text:
+            raise InvalidArgument(f"bad store URI {text!r}: it holds a NUL")
         if text.startswith("file:"):
-            parts = urlsplit(text)
+            parts = _split(text)
             if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
                 raise InvalidArgument(f"bad file URI {text!r}: expected file:///absolute/path")
-            path = unquote(parts.path)
+            path = _unquote(parts.path, text)
             if not os.path.isabs(path):
                 raise InvalidArgument(f"bad file URI {text!r}: expected file:///absolute/path")
             return StorageURI(FILE, "", _dir(path))
@@ -66,7 +68,7 @@ class StorageURI:
         if not sep or not rest:
             raise InvalidArgument(f"not a full address: {address!r}")
         if scheme == FILE:
-            path = unquote(urlsplit(address).path)
+            path = _unquote(_split(address).path, address, strict=False)
             root, _, key = path.rpartition("/")
             if not key or not os.path.isabs(path):
                 raise InvalidArgument(f"bad file address {address!r}")
@@ -80,14 +82,35 @@ class StorageURI:
 
     def __str__(self) -> str:
         if self.scheme == FILE:
-            return "file://" + quote(self.path)
+            return "file://" + quote(self.path, errors="surrogateescape")
         return f"s3://{self.bucket}/{self.path}" if self.path else f"s3://{self.bucket}"
 
     def object_uri(self, key: str) -> str:
         """The URI of the object ``key`` under this root."""
         if self.scheme == FILE:
-            return str(self).rstrip("/") + "/" + quote(key)
+            return str(self).rstrip("/") + "/" + quote(key, errors="surrogateescape")
         return f"s3://{self.bucket}/{self.path}/{key}" if self.path else f"s3://{self.bucket}/{key}"
+
+
+def _split(text: str):
+    try:
+        return urlsplit(text)
+    except ValueError as e:  # (an unclosed "[": "Invalid IPv6 URL")
+        raise InvalidArgument(f"bad file URI {text!r}: {e}") from None
+
+
+def _unquote(path: str, text: str, strict: bool = True) -> str:
+    """A file URI's path, percent-decoded, holding no NUL. ``strict``: what it names must be
+    UTF-8 (a new namespace; one decoded with replacement characters would be another directory
+    than the one written); else bytes that are not UTF-8 stay the bytes written, as Python's
+    file names keep them (an object's address: the file it names, whatever its name)."""
+    try:
+        out = unquote(path, errors="strict" if strict else "surrogateescape")
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"bad file URI {text!r}: its percent-escapes are not UTF-8") from None
+    if "\x00" in out:
+        raise InvalidArgument(f"bad file URI {text!r}: it holds a NUL (%00)")
+    return out
 
 
 def _dir(path: str) -> str:

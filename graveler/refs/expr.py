@@ -60,7 +60,7 @@ class RawRef:
     modifiers: tuple[tuple[str, int], ...]  # ("~" | "^" | "@", amount)
 
 
-_MOD_RE = re.compile(r"[~^@]\d*")
+_MOD_RE = re.compile(r"[~^@][0-9]*")  # ASCII digits only (a regex digit is any script's)
 
 
 def parse_ref(expr: str) -> RawRef:

@@ -18,7 +18,7 @@ import socket
 import zlib
 from typing import Iterator
 
-from graveler.errors import AlreadyExists, AmbiguousRef, InvalidArgument, NotFound
+from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
 from graveler.kv.base import BRANCHES, COMMITS, REPO, STAMPS, TAGS, Store, Txn
 from graveler.refs import graph
 from graveler.refs.expr import RefType, ResolvedRef, parse_ref
@@ -63,6 +63,9 @@ class RefManager:
     def get_repository_txn(self, txn: Txn) -> RepositoryRecord:
         raw = txn.get(REPO, _RECORD_KEY)
         if raw is None:
+            for key, _ in txn.scan(REPO, values=False):  # a record under a damaged key: not a create unfinished
+                raise CorruptedData(f"damaged repository record in {self.env.label}: none under {_RECORD_KEY!r}, "
+                                    f"one under {key!r}")
             raise NotFound(f"repository record missing in {self.env.label}")
         return RepositoryRecord.from_bytes(raw)
 
@@ -116,7 +119,7 @@ class RefManager:
 
     def iter_commit_ids(self) -> list[str]:
         with self.env.read() as txn:
-            return [k.decode() for k, _ in txn.scan(COMMITS, values=False)]
+            return [k.decode("utf-8", "replace") for k, _ in txn.scan(COMMITS, values=False)]
 
     def list_commits(self) -> Iterator[Commit]:
         """Every commit, in commit-ID order (read in batches of 1000, one transaction each)."""
@@ -125,7 +128,10 @@ class RefManager:
             batch: list[Commit] = []
             with self.env.read() as txn:
                 for k, v in txn.scan(COMMITS, start):
-                    batch.append(Commit.from_bytes(v, k.decode()))
+                    c = Commit.from_bytes(v, k.decode("utf-8", "replace"))
+                    if c.id.encode() != k:  # (a damaged key, or a record under another commit's key)
+                        raise CorruptedData(f"damaged commit record: keyed {k!r}, it is commit {c.id!r}")
+                    batch.append(c)
                     if len(batch) >= 1000:
                         break
             yield from batch
@@ -201,7 +207,7 @@ class RefManager:
     def list_branches(self) -> list[Branch]:
         """All branches, by name."""
         with self.env.read() as txn:
-            return [Branch.from_bytes(v, k.decode()) for k, v in txn.scan(BRANCHES)]
+            return [Branch.from_bytes(v, k.decode("utf-8", "replace")) for k, v in txn.scan(BRANCHES)]
 
     # tags
     def get_tag_txn(self, txn: Txn, name: str) -> Tag:
@@ -267,12 +273,12 @@ class RefManager:
             return self.resolve_txn(txn, expr)
 
     def _resolve_base(self, txn: Txn, base: str) -> ResolvedRef:
-        is_hex = bool(HEX_RE.match(base))
+        is_hex = bool(HEX_RE.fullmatch(base))
         if is_hex and len(base) == COMMIT_ID_LENGTH:
             raw = txn.get(COMMITS, base.lower().encode())
             if raw is not None:
                 return ResolvedRef(RefType.COMMIT, base.lower())
-        raw = txn.get(BRANCHES, base.encode()) if BRANCH_RE.match(base) else None
+        raw = txn.get(BRANCHES, base.encode()) if BRANCH_RE.fullmatch(base) else None
         if raw is not None:
             b = Branch.from_bytes(raw, base)
             return ResolvedRef(RefType.BRANCH, b.commit_id, branch=b.name, tokens=b.tokens)

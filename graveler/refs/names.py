@@ -17,7 +17,7 @@ _TAG_FORBIDDEN = set("~^:?*[\\@$/")
 
 def validate_repository_name(name: str) -> str:
     """lakeFS's rule: 3-63 characters of ``a-z0-9-``, not starting with ``-``."""
-    if not isinstance(name, str) or not _REPO_RE.match(name):
+    if not isinstance(name, str) or not _REPO_RE.fullmatch(name):
         raise InvalidArgument(
             f"invalid repository name {name!r}: use 3-63 characters a-z, 0-9 and '-', starting with a letter or digit"
         )
@@ -30,7 +30,7 @@ def validate_branch_name(name: str) -> str:
         raise InvalidArgument("invalid branch name: empty")
     if len(name) > 255:
         raise InvalidArgument(f"invalid branch name {name[:40]!r}...: longer than 255 characters")
-    if not BRANCH_RE.match(name):
+    if not BRANCH_RE.fullmatch(name):
         raise InvalidArgument(
             f"invalid branch name {name!r}: use letters, digits, '_' and '-', not starting with '-'"
         )
@@ -48,7 +48,7 @@ def validate_tag_name(name: str) -> str:
     def bad(reason: str) -> InvalidArgument:
         return InvalidArgument(f"invalid tag name {name!r}: {reason}")
 
-    if len(name) == COMMIT_ID_LENGTH and HEX_RE.match(name):
+    if len(name) == COMMIT_ID_LENGTH and HEX_RE.fullmatch(name):
         raise bad("64 hex digits are read as a commit ID")
 
     if len(name.encode("utf-8", "surrogatepass")) > 255:

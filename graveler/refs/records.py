@@ -10,7 +10,7 @@ import json
 import re
 import secrets
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from graveler import ident
 from graveler.errors import CorruptedData
@@ -23,8 +23,19 @@ COMMIT_VERSION = 1
 INITIAL_COMMIT_MESSAGE = "Repository created"
 
 
-def _ts_to_datetime(ts) -> datetime:
-    return datetime.fromtimestamp(ts.seconds, tz=timezone.utc).replace(microsecond=ts.nanos // 1000)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _ts_to_datetime(ts, name: str | None = None) -> datetime:
+    """A protobuf Timestamp as a UTC datetime; CorruptedData for one no date can be (beyond years
+    1-9999, or nanos outside 0-999,999,999: protobuf's own range is narrower still)."""
+    if not 0 <= ts.nanos < 1_000_000_000:
+        raise CorruptedData(f"damaged commit record: its date's nanoseconds {ts.nanos} are out of range", name)
+    try:
+        return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+    except OverflowError:
+        raise CorruptedData(f"damaged commit record: its date ({ts.seconds} s from 1970) is out of range",
+                            name) from None
 
 
 def unix_seconds(dt: datetime) -> int:
@@ -91,12 +102,12 @@ class Commit:
         return self.to_proto().SerializeToString(deterministic=True)
 
     @staticmethod
-    def from_proto(pb: graveler_pb2.CommitData) -> "Commit":
+    def from_proto(pb: graveler_pb2.CommitData, name: str | None = None) -> "Commit":
         return Commit(
             id=pb.id,
             committer=pb.committer,
             message=pb.message,
-            creation_date=_ts_to_datetime(pb.creation_date),
+            creation_date=_ts_to_datetime(pb.creation_date, name or pb.id),
             meta_range_id=pb.meta_range_id,
             metadata=dict(pb.metadata),
             parents=tuple(pb.parents),
@@ -111,7 +122,7 @@ class Commit:
             pb.ParseFromString(raw)
         except Exception as e:
             raise CorruptedData(f"malformed commit record ({e})", name) from None
-        return Commit.from_proto(pb)
+        return Commit.from_proto(pb, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,11 +146,19 @@ class Branch:
 
     @staticmethod
     def from_bytes(raw: bytes, name: str | None = None) -> "Branch":
+        """The branch stored under ``name`` (None: not checked against it). CorruptedData for a
+        record that is not a ``BranchData`` or cannot be this branch's: its ``id`` another name,
+        its ``commit_id`` not a commit ID (as :meth:`Tag.from_bytes` checks)."""
         pb = graveler_pb2.BranchData()
         try:
             pb.ParseFromString(raw)
         except Exception as e:
             raise CorruptedData(f"malformed branch record ({e})", name) from None
+        if name is not None and pb.id != name:
+            raise CorruptedData(f"damaged branch record: it names branch {pb.id!r}", name)
+        if not _COMMIT_ID_RE.match(pb.commit_id):
+            raise CorruptedData(f"damaged branch record: its commit {pb.commit_id!r} is not a commit ID "
+                                f"({COMMIT_ID_LENGTH} lowercase hex digits)", name or pb.id)
         return Branch(pb.id, pb.commit_id, pb.staging_token, tuple(pb.sealed_tokens))
 
 
@@ -199,8 +218,8 @@ class RepositoryRecord:
             return RepositoryRecord(
                 d["name"], d["storage_namespace"], d["default_branch"], datetime.fromisoformat(d["creation_date"])
             )
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptedData(f"malformed repository record ({e})") from None
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
+            raise CorruptedData(f"malformed repository record ({type(e).__name__}: {e})") from None
 
 
 def new_staging_token() -> str:

@@ -82,10 +82,12 @@ def _size(text: str) -> int:
             break
     try:
         v = int(float(t) * mult)
-    except ValueError:
+    except (ValueError, OverflowError):  # (inf, nan, 1e999)
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or with K/M/G/T)") from None
     if v <= 0:
         raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    if v > 1 << 60:  # (an exabyte: no disk holds more; 1e30T is a typo)
+        raise argparse.ArgumentTypeError(f"size too large: {text!r}")
     return v
 
 

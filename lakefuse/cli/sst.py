@@ -107,7 +107,10 @@ def record_json(kind: str | None, key: bytes, raw: bytes, name: str, entity: str
         except Exception as e:  # (protobuf's DecodeError)
             raise CorruptedData(f"malformed {entity} record {key!r} ({e})", name) from None
         out["identity"] = v.identity.hex()
-        out[entity] = json_format.MessageToDict(pb, preserving_proto_field_name=True)
+        try:
+            out[entity] = json_format.MessageToDict(pb, preserving_proto_field_name=True)
+        except json_format.Error as e:  # parsed, but holds what no JSON form has (a date beyond year 9999)
+            raise CorruptedData(f"damaged {entity} record {key!r} ({e})", name) from None
     elif kind == "ranges":
         v = decode_value(raw, name)
         try:

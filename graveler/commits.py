@@ -26,6 +26,9 @@ MERGE_STRATEGY_METADATA_KEY = ".lakefs.merge.strategy"  # lakeFS's key on merge 
 _STRATEGY_NAMES = {MergeStrategy.NONE: "default", MergeStrategy.DEST_WINS: "dest-wins", MergeStrategy.SOURCE_WINS: "source-wins"}
 
 
+_VIRTUAL_BASE_DEPTH = 8  # nested virtual bases at most (git's recursive merge has no cap; histories this tangled are rare)
+
+
 def parse_strategy(s: MergeStrategy | str) -> MergeStrategy:
     if isinstance(s, MergeStrategy):
         return s
@@ -139,17 +142,18 @@ class Commits:
 
         def attempt(n: int) -> Commit | None:
             b, dest = self._seal_clean(dest_branch)
-            base = c.refs.find_merge_base(dest.id, src.id)
-            if base is None:
+            bases = c.refs.find_merge_bases(dest.id, src.id)
+            if not bases:
                 raise Conflict(f"{source!r} and {dest_branch!r} have no common ancestor")
+            base_mr = self._base_tree(bases)
             if not allow_empty and (
-                base.id == src.id or next(iter(c.committed.diff(base.meta_range_id, src.meta_range_id)), None) is None
+                bases[0].id == src.id or next(iter(c.committed.diff(base_mr, src.meta_range_id)), None) is None
             ):
                 raise NothingToCommit(f"nothing to merge: {source!r} has no changes since its merge base with {dest_branch!r}")
-            if dest.meta_range_id == base.meta_range_id:
+            if dest.meta_range_id == base_mr:
                 mr = src.meta_range_id
             else:
-                mr, _ = c.committed.merge(base.meta_range_id, src.meta_range_id, dest.meta_range_id, strategy)
+                mr, _ = c.committed.merge(base_mr, src.meta_range_id, dest.meta_range_id, strategy)
             md = dict(metadata or {})
             md[MERGE_STRATEGY_METADATA_KEY] = _STRATEGY_NAMES[strategy]
             commit = Commit.create(
@@ -166,6 +170,30 @@ class Commits:
             return None
 
         return c.retry(attempt, f"branch {dest_branch!r} kept moving during the merge")
+
+    def _base_tree(self, bases: list[Commit], depth: int = 0) -> str:
+        """The metarange a merge takes for its base: the one best common ancestor's; with several
+        (criss-cross histories), git's answer, a *virtual* base: the bases merged into each
+        other over their own merge base (recursively), what they disagree on left as that base
+        had it. One base picked among equals would make a merge conflict, or undo a change, that
+        depends only on which base was picked. The virtual base's ranges are written like any
+        merge's and named by no commit."""
+        c = self._c
+        mr = bases[0].meta_range_id
+        for other in bases[1:]:
+            inner = c.refs.find_merge_bases(bases[0].id, other.id)
+            if not inner:
+                inner_mr = c.committed.empty_metarange()
+            elif depth >= _VIRTUAL_BASE_DEPTH:
+                inner_mr = inner[0].meta_range_id
+            else:
+                inner_mr = self._base_tree(inner, depth + 1)
+            if inner_mr == mr:
+                mr = other.meta_range_id
+            elif inner_mr != other.meta_range_id:
+                mr, _ = c.committed.merge(inner_mr, other.meta_range_id, mr, MergeStrategy.NONE,
+                                          conflicts_to_base=True)
+        return mr
 
     def revert(self, branch: str, ref: str, parent_number: int, message: str | None, committer: str | None,
                metadata: dict[str, str] | None, allow_empty: bool) -> Commit:

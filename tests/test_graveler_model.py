@@ -95,6 +95,26 @@ class GravelerModel(RuleBasedStateMachine):
         common = self.ancestors(a) & self.ancestors(b)
         return {c for c in common if not any(c != o and c in self.ancestors(o) for o in common)}
 
+    def virtual_base(self, a: str, b: str, depth: int = 0) -> dict[str, str]:
+        """The tree a merge of a and b takes for its base: the best common ancestor's, or with
+        several (criss-cross), git's virtual base: the bases merged into each other over their
+        own merge base, what they disagree on as that base had it. The order is graveler's
+        (``find_merge_bases``), its set the model's own."""
+        order = [c.id for c in self.repo._refs.find_merge_bases(a, b)]
+        assert set(order) == self.best_bases(a, b), "graveler finds every best common ancestor"
+        tree = self.commits[order[0]]
+        for other in order[1:]:
+            inner = self.virtual_base(order[0], other, depth + 1) if depth < 8 else \
+                self.commits[self.repo._refs.find_merge_base(order[0], other).id]
+            out = {}
+            for k in set(inner) | set(tree) | set(self.commits[other]):
+                i, t, o = inner.get(k), tree.get(k), self.commits[other].get(k)
+                r = o if t == i else t if o == i or o == t else i  # disagreement: the inner base's
+                if r is not None:
+                    out[k] = r
+            tree = out
+        return tree
+
     def record(self, commit, content: dict[str, str]) -> None:
         self.commits[commit.id] = dict(content)
         self.parents[commit.id] = tuple(commit.parents)
@@ -203,8 +223,9 @@ class GravelerModel(RuleBasedStateMachine):
         assert bases, "histories always share the first commit"
         base = self.repo._refs.find_merge_base(d, s).id
         assert base in bases, "graveler's merge base is a best common ancestor"
-        expect, conflicts = three_way(self.commits[base], self.commits[s], self.commits[d], strategy)
-        nothing = base == s or self.commits[base] == self.commits[s]
+        base_tree = self.virtual_base(d, s)
+        expect, conflicts = three_way(base_tree, self.commits[s], self.commits[d], strategy)
+        nothing = base == s or base_tree == self.commits[s]
         try:
             c = self.repo.merge(src, dest, strategy)
         except NothingToCommit:

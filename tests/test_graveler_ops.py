@@ -802,3 +802,63 @@ def test_a_negative_size_is_refused_when_staged_and_damage_when_read(tmp_path):
     r.stage("main", "empty", Entry("data/nothing", 0, "d41d8cd98f00b204e9800998ecf8427e"))
     assert r.get("main", "empty").size == 0
     g.close()
+
+
+def _criss_cross(r, f_x: str = "f1", g_y: str = "g1", k: tuple[str, str] | None = None):
+    """The criss-cross history of a lakeFS power user's exploration: x and y fork from B (f, g at
+    "0"), x commits X1 (f), y commits Y1 (g), then each merges the other's first commit (MX = X1+Y1,
+    MY = Y1+X1: X1 and Y1 are both best merge bases of what follows), then x commits X2 (f again)
+    and y commits Y2 (h). ``k``: X1 and Y1 also set key k, each its own value (MX keeps x's,
+    MY y's)."""
+    from graveler.model import MergeStrategy
+
+    r.stage("main", "f", entry("f0"))
+    r.stage("main", "g", entry("g0"))
+    if k:
+        r.stage("main", "k", entry("k0"))
+    r.commit("main", "B")
+    r.create_branch("x", "main")
+    r.create_branch("y", "main")
+    r.stage("x", "f", entry(f_x))
+    if k:
+        r.stage("x", "k", entry(k[0]))
+    x1 = r.commit("x", "X1")
+    r.stage("y", "g", entry(g_y))
+    if k:
+        r.stage("y", "k", entry(k[1]))
+    y1 = r.commit("y", "Y1")
+    r.create_branch("x1", x1.id)
+    r.merge("y", "x", strategy=MergeStrategy.DEST_WINS)
+    r.merge("x1", "y", strategy=MergeStrategy.DEST_WINS)
+    r.stage("x", "f", entry("f2"))
+    r.commit("x", "X2")
+    r.stage("y", "h", entry("h1"))
+    r.commit("y", "Y2")
+    return x1, y1
+
+
+def test_a_criss_cross_merge_takes_git_s_virtual_base_not_one_base_of_two(tmp_path):
+    """Found by a git/lakeFS power user's exploration: with two best merge bases (X1, Y1) the merge
+    took the newer one, Y1, where f is still "0": f changed on both sides, a conflict git merges
+    cleanly (f=2 g=1 h=1 through a virtual base, X1 and Y1 merged). Now both bases are found
+    (``find_merge_bases``) and merged into a virtual base; what the bases disagree on stays as
+    their own base had it, so a real disagreement is still a conflict; one base is as before."""
+    from graveler.errors import MergeConflict
+
+    r = make_repo(tmp_path)
+    x1, y1 = _criss_cross(r)
+    x, y = r.get_commit("x"), r.get_commit("y")
+    assert {c.id for c in r._refs.find_merge_bases(x.id, y.id)} == {x1.id, y1.id}
+    assert r._refs.find_merge_bases(x1.id, x.id) == [r._refs.get_commit(x1.id)]  # an ancestor: itself alone
+    r.create_branch("x-again", x.id)
+    r.merge("y", "x")
+    want = {b"f": "f2", b"g": "g1", b"h": "h1"}
+    assert contents(r, "x") == want
+    r.merge("x-again", "y")  # the other way round: the same tree
+    assert contents(r, "y") == want
+
+    r2 = make_repo(tmp_path, "repo2")
+    _criss_cross(r2, k=("kx", "ky"))  # MX kept kx, MY ky: the sides disagree on k since the bases did
+    with pytest.raises(MergeConflict) as e:
+        r2.merge("y", "x")
+    assert e.value.keys == [b"k"]  # f, g and h merge as before

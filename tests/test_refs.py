@@ -351,6 +351,7 @@ def test_merge_base_is_best_in_criss_cross(rm):
     right = _merge_commit(rm, b[-1], y, "R")
     assert rm.find_merge_base(left.id, right.id).id == x.id
     assert rm.find_merge_base(right.id, left.id).id == x.id
+    assert [c.id for c in rm.find_merge_bases(left.id, right.id)] == [x.id]  # y is x's ancestor: no better
 
 
 # --- the LMDB helper ----------------------------------------------------------------

@@ -148,10 +148,11 @@ class CommittedManager:
 
     def merge(self, base_id: str, source_id: str, dest_id: str,
               strategy: MergeStrategy = MergeStrategy.NONE,
-              metadata: dict[str, str] | None = None) -> tuple[str, ApplyStats]:
+              metadata: dict[str, str] | None = None, conflicts_to_base: bool = False) -> tuple[str, ApplyStats]:
         """Three-way merge of ``source_id`` into ``dest_id`` over ``base_id``; the result is
-        written as it is decided (MergeConflict when keys conflict and no strategy decides)."""
-        changes = merge_changes(self.reader, base_id, source_id, dest_id, strategy)
+        written as it is decided (MergeConflict when keys conflict and no strategy decides;
+        ``conflicts_to_base``: see :func:`graveler.committed.merge.merge_changes`)."""
+        changes = merge_changes(self.reader, base_id, source_id, dest_id, strategy, conflicts_to_base)
         return self.apply(dest_id, changes, metadata)
 
 

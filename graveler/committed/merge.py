@@ -28,7 +28,7 @@ def _same(a: Value | None, b: Value | None) -> bool:
 
 
 def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: str,
-                  strategy: MergeStrategy) -> Iterator[tuple[bytes, Value | None]]:
+                  strategy: MergeStrategy, conflicts_to_base: bool = False) -> Iterator[tuple[bytes, Value | None]]:
     """The changes that merge source into dest over their common base, in key order.
 
     | base->source          | dest vs base      | result                     |
@@ -42,6 +42,11 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
     no conflict. After the first conflict nothing more is yielded (the merge fails)
     but the walk goes on to count every conflict; at the end MergeConflict is raised
     with the count and up to MAX_CONFLICTS_REPORTED keys.
+
+    ``conflicts_to_base``: a conflict takes the base's value instead (never fails): the merge of
+    two merge bases into a virtual one (:meth:`graveler.commits.Commits.merge`), where, as in
+    git's recursive merges of binary files, what the two bases disagree on stays as their own
+    base had it -- the outer merge then sees each side's value as its own change.
     """
     conflicts: list[bytes] = []
     n_conflicts = 0
@@ -59,6 +64,8 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
             change = src_v
         elif strategy is MergeStrategy.DEST_WINS:
             continue
+        elif conflicts_to_base:
+            change = base_v
         else:
             n_conflicts += 1
             if len(conflicts) < MAX_CONFLICTS_REPORTED:

@@ -101,6 +101,54 @@ def find_merge_base(refs: CommitReader, left_id: str, right_id: str) -> Commit |
     return None
 
 
+def find_merge_bases(refs: CommitReader, left_id: str, right_id: str) -> list[Commit]:
+    """Every best common ancestor of two commits (``git merge-base --all``): common ancestors
+    none of which descends from another, in the order the walk meets them (the first is
+    :func:`find_merge_base`'s). Two or more only in criss-cross histories.
+
+    The walk of :func:`find_merge_base` goes on past the first answer: an answer marks what it
+    reaches *stale* (an ancestor of an answer is no better base), and the walk stops when every
+    commit still queued is stale. A commit's descendants all have higher generations, so they are
+    taken off the queue first: a stale mark reaches a commit before it is taken off."""
+    LEFT, RIGHT, STALE = 1, 2, 4
+    BOTH = LEFT | RIGHT
+    out: list[Commit] = []
+    with refs.env.read() as txn:
+        left = refs.get_commit_txn(txn, left_id)
+        if left_id == right_id:
+            return [left]
+        right = refs.get_commit_txn(txn, right_id)
+        reached = {left_id: LEFT, right_id: RIGHT}
+        heap = [
+            (-left.generation, -left.creation_date.timestamp(), left.id, left),
+            (-right.generation, -right.creation_date.timestamp(), right.id, right),
+        ]
+        heapq.heapify(heap)
+        queued = {left_id, right_id}
+        live = 2  # queued commits not stale
+        while heap and live:
+            _, _, cid, c = heapq.heappop(heap)
+            queued.discard(cid)
+            flags = reached[cid]
+            if not flags & STALE:
+                live -= 1
+                if flags & BOTH == BOTH:
+                    out.append(c)
+                    flags |= STALE
+            for p in c.parents:
+                if p not in reached:
+                    pc = refs.get_commit_txn(txn, p)
+                    heapq.heappush(heap, (-pc.generation, -pc.creation_date.timestamp(), pc.id, pc))
+                    queued.add(p)
+                    reached[p] = 0
+                    live += 1
+                was = reached[p]
+                reached[p] = was | flags
+                if p in queued and not was & STALE and flags & STALE:
+                    live -= 1
+    return out
+
+
 def is_ancestor(refs: CommitReader, ancestor_id: str, commit_id: str) -> bool:
     """True if ``ancestor_id`` is ``commit_id`` or one of its ancestors."""
     with refs.env.read() as txn:
@@ -121,4 +169,4 @@ def is_ancestor(refs: CommitReader, ancestor_id: str, commit_id: str) -> bool:
     return False
 
 
-__all__ = ["CommitReader", "find_merge_base", "is_ancestor", "log"]
+__all__ = ["CommitReader", "find_merge_base", "find_merge_bases", "is_ancestor", "log"]

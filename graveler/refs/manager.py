@@ -301,6 +301,10 @@ class RefManager:
         """A best common ancestor of two commits; None if the histories never meet."""
         return graph.find_merge_base(self, left_id, right_id)
 
+    def find_merge_bases(self, left_id: str, right_id: str) -> list[Commit]:
+        """Every best common ancestor of two commits (``git merge-base --all``); [] if none."""
+        return graph.find_merge_bases(self, left_id, right_id)
+
     def is_ancestor(self, ancestor_id: str, commit_id: str) -> bool:
         """True if ``ancestor_id`` is ``commit_id`` or one of its ancestors."""
         return graph.is_ancestor(self, ancestor_id, commit_id)

@@ -16,6 +16,9 @@ Kinds of fault (:class:`Fault`):
              seconds (default: 1 hour) -- a hung server
 ``corrupt``  forward, flipping one bit of the body at byte ``after``
 ``reset``    close the connection at once, answering nothing
+``reranged`` forward a ranged GET asking ``after`` bytes earlier (``bytes=a-b`` becomes
+             ``bytes=(a-after)-(b-after)``): the answer, its Content-Range honest, is another
+             range than the one asked for (a broken cache or proxy)
 
 A rule matches on the HTTP ``method`` (``None``: any) and on a substring of the
 request path (``path``: ``None``: any); ``times`` limits how many requests it
@@ -43,7 +46,7 @@ from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
-KINDS = ("latency", "error", "short", "hang", "corrupt", "reset")
+KINDS = ("latency", "error", "short", "hang", "corrupt", "reset", "reranged")
 _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 _CHUNK = 1 << 16
 
@@ -203,6 +206,12 @@ class FaultProxy:
                     elif fault.kind == "hang" and not fault.after:
                         return self._hang(fault)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+                if fault is not None and fault.kind == "reranged":
+                    for k, v in list(headers.items()):
+                        if k.lower() == "range" and v.startswith("bytes="):
+                            a, _, b = v[len("bytes="):].partition("-")
+                            shifted = f"{max(0, int(a) - fault.after)}-" + (str(int(b) - fault.after) if b else "")
+                            headers[k] = "bytes=" + shifted
                 if body or "Content-Length" in self.headers or "chunked" in self.headers.get("Transfer-Encoding", ""):
                     headers["Content-Length"] = str(len(body))
                 conn = http.client.HTTPConnection(*proxy.upstream, timeout=300)

@@ -265,12 +265,16 @@ def test_a_hung_endpoint_fails_one_read_within_one_bound(tmp_path, s3_endpoint, 
             assert (mp / c.id / "big.bin").read_bytes() == data
 
 
+@pytest.mark.parametrize("then", ["hangs", "stalls-midway"])
 def test_a_store_that_hangs_midway_through_a_stream_fails_one_read_within_one_bound(
-        tmp_path, s3_endpoint, s3_config, s3_bucket):
+        tmp_path, s3_endpoint, s3_config, s3_bucket, then):
     """An administrator's finding: a store that stopped answering in the middle of a sequential
     read held one read(2) for a timeout (the stream's stalled body) and then all the attempts of
     the chunk's own GET: 32 s where the README promises ~25 s (timeout x attempts). The GET
-    after a stall now has one attempt fewer: one bound in all."""
+    after a stall now has one attempt fewer: one bound in all. A fault-injection exploration's
+    finding: when every GET stalls midway (headers, some bytes, then nothing), each new stream
+    stalled again with the attempts of the first, and a body had three attempts whatever
+    --max-attempts said (40 s for ~25): now each stall in a row takes one attempt of the bound."""
     from tests.faultproxy import Fault, FaultProxy
 
     home, c, _ = _one_big_file(tmp_path, s3_config, s3_bucket, "stall", 40 << 20)  # (one stream: no parts)
@@ -283,7 +287,8 @@ def test_a_store_that_hangs_midway_through_a_stream_fails_one_read_within_one_bo
                                                              "LAKEFUSE_CACHE_WHOLE_MAX": "0"}):
             os.listdir(mp / c.id)
             proxy.add(Fault("hang", method="GET", path="/data/", after=20 << 20, times=1))  # the stream
-            proxy.add(Fault("hang", method="GET", path="/data/"))  # and every GET after it
+            proxy.add(Fault("hang", method="GET", path="/data/",  # and every GET after it
+                            after=0 if then == "hangs" else 1000))
             took = 0.0
             with open(mp / c.id / "big.bin", "rb", buffering=0) as f:
                 with pytest.raises(OSError) as ei:
@@ -292,7 +297,10 @@ def test_a_store_that_hangs_midway_through_a_stream_fails_one_read_within_one_bo
                         assert f.read(1 << 20), "read to the end: the stall was never met"
                 took = time.monotonic() - t0
             assert ei.value.errno == errno.EIO
-            assert bound * 0.8 <= took < bound * 1.2, took  # (it was bound + timeout)
+            # (it was bound + timeout, and for stalls midway bound + 2 timeouts); a window of part
+            # GETs opened side by side may still take one timeout more (docs/SEMANTICS.md)
+            limit = bound * 1.2 if then == "hangs" else bound + timeout * 1.2
+            assert bound * 0.8 <= took < limit, took
             proxy.clear()
 
 

@@ -134,3 +134,46 @@ def test_a_multipart_upload_whose_abort_failed_is_aborted_once_the_store_answers
     proxy.clear()
     store.put("small", b"the store answers again")
     assert s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+
+
+def test_a_range_answered_for_another_range_is_refused_not_served(store, proxy):
+    """Found by a fault-injection exploration: a ranged GET answered with another range (a broken
+    cache or proxy; its Content-Range honest, its length right) was taken as the bytes asked for
+    and kept in the mount's data cache. Only the total and the length were compared; now the
+    Content-Range must start and end where the request did (StoreUnavailable: EIO, exit 6).
+    Healthy ranges, a range past the object's end (cut to it) and whole-object streams pass."""
+    data = os.urandom(300_000)
+    store.put("o", data)
+    assert store.get_range("o", 100_000, 1000) == data[100_000:101_000]
+    assert store.get_range_sized("o", 299_000, 5000) == (data[299_000:], len(data))  # cut at the end
+    with store.open_stream("o", 1000) as s:
+        assert s.read(len(data)) == data[1000:]
+    for call in (lambda: store.get_range("o", 100_000, 1000),
+                 lambda: store.get_range_sized("o", 100_000, 1000),
+                 lambda: store.open_stream("o", 100_000, 1000).read(1000)):
+        proxy.add(Fault("reranged", method="GET", path="/o", after=4096, times=1))
+        with pytest.raises(StoreUnavailable, match="asked for bytes 100000-100999"):
+            call()
+    assert store.get_range("o", 100_000, 1000) == data[100_000:101_000]
+
+
+def test_a_body_that_stalls_takes_the_configured_attempts_not_three(proxy, s3_bucket, s3_config):
+    """Found by a fault-injection exploration: a body that stalled midway was retried three times
+    whatever --max-attempts said (`--timeout 3 --max-attempts 1`: 9.8 s and three GETs, reported as
+    "1 attempt(s)"). A body now gets the store's attempts, so one read's bound is theirs."""
+    for attempts in (1, 2):
+        cfg = StoreConfig(s3_endpoint_url=proxy.url, region=s3_config.region, max_attempts=attempts,
+                          connect_timeout=1, read_timeout=1)
+        s = open_store(f"s3://{s3_bucket}/ns", cfg)
+        s.put("stall", os.urandom(100_000))
+        proxy.clear()
+        before = proxy.requests
+        proxy.add(Fault("hang", method="GET", path="/stall", after=1000))
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            s.get("stall")
+        elapsed = time.monotonic() - t0
+        proxy.release()
+        proxy.clear()
+        assert proxy.requests - before == attempts and elapsed < attempts * 1.0 + 1.5, (attempts, elapsed)
+        s.close()

@@ -280,11 +280,11 @@ class ObjectStore(abc.ABC):
     def head(self, key: str) -> ObjectInfo:
         """Size, mtime and etag of an object; ``NotFound`` if absent."""
 
-    def after_stall(self) -> "ObjectStore | None":
-        """This store for a request that follows one the store held up for a whole timeout (a
-        response that stalled midway): one attempt fewer, so that the two together take no more
-        than one request's attempts; None when it had one attempt only. Stores without timeouts:
-        themselves."""
+    def after_stall(self, stalls: int = 1) -> "ObjectStore | None":
+        """This store for a request that follows ``stalls`` the store held up for a whole timeout
+        in a row (responses that stalled midway): that many attempts fewer, so that all of them
+        together take no more than one request's attempts; None when none is left. Stores
+        without timeouts: themselves."""
         return self
 
     def open_reader(self, key: str) -> ObjectReader:

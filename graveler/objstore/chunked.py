@@ -101,6 +101,7 @@ class ChunkedReader(ObjectReader):
         self._chunks: OrderedDict[int, Future] = OrderedDict()
         self._unavailable: dict[int, float] = {}  # chunk -> when its fetch found the store unavailable
         self._stalled_t: float | None = None  # when a stream's response last stalled for a timeout (_request_store)
+        self._stalls = 0  # responses stalled in a row, each within UNAVAILABLE_MEMO_S of the one before
         self._next_offset = -1
         self._stream: _Stream | None = None  # the stream of the chain under way (parts follow it)
         self._streams: list[_Stream] = []  # the chain: the stream, then its parts (those not done)
@@ -341,18 +342,23 @@ class ChunkedReader(ObjectReader):
             return None
         return f
 
+    def _stalls_now(self) -> int:
+        """Responses stalled in a row that a request starting now follows (0 past the memo)."""
+        t = self._stalled_t
+        return 0 if t is None or time.monotonic() - t >= UNAVAILABLE_MEMO_S else self._stalls
+
     def _request_store(self):
         """The store for a request now: within :data:`UNAVAILABLE_MEMO_S` of a stream whose
-        response stalled for a timeout, with one attempt fewer (:meth:`ObjectStore.after_stall`:
-        the read waiting on it waits for one request's attempts in all, not one more);
-        StoreUnavailable when that leaves none."""
-        t = self._stalled_t
-        if t is None or time.monotonic() - t >= UNAVAILABLE_MEMO_S:
+        response stalled for a timeout, with one attempt fewer per stall in a row
+        (:meth:`ObjectStore.after_stall`: the read waiting on them waits for one request's
+        attempts in all, not one more per new stream); StoreUnavailable when that leaves none."""
+        stalls = self._stalls_now()
+        if not stalls:
             return self.store
-        store = self.store.after_stall()
+        store = self.store.after_stall(stalls)
         if store is None:
             raise StoreUnavailable(f"{self.store.full_uri(self.key)}: the store stopped answering "
-                                   "midway (one attempt: see --max-attempts)")
+                                   f"midway {stalls} time(s) in a row, its attempts all used (see --max-attempts)")
         return store
 
     def _fetch_run(self, first: int, futures: list[Future]) -> None:
@@ -361,6 +367,7 @@ class ChunkedReader(ObjectReader):
         n = len(futures)
         results: list[bytes | None] = [None] * n
         t0 = time.monotonic()
+        stalls_before = None
         try:
             if self.cache is not None:
                 for k in range(n):
@@ -371,6 +378,7 @@ class ChunkedReader(ObjectReader):
                         self.bytes_from_cache += hit  # (chunks: the whole file's are counted where it is read)
             missing = [k for k in range(n) if results[k] is None]
             if missing:
+                stalls_before = self._stalls_now()
                 store = self._request_store()
                 lo, hi = missing[0], missing[-1]
                 cs = self.chunk_size
@@ -401,6 +409,9 @@ class ChunkedReader(ObjectReader):
             now = time.monotonic()
             if isinstance(e, StoreUnavailable) and now - t0 >= SLOW_FAILURE_S:
                 with self._lock:
+                    if stalls_before is not None:  # a request the store held up: one more stall in a row
+                        self._stalls = max(self._stalls_now(), stalls_before + 1)
+                        self._stalled_t = now
                     for k in range(n):
                         if results[k] is None and self._chunks.get(first + k) is futures[k]:
                             self._unavailable[first + k] = now  # see UNAVAILABLE_MEMO_S

@@ -157,6 +157,7 @@ class _Stream:
         r = self.r
         cs = r.chunk_size
         stream = data = None
+        stalls_before = 0
         i = self.first
         t0 = t_last = time.monotonic()  # (t_last: when the response last brought bytes)
         buffers = pool(cs)
@@ -164,6 +165,7 @@ class _Stream:
         try:
             if self.cancelled:
                 return
+            stalls_before = r._stalls_now()  # (a stall of this stream is one more in a row)
             stream = r._request_store().open_stream(r.key, i * cs, min(self.end * cs, r.size) - i * cs)
             if stream.total != r.size:
                 raise CorruptedData(f"{r.store.full_uri(r.key)}: the object has {stream.total} bytes, "
@@ -232,7 +234,8 @@ class _Stream:
             stalled = stream is not None and isinstance(e, StoreUnavailable) and (
                 time.monotonic() - t_last >= SLOW_FAILURE_S)
             with r._lock:
-                if stalled:
+                if stalled:  # (streams opened side by side stall side by side: one more in a row, not one each)
+                    r._stalls = max(r._stalls_now(), stalls_before + 1)
                     r._stalled_t = time.monotonic()
                 waiting = dict(self.claimed)
                 self.claimed.clear()

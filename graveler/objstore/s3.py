@@ -71,7 +71,7 @@ _CREDENTIAL_ERRORS = (
 # every attempt fails it, the store's copy is damaged: CorruptedData.
 _BODY_ERRORS = (bex.IncompleteReadError, bex.ResponseStreamingError, bex.ReadTimeoutError,
                 bex.ConnectionClosedError, bex.FlexibleChecksumError)
-_BODY_ATTEMPTS = 3
+# (as many body attempts as the store's --max-attempts: one read's bound is those attempts' timeouts)
 # S3's bucket rules, with the legacy (us-east-1) upper case and underscores that botocore still accepts.
 _BUCKET_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{1,61})[A-Za-z0-9]\Z")
 _IO_CHUNK = 1 << 20
@@ -139,6 +139,32 @@ def _range_total(resp: dict) -> int:
     return int(resp["ContentLength"])
 
 
+def _check_range(store: "S3Store", key: str, resp: dict, start: int, length: int | None) -> None:
+    """A ranged GET's answer is the range asked for: its Content-Range starts at ``start`` and ends
+    where the range (or the object) does. A response without one is a server that ignored Range
+    (it sent the whole object: the caller skips to ``start``). StoreUnavailable otherwise: a server
+    or proxy answering another range (of the right length or not) would have its bytes served,
+    and kept in the data cache, as the ones asked for."""
+    content_range = resp.get("ContentRange")
+    if not content_range:
+        return
+    m = _CONTENT_RANGE.fullmatch(content_range.strip())
+    if m is not None:
+        first, last = int(m.group(1)), int(m.group(2))
+        total = int(m.group(3)) if m.group(3) != "*" else None
+        want_last = None if length is None else start + length - 1
+        if total is not None and (want_last is None or want_last >= total):
+            want_last = total - 1
+        if first == start and (want_last is None or last == want_last):
+            return
+    asked = f"{start}-" if length is None else f"{start}-{start + length - 1}"
+    raise StoreUnavailable(f"get_range {store.full_uri(key)}: asked for bytes {asked}, the store answered "
+                           f"Content-Range {content_range!r}")
+
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
 class _EmptyStream(ObjectStream):
     def __init__(self, total: int):  # noqa: super().__init__ would ask the store again
         self.total = total
@@ -161,6 +187,12 @@ class _S3Stream(ObjectStream):
         self._fp = None
         if not resp.get("ContentRange") and start:  # a server that ignored Range sent it all: skip to start
             self._skip(start)
+        else:
+            try:
+                _check_range(store, key, resp, start, length)
+            except StoreUnavailable:
+                self.close()
+                raise
         self._fp = self._plain_fp()
 
     def _skip(self, n: int) -> None:
@@ -285,7 +317,7 @@ class S3Store(ObjectStore):
         except bex.BotoCoreError as exc:
             raise StoreUnavailable(f"cannot set up an S3 client for {self.uri}: {type(exc).__name__}") from exc
         self._endpoint = self._client.meta.endpoint_url
-        self._fewer: S3Store | None = None  # (after_stall)
+        self._fewer: dict[int, S3Store] = {}  # attempts -> this store with that many (after_stall)
         self._unaborted: list[tuple[str, str]] = []  # multipart uploads a failed abort left (_abort_upload)
         self._unaborted_lock = threading.Lock()
         self._part_checksums = self._client.meta.config.request_checksum_calculation == "when_supported"
@@ -354,7 +386,8 @@ class S3Store(ObjectStore):
     def _get_object(self, op: str, key: str, **kwargs) -> tuple[dict | None, bytes]:
         """One GET with its body read whole, retried on body errors; (None, b"") for a 416."""
         k = self._k(key)
-        for attempt in range(1, _BODY_ATTEMPTS + 1):
+        attempts = max(1, self.config.max_attempts)
+        for attempt in range(1, attempts + 1):
             try:
                 resp = self._client.get_object(Bucket=self.bucket, Key=k, **kwargs)
             except bex.ClientError as exc:
@@ -367,7 +400,7 @@ class S3Store(ObjectStore):
             try:
                 return resp, body.read()
             except _BODY_ERRORS as exc:
-                if attempt == _BODY_ATTEMPTS:
+                if attempt == attempts:
                     raise self._map(exc, op, key) from exc
                 log.debug("%s %s: body read failed (%s), retrying", op, k, type(exc).__name__)
             finally:
@@ -385,6 +418,8 @@ class S3Store(ObjectStore):
         resp, data = self._get_object("get_range", key, Range=f"bytes={start}-{start + length - 1}")
         if resp is not None and not resp.get("ContentRange"):
             data = data[start:start + length]  # a server that ignored Range sent it all
+        elif resp is not None:
+            _check_range(self, key, resp, start, length)
         return data
 
     def get_range_sized(self, key: str, start: int, length: int) -> tuple[bytes, int]:
@@ -396,6 +431,8 @@ class S3Store(ObjectStore):
             return b"", self.head(key).size
         if not resp.get("ContentRange"):
             data = data[start:start + length]  # a server that ignored Range sent it all
+        else:
+            _check_range(self, key, resp, start, length)
         return data, _range_total(resp)
 
     def open_stream(self, key: str, start: int = 0, length: int | None = None) -> ObjectStream:
@@ -415,13 +452,14 @@ class S3Store(ObjectStore):
             raise self._map(exc, "get_range", key) from exc
         return _S3Stream(self, key, resp, start, length)
 
-    def after_stall(self) -> "S3Store | None":
-        n = self.config.max_attempts - 1
+    def after_stall(self, stalls: int = 1) -> "S3Store | None":
+        n = self.config.max_attempts - stalls
         if n < 1:
             return None
-        if self._fewer is None:  # (two threads may make one each: either serves)
-            self._fewer = S3Store(self.bucket, self.prefix, self.config.with_timeout(None, n))
-        return self._fewer
+        fewer = self._fewer.get(n)
+        if fewer is None:  # (two threads may make one each: either serves)
+            fewer = self._fewer[n] = S3Store(self.bucket, self.prefix, self.config.with_timeout(None, n))
+        return fewer
 
     def head(self, key: str) -> ObjectInfo:
         with self._errors("head", key):
@@ -432,7 +470,8 @@ class S3Store(ObjectStore):
     def get_to_file(self, key: str, path: str) -> ObjectInfo:
         self._k(key)
         dest = os.path.abspath(path)
-        for attempt in range(1, _BODY_ATTEMPTS + 1):
+        attempts = max(1, self.config.max_attempts)
+        for attempt in range(1, attempts + 1):
             tmp = os.path.join(os.path.dirname(dest), _TMP_PREFIX + uuid.uuid4().hex)
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
@@ -447,7 +486,7 @@ class S3Store(ObjectStore):
                 return info
             except (_ObjectChanged, *_BODY_ERRORS) as exc:
                 _unlink_quietly(tmp)
-                if attempt == _BODY_ATTEMPTS:
+                if attempt == attempts:
                     if isinstance(exc, _ObjectChanged):
                         raise StoreUnavailable(
                             f"get_to_file {self.full_uri(key)}: the object kept changing during the download"
@@ -478,6 +517,11 @@ class S3Store(ObjectStore):
             return info
         except bex.BotoCoreError as exc:
             raise self._map(exc, "get_to_file", key) from exc
+        try:
+            _check_range(self, key, resp, 0, chunk)
+        except StoreUnavailable:
+            resp["Body"].close()
+            raise
         total = _range_total(resp)
         etag = resp["ETag"]
         self._write_body(resp["Body"], fd, 0)
@@ -495,6 +539,11 @@ class S3Store(ObjectStore):
                     raise self._map(exc, "get_to_file", key) from exc
                 except bex.BotoCoreError as exc:
                     raise self._map(exc, "get_to_file", key) from exc
+                try:
+                    _check_range(self, key, part, r[0], r[1] - r[0] + 1)
+                except StoreUnavailable:
+                    part["Body"].close()
+                    raise
                 self._write_body(part["Body"], fd, r[0])
 
             self._run_parallel(fetch, ranges, "s3-download")
@@ -685,6 +734,6 @@ class S3Store(ObjectStore):
         super().check_namespace()
 
     def close(self) -> None:
-        if self._fewer is not None:  # (after_stall's client)
-            self._fewer.close()
+        for fewer in list(self._fewer.values()):  # (after_stall's clients)
+            fewer.close()
         self._client.close()

@@ -298,6 +298,32 @@ def test_forget_bounds_the_inode_table(fs, repo):
     fs.forget([(many.ino, 1)])
 
 
+def test_an_open_after_a_change_behind_the_mount_has_the_kernel_ask_for_the_new_size(fs, repo):
+    """Found by a training-job exploration: a file replaced behind the mount (`fs upload` of a
+    larger version) and opened before the kernel's attributes timed out was read by the old
+    size: the first 100,000 bytes of the 150,000-byte version, no error (the daemon's read path;
+    a mapping past the old size died of SIGBUS). An open that finds the file changed since the
+    kernel took its attributes has them dropped (attributes only: the open's own thread may);
+    an open of an unchanged file, or one whose size and time the kernel has, drops nothing."""
+    stale: list[int] = []
+    fs.kernel_attrs_stale = stale.append
+    top = lookup_path(fs, "main/top.txt")
+    assert top.size == len(b"top v2 longer")
+    for _ in range(2):
+        fs.release(fs.open(top.ino, 0).fh)
+    assert stale == []  # unchanged: nothing to drop
+    for data in (b"a larger version than before", b"small"):
+        repo.upload("main", "top.txt", data)  # another process's change: the kernel knows the old size
+        o = fs.open(top.ino, 0)
+        assert fs.read(o.fh, 0, 100) == data
+        fs.release(o.fh)
+        assert stale == [top.ino] and fs.stats.snapshot()["opens_attrs_refreshed"] >= 1
+        stale.clear()
+        assert fs.getattr(top.ino).size == len(data)  # (what the kernel asks next)
+        fs.release(fs.open(top.ino, 0).fh)
+        assert stale == []
+
+
 def test_branch_attrs_follow_the_change_stamp(fs, repo):
     top = lookup_path(fs, "main/top.txt")
     assert fs.getattr(top.ino).size == len(b"top v2 longer")

@@ -20,6 +20,7 @@ same way.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -264,6 +265,18 @@ MIN_TASKS = 16
 SWITCH_INTERVAL = 0.001  # seconds: how long a thread waits for the GIL before it asks for it (see serve)
 
 
+def _attrs_stale(ino: int) -> None:
+    """The kernel's attributes of ``ino`` are stale (the core's ``kernel_attrs_stale``): attributes
+    only, so it never waits on the inode's pages -- safe from a request's own thread."""
+    import pyfuse3
+
+    try:
+        pyfuse3.invalidate_inode(ino, True)
+    except OSError as e:  # the kernel has no such inode (forgotten meanwhile): nothing is stale
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+            log.debug("invalidating the attributes of inode %d: %s", ino, e)
+
+
 def tune_gc() -> None:
     import gc
 
@@ -338,6 +351,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     watch = StampWatch(fs, lambda ino: pyfuse3.invalidate_inode(ino, False),
                        invalidate_entry=pyfuse3.invalidate_entry).start()
     fs.controls.after_change = watch.poke  # a reset, merge or revert: the kernel's caches go first
+    fs.kernel_attrs_stale = lambda ino: _attrs_stale(ino)
     try:
         tune_gc()
         trio.run(_main, mp, config.read_ahead_kb)

@@ -133,6 +133,9 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
         # FUSE passthrough: which inodes are bound to which object file; branch files too
         self.backings = Backings()
         self.branch_passthrough = True
+        # the kernel's attributes of an inode are stale (attributes only: never blocks on its pages);
+        # the FUSE adapter sets it (pyfuse3.invalidate_inode), a core without a kernel has none
+        self.kernel_attrs_stale = lambda ino: None
         # a remote object's first, daemon-served open with FOPEN_DIRECT_IO when its whole file will
         # serve every later open by passthrough (see opens._cold_direct_io); set at FUSE init when
         # the kernel lets such a file be mapped shared

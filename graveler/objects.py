@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import itertools
 import os
 import re
@@ -93,6 +94,8 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator
 from graveler.errors import CorruptedData, InvalidArgument, NotFound, StoreUnavailable
 from graveler.model import AddressType, Entry
 from graveler.objstore.uri import FILE, StorageURI
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from graveler.objstore.base import ObjectStore
@@ -369,11 +372,20 @@ def read_range_checked(store: "ObjectStore", key: str, size: int, offset: int, l
 
 def read_verified(store: "ObjectStore", key: str, size: int, etag: str) -> bytes:
     """The whole object, checked: its size against ``size`` and, when ``etag`` is an
-    MD5, its content against ``etag``.  ``CorruptedData`` on any difference."""
-    data = read_range_checked(store, key, size, 0, size)
-    if is_md5_etag(etag):
-        _check_md5(store, key, md5_hex(data), etag)
-    return data
+    MD5, its content against ``etag``.  ``CorruptedData`` on any difference that a second
+    fetch shows too: one transfer damaged or cut short on the way (a network glitch, a proxy)
+    is not the store's copy, and was reported as corrupted data."""
+    for attempt in (1, 2):
+        try:
+            data = read_range_checked(store, key, size, 0, size)
+            if is_md5_etag(etag):
+                _check_md5(store, key, md5_hex(data), etag)
+            return data
+        except CorruptedData as e:
+            if attempt == 2:
+                raise
+            log.info("%s: %s; fetching it once more", store.full_uri(key), e)
+    raise AssertionError("unreachable")
 
 
 def iter_verified(store: "ObjectStore", key: str, size: int, etag: str,

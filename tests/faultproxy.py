@@ -16,6 +16,8 @@ Kinds of fault (:class:`Fault`):
              seconds (default: 1 hour) -- a hung server
 ``corrupt``  forward, flipping one bit of the body at byte ``after``
 ``reset``    close the connection at once, answering nothing
+``corrupt_sent`` forward the request with one bit of its body flipped at byte ``after`` (a
+             PUT damaged on the way to a store that checks no checksum of it)
 ``reranged`` forward a ranged GET asking ``after`` bytes earlier (``bytes=a-b`` becomes
              ``bytes=(a-after)-(b-after)``): the answer, its Content-Range honest, is another
              range than the one asked for (a broken cache or proxy)
@@ -46,7 +48,7 @@ from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
-KINDS = ("latency", "error", "short", "hang", "corrupt", "reset", "reranged")
+KINDS = ("latency", "error", "short", "hang", "corrupt", "reset", "reranged", "corrupt_sent")
 _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 _CHUNK = 1 << 16
 
@@ -206,6 +208,10 @@ class FaultProxy:
                     elif fault.kind == "hang" and not fault.after:
                         return self._hang(fault)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+                if fault is not None and fault.kind == "corrupt_sent" and fault.after < len(body):
+                    body = bytearray(body)
+                    body[fault.after] ^= 0x01
+                    body = bytes(body)
                 if fault is not None and fault.kind == "reranged":
                     for k, v in list(headers.items()):
                         if k.lower() == "range" and v.startswith("bytes="):

@@ -25,6 +25,7 @@ the first response's ETag with ``If-Match``, so a file never mixes two versions.
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import http.client
 import logging
 import os
@@ -578,8 +579,10 @@ class S3Store(ObjectStore):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidArgument(f"object data must be bytes-like, not {type(data).__name__}")
         k = self._k(key)
+        body = bytes(data)
         with self._errors("put", key):
-            resp = self._client.put_object(Bucket=self.bucket, Key=k, Body=bytes(data))
+            resp = self._client.put_object(Bucket=self.bucket, Key=k, Body=body)
+        self._check_stored("put", key, resp, body)
         log.debug("put %s (%d bytes)", k, len(data))
         self._abort_unaborted()
         return ObjectInfo(key, len(data), _response_time(resp), _strip_etag(resp["ETag"]))
@@ -593,8 +596,14 @@ class S3Store(ObjectStore):
             raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
         with f:
             if size < self.config.multipart_threshold:
+                try:
+                    h = hashlib.file_digest(f, lambda: hashlib.md5(usedforsecurity=False))  # (for _check_stored)
+                    f.seek(0)
+                except OSError as exc:
+                    raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
                 with self._errors("put_file", key):
                     resp = self._client.put_object(Bucket=self.bucket, Key=k, Body=f)
+                self._check_stored("put_file", key, resp, sent=h.hexdigest())
                 log.debug("put_file %s (%d bytes)", k, size)
                 self._abort_unaborted()
                 return ObjectInfo(key, size, _response_time(resp), _strip_etag(resp["ETag"]))
@@ -615,6 +624,7 @@ class S3Store(ObjectStore):
                 with self._errors("put_file", key):
                     r = self._client.upload_part(Bucket=self.bucket, Key=k, UploadId=upload_id,
                                                  PartNumber=number, Body=body, **extra)
+                self._check_stored("put_file", key, r, body, part=number)
                 part = {"PartNumber": number, "ETag": r["ETag"]}
                 if extra and "ChecksumCRC32" in r:
                     part["ChecksumCRC32"] = r["ChecksumCRC32"]
@@ -630,6 +640,31 @@ class S3Store(ObjectStore):
         log.debug("put_file %s (%d bytes, %d parts)", k, size, nparts)
         self._abort_unaborted()
         return ObjectInfo(key, size, _response_time(resp), _strip_etag(resp["ETag"]))
+
+    def _check_stored(self, op: str, key: str, resp: dict, body: bytes = b"", part: int | None = None,
+                      sent: str | None = None) -> None:
+        """The store kept the bytes sent: the ETag a PUT (or a part's upload) answers is the MD5 of
+        what the store kept, where it is a plain MD5 -- not under SSE-KMS or SSE-C, whose ETags are
+        not, nor a store whose ETag has another shape. A body damaged on the way (a store that
+        checks no checksum of it, as moto does not) otherwise made an upload, or a commit's
+        tables, succeed with its data gone. StoreUnavailable (the caller's retry sends it again);
+        a whole object so kept is deleted."""
+        etag = _strip_etag(resp.get("ETag", "")).lower()
+        if (len(etag) != 32 or not all(c in "0123456789abcdef" for c in etag)
+                or resp.get("SSECustomerAlgorithm") or resp.get("ServerSideEncryption") == "aws:kms"):
+            return
+        if sent is None:
+            sent = hashlib.md5(body, usedforsecurity=False).hexdigest()
+        if sent == etag:
+            return
+        if part is None:
+            try:
+                self._client.delete_object(Bucket=self.bucket, Key=self._k(key))
+            except Exception as exc:  # the object is unreferenced either way (GC sweeps it)
+                log.debug("deleting %s after a damaged upload: %s", key, exc)
+        where = f" (part {part})" if part is not None else ""
+        raise StoreUnavailable(f"{op} {self.full_uri(key)}{where}: the store kept other bytes than were sent "
+                               f"(its ETag {etag}, the MD5 sent {sent}): damaged on the way")
 
     def _abort_upload(self, k: str, upload_id: str) -> None:
         """Abort a multipart upload (its parts are billed until then); one the store did not take

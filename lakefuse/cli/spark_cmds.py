@@ -75,13 +75,13 @@ def register(sub) -> None:
         ("mark", cmd_gc_mark, "find the objects to delete and write a report (or only print them: --dry-run)"),
         ("run", cmd_gc_run, "mark, then sweep the report"),
     ):
-        p = add_command(g, name, help_, func)
+        p = add_command(g, name, help_, func, epilog=_SWEEP_EPILOG if name == "run" else None)
         p.add_argument("repo", metavar="lakefs://REPO")
         p.add_argument("--min-age", type=float, default=24.0, metavar="HOURS",
                        help="objects younger than this are never deleted (default 24)")
         p.add_argument("--dry-run", action="store_true", help="print what would be deleted, write and delete nothing")
         _add_spark(p)
-    p = add_command(g, "sweep", "delete the objects of a mark run's report", cmd_gc_sweep)
+    p = add_command(g, "sweep", "delete the objects of a mark run's report", cmd_gc_sweep, epilog=_SWEEP_EPILOG)
     p.add_argument("repo", metavar="lakefs://REPO")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
@@ -200,6 +200,12 @@ def cmd_gc_mark(args) -> int:
     return 0
 
 
+# objects the store would not delete: the store's failure (exit 6, as every other), the run swept again later
+_SWEEP_FAILED = 6
+_SWEEP_EPILOG = ("Exit 6 when the store failed to delete some objects (counted as failed): sweep the\n"
+                 "run again once the store answers; what was deleted stays deleted.")
+
+
 def cmd_gc_run(args) -> int:
     from graveler.spark.gc import sweep
 
@@ -211,7 +217,7 @@ def cmd_gc_run(args) -> int:
             r = sweep(spark, repo, m.run_id)
             _print(args, asdict(r), f"run {r.run_id}: {r.deleted} deleted, {r.kept} kept (live again), "
                                     f"{r.failed} failed")
-            return 1 if r.failed else 0
+            return _SWEEP_FAILED if r.failed else 0
     return 0
 
 
@@ -226,7 +232,7 @@ def cmd_gc_sweep(args) -> int:
         return 0
     verb = "would be deleted" if args.dry_run else "deleted"
     _print(args, asdict(r), f"run {r.run_id}: {r.deleted} {verb}, {r.kept} kept (live again), {r.failed} failed")
-    return 1 if r.failed else 0
+    return _SWEEP_FAILED if r.failed else 0
 
 
 def cmd_gc_runs(args) -> int:

@@ -730,3 +730,27 @@ def test_a_full_kv_disk_fails_writes_with_enospc_and_reads_go_on(fs, repo, monke
     fs.flush(opened.fh)
     fs.release(opened.fh)
     assert read_path(fs, "main/data/new.txt") == b"pending"
+
+
+def test_listing_a_directory_gone_behind_the_mount_is_enoent_not_empty(fs, repo):
+    """Found by a training-job exploration: a directory another mount renamed away, listed in the
+    instant before the kernel learned of it, came back empty (3-7 listings in 50,000): a state
+    the branch never had (`glob` saw an empty dataset). An empty listing of a branch directory
+    that is no directory now is ENOENT; an empty directory made by mkdir, and the root of an
+    empty branch, list empty as before."""
+    from lakefuse.mount.errors import FsError
+
+    d = ino_of(fs, "main/data/sub")
+    fh = fs.opendir(d)
+    repo.delete("main", "data/sub/x")  # another process (or host) takes the directory away
+    with pytest.raises(FsError) as ei:
+        fs.readdir_fill(fh, 0)
+    assert ei.value.errno == errno.ENOENT
+    fs.releasedir(fh)
+    main = ino_of(fs, "main")
+    e = fs.mkdir(main, b"empty", 0o755, ME).ino
+    assert readdir_all(fs, e) == []
+    repo.create_branch("bare", "main")  # (from main's commit: the three files, not the staged changes)
+    for p in ("data/a.csv", "data/sub/x", "top"):
+        repo.delete("bare", p)
+    assert readdir_all(fs, ino_of(fs, "bare")) == []

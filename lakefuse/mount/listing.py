@@ -170,6 +170,10 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int, at_least: int = 0) -> None:
         if not tree.immutable:
             tree.witness(path, page)  # (BranchWrites._remains: removing them all, no scan per name)
         entries.extend(_page_entries(fs, tree, path, page, done, stamp))
+    if not raw and start == 0 and path and not tree.immutable and not tree.view.stat(path).is_dir:
+        # nothing under a branch directory that is no directory now: renamed or removed elsewhere
+        # since the kernel looked it up (another mount or host): its listing is no empty one
+        raise FsError(errno.ENOENT, f"{path!r} is gone from branch {tree.name!r}")
     # offsets: the entry at index i (counted from `start`) resumes at start + i + 1
     for i, e in enumerate(entries):
         e.offset = start + i + 1

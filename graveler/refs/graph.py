@@ -63,6 +63,15 @@ def _log_by_generation(refs: CommitReader, commit_id: str, amount: int | None) -
         yield from batch
 
 
+def _two_tips(refs: CommitReader, txn, left_id: str, right_id: str) -> list:
+    """The merge-base walks' queue at the start: the two commits (one, if they are the same),
+    ordered by generation (highest first), newest first among equals."""
+    tips = [refs.get_commit_txn(txn, cid) for cid in dict.fromkeys((left_id, right_id))]
+    heap = [(-c.generation, -c.creation_date.timestamp(), c.id, c) for c in tips]
+    heapq.heapify(heap)
+    return heap
+
+
 def find_merge_base(refs: CommitReader, left_id: str, right_id: str) -> Commit | None:
     """A best common ancestor of two commits (git-merge-base's sense: no other
     common ancestor descends from it); None if the histories never meet.
@@ -77,16 +86,10 @@ def find_merge_base(refs: CommitReader, left_id: str, right_id: str) -> Commit |
     """
     LEFT, RIGHT = 1, 2
     with refs.env.read() as txn:
-        left = refs.get_commit_txn(txn, left_id)
-        if left_id == right_id:
-            return left
-        right = refs.get_commit_txn(txn, right_id)
+        heap = _two_tips(refs, txn, left_id, right_id)
+        if len(heap) == 1:
+            return heap[0][3]
         reached = {left_id: LEFT, right_id: RIGHT}
-        heap = [
-            (-left.generation, -left.creation_date.timestamp(), left.id, left),
-            (-right.generation, -right.creation_date.timestamp(), right.id, right),
-        ]
-        heapq.heapify(heap)
         while heap:
             _, _, cid, c = heapq.heappop(heap)
             flags = reached[cid]
@@ -114,16 +117,10 @@ def find_merge_bases(refs: CommitReader, left_id: str, right_id: str) -> list[Co
     BOTH = LEFT | RIGHT
     out: list[Commit] = []
     with refs.env.read() as txn:
-        left = refs.get_commit_txn(txn, left_id)
-        if left_id == right_id:
-            return [left]
-        right = refs.get_commit_txn(txn, right_id)
+        heap = _two_tips(refs, txn, left_id, right_id)
+        if len(heap) == 1:
+            return [heap[0][3]]
         reached = {left_id: LEFT, right_id: RIGHT}
-        heap = [
-            (-left.generation, -left.creation_date.timestamp(), left.id, left),
-            (-right.generation, -right.creation_date.timestamp(), right.id, right),
-        ]
-        heapq.heapify(heap)
         queued = {left_id, right_id}
         live = 2  # queued commits not stale
         while heap and live:

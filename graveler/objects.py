@@ -455,7 +455,7 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
                 etag, size = info.etag, info.size
             elif etag is not None and fd is not None:  # the caller's MD5 of the file it has open: no second pass
                 size = os.fstat(fd).st_size
-                store.put_file(address, fname)
+                store.put_file(address, fname, md5=etag if is_md5_etag(etag) else None)
             else:
                 try:
                     etag, size = md5_file(fname)
@@ -463,13 +463,13 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
                     raise NotFound(f"upload source {fname!r} not found") from None
                 except OSError as e:
                     raise InvalidArgument(f"cannot read upload source {fname!r}: {e.strerror or e}") from None
-                store.put_file(address, fname)
+                store.put_file(address, fname, md5=etag)
         elif hasattr(source, "read"):
             try:
                 tmp, etag, size = spool(source, spool_dir)
             except OSError as e:
                 raise StoreUnavailable(f"cannot spool the upload ({e.strerror or e})") from None
-            store.put_file(address, tmp)
+            store.put_file(address, tmp, md5=etag)
         else:
             raise InvalidArgument(f"cannot upload a {type(source).__name__}")
     finally:

@@ -60,8 +60,8 @@ class WrappedStore(ObjectStore):
     def put(self, key, data) -> ObjectInfo:
         return self.inner.put(key, data)
 
-    def put_file(self, key, path) -> ObjectInfo:
-        return self.inner.put_file(key, path)
+    def put_file(self, key, path, md5=None) -> ObjectInfo:
+        return self.inner.put_file(key, path, md5)
 
     def get_to_file(self, key, path) -> ObjectInfo:
         return self.inner.get_to_file(key, path)

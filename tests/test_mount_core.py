@@ -471,7 +471,7 @@ def test_unreachable_store_is_eio_and_recovers(tmp_path):
 
         get = lambda self, k: self.inner.get(k)  # noqa: E731
         put = lambda self, k, d: self.inner.put(k, d)  # noqa: E731
-        put_file = lambda self, k, p: self.inner.put_file(k, p)  # noqa: E731
+        put_file = lambda self, k, p, md5=None: self.inner.put_file(k, p, md5)  # noqa: E731
         get_to_file = lambda self, k, p: self.inner.get_to_file(k, p)  # noqa: E731
         head = lambda self, k: self.inner.head(k)  # noqa: E731
         delete = lambda self, k: self.inner.delete(k)  # noqa: E731

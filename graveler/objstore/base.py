@@ -269,8 +269,10 @@ class ObjectStore(abc.ABC):
         self.put(key, data)
 
     @abc.abstractmethod
-    def put_file(self, key: str, path: str) -> ObjectInfo:
-        """Upload a local file (atomically, like ``put``); large files go up in parts."""
+    def put_file(self, key: str, path: str, md5: str | None = None) -> ObjectInfo:
+        """Upload a local file (atomically, like ``put``); large files go up in parts. ``md5``: the
+        file's MD5 where the caller has it already (a store that checks what it stored against
+        the MD5 sent then reads the file once, not twice)."""
 
     @abc.abstractmethod
     def get_to_file(self, key: str, path: str) -> ObjectInfo:

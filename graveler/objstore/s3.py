@@ -587,7 +587,7 @@ class S3Store(ObjectStore):
         self._abort_unaborted()
         return ObjectInfo(key, len(data), _response_time(resp), _strip_etag(resp["ETag"]))
 
-    def put_file(self, key: str, path: str) -> ObjectInfo:
+    def put_file(self, key: str, path: str, md5: str | None = None) -> ObjectInfo:
         k = self._k(key)
         try:
             f = open(path, "rb")
@@ -596,14 +596,15 @@ class S3Store(ObjectStore):
             raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
         with f:
             if size < self.config.multipart_threshold:
-                try:
-                    h = hashlib.file_digest(f, lambda: hashlib.md5(usedforsecurity=False))  # (for _check_stored)
-                    f.seek(0)
-                except OSError as exc:
-                    raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
+                if md5 is None:  # (for _check_stored: the caller's, else one pass now)
+                    try:
+                        md5 = hashlib.file_digest(f, lambda: hashlib.md5(usedforsecurity=False)).hexdigest()
+                        f.seek(0)
+                    except OSError as exc:
+                        raise InvalidArgument(f"cannot read source file {path!r}: {exc.strerror or exc}") from exc
                 with self._errors("put_file", key):
                     resp = self._client.put_object(Bucket=self.bucket, Key=k, Body=f)
-                self._check_stored("put_file", key, resp, sent=h.hexdigest())
+                self._check_stored("put_file", key, resp, sent=md5)
                 log.debug("put_file %s (%d bytes)", k, size)
                 self._abort_unaborted()
                 return ObjectInfo(key, size, _response_time(resp), _strip_etag(resp["ETag"]))
@@ -664,7 +665,8 @@ class S3Store(ObjectStore):
                 log.debug("deleting %s after a damaged upload: %s", key, exc)
         where = f" (part {part})" if part is not None else ""
         raise StoreUnavailable(f"{op} {self.full_uri(key)}{where}: the store kept other bytes than were sent "
-                               f"(its ETag {etag}, the MD5 sent {sent}): damaged on the way")
+                               f"(its ETag {etag}, the MD5 sent {sent}): damaged on the way, or the file changed "
+                               "while it was sent")
 
     def _abort_upload(self, k: str, upload_id: str) -> None:
         """Abort a multipart upload (its parts are billed until then); one the store did not take

@@ -80,8 +80,8 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import logging
 import itertools
+import logging
 import os
 import re
 import stat

@@ -347,6 +347,12 @@ class ChunkedReader(ObjectReader):
         t = self._stalled_t
         return 0 if t is None or time.monotonic() - t >= UNAVAILABLE_MEMO_S else self._stalls
 
+    def _stalled(self, stalls_before: int) -> None:
+        """A request that followed ``stalls_before`` stalls in a row was held up for a timeout too:
+        one more in a row (requests that ran side by side count once). Under the lock."""
+        self._stalls = max(self._stalls_now(), stalls_before + 1)
+        self._stalled_t = time.monotonic()
+
     def _request_store(self):
         """The store for a request now: within :data:`UNAVAILABLE_MEMO_S` of a stream whose
         response stalled for a timeout, with one attempt fewer per stall in a row
@@ -409,9 +415,8 @@ class ChunkedReader(ObjectReader):
             now = time.monotonic()
             if isinstance(e, StoreUnavailable) and now - t0 >= SLOW_FAILURE_S:
                 with self._lock:
-                    if stalls_before is not None:  # a request the store held up: one more stall in a row
-                        self._stalls = max(self._stalls_now(), stalls_before + 1)
-                        self._stalled_t = now
+                    if stalls_before is not None:  # a request the store held up
+                        self._stalled(stalls_before)
                     for k in range(n):
                         if results[k] is None and self._chunks.get(first + k) is futures[k]:
                             self._unavailable[first + k] = now  # see UNAVAILABLE_MEMO_S

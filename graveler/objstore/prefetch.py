@@ -234,9 +234,8 @@ class _Stream:
             stalled = stream is not None and isinstance(e, StoreUnavailable) and (
                 time.monotonic() - t_last >= SLOW_FAILURE_S)
             with r._lock:
-                if stalled:  # (streams opened side by side stall side by side: one more in a row, not one each)
-                    r._stalls = max(r._stalls_now(), stalls_before + 1)
-                    r._stalled_t = time.monotonic()
+                if stalled:
+                    r._stalled(stalls_before)
                 waiting = dict(self.claimed)
                 self.claimed.clear()
                 if i not in waiting:

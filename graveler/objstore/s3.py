@@ -145,7 +145,7 @@ def _check_range(store: "S3Store", key: str, resp: dict, start: int, length: int
     where the range (or the object) does. A response without one is a server that ignored Range
     (it sent the whole object: the caller skips to ``start``). StoreUnavailable otherwise: a server
     or proxy answering another range (of the right length or not) would have its bytes served,
-    and kept in the data cache, as the ones asked for."""
+    and kept in the data cache, as the ones asked for; its body is closed then."""
     content_range = resp.get("ContentRange")
     if not content_range:
         return
@@ -158,6 +158,7 @@ def _check_range(store: "S3Store", key: str, resp: dict, start: int, length: int
             want_last = total - 1
         if first == start and (want_last is None or last == want_last):
             return
+    resp["Body"].close()  # (refused: nothing more is read of it)
     asked = f"{start}-" if length is None else f"{start}-{start + length - 1}"
     raise StoreUnavailable(f"get_range {store.full_uri(key)}: asked for bytes {asked}, the store answered "
                            f"Content-Range {content_range!r}")
@@ -189,11 +190,7 @@ class _S3Stream(ObjectStream):
         if not resp.get("ContentRange") and start:  # a server that ignored Range sent it all: skip to start
             self._skip(start)
         else:
-            try:
-                _check_range(store, key, resp, start, length)
-            except StoreUnavailable:
-                self.close()
-                raise
+            _check_range(store, key, resp, start, length)
         self._fp = self._plain_fp()
 
     def _skip(self, n: int) -> None:
@@ -518,11 +515,7 @@ class S3Store(ObjectStore):
             return info
         except bex.BotoCoreError as exc:
             raise self._map(exc, "get_to_file", key) from exc
-        try:
-            _check_range(self, key, resp, 0, chunk)
-        except StoreUnavailable:
-            resp["Body"].close()
-            raise
+        _check_range(self, key, resp, 0, chunk)
         total = _range_total(resp)
         etag = resp["ETag"]
         self._write_body(resp["Body"], fd, 0)
@@ -540,11 +533,7 @@ class S3Store(ObjectStore):
                     raise self._map(exc, "get_to_file", key) from exc
                 except bex.BotoCoreError as exc:
                     raise self._map(exc, "get_to_file", key) from exc
-                try:
-                    _check_range(self, key, part, r[0], r[1] - r[0] + 1)
-                except StoreUnavailable:
-                    part["Body"].close()
-                    raise
+                _check_range(self, key, part, r[0], r[1] - r[0] + 1)
                 self._write_body(part["Body"], fd, r[0])
 
             self._run_parallel(fetch, ranges, "s3-download")
@@ -650,12 +639,14 @@ class S3Store(ObjectStore):
         checks no checksum of it, as moto does not) otherwise made an upload, or a commit's
         tables, succeed with its data gone. StoreUnavailable (the caller's retry sends it again);
         a whole object so kept is deleted."""
+        from graveler.objects import is_md5_etag, md5_hex  # (lazily: graveler.objects imports the store package)
+
         etag = _strip_etag(resp.get("ETag", "")).lower()
-        if (len(etag) != 32 or not all(c in "0123456789abcdef" for c in etag)
-                or resp.get("SSECustomerAlgorithm") or resp.get("ServerSideEncryption") == "aws:kms"):
+        if (not is_md5_etag(etag) or resp.get("SSECustomerAlgorithm")
+                or resp.get("ServerSideEncryption") == "aws:kms"):
             return
         if sent is None:
-            sent = hashlib.md5(body, usedforsecurity=False).hexdigest()
+            sent = md5_hex(body)
         if sent == etag:
             return
         if part is None:

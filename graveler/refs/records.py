@@ -46,6 +46,17 @@ def unix_seconds(dt: datetime) -> int:
     return delta.days * 86400 + delta.seconds
 
 
+def _check_ref_record(what: str, pb, name: str | None) -> None:
+    """A branch's or tag's parsed record can be the one stored under ``name`` (None: not
+    checked against a name): its ``id`` that name, its ``commit_id`` a commit ID. CorruptedData
+    otherwise (protobuf parses many damaged byte strings without an error)."""
+    if name is not None and pb.id != name:
+        raise CorruptedData(f"damaged {what} record: it names {what} {pb.id!r}", name)
+    if not _COMMIT_ID_RE.match(pb.commit_id):
+        raise CorruptedData(f"damaged {what} record: its commit {pb.commit_id!r} is not a commit ID "
+                            f"({COMMIT_ID_LENGTH} lowercase hex digits)", name or pb.id)
+
+
 @dataclass(frozen=True, slots=True)
 class Commit:
     """A commit (lakeFS's ``CommitData``). ``id`` is computed by :func:`graveler.ident.commit_id`."""
@@ -154,11 +165,7 @@ class Branch:
             pb.ParseFromString(raw)
         except Exception as e:
             raise CorruptedData(f"malformed branch record ({e})", name) from None
-        if name is not None and pb.id != name:
-            raise CorruptedData(f"damaged branch record: it names branch {pb.id!r}", name)
-        if not _COMMIT_ID_RE.match(pb.commit_id):
-            raise CorruptedData(f"damaged branch record: its commit {pb.commit_id!r} is not a commit ID "
-                                f"({COMMIT_ID_LENGTH} lowercase hex digits)", name or pb.id)
+        _check_ref_record("branch", pb, name)
         return Branch(pb.id, pb.commit_id, pb.staging_token, tuple(pb.sealed_tokens))
 
 
@@ -183,11 +190,7 @@ class Tag:
             pb.ParseFromString(raw)
         except Exception as e:  # protobuf's DecodeError (and its RuntimeWarnings' kin)
             raise CorruptedData(f"malformed tag record ({e})", name) from None
-        if pb.id != name:
-            raise CorruptedData(f"damaged tag record: it names tag {pb.id!r}", name)
-        if not _COMMIT_ID_RE.match(pb.commit_id):
-            raise CorruptedData(f"damaged tag record: its commit {pb.commit_id!r} is not a commit ID "
-                                f"({COMMIT_ID_LENGTH} lowercase hex digits)", name)
+        _check_ref_record("tag", pb, name)
         return Tag(name, pb.commit_id)
 
 

@@ -351,7 +351,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     watch = StampWatch(fs, lambda ino: pyfuse3.invalidate_inode(ino, False),
                        invalidate_entry=pyfuse3.invalidate_entry).start()
     fs.controls.after_change = watch.poke  # a reset, merge or revert: the kernel's caches go first
-    fs.kernel_attrs_stale = lambda ino: _attrs_stale(ino)
+    fs.kernel_attrs_stale = _attrs_stale
     try:
         tune_gc()
         trio.run(_main, mp, config.read_ahead_kb)

@@ -75,17 +75,26 @@ class Opens:
             self.check_writable(ino)
         if node.kind != Kind.FILE:
             raise FsError(errno.EISDIR)
-        told = node.attr  # (what the kernel was last told of the inode, if anything)
-        node = self.revalidate(node)
-        if not node.tree.immutable and not self.inodes.attached(node):
-            self._stale(node)  # replaced behind the mount while open: the name's new version is a new inode
-        if told is not None and node.attr is not told and (told.size, told.mtime_ns) != (node.attr.size,
-                                                                                        node.attr.mtime_ns):
-            # replaced behind the mount (another process, host or mount) since the kernel took its
-            # attributes, none open: the open serves the new version, which the kernel would read
-            # by the old size (cut short, or padded) until its attributes time out -- it asks again
-            self.kernel_attrs_stale(node.ino)
-            self.stats.add("opens_attrs_refreshed")
+        if node.renamed_over and node.value is not None and not self.inodes.attached(node):
+            # this mount renamed another file over the name after the kernel's path walk had found
+            # this inode, before the kernel moved its entry (it does once the rename is answered):
+            # as on a local filesystem, the open opens the file the walk found -- the version the
+            # name had, nlink 0 -- where ESTALE reached the caller when a second rename came
+            # within the kernel's one retry. (Replaced behind the mount, the kernel's entry is
+            # merely old: that open still looks the name up again, below.)
+            self.stats.add("opens_renamed_over")
+        else:
+            told = node.attr  # (what the kernel was last told of the inode, if anything)
+            node = self.revalidate(node)
+            if not node.tree.immutable and not self.inodes.attached(node):
+                self._stale(node)  # replaced behind the mount while open: the name's new version is a new inode
+            if told is not None and node.attr is not told and (told.size, told.mtime_ns) != (node.attr.size,
+                                                                                            node.attr.mtime_ns):
+                # replaced behind the mount (another process, host or mount) since the kernel took its
+                # attributes, none open: the open serves the new version, which the kernel would read
+                # by the old size (cut short, or padded) until its attributes time out -- it asks again
+                self.kernel_attrs_stale(node.ino)
+                self.stats.add("opens_attrs_refreshed")
         if not passthrough:
             return self._uncached(node, self._open_file(node, False))
         tree: Tree = node.tree

@@ -112,7 +112,7 @@ def _rename_file_locked(w, tree: Tree, op: Node, np_: Node, src: bytes, dst: byt
             break
     else:
         raise FsError(errno.EBUSY, f"{src!r} kept changing while it was renamed; try again")
-    w._forget_path(tree, dst, Kind.FILE)  # an open file replaced at dst: detached
+    w._forget_path(tree, dst, Kind.FILE, renamed_over=True)  # an open file replaced at dst: detached
     if node is not None:
         w.inodes.rekey(node, w.fs.file_key(tree, dst), dst)
         if sf is not None:

@@ -469,11 +469,12 @@ class BranchWrites:
             self._forget_path(tree, path, Kind.FILE)
         self.stats.add("unlinks")
 
-    def _forget_path(self, tree: Tree, path: bytes, kind: Kind) -> None:
+    def _forget_path(self, tree: Tree, path: bytes, kind: Kind, renamed_over: bool = False) -> None:
         key = self.fs.file_key(tree, path) if kind == Kind.FILE else self.fs.dir_key(tree, path)
         node = self.inodes.find(key)
         if node is not None:
             self.inodes.replace(node)
+            node.renamed_over = renamed_over
             if node.attr is not None:  # its link count went: its ctime moves (open handles fstat it)
                 node.attr = replace(node.attr, ctime_ns=time.time_ns())
             if kind == Kind.FILE and self.spool is not None:

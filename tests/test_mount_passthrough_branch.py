@@ -34,7 +34,7 @@ def home(tmp_path_factory):
     h = tmp_path_factory.mktemp("ptbhome")
     src = tmp_path_factory.mktemp("ptbsrc")
     (src / "in").mkdir()
-    for name in ("w", "t", "r", "c", "m", "x", *(f"o{i}" for i in range(5))):
+    for name in ("w", "t", "d", "r", "c", "m", "x", *(f"o{i}" for i in range(5))):
         (src / "in" / name).write_bytes(A)
     seed_repo(h, REPO, src / "in")
     return h
@@ -106,6 +106,23 @@ def test_truncate_by_path_while_a_kernel_reader_is_open(mnt):
         assert os.stat(p).st_size == 1000
         assert len(r.read()) == len(A) - 3
     assert p.read_bytes() == A[:1000]
+
+
+def test_truncate_by_path_while_a_reader_the_daemon_serves_is_open(home, tmp_path):
+    """Where the daemon serves a branch file's reads, a truncate(2) by path cuts the file the open
+    reader reads, as on a local filesystem: one inode, the new size, ``nlink`` 1. Before, the
+    truncate gave the name a new inode and answered the old size; the reader kept the old
+    version (``nlink`` 0) where an ftruncate through a writer's descriptor cut it."""
+    with clean_mount(home, REPO, tmp_path / "mnt", "--branch-timeout", "0.2",
+                     env={"LAKEFUSE_BRANCH_PASSTHROUGH": "0"}) as mp:
+        p = mp / "main" / "in" / "d"
+        with open(p, "rb", buffering=0) as r:
+            assert r.read(3) == A[:3]
+            os.truncate(p, 1000)
+            st, fst = os.stat(p), os.fstat(r.fileno())
+            assert (fst.st_ino, fst.st_size, fst.st_nlink) == (st.st_ino, 1000, 1)
+            assert r.read(len(A)) == A[3:1000]
+        assert p.read_bytes() == A[:1000]
 
 
 def test_a_reader_opened_while_the_daemon_serves_another_reads_through_the_daemon(mnt):

@@ -540,8 +540,8 @@ class BranchWrites:
                 if changes.size is not None:
                     sf.truncate(changes.size)
                 self._apply_attrs(sf, changes)
-                if not sf.loaded or sf.handles == 1:
-                    sf.flush()  # nothing else will save it soon: truncate(2)/chmod(2) return once saved
+                if (not sf.loaded or sf.handles == 1) and sf.flush() is not None:
+                    self._took_save(node, sf)  # nothing else will save it soon: truncate(2)/chmod(2) return once saved
             finally:
                 self.spool.release(ino)
             return self._fresh_attr(node)
@@ -589,6 +589,15 @@ class BranchWrites:
         node.stamp = -1  # read again once saved
         self.stats.add("setattrs_inline")
         return self.rules.spooled(sf, node.attr)
+
+    def _took_save(self, node: Node, sf) -> None:
+        """A save made through a spool file no handle keeps (truncate(2) by path): the inode shows
+        the saved version, as its open readers see it -- the next read of the name would otherwise
+        take it for a file replaced behind the mount and give the name a new inode, leaving them
+        the old version (nlink 0) and the truncate's own answer the old size."""
+        stamp, value = sf.stamped[0], sf.saved.to_value()
+        if not (stamp and self.fs.file_staged(node, value, stamp, sf.saved)):
+            node.take(node.attr, node.stamp, value)  # (the stamp unknown: read again, as this version)
 
     def _fresh_attr(self, node: Node) -> Attr:
         node.stamp = -1

@@ -23,7 +23,9 @@ fsync before each close is printed too. The small-file rows have a second peer, 
 FUSE itself: the same work through libfuse's own example file system ``passthrough_hp``
 (C++, multithreaded; ``--nopassthrough``: its daemon serves every write, as lakefuse's does)
 over a native directory, built once from the vendored libfuse into ``.venv/opt/libfuse-peer``
-(meson, ninja and g++; skipped with a note when it cannot be built).
+(meson, ninja and g++; skipped with a note when it cannot be built). A third, the cost of the
+Python binding itself: ``nullfs.py``, pyfuse3 and trio answering every request from memory with
+no I/O (the floor under any pyfuse3 daemon; lakefuse's "x of it" is how much its own work adds).
 
 Each file through the mount is about six FUSE
 requests (lookup, create, write, flush, release, and the getattr of its directory at the next
@@ -290,6 +292,33 @@ class CFusePeer:
             self.proc = None
 
 
+class NullPeer:
+    """``nullfs.py``: pyfuse3 and trio answering every request from memory, no I/O -- the
+    binding's own cost per file, the floor under lakefuse's (``ok`` False and ``why`` if it did
+    not mount)."""
+
+    def __init__(self, work: Path):
+        self.ok, self.why = False, ""
+        self.mp = work / "mnt"
+        self.mp.mkdir(parents=True)
+        self.log = open(work / "nullfs.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("nullfs.py")), str(self.mp)],
+                                     stdout=self.log, stderr=self.log)
+        try:
+            wait_mount(self.mp, self.proc, timeout=20)
+        except RuntimeError as e:
+            self.why = f"nullfs did not mount: {e}"
+            self.close()
+            return
+        self.ok = True
+
+    def close(self) -> None:
+        if self.proc is not None:
+            unmount(self.mp, self.proc)
+            self.log.close()
+            self.proc = None
+
+
 def build_passthrough_hp() -> Path:
     """libfuse's example/passthrough_hp from the vendored libfuse tarball, built once (a few
     minutes) into .venv/opt/libfuse-peer; its path."""
@@ -311,11 +340,12 @@ def build_passthrough_hp() -> Path:
     return exe
 
 
-def peer_rows(args, peer: CFusePeer, rep: Report, ours: dict[str, float]) -> None:
-    """The small-file work through the C peer (``ours``: lakefuse's median seconds by row)."""
+def peer_rows(args, peer, rep: Report, ours: dict[str, float], name: str = "C FUSE peer") -> None:
+    """The small-file work through a peer (:class:`CFusePeer`, :class:`NullPeer`; ``ours``:
+    lakefuse's median seconds by row)."""
     kib, sz = f"{args.size / 1024:g} KiB", args.size
     if not peer.ok:
-        print(f"  (no C FUSE peer: {peer.why})", flush=True)
+        print(f"  (no {name}: {peer.why})", flush=True)
         return
     pid = peer.proc.pid
     w, nw, nf = args.writers, args.files // args.writers * args.writers, args.fsync_files
@@ -329,7 +359,7 @@ def peer_rows(args, peer: CFusePeer, rep: Report, ours: dict[str, float]) -> Non
         c0 = cpu_s(pid)
         times = [run(r) for r in range(args.reps)]
         cpu_ms = (cpu_s(pid) - c0) * 1000 / (n * args.reps)
-        rep.add(f"{label}: C FUSE peer", f"{n / median(times):.0f} files/s",
+        rep.add(f"{label}: {name}", f"{n / median(times):.0f} files/s",
                 f"lakefuse x{median(times) / ours[key]:.2f} of it; its daemon CPU {cpu_ms:.2f} ms/file")
 
 
@@ -400,6 +430,11 @@ def bench_local(args, work: Path, rep: Report) -> None:
             peer_rows(args, peer, rep, got)
         finally:
             peer.close()
+        null = NullPeer(work / "nullpeer")
+        try:
+            peer_rows(args, null, rep, got, "pyfuse3 with nothing behind it")
+        finally:
+            null.close()
         # tar -x of an archive of small files
         tsrc = work / "tarsrc"
         make_tree(tsrc, args.tar_files, sz)

@@ -139,3 +139,34 @@ def test_sst_dump_json_of_a_commit_no_json_date_can_hold_is_exit_5(tmp_path):
     assert ok.returncode == 0 and json.loads(ok.stdout.splitlines()[1])["commit"]["id"] == c.id, ok.stderr
     bad = run("sst", "dump", "--json", str(files["damaged"]))
     assert bad.returncode == 5 and bad.stderr.count("\n") == 1 and "damaged commit record" in bad.stderr, bad.stderr
+
+
+def test_sst_dump_says_when_a_tables_blocks_carry_no_checksum(tmp_path):
+    """A table written without block checksums (its footer's type 0) dumps -- its blocks read
+    unverified, as RocksDB reads them -- and says so on stderr and in the JSON footer; a table
+    with CRC32C trailers (every lakeFS table) says nothing of the kind."""
+    import rocksdict
+
+    def table(path, checksum):
+        opts = rocksdict.Options(raw_mode=True)
+        bbo = rocksdict.BlockBasedOptions()
+        bbo.set_format_version(2)
+        bbo.set_checksum_type(checksum)
+        opts.set_block_based_table_factory(bbo)
+        w = rocksdict.SstFileWriter(opts)
+        w.open(str(path))
+        w[b"k"] = b"v"
+        w.finish()
+        return str(path)
+
+    bare = table(tmp_path / "bare.sst", rocksdict.ChecksumType.no_checksum())
+    crc = table(tmp_path / "crc.sst", rocksdict.ChecksumType.crc32c())
+    for path, checked in ((bare, False), (crc, True)):
+        out = run("sst", "dump", "--json", path)
+        assert out.returncode == 0, out.stderr
+        lines = [json.loads(x) for x in out.stdout.splitlines()]
+        assert lines[0]["footer"]["blocks_verified"] is checked
+        assert {"key": "k", "value": "v"} in lines[1:]
+        assert ("carry no checksum" in out.stderr) is not checked, out.stderr
+        text = run("sst", "dump", path)
+        assert text.returncode == 0 and ("read unverified" in text.stderr) is not checked, text.stderr

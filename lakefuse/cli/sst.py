@@ -139,10 +139,13 @@ def cmd_dump(args: argparse.Namespace) -> int:
     kind = t.raw_properties.get("type", b"").decode("utf-8", "replace") or None
     entity = t.raw_properties.get(ENTITY_TYPE_KEY, b"").decode("utf-8", "replace") or None
     out = sys.stdout
+    if not t.crc32c_trailers:  # (the footer says so: a table written without block checksums)
+        print(terminal_text(f"warning: {args.file}: its footer says its blocks carry no checksum (type "
+                            f"{t.footer.checksum_type}): they are read unverified", sys.stderr), file=sys.stderr)
     if args.json:
         out.write(json.dumps({"file": args.file, "footer": {
             "magic": t.footer.magic, "version": t.footer.version, "checksum_type": t.footer.checksum_type,
-            "two_level_index": t.two_level}, "properties": props}) + "\n")
+            "blocks_verified": t.crc32c_trailers, "two_level_index": t.two_level}, "properties": props}) + "\n")
     else:
         out.write(f"file: {args.file}\nfooter: {t.footer.magic} v{t.footer.version}, checksum type "
                   f"{t.footer.checksum_type}, {'two-level' if t.two_level else 'one-level'} index\n")

@@ -184,3 +184,41 @@ def test_an_export_never_writes_or_deletes_through_a_symlink_planted_in_its_dest
     assert sorted(p.name for p in outside.iterdir()) == ["other"]
     assert (outside / "other").read_bytes() == b"victim data\n"
     assert read_success(str(dest)) is None
+
+
+def test_an_exports_writes_themselves_refuse_a_symlink_on_the_way(tmp_path):
+    """The export's own writes and deletes open each directory below the destination without
+    following a link (``NoFollowDest``): a link planted after any check, while the export runs,
+    is refused where it is met, and the target is untouched. Before, a check of the path came
+    first and the write then followed whatever the path was by then. Healthy trees (nested
+    directories made on the way, a file rewritten, a link at a file's own name replaced, not
+    followed; deletions pruning the directories they empty) are written as before."""
+    from graveler.objstore import open_store
+    from graveler.spark.export import NoFollowDest
+
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    (outside / "k").write_bytes(b"victim\n")
+    out = NoFollowDest(open_store(str(dest)))
+    out.put("a/b/c", b"one")
+    out.put("a/b/c", b"two")
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"\0" * 100_000 + b"end")
+    out.put_file("a/big", str(src))
+    (dest / "a" / "lnk").symlink_to(outside / "k")
+    out.put("a/lnk", b"a file now")
+    assert (dest / "a" / "b" / "c").read_bytes() == b"two" and (dest / "a" / "big").read_bytes() == src.read_bytes()
+    assert not (dest / "a" / "lnk").is_symlink() and (outside / "k").read_bytes() == b"victim\n"
+    out.delete("a/b/c")
+    assert not (dest / "a" / "b").exists() and (dest / "a").is_dir()
+    out.delete("no/such/file")
+    (dest / "s").symlink_to(outside)
+    (dest / "a" / "t").symlink_to(outside)
+    for key in ("s/k", "s/new", "a/t/k", "a/t/deeper/k"):
+        with pytest.raises(InvalidArgument, match="symbolic link"):
+            out.put(key, b"through the link")
+        with pytest.raises(InvalidArgument, match="symbolic link"):
+            out.delete(key)
+    assert sorted(p.name for p in outside.iterdir()) == ["k"] and (outside / "k").read_bytes() == b"victim\n"
+    assert not [p for p in dest.rglob(".lakefuse-tmp-*")]

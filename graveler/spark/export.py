@@ -15,19 +15,23 @@ harmless.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.model import AddressType
 from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
-from graveler.objstore import LocalStore, open_store, validate_key
+from graveler.objstore import LocalStore, open_store, sparse, validate_key
+from graveler.objstore.local import TMP_PREFIX
 from graveler.objstore.base import StoreConfig
 from graveler.spark.diff import diff_df
 from graveler.spark.entries import entries_df, namespace_of
@@ -96,13 +100,14 @@ def _copy_task(ns: Namespace, dest: Namespace):
 
     def fn(batches):
         out = dest.open()
+        if isinstance(out, LocalStore):
+            out = NoFollowDest(out)
         stores: dict = {}
         copied = deleted = nbytes = 0
         for b in batches:
             cols = b.to_pydict()
             for op, key, address, atype, size, etag in zip(cols["op"], cols["key"], cols["address"],
                                                            cols["address_type"], cols["size"], cols["etag"]):
-                _inside(out, key)
                 if op == "delete":
                     out.delete(key)
                     deleted += 1
@@ -121,18 +126,123 @@ def _copy_task(ns: Namespace, dest: Namespace):
     return fn
 
 
-def _inside(out, key: str) -> None:
-    """InvalidArgument if a directory on the way to ``key`` in a local destination is a symbolic
-    link: an export writes and deletes below its destination only (a link planted there by
-    whoever can write it sent a root export's files, and its deletions, elsewhere)."""
-    if not isinstance(out, LocalStore):
-        return
-    path = out.root
-    for segment in key.split("/")[:-1]:
-        path = os.path.join(path, segment)
-        if os.path.islink(path):
-            raise InvalidArgument(f"{path!r} in the export destination is a symbolic link: refused (an export "
-                                  "writes and deletes only below its destination)")
+class NoFollowDest:
+    """Writes and deletes below a local export destination through directory descriptors, each
+    directory on the way opened with ``O_NOFOLLOW`` from the one before: a symbolic link there --
+    planted before the export or while it runs (whoever can write the destination can) -- is
+    refused where it is met, never followed. A root export's files and its deletions stay below
+    the destination. (A check of the path before each write left the moment between the check
+    and the write.) Each file is written under a temporary name, synced and renamed into place,
+    as :class:`LocalStore` does."""
+
+    def __init__(self, store: LocalStore):
+        self.store = store  # (its key rules: validate_key, names the local store reserves)
+        self.root = store.root
+
+    def _refused(self, path: str) -> InvalidArgument:
+        return InvalidArgument(f"{path!r} in the export destination is a symbolic link: refused (an export "
+                               "writes and deletes only below its destination)")
+
+    def _walk(self, key: str, create: bool) -> tuple[list[int], list[str]] | None:
+        """Descriptors of the destination and of each directory on the way to ``key`` (made on
+        the way if ``create``; None when one is absent), and the directories' and the file's names."""
+        self.store._path(key)  # (the key as the local store takes it, or InvalidArgument)
+        names = key.split("/")
+        fds = [os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]  # (the destination as named)
+        path = self.root
+        try:
+            for segment in names[:-1]:
+                path = os.path.join(path, segment)
+                if create:
+                    try:
+                        os.mkdir(segment, 0o777, dir_fd=fds[-1])
+                    except FileExistsError:
+                        pass
+                try:
+                    fds.append(os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                       dir_fd=fds[-1]))
+                except OSError as e:
+                    if e.errno == errno.ELOOP or (e.errno == errno.ENOTDIR and os.path.islink(path)):
+                        raise self._refused(path) from None
+                    if e.errno == errno.ENOENT and not create:
+                        _close_all(fds)
+                        return None
+                    raise
+        except BaseException:
+            _close_all(fds)
+            raise
+        return fds, names
+
+    def _write(self, key: str, fill) -> None:
+        fds, names = self._walk(key, True)
+        dfd, name = fds[-1], names[-1]
+        try:
+            tmp = TMP_PREFIX + uuid.uuid4().hex
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd)
+            try:
+                try:
+                    fill(fd)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # (a link at the name is replaced, not followed)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=dfd)
+                except OSError:
+                    pass
+                raise
+            os.fsync(dfd)
+        finally:
+            _close_all(fds)
+
+    def put(self, key: str, data: bytes) -> None:
+        self._write(key, lambda fd: _write_all(fd, data))
+
+    def put_file(self, key: str, path: str) -> None:
+        with open(path, "rb") as src:
+            def fill(fd: int) -> None:
+                off = 0
+                while chunk := src.read(sparse.CHUNK):
+                    sparse.pwrite_sparse(fd, chunk, off)  # (runs of zeros stay holes, as LocalStore.put_file)
+                    off += len(chunk)
+                os.ftruncate(fd, off)
+            self._write(key, fill)
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``'s file, then each directory on its way that this left empty (as
+        :meth:`LocalStore.delete`); nothing if it is not there."""
+        got = self._walk(key, False)
+        if got is None:
+            return
+        fds, names = got
+        try:
+            try:
+                os.unlink(names[-1], dir_fd=fds[-1])
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                return  # (gone already, or a directory of other files)
+            except PermissionError:
+                if not stat.S_ISDIR(os.stat(names[-1], dir_fd=fds[-1], follow_symlinks=False).st_mode):
+                    raise
+                return
+            for i in range(len(fds) - 1, 0, -1):
+                try:
+                    os.rmdir(names[i - 1], dir_fd=fds[i - 1])  # fails (and stops here) unless empty
+                except OSError:
+                    return
+        finally:
+            _close_all(fds)
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _copy_one(out, src, skey: str, key: str, size: int, etag: str) -> None:

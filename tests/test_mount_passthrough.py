@@ -91,11 +91,13 @@ def test_passthrough_serves_committed_reads_without_the_daemon(repo_home):
         opened = after.get("opens_passthrough", 0) - before.get("opens_passthrough", 0)
         assert opened >= 6, after
         assert after["passthrough"] == "on"
-        # a branch file no handle writes is handed to the kernel too (tests/test_mount_passthrough_branch.py)
+        # a branch file is the daemon's by default: one inode for its readers and writers (with
+        # LAKEFUSE_BRANCH_PASSTHROUGH=1 the kernel's too: tests/test_mount_passthrough_branch.py)
+        assert after["branch_passthrough"] == "off"
         _check_reads(mp / "main" / "data" / "big.bin")
         last = stats(mp)
-        assert last["opens_passthrough"] > after["opens_passthrough"]
-        assert last["requests"]["read"] - after["requests"]["read"] <= 2, last["requests"]  # (stats itself)
+        assert last["opens_passthrough"] == after["opens_passthrough"]
+        assert last["opens_daemon"] > after.get("opens_daemon", 0)
     finally:
         m.stop()
     assert not is_mounted(mp)

@@ -517,3 +517,33 @@ def test_kill_9_crash_loop_loses_nothing_acknowledged(home, tmp_path):
     with MountProc(home, REPO, mp) as m2:
         assert sorted(os.listdir(mp / "crash"))  # mounts and lists after the crashes
     assert "Traceback" not in m2.log()
+
+
+def test_a_reader_and_a_writer_of_one_branch_file_share_its_inode_its_locks_and_its_appends(mnt):
+    """Found by a Linux user's tour: with branch files handed to the kernel (FUSE passthrough) by
+    default, a file held open read-only (``flock -s``, ``tail -f``, a read-only sqlite connection)
+    and then opened for writing gave the writer another inode -- the kernel binds an inode to one
+    backing file while such opens last -- so its exclusive lock was granted beside the shared one,
+    the appends never reached the reader, and inotify watches saw nothing. Branch files go
+    through the daemon now (``LAKEFUSE_BRANCH_PASSTHROUGH=1`` brings passthrough back for
+    read-mostly branches): one inode, as on a local filesystem."""
+    import fcntl
+
+    p = mnt / "main" / "shared_lock.log"
+    p.write_bytes(b"first\n")
+    r = os.open(p, os.O_RDONLY)
+    try:
+        fcntl.flock(r, fcntl.LOCK_SH)
+        assert os.read(r, 100) == b"first\n"
+        code = ("import fcntl, os, sys\n"
+                "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\n"
+                "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                "except BlockingIOError:\n    print('refused')\n"
+                "else:\n    print('granted')\n"
+                "os.write(fd, b'second\\n')\nos.close(fd)\n")
+        out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == "refused", out
+        assert os.fstat(r).st_ino == os.stat(p).st_ino
+        assert os.read(r, 100) == b"second\n"  # (as tail -f reads on)
+    finally:
+        os.close(r)

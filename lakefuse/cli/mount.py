@@ -45,8 +45,10 @@ docs/SEMANTICS.md.
 
 environment (read by the daemon):
   LAKEFUSE_PASSTHROUGH=0         no FUSE passthrough: the daemon serves every read
-  LAKEFUSE_BRANCH_PASSTHROUGH=0  branch files always read through the daemon (a reader
-                                 opened before a writer of this mount then sees its bytes)
+  LAKEFUSE_BRANCH_PASSTHROUGH=1  branch files no handle writes read by the kernel too
+                                 (faster warm re-reads; a writer that opens a file
+                                 readers hold then gets another inode: locks, appends
+                                 and inotify not shared with them). Default: the daemon
   LAKEFUSE_INLINE_READS=0        page-cached reads go through a worker thread too
   LAKEFUSE_RECEIVE_BURST=0       each FUSE request waited for in the event loop (not read
                                  at once after the last one was answered)

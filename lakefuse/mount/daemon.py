@@ -60,9 +60,10 @@ class MountConfig:
     cache_dir: str | None = None
     # FUSE passthrough for committed local objects, when the kernel and pyfuse3 have it; off: $LAKEFUSE_PASSTHROUGH=0
     passthrough: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_PASSTHROUGH", True))
-    # ... and for branch files no handle writes (a reader then keeps the version it opened); off:
-    # $LAKEFUSE_BRANCH_PASSTHROUGH=0
-    branch_passthrough: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_BRANCH_PASSTHROUGH", True))
+    # ... and for branch files no handle writes: on with $LAKEFUSE_BRANCH_PASSTHROUGH=1 (a read-only
+    # open then binds the inode to the object's file, and a writer that comes while it lasts gets
+    # another inode: locks, appends and inotify are not shared across the two -- off by default)
+    branch_passthrough: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_BRANCH_PASSTHROUGH", False))
     # reads a local file's page cache holds whole answered on the trio thread; off: $LAKEFUSE_INLINE_READS=0
     inline_reads: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_INLINE_READS", True))
     # pyfuse3 reads the next request at once after answering one (a patched build); off: $LAKEFUSE_RECEIVE_BURST=0

@@ -754,3 +754,37 @@ def test_listing_a_directory_gone_behind_the_mount_is_enoent_not_empty(fs, repo)
     for p in ("data/a.csv", "data/sub/x", "top"):
         repo.delete("bare", p)
     assert readdir_all(fs, ino_of(fs, "bare")) == []
+
+
+def test_entries_made_in_a_set_group_id_directory_take_its_group(repo, tmp_path):
+    """As Linux's ``inode_init_owner``: a file, directory, symlink or FIFO made in a set-group-ID
+    directory takes the directory's group (not the caller's), and a new subdirectory keeps the
+    bit, so the group passes down; a set-group-ID file made there by a caller outside the group
+    loses the bit. Found by a Linux user's tour (ext4 gave gid 4242 and mode 2755; the mount gave
+    the caller's group and 755). Elsewhere the caller's group, as before."""
+    with writable_core(repo, tmp_path / "cache") as fs:
+        main = ino_of(fs, "main")
+        d = fs.mkdir(main, b"shared", 0o775, ME).ino
+        fs.setattr(d, SetAttr(mode=0o2775, gid=4242))
+        made = {
+            "file": fs.create(d, b"file", 0o644, os.O_WRONLY, ME),
+            "sub": fs.mkdir(d, b"sub", 0o755, ME),
+            "link": fs.symlink(d, b"link", b"file", ME),
+            "fifo": fs.mknod(d, b"fifo", stat.S_IFIFO | 0o600, ME),
+            "setgid": fs.create(d, b"setgid", 0o2755, os.O_WRONLY, ME),
+        }
+        for name, got in made.items():
+            if isinstance(got, tuple):
+                fs.release(got[0].fh)
+                got = got[1]
+            attr = fs.getattr(got.ino)
+            assert attr.gid == 4242, (name, attr.gid)
+            assert attr.uid == 1000
+        assert fs.getattr(made["sub"].ino).mode == stat.S_IFDIR | 0o2755
+        assert fs.getattr(made["setgid"][1].ino).mode == stat.S_IFREG | 0o755  # (ME is not in group 4242)
+        deeper = fs.mkdir(made["sub"].ino, b"deeper", 0o700, ME)
+        assert (fs.getattr(deeper.ino).gid, fs.getattr(deeper.ino).mode) == (4242, stat.S_IFDIR | 0o2700)
+        plain = fs.mkdir(main, b"plain", 0o755, ME).ino
+        o, attr = fs.create(plain, b"f", 0o2755, os.O_WRONLY, ME)
+        fs.release(o.fh)
+        assert (fs.getattr(attr.ino).gid, fs.getattr(attr.ino).mode) == (100, stat.S_IFREG | 0o2755)

@@ -36,7 +36,7 @@ def create(w, parent_ino: int, name: bytes, mode: int, flags: int, caller: Calle
     parent = w._branch_node(parent_ino)
     path = w._child_path(parent, name)
     tree = parent.tree
-    attrs = PosixAttrs(mode=stat.S_IFREG | stat.S_IMODE(mode), uid=caller.uid, gid=caller.gid)
+    attrs = w.new_owner(parent, caller, stat.S_IFREG | stat.S_IMODE(mode))
     now = time.time_ns()
     entry = w._new_entry(attrs, now)
     # the kernel looked the name up just before (its create follows a lookup that found nothing)
@@ -96,7 +96,7 @@ def create_fast(w, parent_ino: int, name: bytes, mode: int, flags: int, caller: 
             tree.names_added([(path, b"")], locked=True)
         finally:
             tree.lock.release()
-        attrs = PosixAttrs(mode=stat.S_IFREG | stat.S_IMODE(mode), uid=caller.uid, gid=caller.gid)
+        attrs = w.new_owner(parent, caller, stat.S_IFREG | stat.S_IMODE(mode))
         now = time.time_ns()
         entry = w._new_entry(attrs, now)
         if known[1] is not None:  # its directory's times move (its marker is staged with the file)

@@ -361,6 +361,21 @@ class BranchWrites:
         node.take(attr, stamp, value)
         return node.attr
 
+    @staticmethod
+    def new_owner(parent: Node, caller: Caller, mode: int) -> PosixAttrs:
+        """The mode, owner and group of a new entry of ``parent`` made by ``caller``, as Linux
+        gives them (``inode_init_owner``): in a set-group-ID directory the directory's group,
+        and a new subdirectory keeps the bit; a set-group-ID file made there by someone outside
+        that group (whose primary group is another, unless root) loses it."""
+        pa = parent.attr
+        if pa is None or not pa.mode & stat.S_ISGID:
+            return PosixAttrs(mode=mode, uid=caller.uid, gid=caller.gid)
+        if stat.S_ISDIR(mode):
+            mode |= stat.S_ISGID
+        elif mode & stat.S_ISGID and caller.uid != 0 and caller.gid != pa.gid:
+            mode &= ~stat.S_ISGID
+        return PosixAttrs(mode=mode, uid=caller.uid, gid=pa.gid)
+
     def mkdir(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
         self.settle()
         parent = self.inodes.get(parent_ino)
@@ -369,7 +384,7 @@ class BranchWrites:
         parent = self._branch_node(parent_ino)
         path = self._child_path(parent, name)
         tree: Tree = parent.tree
-        attrs = PosixAttrs(mode=stat.S_IFDIR | stat.S_IMODE(mode), uid=caller.uid, gid=caller.gid)
+        attrs = self.new_owner(parent, caller, stat.S_IFDIR | stat.S_IMODE(mode))
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
         with self.fs.tree_lock(tree).shared():
@@ -408,7 +423,7 @@ class BranchWrites:
             raise FsError(errno.EINVAL, "symlink targets must be UTF-8") from None
         if not text or "\0" in text:
             raise FsError(errno.ENOENT if not text else errno.EINVAL)
-        attrs = PosixAttrs(mode=stat.S_IFLNK | 0o777, uid=caller.uid, gid=caller.gid, symlink=text)
+        attrs = replace(self.new_owner(parent, caller, stat.S_IFLNK | 0o777), symlink=text)
         return self._make_special(parent, path, attrs)
 
     def _make_special(self, parent: Node, path: bytes, attrs: PosixAttrs) -> Attr:
@@ -439,9 +454,8 @@ class BranchWrites:
         if kind not in SPECIAL_KINDS:
             raise FsError(errno.EINVAL, f"mknod of file type {kind:#o}")
         path = self._child_path(parent, name)
-        return self._make_special(parent, path, PosixAttrs(mode=kind | stat.S_IMODE(mode), uid=caller.uid,
-                                                           gid=caller.gid,
-                                                           rdev=rdev if kind in DEVICE_KINDS else None))
+        attrs = self.new_owner(parent, caller, kind | stat.S_IMODE(mode))
+        return self._make_special(parent, path, replace(attrs, rdev=rdev if kind in DEVICE_KINDS else None))
 
     def link(self, ino: int, new_parent_ino: int, new_name: bytes) -> Attr:
         self._branch_node(new_parent_ino)

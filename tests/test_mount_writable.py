@@ -547,3 +547,17 @@ def test_a_reader_and_a_writer_of_one_branch_file_share_its_inode_its_locks_and_
         assert os.read(r, 100) == b"second\n"  # (as tail -f reads on)
     finally:
         os.close(r)
+
+
+def test_an_access_time_of_exactly_zero_is_shown_as_set(mnt):
+    """``touch -a -d @0``: an access time of 1970's first second was kept (its metadata said
+    0) and shown as the modification time, by stat and by a listing's attributes alike (0
+    stood for "not set"). Found by a Linux user's tour; ext4 shows 0."""
+    p = mnt / "main" / "atime0"
+    p.write_bytes(b"x")
+    os.utime(p, ns=(0, 1_000_000_000 * 10**9))
+    assert os.stat(p).st_atime_ns == 0 and os.stat(p).st_mtime_ns == 10**18
+    time.sleep(0.5)  # (past the branch timeout: a listing's attributes are what the kernel takes next)
+    names = {e.name: e.stat(follow_symlinks=False).st_atime_ns for e in os.scandir(mnt / "main")}
+    assert names["atime0"] == 0
+    assert os.stat(p).st_atime_ns == 0

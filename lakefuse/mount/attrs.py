@@ -64,7 +64,7 @@ class Attr:
     nlink: int = 1
     entry_timeout: float = 0.0
     attr_timeout: float = 0.0
-    atime_ns: int = 0  # 0: the mtime
+    atime_ns: int | None = None  # None: the mtime (0 is a time: 1970's first second)
     ctime_ns: int = 0  # 0: the mtime
     uncounted: bool = False  # a directory from a listing: subdirectories not counted yet (nlink 1, not kept)
     rdev: int = 0  # st_rdev: a character or block device's number

@@ -67,7 +67,7 @@ def _entry(attr: Attr) -> pyfuse3.EntryAttributes:
     e.st_blksize = BLKSIZE
     e.st_blocks = (attr.size + 511) // 512
     e.st_mtime_ns = attr.mtime_ns
-    e.st_atime_ns = attr.atime_ns or attr.mtime_ns
+    e.st_atime_ns = attr.mtime_ns if attr.atime_ns is None else attr.atime_ns
     e.st_ctime_ns = attr.ctime_ns or attr.mtime_ns
     return e
 

@@ -788,3 +788,37 @@ def test_entries_made_in_a_set_group_id_directory_take_its_group(repo, tmp_path)
         o, attr = fs.create(plain, b"f", 0o2755, os.O_WRONLY, ME)
         fs.release(o.fh)
         assert (fs.getattr(attr.ino).gid, fs.getattr(attr.ino).mode) == (100, stat.S_IFREG | 0o2755)
+
+
+def test_path_limits_494_bytes_for_a_file_493_for_a_directory_and_a_long_file_can_go(repo, tmp_path):
+    """A branch path may have 494 bytes (the staging key limit), a directory's 493 (its marker
+    adds a "/"). Found by a Linux user's tour: a file's path was refused past 493 too, so a
+    494-byte file the CLI had uploaded could be stat'ed through the mount but not removed
+    (ENAMETOOLONG), and `rm -rf` failed."""
+    from graveler.staging import MAX_PATH_BYTES
+
+    from lakefuse.mount.errors import FsError
+
+    with writable_core(repo, tmp_path / "cache") as fs:
+        main = ino_of(fs, "main")
+        d = fs.mkdir(fs.mkdir(main, b"d" * 200, 0o755, ME).ino, b"a" * 254, 0o755, ME).ino
+        base = "d" * 200 + "/" + "a" * 254 + "/"
+        left = MAX_PATH_BYTES - len(base)
+        repo.upload("main", base + "u" * left, b"uploaded")  # 494 bytes: the CLI's limit too
+        assert fs.lookup(d, b"u" * left).size == 8
+        fs.unlink(d, b"u" * left)
+        assert repo.exists("main", base + "u" * left) is False
+        o, _ = fs.create(d, b"c" * left, 0o644, os.O_WRONLY, ME)
+        fs.release(o.fh)
+        with pytest.raises(FsError) as e:
+            fs.create(d, b"c" * (left + 1), 0o644, os.O_WRONLY, ME)
+        assert e.value.errno == errno.ENAMETOOLONG
+        with pytest.raises(FsError) as e:
+            fs.mkdir(d, b"m" * left, 0o755, ME)
+        assert e.value.errno == errno.ENAMETOOLONG
+        fs.mkdir(d, b"m" * (left - 1), 0o755, ME)
+        with pytest.raises(FsError) as e:
+            fs.rename(d, b"m" * (left - 1), d, b"n" * left, 0)
+        assert e.value.errno == errno.ENAMETOOLONG
+        fs.rename(d, b"c" * left, d, b"r" * left, 0)
+    assert repo.read("main", base + "r" * left) == b""

@@ -22,6 +22,7 @@ from graveler import paths
 from graveler.errors import NotFound
 from graveler.model import Entry
 from graveler.objects import PosixAttrs
+from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.inodes import Kind, Node
@@ -74,6 +75,9 @@ def rename(w, old_parent_ino: int, old_name: bytes, new_parent_ino: int, new_nam
             return
         if dst.startswith(src + b"/"):
             raise FsError(errno.EINVAL, "cannot move a directory into itself")
+        if len(dst) + 1 > MAX_PATH_BYTES:  # (its marker's key ends in "/")
+            raise FsError(errno.ENAMETOOLONG, f"path of {len(dst)} bytes (at most {MAX_PATH_BYTES - 1} "
+                                              "for a directory)")
         if d.value is not None and not d.is_dir:
             raise FsError(errno.ENOTDIR)
         if d.is_dir:

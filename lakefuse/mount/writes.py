@@ -171,7 +171,9 @@ class BranchWrites:
     def _branch(node: Node) -> str:
         return node.tree.view.branch
 
-    def _child_path(self, parent: Node, name: bytes) -> bytes:
+    def _child_path(self, parent: Node, name: bytes, room: int = 0) -> bytes:
+        """``name``'s path in directory ``parent``, checked; ``room``: bytes its key needs past
+        the path (1 for a new directory: its marker's ``/``)."""
         if len(name) > paths.MAX_NAME_BYTES:
             raise FsError(errno.ENAMETOOLONG, f"name of {len(name)} bytes")
         if name in paths.RESERVED_NAMES:
@@ -180,8 +182,9 @@ class BranchWrites:
         if why is not None:
             raise FsError(errno.EINVAL, why)
         path = paths.join(parent.path, name)
-        if len(path) + 1 > MAX_PATH_BYTES:  # +1: room for a directory marker
-            raise FsError(errno.ENAMETOOLONG, f"path of {len(path)} bytes (at most {MAX_PATH_BYTES - 1})")
+        if len(path) + room > MAX_PATH_BYTES:
+            raise FsError(errno.ENAMETOOLONG, f"path of {len(path)} bytes (at most {MAX_PATH_BYTES - room}"
+                                              f"{' for a directory' if room else ''})")
         try:
             path.decode("utf-8")
         except UnicodeDecodeError:
@@ -382,7 +385,7 @@ class BranchWrites:
         if parent.kind == Kind.ROOT:
             return self._mkdir_branch(name)
         parent = self._branch_node(parent_ino)
-        path = self._child_path(parent, name)
+        path = self._child_path(parent, name, room=1)
         tree: Tree = parent.tree
         attrs = self.new_owner(parent, caller, stat.S_IFDIR | stat.S_IMODE(mode))
         now = time.time_ns()

@@ -36,6 +36,27 @@ def test_botocores_request_headers_lose_their_credentials(monkeypatch):
 
 
 @pytest.mark.s3
+@pytest.mark.parametrize("in_env", [False, True])
+def test_a_session_token_or_secret_holding_slashes_is_blanked_whole(monkeypatch, in_env):
+    """An STS session token (and a secret key) is base64: it holds "/" and "+", and the field's
+    rule stopped at the first "/" -- the rest of a real token went into the log (found by an SRE's
+    tour; with the token in the environment too, the rule ran first and cut it in two)."""
+    token = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQDsecretTail+AbC/xyz=="
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYsecretKEY"
+    if in_env:
+        monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+    else:
+        monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    for msg in ("headers={'X-Amz-Security-Token': b'" + token + "', 'Authorization': b'AWS4-HMAC-SHA256 "
+                "Credential=" + KEY_ID + "/20261130/us-east-1/s3/aws4_request, Signature=0a1b'}",
+                "CanonicalRequest:\nhost:s3\nx-amz-security-token:" + token + "\n",
+                "aws_secret_access_key = " + secret):
+        line = _filtered(msg)
+        assert "secretTail" not in line and "wEa" not in line and "secretKEY" not in line and KEY_ID not in line, line
+        assert "***" in line
+    assert "/20261130/us-east-1/s3/aws4_request" in _filtered("Credential=" + KEY_ID + "/20261130/us-east-1/s3/aws4_request")
+
+
 def test_debug_logging_of_an_s3_command_shows_no_credential(tmp_path, s3_endpoint, s3_bucket):
     """``-vv`` printed the session token and the access key ID (botocore's headers) on stderr,
     and a mount's log file got them too."""

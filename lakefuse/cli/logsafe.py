@@ -12,9 +12,12 @@ import logging
 import os
 import re
 
+# a secret's value runs to a quote, a space, a comma, "}" or "&" -- a session token or a secret
+# key holds "/" and "+" (base64); the access key ID of "Credential=" ends at the "/" of its scope
 _FIELDS = re.compile(
-    r"((?:X-Amz-Security-Token|x-amz-security-token|Credential|Signature|aws_secret_access_key|"
-    r"aws_session_token|SecretAccessKey|SessionToken)['\"]?\s*[:=]\s*b?['\"]?)[^'\"\s,/}&]+")
+    r"((?:X-Amz-Security-Token|x-amz-security-token|Signature|aws_secret_access_key|"
+    r"aws_session_token|SecretAccessKey|SessionToken)['\"]?\s*[:=]\s*b?['\"]?)[^'\"\s,}&]+"
+    r"|(Credential['\"]?\s*[:=]\s*b?['\"]?)[^'\"\s,/}&]+")
 _ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID", "PGPASSWORD")
 
 
@@ -31,9 +34,10 @@ class NoCredentials(logging.Filter):
             msg = record.getMessage()
         except Exception:  # noqa: BLE001 -- a malformed record is the handler's to report
             return True
-        clean = _FIELDS.sub(r"\1***", msg)
-        for secret in self._secrets:
+        clean = msg
+        for secret in self._secrets:  # (first: the fields' rule below must not cut one in two)
             clean = clean.replace(secret, "***")
+        clean = _FIELDS.sub(lambda m: (m.group(1) or m.group(2)) + "***", clean)
         if clean != msg:
             record.msg, record.args = clean, None
         return True

@@ -83,12 +83,12 @@ class Commits:
                 mr = head.meta_range_id  # the same tree: keep its ID
                 if not allow_empty:
                     if c.env.write(lambda txn: self._unseal_txn(txn, branch, head.id, sealed)):
-                        c.staging.drop_many(sealed)
+                        c.drop_tokens(sealed, f"nothing to commit on {branch}")
                         raise NothingToCommit(f"nothing to commit on branch {branch!r} (staged changes match the head)")
                     return None
             commit = Commit.create(committer, message, mr, (head.id,), head.generation + 1, metadata, date)
             if c.env.write(lambda txn: c.move_branch_txn(txn, branch, head.id, sealed, commit)):
-                c.staging.drop_many(sealed)
+                c.drop_tokens(sealed, f"committed {commit.id[:12]} on {branch}")
                 log.info(
                     "%s: committed %s on %s (+%d -%d ~%d; ranges written %d, reused %d)",
                     c.name, commit.id[:12], branch, stats.added, stats.removed, stats.changed,
@@ -127,7 +127,7 @@ class Commits:
         """CAS the branch from ``head`` to ``commit``; drop its (no-op) sealed tokens."""
         c = self._c
         if c.env.write(lambda txn: c.move_branch_txn(txn, b.name, head.id, b.sealed_tokens, commit)):
-            c.staging.drop_many(b.sealed_tokens)
+            c.drop_tokens(b.sealed_tokens, f"moved {b.name} to {commit.id[:12]}")
             return True
         return False
 

@@ -35,7 +35,7 @@ from typing import Callable, Iterator, TypeVar
 
 from graveler.committed.manager import CommittedManager
 from graveler.config import GravelerConfig
-from graveler.errors import InvalidArgument, NotFound, PreconditionFailed, ReadOnlyRef, StoreUnavailable
+from graveler.errors import GravelerError, InvalidArgument, NotFound, PreconditionFailed, ReadOnlyRef, StoreUnavailable
 from graveler.kv.base import Store
 from graveler.listing import CommittedIterator, MergedIterator
 from graveler.model import DiffRecord, DiffType, Value
@@ -247,6 +247,30 @@ class RepoCore:
         self.refs.put_commit_txn(txn, commit)
         self.refs.put_branch_txn(txn, Branch(b.name, commit.id, b.staging_token, ()))
         return True
+
+    def drop_tokens(self, tokens, after: str) -> None:
+        """Remove the staged rows of ``tokens``, which a transaction that just committed (``after``:
+        what it did) left no branch naming -- best effort: that operation stands whatever happens
+        here (a commit whose head moved is a commit). Rows a failure leaves (the KV away for a
+        moment) are orphans, which the next such call removes too (:meth:`sweep_orphans`)."""
+        try:
+            self.sweep_orphans(tokens)
+        except GravelerError as e:
+            log.warning("%s: %s; its staged rows stay for now (%s): the next commit, merge, reset or branch "
+                        "delete removes them", self.name, after, str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+    def sweep_orphans(self, tokens=()) -> int:
+        """Drop ``tokens`` and every token with staged rows that no branch names; how many tokens.
+        The tokens that have rows are read before the branches: a token with rows already was
+        named by a branch from its start (a seal or a new branch makes it in the transaction that
+        names it), so one that no branch names after is an orphan for good, never a new one."""
+        present = self.staging.tokens_present()
+        drop = {t for t in tokens if t}
+        if present - drop:
+            named = {t for b in self.refs.list_branches() for t in b.tokens}
+            drop = (drop | present) - named
+        self.staging.drop_many(sorted(drop))
+        return len(drop)
 
     def retry(self, attempt: Callable[[int], T | None], gave_up: str) -> T:
         """The compare-and-set loop: call ``attempt(n)`` until it returns a result (not

@@ -143,7 +143,7 @@ class Repository:
         if name == self.default_branch:
             raise Conflict(f"cannot delete the default branch {name!r}")
         b = self._env.write(lambda txn: self._refs.delete_branch_txn(txn, name))
-        self._staging.drop_many(b.tokens)
+        self._core.drop_tokens(b.tokens, f"deleted branch {name}")
         log.info("%s: deleted branch %s", self.name, name)
 
     def get_tag(self, name: str) -> Tag:
@@ -326,7 +326,7 @@ class Repository:
         core = self._core
         if path is None and prefix is None and tree is None:
             b = self._env.write(lambda txn: self._reset_all_txn(txn, branch))
-            self._staging.drop_many(b.tokens)
+            self._core.drop_tokens(b.tokens, f"reset branch {branch}")
             log.info("%s: reset branch %s", self.name, branch)
             return
         if tree is not None:

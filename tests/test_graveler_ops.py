@@ -862,3 +862,54 @@ def test_a_criss_cross_merge_takes_git_s_virtual_base_not_one_base_of_two(tmp_pa
     with pytest.raises(MergeConflict) as e:
         r2.merge("y", "x")
     assert e.value.keys == [b"k"]  # f, g and h merge as before
+
+
+@pytest.mark.parametrize("op", ["commit", "reset", "delete_branch", "merge"])
+def test_a_head_move_that_succeeded_is_reported_so_when_its_staging_cleanup_fails(tmp_path, caplog, op):
+    """Found by an SRE cutting the KV's connections as a commit moved the head: the cleanup of
+    the sealed staging rows failed after the transaction that moved the head, so a commit that
+    had been made was reported failed (exit 6; the control file's read-back "ok": false, a
+    retry "nothing to commit"), and its rows stayed for good (15,000 piled up; `kv copy`
+    copied them as staged entries). Now the operation stands and says so; the rows left are
+    orphans, which the next head move removes -- and only those: every branch keeps its own."""
+    from graveler.errors import StoreUnavailable
+
+    r = make_repo(tmp_path)
+    r.create_branch("keep", "main")
+    r.stage("keep", "k", entry("k"))  # another branch's staged change: never an orphan
+    r.create_branch("side", "main")
+    r.stage("side", "s", entry("s"))
+    r.stage("main", "a", entry("a"))
+    core = r._core
+    before = core.staging.tokens_present()
+    real = core.staging.drop_many
+
+    def cut(tokens):
+        raise StoreUnavailable("the KV's connection was cut")
+
+    core.staging.drop_many = cut
+    try:
+        if op == "commit":
+            assert r.commit("main", "one").message == "one"
+        elif op == "reset":
+            r.reset("main")
+        elif op == "delete_branch":
+            r.delete_branch("side")
+        else:
+            core.staging.drop_many = real
+            r.commit("main", "base")
+            r.stage("main", "a", entry("a"))  # a staged no-op: the merge seals it, and drops it after
+            r.commit("side", "s")
+            core.staging.drop_many = cut
+            assert r.merge("side", "main").parents
+    finally:
+        core.staging.drop_many = real
+    assert "staged rows stay for now" in caplog.text
+    orphans = core.staging.tokens_present() - {t for b in r.list_branches() for t in b.tokens}
+    assert orphans  # (left by the cut)
+    r.stage("main", "b", entry("b"))
+    r.commit("main", "two")  # the next head move removes them
+    present = core.staging.tokens_present()
+    assert not present - {t for b in r.list_branches() for t in b.tokens}
+    assert r.get_branch("keep").staging_token in present and r.exists("keep", "k")
+    assert before  # (there were staged rows to begin with)

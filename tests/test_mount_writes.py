@@ -822,3 +822,33 @@ def test_path_limits_494_bytes_for_a_file_493_for_a_directory_and_a_long_file_ca
         assert e.value.errno == errno.ENAMETOOLONG
         fs.rename(d, b"c" * left, d, b"r" * left, 0)
     assert repo.read("main", base + "r" * left) == b""
+
+
+def test_a_commit_request_that_committed_is_not_failed_by_the_tree_read_after_it(repo, tmp_path, monkeypatch):
+    """Found by an SRE cutting the KV's connections as a commit moved the head: the branch read
+    that follows a control request (the tree's stamp) failed, and the write(2) that ran the
+    commit answered EIO, though the commit was made and the read-back said "ok": true (a
+    client's retry at close then ran a second request, whose failure replaced the read-back).
+    The request's outcome stands; the tree is read again by the next request."""
+    from graveler.errors import StoreUnavailable
+    from lakefuse.mount.trees import Tree
+
+    with writable_core(repo, tmp_path / "cache") as fs:
+        main = ino_of(fs, "main")
+        o, _ = fs.create(main, b"new", 0o644, os.O_WRONLY, ME)
+        fs.write(o.fh, 0, b"data")
+        fs.flush(o.fh)
+        fs.release(o.fh)
+        ctl = fs.open(ino_of(fs, "main/.lakefuse/commit"), os.O_WRONLY)
+        real = Tree.repin
+
+        def cut(self):
+            raise StoreUnavailable("the KV's connection was cut")
+
+        monkeypatch.setattr(Tree, "repin", cut)
+        assert fs.write(ctl.fh, 0, b"after the cut\n") == len(b"after the cut\n")
+        monkeypatch.setattr(Tree, "repin", real)
+        fs.flush(ctl.fh)
+        fs.release(ctl.fh)
+        assert json.loads(fs.read(fs.open(ino_of(fs, "main/.lakefuse/commit"), os.O_RDONLY).fh, 0, 4096))["ok"]
+    assert repo.get_commit("main").message == "after the cut" and repo.read("main", "new") == b"data"

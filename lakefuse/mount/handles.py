@@ -567,4 +567,7 @@ class ControlHandle(Handle):
         finally:
             self.content = self.controls.outcome(self.branch, self.name)
             if self.node.tree is not None:
-                self.node.tree.repin()
+                try:
+                    self.node.tree.repin()
+                except GravelerError as e:  # the request's outcome stands (a commit made is made): the
+                    log.debug("%s: the tree is read again later: %s", self.name, e)  # next read repins it

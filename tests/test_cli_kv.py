@@ -264,6 +264,8 @@ def test_bad_urls_wrong_password_stopped_server_newer_schema(run, postgres_clust
     # settings libpq checks only when it connects: bad input too (exit 2), not an outage
     assert "bad PostgreSQL URL" in fails(2, f"postgresql://u:{secret}@127.0.0.1:notaport/db")
     assert "bad PostgreSQL URL" in fails(2, postgres_cluster.url + "?sslmode=bogus")
+    # one psycopg reads itself (found by an SRE's tour: exit 6, as if the server were away)
+    assert "bad value for connect_timeout" in fails(2, f"postgresql://u:{secret}@127.0.0.1:1/db?connect_timeout=abc")
     msg = fails(2, postgres_cluster.url_with_password(secret))
     assert "refused the login" in msg and "password authentication failed" in msg
     # no password at all for a role that needs one

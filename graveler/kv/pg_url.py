@@ -79,8 +79,9 @@ _LOGIN_REFUSED = re.compile(r"authentication failed|no password supplied|pg_hba\
                             r"(role|database) \"[^\"]*\" does not exist|not permitted to log in")
 
 
-# libpq's words for a URL setting it refused at connect time (``port=notaport``, ``sslmode=bogus``)
-_BAD_OPTION = re.compile(r"invalid [\w ]*value|invalid port number|invalid connection option")
+# libpq's words for a URL setting it refused at connect time (``port=notaport``, ``sslmode=bogus``),
+# and psycopg's for one it reads itself (``connect_timeout=abc``: "bad value for connect_timeout")
+_BAD_OPTION = re.compile(r"invalid [\w ]*value|invalid port number|invalid connection option|bad value for \w+")
 
 
 def unavailable(server: str, e: BaseException, secret: str | None) -> StoreUnavailable | InvalidArgument:

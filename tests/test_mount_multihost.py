@@ -451,3 +451,44 @@ def test_last_close_wins_and_a_retried_save_never_stages_stale_bytes(tmp_path, p
         spool.close()
         ga.close()
         gb.close()
+
+
+@pytest.mark.slow
+@pytest.mark.expect_log("the KV is stopped on purpose before the unmount")
+def test_umount_says_what_failed_as_the_daemon_stopped(tmp_path, own_pg):
+    """Found by an SRE's tour: with PostgreSQL down, `lakefuse umount` exited 0 and said nothing
+    while the daemon's log said it could not sync the store and the KV as it stopped. The
+    command now says what the daemon logged then, and fails (exit 1); a clean unmount is
+    silent and exit 0, as before."""
+    from tests.mount_testutil import force_unmount, is_mounted, lakefuse_cmd
+
+    home = tmp_path / "home"
+    env = {**os.environ, "LAKEFUSE_KV": own_pg.url, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True, env=env, timeout=120)
+
+    assert run("repo", "create", "lakefs://umrep", "--storage", f"file://{tmp_path}/ns",
+               "--allow-local-storage").returncode == 0
+    for stop_kv in (False, True):
+        mp = tmp_path / f"mnt{int(stop_kv)}"
+        mp.mkdir()
+        r = run("mount", "lakefs://umrep", str(mp))
+        assert r.returncode == 0, r.stderr
+        try:
+            (mp / "main" / "f").write_bytes(b"saved at close\n")
+            if stop_kv:
+                own_pg.stop("immediate")
+            r = run("umount", str(mp))
+            if stop_kv:
+                assert r.returncode == 1, (r.stdout, r.stderr)
+                assert "said as it stopped" in r.stderr and "could not sync" in r.stderr, r.stderr
+                assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+            else:
+                assert (r.returncode, r.stderr) == (0, ""), r.stderr
+            assert not is_mounted(mp)
+            assert not list((home / "logs").glob("unmount-*.txt"))
+        finally:
+            if is_mounted(mp):
+                force_unmount(mp)
+    own_pg.start()

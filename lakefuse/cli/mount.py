@@ -373,6 +373,8 @@ def cmd_umount(args) -> int:
     try:
         daemon.umount(args.mountpoint, lazy=args.lazy, timeout=args.timeout)
     except daemon.MountError as e:
-        print(f"lakefuse: {e}", file=sys.stderr)
+        from lakefuse.cli.common import terminal_text
+
+        print(terminal_text(f"lakefuse: {e}", sys.stderr), file=sys.stderr)
         return 1
     return 0

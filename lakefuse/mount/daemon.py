@@ -26,6 +26,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -353,20 +354,53 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
                        invalidate_entry=pyfuse3.invalidate_entry).start()
     fs.controls.after_change = watch.poke  # a reset, merge or revert: the kernel's caches go first
     fs.kernel_attrs_stale = _attrs_stale
+    report = os.path.join(str(repo.config.home), "logs", f"unmount-{os.getpid()}.txt")
+    fs.stats.set("unmount_report", report)  # (lakefuse umount reads what this daemon said there)
     try:
         tune_gc()
         trio.run(_main, mp, config.read_ahead_kb)
     finally:
-        watch.stop()
-        ops.offload.close()  # requests still in worker threads: done and answered before the session goes
+        said = ErrorsSaid()
+        logging.getLogger().addHandler(said)
         try:
-            pyfuse3.close(unmount=True)
-        except Exception:  # already unmounted from outside
-            log.debug("pyfuse3.close", exc_info=True)
-        read_ahead.close()
-        if spool is not None:
-            spool.close()
-        log.info("unmounted %s", mp)
+            watch.stop()
+            ops.offload.close()  # requests still in worker threads: done and answered before the session goes
+            try:
+                pyfuse3.close(unmount=True)
+            except Exception:  # already unmounted from outside
+                log.debug("pyfuse3.close", exc_info=True)
+            read_ahead.close()
+            if spool is not None:
+                spool.close()
+            log.info("unmounted %s", mp)
+        finally:
+            logging.getLogger().removeHandler(said)
+            said.write(report)
+
+
+class ErrorsSaid(logging.Handler):
+    """The errors this daemon logs while it stops (a save or the final sync of the store and the
+    KV that failed), written to a file ``lakefuse umount`` reads once the daemon has exited: the
+    command says them and fails, where it said nothing and exited 0."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        from lakefuse.cli.logsafe import guard
+
+        guard(self)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage().splitlines()[0] if record.getMessage() else record.levelname)
+
+    def write(self, path: str) -> None:
+        if not self.lines:
+            return
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("\n".join(self.lines) + "\n")
+        except OSError as e:  # (the log says them anyway)
+            log.warning("cannot write %s: %s", path, e)
 
 
 async def _main(mountpoint: str, read_ahead_kb: int = 0) -> None:
@@ -545,6 +579,12 @@ def _daemon_said(log_path: str, start: int) -> str:
 def daemon_pid(mountpoint: str, timeout: float = 5.0) -> int | None:
     """The pid of the daemon serving ``mountpoint``, read from its ``.lakefuse/stats``
     (None when the daemon is gone or does not answer in time)."""
+    return daemon_stats(mountpoint, timeout).get("pid")
+
+
+def daemon_stats(mountpoint: str, timeout: float = 5.0) -> dict:
+    """The ``.lakefuse/stats`` of the daemon serving ``mountpoint`` ({} when the daemon is gone or
+    does not answer in time)."""
     import json
 
     result: list = []
@@ -552,14 +592,16 @@ def daemon_pid(mountpoint: str, timeout: float = 5.0) -> int | None:
     def read() -> None:
         try:
             with open(os.path.join(mountpoint, ".lakefuse", "stats"), "rb") as f:
-                result.append(json.loads(f.read())["pid"])
-        except (OSError, ValueError, KeyError):
+                got = json.loads(f.read())
+            if isinstance(got, dict) and "pid" in got:
+                result.append(got)
+        except (OSError, ValueError):
             pass
 
     t = threading.Thread(target=read, daemon=True)
     t.start()
     t.join(timeout)
-    return result[0] if result else None
+    return result[0] if result else {}
 
 
 def _alive(pid: int) -> bool:
@@ -584,7 +626,8 @@ def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
         raise MountError(f"{mp} is not mounted")
     if kind != FS_TYPE:
         raise MountError(f"{mp} is a {kind} mount, not a lakefuse one")
-    pid = daemon_pid(mp)
+    stats = daemon_stats(mp)
+    pid, report = stats.get("pid"), stats.get("unmount_report")
     silent = None  # a daemon alive but not answering (stopped, hung): found by its command line
     if pid is None:
         silent = _daemon_by_cmdline(mp)
@@ -617,10 +660,39 @@ def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
         # (detached: the daemon serves the files still open there and exits with the last of them)
         log.info("detached %s; its daemon (pid %d) exits once the last file open there is closed", mp, pid)
         return
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid  # (whose report this command may read and remove)
+    except OSError:
+        owner = None
     deadline = time.monotonic() + timeout
     while _alive(pid):
         if time.monotonic() > deadline:
             why = " (it did not answer: stopped or hung? `kill -CONT` or `kill` it)" if silent else ""
             raise MountError(f"unmounted {mp}, but its daemon (pid {pid}) has not exited after {timeout:.0f} s{why}")
         time.sleep(0.05)
+    said = _unmount_report(report, pid, owner)
+    if said:
+        raise MountError(f"unmounted {mp}, but its daemon said as it stopped: " + "; ".join(said))
     log.info("unmounted %s; daemon %d exited", mp, pid)
+
+
+def _unmount_report(path, pid: int, owner: int | None) -> list[str]:
+    """What daemon ``pid`` wrote to ``path`` as it stopped (:class:`ErrorsSaid`); the file goes.
+    Only a regular file of that daemon's own name, owned by its user (``owner``): the path comes
+    from the daemon, and root's umount must not read or remove a file another user named."""
+    if not isinstance(path, str) or os.path.basename(path) != f"unmount-{pid}.txt" or owner is None:
+        return []
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    with open(fd, encoding="utf-8", errors="replace") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != owner or st.st_size > 1 << 16:
+            return []
+        lines = [line.strip() for line in f if line.strip()]
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return lines

@@ -256,8 +256,9 @@ class RepoCore:
         try:
             self.sweep_orphans(tokens)
         except GravelerError as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
             log.warning("%s: %s; its staged rows stay for now (%s): the next commit, merge, reset or branch "
-                        "delete removes them", self.name, after, str(e).splitlines()[0] if str(e) else type(e).__name__)
+                        "delete removes them", self.name, after, why)
 
     def sweep_orphans(self, tokens=()) -> int:
         """Drop ``tokens`` and every token with staged rows that no branch names; how many tokens.

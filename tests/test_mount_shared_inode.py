@@ -207,8 +207,8 @@ def _renamed_between(fs, rename):
     made = w._child_path
     done = []
 
-    def child_path(parent, name):
-        path = made(parent, name)
+    def child_path(parent, name, room=0):
+        path = made(parent, name, room)
         if not done:
             done.append(path)
             rename()

@@ -259,12 +259,36 @@ class LakefuseMount:
         self.log.close()
 
 
-class CFusePeer:
-    """libfuse's ``example/passthrough_hp`` mounted over a native directory (see the docstring);
-    ``ok`` False (and ``why``) when it could not be built or mounted."""
+class PeerMount:
+    """A peer file system mounted by a command of its own (``ok`` False and ``why`` when it did not
+    mount); :meth:`close` unmounts it."""
+
+    ok, why, proc = False, "", None
+
+    def _start(self, cmd: list[str], mp: Path, log: Path, what: str, env: dict | None = None) -> None:
+        self.mp = mp
+        self.mp.mkdir(parents=True)
+        self.log = open(log, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env)
+        try:
+            wait_mount(self.mp, self.proc, timeout=20)
+        except RuntimeError as e:
+            self.why = f"{what} did not mount: {e}"
+            self.close()
+            return
+        self.ok = True
+
+    def close(self) -> None:
+        if self.proc is not None:
+            unmount(self.mp, self.proc)
+            self.log.close()
+            self.proc = None
+
+
+class CFusePeer(PeerMount):
+    """libfuse's ``example/passthrough_hp`` mounted over a native directory (see the docstring)."""
 
     def __init__(self, work: Path):
-        self.ok, self.why, self.proc = False, "", None
         self.src, self.mp = work / "src", work / "mnt"
         try:
             exe = build_passthrough_hp()
@@ -272,51 +296,18 @@ class CFusePeer:
             self.why = f"cannot build libfuse's passthrough_hp: {e}"
             return
         self.src.mkdir(parents=True)
-        self.mp.mkdir(parents=True)
-        self.log = open(work / "peer.log", "ab")
         env = {**os.environ, "LD_LIBRARY_PATH": str(exe.parents[1] / "lib")}
-        self.proc = subprocess.Popen([str(exe), "--nopassthrough", "--foreground", str(self.src), str(self.mp)],
-                                     stdout=self.log, stderr=self.log, env=env)
-        try:
-            wait_mount(self.mp, self.proc, timeout=20)
-        except RuntimeError as e:
-            self.why = f"passthrough_hp did not mount: {e}"
-            self.close()
-            return
-        self.ok = True
-
-    def close(self) -> None:
-        if self.proc is not None:
-            unmount(self.mp, self.proc)
-            self.log.close()
-            self.proc = None
+        self._start([str(exe), "--nopassthrough", "--foreground", str(self.src), str(self.mp)], self.mp,
+                    work / "peer.log", "passthrough_hp", env)
 
 
-class NullPeer:
+class NullPeer(PeerMount):
     """``nullfs.py``: pyfuse3 and trio answering every request from memory, no I/O -- the
-    binding's own cost per file, the floor under lakefuse's (``ok`` False and ``why`` if it did
-    not mount)."""
+    binding's own cost per file, the floor under lakefuse's."""
 
     def __init__(self, work: Path):
-        self.ok, self.why = False, ""
-        self.mp = work / "mnt"
-        self.mp.mkdir(parents=True)
-        self.log = open(work / "nullfs.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("nullfs.py")), str(self.mp)],
-                                     stdout=self.log, stderr=self.log)
-        try:
-            wait_mount(self.mp, self.proc, timeout=20)
-        except RuntimeError as e:
-            self.why = f"nullfs did not mount: {e}"
-            self.close()
-            return
-        self.ok = True
-
-    def close(self) -> None:
-        if self.proc is not None:
-            unmount(self.mp, self.proc)
-            self.log.close()
-            self.proc = None
+        self._start([sys.executable, str(Path(__file__).with_name("nullfs.py")), str(work / "mnt")], work / "mnt",
+                    work / "nullfs.log", "nullfs")
 
 
 def build_passthrough_hp() -> Path:

@@ -399,3 +399,31 @@ def test_fstab_kv_option_becomes_the_global_kv():
     url = "postgresql://lakefuse@db.example/lakefuse?sslmode=require"
     assert from_mount_helper(["lakefs://repo", "/m", "-o", f"_netdev,kv={url},home=/h,allow_other"]) == [
         "--kv", url, "--home", "/h", "mount", "lakefs://repo", "/m", "-o", "allow_other"]
+
+
+def test_a_server_restart_between_two_uses_of_the_pool_writes_no_warning_line(tmp_path, caplog):
+    """Found by an SRE's tour: after a PostgreSQL restart, a command printed psycopg's pool
+    warning ("discarding closed connection") beside its own words -- on success too -- where
+    the README promises one line on stderr. The note shows with -v; the daemon's log keeps it."""
+    import logging
+
+    from graveler.kv.postgres import close_pg_backends
+
+    reason = pg_testutil.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = pg_testutil.PgCluster()
+    args = ["--home", str(tmp_path / "home"), "--kv", cluster.url]
+    try:
+        assert main(args + ["repo", "create", "lakefs://restarted", "--storage", f"file://{tmp_path}/ns",
+                            "--allow-local-storage"]) == 0
+        cluster.stop("immediate")
+        cluster.start()
+        caplog.clear()
+        assert main(args + ["repo", "list"]) == 0  # (a new connection: the command goes on)
+        noted = [r for r in caplog.records if r.name.startswith("psycopg") and r.levelno >= logging.WARNING]
+        assert not noted, [r.getMessage() for r in noted]
+    finally:
+        logging.getLogger("psycopg.pool").setLevel(logging.NOTSET)
+        close_pg_backends()
+        cluster.destroy()

@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     logsafe.guard_root()  # (botocore's -vv debug log prints request headers: credentials blanked)
+    if not args.verbose and args.func.__name__ != "cmd_mount":
+        # the pool's note that it replaced a connection the server closed (a restart): the command
+        # goes on, and its own error, if any, is the one line on stderr (-v shows the note)
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     try:
         return int(args.func(args) or 0)
     except GravelerError as e:

@@ -529,6 +529,8 @@ def test_a_reader_and_a_writer_of_one_branch_file_share_its_inode_its_locks_and_
     read-mostly branches): one inode, as on a local filesystem."""
     import fcntl
 
+    if os.environ.get("LAKEFUSE_BRANCH_PASSTHROUGH", "").strip() in ("1", "on", "true", "yes"):
+        pytest.skip("branch passthrough asked for: a writer after a reader gets another inode (docs/SEMANTICS.md)")
     p = mnt / "main" / "shared_lock.log"
     p.write_bytes(b"first\n")
     r = os.open(p, os.O_RDONLY)

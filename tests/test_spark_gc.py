@@ -195,3 +195,49 @@ def test_no_rules_keeps_every_commit(spark, gc_repo):
     # A minimum age of 0 makes the young orphan a candidate too.
     assert mark(spark, repo, dry_run=True, collect=True, min_age=timedelta(0)).addresses == sorted(
         [a["O"], a["young"]])
+
+
+def test_commits_made_while_the_mark_runs_keep_their_objects_after_another_commit_follows(spark, gc_repo,
+                                                                                          monkeypatch):
+    """Found by a data engineer running GC beside a mount that commits: what was staged when the
+    mark read the refs was committed before it read them again, and another commit followed;
+    the first commit was neither a head nor staging any more, so its objects -- which the rules
+    keep (committed now: within any retention) -- were deleted and the commit's files unreadable
+    (12 of them in one run). The mark and the sweep now find the active commits again."""
+    import graveler.spark.gc as gc
+
+    repo, a, _ = gc_repo
+    made = {}
+    real = gc.live_df
+
+    def live_then_commits(*args, **kw):  # (after the first read of the refs, before the second)
+        out = real(*args, **kw)
+        if not made:
+            repo.commit("main", "the staged file")  # S, staged 5 days ago: committed now
+            made["c"] = repo.get_commit("main").id
+            repo.delete("main", "staged")
+            repo.commit("main", "and gone again")
+        return out
+
+    monkeypatch.setattr(gc, "live_df", live_then_commits)
+    m = mark(spark, repo, collect=True)
+    monkeypatch.setattr(gc, "live_df", real)
+    assert a["S"] not in m.addresses
+    assert sorted(m.addresses) == sorted([a["X"], a["Y"], a["O"]])
+    sweep(spark, repo, m.run_id)
+    assert repo.read(made["c"], "staged") == b"S"
+
+
+def test_a_commit_on_a_branch_from_an_expired_commit_between_mark_and_sweep_keeps_its_objects(spark, gc_repo):
+    """The expired c1 (X only there) is made active again between mark and sweep by a branch from
+    it whose new commit deletes x: c1 is that commit's parent within the retention. The sweep
+    deleted X (it looked for new heads' trees only, and the new head's tree has no x)."""
+    repo, a, _ = gc_repo
+    m = mark(spark, repo)
+    c1 = [c for c in repo.log("main") if c.message == "c1"][0]
+    repo.create_branch("restore", c1.id)
+    repo.delete("restore", "x")
+    repo.commit("restore", "drop x again")
+    s = sweep(spark, repo, m.run_id)
+    assert exists(repo, a["X"]) and repo.read("restore~1", "x") == b"X"
+    assert s.kept >= 1

@@ -21,15 +21,18 @@ of every branch; the namespace's ``data/`` is listed in parallel by its hourly
 slices; candidates = listed objects older than the minimum age (default 24 h)
 that no live address names.  FULL addresses outside the namespace are never
 listed, so imported objects are never candidates.  Before the report is
-written the refs are read again, and the live set is extended with any head or
-staging token that appeared meanwhile (a branch created during the run).  The
+written the refs are read again and the active commits found again: the live
+set is extended with the trees of the commits active now that were not before
+(a branch created or moved, a tag, a commit made during the run -- also one
+another commit has followed since: the rules keep it) and every address staged now.  The
 report is Parquet under ``_lakefs/retention/gc/<run_id>/deleted/`` plus
 ``summary.json`` written last; a dry run writes nothing and returns the
 candidates.
 
 **Sweep** (:func:`sweep`) deletes the objects of a complete report, after
-checking the refs once more against the report's snapshot (a new or moved
-branch head, or a new staging token, makes its addresses live again), with bulk
+finding the active commits once more (a commit active now that the mark did not
+count -- made since, or an expired one a new branch made active again -- and
+every address staged now keep their objects), with bulk
 deletes and exponential backoff on failures, in parallel by report part.
 """
 
@@ -286,16 +289,20 @@ def live_df(spark, ns: Namespace, metarange_ids):
     return grouped_df(spark, rids).mapInArrow(_live_task(ns), _ADDR_SCHEMA), len(rids)
 
 
-def moved_since(spark, repo, ns: Namespace, before: RefsSnapshot, known_mrs: set[str]):
-    """What became live since ``before``: the trees of heads and tags that were not there (a branch
-    created or moved, a tag), plus every address staged now.  Returns (DataFrame or None when
-    there is nothing, snapshot now, their metarange IDs)."""
+def moved_since(spark, repo, ns: Namespace, known_active: set[str], known_mrs: set[str]):
+    """What became live since the active commits ``known_active`` were found: the trees of the
+    commits active now that were not then -- a branch created or moved, a tag, and every commit
+    made meanwhile that the rules keep even once it is no head (a commit of what was staged,
+    then another over it: its objects were neither staged nor a head's when the refs were read
+    again) or that a new child made active again (a branch from an expired commit) -- plus
+    every address staged now.  Returns (DataFrame or None when there is nothing, snapshot now,
+    their metarange IDs)."""
     now = snapshot_refs(repo)
-    new_heads = (set(now.branches.values()) | set(now.tags.values())) - set(before.branches.values()) - set(
-        before.tags.values())
-    mrs = {repo.get_commit(c).meta_range_id for c in sorted(new_heads)} - known_mrs
+    active_now = active_commits(repo, get_rules(repo), datetime.now(timezone.utc), now)
+    appeared = {cid: mr for cid, mr in active_now.items() if cid not in known_active}
+    mrs = set(appeared.values()) - known_mrs
     if mrs:
-        log.info("gc: %d heads appeared or moved since the refs were read: their objects are kept", len(new_heads))
+        log.info("gc: %d commits became active since the refs were read: their objects are kept", len(appeared))
     tokens = {t for ts in now.tokens.values() for t in ts}
     addrs = _staged_addresses(repo, ns.uri, tokens)
     if not mrs and not addrs:
@@ -445,7 +452,7 @@ def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None
         t1 = time.monotonic()
         # Read the refs and staging again now: a branch created or moved during the run, and whatever is
         # staged (uploads staged during the run are younger than the cutoff anyway), keep their objects.
-        extra, again, extra_mrs = moved_since(spark, repo, ns, refs, mrs)
+        extra, again, extra_mrs = moved_since(spark, repo, ns, set(active), mrs)
         if extra is not None:
             prev = cands
             cands = prev.join(extra, on="address", how="left_anti").persist()
@@ -608,7 +615,6 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
     ns = Namespace(repo.record.storage_namespace, repo.config.store)
     if summary.get("storage_namespace") != ns.uri:
         raise InvalidArgument(f"GC run {run_id} was made for {summary.get('storage_namespace')}, not {ns.uri}")
-    marked = RefsSnapshot.from_json(summary["refs"])
     before = _swept(ns, run_id)
     if before is not None and not before.get("failed"):  # done: its objects are gone, nothing to count again
         log.info("gc sweep %s: swept already at %s (%d deleted then)", run_id, before.get("swept"),
@@ -622,7 +628,7 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
     phases = {"read_report": time.monotonic() - t0}
     t1 = time.monotonic()
     # Whatever became live since the mark (new or moved heads, tags, staged addresses) is kept.
-    extra, _, _ = moved_since(spark, repo, ns, marked, set())
+    extra, _, _ = moved_since(spark, repo, ns, set(summary.get("active_commits") or ()), set())
     todo = report if extra is None else report.join(extra, on="address", how="left_anti")
     phases["recheck_refs"] = time.monotonic() - t1
     t1 = time.monotonic()

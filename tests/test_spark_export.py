@@ -222,3 +222,113 @@ def test_an_exports_writes_themselves_refuse_a_symlink_on_the_way(tmp_path):
             out.delete(key)
     assert sorted(p.name for p in outside.iterdir()) == ["k"] and (outside / "k").read_bytes() == b"victim\n"
     assert not [p for p in dest.rglob(".lakefuse-tmp-*")]
+
+
+def test_an_export_into_the_repositorys_namespace_is_refused_however_the_path_is_written(spark, tmp_path):
+    """Found by a data engineer: ``file:///.../storage/REPO`` was refused as a destination, but the
+    plain path of the same directory was taken, and the export overwrote a committed object
+    (its key ``data/<hour>/<id>``, as the commit held it): "data object is 12 bytes but its entry
+    says 9". Every spelling is refused now -- a plain path, one through ``..`` or a link, and a
+    parent that holds the namespace -- before anything is written; a directory beside it is fine."""
+    from graveler.spark.export import _overlap
+
+    repo = make_repo(tmp_path)
+    repo.upload("main", "precious.txt", b"precious\n")
+    repo.commit("main", "one")
+    ns_path = repo.record.storage_namespace[len("file://"):]
+    (tmp_path / "link").symlink_to(ns_path)
+    for dest in (ns_path, ns_path + "/", ns_path + "/sub", os.path.dirname(ns_path),
+                 os.path.join(ns_path, "..", os.path.basename(ns_path)), str(tmp_path / "link")):
+        assert _overlap(dest, repo.record.storage_namespace), dest
+        with pytest.raises(InvalidArgument, match="outside the repository's storage namespace"):
+            export(spark, repo, "main", dest)
+    assert repo.read("main", "precious.txt") == b"precious\n"
+    assert not _overlap(str(tmp_path / "beside"), repo.record.storage_namespace)
+    assert not _overlap(ns_path + "-other", repo.record.storage_namespace)
+    assert not _overlap("s3://b/p", "s3://b/pq") and _overlap("s3://b/p/q", "s3://b/p")
+    assert not _overlap("s3://b/p", "s3://c/p") and not _overlap("s3://b/p", "file:///b/p")
+
+
+def _unwrapped(fn):
+    try:
+        return fn()
+    except Exception as e:  # (Spark's wrapper of the task's error: what the CLI unwraps)
+        from lakefuse.cli import _from_spark
+
+        raise (_from_spark(e) or e) from None
+
+
+def test_paths_that_go_from_directory_to_file_and_commits_a_directory_cannot_hold(spark, tmp_path):
+    """Found by a data engineer: an incremental export where ``p/inner.txt`` became a file ``p``
+    died with a traceback (IsADirectoryError, exit 1) whenever a copy ran before the deletion, and
+    every run after it failed the same way; a commit of both ``k`` and ``k/x`` gave four
+    tracebacks. The deletions run first now (``p`` is free when its copy comes), and what a local
+    directory cannot hold is one InvalidArgument naming the path (exit 2)."""
+    repo = make_repo(tmp_path)
+    repo.upload("main", "p/inner.txt", b"inner\n")
+    repo.upload("main", "q", b"a file first\n")
+    repo.upload("main", "keep", b"kept\n")
+    repo.commit("main", "one")
+    dest = tmp_path / "dest"
+    export(spark, repo, "main", str(dest), partitions=4)
+    repo.delete("main", "p/inner.txt")
+    repo.upload("main", "p", b"a file now\n")
+    repo.delete("main", "q")
+    repo.upload("main", "q/under", b"a directory now\n")
+    c2 = repo.commit("main", "two")
+    for _ in range(2):  # (again: nothing left in the way)
+        r = export(spark, repo, "main", str(dest), partitions=4)
+        assert r.previous is not None and r.commit_id == c2.id
+    got = tree(dest)
+    assert json.loads(got.pop("_SUCCESS"))["commit_id"] == c2.id
+    assert got == {"p": b"a file now\n", "q/under": b"a directory now\n", "keep": b"kept\n"}
+    # both k and k/x: a local directory cannot hold them
+    repo.upload("main", "k", b"file\n")
+    repo.upload("main", "k/x", b"below\n")
+    repo.commit("main", "three")
+    with pytest.raises(InvalidArgument, match="cannot hold both"):
+        _unwrapped(lambda: export(spark, repo, "main", str(tmp_path / "dest2"), full=True))
+
+
+def test_an_incremental_export_cut_short_goes_on_from_the_same_previous_export(spark, tmp_path):
+    """Found by a data engineer: an incremental export that failed part-way had removed _SUCCESS, so
+    its run again was a full export, which keeps what the diff removes -- and wrote a _SUCCESS
+    naming the new commit over a file that commit does not hold. _INCOMPLETE now names the previous
+    export while one runs; the run again goes on from it."""
+    repo = make_repo(tmp_path)
+    repo.upload("main", "a", b"a\n")
+    repo.upload("main", "zz.txt", b"removed next\n")
+    c1 = repo.commit("main", "one")
+    dest = tmp_path / "dest"
+    export(spark, repo, "main", str(dest))
+    repo.delete("main", "zz.txt")
+    repo.upload("main", "b", b"b\n")
+    c2 = repo.commit("main", "two")
+    # as a run cut short leaves it: _SUCCESS removed, _INCOMPLETE naming c1 as its previous
+    st = open_store(str(dest))
+    st.put("_INCOMPLETE", json.dumps({"commit_id": c2.id, "repository": repo.name,
+                                      "storage_namespace": repo.record.storage_namespace,
+                                      "previous": c1.id}).encode())
+    st.delete("_SUCCESS")
+    r = export(spark, repo, "main", str(dest))
+    assert r.previous == c1.id and r.deleted == 1
+    got = tree(dest)
+    assert json.loads(got.pop("_SUCCESS"))["previous"] == c1.id
+    assert got == {"a": b"a\n", "b": b"b\n"}  # no zz.txt, no _INCOMPLETE
+
+
+def test_a_destination_with_sparks_empty_success_file_is_exported_to(spark, tmp_path):
+    """Found by a data engineer: a directory holding the empty _SUCCESS that Spark and Hadoop jobs
+    write was "malformed _SUCCESS" (exit 5), even with --full, whose help says it copies whatever
+    the destination's _SUCCESS. An empty one is no export's: a full export, and ours replaces it."""
+    repo = make_repo(tmp_path)
+    repo.upload("main", "a", b"a\n")
+    c1 = repo.commit("main", "one")
+    for full in (False, True):
+        dest = tmp_path / f"dest{full}"
+        dest.mkdir()
+        (dest / "_SUCCESS").write_bytes(b"")
+        r = export(spark, repo, "main", str(dest), full=full)
+        assert r.previous is None and json.loads((dest / "_SUCCESS").read_bytes())["commit_id"] == c1.id
+    (tmp_path / "destTrue" / "_SUCCESS").write_bytes(b"{not json")
+    assert export(spark, repo, "main", str(tmp_path / "destTrue"), full=True).copied == 1  # --full reads none

@@ -6,8 +6,16 @@ that finds it sees a complete export, and it names the commit exported.  An
 export onto a destination whose ``_SUCCESS`` names a commit of the same
 repository (or given ``previous``) is incremental: only the difference
 (``diff_df(previous, commit)``) is applied: added and changed objects are copied,
-removed ones deleted.  A full export copies everything and leaves other files
-at the destination alone.
+removed ones deleted (all deletions before the copies, so a path that went from
+a directory to a file, or back, is free when its copy comes).  A full export
+copies everything and leaves other files at the destination alone; an empty
+``_SUCCESS`` (Spark's and Hadoop's) is no export's.  While an export runs,
+``_INCOMPLETE`` names the commit it goes to and the one it goes on from: a run
+cut short and run again goes on from the same previous export (a full export
+instead would keep what the diff removes), and ``_INCOMPLETE`` goes once
+``_SUCCESS`` is written.  A local destination that cannot take the commit (a
+file where it has a directory: a commit of both ``k`` and ``k/x``, or stray
+files) is ``InvalidArgument`` naming the path.
 
 Copies are idempotent (the same bytes to the same key), so retried tasks are
 harmless.
@@ -40,6 +48,7 @@ from graveler.spark.tables import Namespace, fault_point, worker_store
 log = logging.getLogger(__name__)
 
 SUCCESS = "_SUCCESS"
+INCOMPLETE = "_INCOMPLETE"  # an export under way or cut short: the commit it goes to, and from which one
 _BIG = 64 << 20  # objects above this go through a temporary file
 
 
@@ -53,10 +62,13 @@ class ExportResult:
     seconds: float
 
 
-def read_success(dest_uri: str, config: StoreConfig | None = None) -> dict | None:
+def read_success(dest_uri: str, config: StoreConfig | None = None, key: str = SUCCESS) -> dict | None:
+    """What an export's marker ``key`` (``_SUCCESS``, or ``_INCOMPLETE``) at the destination says;
+    None when there is none, or it is empty (the one Spark and Hadoop jobs write: no export's)."""
     st = open_store(dest_uri, config)
     try:
-        return json.loads(st.get(SUCCESS))
+        raw = st.get(key)
+        return json.loads(raw) if raw.strip() else None
     except NotFound:
         return None
     except ValueError as e:
@@ -93,6 +105,35 @@ def _check(key: str, got: int, size: int, etag: str, content) -> None:
         if h.hexdigest() != etag.strip('"').lower():
             raise CorruptedData(f"{key}: its object's content does not match its etag (MD5 {h.hexdigest()}, "
                                 f"the entry says {etag})")
+
+
+def _ours(marker: dict, repo, ns: Namespace) -> bool:
+    return isinstance(marker, dict) and marker.get("repository") == repo.name and \
+        marker.get("storage_namespace") == ns.uri
+
+
+def _commit_or_none(repo, commit_id) -> str | None:
+    try:
+        return repo.get_commit(commit_id).id if isinstance(commit_id, str) and commit_id else None
+    except NotFound:
+        return None
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether store roots ``a`` and ``b`` are one place or one holds the other, however each is
+    written (``/dir``, ``file:///dir``, a ``..`` or a link on the way; an S3 bucket and prefix).
+    An export there would write, or prune, the repository's own objects."""
+    from graveler.objstore.uri import FILE, StorageURI
+
+    ua, ub = StorageURI.parse(a), StorageURI.parse(b)
+    if ua.scheme != ub.scheme or ua.bucket != ub.bucket:
+        return False
+    if ua.scheme == FILE:
+        pa, pb = os.path.realpath(ua.path), os.path.realpath(ub.path)
+    else:
+        pa, pb = "/" + ua.path, "/" + ub.path
+    pa, pb = pa.rstrip("/") + "/", pb.rstrip("/") + "/"
+    return pa.startswith(pb) or pb.startswith(pa)
 
 
 def _copy_task(ns: Namespace, dest: Namespace):
@@ -143,6 +184,11 @@ class NoFollowDest:
         return InvalidArgument(f"{path!r} in the export destination is a symbolic link: refused (an export "
                                "writes and deletes only below its destination)")
 
+    def _conflict(self, key: str) -> InvalidArgument:
+        return InvalidArgument(f"{key!r}: the export destination {self.root!r} has a directory where the commit has "
+                               "this file, or a file where it has a directory (a local directory cannot hold both "
+                               "'x' and 'x/y'; an S3 destination can)")
+
     def _walk(self, key: str, create: bool) -> tuple[list[int], list[str]] | None:
         """Descriptors of the destination and of each directory on the way to ``key`` (made on
         the way if ``create``; None when one is absent), and the directories' and the file's names."""
@@ -167,6 +213,8 @@ class NoFollowDest:
                     if e.errno == errno.ENOENT and not create:
                         _close_all(fds)
                         return None
+                    if e.errno == errno.ENOTDIR:
+                        raise self._conflict(key) from None
                     raise
         except BaseException:
             _close_all(fds)
@@ -185,7 +233,14 @@ class NoFollowDest:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # (a link at the name is replaced, not followed)
+                try:
+                    os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # (a link at the name is replaced, not followed)
+                except (IsADirectoryError, NotADirectoryError) as e:
+                    raise self._conflict(key) from e
+                except OSError as e:
+                    if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise
+                    raise self._conflict(key) from e
             except BaseException:
                 try:
                     os.unlink(tmp, dir_fd=dfd)
@@ -274,24 +329,31 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
     ns = namespace_of(repo)
     cfg = store_config if store_config is not None else repo.config.store
     dest = Namespace(dest_uri.rstrip("/"), cfg)
-    if dest.uri == ns.uri or dest.uri.startswith(ns.uri + "/"):
-        raise InvalidArgument("the export destination must be outside the repository's storage namespace")
-    if repo.exists(commit.id, SUCCESS):  # (its copy would be overwritten by the marker, without a word)
-        raise InvalidArgument(f"commit {commit.id[:12]} holds {SUCCESS} at its root, where an export writes its "
-                              "own marker: the copy would lose it (rename or remove it in a commit first)")
-    done = read_success(dest.uri, cfg)
+    if _overlap(dest.uri, ns.uri):
+        raise InvalidArgument("the export destination must be outside the repository's storage namespace "
+                              "(and hold none of it)")
+    for marker in (SUCCESS, INCOMPLETE):  # (its copy would be overwritten by the marker, without a word)
+        if repo.exists(commit.id, marker):
+            raise InvalidArgument(f"commit {commit.id[:12]} holds {marker} at its root, where an export writes its "
+                                  "own marker: the copy would lose it (rename or remove it in a commit first)")
     prev_id = None
     if not full:
+        done = read_success(dest.uri, cfg)
+        cut = read_success(dest.uri, cfg, INCOMPLETE)  # an incremental export cut short: its previous
         if previous is not None:
             prev_id = repo.get_commit(previous).id
-        elif done and done.get("repository") == repo.name and done.get("storage_namespace") == ns.uri:
-            try:
-                prev_id = repo.get_commit(done["commit_id"]).id
-            except NotFound:
-                prev_id = None
+        elif done and _ours(done, repo, ns):
+            prev_id = _commit_or_none(repo, done.get("commit_id"))
+        elif cut and _ours(cut, repo, ns) and cut.get("previous"):
+            prev_id = _commit_or_none(repo, cut["previous"])  # (what it deleted stays deleted: the diff again)
     out = open_store(dest.uri, cfg)
     try:
-        out.delete(SUCCESS)  # from now on the destination is not a complete export
+        # from now on the destination is not a complete export; a run cut short leaves this behind,
+        # and the next one goes on from the same previous export (not a full one, which would keep
+        # what the diff removes)
+        out.put(INCOMPLETE, json.dumps({"commit_id": commit.id, "repository": repo.name,
+                                        "storage_namespace": ns.uri, "previous": prev_id}).encode())
+        out.delete(SUCCESS)
         if prev_id is not None:
             d = diff_df(spark, repo, prev_id, commit.id)
             plan = d.select(
@@ -311,8 +373,13 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
         if first_bad:
             validate_key(first_bad[0].key)  # raises InvalidArgument naming the key
         nparts = partitions or spark.sparkContext.defaultParallelism * 2
-        rows = plan.repartition(nparts).mapInArrow(_copy_task(ns, dest), "copied long, deleted long, bytes long") \
-            .collect()
+        rows = []
+        # the deletions first: a path that went from a directory to a file (or back) is free by the
+        # time its copy comes (a directory a deletion emptied goes with it)
+        for part in ((plan.where(F.col("op") == "delete"), plan.where(F.col("op") != "delete"))
+                     if prev_id is not None else (plan,)):
+            rows += part.repartition(nparts).mapInArrow(_copy_task(ns, dest),
+                                                        "copied long, deleted long, bytes long").collect()
         copied = sum(r.copied for r in rows)
         deleted = sum(r.deleted for r in rows)
         nbytes = sum(r.bytes for r in rows)
@@ -326,6 +393,7 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
             "copied": copied,
             "deleted": deleted,
         }).encode())
+        out.delete(INCOMPLETE)
     finally:
         out.close()
     res = ExportResult(commit.id, prev_id, copied, deleted, nbytes, time.monotonic() - t0)

@@ -347,6 +347,13 @@ def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
     (("mount", "lakefs://rep1", "/nonexistent-mnt", "--cache-size", "inf"), "not a size"),
     (("mount", "lakefs://rep1", "/nonexistent-mnt", "--cache-size", "1e999"), "not a size"),
     (("mount", "lakefs://rep1", "/nonexistent-mnt", "--cache-size", "1e30T"), "too large"),
+    # found by a data engineer: stored, then every `gc mark` an OverflowError; these a traceback
+    (("gc", "rules", "lakefs://rep1", "--default-days", "99999999999"), "retention days"),
+    (("gc", "rules", "lakefs://rep1", "--branch", "main=99999999999", "--default-days", "7"), "retention days"),
+    (("gc", "mark", "lakefs://rep1", "--min-age", "1e12", "--dry-run"), "--min-age"),
+    (("gc", "mark", "lakefs://rep1", "--min-age", "inf", "--dry-run"), "--min-age"),
+    (("gc", "mark", "lakefs://rep1", "--min-age", "nan", "--dry-run"), "--min-age"),
+    (("gc", "run", "lakefs://rep1", "--min-age", "2e7", "--dry-run"), "--min-age"),
 ], ids=lambda a: " ".join(a[:2]) if isinstance(a, tuple) else None)
 def test_malformed_values_are_usage_errors_in_one_line(home, args, fragment):
     """Found by fuzzing: these were tracebacks (exit 1: ValueError, OverflowError), or were taken
@@ -357,3 +364,4 @@ def test_malformed_values_are_usage_errors_in_one_line(home, args, fragment):
     assert r.returncode == 2 and fragment in err[-1] and "Traceback" not in r.stderr.decode(), (r.returncode, err)
     assert len(err) == 1 or err[0].startswith("usage:")
     assert not (home / "repos" / "rep3").exists()
+    assert "retention" not in (run(home, "gc", "rules", "lakefs://rep1").stdout or b"").decode()  # none stored

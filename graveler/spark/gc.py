@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 GC_PREFIX = "_lakefs/retention/gc/"
 RULES_KEY = GC_PREFIX + "rules.json"
 DEFAULT_MIN_AGE = timedelta(hours=24)
+MAX_RETENTION_DAYS = 100_000  # (a threshold "now - days" must stay a date: Python's end at year 1)
+MAX_MIN_AGE = timedelta(days=MAX_RETENTION_DAYS)
 REPORT_SCHEMA = "address string, size long, last_modified timestamp"
 _ADDR_SCHEMA = "address string"
 _LIVE_CHUNK = 65536  # entries decoded per call in a live-set task
@@ -74,8 +76,10 @@ class GCRules:
     branches: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.default_retention_days < 0 or any(d < 0 for d in self.branches.values()):
-            raise InvalidArgument("retention days must be >= 0")
+        days = [self.default_retention_days, *self.branches.values()]
+        if any(not isinstance(d, int) or not 0 <= d <= MAX_RETENTION_DAYS for d in days):
+            raise InvalidArgument(f"retention days must be whole numbers from 0 to {MAX_RETENTION_DAYS:,} "
+                                  "(about 270 years; a date further back than that no commit has)")
 
     def retention_days(self, branch: str) -> int:
         return self.branches.get(branch, self.default_retention_days)
@@ -424,8 +428,8 @@ def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
-    if min_age < timedelta(0):
-        raise InvalidArgument("the minimum age must be >= 0")
+    if not timedelta(0) <= min_age <= MAX_MIN_AGE:
+        raise InvalidArgument(f"the minimum age must be from 0 to {MAX_MIN_AGE.days:,} days")
     now = now or datetime.now(timezone.utc)
     run_id = run_id or new_run_id(now)
     cutoff = now - min_age

@@ -171,8 +171,11 @@ def cmd_gc_rules(args) -> int:
 def _mark(args, repo):
     from graveler.spark.gc import mark
 
-    if args.min_age < 0:
-        raise InvalidArgument(f"--min-age must be >= 0, not {args.min_age}")
+    from graveler.spark.gc import MAX_MIN_AGE
+
+    limit = MAX_MIN_AGE.total_seconds() / 3600
+    if not 0 <= args.min_age <= limit:  # (also NaN; inf and 1e12 overflowed a timedelta: a traceback)
+        raise InvalidArgument(f"--min-age must be a number of hours from 0 to {limit:,.0f}, not {args.min_age}")
     spark = _spark(args)
     return spark, mark(spark, repo, min_age=timedelta(hours=args.min_age), dry_run=args.dry_run,
                        collect=args.dry_run)

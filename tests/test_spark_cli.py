@@ -48,6 +48,16 @@ def test_cli_import_gc_export(spark, tmp_path, capsys):
     assert run(capsys, "--home", home, "show", "lakefs://clirepo/main", "--json")[1] == head
     rc, _, err = run(capsys, "--home", home, "import", str(src), "lakefs://clirepo/main")
     assert rc == 2 and "destination prefix" in err
+    # a path relative to the working directory, as `fs upload --source` takes one (found by a data
+    # engineer: it passed the check here, then Spark refused "unsupported store URI 'src'")
+    assert run(capsys, "--home", home, "branch", "create", "lakefs://clirepo/rel", "--source", "main")[0] == 0
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        rc, o, err = run(capsys, "--home", home, "import", "src", "lakefs://clirepo/rel/rel/", "--json")
+    finally:
+        os.chdir(cwd)
+    assert rc == 0 and json.loads(o)["imported"] == 12, err
 
     rc, o, err = run(capsys, "--home", home, "gc", "rules", "lakefs://clirepo", "--default-days", "7",
                      "--branch", "main=21")

@@ -125,12 +125,14 @@ def cmd_import(args) -> int:
             raise NotFound(f"import source {src} not found")
         if not os.path.isdir(path):
             raise InvalidArgument(f"import source {src} is not a directory")
+        if "://" not in src:
+            src = os.path.abspath(src)  # a path relative to here, as `fs upload --source` takes one
     with session(args) as s:
         repo = s.repo(u)
         repo.get_branch(branch)  # fail before starting Spark
         check_clean(repo, branch)
         spark = _spark(args)
-        res = import_prefix(spark, repo, branch, args.source, prefix, args.message, args.partitions)
+        res = import_prefix(spark, repo, branch, src, prefix, args.message, args.partitions)
     what = f"commit {res.commit_id[:12]}" if res.commit_id else "no commit (the tree is unchanged)"
     _print(args, asdict(res), f"imported {res.imported} objects into {branch}/{prefix}: {what}, "
                               f"metarange {res.metarange_id[:12]} ({res.records} entries, {res.ranges} ranges)")

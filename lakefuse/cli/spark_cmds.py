@@ -93,8 +93,11 @@ def register(sub) -> None:
         sub, "export", "copy a commit's objects to a plain prefix (Spark)", cmd_export,
         epilog="DEST is a local directory or s3://BUCKET/PREFIX.  _SUCCESS is written last and names the\n"
                "commit; exporting onto a destination whose _SUCCESS names a commit of this repository only\n"
-               "copies and deletes the difference. An export writes and deletes only below DEST: a directory\n"
-               "inside a local DEST that is a symbolic link is refused (exit 2).",
+               "copies and deletes the difference (deletions first). While an export runs, _INCOMPLETE names\n"
+               "the commit it goes to and the one it goes on from: run again after a failure, it goes on from\n"
+               "there. An empty _SUCCESS (Spark's, Hadoop's) is no export's. An export writes and deletes only\n"
+               "below DEST: a directory inside a local DEST that is a symbolic link is refused (exit 2), and so\n"
+               "is a DEST inside the repository's storage namespace, or holding it.",
     )
     p.add_argument("ref", metavar="lakefs://REPO/REF")
     p.add_argument("dest", metavar="DEST")

@@ -152,7 +152,7 @@ def test_listing_df_equals_the_flat_listing(spark, backend, request, s3_bucket, 
         assert last.startswith(f"listing {uri}: {len(flat):,} objects, ")
         m = re.search(r"([\d,]+)/([\d,]+) prefixes", last)
         assert m.group(1) == m.group(2)  # every known prefix listed
-        if backend == "s3":
-            assert "non-object keys skipped" in last
+        if backend == "s3":  # each counted once, however the listing was split (a data engineer saw 1 of 3)
+            assert " 5 non-object keys skipped" in last, last
     finally:
         df.unpersist()

@@ -343,6 +343,13 @@ class ObjectStore(abc.ABC):
                 objs.append(o)
         return objs, subs
 
+    def list_level_counted(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str], int]:
+        """:meth:`list_level`, and how many keys under ``prefix`` it passed over because they
+        can be no object's key (an S3 folder marker ``dir/``, keys below an empty segment
+        ``dir//...``): 0 for a store that cannot hold such keys (a local directory)."""
+        objs, subs = self.list_level(prefix)
+        return objs, subs, 0
+
     def delete_many(self, keys: list[str]) -> list[tuple[str, str]]:
         """Delete several objects (absent ones are not an error); returns ``(key, reason)``
         for each one that could not be deleted.  S3 sends them 1000 to a request."""

@@ -715,23 +715,34 @@ class S3Store(ObjectStore):
                                      _strip_etag(obj["ETag"]))
 
     def list_level(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str]]:
+        objs, subs, _ = self.list_level_counted(prefix)
+        return objs, subs
+
+    def list_level_counted(self, prefix: str = "") -> tuple[list[ObjectInfo], list[str], int]:
         check_level_prefix(prefix)
         root = f"{self.prefix}/" if self.prefix else ""
         objs: list[ObjectInfo] = []
         subs: list[str] = []
+        skipped = 0
         with self._errors("list", None):
             for page in self._client.get_paginator("list_objects_v2").paginate(
                     Bucket=self.bucket, Prefix=root + prefix, Delimiter="/"):
                 for obj in page.get("Contents", ()):
                     key = obj["Key"][len(root):]
-                    if key and not key.endswith("/"):  # skip folder markers
+                    if key and not key.endswith("/"):
                         objs.append(ObjectInfo(key, int(obj["Size"]), obj["LastModified"].timestamp(),
                                                _strip_etag(obj["ETag"])))
+                    else:
+                        skipped += 1  # a folder marker
                 for cp in page.get("CommonPrefixes", ()):
                     sub = cp["Prefix"][len(root):]
-                    if sub != prefix + "/":  # "a//b" keys: no valid key lives there
+                    if sub != prefix + "/":
                         subs.append(sub)
-        return objs, subs
+                    else:  # "a//b" keys: no valid key lives there -- counted, not listed further
+                        for odd in self._client.get_paginator("list_objects_v2").paginate(
+                                Bucket=self.bucket, Prefix=cp["Prefix"]):
+                            skipped += int(odd.get("KeyCount", len(odd.get("Contents", ()))))
+        return objs, subs, skipped
 
     def delete_many(self, keys: list[str]) -> list[tuple[str, str]]:
         for k in keys:

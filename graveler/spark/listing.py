@@ -165,17 +165,17 @@ def fan_out(store, min_parts: int, max_levels: int = 8, threads: int = 8, progre
         while queue and len(queue) + len(final) < min_parts and calls < budget:
             batch = [queue.popleft() for _ in range(min(threads, len(queue), budget - calls))]
             calls += len(batch)
-            for objs, subs in pool.map(store.list_level, batch):
+            for objs, subs, passed in pool.map(store.list_level_counted, batch):
                 good = [o for o in objs if listable(o.key)]
                 out.objects.extend(good)
-                out.skipped += len(objs) - len(good)
+                out.skipped += len(objs) - len(good) + passed
                 for sub in subs:
                     depth = sub.count("/") - base
                     out.levels = max(out.levels, depth)
                     (final if depth >= max_levels else queue).append(sub)
                 if progress:
                     progress.add(objects=len(good), prefixes_done=1, prefixes_found=len(subs),
-                                 skipped=len(objs) - len(good))
+                                 skipped=len(objs) - len(good) + passed)
     out.prefixes = sorted(list(queue) + final)
     out.calls = calls
     return out
@@ -202,7 +202,9 @@ def iter_group(store, prefixes: list[str], on_prefix=None) -> Iterator[tuple[lis
     i, n = 0, len(prefixes)
     if not n:
         return
-    it = store.list(common_dir(prefixes[0], prefixes[-1]), start_after=prefixes[0])
+    # from just before the first prefix: a folder marker named as it is a key of it (start_after
+    # is exclusive: from the prefix itself, such a marker was never seen, nor counted as skipped)
+    it = store.list(common_dir(prefixes[0], prefixes[-1]), start_after=prefixes[0][:-1])
     try:
         for o in it:
             k = o.key

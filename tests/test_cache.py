@@ -325,3 +325,41 @@ def test_a_full_cache_disk_with_nothing_to_evict_is_not_walked_per_chunk(tmp_pat
     cache._full_until = time.monotonic()
     assert cache._room(1 << 20)
     cache.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes directories of another user (needs root)")
+def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
+    """Found by an administrator's tour: with --cache-dir under /tmp, another user who made its
+    data/ (0777) first could plant a whole file and its check in the cache -- the mount then
+    served his bytes as the repository's -- or a pickle that diskcache's index ran as the mounting
+    user. The data cache and the table cache now take a directory only this user (or root) may
+    write, under directories no one else may rewrite unless sticky (as /tmp); the spool had that
+    check already. Healthy setups are taken: a new directory, an existing one an administrator
+    made 0755, one under a sticky world-writable directory."""
+    from graveler.errors import InvalidArgument
+    from graveler.objstore import datacache as dc
+    from graveler.objstore.base import private_dir
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # as /tmp
+    theirs = shared / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 12345, 12345)
+    open_to_all = shared / "open"
+    open_to_all.mkdir()
+    os.chmod(open_to_all, 0o777)
+    loose = tmp_path / "loose"  # writable by others, no sticky bit: what is below it can be swapped
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    for bad in (theirs, open_to_all, loose / "cache"):
+        with pytest.raises(InvalidArgument, match="only this user may write"):
+            dc.DataCache(str(bad), 64 << 20)
+        with pytest.raises(InvalidArgument, match="only this user may write"):
+            ImmutableCache(dc.DataCache.__new__(dc.DataCache), str(bad / "tables"))  # (refused before the store is used)
+    admin = tmp_path / "admin"
+    admin.mkdir(mode=0o755)
+    for good in (shared / "mine" / "data", admin, tmp_path / "new" / "dir"):
+        private_dir(str(good))
+        dc.DataCache(str(good), 64 << 20).close()
+    assert oct(os.stat(shared / "mine" / "data").st_mode & 0o777) == "0o700"

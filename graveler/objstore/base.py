@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import os
+import stat
 import uuid
 from dataclasses import dataclass
 from typing import Iterator
@@ -191,9 +192,28 @@ Fingerprint = tuple[int, int, int, int, int]
 def private_dir(path: str) -> str:
     """Make directory ``path`` (and its parents) if it is not there, itself readable by its owner
     only (0700: the caches hold copies of repository data a mount shows its own user only); an
-    existing directory keeps the mode it has (an administrator's choice)."""
+    existing directory keeps the mode it has (an administrator's choice), but it must be this
+    user's (or root's) and no one else's to write, and so must every directory above it unless
+    the sticky bit keeps others from moving it away (as /tmp's): a cache another user could
+    write would let them change what a mount serves as checked -- or, through the pickles the
+    caches' indexes keep, run code as this user (``--cache-dir`` under /tmp, its ``data/``
+    made first by someone else). InvalidArgument otherwise."""
     os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
+    euid = os.geteuid()
+    d = os.path.abspath(path)
+    st = os.stat(d)
+    if st.st_uid not in (euid, 0) or st.st_mode & 0o022:
+        raise InvalidArgument(f"the cache directory {d} is another user's or writable by others: refused "
+                              "(use a --cache-dir only this user may write)")
+    while True:
+        parent = os.path.dirname(d)
+        if parent == d:
+            return path
+        d = parent
+        st = os.stat(d)
+        if st.st_uid not in (euid, 0) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+            raise InvalidArgument(f"the cache directory {path} is inside {d}, which another user owns or may "
+                                  "rewrite: refused (use a --cache-dir only this user may write)")
 
 
 def file_fingerprint(st: os.stat_result) -> Fingerprint:

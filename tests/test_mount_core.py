@@ -560,3 +560,24 @@ def test_stats_latency_quantiles_are_within_a_bucket_of_the_truth():
     lat = st.snapshot()["latency"]
     assert 100 <= lat["read"]["p50_us"] <= 100 * 1.19 and 10_000 <= lat["read"]["p99_us"] <= 10_000 * 1.19
     assert lat["read"]["n"] == 100 and lat["lookup"]["n"] == 1 and lat["lookup"]["p99_us"] <= 0.01
+
+
+def test_a_daemon_without_cap_sys_admin_says_passthrough_is_off_from_the_start(fs, monkeypatch):
+    """Found by an administrator's tour: a user's daemon said "passthrough": "on" until its first
+    open of a commit's file was refused (then "off", and a raw libfuse line in its log). The
+    kernel refuses passthrough opens without CAP_SYS_ADMIN: such a daemon says so at once, and
+    does not try; with the capability (root), it is on."""
+    import pyfuse3
+
+    import lakefuse.mount.fuse as fuse
+
+    if not hasattr(pyfuse3, "passthrough_open"):
+        pytest.skip("pyfuse3 without passthrough")
+    monkeypatch.setattr(fuse, "_cap_sys_admin", lambda: False)
+    ops = fuse.Operations(fs, passthrough=True)
+    assert not ops.enable_passthrough and "CAP_SYS_ADMIN" in fs.stats.get("passthrough")
+    monkeypatch.setattr(fuse, "_cap_sys_admin", lambda: True)
+    assert fuse.Operations(fs, passthrough=True).enable_passthrough and fs.stats.get("passthrough") == "on"
+    with open("/proc/self/status") as f:  # (the parse: root here has it, a process without it does not)
+        cap = int(next(line for line in f if line.startswith("CapEff:")).split()[1], 16)
+    assert fuse._cap_sys_admin() == bool(cap >> 21 & 1)

@@ -13,6 +13,7 @@ core's public methods.
 from __future__ import annotations
 
 import errno
+import os
 import functools
 import logging
 import time
@@ -189,8 +190,13 @@ class Operations(pyfuse3.Operations):
         self.stats.set("readdir", ("batched" + (", plain where the kernel asks" if self.readdirplus_auto else ""))
                        if self.readdir_many else "per entry" if READDIR_MANY else
                        "per entry (pyfuse3 without readdir_reply_many)")
-        self.stats.set("passthrough", "off" if not passthrough else
-                       "on" if has else "unavailable (pyfuse3 without passthrough)")
+        if passthrough and has and not _cap_sys_admin():  # (the kernel refuses passthrough opens without it)
+            self.enable_passthrough = False
+            self.stats.set("passthrough", "off (the daemon lacks CAP_SYS_ADMIN, i.e. is not root: the kernel "
+                                          "refuses its passthrough opens)")
+        else:
+            self.stats.set("passthrough", "off" if not passthrough else
+                           "on" if has else "unavailable (pyfuse3 without passthrough)")
         self.stats.set("deferred_replies", "on" if self.deferred_replies else "off" if REPLY is not None else
                        "unavailable (pyfuse3 without Reply)")
 
@@ -538,6 +544,19 @@ class Operations(pyfuse3.Operations):
     @boundary("write")
     async def write(self, fh, off, buf, reply=None):
         return await self._writing("write", SAVE, reply, _written, self.fs.write, fh, off, bytes(buf))
+
+
+def _cap_sys_admin() -> bool:
+    """Whether this process has CAP_SYS_ADMIN (bit 21 of its effective capabilities), which the
+    kernel asks of a FUSE server's passthrough open; True when it cannot tell (the open says)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> 21 & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
 
 
 def _spin_stats(us: int) -> dict:

@@ -365,3 +365,23 @@ def test_malformed_values_are_usage_errors_in_one_line(home, args, fragment):
     assert len(err) == 1 or err[0].startswith("usage:")
     assert not (home / "repos" / "rep3").exists()
     assert "retention" not in (run(home, "gc", "rules", "lakefs://rep1").stdout or b"").decode()  # none stored
+
+
+def test_a_repository_that_cannot_be_opened_is_unreadable_not_damaged(tmp_path):
+    """Found by an administrator's tour: `repo list` of a home another user could not open marked
+    every repository DAMAGED (exit 6), which the README keeps for corrupted data (exit 5), and
+    said "cannot create" of a directory that was there. An error opening one is UNREADABLE now;
+    damage is still DAMAGED (the test above)."""
+    home = tmp_path / "home"
+    for name in ("rep1", "rep2"):
+        assert main(["repo", "create", f"lakefs://{name}", "--home", str(home)]) == 0
+    from graveler.kv import close_env
+
+    refs = home / "repos" / "rep1" / "refs.lmdb"
+    close_env(refs)
+    (refs / "lock.mdb").unlink()
+    (refs / "lock.mdb").mkdir()  # (as root no permission is refused: an open that fails all the same)
+    r = run(home, "repo", "list")
+    out = r.stdout.decode().splitlines()
+    assert r.returncode == 6 and "UNREADABLE" in out[1] and "DAMAGED" not in r.stdout.decode(), (r, out)
+    assert "main" in out[2]

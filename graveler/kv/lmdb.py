@@ -224,7 +224,8 @@ class Env(SnapshotReads):
             self.path.mkdir(parents=True, exist_ok=True)
             redo = self._redo.prepare() if self._redo is not None else None
         except OSError as e:
-            raise StoreUnavailable(f"{_label(self.path)}: cannot create {self.path}: {e.strerror or e}") from None
+            what = "cannot open" if self.path.is_dir() else "cannot create"  # (another user's home: it is there)
+            raise StoreUnavailable(f"{_label(self.path)}: {what} {self.path}: {e.strerror or e}") from None
         verdict = check_data_file(self.path)
         try:
             self._env = lmdb.open(

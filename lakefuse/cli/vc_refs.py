@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from graveler.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, ReadOnlyRef
+from graveler.errors import AlreadyExists, Conflict, CorruptedData, InvalidArgument, NotFound, ReadOnlyRef
 from graveler.objstore.uri import StorageURI
 from graveler.refs.names import validate_branch_name
 from graveler.refsdump import MANIFEST_KEY, parse_manifest
@@ -171,7 +171,8 @@ def cmd_repo_list(args: argparse.Namespace) -> int:
             emit_json(obj)
     elif recs or damaged:
         rows = [(r.name, r.default_branch, local_time(r.creation_date), r.storage_namespace) for r in recs]
-        rows += [(name, "-", "-", "DAMAGED (see below)") for name, _ in damaged]
+        rows += [(name, "-", "-", ("DAMAGED" if isinstance(e, CorruptedData) else "UNREADABLE") + " (see below)")
+                 for name, e in damaged]
         table(sorted(rows), ("REPOSITORY", "DEFAULT BRANCH", "CREATED", "STORAGE NAMESPACE"))
     else:
         note(f"no repositories in {s.home if s.config.kv.url == 'lmdb' else s.graveler.kv.url}")

@@ -17,7 +17,6 @@ storage namespace, not in the home. One repository's operations are
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +28,7 @@ from graveler.config import HOME_ENV, GravelerConfig, resolve_home  # noqa: F401
 from graveler.errors import AlreadyExists, CorruptedData, GravelerError, InvalidArgument, NotFound
 from graveler.kv import open_backend
 from graveler.objstore import LocalStore, StorageURI, open_store
+from graveler.objstore.uri import place
 from graveler.refs import (
     INITIAL_COMMIT_MESSAGE,
     Branch,
@@ -76,17 +76,6 @@ def _valid_repository_name(name: str) -> bool:
     return True
 
 
-
-def _where(namespace: str) -> str:
-    """A namespace as a place, to compare: a local one by its real path (a symbolic link to
-    another repository's directory is that directory), each with a trailing slash."""
-    try:
-        uri = StorageURI.parse(namespace)
-    except InvalidArgument:
-        return namespace.rstrip("/") + "/"
-    if uri.scheme == "file":
-        return "file://" + os.path.realpath(uri.path).rstrip("/") + "/"
-    return str(uri).rstrip("/") + "/"
 
 class Graveler:
     """The lakefuse home: create, open, list and delete repositories.
@@ -245,9 +234,9 @@ class Graveler:
         """AlreadyExists if a repository of this KV keeps its data in ``storage_namespace``, or in a
         namespace inside it or around it (as lakeFS refuses a namespace in use): two repositories
         sharing ``_lakefs/`` and ``data/`` would each collect the other's objects as garbage."""
-        mine = _where(storage_namespace)
+        mine = place(storage_namespace)
         for rec in self.list_repositories(damaged=[]):
-            theirs = _where(rec.storage_namespace)
+            theirs = place(rec.storage_namespace)
             if mine.startswith(theirs) or theirs.startswith(mine):
                 how = "is" if mine == theirs else "overlaps"
                 raise AlreadyExists(f"storage namespace {storage_namespace} {how} the namespace of repository "

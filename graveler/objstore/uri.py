@@ -113,10 +113,24 @@ def _unquote(path: str, text: str, strict: bool = True) -> str:
     return out
 
 
+def place(namespace: str) -> str:
+    """A store root as a place, to compare two: a local one by its real path (a symbolic link
+    to another directory is that directory, ``..`` resolved), each with a trailing slash, so
+    ``a.startswith(b)`` says that ``b`` is ``a`` or holds it. Text that is no store URI stays
+    as it is."""
+    try:
+        uri = StorageURI.parse(namespace)
+    except InvalidArgument:
+        return namespace.rstrip("/") + "/"
+    if uri.scheme == FILE:
+        return "file://" + os.path.realpath(uri.path).rstrip("/") + "/"
+    return str(uri).rstrip("/") + "/"
+
+
 def _dir(path: str) -> str:
     """An absolute directory path without a trailing '/' (the root stays '/')."""
     p = posixpath.normpath(path) if path.startswith("/") else os.path.abspath(path)
     return "/" if p in ("/", "//") else p
 
 
-__all__ = ["StorageURI"]
+__all__ = ["StorageURI", "place"]

@@ -39,7 +39,8 @@ from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.model import AddressType
 from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
 from graveler.objstore import LocalStore, open_store, sparse, validate_key
-from graveler.objstore.local import TMP_PREFIX
+from graveler.objstore.local import TMP_PREFIX, _write_all
+from graveler.objstore.uri import place
 from graveler.objstore.base import StoreConfig
 from graveler.spark.diff import diff_df
 from graveler.spark.entries import entries_df, namespace_of
@@ -123,16 +124,7 @@ def _overlap(a: str, b: str) -> bool:
     """Whether store roots ``a`` and ``b`` are one place or one holds the other, however each is
     written (``/dir``, ``file:///dir``, a ``..`` or a link on the way; an S3 bucket and prefix).
     An export there would write, or prune, the repository's own objects."""
-    from graveler.objstore.uri import FILE, StorageURI
-
-    ua, ub = StorageURI.parse(a), StorageURI.parse(b)
-    if ua.scheme != ub.scheme or ua.bucket != ub.bucket:
-        return False
-    if ua.scheme == FILE:
-        pa, pb = os.path.realpath(ua.path), os.path.realpath(ub.path)
-    else:
-        pa, pb = "/" + ua.path, "/" + ub.path
-    pa, pb = pa.rstrip("/") + "/", pb.rstrip("/") + "/"
+    pa, pb = place(a), place(b)
     return pa.startswith(pb) or pb.startswith(pa)
 
 
@@ -292,12 +284,6 @@ class NoFollowDest:
 def _close_all(fds: list[int]) -> None:
     for fd in fds:
         os.close(fd)
-
-
-def _write_all(fd: int, data) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _copy_one(out, src, skey: str, key: str, size: int, etag: str) -> None:

@@ -391,7 +391,8 @@ class ErrorsSaid(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage().splitlines()[0] if record.getMessage() else record.levelname)
+        msg = record.getMessage()
+        self.lines.append(msg.splitlines()[0] if msg else record.levelname)
 
     def write(self, path: str) -> None:
         if not self.lines:

@@ -9,7 +9,11 @@ separate process), with data generated here:
   straight from the store with the same client (Python reads of the object file /
   one boto3 GET stream); warm re-read against a native copy on local disk. On the
   local store both through a commit tree (``v1/``, the default keys) and through the
-  branch (``main/``, an unchanged branch file: the ``*_branch_*`` keys);
+  branch (``main/``, an unchanged branch file: the ``*_branch_*`` keys). The branch's warm
+  re-read (served by the daemon: branch files take no passthrough unless
+  ``LAKEFUSE_BRANCH_PASSTHROUGH=1``) has a second peer, the native copy through libfuse's own
+  ``passthrough_hp --nopassthrough`` (``*_fuse_peer_*``: the kernel's FUSE page cache under any
+  daemon), and ``big_warm_large_folio_share`` says which page caches hold large folios (root);
 * a flat directory (default 100,000 entries): ``ls -f`` cold (fresh mount) and warm,
   beside ``ls -f`` of a native directory of as many files; ``ls -l`` cold; and a listing
   followed by the open and read of every tenth name (``list_open``: the first pass of a job
@@ -68,6 +72,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from mount_write import CFusePeer  # noqa: E402 -- (scripts/bench: a sibling script)
+
 MiB = 1 << 20
 PY = sys.executable
 BENCH_TAG = "v1"  # the local bench's tag of its one commit: the rows named tag_* read through it
@@ -103,6 +109,43 @@ def read_file(path: Path | str, bufsize: int = MiB) -> int:
             if not k:
                 return n
             n += k
+
+
+def large_folio_share(path: Path | str, pages: int = 4096) -> float | None:
+    """The share of the first ``pages`` cached pages of ``path`` that belong to large folios
+    (several pages managed as one: ext4 reads and copies them a folio at a time), from
+    /proc/self/pagemap and /proc/kpageflags (root only: None elsewhere). The kernel's FUSE page
+    cache keeps single pages where ext4 keeps large folios, which sets a FUSE daemon's warm rate."""
+    import ctypes
+    import mmap
+    import struct
+
+    try:
+        with open(path, "rb") as f, open("/proc/self/pagemap", "rb") as pm, open("/proc/kpageflags", "rb") as kf:
+            size = min(os.fstat(f.fileno()).st_size, pages * 4096) // 4096 * 4096
+            if size == 0:
+                return None
+            m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)  # (never written: the cached pages)
+            try:
+                anchor = ctypes.c_char.from_buffer(m)
+                base = ctypes.addressof(anchor)
+                del anchor
+                large = seen = 0
+                for i in range(size // 4096):
+                    m[i * 4096]  # (touched: its page-table entry names the cached page)
+                    pm.seek((base // 4096 + i) * 8)
+                    entry = struct.unpack("Q", pm.read(8))[0]
+                    if not entry >> 63 & 1:
+                        continue
+                    kf.seek((entry & ((1 << 55) - 1)) * 8)
+                    flags = struct.unpack("Q", kf.read(8))[0]
+                    seen += 1
+                    large += bool(flags >> 15 & 3)  # COMPOUND_HEAD or COMPOUND_TAIL
+                return round(large / seen, 2) if seen else None
+            finally:
+                m.close()
+    except (OSError, ValueError, TypeError, BufferError, struct.error):
+        return None
 
 
 def timed(fn) -> float:
@@ -321,6 +364,15 @@ def bench_local(args, work: Path) -> dict:
     size = args.big_mib * MiB
     paths = {"commit": mp / BENCH_TAG / "big.bin", "branch": mp / "main" / "big.bin", "native": native / "big.bin",
              "direct": obj}
+    # the warm rows' second peer: the same native copy through libfuse's own C example, its daemon
+    # serving every read (--nopassthrough), as lakefuse serves a branch file: what the kernel's FUSE
+    # page cache gives any daemon without passthrough
+    peer = CFusePeer(work / "cpeer", src=native) if "big" in rows else None
+    if peer is not None and peer.ok:
+        warm["fuse_peer"] = []
+        paths["fuse_peer"] = peer.mp / "big.bin"
+    elif peer is not None:
+        log(f"(no C FUSE peer for the warm rows: {peer.why})")
     for rep in range(args.reps if "big" in rows else 0):
         with LakefuseMount(home, "bench", mp) as m:
             kinds = list(cold)
@@ -333,10 +385,12 @@ def bench_local(args, work: Path) -> dict:
                 read_file(paths[kind])  # the first re-read settles the page cache
             runs = {k: [] for k in kinds}  # a warm read is short (~0.1 s): five of each, interleaved
             for i in range(5):
-                for kind in kinds[(rep + i) % 3:] + kinds[:(rep + i) % 3]:
+                j = (rep + i) % len(kinds)
+                for kind in kinds[j:] + kinds[:j]:
                     runs[kind].append(size / timed(lambda: read_file(paths[kind])))
             for kind in kinds:
                 warm[kind].append(med(runs[kind]))
+            res["big_warm_large_folio_share"] = {k: large_folio_share(paths[k]) for k in kinds}
             st = m.stats()
             res["big_paths"] = {k: st.get(k) for k in ("passthrough", "branch_passthrough", "opens_passthrough",
                                                        "opens_daemon", "bytes_inline", "bytes_thread")}
@@ -346,6 +400,8 @@ def bench_local(args, work: Path) -> dict:
     for k, base, v in (("cold", "direct", cold), ("warm", "native", warm)) if "big" in rows else ():
         for tree in ("commit", "branch"):
             res[f"big_{k}_{tree}_vs_{base}_per_run"] = [round(a / b, 2) for a, b in zip(v[tree], v[base])]
+    if peer is not None:
+        peer.close()
     if "big" in rows:
         res["big_cold_MBps"] = med(cold["commit"]) / 1e6
         res["big_cold_branch_MBps"] = med(cold["branch"]) / 1e6
@@ -353,6 +409,8 @@ def bench_local(args, work: Path) -> dict:
         res["big_warm_MBps"] = med(warm["commit"]) / 1e6
         res["big_warm_branch_MBps"] = med(warm["branch"]) / 1e6
         res["big_warm_native_MBps"] = med(warm["native"]) / 1e6
+        if warm.get("fuse_peer"):
+            res["big_warm_fuse_peer_MBps"] = med(warm["fuse_peer"]) / 1e6
     if "listing" not in rows:
         return res | _parallel_rows(args, work, home, native, names, mp) if "parallel" in rows else res
 
@@ -805,6 +863,7 @@ def main() -> int:
                                 ("big_cold_branch_vs_direct", "big_cold_branch_MBps", "big_cold_direct_MBps"),
                                 ("big_warm_vs_native", "big_warm_MBps", "big_warm_native_MBps"),
                                 ("big_warm_branch_vs_native", "big_warm_branch_MBps", "big_warm_native_MBps"),
+                                ("big_warm_branch_vs_fuse_peer", "big_warm_branch_MBps", "big_warm_fuse_peer_MBps"),
                                 ("parallel_vs_native", "parallel_files_per_s", "parallel_native_files_per_s"),
                                 ("tag_parallel_vs_native", "tag_parallel_files_per_s", "parallel_native_files_per_s"),
                                 ("stat_cold_vs_native", "stat_cold_files_per_s", "stat_native_files_per_s"),

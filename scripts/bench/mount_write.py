@@ -288,14 +288,15 @@ class PeerMount:
 class CFusePeer(PeerMount):
     """libfuse's ``example/passthrough_hp`` mounted over a native directory (see the docstring)."""
 
-    def __init__(self, work: Path):
-        self.src, self.mp = work / "src", work / "mnt"
+    def __init__(self, work: Path, src: Path | None = None):
+        """Over ``src`` (default: a new empty directory in ``work``), mounted at ``work/mnt``."""
+        self.src, self.mp = src or work / "src", work / "mnt"
         try:
             exe = build_passthrough_hp()
         except (OSError, subprocess.CalledProcessError) as e:
             self.why = f"cannot build libfuse's passthrough_hp: {e}"
             return
-        self.src.mkdir(parents=True)
+        self.src.mkdir(parents=True, exist_ok=src is not None)
         env = {**os.environ, "LD_LIBRARY_PATH": str(exe.parents[1] / "lib")}
         self._start([str(exe), "--nopassthrough", "--foreground", str(self.src), str(self.mp)], self.mp,
                     work / "peer.log", "passthrough_hp", env)

@@ -385,3 +385,41 @@ def test_a_repository_that_cannot_be_opened_is_unreadable_not_damaged(tmp_path):
     out = r.stdout.decode().splitlines()
     assert r.returncode == 6 and "UNREADABLE" in out[1] and "DAMAGED" not in r.stdout.decode(), (r, out)
     assert "main" in out[2]
+
+
+def test_a_refs_database_replaced_by_a_file_is_damaged_listed_and_deletable(tmp_path):
+    """Found by an administrator's tour: a file where ``refs.lmdb`` (a directory) should be hid the
+    repository from `repo list` (exit 0), `log` said "not found" (3) and `repo create` of the same
+    name "cannot create ... File exists" (6); `repo delete` of a damaged repository failed (5), so
+    nothing could remove it. Now it is DAMAGED (5) everywhere, its name is taken, and it can be deleted."""
+    home = tmp_path / "home"
+    for name in ("rep1", "rep2"):
+        assert main(["repo", "create", f"lakefs://{name}", "--home", str(home)]) == 0
+    from graveler.kv import close_env
+
+    refs = home / "repos" / "rep1" / "refs.lmdb"
+    close_env(refs)
+    import shutil
+
+    shutil.rmtree(refs)
+    refs.write_bytes(b"not an environment\n")
+    r = run(home, "repo", "list")
+    out = r.stdout.decode().splitlines()
+    assert r.returncode == 5 and "DAMAGED" in out[1] and out[1].startswith("rep1") and "main" in out[2], (r, out)
+    r = run(home, "log", "lakefs://rep1/main")
+    assert r.returncode == 5 and b"is not a directory" in r.stderr, r
+    r = run(home, "repo", "create", "lakefs://rep1")
+    assert r.returncode == 4 and b"already exists" in r.stderr, r
+    r = run(home, "repo", "delete", "lakefs://rep1", "--yes")
+    assert r.returncode == 0 and b"damaged" in r.stdout, r
+    assert not (home / "repos" / "rep1").exists() and (home / "repos" / "rep2" / "refs.lmdb").is_dir()
+    assert [line.split()[0] for line in run(home, "repo", "list").stdout.decode().splitlines()] == ["REPOSITORY", "rep2"]
+
+
+def test_a_healthy_repository_is_deleted_as_before(tmp_path):
+    """The other side of the check above: an ordinary repository's delete names its namespace."""
+    home = tmp_path / "home"
+    assert main(["repo", "create", "lakefs://rep1", "--home", str(home)]) == 0
+    r = run(home, "repo", "delete", "lakefs://rep1", "--yes")
+    assert r.returncode == 0 and b"storage namespace file://" in r.stdout and b"damaged" not in r.stdout, r
+    assert run(home, "log", "lakefs://rep1/main").returncode == 3

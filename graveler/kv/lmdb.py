@@ -171,6 +171,10 @@ class Env(SnapshotReads):
         self._keeper: lmdb_redo.Keeper | None = None  # (with the LMDB environment)
         self._closed = False
         if not create and not (self.path / "data.mdb").exists():
+            if os.path.lexists(self.path) and not self.path.is_dir():
+                raise CorruptedData(f"{_label(self.path)} is not a directory (an LMDB environment is one): "
+                                    f"the repository's refs database is damaged ('lakefuse refs restore' brings back "
+                                    f"what 'lakefuse refs dump' wrote)")
             raise NotFound(f"{_label(self.path)} does not exist")
         try:
             verdict, redo = self._prepare_file()
@@ -691,12 +695,16 @@ class LmdbBackend:
         return open_env(self.path(repo), self.config, create)
 
     def exists(self, repo: str) -> bool:
-        return (self.path(repo) / "data.mdb").exists()
+        """Whether ``repo`` has a refs database: its environment, or anything else in its place
+        (a file where the environment's directory should be is a damaged repository, which
+        opening reports -- not a name free for a new one)."""
+        p = self.path(repo)
+        return (p / "data.mdb").exists() or (os.path.lexists(p) and not p.is_dir())
 
     def names(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        return sorted(d.name for d in self.root.iterdir() if (d / REFS_DIR / "data.mdb").exists())
+        return sorted(d.name for d in self.root.iterdir() if self.exists(d.name))
 
     def borrowed(self, repo: str):
         return borrowed_env(self.path(repo), self.config, create=False)

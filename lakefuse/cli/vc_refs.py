@@ -192,19 +192,24 @@ def _confirm(question: str) -> bool:
 def cmd_repo_delete(args: argparse.Namespace) -> int:
     u = uri_arg(args.repository).repo_only()
     with session(args) as s:
-        repo = s.repo(u)
-        ns = repo.record.storage_namespace
+        try:
+            ns = s.repo(u).record.storage_namespace
+        except CorruptedData as e:  # a damaged refs database can still be removed (what else could be done with it)
+            note(f"lakefuse: {e}")
+            ns = None
+        where = f"the data in {ns} is kept" if ns else "its storage namespace, unreadable here, is not touched"
         if not args.yes and not _confirm(
-            f"Delete repository {u.repository!r} (its branches, tags, commits and staged changes; "
-            f"the data in {ns} is kept)?"
+            f"Delete repository {u.repository!r} (its branches, tags, commits and staged changes; {where})?"
         ):
             note("not deleted")
             return 1
         s.graveler.delete_repository(u.repository)
     if args.json:
         emit_json({"deleted": u.repository, "storage_namespace": ns})
-    else:
+    elif ns:
         out(f"Repository {u.repository!r} deleted (its storage namespace {ns} was kept)")
+    else:
+        out(f"Repository {u.repository!r} deleted (its refs database was damaged; its storage namespace was not touched)")
     return 0
 
 

@@ -214,6 +214,21 @@ def per_file(st0: dict, st1: dict, n: int) -> str:
     return " ".join(f"{k} {v:.2f}" for k, v in by if v >= 0.01) + f"; thread hops/file {hops:.2f}"
 
 
+def create_cost_us(d: Path, n: int = 1000) -> float:
+    """Wall microseconds per creation of an empty file in ``d`` (a new directory; the files stay:
+    deleting them would make the next creations dearer, see below). On an ext4 without a journal
+    (these VMs) the inode allocator skips every inode freed in the last 60 s (360 s while its inode
+    table block is dirty), reading that block, from the start of the group, at each creation: right
+    after a large delete a creation costs ~0.5 ms of CPU instead of ~0.02 -- natively, and for each
+    spool file the daemon makes. Printed before the small-file rows, it says whether they ran in
+    that state."""
+    d.mkdir(parents=True)
+    t0 = time.perf_counter()
+    for i in range(n):
+        os.close(os.open(d / f"e{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    return (time.perf_counter() - t0) * 1e6 / n
+
+
 def timed_cmd(*cmd: str) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
@@ -378,6 +393,8 @@ def bench_local(args, work: Path, rep: Report) -> None:
             os.unlink(native / f"seq{r}")
             os.unlink(native / f"seqf{r}")
         # small files
+        print(f"  (creating an empty file here, natively: {create_cost_us(work / 'probe-before'):.0f} us; "
+              "over ~100 the file system's inode allocator is in its slow state: see create_cost_us)", flush=True)
         kib = f"{args.size / 1024:g} KiB"
         sz = args.size
         nat = [small_files(native / f"small{r}", args.files, size=sz) for r in range(args.reps)]
@@ -427,6 +444,7 @@ def bench_local(args, work: Path, rep: Report) -> None:
             peer_rows(args, null, rep, got, "pyfuse3 with nothing behind it")
         finally:
             null.close()
+        print(f"  (creating an empty file here, natively: {create_cost_us(work / 'probe-after'):.0f} us)", flush=True)
         # tar -x of an archive of small files
         tsrc = work / "tarsrc"
         make_tree(tsrc, args.tar_files, sz)

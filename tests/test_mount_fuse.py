@@ -390,6 +390,12 @@ def test_mount_failures_say_why(world, tmp_path):
 
     r = mount("lakefs://nosuchrepo", str(tmp_path))
     assert r.returncode == 3 and "not found" in r.stderr  # the exit codes of every command (was 1)
+    # a mistyped --home: said before a daemon starts, nothing made there (it left logs/mount-demo.log)
+    typo = tmp_path / "hmoe"
+    r = subprocess.run(lakefuse_cmd(typo, "mount", "lakefs://demo", str(tmp_path)), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 3 and "holds no repositories" in r.stderr and "--home" in r.stderr, r.stderr
+    assert not typo.exists() and len(r.stderr.strip().splitlines()) == 1
     (tmp_path / "afile").write_text("")
     r = mount("lakefs://demo", str(tmp_path), "--log", str(tmp_path / "afile" / "x.log"))
     assert r.returncode == 2 and "is not a directory" in r.stderr, r.stderr  # (it said "File exists")

@@ -263,9 +263,14 @@ def cmd_mount(args) -> int:
             print(f"lakefuse: {e}", file=sys.stderr)
             return 1
         home = getattr(args, "home", None)
-        from graveler.config import resolve_home
+        from graveler.config import HOME_ENV, resolve_home, resolve_kv_url
 
         home_dir = resolve_home(home)
+        if not dump and resolve_kv_url(getattr(args, "kv", None)) == "lmdb" and not (home_dir / "repos").is_dir():
+            # (a mistyped --home: said before the daemon starts, and no logs/ left in a new directory)
+            print(f"lakefuse: cannot mount {uri}: {home_dir} holds no repositories (check --home or ${HOME_ENV}; "
+                  f"'lakefuse repo create' makes one)", file=sys.stderr)
+            return 3
         log_name = mount_dump.log_name(args.refs_dump) if dump else f"mount-{uri.repository}.log"
         log_path = os.path.abspath(args.log) if args.log else str(home_dir / "logs" / log_name)
         argv = [sys.executable, "-m", "lakefuse", "--home", str(home_dir)]

@@ -322,3 +322,75 @@ def test_a_reset_made_through_the_mount_shows_at_once(mnt):
     (b / ".lakefuse" / "reset").write_text("new.txt\n")
     with pytest.raises(FileNotFoundError):
         os.stat(b / "new.txt")
+
+
+def _until(cond, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def _cli_rc(home, *args) -> int:
+    return subprocess.run(lakefuse_cmd(home, *args), capture_output=True, text=True).returncode
+
+
+def test_a_file_removed_behind_the_mount_while_open_for_writing_stays_removed(mnt, home):
+    """Found by a git user's tour: an appender's file deleted by the CLI (`fs rm`; a CLI reset
+    alike) came back, old and new bytes, when the appender wrote again and closed -- a late
+    close undid the delete, where an unlinked open file's writes go nowhere (docs/SEMANTICS.md:
+    "likewise an unlinked file to its descriptors")."""
+    b = branch(mnt, "rbw")
+    (b / "held.txt").write_text("base\n")
+    fd = os.open(b / "held.txt", os.O_WRONLY | os.O_APPEND)
+    try:
+        cli(home, "fs", "rm", f"lakefs://{REPO}/rbw/held.txt")
+        assert _until(lambda: not (b / "held.txt").exists())
+        time.sleep(0.5)  # (a stamp watch round after the one that dropped the name)
+        os.write(fd, b"appended\n")
+    finally:
+        os.close(fd)
+    time.sleep(0.3)
+    assert not (b / "held.txt").exists() and "held.txt" not in os.listdir(b)
+    assert _cli_rc(home, "fs", "cat", f"lakefs://{REPO}/rbw/held.txt") == 3
+
+
+def test_a_reset_through_the_mount_of_a_file_open_for_writing_is_not_undone_by_its_close(mnt):
+    b = branch(mnt, "rbr")
+    (b / "held.txt").write_text("staged\n")
+    with open(b / "held.txt", "a") as f:
+        (b / ".lakefuse" / "reset").write_text("*\n")
+        f.write("more\n")
+    time.sleep(0.3)
+    assert not (b / "held.txt").exists()
+    assert outcome(b, "reset")["ok"]
+
+
+def test_files_open_for_writing_are_saved_as_before_across_changes_elsewhere(mnt, home, tmp_path):
+    """The other side of the detach above: a change behind the mount to another path (the stamp
+    watch's round runs) leaves open files alone -- a new file not saved yet, a saved one."""
+    b = branch(mnt, "rbk")
+    (b / "old.txt").write_text("old\n")
+    src = tmp_path / "other"
+    src.write_bytes(b"other\n")
+    new = open(b / "new.txt", "w")
+    old = open(b / "old.txt", "a")
+    try:
+        new.write("new 1\n")
+        new.flush()
+        old.write("old 2\n")
+        old.flush()
+        cli(home, "fs", "upload", f"lakefs://{REPO}/rbk/other.txt", "-s", str(src))
+        assert _until(lambda: (b / "other.txt").exists())
+        time.sleep(0.5)
+        new.write("new 2\n")
+        old.write("old 3\n")
+    finally:
+        new.close()
+        old.close()
+    assert (b / "new.txt").read_text() == "new 1\nnew 2\n"
+    assert (b / "old.txt").read_text() == "old\nold 2\nold 3\n"
+    r = subprocess.run(lakefuse_cmd(home, "fs", "cat", f"lakefs://{REPO}/rbk/new.txt"), capture_output=True)
+    assert r.returncode == 0 and r.stdout == b"new 1\nnew 2\n"

@@ -576,6 +576,13 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
                     raise  # (that very name: no answer is true but the error)
                 self.log_once(logging.WARNING, ("settle", type(e)), "new files not staged before a read: %s", e)
 
+    def removed_behind(self, node: Node) -> None:
+        """The branch lost the name of open file ``node`` by a change this mount did not make
+        (the stamp watch): a copy being written here is detached if the branch showed it before
+        (:meth:`lakefuse.mount.spool.SpoolFile.removed_behind`). Blocking."""
+        if self.spool is not None and self.spool.detach(node.ino, behind=True):
+            self.stats.add("detached_behind")
+
     def file_staged(self, node: Node, value: Value, stamp: int, entry: Entry | None = None) -> bool:
         """This mount staged ``value`` for file ``node`` and the branch's stamp became ``stamp``:
         its attributes as of ``stamp`` are known without reading them back (False: the node

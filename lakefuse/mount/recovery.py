@@ -19,6 +19,28 @@ mounts of the same repository (their flock free) and hands each to
 
 Staged and kept files are listed in ``recovered/<stamp>/REPORT.json`` and the log, and
 :meth:`RecoveryReport.lines` is what ``lakefuse mount`` prints on its terminal.
+
+Layout under the mount's cache directory::
+
+    <cache>/spool/<repo>/<instance>/lock        flock'ed for the life of one mount
+    <cache>/spool/<repo>/<instance>/owner.json  which repository (namespace, creation date) it serves
+    <cache>/spool/<repo>/<instance>/<sid>.data  content of one file being written; where it
+                                                belongs (branch, key: for recovery) is its xattr
+                                                (<sid>.json beside it where xattrs are not kept:
+                                                :mod:`lakefuse.mount.sidecar`)
+    <cache>/spool/<repo>/<instance>/<id>.intent an operation in progress (a directory rename)
+    <cache>/spool/<repo>/recovered/<stamp>/     spool leftovers a crash left behind
+
+Each mount uses its own instance directory, so two mounts of one repository with
+the same cache directory never touch each other's files. An instance directory is
+made under a hidden name (``.new-*``) and gets its name only once its lock is held,
+so a recovery running at the same moment never sees a live mount's directory
+unlocked. :meth:`Spool.recover` (run when a mount starts) takes over what dead mounts
+of the same repository left, by the rules above.
+A copy-in of a saved file is made as ``<sid>.copyin`` and renamed to ``<sid>.data``
+once whole: a daemon killed during it leaves nothing recovery could take for work.
+Unfinished intents are returned to the caller, who finishes them (a directory
+rename is idempotent, so it is simply run again).
 """
 
 from __future__ import annotations

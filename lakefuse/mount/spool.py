@@ -31,29 +31,7 @@ One :class:`SpoolFile` per inode being written, shared by every handle of it:
 * A file unlinked while open is *detached*: later writes still work, its flush
   stages nothing.
 
-Layout under the mount's cache directory::
-
-    <cache>/spool/<repo>/<instance>/lock        flock'ed for the life of one mount
-    <cache>/spool/<repo>/<instance>/owner.json  which repository (namespace, creation date) it serves
-    <cache>/spool/<repo>/<instance>/<sid>.data  content of one file being written; where it
-                                                belongs (branch, key: for recovery) is its xattr
-                                                (<sid>.json beside it where xattrs are not kept:
-                                                :mod:`lakefuse.mount.sidecar`)
-    <cache>/spool/<repo>/<instance>/<id>.intent an operation in progress (a directory rename)
-    <cache>/spool/<repo>/recovered/<stamp>/     spool leftovers a crash left behind
-
-Each mount uses its own instance directory, so two mounts of one repository with
-the same cache directory never touch each other's files. An instance directory is
-made under a hidden name (``.new-*``) and gets its name only once its lock is held,
-so a recovery running at the same moment never sees a live mount's directory
-unlocked. :meth:`Spool.recover` (run when a mount starts) takes over what dead mounts
-of the same repository left: :mod:`lakefuse.mount.recovery` has the rules (a save that
-close/fsync acknowledged is never reported as lost; content never acknowledged is
-staged at its key, or kept in ``recovered/<stamp>/`` when another writer saved there).
-A copy-in of a saved file is made as ``<sid>.copyin`` and renamed to ``<sid>.data``
-once whole: a daemon killed during it leaves nothing recovery could take for work.
-Unfinished intents are returned to the caller, who finishes them (a directory
-rename is idempotent, so it is simply run again).
+The spool's layout on disk, its instance directories and their recovery: :mod:`lakefuse.mount.recovery`.
 
 This module is plain blocking code over the graveler ``Repository`` API: the
 FUSE core calls it from worker threads.
@@ -370,6 +348,24 @@ class SpoolFile:
                     self._expect = identity
             if self.on_disk:
                 self._write_sidecar()
+
+    def removed_behind(self) -> bool:
+        """Detach this file (True) if the branch no longer shows it at its key though it showed
+        it as this file last knew it (opened with an entry, or saved): removed behind the mount
+        -- another host's or the CLI's delete, a reset, a revert -- while open here. Its handles
+        go on as an unlinked open file's; its later writes and close stage nothing, so they do
+        not bring the name back. A new file not saved yet (the branch never showed it) stays.
+        Blocking (a KV read), under the file's lock: no save or rename of this file meanwhile."""
+        with self.lock:
+            if self.key is None or self.known is None:
+                return False
+            if self.spool.repo.exists(self.branch, self.key):
+                return False
+            log.info("%s on %s was removed behind the mount while open here for writing: detached "
+                     "(what is written to it from now on is not saved, as an unlinked file's)",
+                     self.key.decode("utf-8", "replace"), self.branch)
+            self.detach()
+            return True
 
     def detach(self) -> None:
         """The file was unlinked while open: keep serving its handles, stage nothing."""
@@ -736,12 +732,15 @@ class Spool(SaveRetries):
         self.repo.sync()
         self.stats["syncs"] += 1
 
-    def detach(self, ino: int) -> None:
+    def detach(self, ino: int, behind: bool = False) -> bool:
+        """Detach the file of ``ino`` (unlinked through this mount; ``behind``: only if it was
+        removed behind the mount, :meth:`SpoolFile.removed_behind`); whether it was detached."""
         sf = self.get(ino)
-        if sf is not None:
-            sf.detach()
-            if sf.pinned:  # a failed save no handle holds: nothing of it is to be saved now
-                self._finish(sf)
+        if sf is None or not (sf.removed_behind() if behind else (sf.detach() or True)):
+            return False
+        if sf.pinned:  # a failed save no handle holds: nothing of it is to be saved now
+            self._finish(sf)
+        return True
 
     def open_files(self) -> list[SpoolFile]:
         with self._lock:

@@ -380,6 +380,18 @@ def test_a_daemonized_mount_passes_its_store_timeouts_on(world, tmp_path):
             force_unmount(mp)
 
 
+def test_a_mounted_repository_is_not_deleted_under_its_daemon(world):
+    """Found by a git user's tour: `repo delete` of a mounted repository went through; the mount
+    went on serving it, its saves failed (EIO) or, after a `repo create` of the same name, went
+    into the deleted database (lost). The delete is refused while a process has it open."""
+    r = subprocess.run(lakefuse_cmd(world["home"], "repo", "delete", "lakefs://demo", "--yes"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 4 and "is open in process" in r.stderr and "umount" in r.stderr, r
+    assert str(world["mount"].proc.pid) in r.stderr
+    assert (world["home"] / "repos" / "demo" / "refs.lmdb" / "data.mdb").exists()
+    assert (world["mp"] / "v1" / "raw" / "2024" / "02.csv").read_bytes() == DATA1["raw/2024/02.csv"]
+
+
 def test_mount_failures_say_why(world, tmp_path):
     home = world["home"]
 

@@ -51,7 +51,7 @@ from typing import Callable, Iterator, TypeVar
 import lmdb
 
 from graveler.config import KVConfig
-from graveler.errors import CorruptedData, GravelerError, NoSpace, NotFound, StoreUnavailable
+from graveler.errors import Conflict, CorruptedData, GravelerError, NoSpace, NotFound, StoreUnavailable
 from graveler.kv import lmdb_file, lmdb_redo
 from graveler.kv.lmdb_txn import LmdbTxn
 from graveler.locks import RWLock
@@ -678,6 +678,39 @@ def borrowed_env(path: Path | str, config: KVConfig = KVConfig(), create: bool =
         close_env(path)
 
 
+def _processes_mapping(path: Path) -> list[tuple[int, str]]:
+    """(pid, command line shortened) of each other process that maps ``path`` (an LMDB
+    environment's data file: a process that has it open), of those whose maps this process may
+    read (its own user's, or all as root)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    me, out = os.getpid(), []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open(f"/proc/{d}/maps", "rb") as maps:
+                hit = any(_maps_file(line) == (dev, st.st_ino) for line in maps)
+            if hit:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    args = f.read().decode("utf-8", "replace").split("\0")
+                # (an argument that may hold a credential -- a URL's user:password@, password= -- not shown)
+                cmd = " ".join("***" if "@" in a or "password" in a.lower() else a for a in args if a)
+                out.append((int(d), cmd[:120]))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _maps_file(line: bytes) -> tuple[str, int] | None:
+    """(device as /proc shows it, inode) of the file a /proc/PID/maps line maps (None: anonymous)."""
+    fields = line.split(maxsplit=5)
+    return (fields[3].decode(), int(fields[4])) if len(fields) >= 6 else None
+
+
 class LmdbBackend:
     """The embedded backend: ``<home>/repos/<name>/refs.lmdb``, one environment per repository
     (a damaged one never stops the others)."""
@@ -713,7 +746,16 @@ class LmdbBackend:
         close_env(self.path(repo))
 
     def remove(self, repo: str) -> None:
+        """Delete ``repo``'s environment; Conflict while another process has it open (a mount
+        daemon, a command, a job: what it wrote next would go into a deleted database, and a
+        mount would go on serving the repository that is gone, or a new one of the same name)."""
         self.close(repo)
+        users = _processes_mapping(self.path(repo) / "data.mdb")
+        if users:
+            users.sort(key=lambda u: " mount " not in u[1])  # (a mount daemon first: the likeliest)
+            shown = "; ".join(f"{pid} ({cmd})" for pid, cmd in users[:3]) + (" and others" if users[3:] else "")
+            raise Conflict(f"repository {repo!r} is open in process{'es' if users[1:] else ''} {shown}: "
+                           f"stop {'them' if users[1:] else 'it'} (a mount: lakefuse umount) before deleting the repository")
         try:
             shutil.rmtree(self.root / repo)
         except FileNotFoundError:

@@ -61,7 +61,9 @@ def register(sub) -> None:
         g, "delete", "forget a repository (its refs and staged changes; the storage namespace is kept)",
         cmd_repo_delete,
         epilog="Committed data stays in the namespace; run `lakefuse refs dump` first to be able to\n"
-               "restore the repository's commits, branches and tags later.",
+               "restore the repository's commits, branches and tags later. Refused (exit 4) while another\n"
+               "process on this host has the repository open (a mount: unmount it first); on a shared\n"
+               "PostgreSQL KV, mounts on other hosts are not seen: unmount them first.",
     )
     p.add_argument("repository", metavar="lakefs://REPO")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")

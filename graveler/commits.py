@@ -171,6 +171,12 @@ class Commits:
 
         return c.retry(attempt, f"branch {dest_branch!r} kept moving during the merge")
 
+    def merge_base_tree(self, left_id: str, right_id: str) -> str | None:
+        """The metarange a merge of commits ``left_id`` and ``right_id`` takes for its base (a
+        virtual one for criss-cross histories: :meth:`_base_tree`); None when they share no ancestor."""
+        bases = self._c.refs.find_merge_bases(left_id, right_id)
+        return self._base_tree(bases) if bases else None
+
     def _base_tree(self, bases: list[Commit], depth: int = 0) -> str:
         """The metarange a merge takes for its base: the one best common ancestor's; with several
         (criss-cross histories), git's answer, a *virtual* base: the bases merged into each

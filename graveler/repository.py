@@ -520,6 +520,16 @@ class Repository:
         _, rc = self._core.resolve_commit(right)
         return self._committed.diff(lc.meta_range_id, rc.meta_range_id)
 
+    def diff_since_base(self, left: str, right: str) -> Iterator[DiffRecord] | None:
+        """What ``right`` changed since its merge base with ``left`` (git's ``left...right``), against
+        the base a merge of the two takes -- with several best common ancestors (criss-cross
+        histories) the same virtual base -- so this preview and the merge agree; None when the two
+        share no ancestor."""
+        _, lc = self._core.resolve_commit(left)
+        _, rc = self._core.resolve_commit(right)
+        base = self._commits.merge_base_tree(lc.id, rc.id)
+        return None if base is None else self._committed.diff(base, rc.meta_range_id)
+
     def diff_uncommitted(self, branch: str) -> Iterator[DiffRecord]:
         """The uncommitted changes of ``branch`` (staging vs its head), in key order;
         left = committed value, right = staged value. Staged no-ops are skipped."""

@@ -304,6 +304,30 @@ def test_diff_three_dot_shows_the_right_side_since_the_merge_base(cli, story, tm
     assert "two refs" in cli.fails(2, "diff", f"{REPO}/main", "--three-dot")
 
 
+def test_diff_three_dot_agrees_with_the_merge_in_a_criss_cross_history(cli, story, tmp_path):
+    """Found by a git user's tour: with two best common ancestors (criss-cross merges), --three-dot
+    diffed from one of them, so it listed x1.txt -- made on b1 -- among b2's changes, while the
+    merge of b2 into b1 (over a virtual base, as git's) brought g.txt alone. They agree now."""
+    a = tmp_path / "a"
+    a.write_text("a")
+    for b in ("b1", "b2"):
+        cli("branch", "create", f"{REPO}/{b}", "--source", "main")
+    for b, f in (("b1", "x1.txt"), ("b2", "y1.txt")):
+        cli("fs", "upload", f"{REPO}/{b}/{f}", "--source", str(a))
+        cli("commit", f"{REPO}/{b}", "-m", f)
+    cli("branch", "create", f"{REPO}/b1pre", "--source", "b1")
+    cli("merge", f"{REPO}/b2", f"{REPO}/b1")
+    cli("merge", f"{REPO}/b1pre", f"{REPO}/b2")
+    cli("fs", "upload", f"{REPO}/b2/g.txt", "--source", str(a))
+    cli("commit", f"{REPO}/b2", "-m", "g")
+    preview = cli("diff", f"{REPO}/b1", f"{REPO}/b2", "--three-dot").splitlines()
+    assert preview == ["+ g.txt"], preview
+    before = {line.split()[-1] for line in cli("fs", "ls", f"{REPO}/b1/", "--recursive").splitlines()}
+    cli("merge", f"{REPO}/b2", f"{REPO}/b1")
+    after = {line.split()[-1] for line in cli("fs", "ls", f"{REPO}/b1/", "--recursive").splitlines()}
+    assert after - before == {"g.txt"} and before - after == set()
+
+
 @pytest.mark.parametrize(
     "args, code, fragment",
     [

@@ -35,8 +35,9 @@ DIFF_EPILOG = """\
 With two refs: the committed differences from LEFT to RIGHT (a branch counts as
 its head commit; its uncommitted changes are not included), as git's `diff A B`
 (two-dot); with --three-dot, RIGHT's changes since its merge base with LEFT, as
-git's `diff A...B` and lakectl's default. With one branch: its uncommitted changes
-against its head commit.
+git's `diff A...B` and lakectl's default: what a merge of RIGHT into LEFT brings (with
+several best common ancestors, over the same virtual base the merge takes). With one
+branch: its uncommitted changes against its head commit.
 
 Each line is `+ path` (added), `- path` (removed) or `~ path` (changed);
 --json prints one object per line: type, path, and the left / right entries."""
@@ -193,12 +194,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
             right = uri_arg(args.right)
             same_repo(left, right)
             rref = right.with_ref()
-            if args.three_dot:
-                base = repo.find_merge_base(lref, rref)
-                if base is None:
+            if args.three_dot:  # (against the base a merge takes: a virtual one in criss-cross histories)
+                records = repo.diff_since_base(lref, rref)
+                if records is None:
                     raise InvalidArgument(f"{lref} and {rref} have no common ancestor: --three-dot has no base")
-                lref = base.id
-            records = repo.diff(lref, rref)
+            else:
+                records = repo.diff(lref, rref)
         _print_diff(args, repo, records)
     return 0
 

@@ -177,9 +177,12 @@ def test_user_story(cli, tmp_path):
     cli("fs", "upload", f"{REPO}/main/z", "--source", str(changed))
     assert "discarded" in cli("branch", "reset", f"{REPO}/main", "--path", "z")
     assert cli("diff", f"{REPO}/main").splitlines() == ["+ tmp/x", "+ tmp/y"]
-    # a path with no change (a directory's name, a name that is nowhere): said, nothing discarded
+    # a path with no change (a directory's name): said, nothing discarded; a name that is nowhere
+    # is an error (3), as `git restore nosuchfile` and the mount's reset control file
     assert "nothing discarded" in cli("branch", "reset", f"{REPO}/main", "--path", "tmp")
-    assert "nothing discarded" in cli("branch", "reset", f"{REPO}/main", "--prefix", "none/")
+    assert "matches nothing" in cli.fails(3, "branch", "reset", f"{REPO}/main", "--path", "nowhere.txt")
+    assert "matches nothing" in cli.fails(3, "branch", "reset", f"{REPO}/main", "--prefix", "none/")
+    assert "nothing discarded" in cli("branch", "reset", f"{REPO}/main", "--path", "ds/readme.txt")
     assert cli("diff", f"{REPO}/main").splitlines() == ["+ tmp/x", "+ tmp/y"]
     cli("branch", "reset", f"{REPO}/main", "--prefix", "tmp/")
     assert cli("diff", f"{REPO}/main") == ""

@@ -277,6 +277,17 @@ def _value(repo, ref: str, path: str):
         return None
 
 
+def _names_anything(repo, branch: str, path: str | None, prefix: str | None) -> bool:
+    """Whether ``path`` (an object, or a directory: keys under ``path/``) or ``prefix`` names
+    anything on ``branch`` as staged or in its head commit."""
+    for ref in (branch, repo.get_branch(branch).commit_id):
+        if path is not None and repo.exists(ref, path):
+            return True
+        if next(iter(repo.list(ref, prefix if path is None else path + "/")), None) is not None:
+            return True
+    return False
+
+
 def cmd_branch_reset(args: argparse.Namespace) -> int:
     u = uri_arg(args.branch)
     name = u.with_ref("branch")
@@ -288,9 +299,13 @@ def cmd_branch_reset(args: argparse.Namespace) -> int:
         elif args.prefix is not None:
             key = args.prefix.encode()
             matched = any(d.key.startswith(key) for d in repo.diff_uncommitted(name))
+        what = (f"path {args.path!r}" if args.path is not None
+                else f"prefix {args.prefix!r}" if args.prefix is not None else "all")
+        if not matched and not _names_anything(repo, name, args.path, args.prefix):
+            # as `git restore nosuchfile`, and the mount's reset control file: an error, not a silent success
+            raise NotFound(f"{what} matches nothing on branch {name!r} (no object or directory there, staged "
+                           f"or committed)")
         repo.reset(name, path=args.path, prefix=args.prefix)
-    what = (f"path {args.path!r}" if args.path is not None
-            else f"prefix {args.prefix!r}" if args.prefix is not None else "all")
     if args.json:
         emit_json({"branch": name, "reset": "all" if what == "all" else (args.path or args.prefix),
                    "kind": "path" if args.path is not None else "prefix" if args.prefix is not None else "all",

@@ -138,13 +138,15 @@ class Repository:
         log.info("%s: created branch %s at %s", self.name, name, b.commit_id[:12])
         return b
 
-    def delete_branch(self, name: str) -> None:
-        """Delete a branch and its staged changes (not the default branch)."""
+    def delete_branch(self, name: str) -> Branch:
+        """Delete a branch and its staged changes (not the default branch); the branch as it was
+        (its commit: what ``create_branch`` from that commit brings back)."""
         if name == self.default_branch:
             raise Conflict(f"cannot delete the default branch {name!r}")
         b = self._env.write(lambda txn: self._refs.delete_branch_txn(txn, name))
         self._core.drop_tokens(b.tokens, f"deleted branch {name}")
-        log.info("%s: deleted branch %s", self.name, name)
+        log.info("%s: deleted branch %s (was %s)", self.name, name, b.commit_id[:12])
+        return b
 
     def get_tag(self, name: str) -> Tag:
         with self._env.read() as txn:

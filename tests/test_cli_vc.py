@@ -207,7 +207,8 @@ def test_user_story(cli, tmp_path):
     assert cli("fs", "cat", f"{REPO}/main/ds/readme.txt") == "a small dataset\n"
 
     # the repository keeps working after the restore
-    cli("branch", "delete", f"{REPO}/feature")
+    gone = cli("branch", "delete", f"{REPO}/feature")
+    assert "(was " in gone and "--source" in gone
     cli("tag", "delete", f"{REPO}/v1")
     assert [b["name"] for b in cli.jsonl("branch", "list", REPO)] == ["main"]
     assert cli("tag", "list", REPO) == ""
@@ -242,6 +243,8 @@ def test_json_outputs_parse(cli, story, tmp_path):
     assert obj["upload"] == st
     assert obj["show"] == {k: v for k, v in obj["commit"].items() if k not in ("branch", "changes")}
     assert obj["tag create"]["commit_id"] == obj["commit"]["id"]
+    # the branch's commit, said as it goes (git's "(was 70e3a2f)"): the one way back to it
+    assert obj["branch delete"] == {"deleted": "b1", "commit_id": obj["commit"]["id"]}
     for listing in (("repo", "list"), ("branch", "list", REPO), ("tag", "list", REPO), ("log", f"{REPO}/main"),
                     ("fs", "ls", f"{REPO}/main/"), ("diff", f"{REPO}/main~1", f"{REPO}/main")):
         rows = cli.jsonl(*listing) if listing[0] != "tag" else [{}]  # the only tag was deleted above

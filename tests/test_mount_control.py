@@ -61,6 +61,12 @@ def test_parse_commit(data, want):
         (b'{"message": "m", "extra": 1}', "unknown field"),
         (b"\xff\xfe", "UTF-8"),
         (b"a\x00b", "NUL"),
+        # found by a git user's tour: JSON's \u0000 passed (git refuses a NUL in a message), and
+        # metadata keys the CLI's --meta KEY=VALUE refuses ("" ) or cannot give (a NUL)
+        (b'{"message": "nul\\u0000inside"}', "NUL"),
+        (b'{"message": "m", "metadata": {"": "v"}}', "non-empty"),
+        (b'{"message": "m", "metadata": {"k\\u0000": "v"}}', "NUL"),
+        (b'{"message": "m", "metadata": {"k": "v\\u0000"}}', "NUL"),
         (b"x" * (ctl.MAX_REQUEST_BYTES + 1), "at most"),
     ],
 )

@@ -261,11 +261,12 @@ def cmd_branch_delete(args: argparse.Namespace) -> int:
     u = uri_arg(args.branch)
     name = u.with_ref("branch")
     with session(args) as s:
-        s.repo(u).delete_branch(name)
+        was = s.repo(u).delete_branch(name)
     if args.json:
-        emit_json({"deleted": name})
-    else:
-        out(f"Branch {name!r} deleted")
+        emit_json({"deleted": name, "commit_id": was.commit_id})
+    else:  # (as git's "(was 70e3a2f)": the one way back to commits no other ref holds)
+        out(f"Branch {name!r} deleted (was {was.commit_id[:12]}; "
+            f"lakefuse branch create lakefs://{u.repository}/{name} --source {was.commit_id[:12]} brings it back)")
     return 0
 
 

@@ -164,13 +164,22 @@ def parse_commit(data: bytes) -> CommitRequest:
         if not isinstance(allow_empty, bool):
             raise InvalidArgument("commit: 'allow_empty' must be true or false")
         for k, v in md.items():
+            if not k.strip() or "\0" in k or "\0" in v:
+                raise InvalidArgument(f"commit: metadata key {k!r}: a key must be non-empty, and no key or value "
+                                      "may hold a NUL (the CLI's --meta KEY=VALUE cannot give them either)")
             _encodable(k, "a metadata key")
             _encodable(v, f"metadata value {k!r}")
-        return CommitRequest(_encodable(message, "the message"), dict(md), allow_empty)
+        return CommitRequest(_no_nul(_encodable(message, "the message")), dict(md), allow_empty)
     message = text.rstrip("\r\n")
     if not message.strip():
         raise InvalidArgument("commit: the commit message is empty")
-    return CommitRequest(message)
+    return CommitRequest(_no_nul(message))
+
+
+def _no_nul(message: str) -> str:
+    if "\0" in message:
+        raise InvalidArgument("commit: the message holds a NUL (as git, which refuses one in a commit message)")
+    return message
 
 
 def parse_merge(data: bytes) -> MergeRequest:

@@ -259,3 +259,16 @@ def test_root_branch_and_tag(repo, controls):
     assert json.loads(controls.outcome(None, "tag"))["tag"] == "v1"
     with pytest.raises(NotFound):
         controls.execute(None, "tag", b"v2 nosuchref")
+
+
+def test_a_tag_or_branch_named_like_the_other_says_so_in_the_read_back(repo, controls):
+    """Found by a git user's tour: the root's tag file made a tag named like a branch in silence
+    (the CLI notes it): the mount's name shows the branch, the tag only by its commit ID."""
+    out = controls.execute(None, "tag", b"main main")
+    assert "branch 'main' exists too" in out["note"] and "commit ID" in out["note"]
+    assert json.loads(controls.outcome(None, "tag"))["note"] == out["note"]
+    controls.execute(None, "tag", b"t9 main")
+    out = controls.execute(None, "branch", b"t9 main")
+    assert "tag 't9' exists too" in out["note"]
+    assert "note" not in controls.execute(None, "branch", b"plain main")
+    assert "note" not in controls.execute(None, "tag", b"t10 main")

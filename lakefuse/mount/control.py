@@ -281,6 +281,17 @@ def _reset_matches(repo, branch: str, r: ResetRequest) -> bool:
     return False
 
 
+def _shadowed(repo, other: str, name: str, outcome: dict) -> dict:
+    """``outcome``, with a note when a ``other`` (branch or tag) has the new ref's name too: the
+    name shows the branch, here and in the CLI (git warns of such an ambiguous name as well)."""
+    try:
+        (repo.get_tag if other == "tag" else repo.get_branch)(name)
+    except GravelerError:  # (none: NotFound; get_branch of a tag's name: ReadOnlyRef)
+        return outcome
+    shows = "the tag is reached by its commit ID" if other == "branch" else "the name now shows this branch"
+    return {**outcome, "note": f"a {other} {name!r} exists too: {shows}"}
+
+
 class Controls:
     """Runs control-file requests of one repository and keeps each file's last
     outcome (per branch, or for the root) for the read-back. Thread-safe."""
@@ -356,11 +367,12 @@ class Controls:
             if name == "branch":
                 r = parse_branch(data)
                 b = repo.create_branch(r.name, r.source)
-                return {"branch": b.name, "commit_id": b.commit_id, "source": r.source or repo.default_branch}
+                return _shadowed(repo, "tag", b.name, {"branch": b.name, "commit_id": b.commit_id,
+                                                       "source": r.source or repo.default_branch})
             if name == "tag":
                 r = parse_tag(data)
                 t = repo.create_tag(r.name, r.ref)
-                return {"tag": t.name, "commit_id": t.commit_id}
+                return _shadowed(repo, "branch", t.name, {"tag": t.name, "commit_id": t.commit_id})
             raise InvalidArgument(f"{name!r} is not a control file of the mount root")
         if name == "commit":
             r = parse_commit(data)

@@ -439,3 +439,16 @@ def test_change_stamp_counts_every_change_from_concurrent_stagers(tmp_path, kv_b
     core = repo._core
     with core.env.read() as txn:
         assert core.refs.stamp_txn(txn, "main") == start + 100
+
+
+@pytest.mark.parametrize("expr", ["main..dev", "main?x=1", "a:b", "v*", "x[1]", "a\\b", "main..dev~1"])
+def test_ref_syntax_no_branch_tag_or_commit_can_have_is_invalid_not_not_found(expr):
+    """Found by a git user's tour: `log lakefs://repo/main..dev` was "not found" (exit 3): a range,
+    or a character no branch, tag (lakeFS's rule too) or commit ID holds, is bad input (exit 2)."""
+    with pytest.raises(InvalidArgument, match="invalid ref"):
+        parse_ref(expr)
+
+
+@pytest.mark.parametrize("expr", ["v1.0", "release-2024_01", "v1.0.1~2", "main@", "abcd12^2"])
+def test_ref_expressions_with_dots_and_modifiers_still_parse(expr):
+    assert parse_ref(expr).base

@@ -77,6 +77,10 @@ def parse_ref(expr: str) -> RawRef:
     base = expr[:i]
     if not base:
         raise InvalidArgument(f"invalid ref {expr!r}: no branch, tag or commit before the modifier")
+    bad = next((p for p in ("..", "?", "*", "[", "\\", ":") if p in base), None)
+    if bad is not None:  # (in no branch, tag -- lakeFS's rule too -- or commit ID: not "not found")
+        raise InvalidArgument(f"invalid ref {expr!r}: {bad!r} is in no branch, tag or commit name"
+                              + (" (a range A..B is no ref: lakefuse diff A B compares two)" if bad == ".." else ""))
     mods: list[tuple[str, int]] = []
     pos = i
     while pos < len(expr):

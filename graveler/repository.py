@@ -391,6 +391,10 @@ class Repository:
             raise NotFound(f"{p.decode()!r} not found on {ref!r}")
         return v
 
+    def value_or_none(self, ref: str, path: str | bytes) -> Value | None:
+        """:meth:`get_value`, None where there is no record."""
+        return self._core.value_of(ref, as_path(path))
+
     def get(self, ref: str, path: str | bytes) -> Entry:
         """The entry at ``path`` on ``ref``; NotFound if none."""
         return Entry.from_value(self.get_value(ref, path))

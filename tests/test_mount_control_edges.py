@@ -394,3 +394,29 @@ def test_files_open_for_writing_are_saved_as_before_across_changes_elsewhere(mnt
     assert (b / "old.txt").read_text() == "old\nold 2\nold 3\n"
     r = subprocess.run(lakefuse_cmd(home, "fs", "cat", f"lakefs://{REPO}/rbk/new.txt"), capture_output=True)
     assert r.returncode == 0 and r.stdout == b"new 1\nnew 2\n"
+
+
+def test_a_reset_of_a_saved_change_of_a_file_open_for_writing_is_not_undone(mnt, home):
+    """Found by an ML engineer's tour: a reset discarded an open writer's saved (fsynced) change
+    of a committed file, yet the mount went on showing the change and the writer's next close
+    staged it again. The reset stands now: the name shows the committed version (a new inode),
+    the descriptor writes on into the discarded copy, its close stages nothing."""
+    b = branch(mnt, "rbm")
+    (b / "r").mkdir()
+    (b / "r" / "f").write_bytes(b"A" * 50)
+    (b / ".lakefuse" / "commit").write_text("base\n")
+    fd = os.open(b / "r" / "f", os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, b"S" * 10)
+        os.fsync(fd)
+        assert (b / "r" / "f").read_bytes() == b"S" * 10
+        (b / ".lakefuse" / "reset").write_text("*\n")
+        assert _until(lambda: (b / "r" / "f").read_bytes() == b"A" * 50)
+        os.write(fd, b"T")
+    finally:
+        os.close(fd)
+    time.sleep(0.3)
+    assert (b / "r" / "f").read_bytes() == b"A" * 50
+    assert (b / ".lakefuse" / "status").read_text().strip() == ""
+    r = subprocess.run(lakefuse_cmd(home, "diff", f"lakefs://{REPO}/rbm"), capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == "", r

@@ -576,12 +576,20 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
                     raise  # (that very name: no answer is true but the error)
                 self.log_once(logging.WARNING, ("settle", type(e)), "new files not staged before a read: %s", e)
 
-    def removed_behind(self, node: Node) -> None:
-        """The branch lost the name of open file ``node`` by a change this mount did not make
-        (the stamp watch): a copy being written here is detached if the branch showed it before
-        (:meth:`lakefuse.mount.spool.SpoolFile.removed_behind`). Blocking."""
-        if self.spool is not None and self.spool.detach(node.ino, behind=True):
-            self.stats.add("detached_behind")
+    def removed_behind(self, node: Node, gone: bool) -> bool:
+        """A change this mount did not make (the stamp watch) took the name of open file ``node``
+        (``gone``), or may have discarded what a copy being written here saved: that copy is
+        detached if so (:meth:`lakefuse.mount.spool.SpoolFile.removed_behind`), and the name
+        then shows the branch's version, under a new inode. Whether the name is to be dropped
+        from the kernel. Blocking."""
+        sf = self.spool.peek(node.ino) if self.spool is not None else None
+        if sf is None or (not gone and sf.saved is None):
+            return gone
+        if not self.spool.detach(node.ino, behind=True):
+            return gone
+        self.stats.add("detached_behind")
+        self.inodes.replace(node)
+        return True
 
     def file_staged(self, node: Node, value: Value, stamp: int, entry: Entry | None = None) -> bool:
         """This mount staged ``value`` for file ``node`` and the branch's stamp became ``stamp``:

@@ -350,20 +350,26 @@ class SpoolFile:
                 self._write_sidecar()
 
     def removed_behind(self) -> bool:
-        """Detach this file (True) if the branch no longer shows it at its key though it showed
-        it as this file last knew it (opened with an entry, or saved): removed behind the mount
-        -- another host's or the CLI's delete, a reset, a revert -- while open here. Its handles
-        go on as an unlinked open file's; its later writes and close stage nothing, so they do
-        not bring the name back. A new file not saved yet (the branch never showed it) stays.
-        Blocking (a KV read), under the file's lock: no save or rename of this file meanwhile."""
+        """Detach this file (True) if a change behind the mount took from the branch what this
+        file last knew there (opened with, or saved): a delete, reset or revert removed the name,
+        or a reset discarded its saved change (the committed version shows again). Its handles go
+        on as an unlinked file's; its later writes and close stage nothing. A new file not saved
+        yet stays, and one another writer saved over (the last close wins). Blocking (KV reads),
+        under the file's lock: no save or rename of this file meanwhile."""
         with self.lock:
             if self.key is None or self.known is None:
                 return False
-            if self.spool.repo.exists(self.branch, self.key):
-                return False
-            log.info("%s on %s was removed behind the mount while open here for writing: detached "
-                     "(what is written to it from now on is not saved, as an unlinked file's)",
-                     self.key.decode("utf-8", "replace"), self.branch)
+            repo = self.spool.repo
+            now = repo.value_or_none(self.branch, self.key)
+            if now is not None:
+                if self.saved is None or now.identity == self.known:
+                    return False
+                head = repo.value_or_none(repo.get_branch(self.branch).commit_id, self.key)
+                if head is None or head.identity != now.identity:
+                    return False  # (another writer's save: not a discard)
+            log.info("%s on %s was %s behind the mount while open here for writing: detached (what is "
+                     "written to it from now on is not saved, as an unlinked file's)", self.key.decode("utf-8", "replace"),
+                     self.branch, "removed" if now is None else "reset to its committed version")
             self.detach()
             return True
 

@@ -81,15 +81,15 @@ class StampWatch:
 
     def _gone(self, tree, node) -> None:
         """A file held open whose name the change took away (a reset, a revert, another host's
-        delete): its name is dropped too, and a copy being written here is detached
+        delete) -- or one being written here whose saved change a reset discarded -- loses its
+        name too, and a copy being written here is detached
         (:meth:`lakefuse.mount.fs.Filesystem.removed_behind`: its later writes and close stage
         nothing, as an unlinked open file's). Its open descriptors keep the inode, which answers
         ``stat`` as an unlinked open file does; the kernel would otherwise take the name for that
         inode until its entry timed out (up to ``--branch-timeout``) after the change."""
         try:
-            if tree.view.stat(node.path).value is not None:
+            if not self.fs.removed_behind(node, tree.view.stat(node.path).value is None):
                 return
-            self.fs.removed_behind(node)
             if self._entry is not None:
                 self._entry(node.parent_ino, node.path.rpartition(b"/")[2])
         except (GravelerError, OSError) as e:  # (the kernel has no such name: nothing to drop)

@@ -317,6 +317,43 @@ def test_an_incremental_export_cut_short_goes_on_from_the_same_previous_export(s
     assert got == {"a": b"a\n", "b": b"b\n"}  # no zz.txt, no _INCOMPLETE
 
 
+@pytest.mark.parametrize("from_previous", [True, False], ids=["incremental", "full"])
+def test_an_export_cut_short_then_run_to_a_newer_commit_undoes_what_it_copied(spark, tmp_path, from_previous):
+    """Found by a lakeFS user's tour: a run toward c1 killed part-way, then the branch moved to c2
+    and the export ran again: only the difference from the previous export (or, with none, c2's
+    objects) was applied, so what the killed run had copied of c1 stayed -- a file c1 added and c2
+    deleted, a file c1 changed and c2 changed back -- under a _SUCCESS naming c2. The difference
+    from c1 is applied too now, and a further cut short run keeps the list (``partial``)."""
+    repo = make_repo(tmp_path)
+    repo.upload("main", "case", b"changed\n")
+    repo.upload("main", "keep", b"kept\n")
+    p = repo.commit("main", "p")
+    dest = tmp_path / "dest"
+    if from_previous:
+        export(spark, repo, "main", str(dest))
+    repo.upload("main", "case", b"C1C1C1C\n")
+    repo.upload("main", "only-c1", b"c1\n")
+    c1 = repo.commit("main", "c1")
+    # as the run to c1 left it when killed: some of c1 copied, _SUCCESS gone, _INCOMPLETE naming c1
+    dest.mkdir(exist_ok=True)
+    (dest / "case").write_bytes(b"C1C1C1C\n")
+    (dest / "only-c1").write_bytes(b"c1\n")
+    st = open_store(str(dest))
+    st.put("_INCOMPLETE", json.dumps({"commit_id": c1.id, "repository": repo.name,
+                                      "storage_namespace": repo.record.storage_namespace,
+                                      "previous": p.id if from_previous else None}).encode())
+    st.delete("_SUCCESS")
+    repo.upload("main", "case", b"changed\n")
+    repo.delete("main", "only-c1")
+    repo.upload("main", "new", b"c2\n")
+    c2 = repo.commit("main", "c2")
+    r = export(spark, repo, "main", str(dest))
+    assert r.commit_id == c2.id
+    got = tree(dest)
+    assert json.loads(got.pop("_SUCCESS"))["commit_id"] == c2.id
+    assert got == {"case": b"changed\n", "keep": b"kept\n", "new": b"c2\n"}
+
+
 def test_a_destination_with_sparks_empty_success_file_is_exported_to(spark, tmp_path):
     """Found by a data engineer: a directory holding the empty _SUCCESS that Spark and Hadoop jobs
     write was "malformed _SUCCESS" (exit 5), even with --full, whose help says it copies whatever

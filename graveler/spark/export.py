@@ -13,7 +13,9 @@ copies everything and leaves other files at the destination alone; an empty
 ``_INCOMPLETE`` names the commit it goes to and the one it goes on from: a run
 cut short and run again goes on from the same previous export (a full export
 instead would keep what the diff removes), and ``_INCOMPLETE`` goes once
-``_SUCCESS`` is written.  A local destination that cannot take the commit (a
+``_SUCCESS`` is written; if the branch moved meanwhile (the run goes to another commit
+than the one cut short), the difference from that commit is applied too, so what the
+cut-short run copied of it is undone.  A local destination that cannot take the commit (a
 file where it has a directory: a commit of both ``k`` and ``k/x``, or stray
 files) is ``InvalidArgument`` naming the path.
 
@@ -323,26 +325,34 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
             raise InvalidArgument(f"commit {commit.id[:12]} holds {marker} at its root, where an export writes its "
                                   "own marker: the copy would lose it (rename or remove it in a commit first)")
     prev_id = None
+    partial: list[str] = []  # commits a run cut short may have left in part at the destination
     if not full:
         done = read_success(dest.uri, cfg)
-        cut = read_success(dest.uri, cfg, INCOMPLETE)  # an incremental export cut short: its previous
+        cut = read_success(dest.uri, cfg, INCOMPLETE)  # an export cut short: its previous, its commit
         if previous is not None:
             prev_id = repo.get_commit(previous).id
         elif done and _ours(done, repo, ns):
             prev_id = _commit_or_none(repo, done.get("commit_id"))
         elif cut and _ours(cut, repo, ns) and cut.get("previous"):
             prev_id = _commit_or_none(repo, cut["previous"])  # (what it deleted stays deleted: the diff again)
+        if cut and _ours(cut, repo, ns):
+            # what it copied of a commit other than this one (the branch moved since) is undone
+            # below: the difference from each such commit is applied too
+            for c in [cut.get("commit_id"), *(cut.get("partial") or [])]:
+                cid = _commit_or_none(repo, c)
+                if cid is not None and cid not in (commit.id, prev_id) and cid not in partial:
+                    partial.append(cid)
     out = open_store(dest.uri, cfg)
     try:
         # from now on the destination is not a complete export; a run cut short leaves this behind,
         # and the next one goes on from the same previous export (not a full one, which would keep
         # what the diff removes)
         out.put(INCOMPLETE, json.dumps({"commit_id": commit.id, "repository": repo.name,
-                                        "storage_namespace": ns.uri, "previous": prev_id}).encode())
+                                        "storage_namespace": ns.uri, "previous": prev_id,
+                                        "partial": partial}).encode())
         out.delete(SUCCESS)
-        if prev_id is not None:
-            d = diff_df(spark, repo, prev_id, commit.id)
-            plan = d.select(
+        def changes_from(base_id: str):
+            return diff_df(spark, repo, base_id, commit.id).select(
                 F.when(F.col("diff_type") == "removed", F.lit("delete")).otherwise(F.lit("copy")).alias("op"),
                 "key",
                 F.col("right.address").alias("address"),
@@ -350,9 +360,16 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
                 F.coalesce(F.col("right.size"), F.lit(0)).alias("size"),
                 F.col("right.etag").alias("etag"),
             )
+
+        if prev_id is not None:
+            plan = changes_from(prev_id)
         else:
             plan = entries_df(spark, repo, commit.id).select(F.lit("copy").alias("op"), "key", "address",
                                                              "address_type", "size", "etag")
+        for cid in partial:  # (the same key in two plans: the same op, to this commit's version)
+            plan = plan.unionByName(changes_from(cid))
+        if partial:
+            plan = plan.dropDuplicates(["key"])
         plan = plan.where(~F.col("key").endswith("/"))  # directory markers (empty dirs of the mount): no object
         bad = plan.where(F.col("key").contains("//") | F.col("key").startswith("/"))
         first_bad = bad.select("key").limit(1).collect()
@@ -363,7 +380,7 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
         # the deletions first: a path that went from a directory to a file (or back) is free by the
         # time its copy comes (a directory a deletion emptied goes with it)
         for part in ((plan.where(F.col("op") == "delete"), plan.where(F.col("op") != "delete"))
-                     if prev_id is not None else (plan,)):
+                     if prev_id is not None or partial else (plan,)):
             rows += part.repartition(nparts).mapInArrow(_copy_task(ns, dest),
                                                         "copied long, deleted long, bytes long").collect()
         copied = sum(r.copied for r in rows)

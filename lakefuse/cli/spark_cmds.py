@@ -95,7 +95,7 @@ def register(sub) -> None:
                "commit; exporting onto a destination whose _SUCCESS names a commit of this repository only\n"
                "copies and deletes the difference (deletions first). While an export runs, _INCOMPLETE names\n"
                "the commit it goes to and the one it goes on from: run again after a failure, it goes on from\n"
-               "there. An empty _SUCCESS (Spark's, Hadoop's) is no export's. An export writes and deletes only\n"
+               "there (to a newer commit too: what the failed run copied is undone). An empty _SUCCESS (Spark's, Hadoop's) is no export's. An export writes and deletes only\n"
                "below DEST: a directory inside a local DEST that is a symbolic link is refused (exit 2), and so\n"
                "is a DEST inside the repository's storage namespace, or holding it.",
     )

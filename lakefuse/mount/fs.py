@@ -497,10 +497,10 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
             node.take(self._with_ino(self._counted(self.rules.tree_dir_attr(tree, node.path, st.marker), tree,
                                                    node.path, stamp), node.ino), stamp)
         elif node.kind == Kind.FILE and st.value is not None and not st.is_dir:
-            if node.other_object(st.value, self.spooled):
+            if not node.take_file(self._with_ino(self.rules.file_attr(st.value, tree), node.ino), stamp, st.value,
+                                  self.spooled):
                 self.inodes.replace(node)  # replaced behind the mount while open: as if renamed over (getattr)
                 return node
-            node.take(self._with_ino(self.rules.file_attr(st.value, tree), node.ino), stamp, st.value)
         elif node.stamp <= stamp:  # (gone at a stamp later than what the node holds)
             self.inodes.replace(node)  # a new lookup makes a new inode for what is there now
             raise FsError(errno.ENOENT, f"{node.path!r} is gone from branch {tree.name!r}")

@@ -83,6 +83,27 @@ class Node:
     def __repr__(self) -> str:
         return f"Node({self.ino}, {self.kind.name}, {self.path!r}, nlookup={self.nlookup})"
 
+    def take_file(self, attr, stamp: int, value, spooled) -> bool:
+        """:meth:`take` of a branch file's entry read at ``stamp``, unless it names another object
+        while the file is open (:meth:`other_object`): then False, nothing taken (it was replaced
+        behind the mount). The check and the take are one step against :meth:`holds` (an open
+        that pins what it serves): a version an open did not serve never shows under its handles."""
+        written = spooled(self.ino) is not None
+        with _STATE:
+            if (self.opens > 0 and self.value is not None and not written
+                    and entry_location(value) != entry_location(self.value)):
+                return False
+            if stamp >= self.stamp:
+                self.attr, self.value, self.stamp = attr, value, stamp
+            return True
+
+    def holds(self, value) -> bool:
+        """Whether the node still holds ``value`` (the entry an open of it serves), checked once
+        the open counts (``opens`` raised): a :meth:`take_file` that came between the open's read
+        of the node and its count put a newer version in its place."""
+        with _STATE:
+            return self.value is value or (self.value is not None and self.value.identity == value.identity)
+
     def other_object(self, value, spooled) -> bool:
         """Whether ``value``, read at this open branch file's key, names another object than the
         one it read (not a change of metadata only): it was replaced behind the mount while open,

@@ -25,6 +25,12 @@ from lakefuse.mount.handles import LocalObjectHandle, ObjectHandle
 from lakefuse.mount.inodes import Kind, Node
 from lakefuse.mount.trees import FRESH_NS, Tree
 
+_MOVED_RETRIES = 4  # opens of a branch file that another version overtook, before the kernel's ESTALE
+
+
+class _Moved(Exception):
+    """An open's version was overtaken before it counted (:meth:`Opens._open_file`): open again."""
+
 
 class Opens:
     """The open path of :class:`lakefuse.mount.fs.Filesystem` (which supplies ``inodes``,
@@ -50,7 +56,13 @@ class Opens:
             self.inodes.open(node)
             return Opened(self.new_fh(h), False, True, noflush=not writing)
         try:
-            return self._open_tree_file(node, flags, writing, passthrough)
+            told = node.attr  # (what the kernel was last told of the inode, if anything: before any retry)
+            for _ in range(_MOVED_RETRIES):
+                try:
+                    return self._open_tree_file(node, flags, writing, passthrough, told)
+                except _Moved:
+                    self.stats.add("opens_moved_retried")  # (the branch moved under the open: again, at once)
+            self._stale(node)
         except FsError as e:
             if e.errno != errno.ENOENT or node.kind != Kind.FILE or node.tree.immutable:
                 raise
@@ -59,7 +71,7 @@ class Opens:
             self.stats.add("opens_stale")
             raise FsError(errno.ESTALE, f"{e}: the kernel looks the name up again") from None
 
-    def _open_tree_file(self, node: Node, flags: int, writing: bool, passthrough: bool) -> Opened:
+    def _open_tree_file(self, node: Node, flags: int, writing: bool, passthrough: bool, told=None) -> Opened:
         ino = node.ino
         if node.kind == Kind.FILE and not node.tree.immutable and self.writes is not None and self.spool is not None:
             if writing:
@@ -84,7 +96,6 @@ class Opens:
             # merely old: that open still looks the name up again, below.)
             self.stats.add("opens_renamed_over")
         else:
-            told = node.attr  # (what the kernel was last told of the inode, if anything)
             node = self.revalidate(node)
             if not node.tree.immutable and not self.inodes.attached(node):
                 self._stale(node)  # replaced behind the mount while open: the name's new version is a new inode
@@ -191,6 +202,12 @@ class Opens:
                     keep = False  # the kernel keeps no page of this open: nothing to keep for the next
                     self.stats.add("opens_direct_io")
         self.inodes.open(node)
+        if not tree.immutable and not node.holds(value):
+            # another thread read a newer version into the node between this open's read of it and
+            # its count (a stat, a lookup): the handle would read this one by the other's size
+            self.inodes.close(node)
+            h.release()
+            raise _Moved()
         self.stats.add("opens")
         return Opened(self.new_fh(h), keep, direct_io, backing_fd, True)  # an object's handle: no flush
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mount_testutil import branch_dir, clean_mount, lakefuse_cmd, needs_fuse, oversized_control_request, seed_repo
+from tests.mount_testutil import (MountProc, branch_dir, clean_mount, lakefuse_cmd, needs_fuse,
+                                  oversized_control_request, seed_repo)
 
 pytestmark = needs_fuse
 
@@ -420,3 +421,26 @@ def test_a_reset_of_a_saved_change_of_a_file_open_for_writing_is_not_undone(mnt,
     assert (b / ".lakefuse" / "status").read_text().strip() == ""
     r = subprocess.run(lakefuse_cmd(home, "diff", f"lakefs://{REPO}/rbm"), capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout == "", r
+
+
+def test_a_failed_control_request_is_logged_once(tmp_path):
+    """Found by an ML engineer's tour: each failed request was two WARNING lines (the control
+    file's and the error boundary's, "answered EBUSY"), at the same instant."""
+    from graveler import Graveler, GravelerConfig
+
+    g = Graveler(GravelerConfig.from_home(tmp_path / "home"))
+    g.create_repository("onelog", f"file://{tmp_path}/ns")
+    g.close()
+    m = MountProc(tmp_path / "home", "onelog", tmp_path / "mnt").start()
+    try:
+        fd = os.open(tmp_path / "mnt" / "main" / ".lakefuse" / "commit", os.O_WRONLY)
+        try:  # (one write(2), as echo's: Python's buffered file would write the failed bytes again at close)
+            with pytest.raises(OSError) as e:
+                os.write(fd, b"nothing\n")
+            assert e.value.errno == errno.EBUSY
+        finally:
+            os.close(fd)
+    finally:
+        m.stop()
+    said = [line for line in m.log().splitlines() if "nothing to commit" in line]
+    assert len(said) == 1 and "WARNING" in said[0], said

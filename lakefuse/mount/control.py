@@ -350,6 +350,7 @@ class Controls:
             self._record(branch, name, obj)
             where = f"branch {branch}" if branch else "the mount root"
             log.warning("%s: %s request on %s failed: %s", self.repo.name, name, where, e)
+            e.logged = True  # (the FUSE adapter's error boundary does not log it again)
             raise
         except Exception as e:  # a defect (answered EIO): the read-back says so, not the last outcome
             self._record(branch, name, {"ok": False, "operation": name, "error": f"unexpected error: {e}",

@@ -94,7 +94,7 @@ def _failure(ops: "Operations", op: str, args: tuple, e: BaseException) -> int:
     if isinstance(e, GravelerError):
         code = errno_for(e)
         ops._count_error(code)
-        if code in (errno.EIO, errno.EBUSY, errno.EAGAIN):
+        if code in (errno.EIO, errno.EBUSY, errno.EAGAIN) and not getattr(e, "logged", False):
             ops.log_once(logging.WARNING, (type(e), str(e)), "%s: %s: %s (answered %s)",
                          op, type(e).__name__, e, errno.errorcode.get(code, code))
         else:

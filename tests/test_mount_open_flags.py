@@ -305,3 +305,30 @@ def test_an_imported_file_changed_in_place_since_its_import_is_eio_not_its_new_b
         assert "changed since it was imported" in m.log_path.read_text()
     finally:
         m.stop()
+
+
+@needs_fuse
+def test_a_writer_whose_branch_is_deleted_closes_as_an_unlinked_files_writer(repo, tmp_path):
+    """Found by an ML engineer's tour: a file being written on a branch deleted meanwhile failed
+    its close with ENOENT (no close of a local file says that). It is an unlinked file to its
+    descriptors: writes and close succeed, nothing is staged, and what was written is kept in
+    the spool's recovered/ (the log says where)."""
+    repo.create_branch("tmpb", "main")
+    cache = tmp_path / "cache"
+    m = MountProc(repo.config.home, "oflags", tmp_path / "mnt", "--cache-dir", str(cache)).start()
+    try:
+        w = open(m.mountpoint / "tmpb" / "w.bin", "wb")
+        w.write(b"w" * 100)
+        w.flush()
+        repo.delete_branch("tmpb")
+        w.write(b"x" * 10)
+        w.close()  # (was: OSError ENOENT)
+        kept = list((cache / "spool" / "oflags" / "recovered").rglob("w.bin"))
+        assert len(kept) == 1 and kept[0].read_bytes() == b"w" * 100 + b"x" * 10
+        end = time.monotonic() + 5
+        while (m.mountpoint / "tmpb").exists() and time.monotonic() < end:  # (the kernel's entry times out)
+            time.sleep(0.1)
+        assert not (m.mountpoint / "tmpb").exists()
+    finally:
+        m.stop()
+    assert "deleted while it was open for writing" in m.log()

@@ -413,16 +413,22 @@ class SpoolHandle(Handle):
         if self._reader_of_unsaved():
             return None
         with self._saving():
-            if self.sf.flush() is not None:
-                return self._own_change()
+            try:
+                if self.sf.flush() is not None:
+                    return self._own_change()
+            except NotFound:
+                if not self.spool.branch_deleted(self.sf):  # (then detached: the close succeeds)
+                    raise
         return None
 
     def fsync(self) -> int | None:
         with self._saving():
             try:
                 staged = self.sf.flush(durable=True)
-            except NotFound:  # the object it was saved with is gone from the store
-                raise FsError(errno.EIO, "object missing") from None
+            except NotFound:
+                if self.spool.branch_deleted(self.sf):
+                    return None
+                raise FsError(errno.EIO, "object missing") from None  # the object it was saved with is gone
             if staged is not None:
                 return self._own_change()
         return None

@@ -85,6 +85,30 @@ class SaveRetries:
                     f"what was written to it is kept in {kept}" if kept else "nothing of it is kept")
         self._finish(sf)
 
+    def branch_deleted(self, sf) -> bool:
+        """After a save of ``sf`` failed NotFound: whether its branch is gone (deleted while the
+        file was open here). Then what was written is copied to ``recovered/`` (the log says
+        where) and the file is detached: its handles go on as an unlinked file's, and its close
+        succeeds (it failed ENOENT, which no close of a local file answers)."""
+        try:
+            self.repo.get_branch(sf.branch)
+            return False
+        except NotFound:
+            pass
+        except GravelerError:  # (the KV down: the save's own failure says so)
+            return False
+        with sf.lock:
+            if sf.key is None:
+                return True
+            name = _name(sf)
+            kept = keep_copy(self.config.root / RECOVERED_DIR, sf.branch, sf.key, sf.data_path) \
+                if sf._fd is not None and sf.loaded else None
+            sf.detach()
+        log.warning("%s: its branch %s was deleted while it was open for writing here; as an unlinked file's, "
+                    "its close saves nothing: %s", name, sf.branch,
+                    f"what was written to it is kept in {kept}" if kept else "nothing of it was written here")
+        return True
+
     def failing(self, branch: str | None = None) -> list:
         """The files (of ``branch``) whose last save failed."""
         return [sf for sf in self.open_files() if sf.failure is not None and sf.key is not None

@@ -211,7 +211,13 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
             if attr.ino and attr.ino != node.ino:  # a held listing's entry, another node's already: a copy
                 attr = dataclasses.replace(attr)
             attr.ino = node.ino
-            node.take(attr, stamp, value)  # (not over a state read at a later stamp)
+            if value is not None and node.kind == Kind.FILE and tree is not None and not tree.immutable:
+                # (the check above and this take are one step against an open counting meanwhile)
+                if not node.take_file(attr, stamp, value, self.spooled):
+                    self.inodes.replace(node)  # opened meanwhile: the name's next lookup makes its new inode
+                    return old
+            else:
+                node.take(attr, stamp, value)  # (not over a state read at a later stamp)
         return node.attr
 
     @staticmethod

@@ -495,6 +495,25 @@ def test_unreachable_endpoint_fails_fast(s3_endpoint):
 
 
 @pytest.mark.s3
+def test_a_user_and_password_in_the_endpoint_url_never_show_in_messages(s3_endpoint):
+    """Found by an S3 user's tour: `AWS_ENDPOINT_URL=http://admin:PASS@host:port` put the password
+    in every error message (and so the mount's log), botocore's own text naming the URL it asked."""
+    port = _closed_port()
+    cfg = StoreConfig(s3_endpoint_url=f"http://admin:hunter2pass@127.0.0.1:{port}", region="us-east-1",
+                      max_attempts=1, connect_timeout=1, read_timeout=1)
+    store = open_store("s3://bucket/prefix", cfg)
+    for op in (lambda: store.get("k"), lambda: store.head("k")):
+        with pytest.raises(StoreUnavailable) as err:
+            op()
+        message = str(err.value)
+        assert f"http://***@127.0.0.1:{port}" in message and "hunter2pass" not in message and "admin" not in message
+    store.close()
+    with pytest.raises(InvalidArgument) as err:
+        open_store("s3://bucket", StoreConfig(s3_endpoint_url="http://admin:hunter2pass@[::1", region="us-east-1"))
+    assert "hunter2pass" not in str(err.value)
+
+
+@pytest.mark.s3
 def test_missing_bucket_is_store_unavailable(s3_config):
     store = open_store("s3://no-such-bucket-here", s3_config)
     for op in (lambda: store.get("k"), lambda: store.put("k", b"x"), lambda: list(store.list())):

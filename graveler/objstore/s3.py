@@ -104,6 +104,18 @@ class _ObjectChanged(Exception):
     """The object was replaced during a ranged download (If-Match failed)."""
 
 
+def _userinfo(url: str | None) -> str | None:
+    """The ``user:password@`` written in an endpoint URL (None: none)."""
+    if not url or "://" not in url:
+        return None
+    netloc = url.split("://", 1)[1].split("/", 1)[0]
+    return netloc.rsplit("@", 1)[0] + "@" if "@" in netloc else None
+
+
+def _scrubbed(text: str, userinfo: str | None) -> str:
+    return text.replace(userinfo, "***@") if userinfo else text
+
+
 def _error_code(exc: bex.ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -311,10 +323,13 @@ class S3Store(ObjectStore):
             session = _new_session()
             self._client = session.client("s3", endpoint_url=cfg.s3_endpoint_url, config=client_config)
         except ValueError as exc:  # a malformed endpoint URL
-            raise InvalidArgument(f"bad S3 endpoint URL {cfg.s3_endpoint_url!r}: {exc}") from exc
+            raise InvalidArgument(_scrubbed(f"bad S3 endpoint URL {cfg.s3_endpoint_url!r}: {exc}",
+                                            _userinfo(cfg.s3_endpoint_url))) from exc
         except bex.BotoCoreError as exc:
             raise StoreUnavailable(f"cannot set up an S3 client for {self.uri}: {type(exc).__name__}") from exc
-        self._endpoint = self._client.meta.endpoint_url
+        # how messages name the endpoint: a user and password written in its URL never shown
+        self._userinfo = _userinfo(self._client.meta.endpoint_url)
+        self._endpoint = _scrubbed(self._client.meta.endpoint_url, self._userinfo)
         self._fewer: dict[int, S3Store] = {}  # attempts -> this store with that many (after_stall)
         self._unaborted: list[tuple[str, str]] = []  # multipart uploads a failed abort left (_abort_upload)
         self._unaborted_lock = threading.Lock()
@@ -332,6 +347,13 @@ class S3Store(ObjectStore):
         return self._root_uri.object_uri(key)
 
     def _map(self, exc: Exception, op: str, key: str | None) -> GravelerError:
+        err = self._map_raw(exc, op, key)
+        if self._userinfo and any(isinstance(a, str) and self._userinfo in a for a in err.args):
+            # (botocore's own text names the URL it asked, user and password included)
+            err.args = tuple(_scrubbed(a, self._userinfo) if isinstance(a, str) else a for a in err.args)
+        return err
+
+    def _map_raw(self, exc: Exception, op: str, key: str | None) -> GravelerError:
         target = self.full_uri(key) if key is not None else self.uri
         what = f"{op} {target}"
         if isinstance(exc, bex.ClientError):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 from typing import Callable
@@ -35,6 +36,48 @@ from graveler.errors import CorruptedData, StoreUnavailable
 from graveler.objstore.base import Fingerprint, ObjectInfo, ObjectStore, file_fingerprint, map_file, private_dir
 
 log = logging.getLogger(__name__)
+
+# what SQLite says of a database file a cache cannot use as it is
+_DAMAGED_DB = ("file is not a database", "malformed")
+_VALUE_DIR = frozenset("0123456789abcdef")
+
+
+def open_diskcache(directory: str, **kwargs) -> diskcache.Cache:
+    """``diskcache.Cache(directory, **kwargs)``, for a cache that holds only copies: a damaged
+    database is emptied with what it indexes and made again (a warning says so), where every
+    command and mount failed "store unavailable" (exit 6) until someone deleted the directory.
+    (Value files no index names -- its file removed by hand under a process that wrote on -- are
+    not looked for: another process filling a new cache has such files for a moment.)"""
+    try:
+        cache = diskcache.Cache(directory, **kwargs)
+    except sqlite3.DatabaseError as exc:
+        if not any(m in str(exc) for m in _DAMAGED_DB):
+            raise
+        log.warning("the cache in %s is damaged (%s): emptied and made again (it holds only copies)",
+                    directory, exc)
+        empty_diskcache(directory)
+        return diskcache.Cache(directory, **kwargs)
+    return cache
+
+
+def _value_dirs(directory: str) -> list[str]:
+    """diskcache's value directories in ``directory`` (two hex digits each)."""
+    try:
+        return [e.path for e in os.scandir(directory)
+                if e.is_dir(follow_symlinks=False) and len(e.name) == 2 and set(e.name) <= _VALUE_DIR]
+    except OSError:
+        return []
+
+
+def empty_diskcache(directory: str) -> None:
+    """Remove a diskcache's database and value files from ``directory`` (nothing else of it)."""
+    for name in (diskcache.core.DBNAME, diskcache.core.DBNAME + "-wal", diskcache.core.DBNAME + "-shm"):
+        try:
+            os.unlink(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+    for d in _value_dirs(directory):
+        shutil.rmtree(d, ignore_errors=True)
 
 Verifier = Callable[[str, bytes], None]
 
@@ -114,8 +157,8 @@ class CheckMemo:
                     self._db_handle = None
                     try:
                         # least-recently-stored: a lookup is a read, not a write of its access time
-                        self._db_handle = diskcache.Cache(self.directory, size_limit=self.max_bytes,
-                                                          eviction_policy="least-recently-stored")
+                        self._db_handle = open_diskcache(self.directory, size_limit=self.max_bytes,
+                                                         eviction_policy="least-recently-stored")
                     except _CACHE_ERRORS as exc:
                         self._warn("open", exc)
                     self._pid = pid
@@ -253,8 +296,8 @@ class ImmutableCache:
         self.memo = memo  # cached files known to have passed ``verify`` (by fingerprint)
         self.stats = CacheStats()
         try:
-            self._cache = diskcache.Cache(private_dir(directory), size_limit=max_bytes,
-                                          eviction_policy="least-recently-used")
+            self._cache = open_diskcache(private_dir(directory), size_limit=max_bytes,
+                                         eviction_policy="least-recently-used")
         except _CACHE_ERRORS as exc:
             raise StoreUnavailable(f"cannot open the cache directory {directory!r}: {exc}") from exc
         self._lock = threading.Lock()

@@ -614,3 +614,48 @@ def test_failed_cache_writes_are_said_once_a_minute_with_a_count(tmp_path, caplo
         cache.warn_write(OSError(28, "No space left on device"))
         assert len(caplog.records) == 2 and "(4 more since the last such warning)" in caplog.records[1].getMessage()
     cache.close()
+
+
+def _value_files(d) -> list:
+    return [p for p in d.rglob("*.val")]
+
+
+@pytest.mark.expect_log("a damaged or lost cache index is said once, and the cache made again")
+def test_a_data_cache_whose_index_is_damaged_is_made_again_and_one_removed_stops_growing(tmp_path):
+    """Found by an S3 user's tour: a damaged cache.db made every mount fail "store unavailable"
+    (exit 6) until the directory was deleted; a cache.db removed under a mount made each chunk a
+    file no index named, which nothing evicted, across remounts too (1.2 GB in a 100 MB cache).
+    The cache holds only copies: a damaged one is emptied and made again; one whose index went
+    stops keeping chunks at the first write that finds it gone."""
+    d = tmp_path / "dc"
+    cache = DataCache(str(d), 1 << 20)
+    for i in range(4):
+        cache.put(f"k{i}", os.urandom(40_000))  # (beyond diskcache's inline size, 32 KiB: value files)
+    cache.close()
+    assert len(_value_files(d)) == 4
+    # the healthy side: reopened as it was, its chunks served
+    cache = DataCache(str(d), 1 << 20)
+    assert cache.contains("k0") and len(_value_files(d)) == 4
+    cache.close()
+    # damaged: emptied and made again, not "store unavailable"
+    with open(d / "cache.db", "r+b") as f:
+        f.write(os.urandom(4096))
+    cache = DataCache(str(d), 1 << 20)
+    assert not cache.contains("k0") and _value_files(d) == []
+    cache.put("k9", os.urandom(40_000))
+    assert cache.contains("k9")
+    # removed under a live cache: no more files that nothing indexes
+    for name in ("cache.db", "cache.db-wal", "cache.db-shm"):
+        (d / name).unlink(missing_ok=True)
+
+    def puts():  # (a new thread: diskcache opens it a connection of its own, to the path, which finds no table)
+        for i in range(5):
+            cache.put(f"n{i}", os.urandom(40_000))
+
+    import threading
+
+    t = threading.Thread(target=puts)
+    t.start()
+    t.join()
+    assert len(_value_files(d)) <= 2  # (k9's, and the one write that found the index gone)
+    cache.close()

@@ -29,7 +29,7 @@ import diskcache
 import google_crc32c
 
 from graveler.errors import StoreUnavailable
-from graveler.cache import CheckMemo
+from graveler.cache import CheckMemo, open_diskcache
 from graveler.objstore.base import file_fingerprint, private_dir
 from graveler.objstore.buffers import pool
 from graveler.objects import is_md5_etag
@@ -104,6 +104,7 @@ class DataCache:
         self._cond = threading.Condition(self._lock)
         self._fills = 0  # whole files being checked (WholeFill)
         self._write_failures, self._warned_t = 0, None  # (warn_write)
+        self._index_lost = False  # (put: its index was removed while in use)
         self._full_until = 0.0  # (_room: the disk was full, nothing left to evict, until then)
         self.whole_unchecked = 0  # whole files found changed since their check, or never checked here: fetched again
         self._checked: CheckMemo | None = None
@@ -116,9 +117,9 @@ class DataCache:
                 # ctime): one changed in place since (same size, other bytes) is not served
                 self._checked = CheckMemo(os.path.join(directory, "checked"))
             # least-recently-stored: a hit costs no SQLite write
-            self._cache = diskcache.Cache(directory, size_limit=max_bytes - (self.whole_budget if self.whole_max > 0
-                                                                              else 0),
-                                          eviction_policy="least-recently-stored")
+            self._cache = open_diskcache(directory, size_limit=max_bytes - (self.whole_budget if self.whole_max > 0
+                                                                             else 0),
+                                         eviction_policy="least-recently-stored")
         except _CACHE_ERRORS as exc:
             raise StoreUnavailable(f"cannot open the data cache {directory!r}: {exc}") from exc
 
@@ -349,9 +350,15 @@ class DataCache:
         if self._damaged:
             with self._lock:
                 self._damaged.discard(key)
+        if self._index_lost:
+            return
         try:
             self._cache.set(key, _crc(key, data).to_bytes(4, "little") + data, retry=True)
         except _CACHE_ERRORS as exc:
+            if isinstance(exc, sqlite3.DatabaseError) and "no such table" in str(exc):
+                # its index removed under the mount: each write would leave a file nothing evicts (the
+                # next mount empties them, open_diskcache); chunks are no longer kept until then
+                self._index_lost = True
             self.warn_write(exc)
 
     def discard(self, key: str) -> None:

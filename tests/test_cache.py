@@ -363,3 +363,20 @@ def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
         private_dir(str(good))
         dc.DataCache(str(good), 64 << 20).close()
     assert oct(os.stat(shared / "mine" / "data").st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.expect_log("a damaged cache index is said once, and the cache made again")
+def test_a_damaged_table_cache_is_made_again_not_store_unavailable(local, tmp_path):
+    """Found by an S3 user's tour: a damaged <home>/cache/cache.db made every command exit 6
+    ("cannot open the cache directory: file is not a database"); the cache holds only copies."""
+    data = b"range file bytes " * 3000
+    key = sha_key(data)
+    local.put(key, data)
+    c = ImmutableCache(local, str(tmp_path / "tc"), verify=verify_sha)
+    assert c.get(key) == data
+    c.close()
+    with open(tmp_path / "tc" / "cache.db", "r+b") as f:
+        f.write(os.urandom(4096))
+    c = ImmutableCache(local, str(tmp_path / "tc"), verify=verify_sha)
+    assert c.get(key) == data and c.get(key) == data
+    c.close()

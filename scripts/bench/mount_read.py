@@ -72,7 +72,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mount_write import CFusePeer  # noqa: E402 -- (scripts/bench: a sibling script)
+from floors import large_folio_share  # noqa: E402 -- (scripts/bench: sibling scripts)
+from mount_write import CFusePeer  # noqa: E402
 
 MiB = 1 << 20
 PY = sys.executable
@@ -109,43 +110,6 @@ def read_file(path: Path | str, bufsize: int = MiB) -> int:
             if not k:
                 return n
             n += k
-
-
-def large_folio_share(path: Path | str, pages: int = 4096) -> float | None:
-    """The share of the first ``pages`` cached pages of ``path`` that belong to large folios
-    (several pages managed as one: ext4 reads and copies them a folio at a time), from
-    /proc/self/pagemap and /proc/kpageflags (root only: None elsewhere). The kernel's FUSE page
-    cache keeps single pages where ext4 keeps large folios, which sets a FUSE daemon's warm rate."""
-    import ctypes
-    import mmap
-    import struct
-
-    try:
-        with open(path, "rb") as f, open("/proc/self/pagemap", "rb") as pm, open("/proc/kpageflags", "rb") as kf:
-            size = min(os.fstat(f.fileno()).st_size, pages * 4096) // 4096 * 4096
-            if size == 0:
-                return None
-            m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)  # (never written: the cached pages)
-            try:
-                anchor = ctypes.c_char.from_buffer(m)
-                base = ctypes.addressof(anchor)
-                del anchor
-                large = seen = 0
-                for i in range(size // 4096):
-                    m[i * 4096]  # (touched: its page-table entry names the cached page)
-                    pm.seek((base // 4096 + i) * 8)
-                    entry = struct.unpack("Q", pm.read(8))[0]
-                    if not entry >> 63 & 1:
-                        continue
-                    kf.seek((entry & ((1 << 55) - 1)) * 8)
-                    flags = struct.unpack("Q", kf.read(8))[0]
-                    seen += 1
-                    large += bool(flags >> 15 & 3)  # COMPOUND_HEAD or COMPOUND_TAIL
-                return round(large / seen, 2) if seen else None
-            finally:
-                m.close()
-    except (OSError, ValueError, TypeError, BufferError, struct.error):
-        return None
 
 
 def timed(fn) -> float:

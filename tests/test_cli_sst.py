@@ -170,3 +170,27 @@ def test_sst_dump_says_when_a_tables_blocks_carry_no_checksum(tmp_path):
         assert ("carry no checksum" in out.stderr) is not checked, out.stderr
         text = run("sst", "dump", path)
         assert text.returncode == 0 and ("read unverified" in text.stderr) is not checked, text.stderr
+
+
+def test_sst_dump_keeps_a_binary_property_apart_from_text_that_reads_like_it(tmp_path):
+    """Found by a lakeFS user's tour: ok1.sst's binary min_key (2b 40 b3 6c a8) printed as the text
+    "0x2b40b36ca8", which a range whose first key is that text also printed. A property (and a
+    metarange's range bound) that is no UTF-8 is NAME_hex now, as records' keys and values."""
+    out = run("sst", "dump", "--json", str(LAKEFS / "ok1.sst"))
+    props = json.loads(out.stdout.splitlines()[0])["properties"]
+    assert props["min_key_hex"] == "2b40b36ca8" and "min_key" not in props and props["max_key"] == "xyzzy"
+    assert "min_key (hex): 2b40b36ca8" in run("sst", "dump", "--limit", "0", str(LAKEFS / "ok1.sst")).stdout
+    from tests.graveler_testutil import make_graveler
+
+    g = make_graveler(tmp_path)
+    r = g.create_repository("hexlike", f"file://{tmp_path}/ns")
+    r.upload("main", "0x2b40b36ca8", b"A")
+    c = r.commit("main", "one")
+    ranges = r._committed.list_ranges(c.meta_range_id)
+    g.close()
+    out = run("sst", "dump", "--json", str(tmp_path / "ns" / "_lakefs" / ranges[0].id))
+    props = json.loads(out.stdout.splitlines()[0])["properties"]
+    assert props["min_key"] == "0x2b40b36ca8" and "min_key_hex" not in props
+    out = run("sst", "dump", "--json", str(tmp_path / "ns" / "_lakefs" / c.meta_range_id))
+    rng = json.loads(out.stdout.splitlines()[1])["range"]
+    assert rng["min_key"] == "0x2b40b36ca8" and rng["max_key"] == "0x2b40b36ca8"

@@ -34,7 +34,8 @@ def register(sub) -> None:
         "Records are decoded by the table's type property: a range's values as catalog entries, a "
         "metarange's as range records, a refs dump's commit / branch / tag tables (their entity "
         "property) as CommitData / BranchData / TagData, any other table's as text. With --json, a "
-        "key or value that is not UTF-8 is given as key_hex / value_hex."))
+        "key or value that is not UTF-8 is given as key_hex / value_hex, a property as NAME_hex (in the\n"
+        "text form: NAME (hex))."))
     d.add_argument("file", help="path of the .sst file")
     d.add_argument("--json", action="store_true", help="one JSON object per line: properties first, then records")
     d.add_argument("--limit", type=_count, default=None, help="print at most N records (N >= 0)")
@@ -73,13 +74,6 @@ def table_id(t: SSTable) -> str:
     return computed_table_id(t)
 
 
-def _text(b: bytes) -> str:
-    try:
-        return b.decode("utf-8")
-    except UnicodeDecodeError:
-        return "0x" + b.hex()
-
-
 def _bytes_field(out: dict, name: str, b: bytes) -> None:
     """``name`` as text when it is UTF-8, else ``name_hex`` (never a text that reads the same)."""
     try:
@@ -88,10 +82,17 @@ def _bytes_field(out: dict, name: str, b: bytes) -> None:
         out[name + "_hex"] = b.hex()
 
 
-def _prop_json(v):
-    if isinstance(v, bytes):
-        return _text(v)
-    return v
+def _props_json(props: dict) -> dict:
+    """A table's properties for JSON: a bytes value as text when it is UTF-8, else under
+    ``<name>_hex`` (as records' keys and values: never a text that reads the same -- a
+    ``min_key`` that is the text ``0x2b40`` and one of the bytes 2b 40 were both "0x2b40")."""
+    out: dict = {}
+    for k, v in sorted(props.items()):
+        if isinstance(v, bytes):
+            _bytes_field(out, k, v)
+        else:
+            out[k] = v
+    return out
 
 
 def record_json(kind: str | None, key: bytes, raw: bytes, name: str, entity: str | None = None) -> dict:
@@ -126,8 +127,10 @@ def record_json(kind: str | None, key: bytes, raw: bytes, name: str, entity: str
         v = decode_value(raw, name)
         r = RangeInfo.from_value(v, name)
         out["identity"] = r.id
-        out["range"] = {"min_key": _text(r.min_key), "max_key": _text(r.max_key),
-                        "count": r.count, "estimated_size": r.estimated_size}
+        rng: dict = {}
+        _bytes_field(rng, "min_key", r.min_key)
+        _bytes_field(rng, "max_key", r.max_key)
+        out["range"] = {**rng, "count": r.count, "estimated_size": r.estimated_size}
     else:
         _bytes_field(out, "value", raw)
     return out
@@ -135,7 +138,7 @@ def record_json(kind: str | None, key: bytes, raw: bytes, name: str, entity: str
 
 def cmd_dump(args: argparse.Namespace) -> int:
     t = open_table(args.file)
-    props = {k: _prop_json(v) for k, v in sorted(t.properties.items())}
+    props = _props_json(t.properties)
     kind = t.raw_properties.get("type", b"").decode("utf-8", "replace") or None
     entity = t.raw_properties.get(ENTITY_TYPE_KEY, b"").decode("utf-8", "replace") or None
     out = sys.stdout
@@ -151,6 +154,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
                   f"{t.footer.checksum_type}, {'two-level' if t.two_level else 'one-level'} index\n")
         out.write("properties:\n")
         for k, v in props.items():
+            if k.endswith("_hex") and k[:-4] in t.properties:  # (bytes that are no UTF-8 text: as hex, said so)
+                k, v = k[:-4] + " (hex)", v
             out.write(terminal_text(f"  {k}: {v!r}" if isinstance(v, str) and not v.isprintable() else f"  {k}: {v}",
                                     out) + "\n")
         out.write("records:\n")

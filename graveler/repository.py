@@ -25,7 +25,7 @@ from graveler.commits import Commits
 from graveler.committed.manager import CommittedManager
 from graveler.config import GravelerConfig
 from graveler.core import BranchMoved, RepoCore
-from graveler.errors import Conflict, InvalidArgument, NotFound
+from graveler.errors import Conflict, InvalidArgument, NotFound, ReadOnlyRef
 from graveler.kv.base import STAGING, Store
 from graveler.listing import ListItem, MergedIterator, list_items
 from graveler.model import AddressType, DiffRecord, Entry, MergeStrategy, RangeInfo, Value, encode_records
@@ -405,6 +405,26 @@ class Repository:
             self.get_value(ref, path)
             return True
         except NotFound:
+            return False
+
+    def names_anything(self, branch: str, path: str | None = None, prefix: str | None = None) -> bool:
+        """Whether ``path`` (an object, or a directory: keys under ``path/``) or ``prefix`` names
+        anything on ``branch``, as staged or in its head commit (a deletion to undo): what a reset
+        of it could touch (a reset of a name that is nowhere is an error, as ``git restore``'s)."""
+        under = prefix if path is None else path + "/"
+        for ref in (branch, self.get_branch(branch).commit_id):
+            if path is not None and self.exists(ref, path):
+                return True
+            if next(iter(self.list(ref, under)), None) is not None:
+                return True
+        return False
+
+    def has_ref(self, kind: str, name: str) -> bool:
+        """Whether a ``kind`` ("branch" or "tag") named ``name`` exists."""
+        try:
+            (self.get_tag if kind == "tag" else self.get_branch)(name)
+            return True
+        except (NotFound, ReadOnlyRef):  # (get_branch of a tag's name: ReadOnlyRef)
             return False
 
     def iter_committed(self, ref: str, start: str | bytes = b"") -> Iterator[tuple[bytes, Value]]:

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from graveler.errors import AlreadyExists, Conflict, CorruptedData, InvalidArgument, NotFound, ReadOnlyRef
+from graveler.errors import AlreadyExists, Conflict, CorruptedData, InvalidArgument, NotFound
 from graveler.objstore.uri import StorageURI
 from graveler.refs.names import validate_branch_name
 from graveler.refsdump import MANIFEST_KEY, parse_manifest
@@ -221,11 +221,8 @@ def cmd_repo_delete(args: argparse.Namespace) -> int:
 def _shadow_note(repo, other: str, name: str, what: str) -> None:
     """Say so (stderr) when a new branch or tag shares its name with a tag or branch: a ref
     resolves to the branch first (git warns of such an ambiguous name too)."""
-    try:
-        (repo.get_tag if other == "tag" else repo.get_branch)(name)
-    except (NotFound, ReadOnlyRef):  # (get_branch of a tag's name: ReadOnlyRef)
-        return
-    note(f"note: a {other} {name!r} exists too: {what}")
+    if repo.has_ref(other, name):
+        note(f"note: a {other} {name!r} exists too: {what}")
 
 
 def cmd_branch_create(args: argparse.Namespace) -> int:
@@ -278,17 +275,6 @@ def _value(repo, ref: str, path: str):
         return None
 
 
-def _names_anything(repo, branch: str, path: str | None, prefix: str | None) -> bool:
-    """Whether ``path`` (an object, or a directory: keys under ``path/``) or ``prefix`` names
-    anything on ``branch`` as staged or in its head commit."""
-    for ref in (branch, repo.get_branch(branch).commit_id):
-        if path is not None and repo.exists(ref, path):
-            return True
-        if next(iter(repo.list(ref, prefix if path is None else path + "/")), None) is not None:
-            return True
-    return False
-
-
 def cmd_branch_reset(args: argparse.Namespace) -> int:
     u = uri_arg(args.branch)
     name = u.with_ref("branch")
@@ -302,7 +288,7 @@ def cmd_branch_reset(args: argparse.Namespace) -> int:
             matched = any(d.key.startswith(key) for d in repo.diff_uncommitted(name))
         what = (f"path {args.path!r}" if args.path is not None
                 else f"prefix {args.prefix!r}" if args.prefix is not None else "all")
-        if not matched and not _names_anything(repo, name, args.path, args.prefix):
+        if not matched and not repo.names_anything(name, args.path, args.prefix):
             # as `git restore nosuchfile`, and the mount's reset control file: an error, not a silent success
             raise NotFound(f"{what} matches nothing on branch {name!r} (no object or directory there, staged "
                            f"or committed)")

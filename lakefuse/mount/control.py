@@ -268,25 +268,10 @@ def status_lines(repo, branch: str) -> bytes:
     return "".join(out).encode()
 
 
-def _reset_matches(repo, branch: str, r: ResetRequest) -> bool:
-    """Whether the path or prefix of reset request ``r`` names anything on ``branch``: in
-    its tree as staged (a file, or a directory: something under it) or in its head commit
-    (a deletion to undo)."""
-    prefix = r.value if r.kind == "prefix" else r.value + "/"
-    for ref in (branch, repo.get_branch(branch).commit_id):
-        if r.kind == "path" and repo.exists(ref, r.value):
-            return True
-        if next(iter(repo.list(ref, prefix)), None) is not None:
-            return True
-    return False
-
-
 def _shadowed(repo, other: str, name: str, outcome: dict) -> dict:
     """``outcome``, with a note when a ``other`` (branch or tag) has the new ref's name too: the
     name shows the branch, here and in the CLI (git warns of such an ambiguous name as well)."""
-    try:
-        (repo.get_tag if other == "tag" else repo.get_branch)(name)
-    except GravelerError:  # (none: NotFound; get_branch of a tag's name: ReadOnlyRef)
+    if not repo.has_ref(other, name):
         return outcome
     shows = "the tag is reached by its commit ID" if other == "branch" else "the name now shows this branch"
     return {**outcome, "note": f"a {other} {name!r} exists too: {shows}"}
@@ -391,7 +376,7 @@ class Controls:
             return {"commit": commit_summary(c), "reverted": r.ref}
         if name == "reset":
             r = parse_reset(data)
-            if r.kind != "all" and not _reset_matches(repo, branch, r):
+            if r.kind != "all" and not repo.names_anything(branch, **{r.kind: r.value}):
                 # as `git restore nosuchfile`: a path that names nothing is an error, not a silent success
                 what = "prefix" if r.kind == "prefix" else "path"
                 raise NotFound(f"reset: {what} {r.value!r} matches nothing on branch {branch!r} "

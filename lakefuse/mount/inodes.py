@@ -90,8 +90,7 @@ class Node:
         that pins what it serves): a version an open did not serve never shows under its handles."""
         written = spooled(self.ino) is not None
         with _STATE:
-            if (self.opens > 0 and self.value is not None and not written
-                    and entry_location(value) != entry_location(self.value)):
+            if not written and self._open_on_another(value):
                 return False
             if stamp >= self.stamp:
                 self.attr, self.value, self.stamp = attr, value, stamp
@@ -109,8 +108,12 @@ class Node:
         one it read (not a change of metadata only): it was replaced behind the mount while open,
         and its handles keep what they opened, as if it were renamed over. Never a file this mount
         writes (``spooled(ino)``: its spool file; its saves race with what the branch shows)."""
-        return (self.opens > 0 and self.value is not None and self.kind == Kind.FILE and not self.tree.immutable
-                and entry_location(value) != entry_location(self.value) and spooled(self.ino) is None)
+        return (self.kind == Kind.FILE and not self.tree.immutable and self._open_on_another(value)
+                and spooled(self.ino) is None)
+
+    def _open_on_another(self, value) -> bool:
+        """Open, and ``value`` names another object than the one the node holds."""
+        return self.opens > 0 and self.value is not None and entry_location(value) != entry_location(self.value)
 
 
 class InodeTable:

@@ -77,13 +77,17 @@ class SaveRetries:
     def _give_up(self, sf, e: BaseException) -> None:
         """A failed save that can never succeed: the spool copy goes to ``recovered/`` (see
         the log) and the file shows what the branch has."""
-        kept = None
         with sf.lock:
-            if sf._fd is not None and sf.loaded:
-                kept = keep_copy(self.config.root / RECOVERED_DIR, sf.branch, sf.key, sf.data_path)
+            kept = self._keep_copy(sf)
         log.warning("%s on branch %s is not saved: %s; %s", _name(sf), sf.branch, e,
                     f"what was written to it is kept in {kept}" if kept else "nothing of it is kept")
         self._finish(sf)
+
+    def _keep_copy(self, sf):
+        """What was written to ``sf`` (under its lock), copied to ``recovered/``: where (None: nothing)."""
+        if sf._fd is None or not sf.loaded:
+            return None
+        return keep_copy(self.config.root / RECOVERED_DIR, sf.branch, sf.key, sf.data_path)
 
     def branch_deleted(self, sf) -> bool:
         """After a save of ``sf`` failed NotFound: whether its branch is gone (deleted while the
@@ -100,9 +104,7 @@ class SaveRetries:
         with sf.lock:
             if sf.key is None:
                 return True
-            name = _name(sf)
-            kept = keep_copy(self.config.root / RECOVERED_DIR, sf.branch, sf.key, sf.data_path) \
-                if sf._fd is not None and sf.loaded else None
+            name, kept = _name(sf), self._keep_copy(sf)
             sf.detach()
         log.warning("%s: its branch %s was deleted while it was open for writing here; as an unlinked file's, "
                     "its close saves nothing: %s", name, sf.branch,

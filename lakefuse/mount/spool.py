@@ -367,9 +367,8 @@ class SpoolFile:
                 head = repo.value_or_none(repo.get_branch(self.branch).commit_id, self.key)
                 if head is None or head.identity != now.identity:
                     return False  # (another writer's save: not a discard)
-            log.info("%s on %s was %s behind the mount while open here for writing: detached (what is "
-                     "written to it from now on is not saved, as an unlinked file's)", self.key.decode("utf-8", "replace"),
-                     self.branch, "removed" if now is None else "reset to its committed version")
+            log.info("%s on %s was %s behind the mount while open here for writing: detached (what is written to it "
+                     "now is not saved, as an unlinked file's)", _name(self), self.branch, "removed" if now is None else "reset")
             self.detach()
             return True
 
@@ -739,11 +738,12 @@ class Spool(SaveRetries):
         self.stats["syncs"] += 1
 
     def detach(self, ino: int, behind: bool = False) -> bool:
-        """Detach the file of ``ino`` (unlinked through this mount; ``behind``: only if it was
-        removed behind the mount, :meth:`SpoolFile.removed_behind`); whether it was detached."""
+        """Detach ``ino``'s file (unlinked here; ``behind``: if :meth:`SpoolFile.removed_behind`); whether it was."""
         sf = self.get(ino)
-        if sf is None or not (sf.removed_behind() if behind else (sf.detach() or True)):
+        if sf is None or (behind and not sf.removed_behind()):
             return False
+        if not behind:
+            sf.detach()
         if sf.pinned:  # a failed save no handle holds: nothing of it is to be saved now
             self._finish(sf)
         return True

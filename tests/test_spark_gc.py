@@ -78,7 +78,9 @@ def test_a_commit_that_was_a_head_within_the_retention_stays_active_whichever_wa
     repo.create_branch("stale", cx)
     repo.stage("main", "x.txt", Entry(address="data/x/2", size=1, etag="2"))
     m1 = repo.commit("main", "m1", date=NOW).id
-    for i in range(64):  # until stale's head sorts before main's (its walk first): about two tries
+    # until stale's head sorts before main's (its walk first): about two tries, but m1's ID is random
+    # (the repository's first commit has the real date) and a small one needs many (64 failed once in CI)
+    for i in range(4096):
         repo.stage("stale", f"pad{i}", Entry(address=f"data/x/p{i}", size=1, etag="p"))
         head = repo.commit("stale", f"s{i}", date=NOW - 5 * DAY).id
         if head < m1:

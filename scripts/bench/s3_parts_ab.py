@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import mount_read as mr  # noqa: E402  (the bench's helpers: servers, mounts, peers)
+import mount_read as mr  # noqa: E402  (the bench's helpers: mounts)
+import s3peers  # noqa: E402  (S3 servers and peers)
 
 MiB = mr.MiB
 
@@ -45,7 +46,7 @@ def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "", bas
     from graveler.objstore import StoreConfig
 
     work.mkdir(parents=True, exist_ok=True)
-    srv, endpoint, creds = mr.start_server(server, work)
+    srv, endpoint, creds = s3peers.start_server(server, work)
     env = {**creds, "AWS_DEFAULT_REGION": "us-east-1", "LAKEFUSE_S3_ENDPOINT": endpoint,
            "AWS_EC2_METADATA_DISABLED": "true"}
     os.environ.update(env)
@@ -118,7 +119,7 @@ def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "", bas
             rows["direct"].append(size / mr.timed(direct) / 1e6)
             if have_rclone:
                 pmp = work / "mnt-rclone"
-                with mr.Peer("rclone", endpoint, "bench", "plain", pmp, work, creds):
+                with s3peers.Peer("rclone", endpoint, "bench", "plain", pmp, work, creds):
                     rows["rclone"].append(size / mr.timed(lambda: mr.read_file(pmp / "big.bin")) / 1e6)
             mr.log(f"{server} rep {rep}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rows.items() if v)
                    + " | cpu s/GiB " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in cpu.items() if v))

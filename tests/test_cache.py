@@ -363,6 +363,21 @@ def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
         private_dir(str(good))
         dc.DataCache(str(good), 64 << 20).close()
     assert oct(os.stat(shared / "mine" / "data").st_mode & 0o777) == "0o700"
+    # another user's symbolic link in the sticky directory (found by a security review): they may
+    # point it elsewhere once the check passed. Refused, and nothing made where it points; the
+    # same link made this user's is followed (what it names checked as any directory)
+    roots = tmp_path / "roots"
+    roots.mkdir(mode=0o755)
+    (shared / "link").symlink_to(roots)
+    os.lchown(shared / "link", 12345, 12345)
+    with pytest.raises(InvalidArgument, match="symbolic link another user owns"):
+        dc.DataCache(str(shared / "link" / "data"), 64 << 20)
+    assert list(roots.iterdir()) == []
+    os.lchown(shared / "link", 0, 0)
+    dc.DataCache(str(shared / "link" / "data"), 64 << 20).close()
+    (shared / "to-theirs").symlink_to(theirs)  # this user's link to a directory another user owns
+    with pytest.raises(InvalidArgument, match="only this user may write"):
+        private_dir(str(shared / "to-theirs"))
 
 
 @pytest.mark.expect_log("a damaged cache index is said once, and the cache made again")

@@ -320,7 +320,7 @@ def test_a_spool_another_user_could_write_is_refused(repo, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)  # writable by everyone, no sticky bit
-    with pytest.raises(InvalidArgument, match="writable by everyone"):
+    with pytest.raises(InvalidArgument, match="which another user owns or may rewrite"):
         Spool(repo, SpoolConfig(shared, repo.name))
     sticky = tmp_path / "sticky"
     sticky.mkdir()
@@ -335,3 +335,34 @@ def test_a_spool_another_user_could_write_is_refused(repo, tmp_path):
         (planted / "spool" / repo.name).chmod(0o777)
     with pytest.raises(InvalidArgument, match="another user's or writable by others"):
         Spool(repo, SpoolConfig(planted, repo.name))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a symbolic link of another user (needs root)")
+def test_a_spool_reached_through_another_users_link_is_refused(repo, tmp_path):
+    """Found by a security review: under a sticky /tmp-like --cache-dir, another user's symbolic
+    link named ``spool`` pointing at a directory of root's passed the check (it followed the
+    link); that user then pointed the link at a directory of theirs and replaced the mount's
+    spool files: root's writes were served and committed with their bytes. Such a link is
+    refused, and nothing is made where it points; the same link owned by this user is used."""
+    import pwd
+    import stat as st_
+
+    from graveler.errors import InvalidArgument
+
+    nobody = pwd.getpwnam("nobody")
+    cache = tmp_path / "sticky"
+    cache.mkdir()
+    cache.chmod(0o777 | st_.S_ISVTX)
+    target = tmp_path / "roots"
+    target.mkdir(mode=0o755)
+    (cache / "spool").symlink_to(target)
+    os.lchown(cache / "spool", nobody.pw_uid, nobody.pw_gid)
+    with pytest.raises(InvalidArgument, match="symbolic link another user owns"):
+        Spool(repo, SpoolConfig(cache, repo.name))
+    assert list(target.iterdir()) == []  # nothing made where the link points
+    os.lchown(cache / "spool", 0, 0)  # this user's link: only this user may point it elsewhere
+    Spool(repo, SpoolConfig(cache, repo.name)).close()
+    assert (target / repo.name).is_dir()
+    linked_cache = tmp_path / "linked-cache"  # a --cache-dir that is itself this user's link
+    linked_cache.symlink_to(cache)
+    Spool(repo, SpoolConfig(linked_cache, repo.name)).close()

@@ -197,23 +197,51 @@ def private_dir(path: str) -> str:
     the sticky bit keeps others from moving it away (as /tmp's): a cache another user could
     write would let them change what a mount serves as checked -- or, through the pickles the
     caches' indexes keep, run code as this user (``--cache-dir`` under /tmp, its ``data/``
-    made first by someone else). InvalidArgument otherwise."""
+    made first by someone else). InvalidArgument otherwise (:func:`refuse_unsafe_dir`)."""
+    refuse_unsafe_dir(path, 1, "the cache directory", missing_ok=True)  # (nothing made where a link points)
     os.makedirs(path, mode=0o700, exist_ok=True)
+    refuse_unsafe_dir(path, 1, "the cache directory")
+    return path
+
+
+def refuse_unsafe_dir(path: str, strict: int, what: str, missing_ok: bool = False) -> None:
+    """InvalidArgument unless directory ``path`` and the ``strict - 1`` directories above it are
+    this user's (or root's) and no one else may write them, and every directory further up is
+    this user's or root's and writable by others only with the sticky bit (as /tmp, where no one
+    may move another's entry away). A symbolic link on the way must be this user's or root's
+    too -- another user's link in a sticky directory is theirs to point elsewhere later, after
+    this check -- and what it leads to is checked the same way. ``missing_ok``: components not
+    made yet are passed over (a check before they are made)."""
     euid = os.geteuid()
     d = os.path.abspath(path)
-    st = os.stat(d)
-    if st.st_uid not in (euid, 0) or st.st_mode & 0o022:
-        raise InvalidArgument(f"the cache directory {d} is another user's or writable by others: refused "
-                              "(use a --cache-dir only this user may write)")
+    level, linked = 0, False
     while True:
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+            st = None
+        if st is None:
+            pass
+        elif stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (euid, 0):
+                raise InvalidArgument(f"{what} {path}: {d} is a symbolic link another user owns, which they may "
+                                      "point elsewhere: refused (use a --cache-dir only this user may write)")
+            linked = True
+        elif level < strict:
+            if st.st_uid not in (euid, 0) or st.st_mode & 0o022:
+                raise InvalidArgument(f"{what} {d} is another user's or writable by others: refused "
+                                      "(use a --cache-dir only this user may write)")
+        elif st.st_uid not in (euid, 0) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+            raise InvalidArgument(f"{what} {path} is inside {d}, which another user owns or may rewrite: "
+                                  "refused (use a --cache-dir only this user may write)")
         parent = os.path.dirname(d)
         if parent == d:
-            return path
-        d = parent
-        st = os.stat(d)
-        if st.st_uid not in (euid, 0) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
-            raise InvalidArgument(f"the cache directory {path} is inside {d}, which another user owns or may "
-                                  "rewrite: refused (use a --cache-dir only this user may write)")
+            break
+        d, level = parent, level + 1
+    if linked:
+        refuse_unsafe_dir(os.path.realpath(path), strict, what, missing_ok)  # (no link left in it)
 
 
 def file_fingerprint(st: os.stat_result) -> Fingerprint:

@@ -50,14 +50,14 @@ import json
 import logging
 import os
 import shutil
-import stat
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from graveler.errors import GravelerError, InvalidArgument, NotFound
+from graveler.errors import GravelerError, NotFound
 from graveler.model import Entry
 from graveler.objects import PosixAttrs, file_etag, user_metadata
+from graveler.objstore.base import refuse_unsafe_dir
 from lakefuse.mount import sidecar
 
 log = logging.getLogger("lakefuse.mount.spool")
@@ -353,18 +353,12 @@ def _inside(root: Path, p: Path) -> bool:
         return False
 
 
-def refuse_shared(root: Path) -> None:
+def refuse_shared(root: Path, missing_ok: bool = False) -> None:
     """InvalidArgument unless a spool's directory and ``spool/`` above it are this user's (or
-    root's) and no one else may write them, and the cache directory above is not writable by
-    others but with the sticky bit (as /tmp): recovery takes what it finds under the spool for a
-    dead mount's unsaved work and stages it, so files another user planted there (a
-    ``--cache-dir`` under /tmp) would land in the branch."""
-    euid = os.geteuid()
-    for d in (root, root.parent):
-        st = d.stat()
-        if st.st_uid not in (euid, 0) or st.st_mode & 0o022:
-            raise InvalidArgument(f"the spool directory {d} is another user's or writable by others: refused "
-                                  "(use a --cache-dir only this user may write)")
-    st = root.parent.parent.stat()
-    if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
-        raise InvalidArgument(f"the cache directory {root.parent.parent} is writable by everyone: refused")
+    root's) and no one else may write them, and the directories above are this user's or root's,
+    writable by others only with the sticky bit (as /tmp), with no other user's symbolic link on
+    the way (:func:`graveler.objstore.base.refuse_unsafe_dir`): recovery takes what it finds
+    under the spool for a dead mount's unsaved work and stages it, and the mount writes its
+    files there, so a directory another user could write or point elsewhere (a ``--cache-dir``
+    under /tmp) would put their bytes in the branch."""
+    refuse_unsafe_dir(str(root), 2, "the spool directory", missing_ok)

@@ -610,6 +610,7 @@ class Spool(SaveRetries):
         self.pin, self.make_room = None, None
         self._retrier: threading.Thread | None = None
         self._stop = threading.Event()
+        _refuse_shared(config.root, missing_ok=True)  # (nothing made where another user's link points)
         for d in (config.root.parent.parent, config.root.parent, config.root):  # (private, whatever the umask)
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
         _refuse_shared(config.root)

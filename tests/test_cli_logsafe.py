@@ -57,11 +57,27 @@ def test_a_session_token_or_secret_holding_slashes_is_blanked_whole(monkeypatch,
     assert "/20261130/us-east-1/s3/aws4_request" in _filtered("Credential=" + KEY_ID + "/20261130/us-east-1/s3/aws4_request")
 
 
+def test_a_urls_user_and_password_are_blanked():
+    """Found by a security review: with ``-vv``, botocore's debug lines print the endpoint URL as
+    given, ``http://user:password@host`` included, into the (0644) mount log."""
+    for msg in ("Setting s3 timeout: {'Endpoint': 'http://admin:EndpointPW77@127.0.0.1:5731'}",
+                "Making request for OperationModel(name=HeadBucket) with params: {'url': "
+                "'http://admin:EndpointPW77@127.0.0.1:5731/bkt'}",
+                "kv postgresql://bob:EndpointPW77@db.example/lakefuse?sslmode=require"):
+        line = _filtered(msg)
+        assert "EndpointPW77" not in line and "admin" not in line and "bob" not in line, line
+        assert "://***@" in line
+    # nothing else is taken for one: a user without a password, an "a:b@c" outside a URL's start
+    for msg in ("kv postgresql://bob@db.example/x", "see https://example.com/a:b@c", "user a:b@c"):
+        assert _filtered(msg) == msg
+
+
 def test_debug_logging_of_an_s3_command_shows_no_credential(tmp_path, s3_endpoint, s3_bucket):
     """``-vv`` printed the session token and the access key ID (botocore's headers) on stderr,
-    and a mount's log file got them too."""
+    and a mount's log file got them too; and the endpoint's user and password (a security review)."""
+    assert s3_endpoint.startswith("http://")
     env = {**os.environ, "AWS_SESSION_TOKEN": TOKEN, "AWS_ACCESS_KEY_ID": KEY_ID,
-           "LAKEFUSE_S3_ENDPOINT": s3_endpoint}
+           "LAKEFUSE_S3_ENDPOINT": "http://admin:EndpointPW77@" + s3_endpoint[len("http://"):]}
     home = str(tmp_path / "home")
 
     def run(*args: str) -> subprocess.CompletedProcess:
@@ -72,3 +88,4 @@ def test_debug_logging_of_an_s3_command_shows_no_credential(tmp_path, s3_endpoin
     assert r.returncode == 0, r.stderr
     assert "Sending http request" in r.stderr and "X-Amz-Security-Token" in r.stderr  # (botocore's debug log)
     assert TOKEN not in r.stderr + r.stdout and KEY_ID not in r.stderr + r.stdout
+    assert "EndpointPW77" not in r.stderr + r.stdout and "://***@127.0.0.1" in r.stderr

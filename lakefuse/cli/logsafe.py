@@ -2,8 +2,9 @@
 
 ``-vv`` turns on botocore's debug log, which prints each request's headers: the session token
 (``X-Amz-Security-Token``) and the access key ID (``Authorization: ... Credential=AKIA...``) went
-into the mount's log file and onto stderr. The filter blanks those fields, and any value of the
-AWS credentials in the environment, wherever a message holds them.
+into the mount's log file and onto stderr. The filter blanks those fields, any value of the
+AWS credentials in the environment, and the user and password of any URL (an S3 endpoint written
+``http://user:password@host``, which botocore's debug lines print), wherever a message holds them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ _FIELDS = re.compile(
     r"((?:X-Amz-Security-Token|x-amz-security-token|Signature|aws_secret_access_key|"
     r"aws_session_token|SecretAccessKey|SessionToken)['\"]?\s*[:=]\s*b?['\"]?)[^'\"\s,}&]+"
     r"|(Credential['\"]?\s*[:=]\s*b?['\"]?)[^'\"\s,/}&]+")
+# scheme://user:password@ (a URL's userinfo with a password): what follows the scheme, up to the "@"
+_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@:'\"]*:[^/\s@'\"]*@")
 _ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID", "PGPASSWORD")
 
 
@@ -38,6 +41,7 @@ class NoCredentials(logging.Filter):
         for secret in self._secrets:  # (first: the fields' rule below must not cut one in two)
             clean = clean.replace(secret, "***")
         clean = _FIELDS.sub(lambda m: (m.group(1) or m.group(2)) + "***", clean)
+        clean = _USERINFO.sub(r"\1***@", clean)
         if clean != msg:
             record.msg, record.args = clean, None
         return True

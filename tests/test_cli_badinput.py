@@ -188,6 +188,18 @@ def test_upload_of_a_fifo_is_refused(home, tmp_path):
     assert r.returncode == 2 and b"not a regular file" in r.stderr and r.stderr.count(b"\n") == 1
 
 
+@pytest.mark.parametrize("dest,meant", [("lakefs://rep1/main//abs", "abs"), ("lakefs://rep1/main/a//b", "a/b")])
+def test_upload_to_a_key_with_an_empty_segment_is_refused(home, tmp_path, dest, meant):
+    """Found by a security review: ``fs upload`` took the keys ``/abs`` and ``a//b``, which the
+    mount hides and no export can write -- every later export of the branch failed on them."""
+    f = tmp_path / "f"
+    f.write_bytes(b"x")
+    r = run(home, "fs", "upload", dest, "-s", str(f))
+    assert r.returncode == 2 and b"empty path segment" in r.stderr and f"did you mean '{meant}'".encode() in r.stderr
+    assert r.stderr.count(b"\n") == 1
+    assert run(home, "fs", "upload", "lakefs://rep1/main/a/b", "-s", str(f)).returncode == 0  # (the key meant)
+
+
 def test_library_upload_of_a_fifo_is_refused(tmp_path):
     from graveler import Graveler
     from graveler.config import GravelerConfig

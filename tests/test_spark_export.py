@@ -290,6 +290,30 @@ def test_paths_that_go_from_directory_to_file_and_commits_a_directory_cannot_hol
         _unwrapped(lambda: export(spark, repo, "main", str(tmp_path / "dest2"), full=True))
 
 
+def test_a_key_no_destination_can_hold_is_refused_before_the_destination_changes(spark, tmp_path):
+    """Found by a security review: a commit holding the key ``/abs`` (a lakeFS repository's, or an
+    upload to ``main//abs``) failed the export only after it had marked a complete export at the
+    destination incomplete (its ``_SUCCESS`` gone). Refused first now, naming the key; the next
+    commit without it exports from that complete export."""
+    repo = make_repo(tmp_path)
+    repo.upload("main", "ok.txt", b"ok\n")
+    c1 = repo.commit("main", "one")
+    dest = tmp_path / "dest"
+    export(spark, repo, "main", str(dest))
+    repo.upload("main", "/abs", b"abs\n")
+    repo.commit("main", "two")
+    with pytest.raises(InvalidArgument, match="holds the key '/abs'.*empty path segment"):
+        _unwrapped(lambda: export(spark, repo, "main", str(dest)))
+    assert json.loads((dest / "_SUCCESS").read_bytes())["commit_id"] == c1.id and not (dest / "_INCOMPLETE").exists()
+    repo.delete("main", "/abs")
+    repo.upload("main", "new.txt", b"new\n")
+    c3 = repo.commit("main", "three")
+    r = export(spark, repo, "main", str(dest))
+    assert r.previous == c1.id and (r.copied, r.deleted) == (1, 0)
+    got = tree(dest)
+    assert json.loads(got.pop("_SUCCESS"))["commit_id"] == c3.id and got == {"ok.txt": b"ok\n", "new.txt": b"new\n"}
+
+
 def test_an_incremental_export_cut_short_goes_on_from_the_same_previous_export(spark, tmp_path):
     """Found by a data engineer: an incremental export that failed part-way had removed _SUCCESS, so
     its run again was a full export, which keeps what the diff removes -- and wrote a _SUCCESS

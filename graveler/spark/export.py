@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.model import AddressType
 from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
-from graveler.objstore import LocalStore, open_store, sparse, validate_key
+from graveler.objstore import LocalStore, open_store, sparse
 from graveler.objstore.local import TMP_PREFIX, _write_all
 from graveler.objstore.uri import place
 from graveler.objstore.base import StoreConfig
@@ -342,6 +342,35 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
                 cid = _commit_or_none(repo, c)
                 if cid is not None and cid not in (commit.id, prev_id) and cid not in partial:
                     partial.append(cid)
+
+    def changes_from(base_id: str):
+        return diff_df(spark, repo, base_id, commit.id).select(
+            F.when(F.col("diff_type") == "removed", F.lit("delete")).otherwise(F.lit("copy")).alias("op"),
+            "key",
+            F.col("right.address").alias("address"),
+            F.col("right.address_type").alias("address_type"),
+            F.coalesce(F.col("right.size"), F.lit(0)).alias("size"),
+            F.col("right.etag").alias("etag"),
+        )
+
+    if prev_id is not None:
+        plan = changes_from(prev_id)
+    else:
+        plan = entries_df(spark, repo, commit.id).select(F.lit("copy").alias("op"), "key", "address",
+                                                         "address_type", "size", "etag")
+    for cid in partial:  # (the same key in two plans: the same op, to this commit's version)
+        plan = plan.unionByName(changes_from(cid))
+    if partial:
+        plan = plan.dropDuplicates(["key"])
+    plan = plan.where(~F.col("key").endswith("/"))  # directory markers (empty dirs of the mount): no object
+    bad_key = F.col("key").contains("//") | F.col("key").startswith("/")
+    first_bad = plan.where((F.col("op") == "copy") & bad_key).select("key").limit(1).collect()
+    plan = plan.where(~bad_key)  # (a deletion of such a key: no export can have written it)
+    if first_bad:  # (refused before the destination is touched: a complete export there stays so)
+        raise InvalidArgument(f"commit {commit.id[:12]} holds the key {first_bad[0].key!r}, which has an empty path "
+                              "segment ('//' or a leading '/'): no export destination can hold it as it is (the "
+                              "mount hides it too); move or remove it in a commit, then export again. The "
+                              "destination was not changed")
     out = open_store(dest.uri, cfg)
     try:
         # from now on the destination is not a complete export; a run cut short leaves this behind,
@@ -351,30 +380,6 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
                                         "storage_namespace": ns.uri, "previous": prev_id,
                                         "partial": partial}).encode())
         out.delete(SUCCESS)
-        def changes_from(base_id: str):
-            return diff_df(spark, repo, base_id, commit.id).select(
-                F.when(F.col("diff_type") == "removed", F.lit("delete")).otherwise(F.lit("copy")).alias("op"),
-                "key",
-                F.col("right.address").alias("address"),
-                F.col("right.address_type").alias("address_type"),
-                F.coalesce(F.col("right.size"), F.lit(0)).alias("size"),
-                F.col("right.etag").alias("etag"),
-            )
-
-        if prev_id is not None:
-            plan = changes_from(prev_id)
-        else:
-            plan = entries_df(spark, repo, commit.id).select(F.lit("copy").alias("op"), "key", "address",
-                                                             "address_type", "size", "etag")
-        for cid in partial:  # (the same key in two plans: the same op, to this commit's version)
-            plan = plan.unionByName(changes_from(cid))
-        if partial:
-            plan = plan.dropDuplicates(["key"])
-        plan = plan.where(~F.col("key").endswith("/"))  # directory markers (empty dirs of the mount): no object
-        bad = plan.where(F.col("key").contains("//") | F.col("key").startswith("/"))
-        first_bad = bad.select("key").limit(1).collect()
-        if first_bad:
-            validate_key(first_bad[0].key)  # raises InvalidArgument naming the key
         nparts = partitions or spark.sparkContext.defaultParallelism * 2
         rows = []
         # the deletions first: a path that went from a directory to a file (or back) is free by the

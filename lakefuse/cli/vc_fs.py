@@ -203,6 +203,10 @@ def cmd_upload(args: argparse.Namespace) -> int:
     if u.ref is None:
         raise InvalidArgument(f"{u}: expected lakefs://REPO/BRANCH/PATH")
     branch, path = u.ref, u.path or ""
+    if path.startswith("/") or "//" in path:  # (lakefs://R/B//x: the key "/x")
+        meant = "/".join(p for p in path.split("/") if p) + ("/" if path.endswith("/") else "")
+        raise InvalidArgument(f"{path!r} has an empty path segment ('//' or a leading '/'): the mount cannot show "
+                              f"such a key and export cannot write it (did you mean {meant!r}?)")
     src = args.source
     if not os.path.lexists(src):
         raise NotFound(f"local file not found: {src}")

@@ -199,8 +199,10 @@ class View:
                 got = reader.etag()  # (remembered by size and mtime: hashed again only after a change)
                 if got != entry.etag:
                     reader.close()
+                    # (what it holds now is not said, not even its MD5: the file may have been
+                    # swapped for a link to one the log's readers may not read)
                     raise CorruptedData(f"{store.full_uri(key)} is not the object its entry names: it changed "
-                                        f"since it was imported (MD5 {got}, the entry says {entry.etag})")
+                                        f"since it was imported (its MD5 is no longer {entry.etag})")
             return reader
         return ChunkedReader(store, key, entry.size, store.full_uri(key), entry.etag, cache)
 

@@ -443,6 +443,53 @@ def test_merge_conflicts_and_strategies(repo):
         repo.merge("dev", "main", strategy="ours")
 
 
+def test_directory_markers_changed_on_both_sides_merge_and_revert_without_conflict(repo):
+    """Found by a data team lead's tour: a mount writes a directory's marker (``out/``: its
+    attributes) whenever something inside changes, so two jobs writing different files into one
+    directory on two branches conflicted on ``out/``, and a revert of an old load conflicted with
+    a later load into the same directory. git keeps no directories: both are clean. Between two
+    changes of a marker the one changed last wins, a change wins over a deletion; a file still
+    conflicts."""
+    def marker(tag: str, t: int) -> Entry:
+        return Entry(address=f"data/m/{tag}", size=0, etag="d41d8cd98f00b204e9800998ecf8427e", last_modified_ns=t,
+                     metadata={"tag": tag})
+
+    repo.stage("main", "keep", entry("k"))
+    repo.commit("main", "base")
+    repo.create_branch("a")
+    repo.create_branch("b")
+    repo.stage_many("a", [("out/", marker("a", 10)), ("out/a.csv", entry("a"))])
+    repo.commit("a", "job a")
+    repo.stage_many("b", [("out/", marker("b", 20)), ("out/b.csv", entry("b"))])
+    repo.commit("b", "job b")
+    repo.merge("a", "main")
+    repo.merge("b", "main")  # (both added out/, differently: the later one, b's, is kept)
+    got = {it.path: it.entry for it in repo.list("main", delimiter="")}
+    assert sorted(got) == [b"keep", b"out/", b"out/a.csv", b"out/b.csv"] and got[b"out/"].metadata == {"tag": "b"}
+    repo.create_branch("c", "a")
+    repo.stage("c", "out/", marker("c", 5))  # changed before b's: main keeps b's
+    repo.commit("c", "c")
+    repo.merge("c", "main")
+    assert repo.get("main", "out/").metadata == {"tag": "b"}
+    # a revert of a load whose directory a later load changed again
+    repo.stage_many("main", [("loads/", marker("l1", 30)), ("loads/one", entry("one"))])
+    c1 = repo.commit("main", "load one")
+    repo.stage_many("main", [("loads/", marker("l2", 40)), ("loads/two", entry("two"))])
+    repo.commit("main", "load two")
+    repo.revert("main", c1.id)  # (c1 added loads/, and later it changed: a change over a deletion)
+    assert "loads/one" not in etags(repo, "main") and "loads/two" in etags(repo, "main")
+    assert repo.get("main", "loads/").metadata == {"tag": "l2"}
+    # a file changed on both sides still conflicts
+    repo.create_branch("d")
+    repo.stage("d", "out/a.csv", entry("a-d"))
+    repo.commit("d", "d")
+    repo.stage("main", "out/a.csv", entry("a-main"))
+    repo.commit("main", "main")
+    with pytest.raises(MergeConflict) as ei:
+        repo.merge("d", "main")
+    assert ei.value.keys == [b"out/a.csv"]
+
+
 def test_merge_refusals(repo):
     repo.stage("main", "a", entry("a1"))
     repo.commit("main", "base")

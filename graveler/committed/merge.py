@@ -16,7 +16,7 @@ from typing import Iterator
 from graveler.committed.kernel import diff
 from graveler.committed.reader import RecordIterator, TableReader
 from graveler.errors import MergeConflict
-from graveler.model import MergeStrategy, Value, decode_value
+from graveler.model import Entry, MergeStrategy, Value, decode_value
 
 MAX_CONFLICTS_REPORTED = 1000  # conflicting keys kept for the error; all of them are counted
 
@@ -25,6 +25,23 @@ def _same(a: Value | None, b: Value | None) -> bool:
     if a is None or b is None:
         return a is b
     return a.identity == b.identity
+
+
+def _marker_change(key: bytes, src_v: Value | None, dest_v: Value | None) -> tuple[bool, Value | None]:
+    """Two sides that changed the directory marker ``key`` (``d/``: a directory's attributes,
+    no content) differently: ``(True, change)`` decides it without a conflict -- a change over
+    a deletion (the directory stays, with the attributes the changing side gave it), else the
+    version changed last (``last_modified``; the destination's on a tie). A mount writes a
+    directory's marker whenever something inside it changes (its mtime), so two branches that
+    wrote different files into one directory, or a revert of a load into a directory a later
+    load also wrote, both touched it: as git, which keeps no directories, such merges are clean.
+    ``(False, None)`` for any other key."""
+    if not key.endswith(b"/"):
+        return False, None
+    if src_v is None or dest_v is None:
+        return True, src_v if dest_v is None else None  # (None: the destination's stays)
+    newer = Entry.from_value(src_v).last_modified_ns > Entry.from_value(dest_v).last_modified_ns
+    return True, src_v if newer else None
 
 
 def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: str,
@@ -39,7 +56,7 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
     | changed               | changed otherwise | conflict (or the strategy) |
 
     Deletions count as changes; a key added on both sides with the same identity is
-    no conflict. After the first conflict nothing more is yielded (the merge fails)
+    no conflict, nor are two changes of a directory marker (:func:`_marker_change`). After the first conflict nothing more is yielded (the merge fails)
     but the walk goes on to count every conflict; at the end MergeConflict is raised
     with the count and up to MAX_CONFLICTS_REPORTED keys.
 
@@ -66,6 +83,10 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
             continue
         elif conflicts_to_base:
             change = base_v
+        elif (decided := _marker_change(key, src_v, dest_v))[0]:
+            if decided[1] is None:
+                continue  # the destination's marker stays
+            change = decided[1]
         else:
             n_conflicts += 1
             if len(conflicts) < MAX_CONFLICTS_REPORTED:

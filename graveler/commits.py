@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from graveler import fences
 from graveler.committed.manager import ApplyStats
 from graveler.core import RepoCore
 from graveler.errors import Conflict, DirtyBranch, InvalidArgument, NotFound, NothingToCommit, PreconditionFailed
@@ -54,11 +55,14 @@ class Commits:
         committer = committer or c.config.committer
 
         def seal(txn):
+            fence = c.refs.get_fence_txn(txn, branch)
+            if fence is not None:  # a change made in several transactions is under way: not half of it
+                raise fences.busy(branch, fence)
             b, sealed_now = c.seal_txn(txn, branch)
             if not sealed_now and not b.sealed_tokens and not allow_empty:
                 raise NothingToCommit(f"nothing to commit on branch {branch!r}")
 
-        c.env.write(seal)
+        fences.waiting(lambda: c.env.write(seal))
         # Every object a sealed entry names was written before its staging, so before the
         # seal: make them durable before a commit record can name them. (Objects adopted
         # without an fsync, by this process or another one; one syncfs on a local store.)

@@ -379,7 +379,25 @@ class Repository:
     def _reset_all_txn(self, txn, branch: str) -> Branch:
         b = self._core.branch_txn(txn, branch)
         self._refs.put_branch_txn(txn, Branch(b.name, b.commit_id, new_staging_token(), ()))
+        self._refs.drop_fence_txn(txn, branch)  # (what a change cut short left is discarded with the rest)
         return b
+
+    def fence(self, branch: str, fence: dict | None) -> None:
+        """Put ``fence`` (:func:`graveler.fences.new_fence`) on ``branch`` -- None: remove its
+        fence: a change made in several transactions is under way, and commits wait for it to
+        be removed (:mod:`graveler.fences`). NotFound if the branch is gone."""
+        def fn(txn) -> None:
+            if fence is None:
+                self._refs.drop_fence_txn(txn, branch)
+            else:
+                self._core.branch_txn(txn, branch)
+                self._refs.put_fence_txn(txn, branch, fence)
+        self._env.write(fn)
+
+    def fence_of(self, branch: str) -> dict | None:
+        """The fence on ``branch`` (None: none)."""
+        with self._env.read() as txn:
+            return self._refs.get_fence_txn(txn, branch)
 
     # ------------------------------------------------------------------ reads
 

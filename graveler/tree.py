@@ -9,10 +9,13 @@ etag, metadata) is staged under its new path and a tombstone under the old one.
   ones together), so a huge directory never holds LMDB's writer lock for long.
   The branch shows both halves in between; the mount makes the rename atomic
   for its own readers by holding the branch's tree lock exclusively meanwhile
-  (see ``docs/SEMANTICS.md``). No key is ever lost between batches: each key is
+  (see ``docs/SEMANTICS.md``), and a rename of more than one batch fences the
+  branch (:mod:`graveler.fences`) so that no commit, from any process, takes half
+  of it. No key is ever lost between batches: each key is
   at its old or at its new path. Running it again after an interruption
-  finishes it (it moves whatever is still under the old path), which is how the
-  mount recovers a rename a crash cut short.
+  finishes it (it moves whatever is still under the old path, and removes the
+  fence the interrupted run left), which is how the mount recovers a rename a
+  crash cut short.
 
 Directory markers (``d/``, see :mod:`graveler.objects`) move with their
 directory like any other key.
@@ -25,6 +28,7 @@ import logging
 from typing import Callable
 
 from graveler.errors import InvalidArgument, NotFound, PathTooLong
+from graveler.fences import new_fence
 from graveler.staging import MAX_PATH_BYTES
 
 log = logging.getLogger(__name__)
@@ -65,6 +69,10 @@ def rename_prefix(repo, branch: str, src_dir: bytes, dst_dir: bytes, batch: int 
     n = 0
     pending: list = list(first or ())
     extra = len(pending)
+    op = {"src": src_dir.decode("utf-8", "replace"), "dst": dst_dir.decode("utf-8", "replace")}
+    left = repo.fence_of(branch)  # an interrupted run's fence: removed once this one is done
+    resumed = left is not None and all(left.get(k) == v for k, v in op.items())
+    fenced = False
 
     def flush() -> None:
         nonlocal n, pending, extra
@@ -75,14 +83,28 @@ def rename_prefix(repo, branch: str, src_dir: bytes, dst_dir: bytes, batch: int 
         if staged is not None:
             staged(moved)
 
-    for item in repo.list(branch, src_pfx, delimiter=b""):
-        rest = item.path[len(src_pfx):]
-        pending.append((dst_pfx + rest, item.value))
-        pending.append((item.path, None))
-        if len(pending) - extra >= 2 * batch:
+    fence = new_fence("the rename of a directory", **op)
+    try:
+        for item in repo.list(branch, src_pfx, delimiter=b""):
+            rest = item.path[len(src_pfx):]
+            pending.append((dst_pfx + rest, item.value))
+            pending.append((item.path, None))
+            if len(pending) - extra >= 2 * batch:
+                if not fenced and not resumed:  # more than one transaction: no commit takes part of them
+                    repo.fence(branch, fence)
+                    fenced = True
+                flush()
+        if pending:
             flush()
-    if pending:
-        flush()
+    except BaseException:
+        if fenced:  # it stays, said cut short: commits need not wait for it
+            try:
+                repo.fence(branch, {**fence, "cut": True})
+            except Exception:  # noqa: BLE001 -- (the KV away: the fence stays as it was)
+                log.debug("could not mark the fence of %r on %s cut short", op, branch)
+        raise
+    if fenced or resumed:  # (a failure before this leaves the fence: the branch holds part of it)
+        repo.fence(branch, None)
     if n == 0:
         raise NotFound(f"nothing under {src_pfx.decode('utf-8', 'replace')!r} on {branch!r}")
     log.debug("%s: renamed %d keys %r -> %r on %s", repo.name, n, src_dir, dst_dir, branch)

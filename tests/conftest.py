@@ -116,7 +116,7 @@ def spark(s3_endpoint):
 # =====================================================================================
 
 KV_MODULES = {"test_graveler_ops", "test_graveler_model", "test_graveler_view", "test_repository_api",
-              "test_refs", "test_staging", "test_kv_contract"}
+              "test_refs", "test_staging", "test_kv_contract", "test_fences"}
 
 
 def pytest_configure(config):

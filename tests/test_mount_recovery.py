@@ -321,9 +321,15 @@ def test_a_directory_rename_cut_short_after_a_batch_is_finished_by_the_next_moun
         fs.rename(root, b"X", root, b"W", 0)
     assert len(list((tmp_path / "cache").rglob("*.intent"))) == 1
     monkeypatch.setattr(repo, "stage_many", orig)
+    from graveler.fences import BranchBusy
+
+    with pytest.raises(BranchBusy, match="cut short"):  # no commit takes the half-moved directory meanwhile
+        repo.commit("main", "half a rename")
     os.close(fs.spool._lock_fd)  # kill -9
     from lakefuse.mount.writes import WritableFilesystem
 
     WritableFilesystem(repo, spool=Spool(repo, cfg)).writes.recover()  # the next mount
     assert sorted(it.path for it in repo.list("main", b"X/", delimiter=b"")) == []
     assert repo.read("main", "W" + deep[1:]) == b"deep"
+    assert repo.fence_of("main") is None
+    assert repo.exists(repo.commit("main", "the whole rename").id, "W" + deep[1:])

@@ -18,6 +18,7 @@ import socket
 import zlib
 from typing import Iterator
 
+from graveler import fences
 from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
 from graveler.kv.base import BRANCHES, COMMITS, REPO, STAMPS, TAGS, Store, Txn
 from graveler.refs import graph
@@ -201,8 +202,20 @@ class RefManager:
     def delete_branch_txn(self, txn: Txn, name: str) -> Branch:
         b = self.get_branch_txn(txn, name)
         txn.delete(BRANCHES, name.encode())
+        self.drop_fence_txn(txn, name)  # (a branch made again later is whole)
         self.bump_stamp_txn(txn, name)  # kept: a branch made again later goes on counting
         return b
+
+    # fences (graveler.fences): a change of the branch made in several transactions, under way
+    def get_fence_txn(self, txn: Txn, name: str) -> dict | None:
+        raw = txn.get(REPO, fences.FENCE_PREFIX + name.encode())
+        return None if raw is None else fences.decode(raw)
+
+    def put_fence_txn(self, txn: Txn, name: str, fence: dict) -> None:
+        txn.put(REPO, fences.FENCE_PREFIX + name.encode(), fences.encode(fence))
+
+    def drop_fence_txn(self, txn: Txn, name: str) -> None:
+        txn.delete(REPO, fences.FENCE_PREFIX + name.encode())
 
     def list_branches(self) -> list[Branch]:
         """All branches, by name."""

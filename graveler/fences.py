@@ -1,0 +1,108 @@
+"""Fences: a change of a branch that takes several KV transactions, made whole for commits.
+
+A directory rename of more keys than one transaction moves (:func:`graveler.tree.rename_prefix`)
+stages them batch by batch. A commit sealing the branch's staging between two batches would
+take half the rename -- the files moved so far under the new name, the rest under the old one
+-- and a commit made by another process (the CLI, another mount, another host on a shared KV)
+has no lock of the renaming mount to wait for. So before its second batch the change puts a
+*fence* on the branch, a row of the repository's KV (its ``repo`` table, under ``fence\\0`` +
+the branch's name: every backend has that table), and removes it after its last batch; a
+commit that finds a fence waits for it to go (:data:`FENCE_WAIT_S` at most), then fails
+(:class:`BranchBusy`, a Conflict). A fence whose process is gone (it names its host, pid and
+that process's start time), or one its change marked cut short (a failure midway), is not
+waited for: the change was cut short, and the commit is
+refused until the branch is whole again -- the mount that made it finishes it when it mounts
+again (its spool's intent record), a full ``branch reset`` discards it with the rest of the
+branch's uncommitted changes, and deleting the branch removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+from graveler.errors import Conflict
+
+FENCE_WAIT_S = 60.0  # how long a commit waits for a fence's change to finish
+_POLL_S = 0.05
+FENCE_PREFIX = b"fence\0"  # + the branch's name, in the repository's ``repo`` table
+
+
+class BranchBusy(Conflict):
+    """A commit found the branch in the middle of a change made in several transactions."""
+
+    def __init__(self, msg: str, fence: dict, gone: bool):
+        super().__init__(msg)
+        self.fence = fence
+        self.gone = gone  # the process that made it is gone: waiting is no use
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (/proc's ticks since boot), None if it is not running."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def new_fence(what: str, **details) -> dict:
+    """The record of a fence this process puts on a branch: what it does, and who does it."""
+    return {"what": what, **details, "host": socket.gethostname(), "pid": os.getpid(),
+            "start": _start_time(os.getpid()), "since": time.time()}
+
+
+def encode(fence: dict) -> bytes:
+    return json.dumps(fence, sort_keys=True).encode()
+
+
+def decode(raw: bytes) -> dict:
+    try:
+        fence = json.loads(raw)
+    except ValueError:
+        fence = None
+    return fence if isinstance(fence, dict) else {"what": "a change", "damaged": True}
+
+
+def is_gone(fence: dict) -> bool:
+    """Whether the process that put ``fence`` is known to be gone (this host's processes only:
+    one of another host is taken as alive)."""
+    if fence.get("host") != socket.gethostname() or not isinstance(fence.get("pid"), int):
+        return False
+    start = _start_time(fence["pid"])
+    return start is None or (fence.get("start") is not None and start != fence["start"])
+
+
+def busy(branch: str, fence: dict) -> BranchBusy:
+    """The error of a commit of ``branch`` that met ``fence``."""
+    who = f"pid {fence.get('pid', '?')} on {fence.get('host', '?')}"
+    since = fence.get("since")
+    when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float)) else ""
+    what = fence.get("what", "a change")
+    if fence.get("src") is not None:
+        what += f" {fence['src']!r} -> {fence.get('dst')!r}"
+    gone = bool(fence.get("cut")) or is_gone(fence)
+    if gone:
+        return BranchBusy(f"branch {branch!r} holds part of {what}, cut short ({who}{when}): a commit would "
+                          "take part of it. Mount the repository again on that host to finish it, or discard the "
+                          f"branch's uncommitted changes (lakefuse branch reset lakefs://REPO/{branch})", fence, True)
+    return BranchBusy(f"branch {branch!r} is in the middle of {what} ({who}{when}), still going after "
+                      f"{FENCE_WAIT_S:g}s: commit again once it is done", fence, False)
+
+
+def waiting(fn, wait_s: float | None = None):
+    """``fn()``, again while it raises a :class:`BranchBusy` whose process is alive, for up to
+    ``wait_s`` seconds (default :data:`FENCE_WAIT_S`; then that error)."""
+    deadline = time.monotonic() + (FENCE_WAIT_S if wait_s is None else wait_s)
+    while True:
+        try:
+            return fn()
+        except BranchBusy as e:
+            if e.gone or time.monotonic() >= deadline:
+                raise
+            time.sleep(_POLL_S)
+
+
+__all__ = ["BranchBusy", "FENCE_WAIT_S", "busy", "new_fence", "waiting"]

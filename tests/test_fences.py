@@ -1,0 +1,127 @@
+"""A change of a branch made in several transactions is whole in every commit (graveler.fences)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+from graveler import fences
+from graveler.fences import BranchBusy, new_fence
+from graveler.tree import rename_prefix
+from tests.graveler_testutil import entry, make_repo
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = make_repo(tmp_path)
+    yield r
+    r.close()
+
+
+def _tree(repo, ref: str) -> list[str]:
+    return sorted(it.path.decode() for it in repo.list(ref, delimiter=""))
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_a_commit_during_a_rename_of_many_batches_waits_for_all_of_it(repo):
+    """Found by a data team lead's tour: a CLI commit made while a mount renamed a directory of
+    60,000 files (two transactions) held 10,000 of them under the old name and 50,000 under the
+    new one. The rename fences the branch before its second batch; a commit from any thread or
+    process waits for the fence to go, and takes the whole rename."""
+    repo.stage_many("main", [(f"src/f{i}", entry(f"f{i}")) for i in range(7)])
+    repo.commit("main", "seven files")
+    done: list = []
+    started = threading.Event()
+
+    def commit() -> None:
+        started.set()
+        done.append(repo.commit("main", "during the rename"))
+
+    waiter = threading.Thread(target=commit)
+
+    def staged(n: int) -> None:
+        if not waiter.is_alive() and not done:  # after the first batch
+            assert repo.fence_of("main")["what"] == "the rename of a directory"
+            waiter.start()
+            started.wait()
+            time.sleep(0.3)
+            assert waiter.is_alive() and not done  # waiting for the fence
+
+    assert rename_prefix(repo, "main", b"src", b"dst", batch=2, staged=staged) == 7
+    waiter.join(30)
+    assert done and repo.fence_of("main") is None
+    assert _tree(repo, done[0].id) == [f"dst/f{i}" for i in range(7)]
+    # one batch is one transaction: no fence at all
+    calls = []
+    orig = repo.fence
+    repo.fence = lambda *a: calls.append(a) or orig(*a)
+    try:
+        rename_prefix(repo, "main", b"dst", b"one", batch=100)
+    finally:
+        repo.fence = orig
+    assert calls == []
+
+
+def test_a_fence_whose_process_is_gone_or_cut_short_refuses_at_once_until_reset(repo, monkeypatch):
+    repo.stage("main", "a", entry("a"))
+    repo.commit("main", "a")
+    repo.stage("main", "b", entry("b"))
+    repo.fence("main", {**new_fence("the rename of a directory", src="x", dst="y"), "pid": _dead_pid()})
+    t0 = time.monotonic()
+    with pytest.raises(BranchBusy, match="cut short.*branch reset") as ei:
+        repo.commit("main", "b")
+    assert ei.value.gone and time.monotonic() - t0 < 5  # not waited for
+    repo.reset("main")  # discards what the change left, and its fence
+    assert repo.fence_of("main") is None
+    repo.stage("main", "b", entry("b"))
+    assert _tree(repo, repo.commit("main", "b").id) == ["a", "b"]
+    # a live process's fence: waited for, then refused
+    monkeypatch.setattr(fences, "FENCE_WAIT_S", 0.3)
+    repo.stage("main", "c", entry("c"))
+    repo.fence("main", new_fence("the rename of a directory", src="x", dst="y"))
+    with pytest.raises(BranchBusy, match="still going after") as ei:
+        repo.commit("main", "c")
+    assert not ei.value.gone
+    # deleting the branch removes it: a branch made again is whole
+    repo.create_branch("dev")
+    repo.fence("dev", new_fence("the rename of a directory", src="x", dst="y"))
+    repo.delete_branch("dev")
+    repo.create_branch("dev")
+    assert repo.fence_of("dev") is None
+
+
+def test_a_rename_cut_short_is_refused_at_once_and_finished_by_running_it_again(repo):
+    """The mount's recovery runs an interrupted rename again: it moves what is left and removes
+    the fence the first run left (marked cut short, so commits meanwhile fail at once)."""
+    repo.stage_many("main", [(f"src/f{i}", entry(f"f{i}")) for i in range(6)])
+    repo.commit("main", "six")
+    orig = repo.stage_many
+    calls = []
+
+    def failing(branch, items, *a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("the KV went away")
+        return orig(branch, items, *a, **kw)
+
+    repo.stage_many = failing
+    try:
+        with pytest.raises(OSError):
+            rename_prefix(repo, "main", b"src", b"dst", batch=2)
+    finally:
+        repo.stage_many = orig
+    assert repo.fence_of("main")["cut"] is True
+    with pytest.raises(BranchBusy, match="cut short") as ei:
+        repo.commit("main", "half")
+    assert ei.value.gone
+    assert rename_prefix(repo, "main", b"src", b"dst", batch=2) == 4  # (2 had moved)
+    assert repo.fence_of("main") is None
+    assert _tree(repo, repo.commit("main", "whole").id) == [f"dst/f{i}" for i in range(6)]

@@ -61,6 +61,7 @@ class Pin:
     commit: Commit
     raw: bytes | None
     guard: Callable[[object], None] | None
+    born: str | None = None  # a branch's birth (RefManager.get_born_txn): another for a branch made again
 
     @property
     def is_branch(self) -> bool:
@@ -115,6 +116,7 @@ class RepoCore:
             rr = self.refs.resolve_txn(txn, ref)
             commit = self.refs.get_commit_txn(txn, rr.commit_id)
             raw = self.refs.branch_raw_txn(txn, rr.branch) if rr.is_branch else None
+            born = self.refs.get_born_txn(txn, rr.branch) if raw is not None else None
         if raw is None:
             return Pin(rr, commit, None, None)
         name, refs = rr.branch, self.refs
@@ -123,7 +125,7 @@ class RepoCore:
             if refs.branch_raw_txn(t, name) != raw:
                 raise BranchMoved(name)
 
-        return Pin(rr, commit, raw, guard)
+        return Pin(rr, commit, raw, guard, born)
 
     def repin(self, ref: str, pin: Pin) -> Pin:
         """``pin`` itself while its branch record is unchanged (a staged write moves the

@@ -39,6 +39,8 @@ from graveler.view import View
 
 log = logging.getLogger(__name__)
 
+ANY_BIRTH = object()  # (staging's ``born`` left out: whichever branch has the name now)
+
 
 class Repository:
     """One repository's operations. Thread-safe; get it from :class:`graveler.home.Graveler`."""
@@ -182,11 +184,12 @@ class Repository:
         return self._stage_many(branch, items, durable, False)[0]
 
     def stage_stamped(self, branch: str, items: Iterable[tuple[str | bytes, Entry | Value | None]],
-                      durable: bool = True) -> tuple[int, int, bytes]:
+                      durable: bool = True, born: str | None | object = ANY_BIRTH) -> tuple[int, int, bytes]:
         """:meth:`stage_many`, and what a reader that made the change needs not read again:
         (how many, the branch's change stamp as of this write -- :meth:`change_stamp`,
-        read in its transaction --, the branch record's stored bytes then)."""
-        return self._stage_many(branch, items, durable, True)
+        read in its transaction --, the branch record's stored bytes then). ``born``: only on
+        the branch of that birth (:meth:`branch_born`; NotFound for a later branch of its name)."""
+        return self._stage_many(branch, items, durable, True, born)
 
     @staticmethod
     def _encoded(items) -> tuple[list[bytes], list]:
@@ -201,12 +204,14 @@ class Repository:
             values.append(e)
         return paths, encode_records(values)
 
-    def _stage_many(self, branch: str, items, durable: bool, stamped: bool) -> tuple[int, int, bytes | None]:
+    def _stage_many(self, branch: str, items, durable: bool, stamped: bool,
+                    born: str | None | object = ANY_BIRTH) -> tuple[int, int, bytes | None]:
         paths, records = self._encoded(items)  # (outside the (shared) write transaction)
         refs = self._refs
 
         def fn(txn):
             b = self._core.branch_txn(txn, branch)  # locked until the commit (see Store.write_grouped)
+            self._same_birth_txn(txn, branch, born)
             refs.bump_staged_stamp_txn(txn, branch)
             n = self._staging.put_records_txn(txn, b.staging_token, paths, records)
             if not stamped:
@@ -215,9 +220,20 @@ class Repository:
 
         return self._env.write_grouped(fn, durable)  # concurrent stagers share a transaction
 
+    def _same_birth_txn(self, txn, branch: str, born) -> None:
+        if born is not ANY_BIRTH and self._refs.get_born_txn(txn, branch) != born:
+            raise NotFound(f"branch {branch!r} was deleted (a branch of that name was made again since)")
+
+    def branch_born(self, name: str) -> str | None:
+        """The birth of branch ``name`` (:meth:`graveler.refs.RefManager.get_born_txn`): what
+        tells it from a later branch of its name; NotFound if there is none."""
+        with self._env.read() as txn:
+            self._core.branch_txn(txn, name)
+            return self._refs.get_born_txn(txn, name)
+
     def stage_stamped_if(self, branch: str, items: Iterable[tuple[str | bytes, Entry | Value | None]],
                          expected: dict[bytes, bytes | None],
-                         durable: bool = True) -> tuple[int, int, bytes] | None:
+                         durable: bool = True, born: str | None | object = ANY_BIRTH) -> tuple[int, int, bytes] | None:
         """:meth:`stage_stamped`, only if ``branch`` still shows at each path of ``expected`` the
         entry whose identity is given there (None: no entry); else None, and nothing is staged.
         What two writers read and then change at once -- a rename of one file on two hosts --
@@ -231,6 +247,7 @@ class Repository:
 
             def fn(txn):
                 b2 = core.branch_txn(txn, branch)
+                self._same_birth_txn(txn, branch, born)
                 if b2.commit_id != b.commit_id:
                     return None  # committed meanwhile: look again
                 for p, ident in expected.items():
@@ -248,7 +265,8 @@ class Repository:
         got = core.retry(attempt, f"branch {branch!r} kept changing while staging; try again")
         return None if got is False else got
 
-    def stage_if(self, branch: str, path: str | bytes, entry: Entry | Value, expected: bytes | None) -> bool:
+    def stage_if(self, branch: str, path: str | bytes, entry: Entry | Value, expected: bytes | None,
+                 born: str | None | object = ANY_BIRTH) -> bool:
         """Stage ``entry`` at ``path`` only if ``branch`` still shows the entry whose identity is
         ``expected`` there (None: no entry), or already shows ``entry`` itself; False (nothing
         changed) if anything else is there -- another writer saved a newer version meanwhile.
@@ -266,6 +284,7 @@ class Repository:
 
             def fn(txn) -> bool | None:
                 b2 = core.branch_txn(txn, branch)
+                self._same_birth_txn(txn, branch, born)
                 if b2.commit_id != b.commit_id:
                     return None  # committed meanwhile: look again
                 found, cur = self._staging.get_txn(txn, b2.tokens, p)

@@ -71,6 +71,7 @@ class View:
         self._entries = entries
         self.ref = ref
         self._pin = core.pin(ref)
+        self.born = self._pin.born  # a branch's birth: the view follows that branch, never a later one of its name
 
     # -- what the view shows ---------------------------------------------------------------
 
@@ -108,8 +109,15 @@ class View:
         if not self.is_branch:
             return False
         old = self._pin
-        self._pin = self._core.repin(self.ref, old)
+        self._pin = self._same_branch(self._core.repin(self.ref, old))
         return old.commit.id != self._pin.commit.id or old.raw != self._pin.raw
+
+    def _same_branch(self, pin: Pin) -> Pin:
+        """``pin``, unless its branch is a later one of the view's name (the view's was deleted,
+        and a branch of its name made since): NotFound, as for a branch gone."""
+        if pin.born != self.born:
+            raise NotFound(f"branch {self.ref!r} was deleted (a branch of that name was made again since)")
+        return pin
 
     def current(self, raw: bytes) -> bool:
         """Whether the view still shows the branch whose record is stored as ``raw`` (what a
@@ -127,8 +135,10 @@ class View:
         first = self._pin
 
         def run(pin: Pin):
-            if pin is not first and self._pin is first:
-                self._pin = pin  # later reads start from the newer pin
+            if pin is not first:
+                self._same_branch(pin)
+                if self._pin is first:
+                    self._pin = pin  # later reads start from the newer pin
             return fn(pin)
 
         return self._core.pinned(self.ref, run, pin=first)

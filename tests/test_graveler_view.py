@@ -60,6 +60,32 @@ def test_view_is_the_repositorys_read_handle(repo):
         repo.view("main~x")
 
 
+def test_a_branch_made_again_after_a_delete_is_another_branch_to_its_old_views_and_writers(repo):
+    """A view of a branch follows that branch, never a later branch of its name (a data team
+    lead's tour: a mount's tree of a deleted branch showed the one made again, and wrote into
+    it); a staging write given the old branch's birth is NotFound there. A branch made by an
+    older version (no birth kept) is one birth, None."""
+    repo.stage("main", "a", entry("a"))
+    repo.commit("main", "a")
+    repo.create_branch("dev")
+    repo.stage("dev", "d", entry("d"))
+    view, born = repo.view("dev"), repo.branch_born("dev")
+    assert view.born == born is not None and view.stat(b"d").value is not None
+    repo.stage_stamped("dev", [("e", entry("e"))], born=born)  # (its own branch: staged)
+    repo.delete_branch("dev")
+    repo.create_branch("dev")
+    assert repo.branch_born("dev") not in (None, born)
+    with pytest.raises(NotFound, match="made again"):
+        view.refresh()
+    with pytest.raises(NotFound, match="made again"):
+        repo.stage_stamped("dev", [("late", entry("late"))], born=born)
+    assert not repo.exists("dev", "late")
+    with pytest.raises(NotFound, match="made again"):
+        repo.stage_if("dev", "late", entry("late"), None, born=born)
+    repo.stage_stamped("dev", [("now", entry("now"))], born=repo.branch_born("dev"))
+    assert repo.view("dev").stat(b"now").value is not None
+
+
 def test_upload_of_a_missing_source_is_not_found(repo, tmp_path):
     with pytest.raises(NotFound, match="not found"):
         repo.upload("main", "x", str(tmp_path / "no-such-file"))

@@ -337,3 +337,54 @@ def test_a_writer_whose_branch_is_deleted_closes_as_an_unlinked_files_writer(rep
     finally:
         m.stop()
     assert "deleted while it was open for writing" in m.log()
+
+
+@needs_fuse
+@pytest.mark.parametrize("gap", [0.0, 1.0])
+def test_a_branch_deleted_and_made_again_is_another_branch_to_those_that_held_the_old_one(repo, tmp_path, gap):
+    """Found by a data team lead's tour: a shell inside ``dev/sub`` when ``dev`` was deleted and
+    made again from main saw the new branch's files there and wrote into it, and a file being
+    written on the old ``dev`` was dropped without a word at its close (neither staged nor kept).
+    As on ext4, where a directory removed and made again is another directory: the old one stays
+    gone for those holding it (ENOENT), and the writer closes as on a deleted branch, what it wrote
+    kept in recovered/. The new branch shows only its own files."""
+    repo.upload("main", "sub/s.txt", b"old")
+    repo.commit("main", "main")
+    repo.create_branch("dev", "main")
+    repo.upload("dev", "sub/s.txt", b"new")
+    repo.commit("dev", "dev")
+    cache = tmp_path / "cache"
+    m = MountProc(repo.config.home, "oflags", tmp_path / "mnt", "--cache-dir", str(cache)).start()
+    try:
+        sub = os.open(m.mountpoint / "dev" / "sub", os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open("s.txt", os.O_RDONLY, dir_fd=sub)
+        assert os.read(fd, 10) == b"new"
+        os.close(fd)
+        w = open(m.mountpoint / "dev" / "w.bin", "wb")
+        w.write(b"w" * 100)
+        w.flush()
+        repo.delete_branch("dev")
+        time.sleep(gap)  # (no gap: the mount never sees the branch missing)
+        repo.create_branch("dev", "main")
+        time.sleep(0.6)  # (a round of the stamp watch)
+        w.write(b"x" * 10)
+        w.close()
+        kept = list((cache / "spool" / "oflags" / "recovered").rglob("w.bin"))
+        assert len(kept) == 1 and kept[0].read_bytes() == b"w" * 100 + b"x" * 10
+        for attempt in (lambda: os.open("s.txt", os.O_RDONLY, dir_fd=sub),
+                        lambda: os.open("made.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=sub)):
+            with pytest.raises(FileNotFoundError):
+                attempt()
+        os.close(sub)
+        assert not repo.exists("dev", "w.bin") and not repo.exists("dev", "sub/made.txt")
+        end = time.monotonic() + 5  # the new branch through the mount (once the kernel's entry times out)
+        while time.monotonic() < end:
+            try:
+                if (m.mountpoint / "dev" / "sub" / "s.txt").read_bytes() == b"old":
+                    break
+            except FileNotFoundError:  # (the old branch's entry, until the kernel looks the name up again)
+                pass
+            time.sleep(0.1)
+        assert (m.mountpoint / "dev" / "sub" / "s.txt").read_bytes() == b"old"
+    finally:
+        m.stop()

@@ -54,6 +54,9 @@ def _sum(rows) -> int:
     return sum(int.from_bytes(v, "big") for _, v in rows)
 
 
+_BORN = b"born\0"  # + a branch's name, in the repo table: its birth (get_born_txn)
+
+
 class RefManager:
     """Repository record, branches, tags and commits in one repository's KV store."""
 
@@ -65,6 +68,8 @@ class RefManager:
         raw = txn.get(REPO, _RECORD_KEY)
         if raw is None:
             for key, _ in txn.scan(REPO, values=False):  # a record under a damaged key: not a create unfinished
+                if key.startswith((_BORN, fences.FENCE_PREFIX)):
+                    continue  # (a branch's rows, not the record)
                 raise CorruptedData(f"damaged repository record in {self.env.label}: none under {_RECORD_KEY!r}, "
                                     f"one under {key!r}")
             raise NotFound(f"repository record missing in {self.env.label}")
@@ -196,13 +201,22 @@ class RefManager:
         b = Branch(name, commit_id, new_staging_token(), ())
         if not txn.insert(BRANCHES, name.encode(), b.to_bytes()):
             raise AlreadyExists(f"branch {name!r} already exists")
+        txn.put(REPO, _BORN + name.encode(), os.urandom(8).hex().encode())
         self.bump_stamp_txn(txn, name)
         return b
+
+    def get_born_txn(self, txn: Txn, name: str) -> str | None:
+        """The birth of branch ``name``: an ID its creation drew, so that a reader holding it
+        tells the branch from a later one of the same name (deleted, then made again). None
+        for a branch made before births were kept (or by a refs restore)."""
+        raw = txn.get(REPO, _BORN + name.encode())
+        return None if raw is None else raw.decode("ascii", "replace")
 
     def delete_branch_txn(self, txn: Txn, name: str) -> Branch:
         b = self.get_branch_txn(txn, name)
         txn.delete(BRANCHES, name.encode())
         self.drop_fence_txn(txn, name)  # (a branch made again later is whole)
+        txn.delete(REPO, _BORN + name.encode())  # (one made again later is another branch)
         self.bump_stamp_txn(txn, name)  # kept: a branch made again later goes on counting
         return b
 

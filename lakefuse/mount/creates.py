@@ -58,6 +58,7 @@ def create(w, parent_ino: int, name: bytes, mode: int, flags: int, caller: Calle
                                     w.rules.file_attr(entry.to_value(), tree), entry.to_value(), stamp)
             node = w.inodes.get(attr.ino)
             sf = w.spool.open(node.ino, tree.view.branch, path, entry, attrs)
+            sf.born = tree.view.born  # (its saves go to this branch, never to a later one of its name)
             return _opened(w, node, sf, attr)
         tree.names_added([(path, b"")])  # (lookups answered from memory know the name)
         w.fs.dir_staged(parent, touched, tree.stamp)
@@ -116,6 +117,7 @@ def _new(w, parent, tree, path: bytes, attrs: PosixAttrs, entry, now: int) -> tu
     # its directory's marker as it is when staged (it may change, or the file move, meanwhile)
     sf = w.spool.create(node.ino, tree.view.branch, path, entry, attrs,
                         lambda key: w._touch_parent(tree, key.rpartition(b"/")[0], now))
+    sf.born = tree.view.born
     return _opened(w, node, sf, attr)
 
 

@@ -22,6 +22,7 @@ import logging
 import threading
 
 from graveler.errors import Conflict, GravelerError, NotFound, StoreUnavailable
+from graveler.repository import ANY_BIRTH
 from lakefuse.mount.recovery import RECOVERED_DIR, keep_copy
 
 log = logging.getLogger("lakefuse.mount.spool")
@@ -95,8 +96,8 @@ class SaveRetries:
         where) and the file is detached: its handles go on as an unlinked file's, and its close
         succeeds (it failed ENOENT, which no close of a local file answers)."""
         try:
-            self.repo.get_branch(sf.branch)
-            return False
+            if sf.born is ANY_BIRTH or self.repo.branch_born(sf.branch) == sf.born:
+                return False  # (else a later branch of its name: this one is gone)
         except NotFound:
             pass
         except GravelerError:  # (the KV down: the save's own failure says so)

@@ -55,6 +55,7 @@ from graveler.errors import Conflict, GravelerError, InvalidArgument
 from graveler.model import Entry
 from graveler.objects import COMPOSITE_MIN, PosixAttrs, file_etag, user_metadata
 from graveler.objstore import sparse
+from graveler.repository import ANY_BIRTH
 from lakefuse.mount import falloc, sidecar
 from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
@@ -92,6 +93,8 @@ class SpoolFile:
     same file wait for a flush in progress (never half in an upload).
     """
 
+    born = ANY_BIRTH  # its branch's birth (set by the opener): no save goes to a later branch of the name
+
     def __init__(self, spool: "Spool", ino: int, branch: str, key: bytes, base: Entry | None,
                  attrs: PosixAttrs, new: bool):
         self.spool = spool
@@ -125,8 +128,7 @@ class SpoolFile:
         self.known: bytes | None = None if base is None else base.identity()
         # after a failed flush: the identity the next one expects at the key (None: no entry),
         # and (gen, (branch, key), entry) of an object it uploaded but could not stage
-        self._expect: bytes | None | object = _UNSET
-        self._pending: tuple | None = None
+        self._expect, self._pending = _UNSET, None
         self._adopted = False  # the spool file is a stored object now (a local store linked it): never written
         self.failure: BaseException | None = None  # why the last save failed (None: it did not)
         self.pinned = False  # its inode held by the spool while a failed save waits for a retry
@@ -134,10 +136,8 @@ class SpoolFile:
         # directory's marker), staged with its first save, or before by :meth:`stage_create`
         self.unstaged = None  # (as a function of its key then: it may move meanwhile)
         self.staged_items: list = []  # what the last successful flush staged besides the file's own entry
-        # MD5 of bytes [0, _md5_off) of the spool file while it is written from the start
-        # in order (None once a write lands elsewhere): the etag without a second pass.
-        self._md5 = None
-        self._md5_off = 0
+        # MD5 of bytes [0, _md5_off) while written in order from the start (else None): the etag, no second pass
+        self._md5, self._md5_off = None, 0
         if new:
             self._create()
             self.loaded = True
@@ -431,7 +431,7 @@ class SpoolFile:
                         # a durable entry never names a lost object (until then, as after a close)
                         syncing = self.spool.in_background(repo.sync_entry, entry)
                     # a new file's create is staged with its first save: one transaction, not two
-                    _, *self.stamped = repo.stage_stamped(self.branch, [(self.key, entry)] + extra, False)
+                    _, *self.stamped = repo.stage_stamped(self.branch, [(self.key, entry)] + extra, False, self.born)
                     self.staged_items = extra
                     if syncing is not None:
                         syncing, wait = None, syncing
@@ -441,7 +441,7 @@ class SpoolFile:
                 else:
                     if durable and entry.size:
                         repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
-                    if not repo.stage_if(self.branch, self.key, entry, expect):
+                    if not repo.stage_if(self.branch, self.key, entry, expect, self.born):
                         raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved "
                                        f"a newer version after this file's save failed; this content was not saved "
                                        f"and stays in {self.data_path if self._fd is not None else 'the store'}")
@@ -482,7 +482,7 @@ class SpoolFile:
             md = dict(self.user_metadata)
             md.update(self.attrs.to_metadata())
             entry = Entry(e.address, e.size, e.etag, self.ctime_ns, md, e.address_type, e.content_type)
-            _, stamp, raw = self.spool.repo.stage_stamped(self.branch, [(self.key, entry)] + extra, False)
+            _, stamp, raw = self.spool.repo.stage_stamped(self.branch, [(self.key, entry)] + extra, False, self.born)
             self._staged_create()
             self.known = entry.identity()  # what the branch shows at its key now: a retry or recovery stages over it
             if self._expect is not _UNSET:  # a failed save's retry: this staging is no other writer's

@@ -55,7 +55,8 @@ class Tree:
         self.name = name
         self.view = view
         self.immutable = frozen or not view.is_branch
-        self.key = ("tree", name, view.commit_id if self.immutable else None)
+        # (a branch made again after a delete is another tree: its birth is part of the key)
+        self.key = ("tree", name, view.commit_id if self.immutable else ("branch", view.born))
         self.nodes = 0
         self.stamp = view.change_stamp()
         self.lock = threading.Lock()

@@ -318,6 +318,7 @@ class BranchWrites:
             if pa.symlink is not None:
                 raise FsError(errno.ELOOP, "a symlink")
             sf = self.spool.open(node.ino, tree.view.branch, node.path, entry, self._attrs_for(node, pa))
+            sf.born = tree.view.born  # (its saves go to this branch, never to a later one of its name)
         try:
             if flags & os.O_TRUNC and writing:
                 sf.truncate(0)
@@ -552,6 +553,7 @@ class BranchWrites:
             e = Entry.from_value(node.value)
             sf = self.spool.open(ino, tree.view.branch, node.path, e,
                                  self._attrs_for(node, PosixAttrs.from_metadata(e.metadata)))
+            sf.born = tree.view.born
         if sf is not None:
             try:
                 if changes.size is not None:

@@ -412,6 +412,27 @@ def test_commits_merges_and_reverts_name_this_user_or_lakefuse_committer(cli, st
     assert [c["committer"] for c in log] == [me, "etl-bot", me]
 
 
+def test_conflicts_on_names_with_a_newline_or_a_tab_are_one_line_and_a_revert_says_revert(cli, story, tmp_path):
+    """Found by a data team lead's tour: a merge conflict on the key "x<newline>y" printed the
+    key raw, the error going on over a second line (a tab raw too), and a revert's conflict was
+    worded "merge conflict", with no hint."""
+    for i, name in enumerate(("x\ny", "t\tab")):
+        for side, data in (("c", "a"), ("main", "b")):
+            if side == "c" and i == 0:
+                cli("branch", "create", f"{REPO}/c", "--source", "main")
+            (tmp_path / "f").write_text(data)
+            cli("fs", "upload", f"{REPO}/{side}/{name}", "--source", str(tmp_path / "f"))
+    cli("commit", f"{REPO}/c", "-m", "c")
+    cli("commit", f"{REPO}/main", "-m", "main")
+    msg = cli.fails(4, "merge", f"{REPO}/c", f"{REPO}/main")
+    assert "merge conflict on 2 key(s)" in msg and "x\\x0ay" in msg and "t\\x09ab" in msg and "--strategy" in msg
+    (tmp_path / "f").write_text("later")
+    cli("fs", "upload", f"{REPO}/main/x\ny", "--source", str(tmp_path / "f"))
+    cli("commit", f"{REPO}/main", "-m", "later")
+    msg = cli.fails(4, "revert", f"{REPO}/main", "main~1")
+    assert msg.startswith("lakefuse: revert conflict on 1 key(s): x\\x0ay") and "by hand" in msg
+
+
 def test_revert_merge_commit_needs_parent_number(cli, story):
     cli("branch", "create", f"{REPO}/x", "--source", "main")
     cli("fs", "rm", f"{REPO}/x/ds/readme.txt")

@@ -17,6 +17,7 @@ from lakefuse.cli.common import (  # noqa: F401  (re-exported: the package's hel
     add_store_options,
     check_argv,
     exit_code,
+    one_line,
     store_config,
     terminal_text,
 )
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(e: GravelerError) -> int:
-    print(terminal_text(f"lakefuse: {e}", sys.stderr), file=sys.stderr)
+    # one line, whatever the names in it hold (a key with a newline or a tab: \x0a, \x09)
+    print(terminal_text(one_line(f"lakefuse: {e}"), sys.stderr), file=sys.stderr)
     return exit_code(e)
 
 

@@ -108,6 +108,12 @@ def terminal_text(text: str, stream=None) -> str:
     return text
 
 
+def one_line(text: str) -> str:
+    """``text`` with its control characters (newlines and tabs too) as ``\\xNN``: an error
+    message stays one line whatever names it quotes."""
+    return re.sub("[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _isatty(stream) -> bool:
     try:
         return stream.isatty()

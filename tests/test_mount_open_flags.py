@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -386,5 +387,28 @@ def test_a_branch_deleted_and_made_again_is_another_branch_to_those_that_held_th
                 pass
             time.sleep(0.1)
         assert (m.mountpoint / "dev" / "sub" / "s.txt").read_bytes() == b"old"
+    finally:
+        m.stop()
+
+
+@needs_fuse
+def test_the_daemon_raises_its_open_files_limit_to_the_hard_one(repo, tmp_path):
+    """Found by an operator's tour: a mount holds a descriptor per mapped table (of 256 KiB or
+    more, up to 512 MiB of them), per file being written and per pre-made spool file; at the usual
+    soft limit (1,024) a daemon reading many commits ran out, and then its saves could not write
+    their redo log (every close EIO). It raises its soft limit to its hard one at start."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = 256
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))  # (the daemon inherits it)
+    try:
+        m = MountProc(repo.config.home, "oflags", tmp_path / "mnt").start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        limits = Path(f"/proc/{m.proc.pid}/limits").read_text()
+        got = int(next(line for line in limits.splitlines() if line.startswith("Max open files")).split()[3])
+        assert got == min(hard, 1 << 20) > low
     finally:
         m.stop()

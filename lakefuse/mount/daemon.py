@@ -288,6 +288,28 @@ def tune_gc() -> None:
 
 
 
+FD_LIMIT = 1 << 20  # the soft limit of open files a daemon raises itself to (at most its hard limit)
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit of open files to its hard limit (at most :data:`FD_LIMIT`),
+    as daemons that hold many files do; the limit now. A mount holds a descriptor per mapped table
+    (each of 256 KiB or more: up to 512 MiB of them are kept), per file being written and per
+    pre-made spool file: 1,024, the usual soft limit, runs out on a mount that reads many commits,
+    and with no descriptor left its saves cannot write their redo log."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = FD_LIMIT if hard == resource.RLIM_INFINITY else min(hard, FD_LIMIT)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return want
+        except (ValueError, OSError) as e:
+            log.debug("could not raise the open-files limit from %d to %d: %s", soft, want, e)
+    return soft
+
+
 def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     """Mount ``repo`` and serve it until unmounted or signalled (the ``-f`` daemon).
 
@@ -305,6 +327,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
 
     mp = check_mountpoint(config.mountpoint)
     claim_mountpoint(mp)  # (held until the process ends: a second daemon on mp is refused meanwhile)
+    raise_fd_limit()
     if {"allow_other", "allow_root"} <= set(config.fuse_options):
         raise MountError("-o allow_other and -o allow_root exclude each other (allow_other lets root in too)")
     # The store must answer before we mount (a cached tree would not tell): list it once,

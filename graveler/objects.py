@@ -455,6 +455,8 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
                 etag, size = info.etag, info.size
             elif etag is not None and fd is not None:  # the caller's MD5 of the file it has open: no second pass
                 size = os.fstat(fd).st_size
+                if not os.path.exists(fname):  # (its name gone -- its directory removed --, the open file not)
+                    fname = f"/proc/self/fd/{fd}"
                 store.put_file(address, fname, md5=etag if is_md5_etag(etag) else None)
             else:
                 try:

@@ -472,6 +472,9 @@ class LocalStore(ObjectStore):
                     break
                 except FileNotFoundError:
                     if not os.path.exists(path):
+                        if not own:  # its name is gone (its directory removed), the open file is not: copy that
+                            log.warning("adopt %s: %s is gone; copying the file from its descriptor", key, path)
+                            return self.put_file(key, f"/proc/self/fd/{fd}")
                         raise InvalidArgument(f"source file {path!r} vanished") from None
                     continue  # no directory yet (or a concurrent delete pruned it): make it
                 except FileExistsError as exc:

@@ -353,6 +353,29 @@ def _inside(root: Path, p: Path) -> bool:
         return False
 
 
+def make_instance_dir(path: Path, owner: dict) -> int:
+    """Make a mount's spool directory ``path`` (under ``spool/<repository>``, made private if
+    missing, :func:`refuse_shared`), owned (``owner.json``) and locked: the descriptor holding
+    its lock. Made under a hidden name, then renamed: a recovery running meanwhile never finds
+    the live directory unlocked (and takes it for a dead mount's)."""
+    root = path.parent
+    refuse_shared(root, missing_ok=True)  # (nothing made where another user's link points)
+    for d in (root.parent.parent, root.parent, root):  # (private, whatever the umask)
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    refuse_shared(root)
+    pending = root / f"{PENDING_PREFIX}{path.name}"
+    pending.mkdir(mode=0o700)
+    sidecar.write_json(pending / OWNER_NAME, owner)
+    fd = os.open(pending / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(pending, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def refuse_shared(root: Path, missing_ok: bool = False) -> None:
     """InvalidArgument unless a spool's directory and ``spool/`` above it are this user's (or
     root's) and no one else may write them, and the directories above are this user's or root's,

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import logging
 import os
 import secrets
@@ -59,9 +58,7 @@ from graveler.repository import ANY_BIRTH
 from lakefuse.mount import falloc, sidecar
 from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
-from lakefuse.mount.recovery import LOCK_NAME, OWNER_NAME, PENDING_PREFIX, RecoveryReport, recover_spool
-from lakefuse.mount.recovery import refuse_shared as _refuse_shared
-from lakefuse.mount.recovery import RECOVERED_DIR  # noqa: F401 (re-exported: where recovery keeps files)
+from lakefuse.mount.recovery import RECOVERED_DIR, RecoveryReport, make_instance_dir, recover_spool  # noqa: F401
 from lakefuse.mount.retry import SaveRetries
 from lakefuse.mount.spoolpool import FilePool, new_sid
 
@@ -165,11 +162,16 @@ class SpoolFile:
         if made is not None:
             self.sid, self._fd = made
         else:
-            self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            for remade in (False, True):
+                try:
+                    self._fd = os.open(path or self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+                    break
+                except FileNotFoundError:
+                    if remade or not self.spool.remake_dir():
+                        raise
         self.on_disk = True
         self._write_sidecar()  # before the first byte: a crash leaves no content without it
-        self._md5 = Md5Stream()
-        self._md5_off = 0
+        self._md5, self._md5_off = Md5Stream(), 0
 
     def _write_sidecar(self) -> None:
         """The record recovery reads of this spool file: a line of the spool's journal
@@ -610,35 +612,31 @@ class Spool(SaveRetries):
         self.pin, self.make_room = None, None
         self._retrier: threading.Thread | None = None
         self._stop = threading.Event()
-        _refuse_shared(config.root, missing_ok=True)  # (nothing made where another user's link points)
-        for d in (config.root.parent.parent, config.root.parent, config.root):  # (private, whatever the umask)
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _refuse_shared(config.root)
-        name = f"{os.getpid()}-{secrets.token_hex(4)}"
-        # Made, owned and locked under a hidden name, then renamed: a recovery running now
-        # never finds this live directory unlocked (and takes it for a dead mount's).
-        pending = config.root / f"{PENDING_PREFIX}{name}"
-        pending.mkdir(mode=0o700)
-        sidecar.write_json(pending / OWNER_NAME, self._owner())
-        self._lock_fd = os.open(pending / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self.dir = config.root / name
+        self.dir = config.root / f"{os.getpid()}-{secrets.token_hex(4)}"
         self.dir_name = str(self.dir)
-        os.rename(pending, self.dir)
+        self._lock_fd = make_instance_dir(self.dir, self._owner())
         self.journal = sidecar.Journal(self.dir)  # the spool files' records (for recovery)
         self._background = None  # a thread pool: an fsync's object flush beside its KV commit
         self.pool = FilePool(self.dir)  # empty spool files made ahead (taken by new files)
 
+    def remake_dir(self) -> bool:
+        """Make this mount's spool directory again, with its lock and journal, if it was removed
+        under the mount (open files' saves copy from their descriptors); False if it is there."""
+        with self._lock:
+            if self.dir.is_dir():
+                return False
+            log.warning("spool: %s was removed while mounted; made again", self.dir)
+            old, self._lock_fd = self._lock_fd, make_instance_dir(self.dir, self._owner())
+            os.close(old)
+            self.journal = sidecar.Journal(self.dir)
+        return True
+
     def _owner(self) -> dict:
         """Which repository this spool serves: the name alone is not enough (two homes may
         each have a repository of that name and share a cache directory: recovery's ``owned``)."""
-        record = getattr(self.repo, "record", None)
-        created = getattr(record, "creation_date", None)
-        return {
-            "repository": self.config.repository,
-            "storage_namespace": getattr(self.repo, "storage_namespace", None),
-            "creation_date": created.isoformat() if created is not None else None,
-        }
+        created = getattr(getattr(self.repo, "record", None), "creation_date", None)
+        return {"repository": self.config.repository, "storage_namespace": getattr(self.repo, "storage_namespace", None),
+                "creation_date": created.isoformat() if created is not None else None}
 
     # -- files
     def get(self, ino: int) -> SpoolFile | None:
@@ -729,10 +727,9 @@ class Spool(SaveRetries):
         self._finish(sf)
 
     def sync_saved(self, entry: Entry | None) -> None:
-        """fsync(2) of a branch file with no unsaved content here: make what it shows durable
-        -- ``entry``'s object, if an earlier close saved it without an fsync, and every staging
-        write of this process (:meth:`SpoolFile.flush` with ``durable=True`` for a file being
-        written)."""
+        """fsync(2) of a branch file with no unsaved content here: make what it shows durable -- ``entry``'s
+        object, if a close saved it without an fsync, and every staging write of this process
+        (:meth:`SpoolFile.flush` with ``durable=True`` for a file being written)."""
         if entry is not None and entry.size:
             self.repo.sync_entry(entry)
         self.repo.sync()

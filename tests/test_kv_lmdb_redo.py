@@ -378,3 +378,68 @@ def test_a_checkpoint_due_is_made_by_the_background_thread_not_by_a_commit(tmp_p
     with kv.open_env(path, kv.KVConfig(map_size=1 << 22)).read() as t:  # everything kept
         assert t.get(kv.STAGING, b"k24") == b"v" and t.get(kv.STAGING, b"m2") == b"v"
     kv.close_env(path)
+
+
+def test_an_io_error_writing_the_database_on_a_full_disk_is_no_space_elsewhere_unavailable(tmp_path, monkeypatch):
+    """Found by an operator's tour: with the home's disk nearly full, closes through the mount
+    failed EIO (LMDB's commit answered "Input/output error": the disk took the pages, then had no
+    block for them when they were flushed), where ENOSPC is documented for the refs database's
+    disk full. An I/O error on a disk with under 8 MiB (or no inode) left is NoSpace; on a disk
+    with room it stays StoreUnavailable (a failing disk is no full one)."""
+    import lmdb
+
+    from graveler.errors import NoSpace, StoreUnavailable
+    from graveler.kv import lmdb as kv_lmdb
+    from graveler.kv import lmdb_redo
+
+    real = os.statvfs(tmp_path)
+
+    def statvfs_with(free_bytes: int, free_inodes: int):
+        class S:
+            f_frsize = 4096
+            f_bavail = free_bytes // 4096
+            f_files = 1000
+            f_favail = free_inodes
+        return lambda p: S()
+
+    eio = lmdb.Error("mdb_txn_commit: Input/output error")
+    assert isinstance(kv_lmdb._wrap(eio, tmp_path / "refs.lmdb"), StoreUnavailable) == (
+        real.f_bavail * real.f_frsize >= lmdb_redo.NEARLY_FULL_BYTES)
+    monkeypatch.setattr(lmdb_redo.os, "statvfs", statvfs_with(300 << 10, 100))
+    assert type(kv_lmdb._wrap(eio, tmp_path / "refs.lmdb")) is NoSpace
+    monkeypatch.setattr(lmdb_redo.os, "statvfs", statvfs_with(1 << 30, 0))  # no inode left
+    assert type(kv_lmdb._wrap(eio, tmp_path / "refs.lmdb")) is NoSpace
+    monkeypatch.setattr(lmdb_redo.os, "statvfs", statvfs_with(1 << 30, 100))
+    assert type(kv_lmdb._wrap(eio, tmp_path / "refs.lmdb")) is StoreUnavailable
+    assert type(kv_lmdb._wrap(lmdb.Error("mdb_put: Permission denied"), tmp_path)) is StoreUnavailable
+
+
+@pytest.mark.expect_log("a failing background checkpoint is said once, and its recovery")
+def test_background_checkpoints_that_fail_are_said_once_and_when_they_go_through_again(tmp_path, monkeypatch, caplog):
+    """Found by an operator's tour: with the home's inodes exhausted, background checkpoints
+    stopped without a word (the redo log grew, the power-loss window the docs give widened)."""
+    from graveler.kv import lmdb as kv_lmdb
+
+    e = kv.open_env(tmp_path / "refs.lmdb", kv.KVConfig(map_size=1 << 22, sync_interval=0.05))
+    real = kv_lmdb.Env._checkpoint_now
+    failures = []
+
+    def failing(self):
+        if len(failures) < 4:
+            failures.append(1)
+            raise StoreUnavailable("cannot write its checkpoint: No space left on device")
+        return real(self)
+
+    monkeypatch.setattr(kv_lmdb.Env, "_checkpoint_now", failing)
+    try:
+        with caplog.at_level(logging.WARNING, logger="graveler.kv.lmdb"):
+            for i in range(40):
+                e.write(lambda t, i=i: t.put(kv.STAGING, b"k%d" % i, b"v"), durable=False)
+                time.sleep(0.02)
+                if len(failures) >= 4 and "go through again" in caplog.text:
+                    break
+        said = [r.getMessage() for r in caplog.records if r.name == "graveler.kv.lmdb"]
+        assert len([m for m in said if "background checkpoint failed" in m]) == 1, said
+        assert len([m for m in said if "go through again" in m]) == 1, said
+    finally:
+        e.close()

@@ -53,6 +53,7 @@ import lmdb
 from graveler.config import KVConfig
 from graveler.errors import Conflict, CorruptedData, GravelerError, NoSpace, NotFound, StoreUnavailable
 from graveler.kv import lmdb_file, lmdb_redo
+from graveler.kv.lmdb_redo import nearly_full
 from graveler.kv.lmdb_txn import LmdbTxn
 from graveler.locks import RWLock
 from graveler.kv.base import TABLES, GroupCommit, NestedTransaction, SnapshotReads, ThreadTxns
@@ -94,6 +95,8 @@ def _wrap(e: lmdb.Error, path: Path) -> GravelerError:
     if isinstance(e, _DAMAGE_ERRORS):
         return CorruptedData(f"{_label(path)} is damaged ({type(e).__name__}: {e})")
     full = any(t in str(e) for t in ("No space left on device", "Disk quota exceeded"))  # (its errno's text)
+    if not full and "Input/output error" in str(e) and nearly_full(path):
+        return NoSpace(f"{_label(path)}: {e} (its disk is full)")
     return (NoSpace if full else StoreUnavailable)(f"{_label(path)}: {e}")
 
 
@@ -569,6 +572,7 @@ class Env(SnapshotReads):
         the commits made meanwhile (which also makes them durable): a power loss loses at most that
         much of the ones left unsynced (``durable=False``), as ext4 loses at most its journal commit
         interval of what was written without fsync. Nothing committed: nothing to do."""
+        failing = False
         while not self._stop_syncer.is_set():
             woken = self._ckpt_soon.wait(self.config.sync_interval)
             self._ckpt_soon.clear()
@@ -578,8 +582,16 @@ class Env(SnapshotReads):
                 continue
             try:
                 self._checkpoint_now()
-            except GravelerError as e:  # the next durable write (or round) says it again
-                log.debug("background sync of %s failed: %s", self.path, e)
+            except GravelerError as e:  # said once per run of failures: commits go on, kept by the redo log
+                if not failing:
+                    log.warning("%s: a background checkpoint failed (%s); the redo log keeps every commit "
+                                "until one goes through (tried again every %g s)", self.label, e,
+                                self.config.sync_interval)
+                failing = True
+            else:
+                if failing:
+                    log.warning("%s: checkpoints go through again", self.label)
+                failing = False
 
     def _grow(self) -> None:
         with self._gate.exclusive():

@@ -106,6 +106,19 @@ def boot_id() -> bytes:
         return bytes(16)  # process that died needs none; after a power loss the file may be damaged)
 
 
+NEARLY_FULL_BYTES = 8 << 20  # free space below which an I/O error writing the database is taken for a full disk
+
+
+def nearly_full(path) -> bool:
+    """Whether the filesystem holding ``path`` has (almost) no space or no inode left: there, a
+    write that the disk took (delayed allocation) fails at its flush with EIO, not ENOSPC."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < NEARLY_FULL_BYTES or (st.f_files > 0 and st.f_favail == 0)
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     txnid: int  # LMDB's last committed transaction at the checkpoint; names its log, redo.<txnid>.log
@@ -448,7 +461,8 @@ class Keeper:
         except BaseException as e:
             self.done()
             if isinstance(e, OSError):
-                cls = NoSpace if e.errno in (errno.ENOSPC, errno.EDQUOT) else StoreUnavailable
+                full = e.errno in (errno.ENOSPC, errno.EDQUOT) or (e.errno == errno.EIO and nearly_full(self.redo.path))
+                cls = NoSpace if full else StoreUnavailable
                 raise cls(f"{self.redo.label}: cannot write its redo log: {e.strerror or e}") from None
             raise
         self.since += 1

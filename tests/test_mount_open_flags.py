@@ -412,3 +412,35 @@ def test_the_daemon_raises_its_open_files_limit_to_the_hard_one(repo, tmp_path):
         assert got == min(hard, 1 << 20) > low
     finally:
         m.stop()
+
+
+@needs_fuse
+def test_inodes_kept_for_many_commit_trees_are_bounded_and_files_still_read(repo, tmp_path):
+    """Found by an operator's tour: a daemon listing one 500-file directory of each of 700 commits
+    kept 1.2 GB (an inode per listed file, held as long as the kernel held the name) and was
+    OOM-killed in a memory-limited cgroup. Above ``LAKEFUSE_MAX_INODES`` the kernel is asked to
+    drop the names of unopened files of the oldest commit trees: the mount comes back under the
+    bound, every file still reads the same, and a file held open meanwhile is not disturbed."""
+    commits = []
+    for c in range(5):
+        for i in range(200):
+            repo.upload("main", f"many/f{i:03d}", b"%d-%d" % (c, i))
+        commits.append(repo.commit("main", f"c{c}").id)
+    m = MountProc(repo.config.home, "oflags", tmp_path / "mnt", env={**os.environ, "LAKEFUSE_MAX_INODES": "300"}).start()
+    try:
+        held = open(m.mountpoint / commits[0] / "many" / "f007", "rb")
+        for cid in commits:
+            assert len(os.listdir(m.mountpoint / cid / "many")) == 200
+            [os.stat(m.mountpoint / cid / "many" / f"f{i:03d}") for i in range(200)]
+        stats = lambda: json.loads((m.mountpoint / ".lakefuse" / "stats").read_bytes())  # noqa: E731
+        end = time.monotonic() + 10
+        while time.monotonic() < end and stats()["inodes"] > 300:
+            time.sleep(0.2)
+        s = stats()
+        assert s["inodes"] <= 300 and s.get("inodes_handed_back", 0) > 0, s
+        assert held.read() == b"0-7"  # (open across the trim)
+        held.close()
+        for c, cid in enumerate(commits):
+            assert (m.mountpoint / cid / "many" / "f123").read_bytes() == b"%d-123" % c
+    finally:
+        m.stop()

@@ -64,6 +64,9 @@ environment (read by the daemon):
   LAKEFUSE_RECEIVE_SPIN_US=N     after answering a request, how long the daemon looks for
                                  the next one before it sleeps (default 500, 0 on one CPU;
                                  0: sleeps at once)
+  LAKEFUSE_MAX_INODES=N          inodes kept for the kernel (1-2 KB each) above which the
+                                 kernel is asked to drop names of files of the commit and
+                                 tag trees known longest (default 250000; 0: no bound)
 
 examples:
   lakefuse mount lakefs://sales /mnt/sales
@@ -338,7 +341,10 @@ def serve_foreground(args, repository: str, mp: str) -> int:
     try:
         g = _graveler(args)
         repo = g.repository(repository)
-        fs_config = FsConfig(branch_timeout=args.branch_timeout)
+        from lakefuse.mount.daemon import _env_int
+
+        fs_config = FsConfig(branch_timeout=args.branch_timeout,
+                             max_inodes=_env_int("LAKEFUSE_MAX_INODES", FsConfig.max_inodes, 0))
         data_cache = None
         if not repo.storage_namespace.startswith("file:"):
             from graveler.objstore.chunked import DataCache

@@ -49,6 +49,9 @@ class FsConfig:
     nlink_scan: int = 256
     # names of immutable directories held in memory, whole, so that lookups need no thread (dircache)
     dir_cache_names: int = 50_000  # ~800 bytes a name: 40 MB at most
+    # inodes kept for the kernel (about 1-2 KB each) above which the files of the oldest commit and
+    # tag trees are handed back (lakefuse.mount.trim); 0: no bound
+    max_inodes: int = 250_000
 
 
 @dataclass(slots=True)

@@ -167,6 +167,11 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
         with self._trees_lock:
             return self._trees.setdefault(tree.key, tree)
 
+    def immutable_trees(self) -> list[Tree]:
+        """The commit, tag and expression trees the kernel knows now, the longest known first."""
+        with self._trees_lock:
+            return [t for t in self._trees.values() if t.immutable]
+
     def branch_trees(self) -> list[Tree]:
         """The branch trees the kernel knows now (a snapshot)."""
         with self._trees_lock:

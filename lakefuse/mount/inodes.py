@@ -267,6 +267,11 @@ class InodeTable:
                 n += 1
         return n
 
+    def snapshot(self) -> list[Node]:
+        """Every node (a snapshot)."""
+        with self._lock:
+            return list(self._nodes.values())
+
     def of_tree(self, tree_key: Hashable) -> list[Node]:
         """Every node of one tree (a snapshot)."""
         with self._lock:

@@ -35,6 +35,7 @@ from typing import Callable
 
 from graveler.errors import GravelerError
 from lakefuse.mount.inodes import Kind
+from lakefuse.mount.trim import trim
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class StampWatch:
                 n += self._drop(node)
                 if node.kind == Kind.FILE and node.opens > 0:
                     self._gone(tree, node)
+        if self._entry is not None:
+            trim(self.fs, self._entry)  # (from this thread too: never from a request handler)
         return n
 
     def _gone(self, tree, node) -> None:

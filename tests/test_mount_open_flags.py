@@ -400,7 +400,9 @@ def test_the_daemon_raises_its_open_files_limit_to_the_hard_one(repo, tmp_path):
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    low = 256
+    low = len(os.listdir("/proc/self/fd")) + 128  # (what this test process has open stays under it)
+    if hard != resource.RLIM_INFINITY and hard <= low:
+        pytest.skip(f"the hard limit of open files ({hard}) leaves nothing to raise")
     resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))  # (the daemon inherits it)
     try:
         m = MountProc(repo.config.home, "oflags", tmp_path / "mnt").start()

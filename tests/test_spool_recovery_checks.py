@@ -335,7 +335,9 @@ def test_a_mount_starting_while_another_recovers_keeps_its_spool(repo, tmp_path,
     one and delete it (every later write of the starting mount would fail)."""
     cfg = SpoolConfig(tmp_path / "cache", repo.name)
     recovering = Spool(repo, cfg)
-    real_flock = spool_mod.fcntl.flock
+    from lakefuse.mount import recovery as recovery_mod  # (where the instance directory is made and locked)
+
+    real_flock = recovery_mod.fcntl.flock
     state = {"armed": False, "report": None}
 
     def flock(fd, op):
@@ -344,7 +346,7 @@ def test_a_mount_starting_while_another_recovers_keeps_its_spool(repo, tmp_path,
             state["report"] = recovering.recover()  # runs right before the starting mount's lock
         return real_flock(fd, op)
 
-    monkeypatch.setattr(spool_mod.fcntl, "flock", flock)
+    monkeypatch.setattr(recovery_mod.fcntl, "flock", flock)
     state["armed"] = True
     starting = Spool(repo, cfg)
     monkeypatch.undo()

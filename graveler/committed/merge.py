@@ -56,9 +56,10 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
     | changed               | changed otherwise | conflict (or the strategy) |
 
     Deletions count as changes; a key added on both sides with the same identity is
-    no conflict, nor are two changes of a directory marker (:func:`_marker_change`). After the first conflict nothing more is yielded (the merge fails)
-    but the walk goes on to count every conflict; at the end MergeConflict is raised
-    with the count and up to MAX_CONFLICTS_REPORTED keys.
+    no conflict, nor are two changes of a directory marker (:func:`_marker_change`).
+    After the first conflict nothing more is yielded (the merge fails) but the walk
+    goes on to count every conflict; at the end MergeConflict is raised with the
+    count and up to MAX_CONFLICTS_REPORTED keys.
 
     ``conflicts_to_base``: a conflict takes the base's value instead (never fails): the merge of
     two merge bases into a virtual one (:meth:`graveler.commits.Commits.merge`), where, as in

@@ -96,7 +96,8 @@ class SaveRetries:
         where) and the file is detached: its handles go on as an unlinked file's, and its close
         succeeds (it failed ENOENT, which no close of a local file answers)."""
         try:
-            if sf.born is ANY_BIRTH or self.repo.branch_born(sf.branch) == sf.born:
+            born = self.repo.branch_born(sf.branch)  # (NotFound: gone)
+            if sf.born is ANY_BIRTH or born == sf.born:
                 return False  # (else a later branch of its name: this one is gone)
         except NotFound:
             pass

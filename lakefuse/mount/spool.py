@@ -594,6 +594,9 @@ def _drop_mtime(a: PosixAttrs) -> PosixAttrs:
     return PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None, None)
 
 
+_REMAKE_LOCK = threading.Lock()
+
+
 class Spool(SaveRetries):
     """Every file being written through one mount of one repository (its failed saves:
     :class:`lakefuse.mount.retry.SaveRetries`)."""
@@ -622,7 +625,7 @@ class Spool(SaveRetries):
     def remake_dir(self) -> bool:
         """Make this mount's spool directory again, with its lock and journal, if it was removed
         under the mount (open files' saves copy from their descriptors); False if it is there."""
-        with self._lock:
+        with _REMAKE_LOCK:  # (its own lock: the caller holds a spool file's)
             if self.dir.is_dir():
                 return False
             log.warning("spool: %s was removed while mounted; made again", self.dir)

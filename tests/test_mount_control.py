@@ -166,6 +166,36 @@ def test_status_lines(repo, controls):
         "M change", "D gone", "A new/file", 'A "nl\\nname.txt"', 'A "t\\tab \\"q\\".txt"']
 
 
+@pytest.mark.expect_log("a refused commit is logged as a warning")
+def test_only_directory_times_changed_is_nothing_to_commit_as_status_says(repo, controls):
+    """Found by a data team lead's tour: a temp file made and removed in a directory left
+    ``.lakefuse/status`` empty, yet ``echo msg > commit`` made a commit (of the directory's
+    marker: its mtime moved). As git, which sees no directories: nothing to commit, and the
+    marker's change stays staged (it goes with the next commit). A directory's mode or owner
+    changed is a change: listed, and committed."""
+    from graveler.errors import NothingToCommit
+    from graveler.model import Entry
+    from graveler.objects import POSIX_MODE, POSIX_MTIME
+
+    def marker(**md) -> Entry:
+        return Entry(address="data/none", size=0, etag="d41d8cd98f00b204e9800998ecf8427e", last_modified_ns=1,
+                     metadata=md)
+
+    repo.stage_many("main", [("loads/", marker(**{POSIX_MODE: "40755", POSIX_MTIME: "1"})), ("loads/a", None)])
+    repo.upload("main", "loads/a", b"a")
+    c1 = repo.commit("main", "a load")
+    repo.stage("main", "loads/", marker(**{POSIX_MODE: "40755", POSIX_MTIME: "2"}))  # (a temp file came and went)
+    assert controls.outcome("main", "status") == b""
+    with pytest.raises(NothingToCommit, match="status is empty"):
+        controls.execute("main", "commit", b"nothing really")
+    assert repo.get_branch("main").commit_id == c1.id
+    assert controls.execute("main", "commit", b'{"message": "times", "allow_empty": true}')["commit"]
+    repo.stage("main", "loads/", marker(**{POSIX_MODE: "40700", POSIX_MTIME: "3"}))  # chmod 700 loads
+    assert controls.outcome("main", "status") == b"M loads/\n"
+    c3 = controls.execute("main", "commit", b"private loads")["commit"]
+    assert repo.get_commit(c3["id"]).id == repo.get_branch("main").commit_id
+
+
 @pytest.mark.expect_log("a failed control request is logged as a warning")
 def test_merge_conflict_lists_paths(repo, controls):
     repo.upload("main", "x", b"0")

@@ -40,8 +40,9 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from graveler.errors import GravelerError, InvalidArgument, MergeConflict, NotFound
-from graveler.model import DiffType, MergeStrategy
+from graveler.errors import GravelerError, InvalidArgument, MergeConflict, NotFound, NothingToCommit
+from graveler.model import DiffType, Entry, MergeStrategy
+from graveler.objects import POSIX_ATIME, POSIX_MTIME
 from graveler.refs import Commit
 from graveler.staging import as_path
 from lakefuse.names import decode_key, show_name
@@ -255,15 +256,29 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+_TIMES = (POSIX_MTIME, POSIX_ATIME)
+
+
+def times_only(d) -> bool:
+    """Whether change ``d`` is a directory marker's (``dir/``) whose times alone changed: every
+    create or delete inside a directory updates its mtime, which git, keeping no directories,
+    never sees. A mode or owner change of a directory is a change."""
+    if d.type != DiffType.CHANGED or not d.key.endswith(b"/"):
+        return False
+    a, b = Entry.from_value(d.left), Entry.from_value(d.right)
+    strip = lambda md: {k: v for k, v in md.items() if k not in _TIMES}  # noqa: E731
+    return (a.address, a.size, a.etag, strip(a.metadata)) == (b.address, b.size, b.etag, strip(b.metadata))
+
+
 def status_lines(repo, branch: str) -> bytes:
     """``A|M|D path`` per uncommitted change of ``branch``, in path order (a name with a control
     character or quote in double quotes with C escapes, as ``lakefuse diff`` shows it). Directory
-    markers (``dir/``) are listed when added or removed, not when only their
-    attributes changed (every change inside a directory updates its mtime)."""
+    markers (``dir/``) are listed when added, removed or given another mode or owner, not when
+    only their times changed (:func:`times_only`: then a commit says there is nothing to commit)."""
     out = []
     for d in repo.diff_uncommitted(branch):
-        if d.type == DiffType.CHANGED and d.key.endswith(b"/"):
-            continue  # a directory marker whose attributes (mtime) changed: not a change to list
+        if times_only(d):
+            continue
         out.append(f"{_STATUS_LETTER[d.type]} {show_name(decode_key(d.key))}\n")  # quoted as git and diff do
     return "".join(out).encode()
 
@@ -364,6 +379,10 @@ class Controls:
             r = parse_commit(data)
             if self.before_commit is not None:
                 self.before_commit(branch)
+            if not r.allow_empty and all(times_only(d) for d in repo.diff_uncommitted(branch)):
+                # (nothing but directories' times, or nothing at all: as git, which sees no directories;
+                # what is staged stays, and goes with the next commit)
+                raise NothingToCommit(f"nothing to commit on branch {branch!r} (.lakefuse/status is empty)")
             c = repo.commit(branch, r.message, _committer(uid), metadata=r.metadata or None, allow_empty=r.allow_empty)
             return {"commit": commit_summary(c)}
         if name == "merge":

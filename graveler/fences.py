@@ -19,11 +19,14 @@ branch's uncommitted changes, and deleting the branch removes it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
 
 from graveler.errors import Conflict
+
+log = logging.getLogger(__name__)
 
 FENCE_WAIT_S = 60.0  # how long a commit waits for a fence's change to finish
 _POLL_S = 0.05
@@ -96,12 +99,18 @@ def waiting(fn, wait_s: float | None = None):
     """``fn()``, again while it raises a :class:`BranchBusy` whose process is alive, for up to
     ``wait_s`` seconds (default :data:`FENCE_WAIT_S`; then that error)."""
     deadline = time.monotonic() + (FENCE_WAIT_S if wait_s is None else wait_s)
+    said = False
     while True:
         try:
             return fn()
         except BranchBusy as e:
             if e.gone or time.monotonic() >= deadline:
                 raise
+            if not said:  # (a wait of up to a minute is said, once)
+                f = e.fence
+                log.warning("waiting for %s on this branch to finish (pid %s on %s), at most %g s",
+                            f.get("what", "a change"), f.get("pid", "?"), f.get("host", "?"), FENCE_WAIT_S)
+                said = True
             time.sleep(_POLL_S)
 
 

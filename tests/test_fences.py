@@ -31,7 +31,8 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def test_a_commit_during_a_rename_of_many_batches_waits_for_all_of_it(repo):
+@pytest.mark.expect_log("a commit's wait for a fence is said once")
+def test_a_commit_during_a_rename_of_many_batches_waits_for_all_of_it(repo, caplog):
     """Found by a data team lead's tour: a CLI commit made while a mount renamed a directory of
     60,000 files (two transactions) held 10,000 of them under the old name and 50,000 under the
     new one. The rename fences the branch before its second batch; a commit from any thread or
@@ -58,6 +59,7 @@ def test_a_commit_during_a_rename_of_many_batches_waits_for_all_of_it(repo):
     assert rename_prefix(repo, "main", b"src", b"dst", batch=2, staged=staged) == 7
     waiter.join(30)
     assert done and repo.fence_of("main") is None
+    assert len([r for r in caplog.records if "waiting for the rename of a directory" in r.getMessage()]) == 1
     assert _tree(repo, done[0].id) == [f"dst/f{i}" for i in range(7)]
     # one batch is one transaction: no fence at all
     calls = []
@@ -70,6 +72,7 @@ def test_a_commit_during_a_rename_of_many_batches_waits_for_all_of_it(repo):
     assert calls == []
 
 
+@pytest.mark.expect_log("a commit's wait for a live fence is said")
 def test_a_fence_whose_process_is_gone_or_cut_short_refuses_at_once_until_reset(repo, monkeypatch):
     repo.stage("main", "a", entry("a"))
     repo.commit("main", "a")

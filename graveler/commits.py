@@ -57,7 +57,7 @@ class Commits:
         def seal(txn):
             fence = c.refs.get_fence_txn(txn, branch)
             if fence is not None:  # a change made in several transactions is under way: not half of it
-                raise fences.busy(branch, fence)
+                raise fences.busy(branch, fence, c.name)
             b, sealed_now = c.seal_txn(txn, branch)
             if not sealed_now and not b.sealed_tokens and not allow_empty:
                 raise NothingToCommit(f"nothing to commit on branch {branch!r}")

@@ -9,11 +9,15 @@ has no lock of the renaming mount to wait for. So before its second batch the ch
 the branch's name: every backend has that table), and removes it after its last batch; a
 commit that finds a fence waits for it to go (:data:`FENCE_WAIT_S` at most), then fails
 (:class:`BranchBusy`, a Conflict). A fence whose process is gone (it names its host, pid and
-that process's start time), or one its change marked cut short (a failure midway), is not
-waited for: the change was cut short, and the commit is
+that process's start time: this host's processes only), one its change marked cut short (a
+failure midway), and one that made no progress for :data:`STALL_S` (the change counts its
+transactions in the fence, ``beat``; a waiter times the count with its own clock, so no two
+hosts' clocks are compared: how another host's dead process shows) is not waited for (any
+longer): the change was cut short, and the commit is
 refused until the branch is whole again -- the mount that made it finishes it when it mounts
-again (its spool's intent record), a full ``branch reset`` discards it with the rest of the
-branch's uncommitted changes, and deleting the branch removes it.
+again (its spool's intent record, replayed only while the fence stands), a full ``branch
+reset`` discards it with the rest of the branch's uncommitted changes, and deleting the branch
+removes it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from graveler.errors import Conflict
 log = logging.getLogger(__name__)
 
 FENCE_WAIT_S = 60.0  # how long a commit waits for a fence's change to finish
+STALL_S = 30.0  # a fence whose change made no progress this long is taken for cut short
 _POLL_S = 0.05
 FENCE_PREFIX = b"fence\0"  # + the branch's name, in the repository's ``repo`` table
 
@@ -36,10 +41,11 @@ FENCE_PREFIX = b"fence\0"  # + the branch's name, in the repository's ``repo`` t
 class BranchBusy(Conflict):
     """A commit found the branch in the middle of a change made in several transactions."""
 
-    def __init__(self, msg: str, fence: dict, gone: bool):
+    def __init__(self, msg: str, fence: dict, gone: bool, branch: str = "", repository: str = ""):
         super().__init__(msg)
         self.fence = fence
         self.gone = gone  # the process that made it is gone: waiting is no use
+        self.branch, self.repository = branch, repository
 
 
 def _start_time(pid: int) -> str | None:
@@ -78,21 +84,26 @@ def is_gone(fence: dict) -> bool:
     return start is None or (fence.get("start") is not None and start != fence["start"])
 
 
-def busy(branch: str, fence: dict) -> BranchBusy:
-    """The error of a commit of ``branch`` that met ``fence``."""
+def busy(branch: str, fence: dict, repository: str = "REPO", stalled: bool = False) -> BranchBusy:
+    """The error of a commit of ``branch`` (of ``repository``) that met ``fence``; ``stalled``:
+    the waiter saw it make no progress for :data:`STALL_S`."""
     who = f"pid {fence.get('pid', '?')} on {fence.get('host', '?')}"
     since = fence.get("since")
     when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float)) else ""
     what = fence.get("what", "a change")
     if fence.get("src") is not None:
         what += f" {fence['src']!r} -> {fence.get('dst')!r}"
-    gone = bool(fence.get("cut")) or is_gone(fence)
-    if gone:
+    what_to_do = ("Mount the repository again on that host to finish it, or discard the branch's uncommitted "
+                  f"changes (lakefuse branch reset lakefs://{repository}/{branch})")
+    if fence.get("cut") or is_gone(fence):
         return BranchBusy(f"branch {branch!r} holds part of {what}, cut short ({who}{when}): a commit would "
-                          "take part of it. Mount the repository again on that host to finish it, or discard the "
-                          f"branch's uncommitted changes (lakefuse branch reset lakefs://REPO/{branch})", fence, True)
+                          f"take part of it. {what_to_do}", fence, True, branch, repository)
+    if stalled:
+        return BranchBusy(f"branch {branch!r} holds part of {what} ({who}{when}), which made no progress for "
+                          f"{STALL_S:g}s: taken for cut short (its process is on another host, or stuck). "
+                          f"{what_to_do}", fence, True, branch, repository)
     return BranchBusy(f"branch {branch!r} is in the middle of {what} ({who}{when}), still going after "
-                      f"{FENCE_WAIT_S:g}s: commit again once it is done", fence, False)
+                      f"{FENCE_WAIT_S:g}s: commit again once it is done", fence, False, branch, repository)
 
 
 def waiting(fn, wait_s: float | None = None):
@@ -100,12 +111,18 @@ def waiting(fn, wait_s: float | None = None):
     ``wait_s`` seconds (default :data:`FENCE_WAIT_S`; then that error)."""
     deadline = time.monotonic() + (FENCE_WAIT_S if wait_s is None else wait_s)
     said = False
+    beat = moved = None  # the fence's progress count as last seen, and when it last moved (this clock)
     while True:
         try:
             return fn()
         except BranchBusy as e:
-            if e.gone or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if e.gone or now >= deadline:
                 raise
+            if e.fence.get("beat") != beat or moved is None:
+                beat, moved = e.fence.get("beat"), now
+            elif now - moved >= STALL_S:
+                raise busy(e.branch, e.fence, e.repository, stalled=True) from None
             if not said:  # (a wait of up to a minute is said, once)
                 f = e.fence
                 log.warning("waiting for %s on this branch to finish (pid %s on %s), at most %g s",
@@ -114,4 +131,4 @@ def waiting(fn, wait_s: float | None = None):
             time.sleep(_POLL_S)
 
 
-__all__ = ["BranchBusy", "FENCE_WAIT_S", "busy", "new_fence", "waiting"]
+__all__ = ["BranchBusy", "FENCE_WAIT_S", "STALL_S", "busy", "new_fence", "waiting"]

@@ -94,6 +94,9 @@ def rename_prefix(repo, branch: str, src_dir: bytes, dst_dir: bytes, batch: int 
                     repo.fence(branch, fence)
                     fenced = True
                 flush()
+                if fenced:  # progress, for waiters on other hosts (graveler.fences.STALL_S)
+                    fence["beat"] = fence.get("beat", 0) + 1
+                    repo.fence(branch, fence)
         if pending:
             flush()
     except BaseException:

@@ -128,3 +128,36 @@ def test_a_rename_cut_short_is_refused_at_once_and_finished_by_running_it_again(
     assert rename_prefix(repo, "main", b"src", b"dst", batch=2) == 4  # (2 had moved)
     assert repo.fence_of("main") is None
     assert _tree(repo, repo.commit("main", "whole").id) == [f"dst/f{i}" for i in range(6)]
+
+
+@pytest.mark.expect_log("a commit's wait for a fence is said")
+def test_a_fence_of_another_hosts_dead_process_is_taken_for_cut_short_once_it_makes_no_progress(repo, monkeypatch):
+    """Found by a multi-host tour: a rename's process killed on another host left a fence this
+    host cannot check, so every commit waited the whole minute and was told the rename was
+    "still going". The renamer counts its transactions in the fence; a waiter that sees the
+    count stand still for STALL_S (by its own clock: no two hosts' clocks compared) takes it for
+    cut short, and says what to do, naming the repository."""
+    monkeypatch.setattr(fences, "STALL_S", 0.3)
+    repo.stage("main", "a", entry("a"))
+    repo.commit("main", "a")
+    repo.stage("main", "b", entry("b"))
+    repo.fence("main", {**new_fence("the rename of a directory", src="x", dst="y"), "host": "another-host", "beat": 7})
+    t0 = time.monotonic()
+    with pytest.raises(BranchBusy, match="no progress for 0.3s") as ei:
+        repo.commit("main", "b")
+    assert ei.value.gone and 0.3 <= time.monotonic() - t0 < 10
+    assert f"lakefuse branch reset lakefs://{repo.name}/main" in str(ei.value)
+    # a fence whose count moves is waited for: the commit goes through once it is removed
+    fence = {**new_fence("the rename of a directory", src="x", dst="y"), "host": "another-host", "beat": 0}
+    repo.fence("main", fence)
+
+    def progress() -> None:
+        for n in range(1, 8):
+            time.sleep(0.1)
+            repo.fence("main", {**fence, "beat": n})
+        repo.fence("main", None)
+
+    t = threading.Thread(target=progress)
+    t.start()
+    assert repo.commit("main", "b after the rename")
+    t.join()

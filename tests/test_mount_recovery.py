@@ -333,3 +333,48 @@ def test_a_directory_rename_cut_short_after_a_batch_is_finished_by_the_next_moun
     assert repo.read("main", "W" + deep[1:]) == b"deep"
     assert repo.fence_of("main") is None
     assert repo.exists(repo.commit("main", "the whole rename").id, "W" + deep[1:])
+
+
+@pytest.mark.expect_log("the half-done rename is reported as an error")
+@pytest.mark.parametrize("discard", ["reset", "delete and create"])
+def test_a_cut_short_rename_that_was_discarded_is_not_replayed_by_the_next_mount(tmp_path, monkeypatch, discard):
+    """Found by a multi-host tour: a rename cut short, then discarded (``branch reset``, or the
+    branch deleted and made again), was replayed by the next mount of the host that made it:
+    the discarded half-rename came back, on the new branch too. The next mount replays a rename
+    only while its fence stands."""
+    import lakefuse.mount.renames as renames_mod
+    from tests.mount_core_testutil import ino_of
+
+    monkeypatch.setattr(renames_mod, "DIR_RENAME_BATCH", 2)
+    repo, cfg, fs, deep = _dir_rename_core(tmp_path)
+    repo.commit("main", "X")
+    root = ino_of(fs, "main")
+    if discard == "delete and create":  # (main cannot be deleted: the same on another branch)
+        repo.create_branch("dev", "main")
+        root = ino_of(fs, "dev")
+    branch = "dev" if discard == "delete and create" else "main"
+    before = sorted(it.path for it in repo.list(branch, b"", delimiter=b""))
+    orig, calls = repo.stage_many, []
+
+    def stage_many(b, items, *a, **kw):
+        calls.append(len(items))
+        if len(calls) == 2:
+            raise StoreUnavailable("the KV went away")
+        return orig(b, items, *a, **kw)
+
+    monkeypatch.setattr(repo, "stage_many", stage_many)
+    with pytest.raises(StoreUnavailable):
+        fs.rename(root, b"X", root, b"W", 0)
+    monkeypatch.setattr(repo, "stage_many", orig)
+    assert repo.fence_of(branch)["cut"] and len(list((tmp_path / "cache").rglob("*.intent"))) == 1
+    if discard == "reset":
+        repo.reset(branch)
+    else:
+        repo.delete_branch(branch)
+        repo.create_branch(branch, "main")
+    os.close(fs.spool._lock_fd)  # kill -9
+    from lakefuse.mount.writes import WritableFilesystem
+
+    WritableFilesystem(repo, spool=Spool(repo, cfg)).writes.recover()  # the next mount
+    assert sorted(it.path for it in repo.list(branch, b"", delimiter=b"")) == before  # nothing came back
+    assert not repo.has_uncommitted(branch) and repo.fence_of(branch) is None

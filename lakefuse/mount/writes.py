@@ -730,6 +730,14 @@ class BranchWrites:
             if intent.get("op") != "rename_dir":
                 continue
             try:
+                # a rename is half done only while its fence stands (graveler.fences): one of one
+                # transaction is whole or absent, and one whose fence a branch reset or delete
+                # removed was discarded -- replaying it would bring it back (onto a new branch too)
+                fence = self.repo.fence_of(intent["branch"])
+                if fence is None or (fence.get("src"), fence.get("dst")) != (intent["src"], intent["dst"]):
+                    log.info("an interrupted rename %s -> %s on %s left nothing half done: not replayed",
+                             intent["src"], intent["dst"], intent["branch"])
+                    continue
                 n = rename_prefix(self.repo, intent["branch"], intent["src"].encode(), intent["dst"].encode(),
                                   batch=renames.DIR_RENAME_BATCH)
                 log.warning("finished an interrupted rename %s -> %s on %s (%d keys)",

@@ -170,6 +170,20 @@ class Graveler:
         validate_repository_name(name)
         return self.kv.exists(name)
 
+    def unfinished(self, name: str) -> bool:
+        """Whether ``name``'s refs database exists without a repository record: a create that
+        never finished (killed before its record's transaction). :meth:`create_repository`
+        makes it over again; :meth:`delete_repository` removes it; no other call sees it."""
+        validate_repository_name(name)
+        if not self.kv.exists(name):
+            return False
+        try:
+            with self.kv.borrowed(name) as env:
+                RefManager(env).get_repository()
+        except NotFound:
+            return True
+        return False
+
     def has_refs_dump(self, storage_namespace: str) -> bool:
         """Whether a storage namespace holds a refs dump (``_lakefs/refs_manifest.json``)."""
         return self.store_factory(str(StorageURI.parse(storage_namespace))).exists(MANIFEST_KEY)

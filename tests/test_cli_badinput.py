@@ -435,3 +435,30 @@ def test_a_healthy_repository_is_deleted_as_before(tmp_path):
     r = run(home, "repo", "delete", "lakefs://rep1", "--yes")
     assert r.returncode == 0 and b"storage namespace file://" in r.stdout and b"damaged" not in r.stdout, r
     assert run(home, "log", "lakefs://rep1/main").returncode == 3
+
+
+def test_a_repository_whose_create_was_killed_can_be_created_again_or_deleted(tmp_path):
+    """Found by a crash tester: ``repo create`` killed after its refs database existed and before
+    its record was written left the name unusable -- ``repo create`` said it already existed,
+    ``repo delete`` and every other command that it had no record, and ``repo list`` hid it.
+    Such a create that never finished is made again by ``repo create``, and removed by ``repo
+    delete``; nothing else is touched."""
+    from graveler import Graveler
+    from graveler.config import GravelerConfig
+
+    home = tmp_path / "h"
+    assert run(home, "repo", "create", "lakefs://warm").returncode == 0
+    for name in ("stuck", "gone"):  # (the killed create's state: the refs database, no record)
+        g = Graveler(GravelerConfig(home=home))
+        g.kv.open(name)
+        assert g.unfinished(name) and not g.unfinished("warm")
+        g.kv.close(name)
+        g.close()
+    r = run(home, "repo", "create", "lakefs://stuck")
+    assert r.returncode == 0, r.stderr
+    assert run(home, "log", "lakefs://stuck/main").returncode == 0
+    r = run(home, "repo", "delete", "-y", "lakefs://gone")
+    assert r.returncode == 0 and b"create had never finished" in r.stdout, r.stderr
+    assert run(home, "repo", "create", "lakefs://warm").returncode == 4  # (a finished one: exists)
+    listed = run(home, "repo", "list", "--json").stdout.decode()
+    assert '"stuck"' in listed and '"warm"' in listed and '"gone"' not in listed

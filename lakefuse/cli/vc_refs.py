@@ -137,8 +137,8 @@ def cmd_repo_create(args: argparse.Namespace) -> int:
     validate_branch_name(args.default_branch)  # (before anything is made: a namespace's directory)
     with session(args) as s:
         ns = args.storage or default_storage(s.home, u.repository)
-        if s.graveler.has_repository(u.repository):
-            raise AlreadyExists(f"repository {u.repository!r} already exists")
+        if s.graveler.has_repository(u.repository) and not s.graveler.unfinished(u.repository):
+            raise AlreadyExists(f"repository {u.repository!r} already exists")  # (a killed create's: made again)
         check_shared_namespace(s.config, ns, args.allow_local_storage)
         try:  # before anything opens it (a malformed one: create_repository says why)
             s.graveler.check_namespace_free(str(StorageURI.parse(ns)))
@@ -194,12 +194,14 @@ def _confirm(question: str) -> bool:
 def cmd_repo_delete(args: argparse.Namespace) -> int:
     u = uri_arg(args.repository).repo_only()
     with session(args) as s:
+        unfinished = s.graveler.unfinished(u.repository)  # (a create killed before its record: nothing to read)
         try:
-            ns = s.repo(u).record.storage_namespace
+            ns = None if unfinished else s.repo(u).record.storage_namespace
         except CorruptedData as e:  # a damaged refs database can still be removed (what else could be done with it)
             note(f"lakefuse: {e}")
             ns = None
-        where = f"the data in {ns} is kept" if ns else "its storage namespace, unreadable here, is not touched"
+        where = (f"the data in {ns} is kept" if ns else "a create that never finished" if unfinished
+                 else "its storage namespace, unreadable here, is not touched")
         if not args.yes and not _confirm(
             f"Delete repository {u.repository!r} (its branches, tags, commits and staged changes; {where})?"
         ):
@@ -210,6 +212,8 @@ def cmd_repo_delete(args: argparse.Namespace) -> int:
         emit_json({"deleted": u.repository, "storage_namespace": ns})
     elif ns:
         out(f"Repository {u.repository!r} deleted (its storage namespace {ns} was kept)")
+    elif unfinished:
+        out(f"Repository {u.repository!r} deleted (its create had never finished)")
     else:
         out(f"Repository {u.repository!r} deleted (its refs database was damaged; its storage namespace was not touched)")
     return 0

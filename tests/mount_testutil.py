@@ -228,3 +228,18 @@ def commit_and_read_back(mp: Path, name: str, want: bytes, message: str) -> None
     assert commit == outcome["commit"]["id"]
     assert (mp / commit / name).read_bytes() == want
     assert (mp / "main" / name).read_bytes() == want
+
+
+def write_across_spool_removal(branch: Path, cache: Path, files: int) -> None:
+    """Through ``branch`` (a mount's branch directory, its spool under ``cache``): ``held.bin``
+    written before and after the spool directory is removed while it is open, then ``files``
+    new files ``n<i>`` (more than the spool's ready-made files): what a mount must keep."""
+    held = open(branch / "held.bin", "wb")
+    held.write(b"before ")
+    held.flush()
+    time.sleep(0.3)
+    shutil.rmtree(cache / "spool")
+    held.write(b"after")
+    held.close()
+    for i in range(files):
+        (branch / f"n{i}").write_bytes(b"n%d" % i)

@@ -390,19 +390,11 @@ def test_a_spool_directory_removed_under_an_s3_mount_loses_nothing_written(s3wor
     """The S3 side of the spool removed under a mount (an operator's tour found it on a local
     store): a file open across the removal is uploaded from its descriptor (its path gone),
     and new files are spooled in the directory made again."""
-    import shutil
+    from tests.mount_testutil import write_across_spool_removal
 
     w = s3world
     mp, cache = w["tmp"] / "mnt", w["tmp"] / "c"
     with MountProc(w["home"], "s3demo", mp, "--cache-dir", str(cache), env=w["env"]):
-        held = open(mp / "main" / "held.bin", "wb")
-        held.write(b"before ")
-        held.flush()
-        time.sleep(0.3)
-        shutil.rmtree(cache / "spool")
-        held.write(b"after")
-        held.close()
-        for i in range(40):  # (more than the ready-made spool files)
-            (mp / "main" / f"n{i}.txt").write_bytes(b"n%d" % i)
+        write_across_spool_removal(mp / "main", cache, 40)
         assert w["repo"].read("main", "held.bin") == b"before after"
-        assert w["repo"].read("main", "n39.txt") == b"n39"
+        assert w["repo"].read("main", "n39") == b"n39"

@@ -13,7 +13,7 @@ from graveler.objects import PosixAttrs
 from lakefuse.mount import sidecar
 from lakefuse.mount.spool import Spool, SpoolConfig
 from tests.graveler_testutil import make_repo
-from tests.mount_testutil import MountProc, needs_fuse
+from tests.mount_testutil import MountProc, needs_fuse, write_across_spool_removal
 
 ATTRS = PosixAttrs(mode=0o100644, uid=0, gid=0)
 
@@ -376,27 +376,16 @@ def test_a_spool_directory_removed_under_the_mount_is_made_again_and_nothing_wri
     were never saved, and new files failed EIO once the ready-made spool files ran out. Open
     files keep their content in their descriptors: a save copies from there; and the directory
     (its lock and journal) is made again for the files made after."""
-    import shutil
-    import time
-
     cache = tmp_path / "cache"
     m = MountProc(repo.config.home, repo.name, tmp_path / "mnt", "--cache-dir", str(cache)).start()
     try:
         (m.mountpoint / "main" / "warm.txt").write_bytes(b"warm")
-        held = open(m.mountpoint / "main" / "held.txt", "wb")  # open across the removal
-        held.write(b"before ")
-        held.flush()
-        time.sleep(0.3)
-        shutil.rmtree(cache / "spool")
-        held.write(b"after")
-        held.close()
-        for i in range(60):  # (more than the ready-made spool files)
-            (m.mountpoint / "main" / f"x{i}").write_bytes(b"x%d" % i)
-        assert repo.read("main", "held.txt") == b"before after"
-        assert [repo.read("main", f"x{i}") for i in (0, 59)] == [b"x0", b"x59"]
+        write_across_spool_removal(m.mountpoint / "main", cache, 60)
+        assert repo.read("main", "held.bin") == b"before after"
+        assert [repo.read("main", f"n{i}") for i in (0, 59)] == [b"n0", b"n59"]
         assert len([p for p in (cache / "spool" / repo.name).iterdir() if p.is_dir() and not p.name.startswith(".")]) >= 1
         (m.mountpoint / "main" / ".lakefuse" / "commit").write_text("after the removal")
-        assert repo.read("main~0", "x59") == b"x59" and not repo.has_uncommitted("main")
+        assert repo.read("main~0", "n59") == b"n59" and not repo.has_uncommitted("main")
     finally:
         m.stop()
     assert "was removed while mounted; made again" in m.log()

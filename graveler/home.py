@@ -182,6 +182,8 @@ class Graveler:
                 RefManager(env).get_repository()
         except NotFound:
             return True
+        except GravelerError:  # (damaged, unreadable: a repository all the same, as repo list says)
+            return False
         return False
 
     def has_refs_dump(self, storage_namespace: str) -> bool:

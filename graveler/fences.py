@@ -63,6 +63,11 @@ def new_fence(what: str, **details) -> dict:
             "start": _start_time(os.getpid()), "since": time.time()}
 
 
+def rename_fence(fence: dict | None, src: str, dst: str) -> bool:
+    """Whether ``fence`` is the one a rename of ``src`` to ``dst`` put (its interrupted run's)."""
+    return fence is not None and (fence.get("src"), fence.get("dst")) == (src, dst)
+
+
 def encode(fence: dict) -> bytes:
     return json.dumps(fence, sort_keys=True).encode()
 
@@ -131,4 +136,4 @@ def waiting(fn, wait_s: float | None = None):
             time.sleep(_POLL_S)
 
 
-__all__ = ["BranchBusy", "FENCE_WAIT_S", "STALL_S", "busy", "new_fence", "waiting"]
+__all__ = ["BranchBusy", "FENCE_WAIT_S", "STALL_S", "busy", "new_fence", "rename_fence", "waiting"]

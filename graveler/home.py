@@ -115,14 +115,8 @@ class Graveler:
             storage_namespace = str(StorageURI.parse(storage_namespace))  # canonical
         except InvalidArgument:
             raise InvalidArgument(f"storage namespace must be a URI (file:///... or s3://...), not {storage_namespace!r}") from None
-        if self.kv.exists(name):
-            try:
-                RefManager(self.kv.open(name)).get_repository()
-                raise_exists = True
-            except NotFound:
-                raise_exists = False
-            if raise_exists:
-                raise AlreadyExists(f"repository {name!r} already exists")
+        if self.kv.exists(name) and not self._record_missing(name):  # (a create that never finished: made over)
+            raise AlreadyExists(f"repository {name!r} already exists")
         if not bare:  # (a bare one receives a refs dump: lakeFS restores into a namespace in use too)
             self.check_namespace_free(storage_namespace)
         store = self.store_factory(storage_namespace)
@@ -178,12 +172,18 @@ class Graveler:
         if not self.kv.exists(name):
             return False
         try:
+            return self._record_missing(name)
+        except GravelerError:  # (damaged, unreadable: a repository all the same, as repo list says)
+            return False
+
+    def _record_missing(self, name: str) -> bool:
+        """Whether the existing refs database of ``name`` has no repository record (raises what
+        reading it raises: a damaged one is CorruptedData)."""
+        try:
             with self.kv.borrowed(name) as env:
                 RefManager(env).get_repository()
         except NotFound:
             return True
-        except GravelerError:  # (damaged, unreadable: a repository all the same, as repo list says)
-            return False
         return False
 
     def has_refs_dump(self, storage_namespace: str) -> bool:

@@ -444,6 +444,7 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
             store.put(address, data)
         elif isinstance(source, (str, os.PathLike)):
             fname = os.fspath(source)
+            from graveler.objstore.base import open_file_path
             from graveler.objstore.local import LocalStore
 
             if adopt and isinstance(store, LocalStore) and (fd is not None or os.path.isfile(fname)):
@@ -455,9 +456,7 @@ def put_object(store, source: UploadSource, content_type: str = "", metadata: di
                 etag, size = info.etag, info.size
             elif etag is not None and fd is not None:  # the caller's MD5 of the file it has open: no second pass
                 size = os.fstat(fd).st_size
-                if not os.path.exists(fname):  # (its name gone -- its directory removed --, the open file not)
-                    fname = f"/proc/self/fd/{fd}"
-                store.put_file(address, fname, md5=etag if is_md5_etag(etag) else None)
+                store.put_file(address, open_file_path(fname, fd), md5=etag if is_md5_etag(etag) else None)
             else:
                 try:
                     etag, size = md5_file(fname)

@@ -28,7 +28,7 @@ import logging
 from typing import Callable
 
 from graveler.errors import InvalidArgument, NotFound, PathTooLong
-from graveler.fences import new_fence
+from graveler.fences import new_fence, rename_fence
 from graveler.staging import MAX_PATH_BYTES
 
 log = logging.getLogger(__name__)
@@ -70,8 +70,7 @@ def rename_prefix(repo, branch: str, src_dir: bytes, dst_dir: bytes, batch: int 
     pending: list = list(first or ())
     extra = len(pending)
     op = {"src": src_dir.decode("utf-8", "replace"), "dst": dst_dir.decode("utf-8", "replace")}
-    left = repo.fence_of(branch)  # an interrupted run's fence: removed once this one is done
-    resumed = left is not None and all(left.get(k) == v for k, v in op.items())
+    resumed = rename_fence(repo.fence_of(branch), **op)  # an interrupted run's: removed once this one is done
     fenced = False
 
     def flush() -> None:

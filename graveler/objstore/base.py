@@ -244,6 +244,12 @@ def refuse_unsafe_dir(path: str, strict: int, what: str, missing_ok: bool = Fals
         refuse_unsafe_dir(os.path.realpath(path), strict, what, missing_ok)  # (no link left in it)
 
 
+def open_file_path(path: str, fd: int) -> str:
+    """A path that reads the file open as ``fd``: ``path``, or ``/proc/self/fd/<fd>`` once
+    ``path`` is gone (its directory removed) while the file, open, is not."""
+    return path if os.path.exists(path) else f"/proc/self/fd/{fd}"
+
+
 def file_fingerprint(st: os.stat_result) -> Fingerprint:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 

@@ -39,6 +39,7 @@ from graveler.objstore.base import (
     Fingerprint,
     file_fingerprint,
     map_file,
+    open_file_path,
     ObjectInfo,
     ObjectReader,
     ObjectStore,
@@ -474,7 +475,7 @@ class LocalStore(ObjectStore):
                     if not os.path.exists(path):
                         if not own:  # its name is gone (its directory removed), the open file is not: copy that
                             log.warning("adopt %s: %s is gone; copying the file from its descriptor", key, path)
-                            return self.put_file(key, f"/proc/self/fd/{fd}")
+                            return self.put_file(key, open_file_path(path, fd))
                         raise InvalidArgument(f"source file {path!r} vanished") from None
                     continue  # no directory yet (or a concurrent delete pruned it): make it
                 except FileExistsError as exc:

@@ -109,9 +109,9 @@ def terminal_text(text: str, stream=None) -> str:
 
 
 def one_line(text: str) -> str:
-    """``text`` with its control characters (newlines and tabs too) as ``\\xNN``: an error
-    message stays one line whatever names it quotes."""
-    return re.sub("[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` with its control characters (C0, DEL and C1: newlines and tabs too) as ``\\xNN``:
+    an error message stays one line whatever names it quotes."""
+    return re.sub("[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _isatty(stream) -> bool:
@@ -123,8 +123,7 @@ def _isatty(stream) -> bool:
 
 def _escape_arg(arg: str) -> str:
     """An argument for an error message: undecodable bytes and control characters as \\xNN."""
-    text = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 else c for c in text)
+    return one_line(arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
 
 
 def check_argv(argv: list[str]) -> None:

@@ -341,10 +341,10 @@ def serve_foreground(args, repository: str, mp: str) -> int:
     try:
         g = _graveler(args)
         repo = g.repository(repository)
-        from lakefuse.mount.daemon import _env_int
+        from lakefuse.mount.daemon import env_int
 
         fs_config = FsConfig(branch_timeout=args.branch_timeout,
-                             max_inodes=_env_int("LAKEFUSE_MAX_INODES", FsConfig.max_inodes, 0))
+                             max_inodes=env_int("LAKEFUSE_MAX_INODES", FsConfig.max_inodes, 0))
         data_cache = None
         if not repo.storage_namespace.startswith("file:"):
             from graveler.objstore.chunked import DataCache

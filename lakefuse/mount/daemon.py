@@ -80,17 +80,17 @@ class MountConfig:
     deferred_replies: bool = field(default_factory=lambda: _env_flag("LAKEFUSE_DEFERRED_REPLIES", True))
     # how many GETs at once a sequential reader of a large S3 object may reach (a stream and its
     # parallel parts; 1: one stream, no parts); None: graveler's default. $LAKEFUSE_S3_LANES
-    s3_lanes: int | None = field(default_factory=lambda: _env_int("LAKEFUSE_S3_LANES", None, 1))
+    s3_lanes: int | None = field(default_factory=lambda: env_int("LAKEFUSE_S3_LANES", None, 1))
     # after answering a request with none waiting, how long (microseconds) the event loop reads the
     # FUSE fd again outside the GIL before it sleeps (a patched build); 0: it sleeps at once.
     # $LAKEFUSE_RECEIVE_SPIN_US
     # (by default 0 where the daemon may run on one CPU only: the next request cannot come while it spins)
-    receive_spin_us: int = field(default_factory=lambda: _env_int(
+    receive_spin_us: int = field(default_factory=lambda: env_int(
         "LAKEFUSE_RECEIVE_SPIN_US", RECEIVE_SPIN_US if len(os.sched_getaffinity(0)) > 1 else 0, 0, MAX_SPIN_US,
         "microseconds"))
 
 
-def _env_int(name: str, default: int | None, low: int, high: int | None = None, what: str = "a whole number"):
+def env_int(name: str, default: int | None, low: int, high: int | None = None, what: str = "a whole number"):
     """``$name`` as an integer from ``low`` (to ``high``), ``default`` when unset; else a clear error."""
     value = os.environ.get(name, "").strip()
     if not value:

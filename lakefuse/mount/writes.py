@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING
 
 from graveler import paths
 from graveler.errors import GravelerError, NotFound
+from graveler.fences import rename_fence
 from graveler.model import Entry, Value
 from graveler.objects import PosixAttrs, user_metadata
 from graveler.staging import MAX_PATH_BYTES
@@ -733,8 +734,7 @@ class BranchWrites:
                 # a rename is half done only while its fence stands (graveler.fences): one of one
                 # transaction is whole or absent, and one whose fence a branch reset or delete
                 # removed was discarded -- replaying it would bring it back (onto a new branch too)
-                fence = self.repo.fence_of(intent["branch"])
-                if fence is None or (fence.get("src"), fence.get("dst")) != (intent["src"], intent["dst"]):
+                if not rename_fence(self.repo.fence_of(intent["branch"]), intent["src"], intent["dst"]):
                     log.info("an interrupted rename %s -> %s on %s left nothing half done: not replayed",
                              intent["src"], intent["dst"], intent["branch"])
                     continue

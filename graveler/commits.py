@@ -16,7 +16,7 @@ from datetime import datetime
 from graveler import fences
 from graveler.committed.manager import ApplyStats
 from graveler.core import RepoCore
-from graveler.errors import Conflict, DirtyBranch, InvalidArgument, NotFound, NothingToCommit, PreconditionFailed
+from graveler.errors import Conflict, DirtyBranch, InvalidArgument, MergeConflict, NotFound, NothingToCommit, PreconditionFailed
 from graveler.listing import MergedIterator
 from graveler.model import MergeStrategy
 from graveler.refs import Branch, Commit
@@ -27,6 +27,7 @@ MERGE_STRATEGY_METADATA_KEY = ".lakefs.merge.strategy"  # lakeFS's key on merge 
 _STRATEGY_NAMES = {MergeStrategy.NONE: "default", MergeStrategy.DEST_WINS: "dest-wins", MergeStrategy.SOURCE_WINS: "source-wins"}
 
 
+REVERT_HINT = "later commits changed them again: change them back by hand, then commit"
 _VIRTUAL_BASE_DEPTH = 8  # nested virtual bases at most (git's recursive merge has no cap; histories this tangled are rare)
 
 
@@ -221,7 +222,10 @@ class Commits:
 
         def attempt(n: int) -> Commit | None:
             b, head = self._seal_clean(branch)
-            mr, stats = c.committed.merge(target.meta_range_id, parent_mr, head.meta_range_id, MergeStrategy.NONE)
+            try:
+                mr, stats = c.committed.merge(target.meta_range_id, parent_mr, head.meta_range_id, MergeStrategy.NONE)
+            except MergeConflict as e:  # (a revert is a merge inside: say what it means here)
+                raise MergeConflict.on("revert", e.keys, e.count, REVERT_HINT) from None
             if stats.changes == 0:
                 if not allow_empty:
                     raise NothingToCommit(f"reverting {ref!r} changes nothing on {branch!r}")

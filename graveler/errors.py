@@ -46,6 +46,14 @@ class MergeConflict(Conflict):
         self.keys = list(keys or [])  # the first conflicting keys (a bounded number of them)
         self.count = len(self.keys) if count is None else count  # every conflicting key
 
+    @classmethod
+    def on(cls, what: str, keys: list[bytes], count: int, hint: str = "") -> "MergeConflict":
+        """The conflict of a ``what`` ("merge", "revert") on ``count`` keys, the first of them
+        ``keys``: its message names up to 10 (then "and N more"), and ends with ``hint``."""
+        shown = ", ".join(k.decode("utf-8", "replace") for k in keys[:10])
+        more = f" and {count - 10} more" if count > 10 else ""
+        return cls(f"{what} conflict on {count} key(s): {shown}{more}{'; ' + hint if hint else ''}", keys, count)
+
 
 class PreconditionFailed(Conflict):
     """A compare-and-set lost a race (e.g. the branch moved during a commit)."""

@@ -277,6 +277,23 @@ def test_revert(repo, controls):
 
 
 @pytest.mark.expect_log("a failed control request is logged as a warning")
+def test_a_revert_that_conflicts_says_revert_and_what_to_do(repo, controls):
+    """Found reviewing the data team lead's fix: the CLI reworded a revert's conflict, but the
+    revert file of a mount still answered "merge conflict on 1 key(s)" (graveler's words for
+    the merge a revert makes inside), with no hint."""
+    repo.upload("main", "r", b"1")
+    c = repo.commit("main", "add r")
+    repo.upload("main", "r", b"2")
+    repo.commit("main", "change r")
+    with pytest.raises(MergeConflict) as e:
+        controls.execute("main", "revert", c.id[:12].encode())
+    assert str(e.value).startswith("revert conflict on 1 key(s): r;") and "by hand" in str(e.value)
+    assert e.value.keys == [b"r"] and e.value.count == 1
+    back = json.loads(controls.outcome("main", "revert"))
+    assert not back["ok"] and back["error"].startswith("revert conflict")
+
+
+@pytest.mark.expect_log("a failed control request is logged as a warning")
 def test_root_branch_and_tag(repo, controls):
     out = controls.execute(None, "branch", b"feature main")
     assert out["branch"] == "feature" and repo.get_branch("feature").commit_id == repo.get_commit("main").id

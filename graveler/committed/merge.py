@@ -96,9 +96,7 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
         if not n_conflicts:
             yield key, change
     if n_conflicts:
-        shown = ", ".join(k.decode("utf-8", "replace") for k in conflicts[:10])
-        more = f" and {n_conflicts - 10} more" if n_conflicts > 10 else ""
-        raise MergeConflict(f"merge conflict on {n_conflicts} key(s): {shown}{more}", conflicts, n_conflicts)
+        raise MergeConflict.on("merge", conflicts, n_conflicts)
 
 
 __all__ = ["MAX_CONFLICTS_REPORTED", "merge_changes"]

@@ -232,11 +232,6 @@ def cmd_revert(args: argparse.Namespace) -> int:
     with session(args) as s:
         repo = s.repo(u)
         ref = ref_arg(args.commit, u.repository, "commit")
-        try:
-            c = repo.revert(branch, ref, parent_number=args.parent_number or 0, message=args.message)
-        except MergeConflict as e:  # (a revert is a merge inside: say what it means here)
-            what = str(e).replace("merge conflict", "revert conflict", 1)
-            raise MergeConflict(f"{what}; later commits changed them again: change them back by hand, then "
-                                "commit", e.keys, e.count) from None
+        c = repo.revert(branch, ref, parent_number=args.parent_number or 0, message=args.message)
         _report_commit(args, repo, branch, c)
     return 0

@@ -462,3 +462,60 @@ def test_a_repository_whose_create_was_killed_can_be_created_again_or_deleted(tm
     assert run(home, "repo", "create", "lakefs://warm").returncode == 4  # (a finished one: exists)
     listed = run(home, "repo", "list", "--json").stdout.decode()
     assert '"stuck"' in listed and '"warm"' in listed and '"gone"' not in listed
+
+
+def test_what_a_reader_of_the_docs_found(tmp_path, capsys):
+    """Found following the README and --help literally: a failed read-only command (a mount of
+    a mistyped --refs-dump, a refs restore from a namespace holding no dump) left an empty
+    directory at that namespace (a later recursive upload from it "uploaded 0 objects", exit 0);
+    --log made missing directories anywhere; --branch-timeout -1 mounted; `gc rules --json`
+    printed nothing when there are no rules; `sst id` had no --json; a store root below a file
+    blamed the root; a name with a newline broke fs upload's and fs rm's line."""
+    h = tmp_path / "home"
+
+    def cli(*args):
+        capsys.readouterr()
+        code = main([*args, "--home", str(h)])
+        o = capsys.readouterr()
+        return code, o.out, o.err
+
+    assert cli("repo", "create", "lakefs://docs")[0] == 0
+    typo = tmp_path / "typo-ns"
+    code, _, err = cli("mount", "-f", "--refs-dump", typo.as_uri(), str(tmp_path))
+    assert code == 3 and "no refs dump" in err and not typo.exists(), err
+    code, _, err = cli("refs", "restore", "lakefs://zzz", "--storage", typo.as_uri())
+    assert code == 3 and "no refs dump" in err and not typo.exists(), err
+    code, out, _ = cli("repo", "list", "--json")
+    assert "zzz" not in out
+    code, _, err = cli("mount", "--log", str(tmp_path / "nodir" / "deep" / "x.log"), "lakefs://docs", str(tmp_path))
+    assert code == 2 and "no directory" in err and not (tmp_path / "nodir").exists(), err
+    with pytest.raises(SystemExit) as e:
+        cli("mount", "--branch-timeout", "-1", "lakefs://docs", str(tmp_path))
+    assert e.value.code == 2 and ">= 0" in capsys.readouterr().err
+    code, out, err = cli("gc", "rules", "--json", "lakefs://docs")
+    assert code == 0 and out == "null\n" and "no retention rules" in err
+    f = tmp_path / "afile"
+    f.write_text("")
+    capsys.readouterr()
+    assert main(["repo", "create", "lakefs://abc", "--home", str(f / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert f"below '{f}', which exists and is not a directory" in err, err
+    src = tmp_path / "src"
+    src.write_text("x")
+    code, out, _ = cli("fs", "upload", "lakefs://docs/main/nl\nx", "-s", str(src))
+    assert code == 0 and out.count("\n") == 1 and '"lakefs://docs/main/nl\\nx"' in out, out
+    code, out, _ = cli("fs", "rm", "lakefs://docs/main/nl\nx")
+    assert code == 0 and out == 'Deleted "lakefs://docs/main/nl\\nx"\n', out
+
+
+def test_sst_id_json(capsys):
+    from tests.shared_paths import FIXTURES
+
+    table = FIXTURES / "lakefs" / "range.sst"
+    assert main(["sst", "id", str(table)]) == 0
+    plain = capsys.readouterr().out.strip()
+    assert main(["sst", "id", "--json", str(table)]) == 0
+    import json
+
+    got = json.loads(capsys.readouterr().out)
+    assert got == {"id": plain, "type": "ranges"}  # (lakeFS's own word in the table)

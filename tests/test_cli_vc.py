@@ -376,7 +376,7 @@ def test_diff_three_dot_agrees_with_the_merge_in_a_criss_cross_history(cli, stor
         (("repo", "create", "lakefs://fresh", "--storage", "relative/dir"), 2, "storage namespace must be a URI"),
         (("repo", "create", f"{REPO}/main"), 2, "without a ref"),
         (("repo", "delete", REPO), 2, "--yes"),
-        (("refs", "restore", REPO), 4, "not bare"),
+        (("refs", "restore", REPO), 4, "exists and has branches"),
         (("refs", "restore", "lakefs://fresh", "--manifest", "/no/such.json"), 3, "manifest file not found"),
     ],
 )

@@ -156,20 +156,37 @@ def _write_all(fd: int, data) -> None:
         view = view[n:]
 
 
+def _check_root(root: str) -> None:
+    """InvalidArgument when ``root``, or the nearest of its ancestors that exists, is no directory
+    (a root under a file could never be made); StoreUnavailable when it cannot be looked at."""
+    p = root
+    while True:
+        try:
+            st = os.stat(p)
+        except (FileNotFoundError, NotADirectoryError):  # (not there, or below a file: look higher)
+            parent = os.path.dirname(p)
+            if parent == p:
+                return
+            p = parent
+            continue
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot reach local store root {root!r}: {exc.strerror or exc}") from exc
+        if not stat.S_ISDIR(st.st_mode):
+            where = "exists" if p == root else f"is below {p!r}, which exists"
+            raise InvalidArgument(f"local store root {root!r} {where} and is not a directory")
+        return
+
+
 class LocalStore(ObjectStore):
-    """An ``ObjectStore`` rooted at a local directory (created if missing)."""
+    """An ``ObjectStore`` rooted at a local directory, made by the first write that needs it:
+    opening a store only to read (a refs dump's, a restore's) leaves no directory behind."""
 
     def __init__(self, root: str):
         if not isinstance(root, str) or not os.path.isabs(root):
             raise InvalidArgument(f"a local store root must be an absolute path, not {root!r}")
         self.root = os.path.abspath(root)
         self._root_slash = os.path.join(self.root, "")  # _path's: root + key
-        try:
-            os.makedirs(self.root, exist_ok=True)
-        except (FileExistsError, NotADirectoryError) as exc:
-            raise InvalidArgument(f"local store root {self.root!r} exists and is not a directory") from exc
-        except OSError as exc:
-            raise StoreUnavailable(f"cannot create local store root {self.root!r}: {exc.strerror or exc}") from exc
+        _check_root(self.root)
         self._root_uri = StorageURI(FILE, "", self.root)
         self.uri = str(self._root_uri)
 
@@ -527,6 +544,8 @@ class LocalStore(ObjectStore):
         per object; it also flushes whatever else is dirty on that filesystem)."""
         try:
             fd = os.open(self.root, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return  # (nothing was ever written here)
         except OSError as exc:
             raise self._os_error("sync", "", exc, writing=True) from exc
         try:

@@ -43,6 +43,10 @@ what was written to files whose close never returned (unless another writer save
 since: then they are kept in spool/REPO/recovered/) and says so here. See
 docs/SEMANTICS.md.
 
+As a mount helper (an fstab line of type fuse.lakefuse; mount.fuse3 runs
+`lakefuse lakefs://REPO MOUNTPOINT -o OPTIONS`), OPTIONS take home=, kv=, cache_dir=,
+cache_size=, branch_timeout= and log= beside FUSE's own (systemd/README.md).
+
 environment (read by the daemon):
   LAKEFUSE_PASSTHROUGH=0         no FUSE passthrough: the daemon serves every read
   LAKEFUSE_BRANCH_PASSTHROUGH=1  branch files no handle writes read by the kernel too
@@ -136,7 +140,7 @@ def register(sub) -> None:
                    help="FUSE mount options, e.g. allow_other (not set unless asked)")
     p.add_argument("--log", metavar="FILE", default=None,
                    help="the daemon's log file (default: <home>/logs/mount-REPO.log; with -f: stderr)")
-    p.add_argument("--branch-timeout", metavar="SECONDS", type=float, default=1.0,
+    p.add_argument("--branch-timeout", metavar="SECONDS", type=_seconds, default=1.0,
                    help="how long the kernel keeps names and attributes of branch trees (default 1)")
     p.add_argument("--ready-timeout", metavar="SECONDS", type=float, default=60.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_mount)
@@ -238,14 +242,28 @@ def _sources(args) -> None:
         raise InvalidArgument("expected lakefs://REPO MOUNTPOINT, or --refs-dump URL MOUNTPOINT")
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds >= 0 (0: the kernel keeps nothing)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0: {text!r}")
+    return v
+
+
 def _check_log_path(path: str) -> None:
-    """--log names a file whose directory is (or can be made) a directory: InvalidArgument, said
-    as such, not "File exists" from a path component that is a file."""
-    d = os.path.dirname(os.path.abspath(path))
+    """--log names a file in a directory that exists (as a shell's ``>`` wants: a mistyped path
+    made no directories anywhere): InvalidArgument, said as such, not "File exists" from a path
+    component that is a file. (The default log's ``<home>/logs`` is made before the daemon starts.)"""
+    parent = d = os.path.dirname(os.path.abspath(path))
     while d and not os.path.exists(d):
         d = os.path.dirname(d)
     if d and not os.path.isdir(d):
         raise InvalidArgument(f"--log {path}: {d} is not a directory")
+    if d != parent:
+        raise InvalidArgument(f"--log {path}: no directory {parent}")
     if os.path.isdir(path):
         raise InvalidArgument(f"--log {path} is a directory: name a file")
 

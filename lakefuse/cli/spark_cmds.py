@@ -63,7 +63,8 @@ def register(sub) -> None:
 
     g = add_group(sub, "gc", "garbage collection of a repository's data objects (Spark)")
     p = add_command(g, "rules", "show or set the retention rules (lakeFS's form)", cmd_gc_rules,
-                    epilog="Without options, prints the rules as JSON.  --default-days sets the default\n"
+                    epilog="Without options, prints the rules as JSON (with --json, null when there are\n"
+                           "none).  --default-days sets the default\n"
                            "retention; --branch NAME=DAYS (repeatable) a branch's; --delete removes the rules\n"
                            "(then every commit is kept and only unreferenced objects are collected).")
     p.add_argument("repo", metavar="lakefs://REPO")
@@ -168,6 +169,8 @@ def cmd_gc_rules(args) -> int:
             set_rules(repo, rules)
         if rules is None:
             note(f"{u.repository}: no retention rules (every commit is kept)")
+            if args.json:
+                sys.stdout.write("null\n")  # (JSON for "none": a script reading stdout gets a value)
             return 0
         sys.stdout.write(rules.to_json() + "\n")
     return 0

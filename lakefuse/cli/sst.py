@@ -42,6 +42,8 @@ def register(sub) -> None:
     d.set_defaults(func=cmd_dump)
     i = s.add_parser("id", help="print the table's lakeFS range / metarange ID")
     i.add_argument("file", help="path of the .sst file")
+    i.add_argument("--json", action="store_true",
+                   help='print {"id": ..., "type": ...}: the ID and the table\'s lakeFS type property (ranges, metarange)')
     i.set_defaults(func=cmd_id)
 
 
@@ -179,5 +181,8 @@ def cmd_id(args: argparse.Namespace) -> int:
     if "type" not in t.raw_properties:
         # a table that reads whole but is not lakeFS's: the wrong input (2), not damage (5)
         raise InvalidArgument(f"{args.file}: not a lakeFS range or metarange (no 'type' property): it has no lakeFS ID")
-    print(table_id(t))
+    if args.json:
+        print(json.dumps({"id": table_id(t), "type": t.raw_properties["type"].decode("utf-8", "replace")}))
+    else:
+        print(table_id(t))
     return 0

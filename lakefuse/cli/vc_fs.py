@@ -223,7 +223,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
             if args.json:
                 emit_json({"destination": dest, **res})
             else:
-                out(f"Uploaded {res['objects']} objects ({human_size(res['bytes'])}) to {dest}"
+                out(f"Uploaded {res['objects']} objects ({human_size(res['bytes'])}) to {show_name(dest)}"
                     + (f"; skipped {len(res['skipped'])}" if res["skipped"] else ""))
             return 0
         if os.path.isdir(src):
@@ -234,7 +234,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
         if args.json:
             emit_json(entry_json(repo, path, entry))
         else:
-            out(f"Uploaded {src} to lakefs://{u.repository}/{branch}/{path} ({human_size(entry.size)})")
+            out(f"Uploaded {show_name(src)} to {show_name(f'lakefs://{u.repository}/{branch}/{path}')} "
+                f"({human_size(entry.size)})")
     return 0
 
 
@@ -328,7 +329,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
             if args.json:
                 emit_json({"deleted": 1, "path": path})
             else:
-                out(f"Deleted lakefs://{u.repository}/{branch}/{path}")
+                out(f"Deleted {show_name(f'lakefs://{u.repository}/{branch}/{path}')}")
             return 0
         prefix = path if not path or path.endswith("/") else path + "/"
         if not prefix and not args.all:
@@ -340,5 +341,5 @@ def cmd_rm(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"deleted": n, "prefix": prefix})
         else:
-            out(f"Deleted {n} objects under lakefs://{u.repository}/{branch}/{prefix}")
+            out(f"Deleted {n} objects under {show_name(f'lakefs://{u.repository}/{branch}/{prefix}')}")
     return 0

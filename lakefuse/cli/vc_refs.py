@@ -106,7 +106,8 @@ def register(sub) -> None:
     p = add_command(
         g, "restore", "load a refs dump into a new repository", cmd_refs_restore,
         epilog="If the repository does not exist in the home it is created (bare) on --storage\n"
-               "(default: file://<home>/storage/<REPO>); an existing repository must have no commits.\n"
+               "(default: file://<home>/storage/<REPO>); an existing one is refused unless it has no branches\n"
+               "(as `repo create` makes none without its first commit: give a new name, or delete it first).\n"
                f"The manifest is read from --manifest FILE, else from <namespace>/{MANIFEST_KEY}.\n"
                "Unlike `repo create`, it takes a namespace another repository of this KV uses (as lakeFS's\n"
                "restore does: the dump is that namespace's own). Then only one of the two may run\n"
@@ -392,11 +393,13 @@ def cmd_refs_restore(args: argparse.Namespace) -> int:
                     f"repository {u.repository!r} exists with namespace {repo.record.storage_namespace}, not {args.storage}"
                 )
             if repo.list_branches():  # say so before looking for a dump
-                raise Conflict(f"repository {u.repository!r} exists and is not bare: "
-                               "refs can only be restored into a new repository")
+                raise Conflict(f"repository {u.repository!r} exists and has branches: refs are restored only into "
+                               "a new repository (give another name, or `lakefuse repo delete` it first)")
         except NotFound:
             ns = args.storage or default_storage(s.home, u.repository)
             check_shared_namespace(s.config, ns, args.allow_local_storage)
+            if manifest is None and not s.graveler.has_refs_dump(ns):  # (before anything is made there)
+                raise NotFound(f"no refs dump in {StorageURI.parse(ns)} ({MANIFEST_KEY} missing)")
             repo = s.graveler.create_repository(u.repository, ns, default_branch=args.default_branch, bare=True)
             created = True
         try:

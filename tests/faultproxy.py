@@ -18,6 +18,9 @@ Kinds of fault (:class:`Fault`):
 ``reset``    close the connection at once, answering nothing
 ``corrupt_sent`` forward the request with one bit of its body flipped at byte ``after`` (a
              PUT damaged on the way to a store that checks no checksum of it)
+``headcut``  forward, send the status line and the first ``after`` header lines of the
+             answer, then close the connection (a response cut inside its headers: Python's
+             HTTP client takes it for a complete answer without those headers and body)
 ``reranged`` forward a ranged GET asking ``after`` bytes earlier (``bytes=a-b`` becomes
              ``bytes=(a-after)-(b-after)``): the answer, its Content-Range honest, is another
              range than the one asked for (a broken cache or proxy)
@@ -48,7 +51,7 @@ from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
-KINDS = ("latency", "error", "short", "hang", "corrupt", "reset", "reranged", "corrupt_sent")
+KINDS = ("latency", "error", "short", "hang", "corrupt", "reset", "reranged", "corrupt_sent", "headcut")
 _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 _CHUNK = 1 << 16
 
@@ -235,6 +238,12 @@ class FaultProxy:
                     data = b"" if self.command == "HEAD" else resp.read()
                     if length is None:
                         self.send_header("Content-Length", str(len(data)))
+                    if fault is not None and fault.kind == "headcut":
+                        lines, self._headers_buffer = self._headers_buffer, []
+                        self.wfile.write(b"".join(lines[: 1 + fault.after]))
+                        self.wfile.flush()
+                        self.close_connection = True
+                        return
                     self.end_headers()
                     if fault is not None and fault.kind in ("short", "hang") and data:
                         self.wfile.write(data[: fault.after])

@@ -88,6 +88,54 @@ def test_failed_save_keeps_its_content_is_retried_and_blocks_the_commit_meanwhil
         g.close()
 
 
+@needs_fuse
+@pytest.mark.s3
+def test_a_save_whose_answer_was_cut_inside_its_headers_is_retried_and_blocks_the_commit(
+        tmp_path, s3_endpoint, s3_config, s3_bucket):
+    """Found by a data engineer on a flaky network: an upload's "200" cut short inside its
+    headers (Python's HTTP client takes the closed connection for the end of them) came back
+    without an ETag; the KeyError escaped as no store error, so the failed save was never
+    retried and did not gate the commit: a commit through the mount published the file empty
+    (a name listed earlier had staged it so) while the mount showed its 100 KB."""
+    home = tmp_path / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    g.create_repository("cut", f"s3://{s3_bucket}/ns").commit("main", "empty", allow_empty=True)
+    g.close()
+    mp = tmp_path / "m"
+    data = os.urandom(100_000)
+    with FaultProxy(s3_endpoint) as proxy:
+        env = {"LAKEFUSE_S3_ENDPOINT": proxy.url, "LAKEFUSE_S3_MAX_ATTEMPTS": "1", "LAKEFUSE_S3_READ_TIMEOUT": "2"}
+        with MountProc(home, "cut", mp, "--cache-dir", str(tmp_path / "cache"), env=env) as m:
+            main = mp / "main"
+            (main / "rep").mkdir()
+            cut = proxy.add(Fault("headcut", method="PUT", path="/ns/data/", after=1))
+            f = open(main / "rep" / "rep.bin", "wb")
+            f.write(data)
+            assert "rep.bin" in os.listdir(main / "rep")  # (a listing that reaches the KV stages it, empty)
+            with pytest.raises(OSError) as ei:
+                f.close()
+            assert ei.value.errno == errno.EIO and cut.hits > 0
+            assert (main / "rep" / "rep.bin").read_bytes() == data
+            with pytest.raises(OSError) as ei:
+                (main / ".lakefuse" / "commit").write_text("while answers are cut\n")
+            assert ei.value.errno == errno.EIO
+            outcome = json.loads((main / ".lakefuse" / "commit").read_text())
+            assert not outcome["ok"] and "rep/rep.bin" in outcome["error"], outcome
+            proxy.clear()
+            deadline = time.monotonic() + 40
+            while staged_size(home, "cut", "rep/rep.bin") != len(data) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert staged_size(home, "cut", "rep/rep.bin") == len(data), m.log()
+            assert "cut short" in m.log() and "Traceback" not in m.log()
+            (main / ".lakefuse" / "commit").write_text("after\n")
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    try:
+        r = g.repository("cut")
+        assert r.read(r.get_branch("main").commit_id, "rep/rep.bin") == data
+    finally:
+        g.close()
+
+
 @pytest.mark.expect_log("the failed save is logged as an error")
 def test_a_failed_save_keeps_its_inode_and_content_until_a_retry_saves_it(tmp_path, monkeypatch):
     """Without a kernel: after the last close of a file whose save failed, the kernel may
@@ -143,6 +191,51 @@ def test_a_failed_save_keeps_its_inode_and_content_until_a_retry_saves_it(tmp_pa
         fs.forget([(attr.ino, 1)])
         with pytest.raises(FsError):  # saved and forgotten: the mount let go of it
             fs.inodes.get(attr.ino)
+    finally:
+        spool.close()
+
+
+@pytest.mark.expect_log("the failed saves are logged as errors")
+def test_a_commit_refused_for_failed_saves_waits_out_one_store_bound_not_one_per_file(tmp_path, monkeypatch):
+    """Found by a data engineer on a flaky network: with the store hung, a commit through the
+    mount retried every failed save one after another before refusing, each waiting out the
+    store's bound (~27 s a file: 20 files written during an outage held the commit's write(2)
+    for minutes). The first that finds the store still down ends the retries: the refusal
+    names them all; once the store is back the commit saves them all, then commits."""
+    import stat
+
+    from graveler.errors import StoreUnavailable
+    from lakefuse.mount.spool import Spool, SpoolConfig
+    from lakefuse.mount.writes import Caller, WritableFilesystem
+    from tests.graveler_testutil import make_repo
+    from tests.mount_core_testutil import ino_of
+
+    repo = make_repo(tmp_path)
+    spool = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
+    fs = WritableFilesystem(repo, spool=spool)
+    try:
+        tries = []
+
+        def down(*a, **k):
+            tries.append(1)
+            raise StoreUnavailable("store down (test)")
+
+        monkeypatch.setattr(repo._store, "put_file", down)
+        monkeypatch.setattr(repo._store, "adopt_file", down)
+        for name in (b"a", b"b", b"c"):
+            opened, _ = fs.create(ino_of(fs, "main"), name, stat.S_IFREG | 0o644, os.O_WRONLY, Caller(0, 0))
+            fs.write(opened.fh, 0, b"content of " + name)
+            with pytest.raises(StoreUnavailable):
+                fs.flush(opened.fh)
+            fs.release(opened.fh)
+        assert len(tries) == 3
+        with pytest.raises(StoreUnavailable, match=r"commit refused: the save of 3 file\(s\)") as e:
+            fs.controls.execute("main", "commit", b"while down")
+        assert len(tries) == 4 and all(n in str(e.value) for n in ("a", "b", "c"))
+        monkeypatch.undo()
+        c = fs.controls.execute("main", "commit", b"after the store came back")
+        assert [repo.read(c["commit"]["id"], n) for n in ("a", "b", "c")] == [b"content of a", b"content of b",
+                                                                             b"content of c"]
     finally:
         spool.close()
 

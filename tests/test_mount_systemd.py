@@ -135,3 +135,20 @@ def test_mount_helper_argv():
     assert from_mount_helper(["lakefs://r", "/m", "-o", "rw,_netdev,home=/h,cache_size=2G,allow_other,x-a.b"]) == [
         "--home", "/h", "mount", "lakefs://r", "/m", "--cache-size", "2G", "-o", "rw,allow_other"]
     assert from_mount_helper(["mount", "lakefs://r", "/m"]) == ["mount", "lakefs://r", "/m"]
+
+
+def test_what_a_daemon_said_as_it_stopped_reaches_umount_without_a_logs_directory(tmp_path):
+    """Found by a data engineer on a flaky network: a `-f` mount without --log (systemd's
+    unit runs one so) has no <home>/logs; its daemon could not write what failed as it stopped
+    ("cannot write ... unmount-PID.txt"), so `lakefuse umount` said nothing and exited 0."""
+    import logging
+
+    from lakefuse.mount.daemon import ErrorsSaid, _unmount_report
+
+    path = str(tmp_path / "home" / "logs" / f"unmount-{os.getpid()}.txt")
+    said = ErrorsSaid()
+    said.handle(logging.LogRecord("t", logging.ERROR, __file__, 1, "could not save %s on branch %s at unmount",
+                                  ("a/b.bin", "main"), None))
+    said.write(path)
+    assert _unmount_report(path, os.getpid(), os.getuid()) == ["could not save a/b.bin on branch main at unmount"]
+    assert not os.path.exists(path)

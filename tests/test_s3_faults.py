@@ -56,6 +56,26 @@ def test_transient_errors_and_short_reads_are_retried(store, proxy):
     assert proxy.faults == 4
 
 
+def test_an_answer_cut_inside_its_headers_is_store_unavailable_never_a_result(store, proxy):
+    """Found by a data engineer on a flaky network: a response cut inside its headers reads,
+    to Python's HTTP client, as a complete one without them: a PUT "succeeded" with no ETag
+    (a KeyError, a traceback from the CLI), a GET gave an empty body, a listing nothing.
+    Each is StoreUnavailable now (s3_answers), and the same calls work once answers are whole."""
+    data = os.urandom(10_000)
+    store.put("o", data)
+    for method, call in (("PUT", lambda: store.put("p", data)), ("GET", lambda: store.get("o")),
+                         ("HEAD", lambda: store.head("o")), ("GET", lambda: list(store.list(""))),
+                         ("GET", lambda: store.get_range("o", 5, 10))):
+        for lines in (0, 1, 2):
+            proxy.clear()
+            proxy.add(Fault("headcut", method=method, after=lines))
+            with pytest.raises(StoreUnavailable, match="cut short"):
+                call()
+    proxy.clear()
+    store.put("p", data)
+    assert store.get("p") == data and [i.key for i in store.list("")] == ["o", "p"]
+
+
 def test_corrupted_body_is_refetched_then_refused(store, proxy):
     """botocore checks S3's checksum of the body: a damaged transfer is fetched again, a damaged copy refused."""
     data = os.urandom(50_000)

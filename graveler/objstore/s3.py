@@ -43,16 +43,9 @@ import botocore.session
 import botocore.exceptions as bex
 
 from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
-from graveler.objstore.base import (
-    ObjectInfo,
-    ObjectStore,
-    ObjectStream,
-    StoreConfig,
-    check_level_prefix,
-    check_range,
-    validate_key,
-    validate_prefix,
-)
+from graveler.objstore import s3_answers
+from graveler.objstore.base import (ObjectInfo, ObjectStore, ObjectStream, StoreConfig, check_level_prefix, check_range,
+                                    validate_key, validate_prefix)
 from graveler.objstore.uri import S3, StorageURI
 
 log = logging.getLogger(__name__)
@@ -322,6 +315,7 @@ class S3Store(ObjectStore):
         try:
             session = _new_session()
             self._client = session.client("s3", endpoint_url=cfg.s3_endpoint_url, config=client_config)
+            s3_answers.install(self._client)  # (an answer cut short inside its headers: StoreUnavailable)
         except ValueError as exc:  # a malformed endpoint URL
             raise InvalidArgument(_scrubbed(f"bad S3 endpoint URL {cfg.s3_endpoint_url!r}: {exc}",
                                             _userinfo(cfg.s3_endpoint_url))) from exc

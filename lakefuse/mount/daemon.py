@@ -421,6 +421,7 @@ class ErrorsSaid(logging.Handler):
         if not self.lines:
             return
         try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)  # (a -f mount without --log made no logs/)
             with open(path, "w", encoding="utf-8") as f:
                 f.write("\n".join(self.lines) + "\n")
         except OSError as e:  # (the log says them anyway)

@@ -118,10 +118,15 @@ class SaveRetries:
         return [sf for sf in self.open_files() if sf.failure is not None and sf.key is not None
                 and (branch is None or sf.branch == branch)]
 
-    def retry_saves(self, branch: str | None = None) -> list:
-        """Try the failed saves (of ``branch``) again now; the files still failing."""
+    def retry_saves(self, branch: str | None = None, until_outage: bool = False) -> list:
+        """Try the failed saves (of ``branch``) again now; the files still failing. ``until_outage``:
+        after one fails because the store or the KV does not answer, the others are not tried (each
+        would wait out the same bound: a commit refused at once, not after minutes)."""
         left = []
         for sf in self.failing(branch):
+            if until_outage and left and isinstance(left[-1].failure, StoreUnavailable):
+                left.append(sf)
+                continue
             self.stats["save_retries"] += 1
             try:
                 sf.flush()
@@ -142,7 +147,7 @@ class SaveRetries:
     def check_saved(self, branch: str) -> None:
         """Before a commit of ``branch``: retry its failed saves; if any still fails, refuse
         (the commit would publish such a file as the branch shows it, e.g. empty)."""
-        left = self.retry_saves(branch)
+        left = self.retry_saves(branch, until_outage=True)
         if left:
             names = ", ".join(sf.key.decode("utf-8", "replace") for sf in left[:10])
             more = f" and {len(left) - 10} more" if len(left) > 10 else ""

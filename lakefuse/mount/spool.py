@@ -59,7 +59,7 @@ from lakefuse.mount import falloc, sidecar
 from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
 from lakefuse.mount.recovery import RECOVERED_DIR, RecoveryReport, make_instance_dir, recover_spool  # noqa: F401
-from lakefuse.mount.retry import SaveRetries
+from lakefuse.mount.retry import SaveRetries, _name
 from lakefuse.mount.spoolpool import FilePool, new_sid
 
 log = logging.getLogger(__name__)
@@ -418,7 +418,7 @@ class SpoolFile:
             else:
                 try:
                     entry = self._entry_to_stage()
-                except (GravelerError, OSError) as e:
+                except Exception as e:  # (any failure: a save not done gates commits, and is retried)
                     self.failure = e
                     if self._expect is _UNSET:  # its retry must not put these bytes over a newer save
                         self._expect = self.known
@@ -447,7 +447,7 @@ class SpoolFile:
                         raise Conflict(f"{self.key.decode('utf-8', 'replace')} on {self.branch}: another writer saved "
                                        f"a newer version after this file's save failed; this content was not saved "
                                        f"and stays in {self.data_path if self._fd is not None else 'the store'}")
-            except GravelerError as e:
+            except Exception as e:
                 if syncing is not None:
                     syncing.exception()  # (it ends before the save is retried)
                 self._pending = (gen, (self.branch, self.key), entry)
@@ -787,7 +787,7 @@ class Spool(SaveRetries):
                 sf.close()
             except Exception:
                 log.error("could not save %s on branch %s at unmount; its content stays in %s",
-                          sf.key, sf.branch, sf.data_path, exc_info=True)
+                          _name(sf), sf.branch, sf.data_path, exc_info=True)
         if not left or all(not sf.data_path.exists() for sf in left):
             shutil.rmtree(self.dir, ignore_errors=True)
         try:  # as umount(8) of a local filesystem: what closes saved is on disk once it returns

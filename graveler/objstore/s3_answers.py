@@ -8,7 +8,7 @@ check to a client that refuses such an answer as :class:`CutShort` (a BotoCoreEr
 store maps it to StoreUnavailable, so a mount's failed save is kept and retried, and a command
 fails with exit 6, never a traceback or a wrong result). The check asks only what S3 always
 sends: a successful answer with a body states its length (Content-Length, or chunked transfer
-encoding); a HEAD of an object states its Content-Length and ETag; a PUT of an object or a
+encoding); a HEAD of an object states its Content-Length (its size) and ETag; a PUT of an object or a
 part states its ETag.
 """
 
@@ -33,7 +33,7 @@ def check_answer(response_dict: dict, operation_model, **_) -> None:
     name = operation_model.name
     missing = []
     if operation_model.http.get("method") == "HEAD":
-        if "content-length" not in headers:
+        if name == "HeadObject" and "content-length" not in headers:  # (the object's size)
             missing.append("Content-Length")
     elif "content-length" not in headers and "transfer-encoding" not in headers:
         missing.append("Content-Length")

@@ -242,14 +242,25 @@ def test_reset_takes_the_path_as_written_and_asks_for_the_caches_to_go(repo, con
     the spaces discarded another file's uncommitted content). A request that changed the
     branch's files (reset, merge, revert) calls after_change before it is answered; a commit does not."""
     called = []
-    controls.after_change = lambda: called.append(True)
+    controls.after_change = lambda branch, removed: called.append((branch, removed))
     repo.upload("main", "sp.txt", b"one")
     repo.upload("main", " sp.txt", b"two")
     assert controls.execute("main", "reset", b" sp.txt\n")["reset"] == " sp.txt"
     assert repo.read("main", "sp.txt") == b"one" and not repo.exists("main", " sp.txt")
-    assert called == [True]
+    assert called == [("main", [b" sp.txt"])]  # (the names it took away: the mount drops them)
     controls.execute("main", "commit", b"keep sp.txt\n")
-    assert called == [True]
+    assert len(called) == 1
+    repo.create_branch("feat")
+    repo.delete("feat", "sp.txt")
+    repo.upload("feat", "new.txt", b"n")
+    repo.commit("feat", "drop sp.txt")
+    controls.execute("main", "merge", b"feat")
+    assert called[-1] == ("main", [b"sp.txt"])
+    repo.upload("main", "d/a", b"1")
+    repo.upload("main", "d/b", b"2")
+    repo.upload("main", "e", b"3")
+    controls.execute("main", "reset", b"d")
+    assert called[-1] == ("main", [b"d/a", b"d/b"])
 
 
 def test_an_unexpected_error_is_kept_for_the_read_back(repo, controls, monkeypatch):

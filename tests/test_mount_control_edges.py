@@ -444,3 +444,38 @@ def test_a_failed_control_request_is_logged_once(tmp_path):
         m.stop()
     said = [line for line in m.log().splitlines() if "nothing to commit" in line]
     assert len(said) == 1 and "WARNING" in said[0], said
+
+
+def test_a_name_a_merge_or_reset_took_away_is_free_at_once(home, tmp_path):
+    """Found by an ETL soak: after a merge (or a reset) through the mount removed a file whose
+    name the kernel held, the first create of that name failed ENOENT (the kernel took it for
+    the old file, gone; a retry worked), and a directory the merge left with nothing could not
+    be made again (EEXIST) -- until the names timed out. The request drops them before it is
+    answered. (A long --branch-timeout: a name is not left to time out.)"""
+    with clean_mount(home, REPO, tmp_path / "m", "--branch-timeout", "30") as mp:
+        main = branch(mp, "soakmain")
+        (main / "d").mkdir()
+        (main / "d" / "x").write_text("base\n")
+        (main / "gone").mkdir()
+        (main / "gone" / "y").write_text("base\n")
+        (main / ".lakefuse" / "commit").write_text("base\n")
+        (mp / ".lakefuse" / "branch").write_text("soakfeat soakmain\n")
+        feat = mp / "soakfeat"
+        (feat / "d" / "x").unlink()
+        (feat / "gone" / "y").unlink()
+        (feat / "gone").rmdir()
+        (feat / ".lakefuse" / "commit").write_text("drop x and gone/\n")
+        assert (main / "d" / "x").read_text() == "base\n"  # the kernel holds these names now
+        assert (main / "gone" / "y").read_text() == "base\n"
+        (main / ".lakefuse" / "merge").write_text("soakfeat\n")
+        with open(main / "d" / "x", "w") as f:  # (it was ENOENT)
+            f.write("new\n")
+        assert (main / "d" / "x").read_text() == "new\n"
+        os.mkdir(main / "gone")  # (it was EEXIST)
+        (main / "gone" / "y").write_text("again\n")
+        (main / "staged").write_text("staged\n")
+        assert (main / "staged").read_text() == "staged\n"
+        (main / ".lakefuse" / "reset").write_text("staged\n")
+        with open(main / "staged", "w") as f:  # (it was ENOENT)
+            f.write("new\n")
+        assert sorted(os.listdir(main)) == ["d", "gone", "in", "staged"], os.listdir(main)

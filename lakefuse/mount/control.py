@@ -306,8 +306,9 @@ class Controls:
         # before_request(): called before every request and status read (the mount stages the
         # files it created and has not saved yet: what the branch shows must hold them)
         self.before_request = None
-        # after_change(): called after a request changed a branch's files (reset, merge, revert):
-        # the mount drops the kernel's caches of them before the request is answered
+        # after_change(branch, removed): called after a request changed a branch's files (reset,
+        # merge, revert; ``removed``: the keys it took away): the mount drops the kernel's caches of
+        # them before the request is answered
         self.after_change = None
 
     def outcome(self, branch: str | None, name: str) -> bytes:
@@ -342,7 +343,8 @@ class Controls:
         try:
             if self.before_request is not None:
                 self.before_request()
-            result = self._run(branch, name, data, uid)
+            removed: list[bytes] = []
+            result = self._run(branch, name, data, uid, removed)
         except GravelerError as e:
             obj = {"ok": False, "operation": name, "error": str(e), "error_type": type(e).__name__, "at": _now()}
             if isinstance(e, MergeConflict):
@@ -359,10 +361,11 @@ class Controls:
         obj = {"ok": True, "operation": name, "at": _now(), **result}
         self._record(branch, name, obj)
         if name in ("reset", "merge", "revert") and self.after_change is not None:
-            self.after_change()
+            self.after_change(branch, removed)
         return obj
 
-    def _run(self, branch: str | None, name: str, data: bytes, uid: int | None) -> dict:
+    def _run(self, branch: str | None, name: str, data: bytes, uid: int | None, removed: list[bytes]) -> dict:
+        """The request's outcome; the keys a reset, merge or revert took away are added to ``removed``."""
         repo = self.repo
         if branch is None:
             if name == "branch":
@@ -387,11 +390,15 @@ class Controls:
             return {"commit": commit_summary(c)}
         if name == "merge":
             r = parse_merge(data)
+            before = repo.get_branch(branch).commit_id
             c = repo.merge(r.source, branch, r.strategy, committer=_committer(uid))
+            removed.extend(d.key for d in repo.diff(before, c.id) if d.type is DiffType.REMOVED)
             return {"commit": commit_summary(c), "source": r.source}
         if name == "revert":
             r = parse_revert(data)
+            before = repo.get_branch(branch).commit_id
             c = repo.revert(branch, r.ref, parent_number=r.parent_number, committer=_committer(uid))
+            removed.extend(d.key for d in repo.diff(before, c.id) if d.type is DiffType.REMOVED)
             return {"commit": commit_summary(c), "reverted": r.ref}
         if name == "reset":
             r = parse_reset(data)
@@ -400,6 +407,11 @@ class Controls:
                 what = "prefix" if r.kind == "prefix" else "path"
                 raise NotFound(f"reset: {what} {r.value!r} matches nothing on branch {branch!r} "
                                "(no file or directory there, staged or committed)")
+            # what the reset takes away: the files staged as new in its scope
+            path = r.value.encode()
+            scope = {"all": b"", "prefix": path}.get(r.kind, path + b"/")  # (a path: the file, or all under it)
+            removed.extend(d.key for d in repo.diff_uncommitted(branch) if d.type is DiffType.ADDED
+                           and (d.key.startswith(scope) or (r.kind == "path" and d.key == path)))
             if r.kind == "all":
                 repo.reset(branch)
             elif r.kind == "prefix":

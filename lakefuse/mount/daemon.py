@@ -375,7 +375,8 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
 
     watch = StampWatch(fs, lambda ino: pyfuse3.invalidate_inode(ino, False),
                        invalidate_entry=pyfuse3.invalidate_entry).start()
-    fs.controls.after_change = watch.poke  # a reset, merge or revert: the kernel's caches go first
+    # a reset, merge or revert: the kernel's caches go first, and the names it took away
+    fs.controls.after_change = lambda branch, removed: watch.poke(branch=branch, removed=removed)
     fs.kernel_attrs_stale = _attrs_stale
     report = os.path.join(str(repo.config.home), "logs", f"unmount-{os.getpid()}.txt")
     fs.stats.set("unmount_report", report)  # (lakefuse umount reads what this daemon said there)

@@ -22,7 +22,10 @@ The invalidations are called from this thread, never from a request handler (the
 wait on the daemon to finish a request on the same directory while it invalidates). A control
 request of this mount that changed a branch's files (reset, merge, revert) asks for a round at
 once and waits for it (:meth:`StampWatch.poke`, at most :data:`POKE_WAIT_S`), so what the
-kernel shows right after the request is the branch as it left it.
+kernel shows right after the request is the branch as it left it: the names it took away go
+too (their files and the directories left with nothing), else the kernel would take a file
+created again there for the old one, gone (ENOENT), and a directory made again for one that
+exists (EEXIST), until the name timed out.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class StampWatch:
         self._cv = threading.Condition()
         self._asked = 0  # rounds asked for by poke(), and the last of them a round has answered
         self._answered = 0
+        self._forget: list[tuple[str, list[bytes]]] = []  # (branch, keys) a request took away: names to drop
 
     def poll_once(self) -> int:
         """One round: how many inodes' kernel caches were dropped."""
@@ -78,9 +82,38 @@ class StampWatch:
                 n += self._drop(node)
                 if node.kind == Kind.FILE and node.opens > 0:
                     self._gone(tree, node)
+        with self._cv:
+            forget, self._forget = self._forget, []
+        for branch, keys in forget:
+            self._forget_names(branch, keys)
         if self._entry is not None:
             trim(self.fs, self._entry)  # (from this thread too: never from a request handler)
         return n
+
+    def _forget_names(self, branch: str, keys: list[bytes]) -> None:
+        """Drop the kernel's names of ``keys`` of ``branch`` (and of their directories) that the
+        branch no longer has; only names the kernel holds (nodes of the mount's table) are
+        looked at, one stat each."""
+        if self._entry is None or not keys:
+            return
+        paths: set[bytes] = set()
+        for k in keys:
+            while k and k not in paths:
+                paths.add(k)
+                k = k.rpartition(b"/")[0]
+        for tree in self.fs.branch_trees():
+            if tree.view.branch != branch:
+                continue
+            try:
+                tree.repin()
+                for p in sorted(paths, reverse=True):  # (a file before its directory)
+                    nodes = [n for n in (self.fs.inodes.find(self.fs.file_key(tree, p)),
+                                         self.fs.inodes.find(self.fs.dir_key(tree, p))) if n is not None]
+                    if nodes and not tree.view.stat(p).exists:
+                        for node in nodes:
+                            self._entry(node.parent_ino, p.rpartition(b"/")[2])
+            except (GravelerError, OSError) as e:  # (the KV is down, or the kernel has no such name)
+                log.debug("dropping names %s took away on %s: %s", keys[:3], branch, e)
 
     def _gone(self, tree, node) -> None:
         """A file held open whose name the change took away (a reset, a revert, another host's
@@ -133,10 +166,13 @@ class StampWatch:
                 self._answered = asked
                 self._cv.notify_all()
 
-    def poke(self, timeout: float = POKE_WAIT_S) -> bool:
+    def poke(self, timeout: float = POKE_WAIT_S, branch: str | None = None, removed: list[bytes] = ()) -> bool:
         """Run a round now (in the watch's thread) and wait for it, at most ``timeout`` seconds:
-        True once a round that began after this call has ended."""
+        True once a round that began after this call has ended. ``removed``: keys of ``branch``
+        a request took away (their names go in that round)."""
         with self._cv:
+            if branch is not None and removed:
+                self._forget.append((branch, list(removed)))
             self._asked += 1
             ticket = self._asked
             self._cv.notify_all()

@@ -263,6 +263,31 @@ def test_reset_takes_the_path_as_written_and_asks_for_the_caches_to_go(repo, con
     assert called[-1] == ("main", [b"d/a", b"d/b"])
 
 
+@pytest.mark.expect_log("the failed listing of what a merge removed is logged as a warning")
+def test_a_merge_done_is_reported_done_when_listing_what_it_removed_fails(repo, controls, monkeypatch):
+    """Found reviewing the change: the diff that lists what a merge removed (for the mount to
+    drop those names) ran inside the request; a store hiccup there answered a merge that had
+    moved the branch as failed, and a user would merge again."""
+    from graveler.errors import StoreUnavailable
+
+    called = []
+    controls.after_change = lambda branch, removed: called.append(removed)
+    repo.upload("main", "a", b"1")
+    repo.commit("main", "base")
+    repo.create_branch("feat")
+    repo.delete("feat", "a")
+    repo.commit("feat", "drop a")
+    before = repo.get_branch("main").commit_id
+
+    def hiccup(*a, **k):
+        raise StoreUnavailable("store hiccup (test)")
+
+    monkeypatch.setattr(repo, "diff", hiccup)
+    out = controls.execute("main", "merge", b"feat")
+    assert out["ok"] and repo.get_branch("main").commit_id != before and not repo.exists("main", "a")
+    assert json.loads(controls.outcome("main", "merge"))["ok"] and called == [[]]
+
+
 def test_an_unexpected_error_is_kept_for_the_read_back(repo, controls, monkeypatch):
     """A defect (not a GravelerError: the mount answers EIO) is recorded too: the read-back
     never shows the previous request's outcome as if it were this one's."""

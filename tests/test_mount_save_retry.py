@@ -240,6 +240,34 @@ def test_a_commit_refused_for_failed_saves_waits_out_one_store_bound_not_one_per
         spool.close()
 
 
+def test_retries_stop_at_the_first_outage_whatever_failed_before(monkeypatch):
+    """Found reviewing the change: the rule looked at the last skipped file's old failure, so a
+    file that had failed otherwise (a full disk) restarted the retries mid-way, each waiting out
+    the store's bound again."""
+    from graveler.errors import StoreUnavailable
+    from lakefuse.mount.retry import SaveRetries
+
+    class File:
+        def __init__(self, failure):
+            self.failure, self.key, self.branch, self.handles = failure, b"k", "main", 1
+            self.tried = 0
+
+        def flush(self):
+            self.tried += 1
+            raise self.failure
+
+    files = [File(StoreUnavailable("down")), File(OSError(28, "full")), File(StoreUnavailable("down")),
+             File(StoreUnavailable("down"))]
+    r = SaveRetries()
+    r.stats = {"save_retries": 0}
+    monkeypatch.setattr(r, "failing", lambda branch=None: list(files), raising=False)
+    left = r.retry_saves("main", until_outage=True)
+    assert [f.tried for f in files] == [1, 0, 0, 0] and left == files
+    assert [f.tried for f in files] == [1, 0, 0, 0]
+    r.retry_saves("main")  # (the background round tries them all)
+    assert [f.tried for f in files] == [2, 1, 1, 1]
+
+
 @pytest.mark.expect_log("the failed saves are logged as errors")
 def test_a_failed_save_follows_a_rename_and_an_unlink_ends_it(tmp_path, monkeypatch):
     """A file whose save failed, then renamed (``mv``): the mount's own rename is no other

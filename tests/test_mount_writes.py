@@ -697,6 +697,32 @@ def test_stamp_watch_drops_the_kernels_caches_of_a_moved_branch(fs, repo, kv_bac
     assert sub in dropped
 
 
+def test_names_a_request_took_away_go_each_one_whatever_the_kernel_answers(fs, repo):
+    """The stamp watch drops the kernel's names of what a merge or reset took away (files, then
+    the directories left with nothing): one name the kernel no longer has (ENOENT: dropped
+    already in the same round, a file held open) must not keep the others (found reviewing the
+    change: the first ENOENT ended the tree's drops, so ``mkdir`` of the directory stayed EEXIST)."""
+    from lakefuse.mount.watch import StampWatch
+
+    x = ino_of(fs, "main/data/sub/x")
+    sub = ino_of(fs, "main/data/sub")
+    data = ino_of(fs, "main/data")
+    assert x and sub
+    calls: list[tuple[int, bytes]] = []
+
+    def entry(parent: int, name: bytes) -> None:
+        calls.append((parent, name))
+        if name == b"x":
+            raise OSError(errno.ENOENT, "no such name in the kernel")
+
+    w = StampWatch(fs, lambda ino: None, invalidate_entry=entry)
+    repo.delete("main", "data/sub/x")
+    w.poll_once()
+    w.poke(branch="main", removed=[b"data/sub/x"])  # (no thread: the next round takes it)
+    w.poll_once()
+    assert calls == [(sub, b"x"), (data, b"sub")], calls  # data/ and top stay: they still exist
+
+
 @pytest.mark.expect_log("a read that could not stage the new files says so once")
 def test_a_full_kv_disk_fails_writes_with_enospc_and_reads_go_on(fs, repo, monkeypatch):
     """The refs database's disk full (LMDB's commit, or its redo log, says ENOSPC): a write

@@ -436,6 +436,9 @@ def test_open_store_dispatch(tmp_path):
         open_store(str(f))
     with pytest.raises(InvalidArgument, match="which exists and is not a directory"):  # (it blamed the root)
         open_store(str(f / "sub" / "root"))
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")  # (it was "keeps disappearing" at the first put)
+    with pytest.raises(InvalidArgument, match="symbolic link to nothing"):
+        open_store(str(tmp_path / "dangling"))
 
 
 def test_open_store_s3_uri_needs_no_network():

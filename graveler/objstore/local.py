@@ -164,6 +164,8 @@ def _check_root(root: str) -> None:
         try:
             st = os.stat(p)
         except (FileNotFoundError, NotADirectoryError):  # (not there, or below a file: look higher)
+            if os.path.islink(p):  # a link to nothing: no directory can be made through it
+                raise InvalidArgument(f"local store root {root!r}: {p!r} is a symbolic link to nothing") from None
             parent = os.path.dirname(p)
             if parent == p:
                 return

@@ -8,19 +8,21 @@ check to a client that refuses such an answer as :class:`CutShort` (a BotoCoreEr
 store maps it to StoreUnavailable, so a mount's failed save is kept and retried, and a command
 fails with exit 6, never a traceback or a wrong result). The check asks only what S3 always
 sends: a successful answer with a body states its length (Content-Length, or chunked transfer
-encoding); a HEAD of an object states its Content-Length (its size) and ETag; a PUT of an object or a
-part states its ETag.
+encoding), and a body read whole is as long as it says (else a listing cut before its body
+parses as an empty one); a HEAD or a GET of an object states its ETag and Last-Modified (a
+HEAD its Content-Length, the object's size, too); a PUT of an object or a part states its ETag.
 """
 
 from __future__ import annotations
 
 import botocore.exceptions as bex
 
-_ETAG_IN_HEADERS = frozenset({"PutObject", "UploadPart", "HeadObject"})
+_ETAG_IN_HEADERS = frozenset({"PutObject", "UploadPart", "HeadObject", "GetObject"})
+_DATED = frozenset({"HeadObject", "GetObject"})  # (an object's Last-Modified)
 
 
 class CutShort(bex.BotoCoreError):
-    fmt = "the S3 endpoint's answer to {operation} was cut short ({missing} missing): the connection closed early"
+    fmt = "the S3 endpoint's answer to {operation} was cut short ({what}): the connection closed early"
 
 
 def check_answer(response_dict: dict, operation_model, **_) -> None:
@@ -39,8 +41,17 @@ def check_answer(response_dict: dict, operation_model, **_) -> None:
         missing.append("Content-Length")
     if name in _ETAG_IN_HEADERS and "etag" not in headers:
         missing.append("ETag")
+    if name in _DATED and "last-modified" not in headers:
+        missing.append("Last-Modified")
     if missing:
-        raise CutShort(operation=name, missing=" and ".join(missing))
+        raise CutShort(operation=name, what="no " + " and no ".join(missing))
+    body = response_dict.get("body")
+    head = operation_model.http.get("method") == "HEAD"  # (its Content-Length is the object's, no body's)
+    if not head and isinstance(body, (bytes, bytearray)) and "content-encoding" not in headers:  # (read whole)
+        stated = headers.get("content-length")
+        if stated is not None and stated.isdigit() and len(body) != int(stated):
+            # (a listing of 503 bytes whose body never came parsed as an empty listing)
+            raise CutShort(operation=name, what=f"{len(body)} of its {int(stated)} bytes")
 
 
 def install(client) -> None:

@@ -123,14 +123,16 @@ class SaveRetries:
         after one fails because the store or the KV does not answer, the others are not tried (each
         would wait out the same bound: a commit refused at once, not after minutes)."""
         left = []
+        outage = False
         for sf in self.failing(branch):
-            if until_outage and left and isinstance(left[-1].failure, StoreUnavailable):
+            if until_outage and outage:
                 left.append(sf)
                 continue
             self.stats["save_retries"] += 1
             try:
                 sf.flush()
             except Exception as e:
+                outage = isinstance(e, StoreUnavailable)
                 if isinstance(e, (Conflict, NotFound)):
                     if sf.handles == 0:
                         self._give_up(sf, e)

@@ -59,7 +59,7 @@ from lakefuse.mount import falloc, sidecar
 from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
 from lakefuse.mount.recovery import RECOVERED_DIR, RecoveryReport, make_instance_dir, recover_spool  # noqa: F401
-from lakefuse.mount.retry import SaveRetries, _name
+from lakefuse.mount.retry import SaveRetries
 from lakefuse.mount.spoolpool import FilePool, new_sid
 
 log = logging.getLogger(__name__)

@@ -104,16 +104,20 @@ class StampWatch:
         for tree in self.fs.branch_trees():
             if tree.view.branch != branch:
                 continue
-            try:
-                tree.repin()
-                for p in sorted(paths, reverse=True):  # (a file before its directory)
-                    nodes = [n for n in (self.fs.inodes.find(self.fs.file_key(tree, p)),
-                                         self.fs.inodes.find(self.fs.dir_key(tree, p))) if n is not None]
-                    if nodes and not tree.view.stat(p).exists:
-                        for node in nodes:
-                            self._entry(node.parent_ino, p.rpartition(b"/")[2])
-            except (GravelerError, OSError) as e:  # (the KV is down, or the kernel has no such name)
-                log.debug("dropping names %s took away on %s: %s", keys[:3], branch, e)
+            for p in sorted(paths, reverse=True):  # (a file before its directory)
+                nodes = [n for n in (self.fs.inodes.find(self.fs.file_key(tree, p)),
+                                     self.fs.inodes.find(self.fs.dir_key(tree, p))) if n is not None]
+                try:
+                    if not nodes or tree.view.stat(p).exists:
+                        continue
+                except GravelerError as e:  # (the KV is down: the name times out)
+                    log.debug("dropping the name %r on %s: %s", p, branch, e)
+                    continue
+                for node in nodes:
+                    try:
+                        self._entry(node.parent_ino, p.rpartition(b"/")[2])
+                    except OSError as e:  # the kernel has no such name (dropped already: _gone)
+                        log.debug("dropping the name %r on %s: %s", p, branch, e)
 
     def _gone(self, tree, node) -> None:
         """A file held open whose name the change took away (a reset, a revert, another host's

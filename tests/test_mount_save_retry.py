@@ -7,6 +7,7 @@ patched).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -30,6 +31,52 @@ def staged_size(home, repo: str, key: str) -> int | None:
         g.close()
 
 
+def store_down(monkeypatch, repo) -> list:
+    """``repo``'s store refuses every object upload (StoreUnavailable) until ``monkeypatch.undo()``;
+    the list returned grows by one each try."""
+    from graveler.errors import StoreUnavailable
+
+    tries: list[int] = []
+
+    def down(*a, **k):
+        tries.append(1)
+        raise StoreUnavailable("store down (test)")
+
+    monkeypatch.setattr(repo._store, "put_file", down)
+    monkeypatch.setattr(repo._store, "adopt_file", down)
+    return tries
+
+
+@contextlib.contextmanager
+def mount_behind_proxy(tmp_path, name: str, s3_endpoint, s3_config, s3_bucket):
+    """A mount of a new S3 repository ``name`` whose store is reached through a FaultProxy (one
+    attempt, 2 s bound): yields (proxy, mountpoint, MountProc)."""
+    home = tmp_path / "home"
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    g.create_repository(name, f"s3://{s3_bucket}/ns").commit("main", "empty", allow_empty=True)
+    g.close()
+    mp = tmp_path / "m"
+    with FaultProxy(s3_endpoint) as proxy:
+        env = {"LAKEFUSE_S3_ENDPOINT": proxy.url, "LAKEFUSE_S3_MAX_ATTEMPTS": "1", "LAKEFUSE_S3_READ_TIMEOUT": "2"}
+        with MountProc(home, name, mp, "--cache-dir", str(tmp_path / "cache"), env=env) as m:
+            yield proxy, mp, m
+
+
+def saved_by_the_retry(home, name: str, key: str, size: int, m) -> None:
+    """Wait (40 s at most) until the background retry has staged ``key`` at ``size`` bytes."""
+    deadline = time.monotonic() + 40
+    while staged_size(home, name, key) != size and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert staged_size(home, name, key) == size, m.log()
+
+
+def committed(home, s3_config, name: str):
+    """(repository, head commit of main) of ``name``; close it with ``.close()`` of the first."""
+    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    r = g.repository(name)
+    return g, r, r.get_commit(r.get_branch("main").commit_id)
+
+
 @needs_fuse
 @pytest.mark.s3
 def test_failed_save_keeps_its_content_is_retried_and_blocks_the_commit_meanwhile(
@@ -40,50 +87,39 @@ def test_failed_save_keeps_its_content_is_retried_and_blocks_the_commit_meanwhil
     with a read-back naming the file; once the store answers, the background retry saves
     it (no further open or close) and the commit publishes the written content."""
     home = tmp_path / "home"
-    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
-    g.create_repository("retry", f"s3://{s3_bucket}/ns").commit("main", "empty", allow_empty=True)
-    g.close()
-    mp = tmp_path / "m"
     data = os.urandom(300_000)
-    with FaultProxy(s3_endpoint) as proxy:
-        env = {"LAKEFUSE_S3_ENDPOINT": proxy.url, "LAKEFUSE_S3_MAX_ATTEMPTS": "1", "LAKEFUSE_S3_READ_TIMEOUT": "2"}
-        with MountProc(home, "retry", mp, "--cache-dir", str(tmp_path / "cache"), env=env) as m:
-            main = mp / "main"
-            (main / "before.txt").write_bytes(b"saved while the store answered")
-            down = proxy.add(Fault("error", method="PUT", path="/ns/data/", status=503))
-            f = open(main / "out.bin", "wb")
-            f.write(data)
-            with pytest.raises(OSError) as ei:
-                f.close()  # the upload is refused: close reports it
-            assert ei.value.errno == errno.EIO and down.hits > 0
-            # created, its first save (which stages its create too) failed: nothing staged, not even empty
-            assert staged_size(home, "retry", "out.bin") is None
-            assert (main / "out.bin").read_bytes() == data  # the mount shows what was written
-            assert os.stat(main / "out.bin").st_size == len(data)
-            with pytest.raises(OSError) as ei:
-                (main / ".lakefuse" / "commit").write_text("while the store is down\n")
-            assert ei.value.errno == errno.EIO
-            outcome = json.loads((main / ".lakefuse" / "commit").read_text())
-            assert not outcome["ok"] and "commit refused" in outcome["error"] and "out.bin" in outcome["error"]
-            hits = down.hits
-            time.sleep(2.5)
-            assert down.hits > hits  # retried in the background, without any open or close
-            proxy.clear()  # the store is back
-            deadline = time.monotonic() + 40
-            while staged_size(home, "retry", "out.bin") != len(data) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert staged_size(home, "retry", "out.bin") == len(data), m.log()
-            (main / ".lakefuse" / "commit").write_text("after the store came back\n")
-            assert (main / "out.bin").read_bytes() == data
-            spool = json.loads((mp / ".lakefuse" / "stats").read_text())["spool"]
-            assert spool["save_retries"] >= 2 and spool["uploads"] >= 2, spool
-    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    with mount_behind_proxy(tmp_path, "retry", s3_endpoint, s3_config, s3_bucket) as (proxy, mp, m):
+        main = mp / "main"
+        (main / "before.txt").write_bytes(b"saved while the store answered")
+        down = proxy.add(Fault("error", method="PUT", path="/ns/data/", status=503))
+        f = open(main / "out.bin", "wb")
+        f.write(data)
+        with pytest.raises(OSError) as ei:
+            f.close()  # the upload is refused: close reports it
+        assert ei.value.errno == errno.EIO and down.hits > 0
+        # created, its first save (which stages its create too) failed: nothing staged, not even empty
+        assert staged_size(home, "retry", "out.bin") is None
+        assert (main / "out.bin").read_bytes() == data  # the mount shows what was written
+        assert os.stat(main / "out.bin").st_size == len(data)
+        with pytest.raises(OSError) as ei:
+            (main / ".lakefuse" / "commit").write_text("while the store is down\n")
+        assert ei.value.errno == errno.EIO
+        outcome = json.loads((main / ".lakefuse" / "commit").read_text())
+        assert not outcome["ok"] and "commit refused" in outcome["error"] and "out.bin" in outcome["error"]
+        hits = down.hits
+        time.sleep(2.5)
+        assert down.hits > hits  # retried in the background, without any open or close
+        proxy.clear()  # the store is back
+        saved_by_the_retry(home, "retry", "out.bin", len(data), m)
+        (main / ".lakefuse" / "commit").write_text("after the store came back\n")
+        assert (main / "out.bin").read_bytes() == data
+        spool = json.loads((mp / ".lakefuse" / "stats").read_text())["spool"]
+        assert spool["save_retries"] >= 2 and spool["uploads"] >= 2, spool
+    g, r, head = committed(home, s3_config, "retry")
     try:
-        r = g.repository("retry")
-        head = r.get_branch("main").commit_id
-        assert r.read(head, "out.bin") == data
-        assert r.read(head, "before.txt") == b"saved while the store answered"
-        assert r.get_commit(head).message == "after the store came back"
+        assert r.read(head.id, "out.bin") == data
+        assert r.read(head.id, "before.txt") == b"saved while the store answered"
+        assert head.message == "after the store came back"
     finally:
         g.close()
 
@@ -98,40 +134,30 @@ def test_a_save_whose_answer_was_cut_inside_its_headers_is_retried_and_blocks_th
     retried and did not gate the commit: a commit through the mount published the file empty
     (a name listed earlier had staged it so) while the mount showed its 100 KB."""
     home = tmp_path / "home"
-    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
-    g.create_repository("cut", f"s3://{s3_bucket}/ns").commit("main", "empty", allow_empty=True)
-    g.close()
-    mp = tmp_path / "m"
     data = os.urandom(100_000)
-    with FaultProxy(s3_endpoint) as proxy:
-        env = {"LAKEFUSE_S3_ENDPOINT": proxy.url, "LAKEFUSE_S3_MAX_ATTEMPTS": "1", "LAKEFUSE_S3_READ_TIMEOUT": "2"}
-        with MountProc(home, "cut", mp, "--cache-dir", str(tmp_path / "cache"), env=env) as m:
-            main = mp / "main"
-            (main / "rep").mkdir()
-            cut = proxy.add(Fault("headcut", method="PUT", path="/ns/data/", after=1))
-            f = open(main / "rep" / "rep.bin", "wb")
-            f.write(data)
-            assert "rep.bin" in os.listdir(main / "rep")  # (a listing that reaches the KV stages it, empty)
-            with pytest.raises(OSError) as ei:
-                f.close()
-            assert ei.value.errno == errno.EIO and cut.hits > 0
-            assert (main / "rep" / "rep.bin").read_bytes() == data
-            with pytest.raises(OSError) as ei:
-                (main / ".lakefuse" / "commit").write_text("while answers are cut\n")
-            assert ei.value.errno == errno.EIO
-            outcome = json.loads((main / ".lakefuse" / "commit").read_text())
-            assert not outcome["ok"] and "rep/rep.bin" in outcome["error"], outcome
-            proxy.clear()
-            deadline = time.monotonic() + 40
-            while staged_size(home, "cut", "rep/rep.bin") != len(data) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert staged_size(home, "cut", "rep/rep.bin") == len(data), m.log()
-            assert "cut short" in m.log() and "Traceback" not in m.log()
-            (main / ".lakefuse" / "commit").write_text("after\n")
-    g = Graveler(GravelerConfig(home=home, kv=FAST_KV, store=s3_config))
+    with mount_behind_proxy(tmp_path, "cut", s3_endpoint, s3_config, s3_bucket) as (proxy, mp, m):
+        main = mp / "main"
+        (main / "rep").mkdir()
+        cut = proxy.add(Fault("headcut", method="PUT", path="/ns/data/", after=1))
+        f = open(main / "rep" / "rep.bin", "wb")
+        f.write(data)
+        assert "rep.bin" in os.listdir(main / "rep")  # (a listing that reaches the KV stages it, empty)
+        with pytest.raises(OSError) as ei:
+            f.close()
+        assert ei.value.errno == errno.EIO and cut.hits > 0
+        assert (main / "rep" / "rep.bin").read_bytes() == data
+        with pytest.raises(OSError) as ei:
+            (main / ".lakefuse" / "commit").write_text("while answers are cut\n")
+        assert ei.value.errno == errno.EIO
+        outcome = json.loads((main / ".lakefuse" / "commit").read_text())
+        assert not outcome["ok"] and "rep/rep.bin" in outcome["error"], outcome
+        proxy.clear()
+        saved_by_the_retry(home, "cut", "rep/rep.bin", len(data), m)
+        assert "cut short" in m.log() and "Traceback" not in m.log()
+        (main / ".lakefuse" / "commit").write_text("after\n")
+    g, r, head = committed(home, s3_config, "cut")
     try:
-        r = g.repository("cut")
-        assert r.read(r.get_branch("main").commit_id, "rep/rep.bin") == data
+        assert r.read(head.id, "rep/rep.bin") == data
     finally:
         g.close()
 
@@ -161,14 +187,7 @@ def test_a_failed_save_keeps_its_inode_and_content_until_a_retry_saves_it(tmp_pa
         opened, attr = fs.create(ino_of(fs, "main"), b"f", stat.S_IFREG | 0o644, os.O_WRONLY, Caller(0, 0))
         fs.write(opened.fh, 0, b"precious")
 
-        tries = []
-
-        def down(*a, **k):
-            tries.append(1)
-            raise StoreUnavailable("store down (test)")
-
-        monkeypatch.setattr(repo._store, "put_file", down)
-        monkeypatch.setattr(repo._store, "adopt_file", down)
+        tries = store_down(monkeypatch, repo)
         with pytest.raises(StoreUnavailable):
             fs.flush(opened.fh)
         fs.release(opened.fh)
@@ -214,14 +233,7 @@ def test_a_commit_refused_for_failed_saves_waits_out_one_store_bound_not_one_per
     spool = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
     fs = WritableFilesystem(repo, spool=spool)
     try:
-        tries = []
-
-        def down(*a, **k):
-            tries.append(1)
-            raise StoreUnavailable("store down (test)")
-
-        monkeypatch.setattr(repo._store, "put_file", down)
-        monkeypatch.setattr(repo._store, "adopt_file", down)
+        tries = store_down(monkeypatch, repo)
         for name in (b"a", b"b", b"c"):
             opened, _ = fs.create(ino_of(fs, "main"), name, stat.S_IFREG | 0o644, os.O_WRONLY, Caller(0, 0))
             fs.write(opened.fh, 0, b"content of " + name)
@@ -293,11 +305,7 @@ def test_a_failed_save_follows_a_rename_and_an_unlink_ends_it(tmp_path, monkeypa
             fs.write(opened.fh, 0, b"content of " + name)
             made[name] = (opened.fh, attr.ino)
 
-        def down(*a, **k):
-            raise StoreUnavailable("store down (test)")
-
-        monkeypatch.setattr(repo._store, "put_file", down)
-        monkeypatch.setattr(repo._store, "adopt_file", down)
+        store_down(monkeypatch, repo)
         for fh, _ in made.values():
             with pytest.raises(StoreUnavailable):
                 fs.flush(fh)

@@ -266,6 +266,34 @@ def test_an_empty_request_is_einval(mnt):
     assert back["ok"] and back["commit"]["message"] == "a message" and head_of(b) != head
 
 
+def test_a_close_that_leaves_another_descriptor_open_is_no_empty_request(mnt):
+    """Found by an operator running backup tools: a control file's descriptor shared between
+    two processes (a parent handing it to a child as its output, or bash's own dance for
+    ``echo msg > commit``: open, dup to 1, close the first) failed the first close with EINVAL
+    before anything was written -- the parent's close raised, and every shell commit counted an
+    EINVAL in the stats -- though the request came and ran. Such a close succeeds now; the last
+    close of a file nothing was written to is still EINVAL."""
+    b = branch(mnt, "shared")
+    stats = lambda: json.loads((mnt / ".lakefuse" / "stats").read_text()).get("errors", {})  # noqa: E731
+    (b / "one.txt").write_text("1")
+    head, einval = head_of(b), stats().get("EINVAL", 0)
+    with open(b / ".lakefuse" / "commit", "w") as f:  # (its close must not raise)
+        p = subprocess.Popen(["sh", "-c", "sleep 0.3; echo from the child"], stdout=f)
+    assert p.wait() == 0
+    assert head_of(b) != head and outcome(b, "commit")["commit"]["message"] == "from the child"
+    (b / "two.txt").write_text("2")
+    r = subprocess.run(["bash", "-c", f"echo from bash > {b}/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    fd = os.open(b / ".lakefuse" / "reset", os.O_WRONLY | os.O_TRUNC)
+    second = os.dup(fd)
+    os.close(fd)  # (the duplicate still has it)
+    with pytest.raises(OSError) as ei:
+        os.close(second)  # the last one, nothing written: an empty request
+    assert ei.value.errno == errno.EINVAL
+    assert stats().get("EINVAL", 0) == einval + 1, stats()  # (only the last, empty close)
+    assert outcome(b, "commit")["commit"]["message"] == "from bash"
+
+
 def test_appended_requests_and_several_on_one_descriptor_run_as_written(mnt):
     """``echo msg >> commit`` (O_APPEND: the write lands at the outcome's size) and a second
     request written through the same descriptor (after the first one's bytes): a request is

@@ -346,6 +346,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         report = fs.recover()  # spool leftovers and unfinished renames of a killed daemon
         tell_user(report.lines() if report is not None else [])
     fs.branch_passthrough = config.branch_passthrough
+    fs.mountpoint = mp
     fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")
     # a local store's saves with an embedded KV: GIL-bound, 2 threads (offload.LOCAL_SAVE_THREADS)
     limits = limits_for(isinstance(repo.store, LocalStore) and repo.config.kv.embedded)

@@ -103,6 +103,7 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
         self.repo = repo
         self.config = config or FsConfig()
         self.stats = stats or Stats()
+        self.mountpoint: str | None = None  # where it is mounted (the daemon says), as processes see it
         self.data_cache = data_cache  # graveler.objstore.chunked.DataCache for remote stores (or None)
         self.spool = spool
         # statfs: the spool's filesystem (files being written), else the caches' (read-only), else the home's

@@ -34,6 +34,7 @@ from graveler.model import Entry, entry_location
 from lakefuse.mount import control, falloc
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.nowait import pread_nowait
+from lakefuse.mount.openelsewhere import open_elsewhere
 
 log = logging.getLogger(__name__)
 
@@ -476,15 +477,19 @@ class ControlHandle(Handle):
     runs: what was written of it is dropped, and the close (flush, fsync) fails with the
     same errno.
     Opened for writing and closed with nothing written (``: > commit``; a truncation at
-    open is no write) is an empty request: every flush before a write fails with EINVAL
-    (it records nothing: bash closes its first descriptor before the command writes),
-    and the last close (release) records the failure for the read-back."""
+    open is no write) is an empty request: a flush before a write fails with EINVAL unless
+    another descriptor of the file is still open (``path``: its path under the mount;
+    :mod:`lakefuse.mount.openelsewhere` -- bash closes its first descriptor before the
+    command writes through the second; it records nothing), and the last close (release)
+    records the failure for the read-back."""
 
-    __slots__ = ("controls", "branch", "name", "buf", "start", "writable", "content", "failed", "written", "uid")
+    __slots__ = ("controls", "branch", "name", "buf", "start", "writable", "content", "failed", "written", "uid",
+                 "path")
 
     def __init__(self, node, controls, branch: str | None, name: str, writable: bool, content: bytes,
-                 uid: int | None = None):
+                 uid: int | None = None, path: bytes | None = None):
         super().__init__(node)
+        self.path = path
         self.uid = uid  # who opened it (its commit's committer); None: the daemon's own user
         self.controls = controls
         self.branch = branch
@@ -549,6 +554,8 @@ class ControlHandle(Handle):
         if self.failed is not None:
             raise FsError(self.failed.errno, str(self.failed))
         if self.writable and not self.written:
+            if self.path is not None and open_elsewhere(self.path):
+                return  # (a descriptor is left: the request may still come through it)
             raise FsError(errno.EINVAL, self._empty())
         if self.writable and self.buf:
             data = bytes(self.buf)

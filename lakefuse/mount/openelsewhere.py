@@ -18,8 +18,21 @@ import os
 MAX_LINKS = 100_000  # links read at most per question (a host with very many open files: not found)
 
 
+def _writing(fdinfo: bytes) -> bool:
+    """Whether the descriptor ``/proc/PID/fdinfo/FD`` describes is open for writing (not O_RDONLY)."""
+    try:
+        with open(fdinfo, "rb") as f:
+            for line in f:
+                if line.startswith(b"flags:"):
+                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_RDONLY
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def open_elsewhere(path: bytes, proc: bytes = b"/proc") -> bool:
-    """Whether a descriptor of some process (this one excepted) names ``path``."""
+    """Whether a descriptor of some process (this one excepted) names ``path`` open for writing
+    (a reader of the file's outcome is none: the request cannot come through it)."""
     me = str(os.getpid()).encode()
     seen = 0
     try:
@@ -37,7 +50,7 @@ def open_elsewhere(path: bytes, proc: bytes = b"/proc") -> bool:
             if seen > MAX_LINKS:
                 return False
             try:
-                if os.readlink(fd_dir + b"/" + fd) == path:
+                if os.readlink(fd_dir + b"/" + fd) == path and _writing(proc + b"/" + pid + b"/fdinfo/" + fd):
                     return True
             except OSError:
                 continue

@@ -16,7 +16,8 @@ from datetime import datetime
 from graveler import fences
 from graveler.committed.manager import ApplyStats
 from graveler.core import RepoCore
-from graveler.errors import Conflict, DirtyBranch, InvalidArgument, MergeConflict, NotFound, NothingToCommit, PreconditionFailed
+from graveler.errors import (Conflict, DirtyBranch, InvalidArgument, MergeConflict, NotFound, NothingToCommit,
+                             PreconditionFailed)
 from graveler.listing import MergedIterator
 from graveler.model import MergeStrategy
 from graveler.refs import Branch, Commit
@@ -26,8 +27,8 @@ log = logging.getLogger(__name__)
 MERGE_STRATEGY_METADATA_KEY = ".lakefs.merge.strategy"  # lakeFS's key on merge commits
 _STRATEGY_NAMES = {MergeStrategy.NONE: "default", MergeStrategy.DEST_WINS: "dest-wins", MergeStrategy.SOURCE_WINS: "source-wins"}
 
+REVERT_HINT = "later commits changed them again: change them back by hand, then commit"  # (a revert's conflict)
 
-REVERT_HINT = "later commits changed them again: change them back by hand, then commit"
 _VIRTUAL_BASE_DEPTH = 8  # nested virtual bases at most (git's recursive merge has no cap; histories this tangled are rare)
 
 

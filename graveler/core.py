@@ -207,18 +207,20 @@ class RepoCore:
             elif cv.identity != sv.identity:
                 yield DiffRecord(DiffType.CHANGED, key, cv, sv)
 
-    def diff_uncommitted(self, branch: str) -> Iterator[DiffRecord]:
-        """The uncommitted changes of ``branch`` in key order, resuming over a fresh
-        view when the branch moves meanwhile."""
+    def diff_uncommitted(self, branch: str, prefix: bytes = b"") -> Iterator[DiffRecord]:
+        """The uncommitted changes of ``branch`` (of keys under ``prefix``) in key order, resuming
+        over a fresh view when the branch moves meanwhile."""
         with self.env.read() as txn:
             self.branch_txn(txn, branch)
-        return self._diff_uncommitted(branch, self.pin(branch))
+        return self._diff_uncommitted(branch, self.pin(branch), prefix)
 
-    def _diff_uncommitted(self, branch: str, pin: Pin) -> Iterator[DiffRecord]:
-        start = b""
+    def _diff_uncommitted(self, branch: str, pin: Pin, prefix: bytes = b"") -> Iterator[DiffRecord]:
+        start = prefix
         while True:
             try:
                 for d in self.diff_staged(pin.resolved.tokens, pin.commit.meta_range_id, start, pin.guard):
+                    if not d.key.startswith(prefix):
+                        return  # (past the prefix: key order)
                     yield d
                     start = d.key + b"\x00"
                 return

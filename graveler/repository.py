@@ -593,10 +593,10 @@ class Repository:
         base = self._commits.merge_base_tree(lc.id, rc.id)
         return None if base is None else self._committed.diff(base, rc.meta_range_id)
 
-    def diff_uncommitted(self, branch: str) -> Iterator[DiffRecord]:
-        """The uncommitted changes of ``branch`` (staging vs its head), in key order;
-        left = committed value, right = staged value. Staged no-ops are skipped."""
-        return self._core.diff_uncommitted(branch)
+    def diff_uncommitted(self, branch: str, prefix: bytes = b"") -> Iterator[DiffRecord]:
+        """The uncommitted changes of ``branch`` (staging vs its head; of keys under ``prefix``),
+        in key order; left = committed value, right = staged value. Staged no-ops are skipped."""
+        return self._core.diff_uncommitted(branch, prefix)
 
     def has_uncommitted(self, branch: str) -> bool:
         """True if ``branch`` has staged changes that differ from its head."""

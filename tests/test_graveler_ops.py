@@ -165,6 +165,8 @@ def test_staging_over_committed(repo):
         repo.delete("main", "nothing")
     diff = [(d.type, d.key) for d in repo.diff_uncommitted("main")]
     assert diff == [(DiffType.CHANGED, b"a/1"), (DiffType.REMOVED, b"b"), (DiffType.ADDED, b"c")]
+    assert [d.key for d in repo.diff_uncommitted("main", b"a/")] == [b"a/1"]  # (only the prefix's keys read)
+    assert [d.key for d in repo.diff_uncommitted("main", b"b")] == [b"b"]
     top = [(x.path, x.is_prefix) for x in repo.list("main")]
     assert top == [(b"a/", True), (b"c", False)]
     assert [x.path for x in repo.list("main", "a/", start_after="a/1")] == [b"a/2"]

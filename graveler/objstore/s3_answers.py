@@ -33,8 +33,9 @@ def check_answer(response_dict: dict, operation_model, **_) -> None:
         return  # (errors are botocore's to read; 204 has no body)
     headers = response_dict.get("headers") or {}
     name = operation_model.name
+    head = operation_model.http.get("method") == "HEAD"  # (its Content-Length is the object's, no body's)
     missing = []
-    if operation_model.http.get("method") == "HEAD":
+    if head:
         if name == "HeadObject" and "content-length" not in headers:  # (the object's size)
             missing.append("Content-Length")
     elif "content-length" not in headers and "transfer-encoding" not in headers:
@@ -46,7 +47,6 @@ def check_answer(response_dict: dict, operation_model, **_) -> None:
     if missing:
         raise CutShort(operation=name, what="no " + " and no ".join(missing))
     body = response_dict.get("body")
-    head = operation_model.http.get("method") == "HEAD"  # (its Content-Length is the object's, no body's)
     if not head and isinstance(body, (bytes, bytearray)) and "content-encoding" not in headers:  # (read whole)
         stated = headers.get("content-length")
         if stated is not None and stated.isdigit() and len(body) != int(stated):

@@ -419,10 +419,9 @@ class Controls:
                 raise NotFound(f"reset: {what} {r.value!r} matches nothing on branch {branch!r} "
                                "(no file or directory there, staged or committed)")
             # what the reset takes away: the files staged as new in its scope
-            path = r.value.encode()
-            scope = {"all": b"", "prefix": path}.get(r.kind, path + b"/")  # (a path: the file, or all under it)
-            removed.extend(d.key for d in repo.diff_uncommitted(branch) if d.type is DiffType.ADDED
-                           and (d.key.startswith(scope) or (r.kind == "path" and d.key == path)))
+            path = b"" if r.kind == "all" else r.value.encode()  # (a path: the file, or all under it)
+            removed.extend(d.key for d in repo.diff_uncommitted(branch, path) if d.type is DiffType.ADDED
+                           and (r.kind != "path" or d.key == path or d.key.startswith(path + b"/")))
             if r.kind == "all":
                 repo.reset(branch)
             elif r.kind == "prefix":

@@ -137,7 +137,8 @@ def open_handle(fs, node: "Node", spec: SpecialFile, writing: bool, uid: int | N
     branch = tree.view.branch if tree is not None else None
     path = None  # (where processes see it: a control file's empty close looks for its other descriptors)
     if writing and fs.mountpoint is not None:
-        path = os.fsencode(fs.mountpoint) + b"/" + (branch.encode() + b"/" if branch else b"") + b".lakefuse/" + spec.name
+        where = os.fsencode(fs.mountpoint) + (b"/" + branch.encode() if branch else b"")
+        path = where + b"/.lakefuse/" + spec.name
     return ControlHandle(node, fs.controls, branch, spec.name.decode(), writing, spec.read(fs, tree), uid, path)
 
 

@@ -697,30 +697,6 @@ def test_stamp_watch_drops_the_kernels_caches_of_a_moved_branch(fs, repo, kv_bac
     assert sub in dropped
 
 
-def test_a_trim_waits_for_the_kernels_forgets_before_it_scans_again(repo, tmp_path):
-    """Left by the operator's tour: over its inode bound the stamp watch asked the kernel to drop
-    names of the oldest commit trees' files, and while the kernel's forgets were on their way
-    (the mount still over its bound) every 0.25 s round scanned all inodes again and asked for the
-    same names. After a trim that asked for some, the next waits ``TRIM_PAUSE_S``."""
-    from lakefuse.mount import watch as watch_mod
-    from lakefuse.mount.watch import StampWatch
-
-    with writable_core(repo, tmp_path / "cache", max_inodes=3) as fs:
-        for path in ("v1/data/a.csv", "v1/data/sub/x", "v1/top"):
-            ino_of(fs, path)
-        asked: list[bytes] = []
-        w = StampWatch(fs, lambda ino: None, invalidate_entry=lambda parent, name: asked.append(name))
-        w.poll_once()
-        first = len(asked)
-        assert first > 0 and len(fs.inodes) > 3  # (this kernel forgets nothing: still over the bound)
-        assert w._trim_after >= time.monotonic() + watch_mod.TRIM_PAUSE_S / 2
-        w.poll_once()
-        assert len(asked) == first  # paused: its forgets are still coming
-        w._trim_after = time.monotonic()  # (the pause is over)
-        w.poll_once()
-        assert len(asked) > first  # still over the bound after the pause: asked again
-
-
 def test_names_a_request_took_away_go_each_one_whatever_the_kernel_answers(fs, repo):
     """The stamp watch drops the kernel's names of what a merge or reset took away (files, then
     the directories left with nothing): one name the kernel no longer has (ENOENT: dropped

@@ -11,9 +11,8 @@ So when the mount keeps more than ``FsConfig.max_inodes`` inodes, the stamp watc
 (:mod:`lakefuse.mount.watch`) tells the kernel to drop the names of files of the commit and tag
 trees the mount has known longest -- files only, and none open, so no process's working
 directory or open file is disturbed -- until it is back under 80% of the bound; the kernel then
-forgets those inodes (``forget``) and the mount frees them (a little later: the watch waits
-``watch.TRIM_PAUSE_S`` before it trims again, not scanning every inode each round meanwhile).
-A name dropped is looked up again when used (from the tree's listing in memory when held, with its inode number back): nothing
+forgets those inodes (``forget``) and the mount frees them. A name dropped is looked up again
+when used (from the tree's listing in memory when held, with its inode number back): nothing
 visible changes, as when the kernel forgets it by itself. ``.lakefuse/stats`` counts
 ``inodes_handed_back``.
 """

@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 INTERVAL_S = 0.25
 POKE_WAIT_S = 0.5  # the longest a control request waits for the round it asked for (never a deadlock)
-TRIM_PAUSE_S = 2.0  # after a trim asked the kernel to drop names, the next waits this long (its forgets come)
 
 
 class StampWatch:
@@ -63,7 +62,6 @@ class StampWatch:
         self._asked = 0  # rounds asked for by poke(), and the last of them a round has answered
         self._answered = 0
         self._forget: list[tuple[str, list[bytes]]] = []  # (branch, keys) a request took away: names to drop
-        self._trim_after = 0.0  # (monotonic) no trim before: the kernel's forgets of the last one still coming
 
     def poll_once(self) -> int:
         """One round: how many inodes' kernel caches were dropped."""
@@ -88,12 +86,8 @@ class StampWatch:
             forget, self._forget = self._forget, []
         for branch, keys in forget:
             self._forget_names(branch, keys)
-        if self._entry is not None and time.monotonic() >= self._trim_after:
-            # (from this thread too: never from a request handler; the kernel forgets what it was asked
-            # to drop a little later: until then the mount is still over its bound, and another round's
-            # whole scan of the inodes would only ask again for the same names)
-            if trim(self.fs, self._entry):
-                self._trim_after = time.monotonic() + TRIM_PAUSE_S
+        if self._entry is not None:
+            trim(self.fs, self._entry)  # (from this thread too: never from a request handler)
         return n
 
     def _forget_names(self, branch: str, keys: list[bytes]) -> None:

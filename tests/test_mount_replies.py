@@ -19,7 +19,7 @@ import pytest
 
 from graveler import KVConfig
 from lakefuse.mount.fuse import Operations
-from lakefuse.mount.offload import LOCAL_SAVE_THREADS, SAVE, WRITE, Offload, limits_for
+from lakefuse.mount.offload import BULK_WRITE_MIN, LOCAL_SAVE_THREADS, SAVE, WRITE, Offload, limits_for
 from tests.mount_testutil import MountProc, is_mounted, needs_fuse, oversized_control_request, seeded_home
 
 
@@ -71,11 +71,11 @@ def test_deferred_jobs_run_in_at_most_the_limit_s_threads_and_close_waits_for_ev
     assert not [t for t in threading.enumerate() if t.name.startswith("lakefuse-write")]
 
 
-def test_a_local_store_saves_in_two_threads_and_an_fsync_waiting_on_the_disk_holds_up_no_save():
+def test_a_local_store_saves_in_one_thread_and_an_fsync_waiting_on_the_disk_holds_up_no_save():
     """With a local store and an embedded KV, writes and closes (SAVE) are GIL-bound: at most
     LOCAL_SAVE_THREADS of them run at once; fsyncs (WRITE) have their own threads, so one waiting on the disk
     leaves the others' writes and closes going. An S3 store's saves (uploads) keep 8."""
-    assert limits_for(False)[SAVE] == 8 and limits_for(True)[SAVE] == LOCAL_SAVE_THREADS == 2
+    assert limits_for(False)[SAVE] == 8 and limits_for(True)[SAVE] == LOCAL_SAVE_THREADS == 1
     # (local: a local store and an embedded KV; a PostgreSQL commit waits on a server, as an upload)
     assert KVConfig().embedded and KVConfig(url="memory://x").embedded
     assert not KVConfig(url="postgresql://u@127.0.0.1/db").embedded and not KVConfig(url="postgres://h/d").embedded
@@ -109,7 +109,7 @@ def test_a_deferred_job_that_raises_keeps_its_thread():
 
 
 class _Fs:
-    """The three core calls a deferred handler makes, failing as asked."""
+    """The core calls a deferred handler makes, failing as asked."""
 
     def __init__(self, stats):
         self.stats = stats
@@ -125,6 +125,9 @@ class _Fs:
 
     def pending(self, fh):
         return fh != 0
+
+    def bulky(self, fh, size):
+        return False
 
     def flush(self, fh):
         self._maybe_fail()
@@ -185,7 +188,7 @@ def test_writes_closes_and_fsyncs_answer_the_same_either_way(home, tmp_path, def
         mp = m.mountpoint
         stats = lambda: json.loads((mp / ".lakefuse" / "stats").read_text())  # noqa: E731
         assert stats()["deferred_replies"] == ("on" if deferred == "1" else "off")
-        assert stats()["save_threads"] == "2"  # a local store, LMDB
+        assert stats()["save_threads"] == "1"  # a local store, LMDB
         d = mp / "main" / f"w{deferred}"
         d.mkdir()
         for i in range(50):
@@ -206,6 +209,35 @@ def test_writes_closes_and_fsyncs_answer_the_same_either_way(home, tmp_path, def
         # writes and closes in the save threads (50 writes, the 45 closes with a save left to do:
         # an fsync saved the other 5), fsyncs in the write threads
         assert st["thread_hops_save"] >= 95 and st["thread_hops_write"] >= 5
+        # a large write goes to the bulk threads (small files' saves do not queue behind it), a
+        # smaller one to the save thread; the file reads back whole either way
+        bulk = st.get("thread_hops_bulk", 0)  # (the oversized request's large writes)
+        big = os.urandom(BULK_WRITE_MIN)
+        fd = os.open(d / "big", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            assert os.write(fd, big) == len(big)
+            assert stats()["thread_hops_bulk"] == bulk + 1
+            hops = stats()["thread_hops_save"]
+            assert os.write(fd, big[:BULK_WRITE_MIN - 1]) == BULK_WRITE_MIN - 1
+            assert stats()["thread_hops_save"] == hops + 1 and stats()["thread_hops_bulk"] == bulk + 1
+        finally:
+            os.close(fd)
+        assert (d / "big").read_bytes() == big + big[:BULK_WRITE_MIN - 1]
+        # a small write that first copies the saved file in, and the close that must hash it
+        # again (written out of order), go there too: no small file's save queues behind them
+        fd = os.open(d / "big", os.O_WRONLY)
+        try:
+            assert os.write(fd, b"Z") == 1
+            assert stats()["thread_hops_bulk"] == bulk + 2
+        finally:
+            os.close(fd)
+        assert stats()["thread_hops_bulk"] == bulk + 3
+        assert (d / "big").read_bytes() == b"Z" + (big + big[:BULK_WRITE_MIN - 1])[1:]
+        # a control request (a commit may take long) runs there too, never in the save thread
+        saves, bulk = stats()["thread_hops_save"], stats()["thread_hops_bulk"]
+        (mp / "main" / ".lakefuse" / "commit").write_text("through the bulk threads\n")
+        assert json.loads((mp / "main" / ".lakefuse" / "commit").read_text())["ok"] is True
+        assert stats()["thread_hops_bulk"] > bulk and stats()["thread_hops_save"] == saves
     finally:
         m.stop()
     assert "Traceback" not in m.log() and "dropped unanswered" not in m.log()

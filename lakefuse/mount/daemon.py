@@ -348,7 +348,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     fs.branch_passthrough = config.branch_passthrough
     fs.mountpoint = mp
     fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")
-    # a local store's saves with an embedded KV: GIL-bound, 2 threads (offload.LOCAL_SAVE_THREADS)
+    # a local store's saves with an embedded KV: GIL-bound, one thread (offload.LOCAL_SAVE_THREADS)
     limits = limits_for(isinstance(repo.store, LocalStore) and repo.config.kv.embedded)
     limits.update(config.limits)
     fs.stats.set("save_threads", str(limits[SAVE]))

@@ -565,6 +565,11 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
         """True when ``flush`` of ``fh`` has work to do (never blocks)."""
         return (h := self._handles.get(fh)) is not None and h.pending()
 
+    def bulky(self, fh: int, size: int) -> bool:
+        """Whether a write of ``size`` bytes to ``fh`` (0: its flush) moves many bytes: the FUSE
+        adapter gives it the bulk threads (offload.BULK_WRITE_MIN). Never blocks."""
+        return (h := self._handles.get(fh)) is not None and h.bulky(size)
+
     def flush(self, fh: int) -> None:
         """close(2): save a written file (upload + stage: visible, kept if the daemon dies) or run a control."""
         if (h := self._handles.get(fh)) is not None:

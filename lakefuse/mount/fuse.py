@@ -27,7 +27,7 @@ from lakefuse.mount.attrs import Attr, Caller, SetAttr
 from lakefuse.mount.errors import FsError, LogOnce, errno_for
 from lakefuse.mount.fs import Filesystem
 from lakefuse.mount.listing import DOTS
-from lakefuse.mount.offload import DATA, META, SAVE, WRITE, Offload
+from lakefuse.mount.offload import BULK, DATA, META, SAVE, WRITE, Offload
 
 log = logging.getLogger(__name__)
 
@@ -431,7 +431,8 @@ class Operations(pyfuse3.Operations):
     @boundary("flush")
     async def flush(self, fh, reply=None):
         if self.fs.pending(fh):
-            return await self._writing("flush", SAVE, reply, _ok, self.fs.flush, fh)
+            pool = BULK if self.fs.bulky(fh, 0) else SAVE  # (see offload.BULK_WRITE_MIN)
+            return await self._writing("flush", pool, reply, _ok, self.fs.flush, fh)
 
     @boundary("fsync")
     async def fsync(self, fh, datasync, reply=None):
@@ -543,7 +544,8 @@ class Operations(pyfuse3.Operations):
 
     @boundary("write")
     async def write(self, fh, off, buf, reply=None):
-        return await self._writing("write", SAVE, reply, _written, self.fs.write, fh, off, bytes(buf))
+        pool = BULK if self.fs.bulky(fh, len(buf)) else SAVE  # (see offload.BULK_WRITE_MIN)
+        return await self._writing("write", pool, reply, _written, self.fs.write, fh, off, bytes(buf))
 
 
 def _cap_sys_admin() -> bool:

@@ -34,6 +34,7 @@ from graveler.model import Entry, entry_location
 from lakefuse.mount import control, falloc
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.nowait import pread_nowait
+from lakefuse.mount.offload import BULK_WRITE_MIN
 from lakefuse.mount.openelsewhere import open_elsewhere
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,11 @@ class Handle:
     def pending(self) -> bool:
         """True when :meth:`flush` has work to do (never blocks)."""
         return False
+
+    def bulky(self, size: int) -> bool:
+        """Whether a write of ``size`` bytes (0: the flush) may hold its thread long -- it moves
+        many bytes, or runs a control request -- (never blocks)."""
+        return size >= BULK_WRITE_MIN
 
     def flush(self) -> None:
         """close(2): make what was written take effect (visible, kept if the daemon dies)."""
@@ -409,6 +415,9 @@ class SpoolHandle(Handle):
     def pending(self) -> bool:
         return self.sf.dirty and not self._reader_of_unsaved()
 
+    def bulky(self, size: int) -> bool:
+        return self.sf.bulky(size, BULK_WRITE_MIN)
+
     def flush(self) -> int | None:
         """Save (close); the branch's stamp after this save (None: nothing staged, or not known)."""
         if self._reader_of_unsaved():
@@ -543,6 +552,9 @@ class ControlHandle(Handle):
         self.controls.refuse(self.branch, self.name, str(e))
         self.content = self.controls.outcome(self.branch, self.name)
         raise e
+
+    def bulky(self, size: int) -> bool:
+        return True  # (a write or a close may run a request: a commit or a merge may take long)
 
     def _empty(self) -> str:
         return f"{self.name}: empty request: nothing was written (e.g. echo REQUEST > {self.name})"

@@ -23,14 +23,25 @@ T = TypeVar("T")
 META = "meta"  # lookups, listings, ref resolution, LMDB reads
 DATA = "data"  # object reads
 WRITE = "write"  # fsync, directory fsync, the last close's save or control request: what may wait long
-SAVE = "save"  # a branch file's write and close: its spool write, upload and staging (or a control request)
-DEFAULT_LIMITS = {META: 8, DATA: 16, WRITE: 8, SAVE: 8}
+SAVE = "save"  # a branch file's write and close: its spool write, upload and staging
+BULK = "bulk"  # a branch file's write or close that moves many bytes (BULK_WRITE_MIN); a control file's
+DEFAULT_LIMITS = {META: 8, DATA: 16, WRITE: 8, SAVE: 8, BULK: 4}
 HOPS = {name: "thread_hops_" + name for name in DEFAULT_LIMITS}  # counter names (Offload.stats)
 # With a local store and an embedded KV (LMDB) a save is Python and short system calls, all
-# under the GIL: one thread runs while a second is in a system call, and more only take turns at
-# the GIL (8 processes writing small files went 1.26-1.31x faster with 2 than with 8). A save
-# that waits on a server (an S3 upload, a PostgreSQL commit) keeps 8.
-LOCAL_SAVE_THREADS = 2
+# under the GIL: more threads only take turns at the GIL, and each turn costs a futex handoff.
+# 8 processes writing small files went 1.26-1.31x faster with 2 threads than with 8, and with
+# 1 faster again than with 2 (1,448-1,656 against 1,289-1,290 files/s; 1 process 1,526-1,890
+# against 1,389-1,408; scripts/bench/mount_write.py, two alternating pairs). A save that waits
+# on a server (an S3 upload, a PostgreSQL commit) keeps 8.
+LOCAL_SAVE_THREADS = 1
+# A write this large -- or one that first copies a file this large in, or a close that hashes
+# one (handles.Handle.bulky) -- goes to BULK's threads, not SAVE's: hashing and copying leave
+# the GIL (two large writers overlap on two CPUs), and small files' writes and closes never
+# queue behind it in the one local save thread -- nor behind a control request (a commit, a
+# merge), whose write or close also goes there. (Two pools reorder one file's requests no more than two
+# save threads did: the kernel sends a buffered write's next piece, and the file's flush, only
+# once the last piece was answered.)
+BULK_WRITE_MIN = 64 * 1024
 
 
 def limits_for(local: bool) -> dict[str, int]:

@@ -302,7 +302,8 @@ class SpoolFile:
     def _changed(self) -> None:
         """The content changed: new times, one more generation to save."""
         self.mtime_ns = self.ctime_ns = time.time_ns()
-        self.attrs = _drop_mtime(self.attrs)
+        if (a := self.attrs).mtime_ns is not None or a.atime_ns is not None:  # both become the write time
+            self.attrs = PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None, None)
         self._gen += 1
 
     def _hash(self, offset: int, data) -> None:
@@ -312,6 +313,12 @@ class SpoolFile:
                 self._md5_off += len(data)
             else:
                 self._md5 = None
+
+    def bulky(self, size: int, big: int) -> bool:
+        """Whether a write of ``size`` bytes (0: the next save) moves ``big`` or more (a hint, unlocked)."""
+        if size:  # (a copy-in first: of the base, or of the object the file became)
+            return size >= big or self.size >= big and (not self.loaded or self._adopted)
+        return self.size >= big and self.loaded and not self._adopted and (self._md5 is None or self._md5_off != self.size)
 
     def _etag(self) -> str | None:
         """The MD5 of the whole spool file if it was computed while writing."""
@@ -585,13 +592,6 @@ class SpoolFile:
 
 def _name(sf: SpoolFile) -> str:
     return "?" if sf.key is None else sf.key.decode("utf-8", "replace")
-
-
-def _drop_mtime(a: PosixAttrs) -> PosixAttrs:
-    """Attributes after a content change: the mtime (and atime) become the write time."""
-    if a.mtime_ns is None and a.atime_ns is None:
-        return a
-    return PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None, None)
 
 
 _REMAKE_LOCK = threading.Lock()

@@ -315,7 +315,7 @@ class S3Store(ObjectStore):
         try:
             session = _new_session()
             self._client = session.client("s3", endpoint_url=cfg.s3_endpoint_url, config=client_config)
-            s3_answers.install(self._client)  # (an answer cut short inside its headers: StoreUnavailable)
+            s3_answers.install(self._client)  # (an answer cut short inside its headers: retried, then StoreUnavailable)
         except ValueError as exc:  # a malformed endpoint URL
             raise InvalidArgument(_scrubbed(f"bad S3 endpoint URL {cfg.s3_endpoint_url!r}: {exc}",
                                             _userinfo(cfg.s3_endpoint_url))) from exc
@@ -379,6 +379,8 @@ class S3Store(ObjectStore):
                 f"{what}: S3 endpoint {self._endpoint} did not answer within {limit:g} s "
                 f"({self.config.max_attempts} attempt(s); see --timeout / $LAKEFUSE_S3_READ_TIMEOUT)"
             )
+        if isinstance(exc, s3_answers.CutShortRetried):  # (retried, cut again each time)
+            return StoreUnavailable(f"{what}: {exc} ({self.config.max_attempts} attempt(s))")
         if isinstance(exc, (bex.ConnectionError, bex.HTTPClientError)):
             return StoreUnavailable(
                 f"{what}: S3 endpoint {self._endpoint} unreachable after {self.config.max_attempts} "

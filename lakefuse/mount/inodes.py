@@ -48,7 +48,7 @@ class Node:
     read, valid while ``stamp`` equals the tree's change stamp."""
 
     __slots__ = ("ino", "key", "kind", "tree", "path", "parent_ino", "nlookup", "opens",
-                 "attr", "value", "stamp", "opened_identity", "renamed_over")
+                 "attr", "value", "stamp", "opened_identity", "renamed_over", "trim_asked")
 
     def __init__(self, ino: int, key: Hashable, kind: Kind, tree, path: bytes, parent_ino: int):
         self.ino = ino
@@ -59,6 +59,7 @@ class Node:
         self.parent_ino = parent_ino
         self.nlookup = 0
         self.opens = 0
+        self.trim_asked = float("-inf")  # when the inode bound's trim last asked the kernel to drop its name (trim.py)
         self.attr = None
         self.value = None
         self.stamp = -1

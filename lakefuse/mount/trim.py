@@ -20,6 +20,7 @@ visible changes, as when the kernel forgets it by itself. ``.lakefuse/stats`` co
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 from lakefuse.mount.inodes import Kind
@@ -27,32 +28,62 @@ from lakefuse.mount.inodes import Kind
 log = logging.getLogger(__name__)
 
 KEEP = 0.8  # a trim brings the inodes down to this share of the bound
+ASKED_S = 30.0  # a name the kernel was asked to drop is not asked again for this long
+RESCAN_S = 5.0  # after a pass that found too few names to drop: how long until the next full pass...
+RESCAN_GROWTH = 0.05  # ... unless the table grew by this share of the bound meanwhile
 
 
-def trim(fs, invalidate_entry: Callable[[int, bytes], None]) -> int:
-    """If ``fs`` keeps more inodes than its bound: drop from the kernel the names of unopened files
-    of the oldest immutable trees, as many as bring it to :data:`KEEP` of the bound; how many."""
-    limit = fs.config.max_inodes
-    if not limit or len(fs.inodes) <= limit:
-        return 0
-    want = len(fs.inodes) - int(limit * KEEP)
-    files: dict = {}
-    for node in fs.inodes.snapshot():
-        tree = node.tree
-        if tree is not None and tree.immutable and node.kind == Kind.FILE and node.opens == 0:
-            files.setdefault(tree.key, []).append(node)
-    n = 0
-    for tree in fs.immutable_trees():
-        for node in files.get(tree.key, ()):
-            try:
-                invalidate_entry(node.parent_ino, node.path.rpartition(b"/")[2])
-            except OSError:  # (the kernel has no such name any more)
-                pass
-            n += 1
-        if n >= want:
-            break
-    if n:
-        fs.stats.add("inodes_handed_back", n)
-        log.info("kept %d inodes (bound %d): the kernel was asked to drop %d names of files of older commit "
-                 "and tag trees", len(fs.inodes), limit, n)
-    return n
+class Trimmer:
+    """The trim (see the module docstring), called by the stamp watch at each of its rounds. It
+    remembers what it asked (on the node: one the kernel forgot and looked up again is a new
+    node): a name the kernel kept is not asked for again for :data:`ASKED_S`, and while the inodes over the bound are mostly
+    ones no trim may drop (branch trees, open files) it does not read the whole table at every
+    round -- only after :data:`RESCAN_S`, or once the table grew by :data:`RESCAN_GROWTH` of
+    the bound."""
+
+    def __init__(self, fs, invalidate_entry: Callable[[int, bytes], None], clock: Callable[[], float] = time.monotonic):
+        self.fs = fs
+        self.invalidate_entry = invalidate_entry
+        self.clock = clock
+        self._idle_until = 0.0  # no full pass before this, unless the table grows past _idle_size
+        self._idle_size = 0
+        self.passes = 0  # full passes over the table (for tests and stats)
+
+    def __call__(self) -> int:
+        """If the mount keeps more inodes than its bound: drop from the kernel the names of unopened
+        files of the oldest immutable trees, as many as bring it to :data:`KEEP` of the bound; how many."""
+        fs = self.fs
+        limit = fs.config.max_inodes
+        size = len(fs.inodes)
+        if not limit or size <= limit:
+            self._idle_until = 0.0
+            return 0
+        now = self.clock()
+        if now < self._idle_until and size < self._idle_size + limit * RESCAN_GROWTH:
+            return 0
+        self.passes += 1
+        want = size - int(limit * KEEP)
+        files: dict = {}
+        for node in fs.inodes.snapshot():
+            tree = node.tree
+            if tree is not None and tree.immutable and node.kind == Kind.FILE and node.opens == 0 \
+                    and now - node.trim_asked >= ASKED_S:  # (a node made again since: never asked)
+                files.setdefault(tree.key, []).append(node)
+        n = 0
+        for tree in fs.immutable_trees():
+            for node in files.get(tree.key, ()):
+                try:
+                    self.invalidate_entry(node.parent_ino, node.path.rpartition(b"/")[2])
+                except OSError:  # (the kernel has no such name any more)
+                    pass
+                node.trim_asked = now
+                n += 1
+            if n >= want:
+                break
+        if n < want:  # (what is left over the bound is not ours to drop: look again later)
+            self._idle_until, self._idle_size = now + RESCAN_S, size
+        if n:
+            fs.stats.add("inodes_handed_back", n)
+            log.info("kept %d inodes (bound %d): the kernel was asked to drop %d names of files of older commit "
+                     "and tag trees", size, limit, n)
+        return n

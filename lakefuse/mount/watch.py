@@ -38,7 +38,7 @@ from typing import Callable
 
 from graveler.errors import GravelerError
 from lakefuse.mount.inodes import Kind
-from lakefuse.mount.trim import trim
+from lakefuse.mount.trim import Trimmer
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class StampWatch:
         self.fs = fs
         self._inode = invalidate_inode
         self._entry = invalidate_entry  # (parent inode, name): a name the kernel must look up again
+        self._trim = Trimmer(fs, invalidate_entry) if invalidate_entry is not None else None
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -86,8 +87,8 @@ class StampWatch:
             forget, self._forget = self._forget, []
         for branch, keys in forget:
             self._forget_names(branch, keys)
-        if self._entry is not None:
-            trim(self.fs, self._entry)  # (from this thread too: never from a request handler)
+        if self._trim is not None:
+            self._trim()  # (from this thread too: never from a request handler)
         return n
 
     def _forget_names(self, branch: str, keys: list[bytes]) -> None:

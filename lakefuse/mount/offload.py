@@ -38,9 +38,9 @@ LOCAL_SAVE_THREADS = 1
 # one (handles.Handle.bulky) -- goes to BULK's threads, not SAVE's: hashing and copying leave
 # the GIL (two large writers overlap on two CPUs), and small files' writes and closes never
 # queue behind it in the one local save thread -- nor behind a control request (a commit, a
-# merge), whose write or close also goes there. (Two pools reorder one file's requests no more than two
-# save threads did: the kernel sends a buffered write's next piece, and the file's flush, only
-# once the last piece was answered.)
+# merge), whose write or close also goes there. (Two pools reorder one file's requests no more
+# than two save threads did: the kernel sends a buffered write's next piece, and the file's
+# flush, only once the last piece was answered.)
 BULK_WRITE_MIN = 64 * 1024
 
 

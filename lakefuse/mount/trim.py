@@ -36,10 +36,10 @@ RESCAN_GROWTH = 0.05  # ... unless the table grew by this share of the bound mea
 class Trimmer:
     """The trim (see the module docstring), called by the stamp watch at each of its rounds. It
     remembers what it asked (on the node: one the kernel forgot and looked up again is a new
-    node): a name the kernel kept is not asked for again for :data:`ASKED_S`, and while the inodes over the bound are mostly
-    ones no trim may drop (branch trees, open files) it does not read the whole table at every
-    round -- only after :data:`RESCAN_S`, or once the table grew by :data:`RESCAN_GROWTH` of
-    the bound."""
+    node): a name the kernel kept is not asked for again for :data:`ASKED_S`, and while the
+    inodes over the bound are mostly ones no trim may drop (branch trees, open files) it does
+    not read the whole table at every round -- only after :data:`RESCAN_S`, or once the table
+    grew by :data:`RESCAN_GROWTH` of the bound."""
 
     def __init__(self, fs, invalidate_entry: Callable[[int, bytes], None], clock: Callable[[], float] = time.monotonic):
         self.fs = fs

@@ -294,6 +294,13 @@ def test_a_hung_server_fails_a_statement_within_the_bound_and_work_resumes_at_on
             # the bound, the watch's period, and at most one quick connect of 3 s to tell why
             assert took < 1.0 + 0.5 + 3.5, took
             assert "\n" not in str(e.value)
+        # known not to answer: the next calls ask a probe first (pg_probe) and fail at once, not
+        # each after the whole watch or a connect timeout (a mount request makes several)
+        for call in (get_main, lambda: s.write(lambda t: t.put(kv.BRANCHES, b"main", b"3")), get_main):
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="does not answer"):
+                call()
+            assert time.monotonic() - t0 < 1.0
         _resume(stopped)
         stopped = []
         t0 = time.monotonic()

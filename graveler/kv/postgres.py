@@ -90,7 +90,7 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from graveler.errors import CorruptedData, GravelerError, InvalidArgument, NotFound, StoreUnavailable
-from graveler.kv import pg_wire
+from graveler.kv import pg_probe, pg_wire
 from graveler.kv.pg_url import one_line, parse_url, password_of, redact, unavailable
 from graveler.kv.base import MAX_KEY_BYTES, TABLES, GroupCommit, NestedTransaction, ThreadTxns
 
@@ -107,6 +107,7 @@ POOL_MAX = 8  # connections per backend (a process)
 POOL_TIMEOUT_S = 10.0  # wait for a pooled connection before the server counts as unreachable
 QUICK_WAIT_S = 0.5  # no pooled connection this soon: check whether the server is up at all
 CONNECT_TIMEOUT_S = 10  # libpq connect_timeout when the URL sets none
+SUSPECT_S = 60.0  # after a statement timed out or a connect failed: how long calls ask pg_probe first
 WRITE_RETRY_S = 60.0  # serialization failures are retried for this long
 _RETRY_SQLSTATES = ("40001", "40P01")  # serialization_failure, deadlock_detected
 _ADVISORY_LOCK = 0x6C616B65  # "lake": serializes schema creation among processes
@@ -417,6 +418,8 @@ class PgBackend:
         if "connect_timeout" not in params:
             params["connect_timeout"] = str(CONNECT_TIMEOUT_S)
         self._params = params
+        self._probe_at = pg_probe.server_address(params)  # (None: several hosts; no probe)
+        self._suspect_until = 0.0  # calls ask pg_probe first until then (a hang or a failed connect: _suspect)
         self._stores: dict[str, PgStore] = {}
         self._lock = threading.Lock()
         self._unsynced = 0  # non-durable commits since the last sync
@@ -509,7 +512,15 @@ class PgBackend:
                 raise _Retry from None
             raise self._error(label, e) from None
 
+    def _suspect(self) -> None:
+        """The server did not answer (a statement's watch ran out, a connect failed): the calls of
+        the next :data:`SUSPECT_S` ask :mod:`graveler.kv.pg_probe` first."""
+        if self._probe_at is not None:
+            self._suspect_until = time.monotonic() + SUSPECT_S
+
     def _error(self, label: str, e: psycopg.Error) -> GravelerError:
+        if isinstance(e, pg_wire.StatementTimeout):
+            self._suspect()
         if isinstance(e, psycopg.errors.ProgramLimitExceeded):
             return InvalidArgument(f"{label}: {one_line(e, self._secret)}")
         return StoreUnavailable(f"{label}: {one_line(e, self._secret)}")
@@ -555,12 +566,18 @@ class PgBackend:
         :data:`QUICK_WAIT_S` asks the server directly: if it is down, that is ``StoreUnavailable``
         now (a request of the mount must not hang for the pool's whole timeout while the database
         restarts); if it answers, the pool is only busy and the wait goes on."""
+        if self._suspect_until and time.monotonic() < self._suspect_until:
+            if pg_probe.hung(self._probe_at):  # (fail now, not after the whole watch or a connect timeout)
+                raise StoreUnavailable(f"{label}: the server does not answer (nothing within "
+                                       f"{pg_probe.PROBE_TIMEOUT_S:g}s; a statement or a connect timed out before)")
+            self._suspect_until = 0.0
         try:
             conn = self.pool.getconn(timeout=min(QUICK_WAIT_S, self.pool.timeout))
         except PoolTimeout:
             try:
                 direct = psycopg.connect(**{**self._params, "connect_timeout": "3"}, autocommit=True)
             except psycopg.Error as e:
+                self._suspect()
                 raise StoreUnavailable(f"{label}: no connection: {one_line(e, self._secret)}") from None
             if self._out < POOL_MAX:  # the server answers, the pool gave nothing, not all its connections
                 # are out: it waits out its reconnect backoff (uncapped doubling): this connection serves
@@ -584,6 +601,7 @@ class PgBackend:
         try:
             psycopg.connect(**{**self._params, "connect_timeout": "3"}).close()
         except psycopg.Error as e:
+            self._suspect()
             return one_line(e, self._secret)
         return f"all {POOL_MAX} connections of this process are busy"
 

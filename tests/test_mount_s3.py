@@ -298,8 +298,11 @@ def test_a_store_that_hangs_midway_through_a_stream_fails_one_read_within_one_bo
                 took = time.monotonic() - t0
             assert ei.value.errno == errno.EIO
             # (it was bound + timeout, and for stalls midway bound + 2 timeouts); a window of part
-            # GETs opened side by side may still take one timeout more (docs/SEMANTICS.md)
-            limit = bound * 1.2 if then == "hangs" else bound + timeout * 1.2
+            # GETs opened side by side may still take one timeout more (docs/SEMANTICS.md). The
+            # limit is that promise plus a fixed allowance for a loaded machine's scheduling: CI
+            # measured 8.42 s against a limit of bound + 1.2 timeouts (8.4 s), zero margin.
+            SLACK_S = 1.5
+            limit = bound + SLACK_S if then == "hangs" else bound + timeout + SLACK_S
             assert bound * 0.8 <= took < limit, took
             proxy.clear()
 

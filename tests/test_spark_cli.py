@@ -134,6 +134,9 @@ def test_cli_gc_dry_runs_print_the_counts_of_the_real_runs(spark, tmp_path, caps
     finally:
         g.close()
     expect = sorted(addrs[3:6])
+    stale = tmp_path / "ns" / os.path.dirname(addrs[3]) / (".lakefuse-tmp-" + "e" * 32)  # a killed writer's
+    stale.write_bytes(b"partial")
+    os.utime(stale, ns=(old, old))
 
     rc, o, err = run(capsys, "--home", home, "gc", "mark", "lakefs://gcrepo", "--dry-run")
     assert rc == 0, err
@@ -149,10 +152,12 @@ def test_cli_gc_dry_runs_print_the_counts_of_the_real_runs(spark, tmp_path, caps
     assert rc == 0, err
     dry_sweep = re.search(r": (\d+) would be deleted, (\d+) kept \(live again\), (\d+) failed", o)
     assert dry_sweep and all(os.path.exists(tmp_path / "ns" / a) for a in addrs)
+    assert "; 1 stale temp file (7 bytes) would be removed" in o and stale.exists()
     rc, o, err = run(capsys, "--home", home, "gc", "sweep", "lakefs://gcrepo", run_id)
     assert rc == 0, err
     swept = re.search(r": (\d+) deleted, (\d+) kept \(live again\), (\d+) failed", o)
     assert swept and swept.groups() == dry_sweep.groups() == ("3", "0", "0")
+    assert "; 1 stale temp file (7 bytes) removed" in o and not stale.exists()
     assert [a for a in addrs if not os.path.exists(tmp_path / "ns" / a)] == expect
 
 

@@ -243,3 +243,61 @@ def test_a_commit_on_a_branch_from_an_expired_commit_between_mark_and_sweep_keep
     s = sweep(spark, repo, m.run_id)
     assert exists(repo, a["X"]) and repo.read("restore~1", "x") == b"X"
     assert s.kept >= 1
+
+
+def _killed_writer_temp(repo, tmp_path, name: str) -> str:
+    """The temp file a writer leaves when killed mid-put: a child process copies a FIFO into the
+    store with put_file, is killed with SIGKILL after its first bytes land; returns the temp path."""
+    import signal
+    import subprocess
+    import sys
+
+    fifo = tmp_path / f"{name}.fifo"
+    os.mkfifo(fifo)
+    key = new_data_address(time.time_ns())
+    directory = os.path.dirname(os.path.join(repo.store.root, key))
+    before = set(os.listdir(directory)) if os.path.isdir(directory) else set()
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from graveler.objstore.local import LocalStore; "
+        "LocalStore(sys.argv[1]).put_file(sys.argv[2], sys.argv[3])"), repo.store.root, key, str(fifo)])
+    with open(fifo, "wb") as w:
+        w.write(b"half of an upload" * 1000)
+        w.flush()
+        deadline = time.monotonic() + 30
+        while True:
+            new = set(os.listdir(directory)) - before if os.path.isdir(directory) else set()
+            if new and os.path.getsize(os.path.join(directory, next(iter(new)))):
+                break
+            assert time.monotonic() < deadline and child.poll() is None, "the writer never started"
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    (tmp,) = new
+    assert tmp.startswith(".lakefuse-tmp-")
+    return os.path.join(directory, tmp)
+
+
+def test_the_sweep_removes_temp_files_of_killed_writers_older_than_the_cutoff(spark, gc_repo, tmp_path):
+    """A writer killed between writing its temp file and renaming it into place (a daemon or a
+    Spark task killed mid-upload) left the temp file for good: listings skip it and nothing
+    removed it. The sweep removes those last written before the run's cutoff; a younger one (a
+    writer that may be alive) and every object stay; a dry run only counts."""
+    repo, a, _ = gc_repo
+    stale = _killed_writer_temp(repo, tmp_path, "stale")
+    young = _killed_writer_temp(repo, tmp_path, "young")
+    old = time.time() - 3 * 86400
+    os.utime(stale, (old, old))
+    objects = sorted(o.key for o in repo.store.list())
+    assert not any(".lakefuse-tmp-" in k for k in objects)  # (never listed: never a GC candidate)
+    m = mark(spark, repo)
+    dry = sweep(spark, repo, m.run_id, dry_run=True)
+    assert (dry.temp_files, dry.temp_bytes) == (1, os.path.getsize(stale))
+    assert os.path.exists(stale) and os.path.exists(young)
+    s = sweep(spark, repo, m.run_id)
+    assert (s.deleted, s.failed, s.temp_files) == (3, 0, 1)
+    assert not os.path.exists(stale) and os.path.exists(young)
+    gone = {a["X"], a["Y"], a["O"]}
+    assert all(exists(repo, x) == (x not in gone) for x in a.values())
+    # a --min-age 0 run still leaves a temp file written within the hour alone
+    m0 = mark(spark, repo, min_age=timedelta(0))
+    assert sweep(spark, repo, m0.run_id).temp_files == 0 and os.path.exists(young)

@@ -33,7 +33,9 @@ candidates.
 finding the active commits once more (a commit active now that the mark did not
 count -- made since, or an expired one a new branch made active again -- and
 every address staged now keep their objects), with bulk
-deletes and exponential backoff on failures, in parallel by report part.
+deletes and exponential backoff on failures, in parallel by report part.  On a
+local namespace it also removes the temp files of writers killed mid-write that
+were last written before the mark's cutoff (and at least an hour ago).
 """
 
 from __future__ import annotations
@@ -521,6 +523,9 @@ class SweepResult:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
     # an earlier sweep of the run that deleted all it had to: when (nothing is done again), else None
     swept_before: str | None = None
+    # a local namespace's temp files that writers killed mid-write left, older than the cutoff
+    temp_files: int = 0
+    temp_bytes: int = 0
 
 
 def _swept(ns: Namespace, run_id: str) -> dict | None:
@@ -610,6 +615,22 @@ def _delete_task(ns: Namespace, dry_run: bool, max_attempts: int = 6, existing_o
     return fn
 
 
+def _sweep_temp_files(ns: Namespace, summary: dict, dry_run: bool):
+    """Remove the temp files of a local namespace last written before the run's cutoff (see
+    :mod:`graveler.objstore.local_temp`). An S3 store writes no temp objects (a multipart upload
+    that a killed writer never completed or aborted is for the bucket's lifecycle rule)."""
+    from graveler.objstore.local import LocalStore
+    from graveler.objstore.local_temp import TempSweep, sweep_temp_files
+
+    store = ns.open()
+    if not isinstance(store, LocalStore):
+        return TempSweep()
+    res = sweep_temp_files(store.root, datetime.fromisoformat(summary["cutoff"]).timestamp(), dry_run)
+    if res.failed:
+        log.warning("gc sweep: %d stale temp files under %s could not be removed", res.failed, store.root)
+    return res
+
+
 def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
     """Delete the candidates of a complete mark run, except those that became live since."""
     from graveler.spark.entries import per_task_df
@@ -646,12 +667,16 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
     if before is not None:  # a re-run: those the earlier sweep deleted are neither deleted nor kept now
         kept = max(0, kept - int(before.get("deleted", 0)))
     report.unpersist()
-    res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0, phases)
+    t1 = time.monotonic()
+    temps = _sweep_temp_files(ns, summary, dry_run)
+    phases["temp_files"] = time.monotonic() - t1
+    res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0, phases,
+                      temp_files=temps.files, temp_bytes=temps.bytes)
     if not dry_run:
         ns.open().put(f"{GC_PREFIX}{run_id}/swept.json", json.dumps({
             "run_id": run_id, "swept": datetime.now(timezone.utc).isoformat(),
             "deleted": deleted + (int(before.get("deleted", 0)) if before is not None else 0),  # (over every sweep)
-            "kept": kept, "failed": failed}).encode())
+            "kept": kept, "failed": failed, "temp_files": temps.files}).encode())
     log.info("gc sweep %s: %d deleted, %d kept, %d failed%s", run_id, deleted, kept, failed,
              " (dry run)" if dry_run else "")
     return res

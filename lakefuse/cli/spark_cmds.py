@@ -227,9 +227,16 @@ def cmd_gc_run(args) -> int:
         if not args.dry_run:
             r = sweep(spark, repo, m.run_id)
             _print(args, asdict(r), f"run {r.run_id}: {r.deleted} deleted, {r.kept} kept (live again), "
-                                    f"{r.failed} failed")
+                                    f"{r.failed} failed{_temps(r, 'removed')}")
             return _SWEEP_FAILED if r.failed else 0
     return 0
+
+
+def _temps(r, verb: str) -> str:
+    """The sweep's stale temp files, when there were any."""
+    if not r.temp_files:
+        return ""
+    return f"; {r.temp_files} stale temp file{'s' if r.temp_files != 1 else ''} ({r.temp_bytes:,} bytes) {verb}"
 
 
 def cmd_gc_sweep(args) -> int:
@@ -242,7 +249,8 @@ def cmd_gc_sweep(args) -> int:
         _print(args, asdict(r), f"run {r.run_id}: swept already at {r.swept_before}; nothing to delete")
         return 0
     verb = "would be deleted" if args.dry_run else "deleted"
-    _print(args, asdict(r), f"run {r.run_id}: {r.deleted} {verb}, {r.kept} kept (live again), {r.failed} failed")
+    _print(args, asdict(r), f"run {r.run_id}: {r.deleted} {verb}, {r.kept} kept (live again), {r.failed} failed"
+                            f"{_temps(r, 'would be removed' if args.dry_run else 'removed')}")
     return _SWEEP_FAILED if r.failed else 0
 
 

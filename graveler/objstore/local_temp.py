@@ -1,0 +1,79 @@
+"""Temp files a local store's writer left behind when its process died mid-write.
+
+A put writes ``<dir>/.lakefuse-tmp-<uuid hex>`` and renames it over the key (see
+:mod:`graveler.objstore.local`); a writer killed between the two (``kill -9`` of a
+daemon adopting a large file, a Spark task killed during an import) leaves the temp
+file, which listings skip and nothing else ever removes. GC's sweep removes those
+whose last write is older than the run's cutoff (the mark's ``--min-age``, 24 h by
+default) and at least an hour old whatever the cutoff (:data:`TEMP_MIN_AGE_S`; a
+``--min-age 0`` run must not fail a put under way): a writer that is alive writes
+to its temp file every few seconds, or fails within its store's bounded retries,
+so a file untouched for longer has no writer. The walk does
+not follow symlinks and leaves the directories in place (a concurrent put may be
+about to write into one).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from graveler.errors import StoreUnavailable
+from graveler.objstore.local import _TMP_NAME
+
+TEMP_MIN_AGE_S = 3600.0
+
+
+@dataclass
+class TempSweep:
+    files: int = 0
+    bytes: int = 0
+    failed: int = 0  # found stale but could not be removed (logged by the caller)
+
+
+def stale_temp_files(root: str, cutoff: float) -> Iterator[tuple[str, int]]:
+    """(path, size) of each temp file under ``root`` last modified before ``cutoff`` (epoch s)."""
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            it = os.scandir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed while we walked
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot list {directory!r}: {exc.strerror or exc}") from exc
+        with it:
+            for entry in it:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif _TMP_NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        if st.st_mtime < cutoff:
+                            yield entry.path, st.st_size
+                except FileNotFoundError:
+                    continue  # renamed into place or removed while we looked
+
+
+def sweep_temp_files(root: str, cutoff: float, dry_run: bool = False, now: float | None = None) -> TempSweep:
+    """Remove (or, in a dry run, count) the temp files under ``root`` last written before
+    ``cutoff`` and at least :data:`TEMP_MIN_AGE_S` before ``now``."""
+    cutoff = min(cutoff, (time.time() if now is None else now) - TEMP_MIN_AGE_S)
+    res = TempSweep()
+    for path, size in stale_temp_files(root, cutoff):
+        if not dry_run:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                res.failed += 1
+                continue
+        res.files += 1
+        res.bytes += size
+    return res
+
+
+__all__ = ["TEMP_MIN_AGE_S", "TempSweep", "stale_temp_files", "sweep_temp_files"]

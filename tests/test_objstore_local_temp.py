@@ -1,0 +1,45 @@
+"""graveler.objstore.local_temp: which leftover temp files a sweep may remove."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from graveler.objstore.local import LocalStore
+from graveler.objstore.local_temp import TEMP_MIN_AGE_S, sweep_temp_files
+
+TMP = ".lakefuse-tmp-"
+
+
+def _aged(path, age_s: float, data: bytes = b"partial") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    t = time.time() - age_s
+    os.utime(path, (t, t))
+
+
+def test_only_temp_names_older_than_the_cutoff_and_the_floor_are_removed(tmp_path):
+    root = tmp_path / "ns"
+    store = LocalStore(str(root))
+    store.put("data/a/obj", b"an object")
+    os.utime(root / "data/a/obj", (0, 0))  # old objects are the GC mark's, never this sweep's
+    _aged(root / "data/a" / (TMP + "1" * 32), 5 * 86400)  # stale
+    _aged(root / "_lakefs" / (TMP + "2" * 32), 5 * 86400, b"x" * 10)  # stale, another directory
+    _aged(root / "data/a" / (TMP + "3" * 32), TEMP_MIN_AGE_S / 2)  # under the floor: a live writer, maybe
+    _aged(root / "data/a" / (TMP + "short"), 5 * 86400)  # not the temp form: someone else's file
+    _aged(tmp_path / "outside" / (TMP + "4" * 32), 5 * 86400)
+    os.symlink(tmp_path / "outside", root / "data" / "link")  # not followed
+    cutoff = time.time()  # (a --min-age 0 run's cutoff: the floor still holds)
+    dry = sweep_temp_files(str(root), cutoff, dry_run=True)
+    assert (dry.files, dry.bytes, dry.failed) == (2, len(b"partial") + 10, 0)
+    assert (root / "data/a" / (TMP + "1" * 32)).exists()
+    res = sweep_temp_files(str(root), cutoff)
+    assert (res.files, res.bytes, res.failed) == (2, len(b"partial") + 10, 0)
+    assert sorted(p.name for p in root.rglob(TMP + "*")) == [TMP + "3" * 32, TMP + "short"]
+    assert (tmp_path / "outside" / (TMP + "4" * 32)).exists()
+    assert store.get("data/a/obj") == b"an object"
+    assert sweep_temp_files(str(root), cutoff).files == 0
+    # an earlier cutoff spares what was written after it
+    _aged(root / "data/b" / (TMP + "5" * 32), 2 * 86400)
+    assert sweep_temp_files(str(root), time.time() - 3 * 86400).files == 0
+    assert sweep_temp_files(str(root), time.time() - 86400).files == 1

@@ -341,6 +341,68 @@ def test_an_incremental_export_cut_short_goes_on_from_the_same_previous_export(s
     assert got == {"a": b"a\n", "b": b"b\n"}  # no zz.txt, no _INCOMPLETE
 
 
+def _killed_export_write(dest: Path, key: str, tmp_path: Path) -> Path:
+    """What an export's writer killed mid-copy leaves: a child process copying a FIFO to ``key``
+    through the export's own writer (NoFollowDest) is killed with SIGKILL once bytes have landed;
+    returns its temp file."""
+    import signal
+    import time
+
+    from graveler.objstore import sparse
+
+    fifo = tmp_path / (key.replace("/", "_") + ".fifo")
+    os.mkfifo(fifo)
+    parent = dest / os.path.dirname(key)
+    before = set(parent.glob(".lakefuse-tmp-*"))
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from graveler.objstore import open_store; from graveler.spark.export import NoFollowDest; "
+        "NoFollowDest(open_store(sys.argv[1])).put_file(sys.argv[2], sys.argv[3])"), str(dest), key, str(fifo)],
+        cwd=ROOT)
+    with open(fifo, "wb") as w:
+        w.write(b"x" * (sparse.CHUNK + 1000))  # (its reads take whole chunks: one is written, one waits)
+        w.flush()
+        deadline = time.monotonic() + 30
+        while not [p for p in set(parent.glob(".lakefuse-tmp-*")) - before if p.stat().st_size]:
+            assert time.monotonic() < deadline and child.poll() is None, "the writer never started"
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    (tmp,) = set(parent.glob(".lakefuse-tmp-*")) - before
+    return tmp
+
+
+def test_an_export_run_again_after_one_was_killed_removes_the_temp_files_of_its_copies(spark, tmp_path):
+    """An export killed mid-copy left `.lakefuse-tmp-*` files in the user's destination for good
+    (hidden, but taking their space; GC sweeps only the repository's namespace). The run that goes on from the cut-short
+    one removes them; an export onto a complete destination leaves alone whatever is there."""
+    repo = make_repo(tmp_path)
+    repo.upload("main", "d/a", b"a\n")
+    repo.upload("main", "b", b"b\n")
+    repo.commit("main", "one")
+    dest = tmp_path / "dest"
+    export(spark, repo, "main", str(dest))
+    theirs = dest / "d" / ".lakefuse-tmp-not-ours"  # (not the temp form: somebody else's file)
+    theirs.write_bytes(b"keep")
+    healthy = _killed_export_write(dest, "d/x", tmp_path)  # a complete destination: left as it is
+    export(spark, repo, "main", str(dest))
+    assert healthy.exists() and theirs.exists()
+    healthy.unlink()
+    repo.upload("main", "d/c", b"c\n")
+    c2 = repo.commit("main", "two")
+    st = open_store(str(dest))  # as a killed run to c2 leaves it: _INCOMPLETE, two copies under way
+    st.put("_INCOMPLETE", json.dumps({"commit_id": c2.id, "repository": repo.name,
+                                      "storage_namespace": repo.record.storage_namespace,
+                                      "previous": json.loads(st.get("_SUCCESS"))["commit_id"]}).encode())
+    st.delete("_SUCCESS")
+    left = [_killed_export_write(dest, "d/c", tmp_path), _killed_export_write(dest, "b", tmp_path)]
+    r = export(spark, repo, "main", str(dest))
+    assert r.commit_id == c2.id
+    assert not any(p.exists() for p in left)
+    got = tree(dest)
+    assert json.loads(got.pop("_SUCCESS"))["commit_id"] == c2.id
+    assert got == {"b": b"b\n", "d/a": b"a\n", "d/c": b"c\n", "d/.lakefuse-tmp-not-ours": b"keep"}
+
+
 @pytest.mark.parametrize("from_previous", [True, False], ids=["incremental", "full"])
 def test_an_export_cut_short_then_run_to_a_newer_commit_undoes_what_it_copied(spark, tmp_path, from_previous):
     """Found by a lakeFS user's tour: a run toward c1 killed part-way, then the branch moved to c2

@@ -8,7 +8,9 @@ whose last write is older than the run's cutoff (the mark's ``--min-age``, 24 h 
 default) and at least an hour old whatever the cutoff (:data:`TEMP_MIN_AGE_S`; a
 ``--min-age 0`` run must not fail a put under way): a writer that is alive writes
 to its temp file every few seconds, or fails within its store's bounded retries,
-so a file untouched for longer has no writer. The walk does
+so a file untouched for longer has no writer. An export to a local directory writes
+the same way; the run that goes on from one cut short removes its temp files (every one
+older than that run: ``min_age_s=0``). The walk does
 not follow symlinks and leaves the directories in place (a concurrent put may be
 about to write into one).
 """
@@ -57,10 +59,11 @@ def stale_temp_files(root: str, cutoff: float) -> Iterator[tuple[str, int]]:
                     continue  # renamed into place or removed while we looked
 
 
-def sweep_temp_files(root: str, cutoff: float, dry_run: bool = False, now: float | None = None) -> TempSweep:
+def sweep_temp_files(root: str, cutoff: float, dry_run: bool = False, now: float | None = None,
+                     min_age_s: float = TEMP_MIN_AGE_S) -> TempSweep:
     """Remove (or, in a dry run, count) the temp files under ``root`` last written before
-    ``cutoff`` and at least :data:`TEMP_MIN_AGE_S` before ``now``."""
-    cutoff = min(cutoff, (time.time() if now is None else now) - TEMP_MIN_AGE_S)
+    ``cutoff`` and at least ``min_age_s`` before ``now``."""
+    cutoff = min(cutoff, (time.time() if now is None else now) - min_age_s)
     res = TempSweep()
     for path, size in stale_temp_files(root, cutoff):
         if not dry_run:

@@ -15,7 +15,8 @@ cut short and run again goes on from the same previous export (a full export
 instead would keep what the diff removes), and ``_INCOMPLETE`` goes once
 ``_SUCCESS`` is written; if the branch moved meanwhile (the run goes to another commit
 than the one cut short), the difference from that commit is applied too, so what the
-cut-short run copied of it is undone.  A local destination that cannot take the commit (a
+cut-short run copied of it is undone; on a local destination it also removes the temp
+files of the copies the cut-short run had under way.  A local destination that cannot take the commit (a
 file where it has a directory: a commit of both ``k`` and ``k/x``, or stray
 files) is ``InvalidArgument`` naming the path.
 
@@ -42,6 +43,7 @@ from graveler.model import AddressType
 from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
 from graveler.objstore import LocalStore, open_store, sparse
 from graveler.objstore.local import TMP_PREFIX, _write_all
+from graveler.objstore.local_temp import sweep_temp_files
 from graveler.objstore.uri import place
 from graveler.objstore.base import StoreConfig
 from graveler.spark.diff import diff_df
@@ -313,6 +315,7 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
+    started = time.time()
     commit = repo.get_commit(ref)
     ns = namespace_of(repo)
     cfg = store_config if store_config is not None else repo.config.store
@@ -373,6 +376,13 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
                               "destination was not changed")
     out = open_store(dest.uri, cfg)
     try:
+        if isinstance(out, LocalStore) and out.exists(INCOMPLETE):
+            # a run cut short (killed) left the temp files of the copies it had under way, which
+            # nothing else removes: every one last written before this run began goes
+            swept = sweep_temp_files(out.root, started, min_age_s=0)
+            if swept.files or swept.failed:
+                log.info("export to %s: %d temp files of a run cut short removed (%d bytes; %d could not be)",
+                         dest.uri, swept.files, swept.bytes, swept.failed)
         # from now on the destination is not a complete export; a run cut short leaves this behind,
         # and the next one goes on from the same previous export (not a full one, which would keep
         # what the diff removes)

@@ -8,6 +8,9 @@ really on disk before it is acknowledged):
 * staged writes/s by 1 and by ``--procs`` writer processes (each running ``--threads``
   writer threads, as a mount daemon serves concurrent closes): one ``Repository.stage``
   per object, acknowledged durable, batched with concurrent writers by group commit;
+* the mount's save of a closed file (``Repository.stage_stamped``, not durable: the mount's KV
+  flush comes later) from one thread, without and with the check that the branch is still the
+  one the file was opened on (``born``: one more KV read in the transaction), alternating;
 * KV point gets/s (``Store.get`` of a staged key: one statement on PostgreSQL) and
   ``Repository.get`` of staged paths/s, by 1 and by ``--procs`` processes;
 * a recursive listing of a branch of ``--list-entries`` committed entries with 10% of
@@ -49,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from graveler import Graveler, GravelerConfig, kv  # noqa: E402
 from graveler.model import Entry  # noqa: E402
+from graveler.repository import ANY_BIRTH  # noqa: E402
 
 LAKEFS_WRITES = 7_595  # lakeFS sizing guide, PostgreSQL KV on a dedicated 8-vCPU RDS instance
 LAKEFS_READS = 10_852
@@ -85,6 +89,17 @@ def worker(spec: dict) -> None:
             def op():
                 n[0] += 1
                 repo.stage(branch, f"w/{base + n[0]:09d}", entry(base + n[0]))
+            return op
+    elif mode in ("save", "saveborn"):
+        born = repo.branch_born(branch) if mode == "saveborn" else ANY_BIRTH
+
+        def op_factory(t):
+            n = [0]
+            base = spec["id"] * 10_000_000 + t * 1_000_000
+
+            def op():
+                n[0] += 1
+                repo.stage_stamped(branch, [(f"s/{base + n[0]:09d}", entry(base + n[0]))], False, born)
             return op
     else:
         staged = [item.path for item in repo.list(branch, "w/", "")][:20_000]
@@ -200,6 +215,16 @@ def bench_backend(name: str, url: str, root: Path, args, out: dict) -> None:
         row(f"stage{procs}", statistics.median(rates),
             f"staged writes, {procs} process(es) x {args.threads} threads: {statistics.median(rates):,.0f}/s "
             f"(client CPU {statistics.median(cpus) * 1e6:,.0f} µs a write)")
+    plain, checked = [], []
+    for rep in range(args.reps):  # (alternating: the pair shares the machine's moment)
+        for mode, acc in (("save", plain), ("saveborn", checked)):
+            b = f"{mode}-{rep}"
+            repo.create_branch(b, "main")
+            acc.append(concurrent({**base, "branch": b, "mode": mode, "threads": 1}, 1))
+    row("save1", statistics.median(plain), f"the mount's save, 1 thread: {statistics.median(plain):,.0f}/s")
+    row("saveborn1", statistics.median(checked),
+        f"the same with the birth check: {statistics.median(checked):,.0f}/s "
+        f"({statistics.median(c / p for c, p in zip(checked, plain)):.2f} of without, median of the pairs)")
     b = f"w{args.procs}-0"
     for mode, label in (("kvget", "KV point gets (Store.get)"), ("repoget", "Repository.get of staged paths")):
         for procs in (1, args.procs):
@@ -367,6 +392,8 @@ def report(args, out: dict, vis) -> None:
         ("staged writes, 1 process", "stage1", "/s", "", ""),
         (f"staged writes, {p} processes", f"stage{p}", "/s", f"lakeFS guide {LAKEFS_WRITES:,}/s",
          verdict(f"stage{p}", TARGETS["writes"])),
+        ("the mount's save, 1 thread", "save1", "/s", "", ""),
+        ("the same with the birth check", "saveborn1", "/s", "one more KV read in the save's transaction", ""),
         ("KV point gets, 1 process", "kvget1", "/s", "one get at a time: a round trip's latency (the targets and "
          "lakeFS's figures are a server's aggregate throughput)", ""),
         (f"KV point gets, {p} processes", f"kvget{p}", "/s", f"lakeFS guide {LAKEFS_READS:,}/s",

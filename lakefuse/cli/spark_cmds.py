@@ -96,7 +96,8 @@ def register(sub) -> None:
                "commit; exporting onto a destination whose _SUCCESS names a commit of this repository only\n"
                "copies and deletes the difference (deletions first). While an export runs, _INCOMPLETE names\n"
                "the commit it goes to and the one it goes on from: run again after a failure, it goes on from\n"
-               "there (to a newer commit too: what the failed run copied is undone). An empty _SUCCESS (Spark's, Hadoop's) is no export's. An export writes and deletes only\n"
+               "there (to a newer commit too: what the failed run copied is undone; in a local DEST, the temp files\n"
+               "of the copies it had under way are removed). An empty _SUCCESS (Spark's, Hadoop's) is no export's. An export writes and deletes only\n"
                "below DEST: a directory inside a local DEST that is a symbolic link is refused (exit 2), and so\n"
                "is a DEST inside the repository's storage namespace, or holding it.",
     )
@@ -214,7 +215,9 @@ def cmd_gc_mark(args) -> int:
 # objects the store would not delete: the store's failure (exit 6, as every other), the run swept again later
 _SWEEP_FAILED = 6
 _SWEEP_EPILOG = ("Exit 6 when the store failed to delete some objects (counted as failed): sweep the\n"
-                 "run again once the store answers; what was deleted stays deleted.")
+                 "run again once the store answers; what was deleted stays deleted. On a local\n"
+                 "namespace the sweep also removes the temp files (.lakefuse-tmp-*) of writers killed\n"
+                 "mid-write, last written before the mark's cutoff and over an hour ago.")
 
 
 def cmd_gc_run(args) -> int:

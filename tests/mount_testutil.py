@@ -7,6 +7,7 @@ with ``fusermount3 -u`` (lazily if busy) and reaps the daemon, whatever state it
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import json
@@ -26,6 +27,10 @@ FUSE_AVAILABLE = os.path.exists("/dev/fuse") and shutil.which("fusermount3") is 
 needs_fuse = pytest.mark.skipif(not FUSE_AVAILABLE, reason="no /dev/fuse or fusermount3 here")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# the log directories MountProc made itself (no log_dir given): read by tests after a mount
+# stopped, removed when the test process ends (each CI run left ~130 in /tmp)
+_OWN_LOG_DIRS: list[str] = []
+atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _OWN_LOG_DIRS])
 
 
 def lakefuse_cmd(home: Path | str, *args: str) -> list[str]:
@@ -61,7 +66,10 @@ class MountProc:
         self.extra = list(extra)
         self.env = env
         self.proc: subprocess.Popen | None = None
-        self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="lakefuse-mountlog-")) / f"mount-{repo}.log"
+        if log_dir is None:
+            log_dir = tempfile.mkdtemp(prefix="lakefuse-mountlog-")
+            _OWN_LOG_DIRS.append(log_dir)
+        self.log_path = Path(log_dir) / f"mount-{repo}.log"
         self.messages: list[str] = []
 
     def start(self, timeout: float = 60.0) -> "MountProc":

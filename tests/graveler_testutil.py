@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from graveler import Graveler, GravelerConfig, KVConfig, Repository
@@ -86,3 +91,32 @@ def damage_range(repo: Repository, ns: Path, index: int):
     data[10:40] = b"\x00" * 30
     path.write_bytes(bytes(data))
     return infos, victim
+
+
+def killed_mid_write(code: str, args: list[str], parent: Path | str, fifo: Path | str) -> Path:
+    """The temp file a writer leaves when killed between writing it and renaming it into place:
+    ``python -c CODE ARGS...`` -- a writer copying the FIFO ``fifo`` to a file in ``parent`` --
+    is fed one copy chunk and a little more (a buffered reader takes whole chunks: one lands,
+    the next waits), then killed with SIGKILL once its new temp file has bytes."""
+    from graveler.objstore import sparse
+
+    parent = Path(parent)
+    os.mkfifo(fifo)
+    before = set(parent.glob(".lakefuse-tmp-*")) if parent.is_dir() else set()
+    child = subprocess.Popen([sys.executable, "-c", code, *args], cwd=Path(__file__).resolve().parents[1])
+    try:
+        with open(fifo, "wb") as w:
+            w.write(b"x" * (sparse.CHUNK + 1000))
+            w.flush()
+            deadline = time.monotonic() + 30
+            while True:
+                new = set(parent.glob(".lakefuse-tmp-*")) - before if parent.is_dir() else set()
+                if [p for p in new if p.stat().st_size]:
+                    break
+                assert time.monotonic() < deadline and child.poll() is None, "the writer never started"
+                time.sleep(0.02)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    (tmp,) = new
+    return tmp

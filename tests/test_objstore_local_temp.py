@@ -43,3 +43,25 @@ def test_only_temp_names_older_than_the_cutoff_and_the_floor_are_removed(tmp_pat
     _aged(root / "data/b" / (TMP + "5" * 32), 2 * 86400)
     assert sweep_temp_files(str(root), time.time() - 3 * 86400).files == 0
     assert sweep_temp_files(str(root), time.time() - 86400).files == 1
+
+
+def test_a_directory_it_cannot_list_is_counted_and_the_walk_goes_on(tmp_path, monkeypatch):
+    """The sweep is best effort: a directory it cannot list (another user's, mode 0700: root is
+    not stopped by modes, so the refusal is made here) is counted as failed, the rest is swept,
+    and nothing raises -- a GC run or an export it serves does not fail for it."""
+    import graveler.objstore.local_temp as lt
+
+    root = tmp_path / "ns"
+    _aged(root / "a" / (TMP + "1" * 32), 5 * 86400)
+    _aged(root / "b" / (TMP + "2" * 32), 5 * 86400)
+    real = os.scandir
+
+    def scandir(path):
+        if os.path.basename(path) == "b":
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(lt.os, "scandir", scandir)
+    res = sweep_temp_files(str(root), time.time())
+    assert (res.files, res.failed) == (1, 1)
+    assert not (root / "a" / (TMP + "1" * 32)).exists() and (root / "b" / (TMP + "2" * 32)).exists()

@@ -15,7 +15,7 @@ from graveler.model import Entry
 from graveler.objstore import open_store
 from graveler.spark.export import export, read_success
 from graveler.spark.importer import import_prefix
-from tests.graveler_testutil import make_repo
+from tests.graveler_testutil import killed_mid_write, make_repo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -342,33 +342,12 @@ def test_an_incremental_export_cut_short_goes_on_from_the_same_previous_export(s
 
 
 def _killed_export_write(dest: Path, key: str, tmp_path: Path) -> Path:
-    """What an export's writer killed mid-copy leaves: a child process copying a FIFO to ``key``
-    through the export's own writer (NoFollowDest) is killed with SIGKILL once bytes have landed;
-    returns its temp file."""
-    import signal
-    import time
-
-    from graveler.objstore import sparse
-
+    """The temp file the export's own writer (NoFollowDest) killed mid-copy leaves in ``dest``."""
     fifo = tmp_path / (key.replace("/", "_") + ".fifo")
-    os.mkfifo(fifo)
-    parent = dest / os.path.dirname(key)
-    before = set(parent.glob(".lakefuse-tmp-*"))
-    child = subprocess.Popen([sys.executable, "-c", (
+    return killed_mid_write(
         "import sys; from graveler.objstore import open_store; from graveler.spark.export import NoFollowDest; "
-        "NoFollowDest(open_store(sys.argv[1])).put_file(sys.argv[2], sys.argv[3])"), str(dest), key, str(fifo)],
-        cwd=ROOT)
-    with open(fifo, "wb") as w:
-        w.write(b"x" * (sparse.CHUNK + 1000))  # (its reads take whole chunks: one is written, one waits)
-        w.flush()
-        deadline = time.monotonic() + 30
-        while not [p for p in set(parent.glob(".lakefuse-tmp-*")) - before if p.stat().st_size]:
-            assert time.monotonic() < deadline and child.poll() is None, "the writer never started"
-            time.sleep(0.02)
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-    (tmp,) = set(parent.glob(".lakefuse-tmp-*")) - before
-    return tmp
+        "NoFollowDest(open_store(sys.argv[1])).put_file(sys.argv[2], sys.argv[3])",
+        [str(dest), key, str(fifo)], dest / os.path.dirname(key), fifo)
 
 
 def test_an_export_run_again_after_one_was_killed_removes_the_temp_files_of_its_copies(spark, tmp_path):

@@ -14,7 +14,7 @@ from graveler.errors import InvalidArgument, NotFound
 from graveler.model import AddressType, Entry
 from graveler.objects import new_data_address
 from graveler.spark.gc import GCRules, active_commits, get_rules, list_runs, mark, set_rules, sweep
-from tests.graveler_testutil import make_repo
+from tests.graveler_testutil import killed_mid_write, make_repo
 
 NOW = datetime.now(timezone.utc)
 DAY = timedelta(days=1)
@@ -246,35 +246,13 @@ def test_a_commit_on_a_branch_from_an_expired_commit_between_mark_and_sweep_keep
 
 
 def _killed_writer_temp(repo, tmp_path, name: str) -> str:
-    """The temp file a writer leaves when killed mid-put: a child process copies a FIFO into the
-    store with put_file, is killed with SIGKILL after its first bytes land; returns the temp path."""
-    import signal
-    import subprocess
-    import sys
-
-    fifo = tmp_path / f"{name}.fifo"
-    os.mkfifo(fifo)
+    """The temp file a LocalStore.put_file killed mid-copy leaves in the namespace."""
     key = new_data_address(time.time_ns())
-    directory = os.path.dirname(os.path.join(repo.store.root, key))
-    before = set(os.listdir(directory)) if os.path.isdir(directory) else set()
-    child = subprocess.Popen([sys.executable, "-c", (
+    return str(killed_mid_write(
         "import sys; from graveler.objstore.local import LocalStore; "
-        "LocalStore(sys.argv[1]).put_file(sys.argv[2], sys.argv[3])"), repo.store.root, key, str(fifo)])
-    with open(fifo, "wb") as w:
-        w.write(b"half of an upload" * 1000)
-        w.flush()
-        deadline = time.monotonic() + 30
-        while True:
-            new = set(os.listdir(directory)) - before if os.path.isdir(directory) else set()
-            if new and os.path.getsize(os.path.join(directory, next(iter(new)))):
-                break
-            assert time.monotonic() < deadline and child.poll() is None, "the writer never started"
-            time.sleep(0.02)
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-    (tmp,) = new
-    assert tmp.startswith(".lakefuse-tmp-")
-    return os.path.join(directory, tmp)
+        "LocalStore(sys.argv[1]).put_file(sys.argv[2], sys.argv[3])",
+        [repo.store.root, key, str(tmp_path / f"{name}.fifo")],
+        os.path.dirname(os.path.join(repo.store.root, key)), tmp_path / f"{name}.fifo"))
 
 
 def test_the_sweep_removes_temp_files_of_killed_writers_older_than_the_cutoff(spark, gc_repo, tmp_path):

@@ -20,9 +20,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterator
 
-from graveler.errors import StoreUnavailable
 from graveler.objstore.local import _TMP_NAME
 
 TEMP_MIN_AGE_S = 3600.0
@@ -32,31 +30,9 @@ TEMP_MIN_AGE_S = 3600.0
 class TempSweep:
     files: int = 0
     bytes: int = 0
-    failed: int = 0  # found stale but could not be removed (logged by the caller)
-
-
-def stale_temp_files(root: str, cutoff: float) -> Iterator[tuple[str, int]]:
-    """(path, size) of each temp file under ``root`` last modified before ``cutoff`` (epoch s)."""
-    stack = [root]
-    while stack:
-        directory = stack.pop()
-        try:
-            it = os.scandir(directory)
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # removed while we walked
-        except OSError as exc:
-            raise StoreUnavailable(f"cannot list {directory!r}: {exc.strerror or exc}") from exc
-        with it:
-            for entry in it:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    elif _TMP_NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
-                        st = entry.stat(follow_symlinks=False)
-                        if st.st_mtime < cutoff:
-                            yield entry.path, st.st_size
-                except FileNotFoundError:
-                    continue  # renamed into place or removed while we looked
+    # stale files that could not be removed, and directories that could not be listed: the
+    # sweep is best effort (it never fails the GC run or the export it serves); the caller logs
+    failed: int = 0
 
 
 def sweep_temp_files(root: str, cutoff: float, dry_run: bool = False, now: float | None = None,
@@ -65,18 +41,37 @@ def sweep_temp_files(root: str, cutoff: float, dry_run: bool = False, now: float
     ``cutoff`` and at least ``min_age_s`` before ``now``."""
     cutoff = min(cutoff, (time.time() if now is None else now) - min_age_s)
     res = TempSweep()
-    for path, size in stale_temp_files(root, cutoff):
-        if not dry_run:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            except OSError:
-                res.failed += 1
-                continue
-        res.files += 1
-        res.bytes += size
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            it = os.scandir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed while we walked
+        except OSError:
+            res.failed += 1
+            continue
+        with it:
+            for entry in it:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    if not (_TMP_NAME.match(entry.name) and entry.is_file(follow_symlinks=False)):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if st.st_mtime >= cutoff:
+                        continue
+                    if not dry_run:
+                        os.unlink(entry.path)
+                except FileNotFoundError:
+                    continue  # renamed into place or removed while we looked
+                except OSError:
+                    res.failed += 1
+                    continue
+                res.files += 1
+                res.bytes += st.st_size
     return res
 
 
-__all__ = ["TEMP_MIN_AGE_S", "TempSweep", "stale_temp_files", "sweep_temp_files"]
+__all__ = ["TEMP_MIN_AGE_S", "TempSweep", "sweep_temp_files"]

@@ -380,9 +380,12 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
             # a run cut short (killed) left the temp files of the copies it had under way, which
             # nothing else removes: every one last written before this run began goes
             swept = sweep_temp_files(out.root, started, min_age_s=0)
-            if swept.files or swept.failed:
-                log.info("export to %s: %d temp files of a run cut short removed (%d bytes; %d could not be)",
-                         dest.uri, swept.files, swept.bytes, swept.failed)
+            if swept.files:
+                log.info("export to %s: %d temp files of a run cut short removed (%d bytes)", dest.uri,
+                         swept.files, swept.bytes)
+            if swept.failed:
+                log.warning("export to %s: %d temp files of a run cut short (or directories holding them) could "
+                            "not be removed (or listed); the export goes on", dest.uri, swept.failed)
         # from now on the destination is not a complete export; a run cut short leaves this behind,
         # and the next one goes on from the same previous export (not a full one, which would keep
         # what the diff removes)

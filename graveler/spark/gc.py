@@ -627,7 +627,8 @@ def _sweep_temp_files(ns: Namespace, summary: dict, dry_run: bool):
         return TempSweep()
     res = sweep_temp_files(store.root, datetime.fromisoformat(summary["cutoff"]).timestamp(), dry_run)
     if res.failed:
-        log.warning("gc sweep: %d stale temp files under %s could not be removed", res.failed, store.root)
+        log.warning("gc sweep: %d stale temp files (or directories holding them) under %s could not be removed "
+                    "(or listed); the sweep goes on without them", res.failed, store.root)
     return res
 
 

@@ -28,9 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from graveler.objstore.local import TMP_PREFIX as TMP  # noqa: E402
 from graveler.objstore.local_temp import sweep_temp_files  # noqa: E402
-
-TMP = ".lakefuse-tmp-"
 
 
 def build(root: Path, objects: int, hours: int, stale: int) -> None:

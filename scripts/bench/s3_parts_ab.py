@@ -7,7 +7,8 @@ alternating in every repetition: the mount with one stream per reader (``LAKEFUS
 what the mount did before parallel parts), the mount with its default lanes, one boto3 streaming
 GET of the object, and ``rclone mount``. Prints the medians, the same-run ratios the issue asks
 for (vs rclone >= 2, vs one boto3 GET >= 0.7), and the mount's ``store_streams`` /
-``store_parts`` counts. On 2 cores the S3 server takes one, so what the daemon spends decides
+``store_parts`` counts (``gets_<row>_runs``: the GETs of each read -- a handful where the window
+was undone to one stream). On 2 cores the S3 server takes one, so what the daemon spends decides
 the ratio: each mount row also gives the daemon's CPU seconds per GiB during the timed read
 (``cpu_<row>_s_per_GiB``, all its threads) and after it until the unmount (``cpu_after_<row>_s``:
 the whole file's MD5 check, which the unmount cuts short: ``daemon_exited_before_next_read``
@@ -82,6 +83,7 @@ def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "", bas
         rows: dict[str, list[float]] = {**{k: [] for k in mounts}, "direct": [], "rclone": []}
         cpu: dict[str, list[float]] = {k: [] for k in mounts}
         cpu_after: dict[str, list[float]] = {k: [] for k in mounts}
+        gets: dict[str, list[int]] = {k: [] for k in mounts}  # GETs per read: few parts = a window undone
         stats = {}
         exited = [True]
 
@@ -96,6 +98,7 @@ def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "", bas
                 st = m.stats()
                 stats[row] = {k: st.get(k) for k in ("store_gets", "store_streams", "store_parts", "s3_lanes",
                                                      "reads_awaited", "reads_thread")}
+                gets[row].append(st.get("store_gets") or 0)
                 cpu_after[row].append(mr.cpu_seconds(pid) - c1)
             exited[0] = exited[0] and not mr.alive(pid)  # its MD5 check never overlaps the next timed read
             shutil.rmtree(work / f"cache{n[0]}", ignore_errors=True)
@@ -133,6 +136,7 @@ def bench(server: str, work: Path, big_mib: int, reps: int, lanes: str = "", bas
                 res[f"ratio_{k}_vs_rclone"] = round(mr.med(rows[k]) / mr.med(rows["rclone"]), 3)
             res[f"cpu_{k}_s_per_GiB"] = round(mr.med(cpu[k]), 2)
             res[f"cpu_after_{k}_s"] = round(mr.med(cpu_after[k]), 2)
+            res[f"gets_{k}_runs"] = gets[k]
         res["ratio_parts_vs_one_stream"] = round(mr.med(rows["parts"]) / mr.med(rows["one_stream"]), 3)
         if baseline:
             res["ratio_parts_vs_base_parts"] = round(mr.med(rows["parts"]) / mr.med(rows["base_parts"]), 3)

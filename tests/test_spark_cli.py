@@ -161,6 +161,20 @@ def test_cli_gc_dry_runs_print_the_counts_of_the_real_runs(spark, tmp_path, caps
     assert [a for a in addrs if not os.path.exists(tmp_path / "ns" / a)] == expect
 
 
+def test_the_sweep_line_names_what_killed_writers_left_on_each_store():
+    """The sweep's line says stale temp files removed (a local namespace), stale multipart
+    uploads aborted (S3), would-be in a dry run, and nothing when there were none."""
+    from graveler.spark.gc import SweepResult
+    from lakefuse.cli.spark_cmds import _temps
+
+    local = SweepResult("r", 0, 0, 0, False, temp_files=2, temp_bytes=1234)
+    s3 = SweepResult("r", 0, 0, 0, False, temp_files=1, temp_bytes=5000, temp_kind="multipart upload")
+    assert _temps(local, "removed") == "; 2 stale temp files (1,234 bytes) removed"
+    assert _temps(s3, "removed") == "; 1 stale multipart upload (5,000 bytes) aborted"
+    assert _temps(s3, "would be removed") == "; 1 stale multipart upload (5,000 bytes) would be aborted"
+    assert _temps(SweepResult("r", 0, 0, 0, False), "removed") == ""
+
+
 def test_a_sweep_whose_deletes_failed_exits_6(tmp_path, capsys, monkeypatch):
     """Found by a fault-injection exploration: `gc run` and `gc sweep` exited 1 when the store
     refused some deletes, a code the README does not list. The store's failure is exit 6, as

@@ -279,3 +279,46 @@ def test_the_sweep_removes_temp_files_of_killed_writers_older_than_the_cutoff(sp
     # a --min-age 0 run still leaves a temp file written within the hour alone
     m0 = mark(spark, repo, min_age=timedelta(0))
     assert sweep(spark, repo, m0.run_id).temp_files == 0 and os.path.exists(young)
+
+
+@pytest.mark.s3
+def test_the_sweep_of_an_s3_namespace_aborts_the_uploads_of_killed_writers(spark, tmp_path, s3_bucket, s3_client,
+                                                                           s3_config, monkeypatch):
+    """On S3 a writer killed mid-upload leaves an open multipart upload (its parts billed, in no
+    listing) instead of a temp file: the sweep of a GC run on an S3 namespace aborts those under
+    the namespace last active before the run's cutoff, counts them (``temp_kind``), and leaves
+    one outside the namespace alone; a dry run only counts. (moto's uploads all look started in
+    2010 and the parts here are seconds old: the sweep's clock is moved two hours on, so that the
+    hour every upload is given has passed -- the cutoff is the mark's, as in any run.)"""
+    from graveler.objstore import s3_uploads
+    from tests.graveler_testutil import make_graveler
+
+    g = make_graveler(tmp_path, store=s3_config)
+    repo = g.create_repository("s3gc", f"s3://{s3_bucket}/ns")
+    repo.store.put("data/kept", b"kept")
+    repo.stage("main", "kept", Entry(address="data/kept", size=4, etag=hashlib.md5(b"kept").hexdigest()))
+    repo.commit("main", "c1")
+    set_rules(repo, GCRules(7))
+    up = s3_client.create_multipart_upload(Bucket=s3_bucket, Key="ns/data/killed")["UploadId"]
+    s3_client.upload_part(Bucket=s3_bucket, Key="ns/data/killed", UploadId=up, PartNumber=1, Body=b"k" * 5000)
+    other = s3_client.create_multipart_upload(Bucket=s3_bucket, Key="elsewhere/x")["UploadId"]
+    s3_client.upload_part(Bucket=s3_bucket, Key="elsewhere/x", UploadId=other, PartNumber=1, Body=b"o" * 10)
+    time.sleep(1.1)  # (the parts before the mark's cutoff, by the clock's second)
+    m = mark(spark, repo, min_age=timedelta(0))
+    assert sweep(spark, repo, m.run_id, dry_run=True).temp_files == 0  # within the hour: a writer may be alive
+
+    class Later:
+        @staticmethod
+        def time():
+            return time.time() + 2 * 3600
+
+    monkeypatch.setattr(s3_uploads, "time", Later)
+    dry = sweep(spark, repo, m.run_id, dry_run=True)
+    assert (dry.temp_files, dry.temp_bytes, dry.temp_kind) == (1, 5000, "multipart upload")
+    assert len(s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads") or ()) == 2
+    s = sweep(spark, repo, m.run_id)
+    assert (s.temp_files, s.temp_kind, s.failed) == (1, "multipart upload", 0)
+    left = s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads") or ()
+    assert [u["Key"] for u in left] == ["elsewhere/x"]
+    assert repo.store.get("data/kept") == b"kept"
+    g.close()

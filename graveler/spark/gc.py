@@ -523,9 +523,11 @@ class SweepResult:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
     # an earlier sweep of the run that deleted all it had to: when (nothing is done again), else None
     swept_before: str | None = None
-    # a local namespace's temp files that writers killed mid-write left, older than the cutoff
+    # what writers killed mid-write left, older than the cutoff: a local namespace's temp files,
+    # an S3 namespace's open multipart uploads (temp_kind says which; bytes: the uploads' parts)
     temp_files: int = 0
     temp_bytes: int = 0
+    temp_kind: str = "temp file"
 
 
 def _swept(ns: Namespace, run_id: str) -> dict | None:
@@ -616,20 +618,28 @@ def _delete_task(ns: Namespace, dry_run: bool, max_attempts: int = 6, existing_o
 
 
 def _sweep_temp_files(ns: Namespace, summary: dict, dry_run: bool):
-    """Remove the temp files of a local namespace last written before the run's cutoff (see
-    :mod:`graveler.objstore.local_temp`). An S3 store writes no temp objects (a multipart upload
-    that a killed writer never completed or aborted is for the bucket's lifecycle rule)."""
+    """What writers killed mid-write left, last active before the run's cutoff: a local
+    namespace's temp files, removed (:mod:`graveler.objstore.local_temp`); an S3 namespace's
+    open multipart uploads, aborted (:mod:`graveler.objstore.s3_uploads`). Returns
+    (:class:`~graveler.objstore.local_temp.TempSweep`, what they are: "temp file" or
+    "multipart upload")."""
     from graveler.objstore.local import LocalStore
     from graveler.objstore.local_temp import TempSweep, sweep_temp_files
+    from graveler.objstore.s3 import S3Store
+    from graveler.objstore.s3_uploads import sweep_uploads
 
     store = ns.open()
-    if not isinstance(store, LocalStore):
-        return TempSweep()
-    res = sweep_temp_files(store.root, datetime.fromisoformat(summary["cutoff"]).timestamp(), dry_run)
+    cutoff = datetime.fromisoformat(summary["cutoff"]).timestamp()
+    if isinstance(store, S3Store):
+        res, kind, where = sweep_uploads(store, cutoff, dry_run), "multipart upload", store.uri
+    elif isinstance(store, LocalStore):
+        res, kind, where = sweep_temp_files(store.root, cutoff, dry_run), "temp file", store.root
+    else:
+        return TempSweep(), "temp file"
     if res.failed:
-        log.warning("gc sweep: %d stale temp files (or directories holding them) under %s could not be removed "
-                    "(or listed); the sweep goes on without them", res.failed, store.root)
-    return res
+        log.warning("gc sweep: %d stale %ss under %s (or listings of them) failed; the sweep goes on without "
+                    "them", res.failed, kind, where)
+    return res, kind
 
 
 def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
@@ -669,10 +679,10 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
         kept = max(0, kept - int(before.get("deleted", 0)))
     report.unpersist()
     t1 = time.monotonic()
-    temps = _sweep_temp_files(ns, summary, dry_run)
+    temps, temp_kind = _sweep_temp_files(ns, summary, dry_run)
     phases["temp_files"] = time.monotonic() - t1
     res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0, phases,
-                      temp_files=temps.files, temp_bytes=temps.bytes)
+                      temp_files=temps.files, temp_bytes=temps.bytes, temp_kind=temp_kind)
     if not dry_run:
         ns.open().put(f"{GC_PREFIX}{run_id}/swept.json", json.dumps({
             "run_id": run_id, "swept": datetime.now(timezone.utc).isoformat(),

@@ -96,8 +96,9 @@ def register(sub) -> None:
                "commit; exporting onto a destination whose _SUCCESS names a commit of this repository only\n"
                "copies and deletes the difference (deletions first). While an export runs, _INCOMPLETE names\n"
                "the commit it goes to and the one it goes on from: run again after a failure, it goes on from\n"
-               "there (to a newer commit too: what the failed run copied is undone; in a local DEST, the temp files\n"
-               "of the copies it had under way are removed). An empty _SUCCESS (Spark's, Hadoop's) is no export's. An export writes and deletes only\n"
+               "there (to a newer commit too: what the failed run copied is undone; what the copies it had under\n"
+               "way were writing goes: their temp files in a local DEST, their open multipart uploads on S3).\n"
+               "An empty _SUCCESS (Spark's, Hadoop's) is no export's. An export writes and deletes only\n"
                "below DEST: a directory inside a local DEST that is a symbolic link is refused (exit 2), and so\n"
                "is a DEST inside the repository's storage namespace, or holding it.",
     )
@@ -215,9 +216,10 @@ def cmd_gc_mark(args) -> int:
 # objects the store would not delete: the store's failure (exit 6, as every other), the run swept again later
 _SWEEP_FAILED = 6
 _SWEEP_EPILOG = ("Exit 6 when the store failed to delete some objects (counted as failed): sweep the\n"
-                 "run again once the store answers; what was deleted stays deleted. On a local\n"
-                 "namespace the sweep also removes the temp files (.lakefuse-tmp-*) of writers killed\n"
-                 "mid-write, last written before the mark's cutoff and over an hour ago.")
+                 "run again once the store answers; what was deleted stays deleted. The sweep also\n"
+                 "removes what writers killed mid-write left, last active before the mark's cutoff and\n"
+                 "over an hour ago: on a local namespace their temp files (.lakefuse-tmp-*), on S3\n"
+                 "their open multipart uploads under the namespace (aborted: their parts are billed).")
 
 
 def cmd_gc_run(args) -> int:
@@ -236,10 +238,13 @@ def cmd_gc_run(args) -> int:
 
 
 def _temps(r, verb: str) -> str:
-    """The sweep's stale temp files, when there were any."""
+    """The sweep's stale temp files (a local namespace) or multipart uploads (S3: aborted), when
+    there were any."""
     if not r.temp_files:
         return ""
-    return f"; {r.temp_files} stale temp file{'s' if r.temp_files != 1 else ''} ({r.temp_bytes:,} bytes) {verb}"
+    if r.temp_kind == "multipart upload":
+        verb = verb.replace("removed", "aborted")
+    return f"; {r.temp_files} stale {r.temp_kind}{'s' if r.temp_files != 1 else ''} ({r.temp_bytes:,} bytes) {verb}"
 
 
 def cmd_gc_sweep(args) -> int:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -380,6 +381,47 @@ def test_an_export_run_again_after_one_was_killed_removes_the_temp_files_of_its_
     got = tree(dest)
     assert json.loads(got.pop("_SUCCESS"))["commit_id"] == c2.id
     assert got == {"b": b"b\n", "d/a": b"a\n", "d/c": b"c\n", "d/.lakefuse-tmp-not-ours": b"keep"}
+
+
+@pytest.mark.s3
+def test_an_s3_export_run_again_after_one_was_killed_aborts_the_uploads_of_its_copies(spark, tmp_path, s3_bucket,
+                                                                                       s3_client, s3_config):
+    """On S3 a copy killed mid-upload leaves an open multipart upload (its parts billed, in no
+    listing) where a local destination keeps a temp file: the run that goes on from the cut-short
+    one aborts those under the destination; an export onto a complete destination leaves open
+    uploads alone (somebody else's may be under way), as one outside the destination."""
+    repo = make_repo(tmp_path, store=s3_config)
+    repo.upload("main", "a", b"a\n")
+    repo.commit("main", "one")
+    out = f"s3://{s3_bucket}/exported"
+    export(spark, repo, "main", out, store_config=s3_config)
+
+    def open_upload(key: str) -> None:  # a copy killed after its first part
+        up = s3_client.create_multipart_upload(Bucket=s3_bucket, Key=key)["UploadId"]
+        s3_client.upload_part(Bucket=s3_bucket, Key=key, UploadId=up, PartNumber=1, Body=b"p" * 100)
+
+    def open_keys() -> list[str]:
+        return sorted(u["Key"] for u in s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads") or ())
+
+    open_upload("exported/theirs")
+    open_upload("elsewhere/x")
+    time.sleep(1.1)  # (the parts before this run's start, by the clock's second)
+    export(spark, repo, "main", out, store_config=s3_config)
+    assert open_keys() == ["elsewhere/x", "exported/theirs"]  # a complete destination: left alone
+    repo.upload("main", "b", b"b\n")
+    c2 = repo.commit("main", "two")
+    st = open_store(out, s3_config)  # as a killed run to c2 leaves it: _INCOMPLETE, a copy under way
+    st.put("_INCOMPLETE", json.dumps({"commit_id": c2.id, "repository": repo.name,
+                                      "storage_namespace": repo.record.storage_namespace,
+                                      "previous": json.loads(st.get("_SUCCESS"))["commit_id"]}).encode())
+    st.delete("_SUCCESS")
+    open_upload("exported/b")
+    time.sleep(1.1)
+    r = export(spark, repo, "main", out, store_config=s3_config)
+    assert r.commit_id == c2.id
+    assert open_keys() == ["elsewhere/x"]
+    assert sorted(o.key for o in st.list()) == ["_SUCCESS", "a", "b"]
+    st.close()
 
 
 @pytest.mark.parametrize("from_previous", [True, False], ids=["incremental", "full"])

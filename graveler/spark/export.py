@@ -44,6 +44,8 @@ from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
 from graveler.objstore import LocalStore, open_store, sparse
 from graveler.objstore.local import TMP_PREFIX, _write_all
 from graveler.objstore.local_temp import sweep_temp_files
+from graveler.objstore.s3 import S3Store
+from graveler.objstore.s3_uploads import sweep_uploads
 from graveler.objstore.uri import place
 from graveler.objstore.base import StoreConfig
 from graveler.spark.diff import diff_df
@@ -376,16 +378,8 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
                               "destination was not changed")
     out = open_store(dest.uri, cfg)
     try:
-        if isinstance(out, LocalStore) and out.exists(INCOMPLETE):
-            # a run cut short (killed) left the temp files of the copies it had under way, which
-            # nothing else removes: every one last written before this run began goes
-            swept = sweep_temp_files(out.root, started, min_age_s=0)
-            if swept.files:
-                log.info("export to %s: %d temp files of a run cut short removed (%d bytes)", dest.uri,
-                         swept.files, swept.bytes)
-            if swept.failed:
-                log.warning("export to %s: %d temp files of a run cut short (or directories holding them) could "
-                            "not be removed (or listed); the export goes on", dest.uri, swept.failed)
+        if isinstance(out, (LocalStore, S3Store)) and out.exists(INCOMPLETE):
+            _sweep_cut_short(out, started, dest.uri)
         # from now on the destination is not a complete export; a run cut short leaves this behind,
         # and the next one goes on from the same previous export (not a full one, which would keep
         # what the diff removes)
@@ -421,3 +415,19 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
     log.info("export %s -> %s: %d copied, %d deleted (%s) in %.1f s", commit.id[:12], dest.uri, copied, deleted,
              "incremental from " + prev_id[:12] if prev_id else "full", res.seconds)
     return res
+
+
+def _sweep_cut_short(out, started: float, uri: str) -> None:
+    """A run cut short (killed) left what the copies it had under way were writing, which
+    nothing else removes: in a local destination their temp files, on S3 their open multipart
+    uploads (their parts billed). Every one last active before this run began goes (best
+    effort: what cannot be removed is logged, and the export goes on)."""
+    local = isinstance(out, LocalStore)
+    swept = sweep_temp_files(out.root, started, min_age_s=0) if local else sweep_uploads(out, started, min_age_s=0)
+    what = "temp files" if local else "multipart uploads"
+    if swept.files:
+        log.info("export to %s: %d %s of a run cut short %s (%d bytes)", uri, swept.files, what,
+                 "removed" if local else "aborted", swept.bytes)
+    if swept.failed:
+        log.warning("export to %s: %d %s of a run cut short (or listings of them) failed; the export goes on",
+                    uri, swept.failed, what)

@@ -19,48 +19,58 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import botocore.exceptions as bex
 
 from graveler.objstore.local_temp import TEMP_MIN_AGE_S, TempSweep
 
 log = logging.getLogger(__name__)
+THREADS = 8  # uploads looked at (parts listed, aborted) at once
 
 
 def sweep_uploads(store, cutoff: float, dry_run: bool = False, now: float | None = None,
                   min_age_s: float = TEMP_MIN_AGE_S) -> TempSweep:
     """Abort (or, in a dry run, count) the open multipart uploads under ``store``'s prefix
     (an :class:`~graveler.objstore.s3.S3Store`) last active before ``cutoff`` and at least
-    ``min_age_s`` before ``now`` (POSIX seconds); ``bytes`` counts their parts."""
+    ``min_age_s`` before ``now`` (POSIX seconds); ``bytes`` counts their parts. The uploads of
+    a listing page are looked at by :data:`THREADS` requests at once."""
     cutoff = min(cutoff, (time.time() if now is None else now) - min_age_s)
     client, bucket = store._client, store.bucket
     res = TempSweep()
+
+    def one(up) -> tuple[str, int]:
+        """("aborted" or "kept" or "failed", the parts' bytes) of one upload."""
+        key, upload_id = up["Key"], up["UploadId"]
+        if up["Initiated"].timestamp() >= cutoff:
+            return "kept", 0  # started after the cutoff: its writer may be alive
+        try:
+            last, size = _parts(client, bucket, key, upload_id)
+            if max(last, up["Initiated"].timestamp()) >= cutoff:
+                return "kept", 0  # a part came after the cutoff: its writer may be alive
+            if not dry_run:
+                client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        except bex.ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code", "")) == "NoSuchUpload":
+                return "kept", 0  # completed or aborted while we looked
+            log.debug("gc sweep: upload %s of %s: %s", upload_id, key, exc)
+            return "failed", 0
+        except bex.BotoCoreError as exc:
+            log.debug("gc sweep: upload %s of %s: %s", upload_id, key, type(exc).__name__)
+            return "failed", 0
+        return "aborted", size
+
     try:
         pages = client.get_paginator("list_multipart_uploads").paginate(
             Bucket=bucket, Prefix=f"{store.prefix}/" if store.prefix else "")
-        for page in pages:
-            for up in page.get("Uploads") or ():
-                key, upload_id = up["Key"], up["UploadId"]
-                if up["Initiated"].timestamp() >= cutoff:
-                    continue  # started after the cutoff: its writer may be alive
-                try:
-                    last, size = _parts(client, bucket, key, upload_id)
-                    if max(last, up["Initiated"].timestamp()) >= cutoff:
-                        continue  # a part came after the cutoff: its writer may be alive
-                    if not dry_run:
-                        client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
-                except bex.ClientError as exc:
-                    if str(exc.response.get("Error", {}).get("Code", "")) == "NoSuchUpload":
-                        continue  # completed or aborted while we looked
-                    log.debug("gc sweep: upload %s of %s: %s", upload_id, key, exc)
-                    res.failed += 1
-                    continue
-                except bex.BotoCoreError as exc:
-                    log.debug("gc sweep: upload %s of %s: %s", upload_id, key, type(exc).__name__)
-                    res.failed += 1
-                    continue
-                res.files += 1
-                res.bytes += size
+        with ThreadPoolExecutor(THREADS, thread_name_prefix="graveler-upload-sweep") as pool:
+            for page in pages:
+                for what, size in pool.map(one, page.get("Uploads") or ()):
+                    if what == "aborted":
+                        res.files += 1
+                        res.bytes += size
+                    elif what == "failed":
+                        res.failed += 1
     except (bex.ClientError, bex.BotoCoreError) as exc:  # the listing itself: what was done stays done
         log.debug("gc sweep: listing the multipart uploads of %s: %s", store.uri, type(exc).__name__)
         res.failed += 1

@@ -104,19 +104,30 @@ def killed_mid_write(code: str, args: list[str], parent: Path | str, fifo: Path 
     os.mkfifo(fifo)
     before = set(parent.glob(".lakefuse-tmp-*")) if parent.is_dir() else set()
     child = subprocess.Popen([sys.executable, "-c", code, *args], cwd=Path(__file__).resolve().parents[1])
+    new: set[Path] = set()
+
+    def written() -> bool:
+        new.clear()
+        new.update(set(parent.glob(".lakefuse-tmp-*")) - before if parent.is_dir() else set())
+        return any(p.stat().st_size for p in new)
+
+    with open(fifo, "wb") as w:
+        w.write(b"x" * (sparse.CHUNK + 1000))
+        w.flush()
+        kill_when(child, written, "the writer never started")
+    (tmp,) = new
+    return tmp
+
+
+def kill_when(child: subprocess.Popen, ready, what: str, timeout: float = 30.0, poll: float = 0.02) -> None:
+    """Kill ``child`` with SIGKILL once ``ready()`` is true (a writer caught mid-write); fails with
+    ``what`` if the child ends or ``timeout`` passes first. The child is killed (and reaped)
+    whatever happens."""
     try:
-        with open(fifo, "wb") as w:
-            w.write(b"x" * (sparse.CHUNK + 1000))
-            w.flush()
-            deadline = time.monotonic() + 30
-            while True:
-                new = set(parent.glob(".lakefuse-tmp-*")) - before if parent.is_dir() else set()
-                if [p for p in new if p.stat().st_size]:
-                    break
-                assert time.monotonic() < deadline and child.poll() is None, "the writer never started"
-                time.sleep(0.02)
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert time.monotonic() < deadline and child.poll() is None, what
+            time.sleep(poll)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    (tmp,) = new
-    return tmp

@@ -6,7 +6,6 @@ upload's newest part came, which moto reports truly -- as S3 reports both.)"""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 
 from graveler.objstore import open_store
 from graveler.objstore.s3_uploads import sweep_uploads
+from tests.graveler_testutil import kill_when
 
 pytestmark = pytest.mark.s3
 MiB = 1 << 20
@@ -83,18 +83,15 @@ def test_a_writer_killed_mid_upload_leaves_an_open_upload_the_sweep_aborts(s3_en
                                                  "transfer_concurrency")}
         child = subprocess.Popen([sys.executable, "-c", code, repr(fields), f"s3://{s3_bucket}/ns", str(src)],
                                  cwd=Path(__file__).resolve().parents[1])
+
+        def two_parts_sent() -> bool:  # the upload open with two parts sent, the third held
+            ups = s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads") or ()
+            return bool(ups) and len(s3_client.list_parts(Bucket=s3_bucket, Key=ups[0]["Key"],
+                                                          UploadId=ups[0]["UploadId"]).get("Parts") or ()) >= 2
+
         try:
-            deadline = time.monotonic() + 60
-            while True:  # the upload open with two parts sent, the third held
-                ups = s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads") or ()
-                if ups and len(s3_client.list_parts(Bucket=s3_bucket, Key=ups[0]["Key"],
-                                                    UploadId=ups[0]["UploadId"]).get("Parts") or ()) >= 2:
-                    break
-                assert time.monotonic() < deadline and child.poll() is None, "the upload never got its parts"
-                time.sleep(0.05)
+            kill_when(child, two_parts_sent, "the upload never got its parts", timeout=60, poll=0.05)
         finally:
-            child.send_signal(signal.SIGKILL)
-            child.wait()
             proxy.release()
     assert _open_keys(s3_client, s3_bucket) == ["ns/data/big.bin"]
     store = open_store(f"s3://{s3_bucket}/ns", s3_config)

@@ -33,6 +33,7 @@ class TempSweep:
     # stale files that could not be removed, and directories that could not be listed: the
     # sweep is best effort (it never fails the GC run or the export it serves); the caller logs
     failed: int = 0
+    kind: str = "temp file"  # what ``files`` counts: "temp file" (a local store), "multipart upload" (S3)
 
 
 def sweep_temp_files(root: str, cutoff: float, dry_run: bool = False, now: float | None = None,

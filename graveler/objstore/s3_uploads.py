@@ -37,7 +37,7 @@ def sweep_uploads(store, cutoff: float, dry_run: bool = False, now: float | None
     a listing page are looked at by :data:`THREADS` requests at once."""
     cutoff = min(cutoff, (time.time() if now is None else now) - min_age_s)
     client, bucket = store._client, store.bucket
-    res = TempSweep()
+    res = TempSweep(kind="multipart upload")
 
     def one(up) -> tuple[str, int]:
         """("aborted" or "kept" or "failed", the parts' bytes) of one upload."""
@@ -87,4 +87,20 @@ def _parts(client, bucket: str, key: str, upload_id: str) -> tuple[float, int]:
     return last, size
 
 
-__all__ = ["sweep_uploads"]
+def sweep_left_behind(store, cutoff: float, dry_run: bool = False,
+                      min_age_s: float = TEMP_MIN_AGE_S) -> TempSweep | None:
+    """What writers killed mid-write left in ``store``, last active before ``cutoff``: a local
+    store's temp files removed (:func:`graveler.objstore.local_temp.sweep_temp_files`), an S3
+    store's open uploads aborted (:func:`sweep_uploads`); None for a store that leaves neither."""
+    from graveler.objstore.local import LocalStore
+    from graveler.objstore.local_temp import sweep_temp_files
+    from graveler.objstore.s3 import S3Store
+
+    if isinstance(store, LocalStore):
+        return sweep_temp_files(store.root, cutoff, dry_run, min_age_s=min_age_s)
+    if isinstance(store, S3Store):
+        return sweep_uploads(store, cutoff, dry_run, min_age_s=min_age_s)
+    return None
+
+
+__all__ = ["sweep_left_behind", "sweep_uploads"]

@@ -43,9 +43,7 @@ from graveler.model import AddressType
 from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
 from graveler.objstore import LocalStore, open_store, sparse
 from graveler.objstore.local import TMP_PREFIX, _write_all
-from graveler.objstore.local_temp import sweep_temp_files
-from graveler.objstore.s3 import S3Store
-from graveler.objstore.s3_uploads import sweep_uploads
+from graveler.objstore.s3_uploads import sweep_left_behind
 from graveler.objstore.uri import place
 from graveler.objstore.base import StoreConfig
 from graveler.spark.diff import diff_df
@@ -378,7 +376,7 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
                               "destination was not changed")
     out = open_store(dest.uri, cfg)
     try:
-        if isinstance(out, (LocalStore, S3Store)) and out.exists(INCOMPLETE):
+        if out.exists(INCOMPLETE):
             _sweep_cut_short(out, started, dest.uri)
         # from now on the destination is not a complete export; a run cut short leaves this behind,
         # and the next one goes on from the same previous export (not a full one, which would keep
@@ -422,12 +420,12 @@ def _sweep_cut_short(out, started: float, uri: str) -> None:
     nothing else removes: in a local destination their temp files, on S3 their open multipart
     uploads (their parts billed). Every one last active before this run began goes (best
     effort: what cannot be removed is logged, and the export goes on)."""
-    local = isinstance(out, LocalStore)
-    swept = sweep_temp_files(out.root, started, min_age_s=0) if local else sweep_uploads(out, started, min_age_s=0)
-    what = "temp files" if local else "multipart uploads"
+    swept = sweep_left_behind(out, started, min_age_s=0)
+    if swept is None:
+        return
     if swept.files:
-        log.info("export to %s: %d %s of a run cut short %s (%d bytes)", uri, swept.files, what,
-                 "removed" if local else "aborted", swept.bytes)
+        log.info("export to %s: %d %ss of a run cut short %s (%d bytes)", uri, swept.files, swept.kind,
+                 "aborted" if swept.kind == "multipart upload" else "removed", swept.bytes)
     if swept.failed:
-        log.warning("export to %s: %d %s of a run cut short (or listings of them) failed; the export goes on",
-                    uri, swept.failed, what)
+        log.warning("export to %s: %d %ss of a run cut short (or listings of them) failed; the export goes on",
+                    uri, swept.failed, swept.kind)

@@ -619,27 +619,19 @@ def _delete_task(ns: Namespace, dry_run: bool, max_attempts: int = 6, existing_o
 
 def _sweep_temp_files(ns: Namespace, summary: dict, dry_run: bool):
     """What writers killed mid-write left, last active before the run's cutoff: a local
-    namespace's temp files, removed (:mod:`graveler.objstore.local_temp`); an S3 namespace's
-    open multipart uploads, aborted (:mod:`graveler.objstore.s3_uploads`). Returns
-    (:class:`~graveler.objstore.local_temp.TempSweep`, what they are: "temp file" or
-    "multipart upload")."""
-    from graveler.objstore.local import LocalStore
-    from graveler.objstore.local_temp import TempSweep, sweep_temp_files
-    from graveler.objstore.s3 import S3Store
-    from graveler.objstore.s3_uploads import sweep_uploads
+    namespace's temp files, an S3 namespace's open multipart uploads
+    (:func:`graveler.objstore.s3_uploads.sweep_left_behind`)."""
+    from graveler.objstore.local_temp import TempSweep
+    from graveler.objstore.s3_uploads import sweep_left_behind
 
     store = ns.open()
-    cutoff = datetime.fromisoformat(summary["cutoff"]).timestamp()
-    if isinstance(store, S3Store):
-        res, kind, where = sweep_uploads(store, cutoff, dry_run), "multipart upload", store.uri
-    elif isinstance(store, LocalStore):
-        res, kind, where = sweep_temp_files(store.root, cutoff, dry_run), "temp file", store.root
-    else:
-        return TempSweep(), "temp file"
+    res = sweep_left_behind(store, datetime.fromisoformat(summary["cutoff"]).timestamp(), dry_run)
+    if res is None:
+        return TempSweep()
     if res.failed:
         log.warning("gc sweep: %d stale %ss under %s (or listings of them) failed; the sweep goes on without "
-                    "them", res.failed, kind, where)
-    return res, kind
+                    "them", res.failed, res.kind, store.uri)
+    return res
 
 
 def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
@@ -679,10 +671,10 @@ def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
         kept = max(0, kept - int(before.get("deleted", 0)))
     report.unpersist()
     t1 = time.monotonic()
-    temps, temp_kind = _sweep_temp_files(ns, summary, dry_run)
+    temps = _sweep_temp_files(ns, summary, dry_run)
     phases["temp_files"] = time.monotonic() - t1
     res = SweepResult(run_id, deleted, kept, failed, dry_run, time.monotonic() - t0, phases,
-                      temp_files=temps.files, temp_bytes=temps.bytes, temp_kind=temp_kind)
+                      temp_files=temps.files, temp_bytes=temps.bytes, temp_kind=temps.kind)
     if not dry_run:
         ns.open().put(f"{GC_PREFIX}{run_id}/swept.json", json.dumps({
             "run_id": run_id, "swept": datetime.now(timezone.utc).isoformat(),

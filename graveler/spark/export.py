@@ -43,7 +43,6 @@ from graveler.model import AddressType
 from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
 from graveler.objstore import LocalStore, open_store, sparse
 from graveler.objstore.local import TMP_PREFIX, _write_all
-from graveler.objstore.s3_uploads import sweep_left_behind
 from graveler.objstore.uri import place
 from graveler.objstore.base import StoreConfig
 from graveler.spark.diff import diff_df
@@ -420,6 +419,8 @@ def _sweep_cut_short(out, started: float, uri: str) -> None:
     nothing else removes: in a local destination their temp files, on S3 their open multipart
     uploads (their parts billed). Every one last active before this run began goes (best
     effort: what cannot be removed is logged, and the export goes on)."""
+    from graveler.objstore.s3_uploads import sweep_left_behind  # (boto3's modules: only when needed)
+
     swept = sweep_left_behind(out, started, min_age_s=0)
     if swept is None:
         return

@@ -60,6 +60,9 @@ class Commits:
             fence = c.refs.get_fence_txn(txn, branch)
             if fence is not None:  # a change made in several transactions is under way: not half of it
                 raise fences.busy(branch, fence, c.name)
+            unsaved = c.refs.unsaved_txn(txn, branch)
+            if unsaved:  # a mount's files whose saves failed: the commit would publish them without their bytes
+                raise fences.unsaved(branch, [r for _, r in unsaved], c.name)
             b, sealed_now = c.seal_txn(txn, branch)
             if not sealed_now and not b.sealed_tokens and not allow_empty:
                 raise NothingToCommit(f"nothing to commit on branch {branch!r}")

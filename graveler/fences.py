@@ -18,6 +18,17 @@ refused until the branch is whole again -- the mount that made it finishes it wh
 again (its spool's intent record, replayed only while the fence stands), a full ``branch
 reset`` discards it with the rest of the branch's uncommitted changes, and deleting the branch
 removes it.
+
+*Unsaved writes* are the other thing a commit from anywhere must know of: a file written
+through a mount whose save failed (the store or the KV did not answer) is kept by that mount
+and retried until it goes through, and meanwhile the branch shows it without what was
+written (empty, or its old version). The mount puts one record per branch under
+``unsaved\0`` + the branch's name + ``\0`` + its own ID (:func:`unsaved_key`), naming the
+files, and removes it once they are saved; a commit that finds one is refused at once
+(:class:`UnsavedWrites`) -- waiting would be for an outage of unknown length. A record whose
+process is gone is taken over by the next mount's recovery of that instance (which stages or
+keeps what was written, then drops it), and a full ``branch reset`` discards it with the
+branch's other uncommitted changes (a live mount puts its record back at its next retry).
 """
 
 from __future__ import annotations
@@ -36,6 +47,8 @@ FENCE_WAIT_S = 60.0  # how long a commit waits for a fence's change to finish
 STALL_S = 30.0  # a fence whose change made no progress this long is taken for cut short
 _POLL_S = 0.05
 FENCE_PREFIX = b"fence\0"  # + the branch's name, in the repository's ``repo`` table
+UNSAVED_PREFIX = b"unsaved\0"  # + the branch's name + b"\0" + a writer's ID, in the same table
+UNSAVED_NAMES = 10  # the files a record names (its count says how many there are)
 
 
 class BranchBusy(Conflict):
@@ -111,6 +124,50 @@ def busy(branch: str, fence: dict, repository: str = "REPO", stalled: bool = Fal
                       f"{FENCE_WAIT_S:g}s: commit again once it is done", fence, False, branch, repository)
 
 
+class UnsavedWrites(Conflict):
+    """A commit found files written through a mount whose saves have not gone through yet."""
+
+    def __init__(self, msg: str, records: list[dict], branch: str = ""):
+        super().__init__(msg)
+        self.records = records
+        self.branch = branch
+
+
+def unsaved_prefix(branch: str) -> bytes:
+    return UNSAVED_PREFIX + branch.encode() + b"\0"
+
+
+def unsaved_key(branch: str, writer: str) -> bytes:
+    """The key of ``writer``'s record of unsaved writes on ``branch`` (branch names hold no NUL)."""
+    return unsaved_prefix(branch) + writer.encode()
+
+
+def new_unsaved(files: list[str], count: int, error: str, **details) -> dict:
+    """The record a writer (a mount) puts on a branch while ``count`` files it wrote there are not
+    saved: the first :data:`UNSAVED_NAMES` names, the last error, and who it is."""
+    return new_fence("unsaved writes", files=files[:UNSAVED_NAMES], count=count, error=error, **details)
+
+
+def unsaved(branch: str, records: list[dict], repository: str = "REPO") -> UnsavedWrites:
+    """The error of a commit of ``branch`` that found ``records`` of unsaved writes."""
+    parts = []
+    for r in records:
+        files = [str(f) for f in r.get("files") or []]
+        count = r.get("count") if isinstance(r.get("count"), int) else len(files)
+        names = ", ".join(files) + (f" and {count - len(files)} more" if count > len(files) else "")
+        who = f"pid {r.get('pid', '?')} on {r.get('host', '?')}"
+        where = f", spool {r['spool']}" if r.get("spool") else ""
+        state = ("its process is gone: mounting the repository again with the same --cache-dir on that host "
+                 "recovers them" if is_gone(r) else f"it retries them until they go through (last error: "
+                 f"{r.get('error', '?')})")
+        parts.append(f"{count} file(s) written through the mount of {who}{where}: {names}; {state}")
+    return UnsavedWrites(
+        f"commit refused: branch {branch!r} has writes not saved yet -- " + "; ".join(parts) + ". Nothing was "
+        "committed (the commit would publish those files without what was written to them): commit again once "
+        f"they are saved, or discard the branch's uncommitted changes (lakefuse branch reset lakefs://{repository}/"
+        f"{branch})", records, branch)
+
+
 def waiting(fn, wait_s: float | None = None):
     """``fn()``, again while it raises a :class:`BranchBusy` whose process is alive, for up to
     ``wait_s`` seconds (default :data:`FENCE_WAIT_S`; then that error)."""
@@ -136,4 +193,5 @@ def waiting(fn, wait_s: float | None = None):
             time.sleep(_POLL_S)
 
 
-__all__ = ["BranchBusy", "FENCE_WAIT_S", "STALL_S", "busy", "new_fence", "rename_fence", "waiting"]
+__all__ = ["BranchBusy", "FENCE_WAIT_S", "STALL_S", "UnsavedWrites", "busy", "new_fence", "new_unsaved",
+           "rename_fence", "unsaved", "unsaved_key", "waiting"]

@@ -399,6 +399,7 @@ class Repository:
         b = self._core.branch_txn(txn, branch)
         self._refs.put_branch_txn(txn, Branch(b.name, b.commit_id, new_staging_token(), ()))
         self._refs.drop_fence_txn(txn, branch)  # (what a change cut short left is discarded with the rest)
+        self._refs.drop_unsaved_txn(txn, branch)  # (a mount still retrying puts its record back)
         return b
 
     def fence(self, branch: str, fence: dict | None) -> None:
@@ -412,6 +413,27 @@ class Repository:
                 self._core.branch_txn(txn, branch)
                 self._refs.put_fence_txn(txn, branch, fence)
         self._env.write(fn)
+
+    def set_unsaved(self, writer: str, records: dict[str, dict | None]) -> None:
+        """Put (or, for None, remove) ``writer``'s record of unsaved writes on each branch of
+        ``records`` (:func:`graveler.fences.new_unsaved`): commits of those branches are refused
+        while one stands (:mod:`graveler.fences`). A branch that is gone is skipped."""
+        def fn(txn) -> None:
+            for branch, record in records.items():
+                if record is not None and self._refs.branch_raw_txn(txn, branch) is None:
+                    continue
+                self._refs.put_unsaved_txn(txn, branch, writer, record)
+        self._env.write(fn)
+
+    def drop_unsaved_of(self, writer: str) -> int:
+        """Remove ``writer``'s records of unsaved writes on every branch (its leftovers were
+        recovered); how many there were."""
+        return self._env.write(lambda txn: self._refs.drop_unsaved_of_txn(txn, writer))
+
+    def unsaved_of(self, branch: str) -> list[dict]:
+        """The records of unsaved writes on ``branch`` (every writer's)."""
+        with self._env.read() as txn:
+            return [r for _, r in self._refs.unsaved_txn(txn, branch)]
 
     def fence_of(self, branch: str) -> dict | None:
         """The fence on ``branch`` (None: none)."""

@@ -161,3 +161,52 @@ def test_a_fence_of_another_hosts_dead_process_is_taken_for_cut_short_once_it_ma
     t.start()
     assert repo.commit("main", "b after the rename")
     t.join()
+
+
+def test_unsaved_writes_of_a_mount_refuse_commits_of_their_branch_from_anywhere_until_gone(repo):
+    """A commit made outside the mount (the CLI, another mount or host) while a mount retries
+    files whose saves failed would publish them without what was written: the mount's record
+    refuses it at once, naming the files and the mount; other branches commit; once the record
+    goes (saved, or taken over by a recovery) the same commit goes through."""
+    repo.create_branch("other")
+    repo.stage("main", "a", entry("a"))
+    repo.stage("other", "o", entry("o"))
+    files = [f"big/f{i:02d}.bin" for i in range(12)]
+    repo.set_unsaved("w1", {"main": fences.new_unsaved(files, 12, "store down (test)", spool="/cache/spool/x")})
+    assert [r["count"] for r in repo.unsaved_of("main")] == [12] and repo.unsaved_of("other") == []
+    t0 = time.monotonic()
+    with pytest.raises(fences.UnsavedWrites) as ei:
+        repo.commit("main", "while a mount retries")
+    msg = str(ei.value)
+    assert time.monotonic() - t0 < 5 and "commit refused" in msg and "big/f00.bin" in msg and "and 2 more" in msg
+    assert "big/f11.bin" not in msg and "store down (test)" in msg and "/cache/spool/x" in msg and "pid " in msg
+    assert _tree(repo, repo.get_branch("main").commit_id) == []  # nothing committed; what was staged stays
+    assert _tree(repo, "main") == ["a"]
+    assert _tree(repo, repo.commit("other", "another branch").id) == ["o"]
+    # another writer's record, and removing one writer's leaves the other's
+    repo.set_unsaved("w2", {"main": fences.new_unsaved(["c"], 1, "kv down")})
+    repo.set_unsaved("w1", {"main": None})
+    with pytest.raises(fences.UnsavedWrites, match="1 file.*: c;"):
+        repo.commit("main", "w2 still")
+    assert repo.drop_unsaved_of("w2") == 1 and repo.drop_unsaved_of("w2") == 0
+    assert _tree(repo, repo.commit("main", "saved").id) == ["a"]
+    # a record on a branch that is gone is not put; deleting a branch removes its records
+    repo.set_unsaved("w1", {"gone": fences.new_unsaved(["x"], 1, "e")})
+    assert repo.unsaved_of("gone") == []
+    repo.create_branch("dev")
+    repo.set_unsaved("w1", {"dev": fences.new_unsaved(["x"], 1, "e")})
+    repo.delete_branch("dev")
+    repo.create_branch("dev")
+    assert repo.unsaved_of("dev") == []
+    assert repo.list_branches()  # (the repository record is found beside such rows)
+
+
+def test_unsaved_writes_of_a_gone_process_say_so_and_a_full_reset_discards_them(repo):
+    repo.stage("main", "a", entry("a"))
+    repo.set_unsaved("w1", {"main": {**fences.new_unsaved(["f"], 1, "store down"), "pid": _dead_pid()}})
+    with pytest.raises(fences.UnsavedWrites, match="its process is gone: mounting the repository again"):
+        repo.commit("main", "a")
+    repo.reset("main")  # the branch's uncommitted changes discarded, and the record with them
+    assert repo.unsaved_of("main") == []
+    repo.stage("main", "a", entry("a"))
+    assert _tree(repo, repo.commit("main", "a").id) == ["a"]

@@ -20,7 +20,7 @@ from typing import Iterator
 
 from graveler import fences
 from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
-from graveler.kv.base import BRANCHES, COMMITS, REPO, STAMPS, TAGS, Store, Txn
+from graveler.kv.base import BRANCHES, COMMITS, REPO, STAMPS, TAGS, Store, Txn, prefix_successor
 from graveler.refs import graph
 from graveler.refs.expr import RefType, ResolvedRef, parse_ref
 from graveler.refs.names import (
@@ -68,7 +68,7 @@ class RefManager:
         raw = txn.get(REPO, _RECORD_KEY)
         if raw is None:
             for key, _ in txn.scan(REPO, values=False):  # a record under a damaged key: not a create unfinished
-                if key.startswith((_BORN, fences.FENCE_PREFIX)):
+                if key.startswith((_BORN, fences.FENCE_PREFIX, fences.UNSAVED_PREFIX)):
                     continue  # (a branch's rows, not the record)
                 raise CorruptedData(f"damaged repository record in {self.env.label}: none under {_RECORD_KEY!r}, "
                                     f"one under {key!r}")
@@ -216,6 +216,7 @@ class RefManager:
         b = self.get_branch_txn(txn, name)
         txn.delete(BRANCHES, name.encode())
         self.drop_fence_txn(txn, name)  # (a branch made again later is whole)
+        self.drop_unsaved_txn(txn, name)
         txn.delete(REPO, _BORN + name.encode())  # (one made again later is another branch)
         self.bump_stamp_txn(txn, name)  # kept: a branch made again later goes on counting
         return b
@@ -230,6 +231,33 @@ class RefManager:
 
     def drop_fence_txn(self, txn: Txn, name: str) -> None:
         txn.delete(REPO, fences.FENCE_PREFIX + name.encode())
+
+    # unsaved writes (graveler.fences): files a mount wrote on the branch whose saves failed, retried
+    def unsaved_txn(self, txn: Txn, name: str) -> list[tuple[bytes, dict]]:
+        """The records of unsaved writes on branch ``name``: (key, record)."""
+        start = fences.unsaved_prefix(name)
+        return [(bytes(k), fences.decode(v)) for k, v in txn.scan(REPO, start, prefix_successor(start))]
+
+    def put_unsaved_txn(self, txn: Txn, name: str, writer: str, record: dict | None) -> None:
+        key = fences.unsaved_key(name, writer)
+        if record is None:
+            txn.delete(REPO, key)
+        else:
+            txn.put(REPO, key, fences.encode(record))
+
+    def drop_unsaved_txn(self, txn: Txn, name: str) -> None:
+        start = fences.unsaved_prefix(name)
+        txn.delete_range(REPO, start, prefix_successor(start))
+
+    def drop_unsaved_of_txn(self, txn: Txn, writer: str) -> int:
+        """Remove ``writer``'s records on every branch; how many there were."""
+        suffix = b"\0" + writer.encode()
+        start = fences.UNSAVED_PREFIX
+        keys = [bytes(k) for k, _ in txn.scan(REPO, start, prefix_successor(start), values=False)]
+        for k in keys:
+            if k.endswith(suffix):
+                txn.delete(REPO, k)
+        return sum(k.endswith(suffix) for k in keys)
 
     def list_branches(self) -> list[Branch]:
         """All branches, by name."""

@@ -11,14 +11,17 @@ import contextlib
 import errno
 import json
 import os
+import signal
+import subprocess
 import time
+import types
 
 import pytest
 
-from graveler import Graveler, GravelerConfig
+from graveler import Graveler, GravelerConfig, fences
 from tests.faultproxy import Fault, FaultProxy
 from tests.graveler_testutil import FAST_KV
-from tests.mount_testutil import MountProc, needs_fuse
+from tests.mount_testutil import MountProc, lakefuse_cmd, needs_fuse
 
 
 
@@ -126,6 +129,58 @@ def test_failed_save_keeps_its_content_is_retried_and_blocks_the_commit_meanwhil
 
 @needs_fuse
 @pytest.mark.s3
+@pytest.mark.expect_log("the failed save and the recovery are logged")
+def test_a_commit_made_elsewhere_is_refused_while_a_mount_holds_unsaved_writes_killed_or_not(
+        tmp_path, s3_endpoint, s3_config, s3_bucket):
+    """Found reviewing the retries: only a commit through the mount knew of its failed saves; the
+    CLI's (another process, another mount, another host on a shared KV) published the file as the
+    branch showed it. Now the mount notes its failing files in the KV: such a commit is refused
+    (exit 4), naming the file and the mount, also after the daemon is killed (it then says to mount
+    again); the next mount recovers the file and drops the note, and the commit takes the content."""
+    home = tmp_path / "home"
+    data = os.urandom(200_000)
+    with mount_behind_proxy(tmp_path, "elsewhere", s3_endpoint, s3_config, s3_bucket) as (proxy, mp, m):
+        main = mp / "main"
+        (main / "before.txt").write_bytes(b"saved")
+        proxy.add(Fault("error", method="PUT", path="/ns/data/", status=503))
+        f = open(main / "out.bin", "wb")
+        f.write(data)
+        with pytest.raises(OSError):
+            f.close()
+        g, r, _ = committed(home, s3_config, "elsewhere")
+        try:
+            with pytest.raises(fences.UnsavedWrites) as ei:
+                r.commit("main", "from another process")
+            assert "out.bin" in str(ei.value) and f"pid {m.proc.pid} " in str(ei.value)
+        finally:
+            g.close()
+        cli = subprocess.run(lakefuse_cmd(home, "commit", "lakefs://elsewhere/main", "-m", "by the CLI"),
+                             capture_output=True, text=True, env={**os.environ, "LAKEFUSE_S3_ENDPOINT": s3_endpoint})
+        assert cli.returncode == 4 and "commit refused" in cli.stderr and "out.bin" in cli.stderr, cli.stderr
+        m.proc.send_signal(signal.SIGKILL)  # the daemon dies with the save still failing
+        m.proc.wait(10)
+    g, r, head = committed(home, s3_config, "elsewhere")
+    try:
+        with pytest.raises(fences.UnsavedWrites, match="its process is gone: mounting the repository again"):
+            r.commit("main", "after the kill")
+        assert head.message == "empty"
+    finally:
+        g.close()
+    # mounted again (the store answers): its recovery stages what was written and drops the note
+    env = {"LAKEFUSE_S3_ENDPOINT": s3_endpoint}
+    with MountProc(home, "elsewhere", tmp_path / "m2", "--cache-dir", str(tmp_path / "cache"), env=env) as m2:
+        assert (tmp_path / "m2" / "main" / "out.bin").read_bytes() == data, m2.log()
+    g, r, _ = committed(home, s3_config, "elsewhere")
+    try:
+        assert r.unsaved_of("main") == []
+        c = r.commit("main", "after the recovery")
+        assert r.read(c.id, "out.bin") == data and r.read(c.id, "before.txt") == b"saved"
+    finally:
+        g.close()
+
+
+@needs_fuse
+@pytest.mark.s3
 def test_a_save_whose_answer_was_cut_inside_its_headers_is_retried_and_blocks_the_commit(
         tmp_path, s3_endpoint, s3_config, s3_bucket):
     """Found by a data engineer on a flaky network: an upload's "200" cut short inside its
@@ -204,9 +259,15 @@ def test_a_failed_save_keeps_its_inode_and_content_until_a_retry_saves_it(tmp_pa
         with pytest.raises(StoreUnavailable, match="commit refused.*: f "):
             fs.controls.execute("main", "commit", b"while down")
         fs.controls.execute("other", "commit", b"another branch commits")
+        # a commit made elsewhere (the CLI, another mount or host) is refused too: the mount's record
+        [rec] = repo.unsaved_of("main")
+        assert rec["files"] == ["f"] and rec["count"] == 1 and "store down (test)" in rec["error"]
+        with pytest.raises(fences.UnsavedWrites, match="commit refused.*1 file.*: f;"):
+            repo.commit("main", "from elsewhere, while down")
         monkeypatch.undo()  # the store is back: the commit retries the save first, then commits
         c = fs.controls.execute("main", "commit", b"after the store came back")
         assert repo.read(c["commit"]["id"], "f") == b"precious" and not spool.failing()
+        assert repo.unsaved_of("main") == []  # saved: the record went with it
         fs.forget([(attr.ino, 1)])
         with pytest.raises(FsError):  # saved and forgotten: the mount let go of it
             fs.inodes.get(attr.ino)
@@ -272,9 +333,12 @@ def test_retries_stop_at_the_first_outage_whatever_failed_before(monkeypatch):
              File(StoreUnavailable("down"))]
     r = SaveRetries()
     r.stats = {"save_retries": 0}
+    published = []  # what the mount notes in the KV for commits made elsewhere
+    r.dir, r.repo = "/spool/x", types.SimpleNamespace(set_unsaved=lambda writer, recs: published.append(recs))
     monkeypatch.setattr(r, "failing", lambda branch=None: list(files), raising=False)
     left = r.retry_saves("main", until_outage=True)
     assert [f.tried for f in files] == [1, 0, 0, 0] and left == files
+    assert [(b, rec["count"], rec["error"]) for b, rec in published[-1].items()] == [("main", 4, "down")]
     assert [f.tried for f in files] == [1, 0, 0, 0]
     r.retry_saves("main")  # (the background round tries them all)
     assert [f.tried for f in files] == [2, 1, 1, 1]

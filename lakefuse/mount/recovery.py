@@ -46,10 +46,12 @@ rename is idempotent, so it is simply run again).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
 import shutil
+import socket
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -179,11 +181,27 @@ def recover_spool(spool) -> RecoveryReport:
                          inst, spool.config.repository)
                 continue
             recover_instance(spool.repo, inst, out_dir, report)
+            _drop_unsaved(spool.repo, inst)
             shutil.rmtree(inst, ignore_errors=True)  # still locked: no other recovery takes it meanwhile
         finally:
             os.close(fd)
     report.write(out_dir, stamp, spool.config.repository)
     return report
+
+
+def writer_id(instance_dir) -> str:
+    """The ID of a mount instance (its spool directory, on this host) in records of unsaved writes."""
+    return hashlib.sha256(f"{socket.gethostname()}\0{instance_dir}".encode()).hexdigest()[:16]
+
+
+def _drop_unsaved(repo, inst: Path) -> None:
+    """The dead instance's records of unsaved writes (:mod:`graveler.fences`) go: what it could not
+    save is staged or kept in ``recovered/`` now, and commits need not wait for it any more."""
+    try:
+        if n := repo.drop_unsaved_of(writer_id(inst)):
+            log.info("spool: %s: its %d record(s) of unsaved writes removed (taken over)", inst, n)
+    except GravelerError as e:
+        log.warning("spool: cannot remove the records of unsaved writes of %s: %s", inst, e)
 
 
 def owned(spool, inst: Path) -> bool:

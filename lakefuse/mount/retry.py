@@ -10,7 +10,10 @@ and read through the mount shows what was written; a thread tries the failed sav
 the user need not touch the file again, which a program that saw its close fail may
 never do. A commit of the branch through the mount first retries its failed saves
 (:meth:`SaveRetries.check_saved`) and is refused while one still fails: it would publish
-the file as the branch shows it (empty, or the old version). A save that can never go
+the file as the branch shows it (empty, or the old version); so that commits made elsewhere (the CLI,
+another mount, another host on a shared KV) are refused too, the mount keeps a record of its
+failing files on each such branch in the KV while any is left (:meth:`SaveRetries._publish_unsaved`,
+:mod:`graveler.fences`). A save that can never go
 through (another writer saved the path since: the compare-and-set of a retried save
 fails; or the branch is gone) is given up: the written bytes are copied to the spool's
 ``recovered/`` and the log says where.
@@ -21,9 +24,10 @@ from __future__ import annotations
 import logging
 import threading
 
+from graveler import fences
 from graveler.errors import Conflict, GravelerError, NotFound, StoreUnavailable
 from graveler.repository import ANY_BIRTH
-from lakefuse.mount.recovery import RECOVERED_DIR, keep_copy
+from lakefuse.mount.recovery import RECOVERED_DIR, keep_copy, writer_id
 
 log = logging.getLogger("lakefuse.mount.spool")
 
@@ -38,7 +42,37 @@ def _name(sf) -> str:
 class SaveRetries:
     """The failed-save part of :class:`lakefuse.mount.spool.Spool` (see the module
     docstring); it uses the spool's ``_lock``, ``_files``, ``pin``, ``config``, ``stats``,
-    ``_retrier`` and ``_stop``."""
+    ``_retrier``, ``_stop``, ``dir`` and ``repo``."""
+
+    _unsaved_on: frozenset = frozenset()  # the branches this mount's record of unsaved writes is on
+    _unsaved_lock = threading.Lock()  # (one publisher at a time: the save, the retry and a commit's threads)
+
+    def _publish_unsaved(self, files: list | None = None) -> None:
+        """Put this mount's record of unsaved writes on each branch where saves (of ``files``, else of
+        every file) are failing, and remove it where none is left any more (:mod:`graveler.fences`):
+        commits from elsewhere are refused meanwhile. Best effort: the KV may be what is down (the
+        background retry publishes again at each round while a save fails)."""
+        with self._unsaved_lock:
+            self._publish_unsaved_locked(self.failing() if files is None else files)
+
+    def _publish_unsaved_locked(self, files: list) -> None:
+        failing: dict[str, list] = {}
+        for sf in files:
+            if sf.failure is not None and sf.key is not None:
+                failing.setdefault(sf.branch, []).append(sf)
+        if not failing and not self._unsaved_on:
+            return  # (the usual case: no KV write)
+        records: dict = dict.fromkeys(self._unsaved_on - failing.keys())
+        for branch, sfs in failing.items():
+            records[branch] = fences.new_unsaved(sorted(_name(sf) for sf in sfs), len(sfs),
+                                                 str(sfs[0].failure)[:300], spool=str(self.dir))
+        try:
+            self.repo.set_unsaved(writer_id(self.dir), records)
+        except Exception as e:  # noqa: BLE001 -- (the KV away: a commit cannot run either)
+            log.warning("spool: could not note the unsaved writes of this mount on branch(es) %s in the KV: %s",
+                        ", ".join(sorted(records)), e)
+            return
+        self._unsaved_on = frozenset(failing)
 
     def _finish(self, sf) -> None:
         """``sf`` is saved: let go of its inode; drop it unless a handle opened it again."""
@@ -59,7 +93,7 @@ class SaveRetries:
         give it up when it can never succeed (another writer saved the path, it is gone)."""
         if isinstance(e, (Conflict, NotFound)):
             self._give_up(sf, e)
-            return
+            return self._publish_unsaved()
         # the store or the KV refused (it is down): its message says why; anything else is a bug
         log.error("could not save %s on branch %s %s (%s); its content stays in the mount and in %s, "
                   "and its save is retried every %d s at most until it goes through", _name(sf), sf.branch, when, e,
@@ -74,6 +108,7 @@ class SaveRetries:
             self.pin(sf.ino, True)
         if start:
             self._retrier.start()
+        self._publish_unsaved()
 
     def _give_up(self, sf, e: BaseException) -> None:
         """A failed save that can never succeed: the spool copy goes to ``recovered/`` (see
@@ -144,6 +179,7 @@ class SaveRetries:
                 continue
             log.warning("saved %s on branch %s: its earlier save had failed", _name(sf), sf.branch)
             self._finish(sf)
+        self._publish_unsaved()
         return left
 
     def check_saved(self, branch: str) -> None:

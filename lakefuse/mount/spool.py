@@ -33,8 +33,7 @@ One :class:`SpoolFile` per inode being written, shared by every handle of it:
 
 The spool's layout on disk, its instance directories and their recovery: :mod:`lakefuse.mount.recovery`.
 
-This module is plain blocking code over the graveler ``Repository`` API: the
-FUSE core calls it from worker threads.
+This module is plain blocking code over the graveler ``Repository`` API: the FUSE core calls it from worker threads.
 """
 
 from __future__ import annotations
@@ -788,6 +787,7 @@ class Spool(SaveRetries):
             except Exception:
                 log.error("could not save %s on branch %s at unmount; its content stays in %s",
                           _name(sf), sf.branch, sf.data_path, exc_info=True)
+        self._publish_unsaved(left)  # (what failed stays noted: the next mount's recovery takes it over)
         if not left or all(not sf.data_path.exists() for sf in left):
             shutil.rmtree(self.dir, ignore_errors=True)
         try:  # as umount(8) of a local filesystem: what closes saved is on disk once it returns

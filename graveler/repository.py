@@ -210,6 +210,8 @@ class Repository:
         refs = self._refs
 
         def fn(txn):
+            if born is not ANY_BIRTH:
+                refs.read_branch_and_born_txn(txn, branch)  # (one read where a server's store is)
             b = self._core.branch_txn(txn, branch)  # locked until the commit (see Store.write_grouped)
             self._same_birth_txn(txn, branch, born)
             refs.bump_staged_stamp_txn(txn, branch)
@@ -246,6 +248,8 @@ class Repository:
             committed = {p: self._committed.get(head.meta_range_id, p) for p in expected}  # (may read the store)
 
             def fn(txn):
+                if born is not ANY_BIRTH:
+                    refs.read_branch_and_born_txn(txn, branch)
                 b2 = core.branch_txn(txn, branch)
                 self._same_birth_txn(txn, branch, born)
                 if b2.commit_id != b.commit_id:
@@ -283,6 +287,8 @@ class Repository:
             committed = self._committed.get(head.meta_range_id, p)  # may read the store: not in the transaction
 
             def fn(txn) -> bool | None:
+                if born is not ANY_BIRTH:
+                    self._refs.read_branch_and_born_txn(txn, branch)
                 b2 = core.branch_txn(txn, branch)
                 self._same_birth_txn(txn, branch, born)
                 if b2.commit_id != b.commit_id:

@@ -38,6 +38,25 @@ def test_get_put_insert_delete(store):
         assert [k for k, _ in t.scan(kv.BRANCHES)] == [b"b"] and t.count(kv.BRANCHES) == 1
 
 
+def test_get_many_reads_several_tables_keys_in_order_and_sees_its_own_writes(store):
+    store.write(lambda t: (t.put(kv.BRANCHES, b"main", b"B"), t.put(kv.REPO, b"born\0main", b"R")))
+    keys = [(kv.BRANCHES, b"main"), (kv.REPO, b"born\0main"), (kv.TAGS, b"main"), (kv.BRANCHES, b"main")]
+    with store.read() as t:
+        assert t.get_many(keys) == [b"B", b"R", None, b"B"]
+        assert t.get_many([]) == [] and t.get(kv.REPO, b"born\0main") == b"R"
+
+    def fn(t):
+        t.put(kv.BRANCHES, b"main", b"B2")  # (not sent yet, on a server)
+        t.delete(kv.REPO, b"born\0main")
+        t.put(kv.TAGS, b"main", b"T")
+        first = t.get_many(keys)
+        t.put(kv.TAGS, b"main", b"T2")
+        return first, t.get_many(keys[2:3]), t.get(kv.BRANCHES, b"main")
+    assert store.write(fn) == ([b"B2", None, b"T", b"B2"], [b"T2"], b"B2")
+    with store.read() as t:
+        assert t.get_many(keys) == [b"B2", None, b"T2", b"B2"]
+
+
 def test_compare_and_set(store):
     assert store.write(lambda t: t.set_if(kv.BRANCHES, b"m", b"v1", None)) is True  # absent -> v1
     assert store.write(lambda t: t.set_if(kv.BRANCHES, b"m", b"v2", None)) is False

@@ -132,3 +132,35 @@ def test_the_stamp_rises_by_one_per_staged_write_whichever_process_made_it(repo)
         assert repo._refs.stamp_txn(txn, "main") == s0 + 8
     repo.commit("main", "c")
     assert repo.change_stamp("main") > s0 + 8
+
+
+def test_a_save_checking_its_branchs_birth_costs_no_more_round_trips_than_one_that_does_not(repo, monkeypatch):
+    """The mount's save checks that the branch is the one its file was opened on (a read of the
+    branch's birth beside its record): the two are read in one statement, so on a server the check
+    costs no round trip of its own. Counted at the wire; the check still refuses a branch made again."""
+    from graveler.errors import NotFound
+    from graveler.kv import pg_wire
+    from graveler.repository import ANY_BIRTH
+
+    statements: list[bytes] = []
+    real = pg_wire.run
+
+    def counted(conn, name, params):
+        statements.append(name)
+        return real(conn, name, params)
+
+    monkeypatch.setattr(pg_wire, "run", counted)
+    born = repo.branch_born("main")
+    counts = []
+    for i, b in enumerate((ANY_BIRTH, born, ANY_BIRTH, born)):
+        statements.clear()
+        repo.stage_stamped("main", [(f"k{i}", entry(f"k{i}"))], False, b)
+        counts.append(len(statements))
+    assert counts[0] == counts[1] == counts[2] == counts[3], (counts, statements)
+    assert b"lakefuse_get2_share" in statements
+    repo.create_branch("again")
+    old = repo.branch_born("again")
+    repo.delete_branch("again")
+    repo.create_branch("again")
+    with pytest.raises(NotFound, match="was deleted"):
+        repo.stage_stamped("again", [("x", entry("x"))], False, old)

@@ -61,6 +61,10 @@ class Txn(Protocol):
     def get(self, table: str, key: bytes) -> bytes | None:
         """The value of ``key``, or None."""
 
+    def get_many(self, keys: list[tuple[str, bytes]]) -> list[bytes | None]:
+        """The values of several ``(table, key)``, in order (None: absent); a server's store reads
+        them in one round trip, and a later :meth:`get` of one of them needs none."""
+
     def put(self, table: str, key: bytes, value: bytes) -> None:
         """Set ``key`` to ``value``."""
 

@@ -23,6 +23,9 @@ class LmdbTxn:
     def get(self, table: str, key: bytes) -> bytes | None:
         return self.raw.get(key, db=self._dbs[table])
 
+    def get_many(self, keys: list[tuple[str, bytes]]) -> list[bytes | None]:
+        return [self.raw.get(k, db=self._dbs[t]) for t, k in keys]
+
     def put(self, table: str, key: bytes, value: bytes) -> None:
         self.raw.put(key, value, db=self._dbs[table])
         if self.ops is not None:

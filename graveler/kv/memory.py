@@ -74,6 +74,9 @@ class MemoryTxn:
     def get(self, table: str, key: bytes) -> bytes | None:
         return self._tables[table].data.get(key)
 
+    def get_many(self, keys: list[tuple[str, bytes]]) -> list[bytes | None]:
+        return [self._tables[t].data.get(k) for t, k in keys]
+
     def put(self, table: str, key: bytes, value: bytes) -> None:
         self._change(table, key, value)
 

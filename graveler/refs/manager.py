@@ -212,6 +212,11 @@ class RefManager:
         raw = txn.get(REPO, _BORN + name.encode())
         return None if raw is None else raw.decode("ascii", "replace")
 
+    def read_branch_and_born_txn(self, txn: Txn, name: str) -> None:
+        """Read branch ``name``'s record and its birth at once (one round trip on a server's store):
+        :meth:`get_branch_txn` and :meth:`get_born_txn` in this transaction then read nothing."""
+        txn.get_many([(BRANCHES, name.encode()), (REPO, _BORN + name.encode())])
+
     def delete_branch_txn(self, txn: Txn, name: str) -> Branch:
         b = self.get_branch_txn(txn, name)
         txn.delete(BRANCHES, name.encode())

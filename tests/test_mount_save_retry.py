@@ -245,6 +245,8 @@ def test_a_failed_save_keeps_its_inode_and_content_until_a_retry_saves_it(tmp_pa
         tries = store_down(monkeypatch, repo)
         with pytest.raises(StoreUnavailable):
             fs.flush(opened.fh)
+        # noted for commits made elsewhere as soon as its close failed, before its release
+        assert [r["files"] for r in repo.unsaved_of("main")] == [["f"]]
         fs.release(opened.fh)
         # the last close does not try again at once (a hung store held it, and every lookup that
         # settles the branch, for a whole round of attempts): the background retries, 1 s on

@@ -429,6 +429,9 @@ class SpoolHandle(Handle):
             except NotFound:
                 if not self.spool.branch_deleted(self.sf):  # (then detached: the close succeeds)
                     raise
+            except GravelerError:
+                self.spool.note_unsaved()  # commits made elsewhere are refused meanwhile (graveler.fences)
+                raise
         return None
 
     def fsync(self) -> int | None:
@@ -439,6 +442,9 @@ class SpoolHandle(Handle):
                 if self.spool.branch_deleted(self.sf):
                     return None
                 raise FsError(errno.EIO, "object missing") from None  # the object it was saved with is gone
+            except GravelerError:
+                self.spool.note_unsaved()  # (as a failed close's)
+                raise
             if staged is not None:
                 return self._own_change()
         return None

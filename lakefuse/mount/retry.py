@@ -12,7 +12,7 @@ never do. A commit of the branch through the mount first retries its failed save
 (:meth:`SaveRetries.check_saved`) and is refused while one still fails: it would publish
 the file as the branch shows it (empty, or the old version); so that commits made elsewhere (the CLI,
 another mount, another host on a shared KV) are refused too, the mount keeps a record of its
-failing files on each such branch in the KV while any is left (:meth:`SaveRetries._publish_unsaved`,
+failing files on each such branch in the KV while any is left (:meth:`SaveRetries.note_unsaved`,
 :mod:`graveler.fences`). A save that can never go
 through (another writer saved the path since: the compare-and-set of a retried save
 fails; or the branch is gone) is given up: the written bytes are copied to the spool's
@@ -47,15 +47,15 @@ class SaveRetries:
     _unsaved_on: frozenset = frozenset()  # the branches this mount's record of unsaved writes is on
     _unsaved_lock = threading.Lock()  # (one publisher at a time: the save, the retry and a commit's threads)
 
-    def _publish_unsaved(self, files: list | None = None) -> None:
+    def note_unsaved(self, files: list | None = None) -> None:
         """Put this mount's record of unsaved writes on each branch where saves (of ``files``, else of
         every file) are failing, and remove it where none is left any more (:mod:`graveler.fences`):
         commits from elsewhere are refused meanwhile. Best effort: the KV may be what is down (the
         background retry publishes again at each round while a save fails)."""
         with self._unsaved_lock:
-            self._publish_unsaved_locked(self.failing() if files is None else files)
+            self._note_unsaved_locked(self.failing() if files is None else files)
 
-    def _publish_unsaved_locked(self, files: list) -> None:
+    def _note_unsaved_locked(self, files: list) -> None:
         failing: dict[str, list] = {}
         for sf in files:
             if sf.failure is not None and sf.key is not None:
@@ -93,7 +93,7 @@ class SaveRetries:
         give it up when it can never succeed (another writer saved the path, it is gone)."""
         if isinstance(e, (Conflict, NotFound)):
             self._give_up(sf, e)
-            return self._publish_unsaved()
+            return self.note_unsaved()
         # the store or the KV refused (it is down): its message says why; anything else is a bug
         log.error("could not save %s on branch %s %s (%s); its content stays in the mount and in %s, "
                   "and its save is retried every %d s at most until it goes through", _name(sf), sf.branch, when, e,
@@ -108,7 +108,7 @@ class SaveRetries:
             self.pin(sf.ino, True)
         if start:
             self._retrier.start()
-        self._publish_unsaved()
+        self.note_unsaved()
 
     def _give_up(self, sf, e: BaseException) -> None:
         """A failed save that can never succeed: the spool copy goes to ``recovered/`` (see
@@ -179,7 +179,7 @@ class SaveRetries:
                 continue
             log.warning("saved %s on branch %s: its earlier save had failed", _name(sf), sf.branch)
             self._finish(sf)
-        self._publish_unsaved()
+        self.note_unsaved()
         return left
 
     def check_saved(self, branch: str) -> None:

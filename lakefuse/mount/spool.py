@@ -787,7 +787,7 @@ class Spool(SaveRetries):
             except Exception:
                 log.error("could not save %s on branch %s at unmount; its content stays in %s",
                           _name(sf), sf.branch, sf.data_path, exc_info=True)
-        self._publish_unsaved(left)  # (what failed stays noted: the next mount's recovery takes it over)
+        self.note_unsaved(left)  # (what failed stays noted: the next mount's recovery takes it over)
         if not left or all(not sf.data_path.exists() for sf in left):
             shutil.rmtree(self.dir, ignore_errors=True)
         try:  # as umount(8) of a local filesystem: what closes saved is on disk once it returns

@@ -247,7 +247,9 @@ def test_a_sparse_terabyte_saves_and_recovers_in_seconds(tmp_path):
     os.close(fs.spool._lock_fd)  # kill -9: nothing closed, nothing saved
     t = time.monotonic()
     report = Spool(repo, cfg).recover()
-    assert [(r.key, r.action) for r in report.files] == [("huge2", "staged")] and time.monotonic() - t < 30
+    # ("huge", saved, may still have had its spool name, which goes after the save: found saved, dropped)
+    assert [(r.key, r.action) for r in report.files if r.action != "saved"] == [("huge2", "staged")]
+    assert time.monotonic() - t < 30
     e2 = repo.get("main", "huge2")
     assert e2.size == size and e2.etag.endswith("-8193") and e2.etag != e.etag
     assert repo.read_entry(e2, 1 << 40, 3) == b"end"

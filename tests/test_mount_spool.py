@@ -47,6 +47,37 @@ def test_new_file_is_staged_on_flush_and_spool_copy_dropped_on_release(repo, spo
     assert sf.read(0, 100) == b"hello world" and sf.read(6, 3) == b"wor"
 
 
+def test_saved_spool_files_lose_their_names_in_the_pools_thread_and_a_later_name_is_never_taken(repo, spool):
+    """Found measuring small files on this machine's ext4 (no journal): a create in the spool
+    directory, slow after many deletes, held the directory while the save's unlink of an adopted
+    spool file's name waited for it, spinning. The pool's thread, which makes the creates, removes
+    those names now: within about a second even when nothing else happens, and a file written
+    again after its save takes a new name, which the removal still to come never touches."""
+    import time
+
+    names = []
+    for i in range(3):
+        sf = spool.open(10 + i, "main", f"n{i}".encode(), None, ATTRS, new=True)
+        sf.write(0, b"x" * (i + 1))
+        names.append(sf.data_path)
+        assert sf.flush() is not None and spool.stats["adopted"] == i + 1
+        spool.release(10 + i)
+    t = time.monotonic()
+    while any(p.exists() for p in names) and time.monotonic() - t < 5:
+        time.sleep(0.02)
+    assert not any(p.exists() for p in names) and time.monotonic() - t < 3
+    sf = spool.open(20, "main", b"again", None, ATTRS, new=True)
+    sf.write(0, b"one")
+    first = sf.data_path
+    sf.flush()  # adopted: its name is to go
+    sf.write(3, b" two")  # copy-on-write: a spool file with a name again
+    assert sf.data_path != first
+    spool.pool.reap()
+    assert not first.exists() and sf.data_path.exists() and sf.read(0, 10) == b"one two"
+    assert sf.flush() is not None and repo.read("main", "again") == b"one two"
+    spool.release(20)
+
+
 def test_empty_new_file_is_staged(repo, spool):
     sf = spool.open(1, "main", b"empty", None, ATTRS, new=True)
     sf.flush()
@@ -212,6 +243,7 @@ def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_wr
     ino = os.stat(spool_path).st_ino
     e1 = sf.flush()
     obj1 = repo._store._path(e1.address)
+    spool.pool.reap()  # (the names go in the pool's thread)
     assert os.stat(obj1).st_ino == ino and os.stat(obj1).st_nlink == 1  # the same file, no copy
     assert not spool_path.exists() and spool.release_is_inline(8)
     umask = os.umask(0o022)
@@ -233,7 +265,8 @@ def test_flush_hands_the_spool_file_to_a_local_store_and_later_writes_copy_on_wr
     monkeypatch.setattr(repo._store, "_etag", no_rehash)
     sf.write(13, b", appended")  # after fsync, the same handle writes on: copy-on-write, locally
     assert spool.stats["cow_bytes"] == 13 and spool.stats["copy_in_bytes"] == 0
-    assert os.stat(spool_path).st_ino != ino and sidecar.read(spool_path)["key"] == "cow"  # a spool file again
+    assert not spool_path.exists() and sf.data_path != spool_path  # (a new name: the old one may still be going)
+    assert os.stat(sf.data_path).st_ino != ino and sidecar.read(sf.data_path)["key"] == "cow"  # a spool file again
     assert sf.read(0, 100) == b"first version, appended"
     assert open(obj1, "rb").read() == b"first version"
     e2 = sf.flush()

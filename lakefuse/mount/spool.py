@@ -39,7 +39,6 @@ This module is plain blocking code over the graveler ``Repository`` API: the FUS
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
 import os
 import secrets
@@ -47,6 +46,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from graveler.errors import Conflict, GravelerError, InvalidArgument
@@ -583,10 +583,10 @@ class SpoolFile:
                 self._unlink_names()
 
     def _unlink_names(self) -> None:
-        """Remove the spool file's name (its record goes from the journal at its next rewrite)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{self.spool.dir_name}/{self.sid}.data")  # (data_path: no pathlib on a close)
-        self.spool.journal.forget(self.sid)
+        """Remove the spool file's name, then its journal record, in the pool's thread (:meth:`FilePool.discard`);
+        the file takes a new name stem: a name it makes later (copy-on-write, copy-in) is never the one going."""
+        self.spool.pool.discard(f"{self.spool.dir_name}/{self.sid}.data", partial(self.spool.journal.forget, self.sid))
+        self.sid = new_sid()
 
 
 def _name(sf: SpoolFile) -> str:

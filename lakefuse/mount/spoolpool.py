@@ -7,6 +7,11 @@ open and ready in the spool instance directory, made by a background thread; a n
 file takes one (or makes its own when the pool is empty, as before). A pooled file holds
 nothing and has no record in the spool's journal: a crash leaves it empty, and recovery
 drops an empty data file without a record (:mod:`lakefuse.mount.recovery`).
+
+The same thread removes the names of spool files that became stored objects (:meth:`FilePool.discard`):
+a create holds the directory's lock, on ext4 without a journal for hundreds of microseconds after
+many deletes (its inode search skips the recently freed ones), and an unlink in the save's thread
+waited for it, spinning. A crash before such a name goes leaves a file recovery finds saved.
 """
 
 from __future__ import annotations
@@ -30,6 +35,16 @@ def new_sid() -> str:
     return f"{time.time_ns():019d}-{unique_hex16()}"
 
 
+def _unlink(name: str, then) -> None:
+    try:
+        os.unlink(name)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.warning("spool: cannot remove %s: %s", name, e)
+    then()
+
+
 class FilePool:
     """Up to ``size`` empty spool data files in ``directory``, open read-write (see the module docstring)."""
 
@@ -42,6 +57,22 @@ class FilePool:
         self._thread: threading.Thread | None = None
         self.taken = 0
         self.missed = 0
+        self._dead: deque[tuple[str, object]] = deque()  # (name, then) to remove in the pool's thread
+
+    def discard(self, name: str, then) -> None:
+        """Remove spool file name ``name``, then call ``then()``: in the pool's thread, which makes the
+        directory's new files (a save need not wait for the directory its creates hold), or at once."""
+        if self._thread is None or self._stop:
+            return _unlink(name, then)
+        self._dead.append((name, then))
+        if len(self._dead) in (1, self.size // 2):  # (the first: the thread then waits a second at most)
+            with self._cv:
+                self._cv.notify()
+
+    def reap(self) -> None:
+        """Remove now the names given to :meth:`discard` (any thread)."""
+        while self._dead:
+            _unlink(*self._dead.popleft())
 
     def take(self) -> tuple[str, int] | None:
         """(sid, descriptor) of an empty ``<sid>.data``, now the caller's; None when none is ready
@@ -65,10 +96,12 @@ class FilePool:
     def _fill(self) -> None:
         while True:
             with self._cv:
-                while not self._stop and len(self._ready) >= self.size // 2:
-                    self._cv.wait()
+                while not self._stop and len(self._ready) >= self.size // 2 and len(self._dead) < self.size // 2:
+                    if not self._cv.wait(1.0 if self._dead else None):
+                        break  # (names to remove wait a second at most)
                 if self._stop:
                     return
+            self.reap()
             while len(self._ready) < self.size:
                 sid = new_sid()
                 try:
@@ -92,6 +125,7 @@ class FilePool:
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(10)
+        self.reap()
         while self._ready:
             sid, fd = self._ready.popleft()
             os.close(fd)

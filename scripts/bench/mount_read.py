@@ -210,9 +210,10 @@ class LakefuseMount:
         self.mp.mkdir(parents=True, exist_ok=True)
         cmd = [PY, "-m", "lakefuse", "--home", str(self.home), "mount", f"lakefs://{self.repo}", str(self.mp),
                "--log", str(self.home / "mount.log"), *self.extra]
-        # the daemon runs from "/": the code of this checkout (not an editable install's) unless env says
-        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        r = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": path, **(self.env or {})}, cwd=str(ROOT),
+        # the code of this checkout, or of the one env's PYTHONPATH names (a baseline): it is also the
+        # working directory, which ``python -m`` puts first on the path, before PYTHONPATH
+        code = (self.env or {}).get("PYTHONPATH") or str(ROOT)
+        r = subprocess.run(cmd, env={**os.environ, **(self.env or {}), "PYTHONPATH": code}, cwd=code,
                            stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"lakefuse mount failed ({r.returncode}): {r.stderr.strip()}")

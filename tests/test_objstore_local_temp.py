@@ -65,3 +65,28 @@ def test_a_directory_it_cannot_list_is_counted_and_the_walk_goes_on(tmp_path, mo
     res = sweep_temp_files(str(root), time.time())
     assert (res.files, res.failed) == (1, 1)
     assert not (root / "a" / (TMP + "1" * 32)).exists() and (root / "b" / (TMP + "2" * 32)).exists()
+
+
+def test_directories_the_removed_files_leave_empty_go_too_and_a_put_makes_them_again(tmp_path):
+    """Found in "zc"'s list: a killed import's directory held only its temp file, and the sweep left
+    the directory (and its emptied parents) behind for good. They go now, as a delete prunes them;
+    a directory that still holds anything stays, the namespace's root too, and a dry run removes
+    nothing. A put into a pruned directory makes it again."""
+    root = tmp_path / "ns"
+    store = LocalStore(str(root))
+    store.put("data/keep/obj", b"an object")
+    _aged(root / "data/keep" / (TMP + "1" * 32), 5 * 86400)
+    _aged(root / "data/gone/deeper" / (TMP + "2" * 32), 5 * 86400)
+    _aged(root / "data/gone" / (TMP + "3" * 32), 5 * 86400)
+    _aged(root / "only" / (TMP + "4" * 32), 5 * 86400)
+    dry = sweep_temp_files(str(root), time.time(), dry_run=True)
+    assert (dry.files, dry.dirs) == (4, 0) and (root / "data/gone/deeper").is_dir()
+    res = sweep_temp_files(str(root), time.time())
+    assert (res.files, res.dirs, res.failed) == (4, 3, 0)  # data/gone/deeper, data/gone, only
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == ["data", "data/keep", "data/keep/obj"]
+    assert store.get("data/keep/obj") == b"an object"
+    store.put("data/gone/deeper/new", b"made again")
+    assert store.get("data/gone/deeper/new") == b"made again"
+    only = tmp_path / "bare"
+    _aged(only / (TMP + "5" * 32), 5 * 86400)
+    assert sweep_temp_files(str(only), time.time()).dirs == 0 and only.is_dir()  # the root stays

@@ -11,8 +11,9 @@ to its temp file every few seconds, or fails within its store's bounded retries,
 so a file untouched for longer has no writer. An export to a local directory writes
 the same way; the run that goes on from one cut short removes its temp files (every one
 older than that run: ``min_age_s=0``). The walk does
-not follow symlinks and leaves the directories in place (a concurrent put may be
-about to write into one).
+not follow symlinks. A directory a removed temp file leaves empty goes too, and so do its
+parents left empty (never the root), as a store's delete prunes them: a put that was about to
+write into one makes it again (:mod:`graveler.objstore.local`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class TempSweep:
     # sweep is best effort (it never fails the GC run or the export it serves); the caller logs
     failed: int = 0
     kind: str = "temp file"  # what ``files`` counts: "temp file" (a local store), "multipart upload" (S3)
+    dirs: int = 0  # directories left empty by the removed files, removed too
 
 
 def sweep_temp_files(root: str, cutoff: float, dry_run: bool = False, now: float | None = None,
@@ -65,6 +67,7 @@ def sweep_temp_files(root: str, cutoff: float, dry_run: bool = False, now: float
                         continue
                     if not dry_run:
                         os.unlink(entry.path)
+                        res.dirs += _prune(root, directory)
                 except FileNotFoundError:
                     continue  # renamed into place or removed while we looked
                 except OSError:
@@ -73,6 +76,21 @@ def sweep_temp_files(root: str, cutoff: float, dry_run: bool = False, now: float
                 res.files += 1
                 res.bytes += st.st_size
     return res
+
+
+def _prune(root: str, directory: str) -> int:
+    """Remove ``directory`` and its parents below ``root`` while they are empty; how many went."""
+    n = 0
+    root = os.path.normpath(root)
+    directory = os.path.normpath(directory)
+    while directory != root and directory.startswith(root + os.sep):
+        try:
+            os.rmdir(directory)  # (fails, and stops here, unless empty)
+        except OSError:
+            break
+        n += 1
+        directory = os.path.dirname(directory)
+    return n
 
 
 __all__ = ["TEMP_MIN_AGE_S", "TempSweep", "sweep_temp_files"]

@@ -258,11 +258,11 @@ class RefManager:
         """Remove ``writer``'s records on every branch; how many there were."""
         suffix = b"\0" + writer.encode()
         start = fences.UNSAVED_PREFIX
-        keys = [bytes(k) for k, _ in txn.scan(REPO, start, prefix_successor(start), values=False)]
+        keys = [bytes(k) for k, _ in txn.scan(REPO, start, prefix_successor(start), values=False)
+                if bytes(k).endswith(suffix)]
         for k in keys:
-            if k.endswith(suffix):
-                txn.delete(REPO, k)
-        return sum(k.endswith(suffix) for k in keys)
+            txn.delete(REPO, k)
+        return len(keys)
 
     def list_branches(self) -> list[Branch]:
         """All branches, by name."""

@@ -71,8 +71,12 @@ class FilePool:
 
     def reap(self) -> None:
         """Remove now the names given to :meth:`discard` (any thread)."""
-        while self._dead:
-            _unlink(*self._dead.popleft())
+        while True:
+            try:
+                item = self._dead.popleft()
+            except IndexError:  # (none left, or another thread took the last)
+                return
+            _unlink(*item)
 
     def take(self) -> tuple[str, int] | None:
         """(sid, descriptor) of an empty ``<sid>.data``, now the caller's; None when none is ready

@@ -213,7 +213,8 @@ class LakefuseMount:
         # the code of this checkout, or of the one env's PYTHONPATH names (a baseline): it is also the
         # working directory, which ``python -m`` puts first on the path, before PYTHONPATH
         code = (self.env or {}).get("PYTHONPATH") or str(ROOT)
-        r = subprocess.run(cmd, env={**os.environ, **(self.env or {}), "PYTHONPATH": code}, cwd=code,
+        path = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)  # (e.g. another pyfuse3)
+        r = subprocess.run(cmd, env={**os.environ, **(self.env or {}), "PYTHONPATH": path}, cwd=code,
                            stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"lakefuse mount failed ({r.returncode}): {r.stderr.strip()}")

@@ -46,7 +46,12 @@ Each line is `+ path` (added), `- path` (removed) or `~ path` (changed);
 def register(sub) -> None:
     p = add_command(sub, "commit", "commit a branch's staged changes", cmd_commit,
                     epilog="The commit (as every merge, revert and import) names $LAKEFUSE_COMMITTER as its committer,\n"
-                           "else the login name of the user running the command.")
+                           "else the login name of the user running the command.\n\n"
+                           "A commit waits (60 s at most) while a mount renames a large directory on the branch, and\n"
+                           "is refused at once (exit 4) while a mount, on this host or another, holds files written\n"
+                           "there whose saves failed and are being retried: the message names them and the mount.\n"
+                           "Commit again once they are saved; a killed mount's files are recovered when it is\n"
+                           "mounted again (same --cache-dir); `branch reset` discards them.")
     p.add_argument("branch", metavar="lakefs://REPO/BRANCH")
     p.add_argument("-m", "--message", required=True, help="commit message")
     p.add_argument("--meta", metavar="KEY=VALUE", action="append", help="commit metadata (repeatable)")

@@ -345,10 +345,20 @@ def test_postgres_restart_mid_run(tmp_path, own_pg, s3_endpoint, s3_config, s3_b
         assert (b / c["id"] / "after.txt").read_bytes() == b"after\n"
         # the close that failed was retried once the server was back (by A's background retry,
         # or by the commit, which retries first): the commit holds what was written, not the
-        # file as created (empty), and A's spool let go of it
+        # file as created (empty), and A's spool let go of it (its name goes in the spool pool's
+        # thread, within about a second: lakefuse.mount.spoolpool)
         assert (b / c["id"] / "during.txt").read_bytes() == b"written during the outage\n"
-        spooled = [p for p in (w.tmp / "home-a").rglob("*.data") if p.read_bytes() == b"written during the outage\n"]
-        assert not spooled, spooled
+
+        def spooled() -> list:
+            out = []
+            for p in (w.tmp / "home-a").rglob("*.data"):
+                try:
+                    if p.read_bytes() == b"written during the outage\n":
+                        out.append(p)
+                except FileNotFoundError:
+                    pass  # (removed while we looked)
+            return out
+        wait_for(lambda: not spooled(), 10)
         # a commit cut by a restart: stage many paths, stop the server while a commit of them runs
         r = w.repo
         for i in range(3000):

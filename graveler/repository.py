@@ -210,10 +210,7 @@ class Repository:
         refs = self._refs
 
         def fn(txn):
-            if born is not ANY_BIRTH:
-                refs.read_branch_and_born_txn(txn, branch)  # (one read where a server's store is)
-            b = self._core.branch_txn(txn, branch)  # locked until the commit (see Store.write_grouped)
-            self._same_birth_txn(txn, branch, born)
+            b = self._branch_of_birth_txn(txn, branch, born)  # locked until the commit (see Store.write_grouped)
             refs.bump_staged_stamp_txn(txn, branch)
             n = self._staging.put_records_txn(txn, b.staging_token, paths, records)
             if not stamped:
@@ -221,6 +218,16 @@ class Repository:
             return n, refs.stamp_txn(txn, branch), refs.branch_raw_txn(txn, branch)
 
         return self._env.write_grouped(fn, durable)  # concurrent stagers share a transaction
+
+    def _branch_of_birth_txn(self, txn, branch: str, born):
+        """``branch``'s record in ``txn``; NotFound if its birth is not ``born`` (unless ANY_BIRTH):
+        the branch was deleted and made again since. The two are read in one round trip where the
+        store is a server's (``read_branch_and_born_txn``); the reads below then come from it."""
+        if born is not ANY_BIRTH:
+            self._refs.read_branch_and_born_txn(txn, branch)
+        b = self._core.branch_txn(txn, branch)
+        self._same_birth_txn(txn, branch, born)
+        return b
 
     def _same_birth_txn(self, txn, branch: str, born) -> None:
         if born is not ANY_BIRTH and self._refs.get_born_txn(txn, branch) != born:
@@ -248,10 +255,7 @@ class Repository:
             committed = {p: self._committed.get(head.meta_range_id, p) for p in expected}  # (may read the store)
 
             def fn(txn):
-                if born is not ANY_BIRTH:
-                    refs.read_branch_and_born_txn(txn, branch)
-                b2 = core.branch_txn(txn, branch)
-                self._same_birth_txn(txn, branch, born)
+                b2 = self._branch_of_birth_txn(txn, branch, born)
                 if b2.commit_id != b.commit_id:
                     return None  # committed meanwhile: look again
                 for p, ident in expected.items():
@@ -287,10 +291,7 @@ class Repository:
             committed = self._committed.get(head.meta_range_id, p)  # may read the store: not in the transaction
 
             def fn(txn) -> bool | None:
-                if born is not ANY_BIRTH:
-                    self._refs.read_branch_and_born_txn(txn, branch)
-                b2 = core.branch_txn(txn, branch)
-                self._same_birth_txn(txn, branch, born)
+                b2 = self._branch_of_birth_txn(txn, branch, born)
                 if b2.commit_id != b.commit_id:
                     return None  # committed meanwhile: look again
                 found, cur = self._staging.get_txn(txn, b2.tokens, p)

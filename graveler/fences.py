@@ -152,6 +152,11 @@ def unsaved(branch: str, records: list[dict], repository: str = "REPO") -> Unsav
     """The error of a commit of ``branch`` that found ``records`` of unsaved writes."""
     parts = []
     for r in records:
+        if r.get("damaged") or not isinstance(r.get("files"), list):
+            parts.append("a record of unsaved writes that cannot be read (damaged: which mount wrote it and which "
+                         "files it names are unknown); if no mount retries writes on this branch, discarding the "
+                         "branch's uncommitted changes clears it")
+            continue
         files = [str(f) for f in r.get("files") or []]
         count = r.get("count") if isinstance(r.get("count"), int) else len(files)
         names = ", ".join(files) + (f" and {count - len(files)} more" if count > len(files) else "")

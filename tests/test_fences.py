@@ -10,6 +10,7 @@ import pytest
 
 from graveler import fences
 from graveler.fences import BranchBusy, new_fence
+from graveler.kv.base import REPO
 from graveler.tree import rename_prefix
 from tests.graveler_testutil import entry, make_repo
 
@@ -207,6 +208,24 @@ def test_unsaved_writes_of_a_gone_process_say_so_and_a_full_reset_discards_them(
     with pytest.raises(fences.UnsavedWrites, match="its process is gone: mounting the repository again"):
         repo.commit("main", "a")
     repo.reset("main")  # the branch's uncommitted changes discarded, and the record with them
+    assert repo.unsaved_of("main") == []
+    repo.stage("main", "a", entry("a"))
+    assert _tree(repo, repo.commit("main", "a").id) == ["a"]
+
+
+def test_a_damaged_unsaved_record_refuses_the_commit_saying_it_is_damaged_and_reset_clears_it(repo):
+    """A record of unsaved writes that does not decode still refuses the commit (it may stand for
+    real unsaved files), and says that it is damaged and how to clear it -- not "0 file(s) of pid ?";
+    a healthy record beside it is named as usual."""
+    repo.stage("main", "a", entry("a"))
+    repo.set_unsaved("w1", {"main": fences.new_unsaved(["f"], 1, "store down")})
+    repo._env.write(lambda txn: txn.put(REPO, fences.unsaved_key("main", "w2"), b"\xff{not json"))
+    with pytest.raises(fences.UnsavedWrites) as ei:
+        repo.commit("main", "a")
+    msg = str(ei.value)
+    assert "cannot be read (damaged" in msg and "0 file(s)" not in msg and "1 file(s)" in msg, msg
+    assert "lakefuse branch reset lakefs://" in msg
+    repo.reset("main")
     assert repo.unsaved_of("main") == []
     repo.stage("main", "a", entry("a"))
     assert _tree(repo, repo.commit("main", "a").id) == ["a"]

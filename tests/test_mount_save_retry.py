@@ -346,6 +346,44 @@ def test_retries_stop_at_the_first_outage_whatever_failed_before(monkeypatch):
     assert [f.tried for f in files] == [2, 1, 1, 1]
 
 
+def test_a_record_of_unsaved_writes_is_put_once_per_change_and_again_each_retry_round(monkeypatch):
+    """Found reviewing "zd": a failed close put the same record twice (the handle's flush, then
+    its release). A note saying what the last record said puts nothing; each retry round puts
+    it again (the KV may have been away), and a change is put at once."""
+    from graveler.errors import StoreUnavailable
+    from lakefuse.mount.retry import SaveRetries
+
+    class File:
+        def __init__(self):
+            self.failure, self.key, self.branch, self.handles = StoreUnavailable("down"), b"k", "main", 1
+
+        def flush(self):
+            raise self.failure
+
+    files = [File(), File()]
+    r = SaveRetries()
+    r.stats = {"save_retries": 0}
+    published = []
+    r.dir, r.repo = "/spool/x", types.SimpleNamespace(set_unsaved=lambda writer, recs: published.append(recs))
+    monkeypatch.setattr(r, "failing", lambda branch=None: list(files), raising=False)
+    r.note_unsaved()
+    assert [rec["count"] for rec in published[-1].values()] == [2]
+    n = len(published)
+    r.note_unsaved()
+    r.note_unsaved()
+    assert len(published) == n
+    r.retry_saves("main")
+    assert len(published) == n + 1
+    files.pop()
+    r.note_unsaved()
+    assert len(published) == n + 2 and published[-1]["main"]["count"] == 1
+    files.clear()
+    r.note_unsaved()
+    assert published[-1] == {"main": None}  # (saved: the record goes)
+    r.note_unsaved()
+    assert len(published) == n + 3
+
+
 @pytest.mark.expect_log("the failed saves are logged as errors")
 def test_a_failed_save_follows_a_rename_and_an_unlink_ends_it(tmp_path, monkeypatch):
     """A file whose save failed, then renamed (``mv``): the mount's own rename is no other

@@ -46,33 +46,39 @@ class SaveRetries:
 
     _unsaved_on: frozenset = frozenset()  # the branches this mount's record of unsaved writes is on
     _unsaved_lock = threading.Lock()  # (one publisher at a time: the save, the retry and a commit's threads)
+    _unsaved_said: dict | None = None  # what the record last put said, per branch (files, count, error)
 
-    def note_unsaved(self, files: list | None = None) -> None:
+    def note_unsaved(self, files: list | None = None, again: bool = False) -> None:
         """Put this mount's record of unsaved writes on each branch where saves (of ``files``, else of
         every file) are failing, and remove it where none is left any more (:mod:`graveler.fences`):
         commits from elsewhere are refused meanwhile. Best effort: the KV may be what is down (the
-        background retry publishes again at each round while a save fails)."""
+        background retry publishes again at each round while a save fails, ``again``). A record that
+        would say what the last one put said is not put again (a failed close notes, then its
+        release fails the same way)."""
         with self._unsaved_lock:
-            self._note_unsaved_locked(self.failing() if files is None else files)
+            self._note_unsaved_locked(self.failing() if files is None else files, again)
 
-    def _note_unsaved_locked(self, files: list) -> None:
+    def _note_unsaved_locked(self, files: list, again: bool = False) -> None:
         failing: dict[str, list] = {}
         for sf in files:
             if sf.failure is not None and sf.key is not None:
                 failing.setdefault(sf.branch, []).append(sf)
         if not failing and not self._unsaved_on:
             return  # (the usual case: no KV write)
+        said = {b: (sorted(_name(sf) for sf in sfs), len(sfs), str(sfs[0].failure)[:300])
+                for b, sfs in failing.items()}
+        if not again and said == self._unsaved_said and failing.keys() == self._unsaved_on:
+            return  # (put already, and saying the same)
         records: dict = dict.fromkeys(self._unsaved_on - failing.keys())
-        for branch, sfs in failing.items():
-            records[branch] = fences.new_unsaved(sorted(_name(sf) for sf in sfs), len(sfs),
-                                                 str(sfs[0].failure)[:300], spool=str(self.dir))
+        for branch, (names, count, error) in said.items():
+            records[branch] = fences.new_unsaved(names, count, error, spool=str(self.dir))
         try:
             self.repo.set_unsaved(writer_id(self.dir), records)
         except Exception as e:  # noqa: BLE001 -- (the KV away: a commit cannot run either)
             log.warning("spool: could not note the unsaved writes of this mount on branch(es) %s in the KV: %s",
                         ", ".join(sorted(records)), e)
             return
-        self._unsaved_on = frozenset(failing)
+        self._unsaved_on, self._unsaved_said = frozenset(failing), said
 
     def _finish(self, sf) -> None:
         """``sf`` is saved: let go of its inode; drop it unless a handle opened it again."""
@@ -179,7 +185,7 @@ class SaveRetries:
                 continue
             log.warning("saved %s on branch %s: its earlier save had failed", _name(sf), sf.branch)
             self._finish(sf)
-        self.note_unsaved()
+        self.note_unsaved(again=True)  # (put again each round: the KV may have been away when it was first put)
         return left
 
     def check_saved(self, branch: str) -> None:

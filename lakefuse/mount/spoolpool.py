@@ -35,14 +35,15 @@ def new_sid() -> str:
     return f"{time.time_ns():019d}-{unique_hex16()}"
 
 
-def _unlink(name: str, then) -> None:
+def _unlink(name, then=None) -> None:
     try:
         os.unlink(name)
     except FileNotFoundError:
         pass
     except OSError as e:
         log.warning("spool: cannot remove %s: %s", name, e)
-    then()
+    if then is not None:
+        then()
 
 
 class FilePool:
@@ -118,7 +119,7 @@ class FilePool:
                 with self._cv:
                     if self._stop:
                         os.close(fd)
-                        os.unlink(self.dir / f"{sid}.data")
+                        _unlink(self.dir / f"{sid}.data")
                         return
                     self._ready.append((sid, fd))
 
@@ -133,7 +134,4 @@ class FilePool:
         while self._ready:
             sid, fd = self._ready.popleft()
             os.close(fd)
-            try:
-                os.unlink(self.dir / f"{sid}.data")
-            except FileNotFoundError:
-                pass
+            _unlink(self.dir / f"{sid}.data")

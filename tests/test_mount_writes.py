@@ -140,40 +140,60 @@ def test_create_write_close_is_one_staging_transaction_and_a_listing_shows_it_be
     assert repo.get("main", "d/t").size == 0
 
 
-def test_fsync_flushes_the_object_beside_the_kv_commit_and_syncs_the_kv_only_after_it(tmp_path):
+def test_fsync_flushes_the_object_beside_the_kv_commit_and_its_sync_and_returns_after_both(tmp_path):
     """fsync(2) of a new file: its object's flush (file and directory) runs beside the KV commit
-    that stages it; the KV sync that makes the entry durable comes only once the object is durable."""
+    that stages it and the KV's sync, none waiting for another (one flush's time, not two); the
+    fsync returns only once both are done, with the KV synced up to that commit. The same for
+    an fsync of a file saved by an earlier close (what ``tar`` or ``rsync --fsync`` send)."""
     import threading
 
     from graveler.config import KVConfig
 
     repo = make_repo(tmp_path, "ovl", kv=KVConfig(map_size=1 << 24, sync=True))
     events: list[str] = []
-    committed = threading.Event()
+    kv_synced = threading.Event()
     sync_object, stage, kv_sync = repo._store.sync_object, repo.stage_stamped, repo.sync
 
     def slow_sync_object(key):
-        assert committed.wait(10)  # the KV commit did not wait for the object's flush
+        assert kv_synced.wait(10)  # neither the KV's commit nor its sync waited for the object's flush
         sync_object(key)
         events.append("object synced")
 
     def staging(*a, **kw):
         out = stage(*a, **kw)
         events.append("staged")
-        committed.set()
         return out
+
+    def syncing():
+        kv_sync()
+        events.append("kv synced")
+        kv_synced.set()
 
     repo._store.sync_object = slow_sync_object
     repo.stage_stamped = staging
-    repo.sync = lambda: (events.append("kv synced"), kv_sync())[1]
+    repo.sync = syncing
     sp = Spool(repo, SpoolConfig(tmp_path / "cache", repo.name))
     fs = WritableFilesystem(repo, FsConfig(uid=1000, gid=100), spool=sp)
     try:
         opened, _ = fs.create(ino_of(fs, "main"), b"f", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
         fs.write(opened.fh, 0, b"data")
         fs.fsync(opened.fh)
-        assert events == ["staged", "object synced", "kv synced"]
+        assert events == ["staged", "kv synced", "object synced"]
         assert repo._env._synced_seq == repo._env._commit_seq and repo.read("main", "f") == b"data"
+        # written again and closed (saved without a flush), then fsynced on the same descriptor
+        fs.write(opened.fh, 4, b"more")
+        fs.flush(opened.fh)
+        events.clear()
+        kv_synced.clear()
+        fs.fsync(opened.fh)
+        assert events == ["kv synced", "object synced"] and repo.read("main", "f") == b"datamore"
+        fs.release(opened.fh)
+        # ... and on a descriptor opened later (read-only)
+        events.clear()
+        kv_synced.clear()
+        opened = fs.open(ino_of(fs, "main/f"), os.O_RDONLY)
+        fs.fsync(opened.fh)
+        assert events == ["kv synced", "object synced"]
         fs.release(opened.fh)
     finally:
         sp.close()

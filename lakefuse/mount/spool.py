@@ -411,11 +411,7 @@ class SpoolFile:
                 if durable and self.key is not None:
                     # what an earlier close saved (or what it was opened with), and the
                     # staging of its create(2): neither is synced yet, perhaps
-                    known = self.saved or self.base
-                    if known is not None and known.size:
-                        repo.sync_entry(known)
-                    repo.sync()
-                    self.spool.stats["syncs"] += 1
+                    self.spool.sync_saved(self.saved or self.base)
                 return None
             gen = self._gen
             expect = self._expect
@@ -435,17 +431,17 @@ class SpoolFile:
                 extra = self.unstaged(self.key) if self.unstaged is not None else []
                 if expect is _UNSET:
                     if durable and entry.size:
-                        # the object flushed beside the KV commit; the KV synced once the object is:
-                        # a durable entry never names a lost object (until then, as after a close)
+                        # the object flushed beside the KV's commit and then its sync: until both
+                        # are done the file is as after a close (the entry may be durable first)
                         syncing = self.spool.in_background(repo.sync_entry, entry)
                     # a new file's create is staged with its first save: one transaction, not two
                     _, *self.stamped = repo.stage_stamped(self.branch, [(self.key, entry)] + extra, False, self.born)
                     self.staged_items = extra
+                    if durable:
+                        repo.sync()
                     if syncing is not None:
                         syncing, wait = None, syncing
                         wait.result()
-                    if durable:
-                        repo.sync()
                 else:
                     if durable and entry.size:
                         repo.sync_entry(entry)  # the object first: a durable entry never names a lost object
@@ -731,10 +727,11 @@ class Spool(SaveRetries):
     def sync_saved(self, entry: Entry | None) -> None:
         """fsync(2) of a branch file with no unsaved content here: make what it shows durable -- ``entry``'s
         object, if a close saved it without an fsync, and every staging write of this process
-        (:meth:`SpoolFile.flush` with ``durable=True`` for a file being written)."""
-        if entry is not None and entry.size:
-            self.repo.sync_entry(entry)
+        (:meth:`SpoolFile.flush` with ``durable=True`` for a file being written); the two flushed at once."""
+        syncing = self.in_background(self.repo.sync_entry, entry) if entry is not None and entry.size else None
         self.repo.sync()
+        if syncing is not None:
+            syncing.result()
         self.stats["syncs"] += 1
 
     def detach(self, ino: int, behind: bool = False) -> bool:

@@ -425,3 +425,56 @@ def test_a_failed_save_follows_a_rename_and_an_unlink_ends_it(tmp_path, monkeypa
         assert spool.open_files() == []
     finally:
         spool.close()
+
+
+def test_a_record_the_kv_refused_is_put_within_a_second_of_its_return_not_at_the_saves_pace(monkeypatch, caplog):
+    """("zd"'s list) A record of unsaved writes the KV refused (the KV down at the failing
+    close) waited for the next retry round of the saves -- up to 30 s after the KV was back,
+    while a commit elsewhere could publish the file's old version. It is put again each
+    second, apart from the saves' rounds, and the warning is said once per outage."""
+    import threading
+
+    from graveler.errors import StoreUnavailable
+    from lakefuse.mount import retry
+    from lakefuse.mount.retry import SaveRetries
+
+    monkeypatch.setattr(retry, "RETRY_FIRST_S", 60.0)  # (no round of the saves in this test)
+    monkeypatch.setattr(retry, "NOTE_RETRY_S", 0.05)
+
+    class File:
+        failure, key, branch, handles, tried = StoreUnavailable("down"), b"k", "main", 0, 0
+
+        def flush(self):
+            self.tried += 1
+            raise self.failure
+
+    f = File()
+    published, refusals = [], [3]
+
+    def set_unsaved(writer, recs):
+        if refusals[0]:
+            refusals[0] -= 1
+            raise StoreUnavailable("kv down (test)")
+        published.append(recs)
+
+    r = SaveRetries()
+    r.stats, r.dir, r.pin = {"save_retries": 0}, "/spool/x", None
+    r._lock, r._files, r._retrier, r._stop = threading.Lock(), {}, None, threading.Event()
+    r.repo = types.SimpleNamespace(set_unsaved=set_unsaved)
+    monkeypatch.setattr(r, "failing", lambda branch=None: [f], raising=False)
+    try:
+        r.note_unsaved()
+        assert published == [] and r._unsaved_owed
+        t = threading.Thread(target=r._retry_loop, daemon=True)
+        t.start()
+        deadline = time.monotonic() + 10
+        while not published and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [rec["count"] for rec in published[0].values()] == [1] and not r._unsaved_owed
+        assert f.tried == 0  # (the saves' own round is not due yet)
+        time.sleep(0.2)
+        assert len(published) == 1  # (nothing owed: nothing put again between rounds)
+        warned = [rec.getMessage() for rec in caplog.records]
+        assert sum("could not note" in m for m in warned) == 1 and sum("noted the unsaved" in m for m in warned) == 1
+    finally:
+        r._stop.set()

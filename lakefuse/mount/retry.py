@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from graveler import fences
 from graveler.errors import Conflict, GravelerError, NotFound, StoreUnavailable
@@ -33,6 +34,7 @@ log = logging.getLogger("lakefuse.mount.spool")
 
 RETRY_FIRST_S = 1.0  # a failed save is retried after this, then twice as long each time...
 RETRY_MAX_S = 30.0  # ...up to this
+NOTE_RETRY_S = 1.0  # a record of unsaved writes the KV refused is put again this often (not at the saves' pace)
 
 
 def _name(sf) -> str:
@@ -47,6 +49,7 @@ class SaveRetries:
     _unsaved_on: frozenset = frozenset()  # the branches this mount's record of unsaved writes is on
     _unsaved_lock = threading.Lock()  # (one publisher at a time: the save, the retry and a commit's threads)
     _unsaved_said: dict | None = None  # what the record last put said, per branch (files, count, error)
+    _unsaved_owed = False  # the KV refused the last record: the retry thread puts it each NOTE_RETRY_S
 
     def note_unsaved(self, files: list | None = None, again: bool = False) -> None:
         """Put this mount's record of unsaved writes on each branch where saves (of ``files``, else of
@@ -75,10 +78,15 @@ class SaveRetries:
         try:
             self.repo.set_unsaved(writer_id(self.dir), records)
         except Exception as e:  # noqa: BLE001 -- (the KV away: a commit cannot run either)
-            log.warning("spool: could not note the unsaved writes of this mount on branch(es) %s in the KV: %s",
-                        ", ".join(sorted(records)), e)
+            if not self._unsaved_owed:  # (said once per outage: the retry thread tries each second)
+                log.warning("spool: could not note the unsaved writes of this mount on branch(es) %s in the KV "
+                            "(tried again each %g s): %s", ", ".join(sorted(records)), NOTE_RETRY_S, e)
+            self._unsaved_owed = True
             return
-        self._unsaved_on, self._unsaved_said = frozenset(failing), said
+        if self._unsaved_owed:
+            log.warning("spool: noted the unsaved writes of this mount on branch(es) %s in the KV",
+                        ", ".join(sorted(records)))
+        self._unsaved_on, self._unsaved_said, self._unsaved_owed = frozenset(failing), said, False
 
     def _finish(self, sf) -> None:
         """``sf`` is saved: let go of its inode; drop it unless a handle opened it again."""
@@ -203,9 +211,15 @@ class SaveRetries:
 
     def _retry_loop(self) -> None:
         """The background retry: failed saves tried again after 1 s, then twice as long each
-        time up to :data:`RETRY_MAX_S`, while any is left; the thread ends when none is."""
+        time up to :data:`RETRY_MAX_S`, while any is left; the thread ends when none is. A
+        record of unsaved writes the KV refused is put again each :data:`NOTE_RETRY_S` meanwhile."""
         delay = RETRY_FIRST_S
-        while not self._stop.wait(delay):
+        due = time.monotonic() + delay
+        while not self._stop.wait(max(0.0, min(due - time.monotonic(), NOTE_RETRY_S))):
+            if time.monotonic() < due:  # (the KV may be back before the store: a record it refused goes now)
+                if self._unsaved_owed:
+                    self.note_unsaved(again=True)
+                continue
             try:
                 left = self.retry_saves()
             except Exception:
@@ -216,5 +230,6 @@ class SaveRetries:
                     self._retrier = None
                     return
             delay = min(delay * 2, RETRY_MAX_S)
+            due = time.monotonic() + delay
         with self._lock:
             self._retrier = None

@@ -431,7 +431,9 @@ def test_a_record_the_kv_refused_is_put_within_a_second_of_its_return_not_at_the
     """("zd"'s list) A record of unsaved writes the KV refused (the KV down at the failing
     close) waited for the next retry round of the saves -- up to 30 s after the KV was back,
     while a commit elsewhere could publish the file's old version. It is put again each
-    second, apart from the saves' rounds, and the warning is said once per outage."""
+    second, apart from the saves' rounds, and the warning is said once per outage. A removal
+    refused after the last save went through is retried the same way (the retry thread ended
+    with the saves, and the stale record refused commits elsewhere until the next note)."""
     import threading
 
     from graveler.errors import StoreUnavailable
@@ -463,10 +465,8 @@ def test_a_record_the_kv_refused_is_put_within_a_second_of_its_return_not_at_the
     r.repo = types.SimpleNamespace(set_unsaved=set_unsaved)
     monkeypatch.setattr(r, "failing", lambda branch=None: [f], raising=False)
     try:
-        r.note_unsaved()
-        assert published == [] and r._unsaved_owed
-        t = threading.Thread(target=r._retry_loop, daemon=True)
-        t.start()
+        r.note_unsaved()  # (refused: it starts the retry thread)
+        assert published == [] and r._unsaved_owed and r._retrier is not None
         deadline = time.monotonic() + 10
         while not published and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -478,3 +478,23 @@ def test_a_record_the_kv_refused_is_put_within_a_second_of_its_return_not_at_the
         assert sum("could not note" in m for m in warned) == 1 and sum("noted the unsaved" in m for m in warned) == 1
     finally:
         r._stop.set()
+    # the record's removal refused once the last save went through: the thread goes on until it
+    # goes in (it ended with the saves, and the stale record refused commits elsewhere)
+    monkeypatch.setattr(retry, "RETRY_FIRST_S", 0.1)
+    r2 = SaveRetries()
+    r2.stats, r2.dir, r2.pin = {"save_retries": 0}, "/spool/x", None
+    r2._lock, r2._files, r2._retrier, r2._stop = threading.Lock(), {}, None, threading.Event()
+    r2.repo = types.SimpleNamespace(set_unsaved=set_unsaved)
+    r2._unsaved_on = frozenset({"main"})  # (its record was put; its files are saved now)
+    monkeypatch.setattr(r2, "failing", lambda branch=None: [], raising=False)
+    published.clear()
+    refusals[0] = 3
+    try:
+        r2.note_unsaved()
+        assert published == [] and r2._unsaved_owed
+        deadline = time.monotonic() + 10
+        while (r2._retrier is not None or not published) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert published == [{"main": None}] and not r2._unsaved_owed and r2._retrier is None
+    finally:
+        r2._stop.set()

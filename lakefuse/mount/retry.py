@@ -82,6 +82,7 @@ class SaveRetries:
                 log.warning("spool: could not note the unsaved writes of this mount on branch(es) %s in the KV "
                             "(tried again each %g s): %s", ", ".join(sorted(records)), NOTE_RETRY_S, e)
             self._unsaved_owed = True
+            self._ensure_retrier()  # (a removal refused after the last save went through, too)
             return
         if self._unsaved_owed:
             log.warning("spool: noted the unsaved writes of this mount on branch(es) %s in the KV",
@@ -115,14 +116,19 @@ class SaveRetries:
         with self._lock:
             pin = not sf.pinned and sf.handles == 0 and self._files.get(sf.ino) is sf
             sf.pinned = sf.pinned or pin
+        if pin and self.pin is not None:
+            self.pin(sf.ino, True)
+        self._ensure_retrier()
+        self.note_unsaved()
+
+    def _ensure_retrier(self) -> None:
+        """Start the background retry unless it runs (or the spool is closing)."""
+        with self._lock:
             start = self._retrier is None and not self._stop.is_set()
             if start:
                 self._retrier = threading.Thread(target=self._retry_loop, name="lakefuse-save-retry", daemon=True)
-        if pin and self.pin is not None:
-            self.pin(sf.ino, True)
         if start:
             self._retrier.start()
-        self.note_unsaved()
 
     def _give_up(self, sf, e: BaseException) -> None:
         """A failed save that can never succeed: the spool copy goes to ``recovered/`` (see
@@ -226,8 +232,9 @@ class SaveRetries:
                 log.error("spool: the retry of failed saves failed", exc_info=True)
                 left = True
             with self._lock:
-                if not left and not any(sf.failure is not None and sf.key is not None for sf in self._files.values()):
-                    self._retrier = None
+                if not left and not self._unsaved_owed and \
+                        not any(sf.failure is not None and sf.key is not None for sf in self._files.values()):
+                    self._retrier = None  # (a record's removal the KV refused keeps it going: see NOTE_RETRY_S)
                     return
             delay = min(delay * 2, RETRY_MAX_S)
             due = time.monotonic() + delay

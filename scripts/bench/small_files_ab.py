@@ -11,9 +11,12 @@ when no ``.pyx`` file changed between the two, ``cp --parents graveler/*.so grav
 from this checkout), in turns that start with the other one every pair, and times a loop of
 ``--seconds`` on each. Prints every pair, then the medians and the median of the pairs' ratios
 (this / baseline), with the daemon's CPU per file. Without ``--baseline`` it times this checkout
-alone (the spread of repeated runs).
+alone (the spread of repeated runs). ``--fsync`` adds a third row: 1 process with an fsync before
+each close (issue 20's fsync row; "ze" measured the KV's sync beside the object's flush with it, on
+a journaled ext4 made on a loop device, as ``--dir`` there).
 
     .venv/bin/python scripts/bench/small_files_ab.py --baseline /tmp/base --pairs 5 --dir /srv
+    .venv/bin/python scripts/bench/small_files_ab.py --baseline /tmp/base --pairs 4 --fsync --dir /mnt/ext4j
 """
 
 from __future__ import annotations
@@ -57,10 +60,13 @@ class Mount:
         self.log.close()
 
 
-def loop(m: Mount, writers: int, seconds: float) -> tuple[float, float]:
-    """(files/s, daemon CPU microseconds per file) of create + write 4 KiB + close for ``seconds``."""
-    batch = 400 * writers
-    mw.small_files_parallel(m.branch / "warm", batch, writers) if writers > 1 else mw.small_files(m.branch / "warm", 400)
+def loop(m: Mount, writers: int, seconds: float, fsync: bool = False) -> tuple[float, float]:
+    """(files/s, daemon CPU microseconds per file) of create + write 4 KiB (+ fsync) + close for ``seconds``."""
+    batch = (100 if fsync else 400) * writers
+    if writers > 1:
+        mw.small_files_parallel(m.branch / "warm", batch, writers)
+    else:
+        mw.small_files(m.branch / "warm", batch, fsync)
     n, k = 0, 0
     c0, t0 = mw.cpu_s(m.proc.pid), time.perf_counter()
     while time.perf_counter() - t0 < seconds:
@@ -68,7 +74,7 @@ def loop(m: Mount, writers: int, seconds: float) -> tuple[float, float]:
         if writers > 1:
             mw.small_files_parallel(d, batch, writers)
         else:
-            mw.small_files(d, batch)
+            mw.small_files(d, batch, fsync)
         n, k = n + batch, k + 1
     dt, cpu = time.perf_counter() - t0, mw.cpu_s(m.proc.pid) - c0
     return n / dt, cpu * 1e6 / n
@@ -81,6 +87,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each timed loop")
     ap.add_argument("--writers", type=int, default=8, help="processes of the concurrent row")
     ap.add_argument("--dir", default=None, help="where to make the repositories (default: a temp dir)")
+    ap.add_argument("--fsync", action="store_true", help="a third row: 1 process, an fsync before each close")
+    ap.add_argument("--rows", default="", help="only these rows, comma-separated (1p, 8p, fsync)")
     args = ap.parse_args()
     if os.geteuid() != 0 and not shutil.which("fusermount3"):
         raise SystemExit("needs FUSE (fusermount3)")
@@ -91,35 +99,39 @@ def main() -> int:
             raise SystemExit(f"{base} is not a lakefuse checkout")
         codes["base"] = base
     root = Path(tempfile.mkdtemp(prefix="lakefuse-bench-ab-", dir=args.dir))
-    rows: dict[str, dict[int, list[tuple[float, float]]]] = {c: {1: [], args.writers: []} for c in codes}
+    kinds = [("1p", 1, False), (f"{args.writers}p", args.writers, False)] + ([("fsync", 1, True)] if args.fsync else [])
+    if args.rows:
+        kinds = [k for k in kinds if k[0] in args.rows.split(",")] or \
+            ap.error(f"--rows {args.rows!r} names none of {', '.join(k for k, _, _ in kinds)}")
+    rows: dict[str, dict[str, list[tuple[float, float]]]] = {c: {k: [] for k, _, _ in kinds} for c in codes}
     try:
         for pair in range(args.pairs):
             order = list(codes) if pair % 2 == 0 else list(reversed(codes))
             for code in order:
-                for writers in (1, args.writers):
-                    work = root / f"{code}-{pair}-{writers}"
+                for kind, writers, fsync in kinds:
+                    work = root / f"{code}-{pair}-{kind}"
                     m = Mount(work, codes[code])
                     try:
-                        rate, cpu = loop(m, writers, args.seconds)
+                        rate, cpu = loop(m, writers, args.seconds, fsync)
                     finally:
                         m.close()
                         shutil.rmtree(work, ignore_errors=True)
-                    rows[code][writers].append((rate, cpu))
-                    print(f"pair {pair}: {code:4s} {writers} process(es): {rate:7.0f} files/s, "
+                    rows[code][kind].append((rate, cpu))
+                    print(f"pair {pair}: {code:4s} {kind:5s}: {rate:7.0f} files/s, "
                           f"daemon CPU {cpu:5.0f} us/file", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out: dict = {}
     for code, by in rows.items():
-        for writers, xs in by.items():
-            out[f"{code}_{writers}p_files_per_s"] = round(statistics.median(r for r, _ in xs))
-            out[f"{code}_{writers}p_cpu_us_per_file"] = round(statistics.median(c for _, c in xs))
-            out[f"{code}_{writers}p_runs"] = [round(r) for r, _ in xs]
+        for kind, xs in by.items():
+            out[f"{code}_{kind}_files_per_s"] = round(statistics.median(r for r, _ in xs))
+            out[f"{code}_{kind}_cpu_us_per_file"] = round(statistics.median(c for _, c in xs))
+            out[f"{code}_{kind}_runs"] = [round(r) for r, _ in xs]
     if "base" in rows:
-        for writers in (1, args.writers):
-            ratios = [a[0] / b[0] for a, b in zip(rows["this"][writers], rows["base"][writers])]
-            out[f"ratio_{writers}p_this_vs_base"] = round(statistics.median(ratios), 2)
-            out[f"ratio_{writers}p_by_pair"] = [round(x, 2) for x in ratios]
+        for kind, _, _ in kinds:
+            ratios = [a[0] / b[0] for a, b in zip(rows["this"][kind], rows["base"][kind])]
+            out[f"ratio_{kind}_this_vs_base"] = round(statistics.median(ratios), 2)
+            out[f"ratio_{kind}_by_pair"] = [round(x, 2) for x in ratios]
     print(json.dumps(out, indent=1))
     return 0
 

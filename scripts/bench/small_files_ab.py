@@ -98,11 +98,11 @@ def main() -> int:
         if not (base / "lakefuse" / "__init__.py").exists():
             raise SystemExit(f"{base} is not a lakefuse checkout")
         codes["base"] = base
-    root = Path(tempfile.mkdtemp(prefix="lakefuse-bench-ab-", dir=args.dir))
     kinds = [("1p", 1, False), (f"{args.writers}p", args.writers, False)] + ([("fsync", 1, True)] if args.fsync else [])
     if args.rows:
         kinds = [k for k in kinds if k[0] in args.rows.split(",")] or \
             ap.error(f"--rows {args.rows!r} names none of {', '.join(k for k, _, _ in kinds)}")
+    root = Path(tempfile.mkdtemp(prefix="lakefuse-bench-ab-", dir=args.dir))
     rows: dict[str, dict[str, list[tuple[float, float]]]] = {c: {k: [] for k, _, _ in kinds} for c in codes}
     try:
         for pair in range(args.pairs):

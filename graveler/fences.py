@@ -157,7 +157,7 @@ def unsaved(branch: str, records: list[dict], repository: str = "REPO") -> Unsav
                          "files it names are unknown); if no mount retries writes on this branch, discarding the "
                          "branch's uncommitted changes clears it")
             continue
-        files = [str(f) for f in r.get("files") or []]
+        files = [str(f) for f in r["files"]]
         count = r.get("count") if isinstance(r.get("count"), int) else len(files)
         names = ", ".join(files) + (f" and {count - len(files)} more" if count > len(files) else "")
         who = f"pid {r.get('pid', '?')} on {r.get('host', '?')}"

@@ -226,12 +226,9 @@ class Repository:
         if born is not ANY_BIRTH:
             self._refs.read_branch_and_born_txn(txn, branch)
         b = self._core.branch_txn(txn, branch)
-        self._same_birth_txn(txn, branch, born)
-        return b
-
-    def _same_birth_txn(self, txn, branch: str, born) -> None:
         if born is not ANY_BIRTH and self._refs.get_born_txn(txn, branch) != born:
             raise NotFound(f"branch {branch!r} was deleted (a branch of that name was made again since)")
+        return b
 
     def branch_born(self, name: str) -> str | None:
         """The birth of branch ``name`` (:meth:`graveler.refs.RefManager.get_born_txn`): what

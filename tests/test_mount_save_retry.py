@@ -315,29 +315,42 @@ def test_a_commit_refused_for_failed_saves_waits_out_one_store_bound_not_one_per
         spool.close()
 
 
+class _FailingFile:
+    """A spool file whose save fails with ``failure`` (what :class:`SaveRetries` reads of one)."""
+
+    def __init__(self, failure=None, handles: int = 1):
+        from graveler.errors import StoreUnavailable
+
+        self.failure = StoreUnavailable("down") if failure is None else failure
+        self.key, self.branch, self.handles, self.tried = b"k", "main", handles, 0
+
+    def flush(self):
+        self.tried += 1
+        raise self.failure
+
+
+def _bare_retries(monkeypatch, files: list, set_unsaved):
+    """A :class:`lakefuse.mount.retry.SaveRetries` alone (no spool): ``files`` failing, the KV's
+    ``set_unsaved`` given."""
+    import threading
+
+    from lakefuse.mount.retry import SaveRetries
+
+    r = SaveRetries()
+    r.stats, r.dir, r.pin = {"save_retries": 0}, "/spool/x", None
+    r._lock, r._files, r._retrier, r._stop = threading.Lock(), {}, None, threading.Event()
+    r.repo = types.SimpleNamespace(set_unsaved=set_unsaved)
+    monkeypatch.setattr(r, "failing", lambda branch=None: list(files), raising=False)
+    return r
+
+
 def test_retries_stop_at_the_first_outage_whatever_failed_before(monkeypatch):
     """Found reviewing the change: the rule looked at the last skipped file's old failure, so a
     file that had failed otherwise (a full disk) restarted the retries mid-way, each waiting out
     the store's bound again."""
-    from graveler.errors import StoreUnavailable
-    from lakefuse.mount.retry import SaveRetries
-
-    class File:
-        def __init__(self, failure):
-            self.failure, self.key, self.branch, self.handles = failure, b"k", "main", 1
-            self.tried = 0
-
-        def flush(self):
-            self.tried += 1
-            raise self.failure
-
-    files = [File(StoreUnavailable("down")), File(OSError(28, "full")), File(StoreUnavailable("down")),
-             File(StoreUnavailable("down"))]
-    r = SaveRetries()
-    r.stats = {"save_retries": 0}
+    files = [_FailingFile(), _FailingFile(OSError(28, "full")), _FailingFile(), _FailingFile()]
     published = []  # what the mount notes in the KV for commits made elsewhere
-    r.dir, r.repo = "/spool/x", types.SimpleNamespace(set_unsaved=lambda writer, recs: published.append(recs))
-    monkeypatch.setattr(r, "failing", lambda branch=None: list(files), raising=False)
+    r = _bare_retries(monkeypatch, files, lambda writer, recs: published.append(recs))
     left = r.retry_saves("main", until_outage=True)
     assert [f.tried for f in files] == [1, 0, 0, 0] and left == files
     assert [(b, rec["count"], rec["error"]) for b, rec in published[-1].items()] == [("main", 4, "down")]
@@ -350,22 +363,9 @@ def test_a_record_of_unsaved_writes_is_put_once_per_change_and_again_each_retry_
     """Found reviewing "zd": a failed close put the same record twice (the handle's flush, then
     its release). A note saying what the last record said puts nothing; each retry round puts
     it again (the KV may have been away), and a change is put at once."""
-    from graveler.errors import StoreUnavailable
-    from lakefuse.mount.retry import SaveRetries
-
-    class File:
-        def __init__(self):
-            self.failure, self.key, self.branch, self.handles = StoreUnavailable("down"), b"k", "main", 1
-
-        def flush(self):
-            raise self.failure
-
-    files = [File(), File()]
-    r = SaveRetries()
-    r.stats = {"save_retries": 0}
+    files = [_FailingFile(), _FailingFile()]
     published = []
-    r.dir, r.repo = "/spool/x", types.SimpleNamespace(set_unsaved=lambda writer, recs: published.append(recs))
-    monkeypatch.setattr(r, "failing", lambda branch=None: list(files), raising=False)
+    r = _bare_retries(monkeypatch, files, lambda writer, recs: published.append(recs))
     r.note_unsaved()
     assert [rec["count"] for rec in published[-1].values()] == [2]
     n = len(published)
@@ -434,23 +434,12 @@ def test_a_record_the_kv_refused_is_put_within_a_second_of_its_return_not_at_the
     second, apart from the saves' rounds, and the warning is said once per outage. A removal
     refused after the last save went through is retried the same way (the retry thread ended
     with the saves, and the stale record refused commits elsewhere until the next note)."""
-    import threading
-
     from graveler.errors import StoreUnavailable
     from lakefuse.mount import retry
-    from lakefuse.mount.retry import SaveRetries
 
     monkeypatch.setattr(retry, "RETRY_FIRST_S", 60.0)  # (no round of the saves in this test)
     monkeypatch.setattr(retry, "NOTE_RETRY_S", 0.05)
-
-    class File:
-        failure, key, branch, handles, tried = StoreUnavailable("down"), b"k", "main", 0, 0
-
-        def flush(self):
-            self.tried += 1
-            raise self.failure
-
-    f = File()
+    f = _FailingFile(handles=0)
     published, refusals = [], [3]
 
     def set_unsaved(writer, recs):
@@ -459,11 +448,7 @@ def test_a_record_the_kv_refused_is_put_within_a_second_of_its_return_not_at_the
             raise StoreUnavailable("kv down (test)")
         published.append(recs)
 
-    r = SaveRetries()
-    r.stats, r.dir, r.pin = {"save_retries": 0}, "/spool/x", None
-    r._lock, r._files, r._retrier, r._stop = threading.Lock(), {}, None, threading.Event()
-    r.repo = types.SimpleNamespace(set_unsaved=set_unsaved)
-    monkeypatch.setattr(r, "failing", lambda branch=None: [f], raising=False)
+    r = _bare_retries(monkeypatch, [f], set_unsaved)
     try:
         r.note_unsaved()  # (refused: it starts the retry thread)
         assert published == [] and r._unsaved_owed and r._retrier is not None
@@ -481,12 +466,8 @@ def test_a_record_the_kv_refused_is_put_within_a_second_of_its_return_not_at_the
     # the record's removal refused once the last save went through: the thread goes on until it
     # goes in (it ended with the saves, and the stale record refused commits elsewhere)
     monkeypatch.setattr(retry, "RETRY_FIRST_S", 0.1)
-    r2 = SaveRetries()
-    r2.stats, r2.dir, r2.pin = {"save_retries": 0}, "/spool/x", None
-    r2._lock, r2._files, r2._retrier, r2._stop = threading.Lock(), {}, None, threading.Event()
-    r2.repo = types.SimpleNamespace(set_unsaved=set_unsaved)
-    r2._unsaved_on = frozenset({"main"})  # (its record was put; its files are saved now)
-    monkeypatch.setattr(r2, "failing", lambda branch=None: [], raising=False)
+    r2 = _bare_retries(monkeypatch, [], set_unsaved)
+    r2._unsaved_said = {"main": (["k"], 1, "down")}  # (its record was put; its files are saved now)
     published.clear()
     refusals[0] = 3
     try:

@@ -46,9 +46,8 @@ class SaveRetries:
     docstring); it uses the spool's ``_lock``, ``_files``, ``pin``, ``config``, ``stats``,
     ``_retrier``, ``_stop``, ``dir`` and ``repo``."""
 
-    _unsaved_on: frozenset = frozenset()  # the branches this mount's record of unsaved writes is on
     _unsaved_lock = threading.Lock()  # (one publisher at a time: the save, the retry and a commit's threads)
-    _unsaved_said: dict | None = None  # what the record last put said, per branch (files, count, error)
+    _unsaved_said: dict = {}  # what the records in the KV say, per branch they are on: (files, count, error)
     _unsaved_owed = False  # the KV refused the last record: the retry thread puts it each NOTE_RETRY_S
 
     def note_unsaved(self, files: list | None = None, again: bool = False) -> None:
@@ -66,13 +65,13 @@ class SaveRetries:
         for sf in files:
             if sf.failure is not None and sf.key is not None:
                 failing.setdefault(sf.branch, []).append(sf)
-        if not failing and not self._unsaved_on:
+        if not failing and not self._unsaved_said:
             return  # (the usual case: no KV write)
         said = {b: (sorted(_name(sf) for sf in sfs), len(sfs), str(sfs[0].failure)[:300])
                 for b, sfs in failing.items()}
-        if not again and said == self._unsaved_said and failing.keys() == self._unsaved_on:
+        if not again and said == self._unsaved_said:
             return  # (put already, and saying the same)
-        records: dict = dict.fromkeys(self._unsaved_on - failing.keys())
+        records: dict = dict.fromkeys(self._unsaved_said.keys() - said.keys())
         for branch, (names, count, error) in said.items():
             records[branch] = fences.new_unsaved(names, count, error, spool=str(self.dir))
         try:
@@ -87,7 +86,7 @@ class SaveRetries:
         if self._unsaved_owed:
             log.warning("spool: noted the unsaved writes of this mount on branch(es) %s in the KV",
                         ", ".join(sorted(records)))
-        self._unsaved_on, self._unsaved_said, self._unsaved_owed = frozenset(failing), said, False
+        self._unsaved_said, self._unsaved_owed = said, False
 
     def _finish(self, sf) -> None:
         """``sf`` is saved: let go of its inode; drop it unless a handle opened it again."""

@@ -256,7 +256,8 @@ def test_escape_sequences_are_escaped_on_a_terminal_and_exact_in_json(home, tmp_
 
 
 def test_names_that_could_fake_a_line_or_a_field_are_quoted_as_git_quotes_paths(tmp_path, capsys):
-    """A key with a newline (``x\\n+ evil`` forged a diff line), a tab, a quote or a backslash is
+    """A key with a newline (``x\\n+ evil`` forged a diff line), a tab, a quote, a backslash, a C1
+    control (U+0085 NEL is a line break to ``str.splitlines()``) or a Unicode line separator is
     shown in double quotes with C escapes by diff and fs ls, on a terminal or in a pipe; a plain
     name (spaces and non-ASCII letters included) is shown bare; --json keeps every name exact."""
     import json
@@ -266,7 +267,9 @@ def test_names_that_could_fake_a_line_or_a_field_are_quoted_as_git_quotes_paths(
     src.write_bytes(b"x")
     assert main(["repo", "create", "lakefs://qqq", "--home", str(h)]) == 0
     names = {"new\n+ forged": '"new\\n+ forged"', "tab\tx": '"tab\\tx"', 'q"uote': '"q\\"uote"',
-             "back\\slash": '"back\\\\slash"', "plain name é": "plain name é"}
+             "back\\slash": '"back\\\\slash"', "plain name é": "plain name é",
+             # line breaks to str.splitlines() (and to some terminals) beyond the C0 controls
+             "nel\x85+ forged": '"nel\\u0085+ forged"', "sep\u2028x": '"sep\\u2028x"', "c1\x9b[31m": '"c1\\u009b[31m"'}
     for name in names:
         assert main(["fs", "upload", f"lakefs://qqq/main/d/{name}", "-s", str(src), "--home", str(h)]) == 0
     capsys.readouterr()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -179,10 +180,17 @@ def note(line: str) -> None:
 
 
 def emit_json(obj) -> None:
+    """One JSON line: non-ASCII text as it is, but a line break to ``str.splitlines()`` (U+0085 and
+    the other C1 controls, U+2028, U+2029) \\u-escaped, so each object stays one line to every reader."""
     text = json.dumps(obj, ensure_ascii=False)
     if any(0xD800 <= ord(c) <= 0xDFFF for c in text):  # a name with undecodable bytes: JSON's \\udcNN escapes
         text = json.dumps(obj)
+    elif _JSON_BREAKS.search(text):
+        text = _JSON_BREAKS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     sys.stdout.write(text + "\n")
+
+
+_JSON_BREAKS = re.compile("[\x80-\x9f\u2028\u2029]")
 
 
 def iso(dt: datetime) -> str:

@@ -30,6 +30,10 @@ prefix, :data:`POSIX_PREFIX` (``lakefuse-posix-``):
                            without it the atime is the mtime (reads never update it)
 =========================  ==========================================
 
+A value that no file can have (a mode past ``177777``, an owner, group or device number
+outside 32 bits: another client may write anything) is read as not set; a time outside
+the 64-bit nanoseconds ``stat`` and FUSE carry (1677-09-21 to 2262-04-11) as that end.
+
 Other metadata keys are the user's and are kept as given.
 
 Directory markers: an empty directory made through the mount is the key
@@ -176,19 +180,46 @@ class PosixAttrs:
 
     @staticmethod
     def from_metadata(md: dict[str, str]) -> "PosixAttrs":
-        def num(key: str, base: int) -> int | None:
+        """The attributes ``md`` keeps. A value that does not parse, or that no file can have (a mode
+        past ``0o177777``, an owner or a device number outside 32 bits -- another client may have
+        written anything), counts as not set; a time outside :data:`TIME_NS_MIN`..:data:`TIME_NS_MAX`
+        is that bound (a time is nanoseconds in 64 bits, as ``stat`` and FUSE carry it)."""
+        def num(key: str, base: int, top: int) -> int | None:
             v = md.get(key)
             if v is None:
                 return None
             try:
-                return int(v, base)
+                n = int(v, base)
+            except ValueError:
+                return None
+            return n if 0 <= n <= top else None
+
+        def ns(key: str) -> int | None:
+            v = md.get(key)
+            if v is None:
+                return None
+            try:
+                return clamp_time_ns(int(v, 10))
             except ValueError:
                 return None
 
         return PosixAttrs(
-            num(POSIX_MODE, 8), num(POSIX_UID, 10), num(POSIX_GID, 10), md.get(POSIX_SYMLINK), num(POSIX_MTIME, 10),
-            num(POSIX_ATIME, 10), num(POSIX_RDEV, 10),
+            num(POSIX_MODE, 8, MODE_MAX), num(POSIX_UID, 10, ID_MAX), num(POSIX_GID, 10, ID_MAX), md.get(POSIX_SYMLINK),
+            ns(POSIX_MTIME), ns(POSIX_ATIME), num(POSIX_RDEV, 10, RDEV_MAX),
         )
+
+
+MODE_MAX = 0o177777  # a file's type and permission bits
+ID_MAX = (1 << 32) - 2  # an owner or group (uid_t; its all-ones value is chown(2)'s "unchanged")
+RDEV_MAX = (1 << 32) - 1  # a device number (as FUSE carries it: 32 bits)
+TIME_NS_MIN = -(1 << 63)  # 1677-09-21T00:12:43.145224192Z
+TIME_NS_MAX = (1 << 63) - 1  # 2262-04-11T23:47:16.854775807Z
+
+
+def clamp_time_ns(ns: int) -> int:
+    """``ns`` within the times a file can show (:data:`TIME_NS_MIN`..:data:`TIME_NS_MAX`), as ext4
+    clamps a time past its own range to that range's end."""
+    return TIME_NS_MIN if ns < TIME_NS_MIN else TIME_NS_MAX if ns > TIME_NS_MAX else ns
 
 
 def user_metadata(md: dict[str, str]) -> dict[str, str]:

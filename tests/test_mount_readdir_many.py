@@ -114,3 +114,45 @@ def test_a_long_directory_lists_the_same_either_way(repo, tmp_path):
             m.stop()
     names = [[g[0] for g in got] for got in seen.values()]
     assert all(n == names[0] for n in names)
+
+
+@needs_fuse
+def test_times_stat_cannot_carry_and_owners_no_file_can_have_leave_every_listing_working(repo, tmp_path):
+    """``touch -d 2300-01-01`` (or ``1600-01-01``) of a file, a directory or a branch root made
+    the listing of its directory fail with EIO -- on the branch, in every commit holding it, at
+    the mount root -- because the batched readdir reply could not carry a time past 64-bit
+    nanoseconds; an owner past 32 bits in metadata another client wrote did the same. A time is
+    now clamped to that range as ext4 clamps one past its own, and such an owner counts as unset;
+    the daemon logs no traceback (``clean_mount``)."""
+    import subprocess
+
+    from graveler.objects import POSIX_MTIME, POSIX_UID, TIME_NS_MAX, TIME_NS_MIN
+    from tests.mount_testutil import clean_mount
+
+    repo.upload("main", "d/foreign", b"x", metadata={POSIX_UID: str(1 << 40), POSIX_MTIME: str(10**20)})
+    with clean_mount(repo.config.home, "many", tmp_path / "mnt") as mp:
+        d = mp / "main" / "d"
+        for when, path in (("2300-01-01", d / "f00000"), ("1600-01-01", d / "f00001"), ("2300-01-01", d / "sub"),
+                           ("2300-01-01", mp / "main")):
+            subprocess.run(["touch", "-d", when, str(path)], check=True)
+        want = sorted(FILES_IN_D + ["foreign"])
+
+        def listed(path) -> list[str]:
+            r = subprocess.run(["ls", "-l", "--time-style=+%s", str(path)], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            return sorted(line.split()[-1] for line in r.stdout.splitlines()[1:])
+
+        assert {"main", "v1"} <= set(listed(mp))
+        assert listed(d) == want
+        times = {n: os.stat(d / n).st_mtime_ns for n in ("f00000", "f00001", "sub", "foreign")}
+        assert times == {"f00000": TIME_NS_MAX, "f00001": TIME_NS_MIN, "sub": TIME_NS_MAX, "foreign": TIME_NS_MAX}
+        assert os.stat(mp / "main").st_mtime_ns == TIME_NS_MAX
+        assert os.stat(d / "foreign").st_uid == os.getuid()  # the mount's owner: the stored one is unset
+        assert os.stat(d / "f00002").st_mtime_ns < TIME_NS_MAX  # an ordinary file keeps its own time
+        (mp / "main" / ".lakefuse" / "commit").write_text("times at the ends")
+        commit = mp / "main~0" / "d"
+        assert listed(commit) == want
+        assert {n: os.stat(commit / n).st_mtime_ns for n in times} == times
+
+
+FILES_IN_D = sorted({p.split("/")[1] for p in FILES if p.startswith("d/")})

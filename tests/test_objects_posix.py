@@ -22,3 +22,24 @@ def test_dir_markers_and_reserved_name():
     assert is_dir_marker(b"a/b/") and is_dir_marker("x/") and not is_dir_marker(b"a/b")
     assert has_reserved_component(b".lakefuse") and has_reserved_component("a/.lakefuse/b")
     assert not has_reserved_component(b"a/.lakefuse2") and not has_reserved_component(b"x.lakefuse")
+
+
+def test_values_no_file_can_have_count_as_unset_and_times_past_64_bit_ns_as_the_end():
+    """Another client may write anything into an entry's metadata: a mode, owner or device number
+    out of range is not set (it crashed the mount's listing); a time past int64 nanoseconds (a
+    ``touch -d 2300-01-01`` stored before the mount clamped it) is the range's end. Healthy values
+    up to the very bounds -- and a time before 1970 -- are kept as they are."""
+    from graveler.objects import (ID_MAX, MODE_MAX, POSIX_ATIME, POSIX_GID, POSIX_MODE, POSIX_RDEV,
+                                  POSIX_UID, RDEV_MAX, TIME_NS_MAX, TIME_NS_MIN, clamp_time_ns)
+
+    healthy = PosixAttrs(mode=MODE_MAX, uid=ID_MAX, gid=0, mtime_ns=TIME_NS_MAX, atime_ns=TIME_NS_MIN,
+                         rdev=RDEV_MAX)
+    assert PosixAttrs.from_metadata(healthy.to_metadata()) == healthy
+    old = PosixAttrs(mode=0o100644, uid=1000, gid=1000, mtime_ns=-2_208_988_800 * 10**9, atime_ns=0, rdev=0)
+    assert PosixAttrs.from_metadata(old.to_metadata()) == old  # 1900-01-01 and the epoch itself
+    bad = {POSIX_MODE: format(MODE_MAX + 1, "o"), POSIX_UID: str(ID_MAX + 1), POSIX_GID: "-1",
+           POSIX_RDEV: str(RDEV_MAX + 1), POSIX_MTIME: str(10_413_792_000 * 10**9), POSIX_ATIME: str(-(10**20))}
+    assert PosixAttrs.from_metadata(bad) == PosixAttrs(mtime_ns=TIME_NS_MAX, atime_ns=TIME_NS_MIN)
+    assert PosixAttrs.from_metadata({POSIX_MODE: "-644"}).mode is None
+    assert [clamp_time_ns(v) for v in (TIME_NS_MAX, TIME_NS_MAX + 1, TIME_NS_MIN - 1, 5)] == [
+        TIME_NS_MAX, TIME_NS_MAX, TIME_NS_MIN, 5]

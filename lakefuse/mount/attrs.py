@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from graveler.model import Entry, Value, entry_stat
-from graveler.objects import PosixAttrs
+from graveler.objects import TIME_NS_MAX, TIME_NS_MIN, PosixAttrs, clamp_time_ns
 from lakefuse.mount.inodes import Kind
 
 XATTR_PREFIX = b"user.lakefs."
@@ -155,7 +155,9 @@ class Caller:
 
 @dataclass(frozen=True, slots=True)
 class SetAttr:
-    """Which attributes a setattr changes (None: unchanged)."""
+    """Which attributes a setattr changes (None: unchanged). A time past the range a file can show
+    is that range's end (:func:`graveler.objects.clamp_time_ns`), as ext4 clamps one past its own:
+    ``touch -d 2300-01-01`` keeps 2262-04-11T23:47:16.854775807Z."""
 
     mode: int | None = None
     uid: int | None = None
@@ -163,6 +165,12 @@ class SetAttr:
     size: int | None = None
     mtime_ns: int | None = None
     atime_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("mtime_ns", "atime_ns"):
+            v = getattr(self, name)
+            if v is not None and not TIME_NS_MIN <= v <= TIME_NS_MAX:
+                object.__setattr__(self, name, clamp_time_ns(v))
 
 
 class AttrRules:

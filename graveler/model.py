@@ -24,6 +24,16 @@ from graveler.errors import CorruptedData
 from graveler.proto import catalog_pb2, committed_pb2
 from graveler.varint import get_varint, put_varint
 
+TIME_NS_MIN = -(1 << 63)  # 1677-09-21T00:12:43.145224192Z: times are nanoseconds in 64 bits,
+TIME_NS_MAX = (1 << 63) - 1  # 2262-04-11T23:47:16.854775807Z  as stat and FUSE carry them
+
+
+def clamp_time_ns(ns: int) -> int:
+    """``ns`` within :data:`TIME_NS_MIN`..:data:`TIME_NS_MAX` (a stored time past them -- a
+    protobuf timestamp can hold any year -- is read as the nearer end, as ext4 clamps a time past
+    its own range to that range's end)."""
+    return TIME_NS_MIN if ns < TIME_NS_MIN else TIME_NS_MAX if ns > TIME_NS_MAX else ns
+
 
 class Value(NamedTuple):
     identity: bytes
@@ -135,7 +145,7 @@ class Entry:
             address=pb.address,
             size=pb.size,
             etag=pb.e_tag,
-            last_modified_ns=ts.seconds * 1_000_000_000 + ts.nanos,
+            last_modified_ns=clamp_time_ns(ts.seconds * 1_000_000_000 + ts.nanos),
             metadata=dict(pb.metadata),
             address_type=AddressType(pb.address_type) if pb.address_type in (0, 1, 2) else AddressType.RELATIVE,
             content_type=pb.content_type,
@@ -283,7 +293,7 @@ def entry_stat(v: Value) -> tuple[int, int, dict[str, str] | None]:
     pb = _parse_entry_pb(v)
     ts = pb.last_modified
     md = pb.metadata
-    return pb.size, ts.seconds * 1_000_000_000 + ts.nanos, (dict(md) if len(md) else None)
+    return pb.size, clamp_time_ns(ts.seconds * 1_000_000_000 + ts.nanos), (dict(md) if len(md) else None)
 
 
 def py_entry_stats(values) -> list[tuple[int, int] | None]:

@@ -96,7 +96,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator
 
 from graveler.errors import CorruptedData, InvalidArgument, NotFound, StoreUnavailable
-from graveler.model import AddressType, Entry
+from graveler.model import TIME_NS_MAX, TIME_NS_MIN, AddressType, Entry, clamp_time_ns  # noqa: F401 (theirs)
 from graveler.objstore.uri import FILE, StorageURI
 
 log = logging.getLogger(__name__)
@@ -212,14 +212,6 @@ class PosixAttrs:
 MODE_MAX = 0o177777  # a file's type and permission bits
 ID_MAX = (1 << 32) - 2  # an owner or group (uid_t; its all-ones value is chown(2)'s "unchanged")
 RDEV_MAX = (1 << 32) - 1  # a device number (as FUSE carries it: 32 bits)
-TIME_NS_MIN = -(1 << 63)  # 1677-09-21T00:12:43.145224192Z
-TIME_NS_MAX = (1 << 63) - 1  # 2262-04-11T23:47:16.854775807Z
-
-
-def clamp_time_ns(ns: int) -> int:
-    """``ns`` within the times a file can show (:data:`TIME_NS_MIN`..:data:`TIME_NS_MAX`), as ext4
-    clamps a time past its own range to that range's end."""
-    return TIME_NS_MIN if ns < TIME_NS_MIN else TIME_NS_MAX if ns > TIME_NS_MAX else ns
 
 
 def user_metadata(md: dict[str, str]) -> dict[str, str]:

@@ -53,12 +53,13 @@ def test_unusual_bytes_are_left_to_entry_stat(data):
 
 def test_edge_cases_are_left_to_entry_stat_or_decoded_alike():
     """Seconds whose nanoseconds overflow int64, a field number past 2**29 - 1, a string that is
-    not ASCII, a varint that runs off the end: None (entry_stat decides); an empty entry: (0, 0)."""
+    not ASCII, a varint that runs off the end: None (entry_stat decides, a time past 64-bit ns as
+    that range's end); an empty entry: (0, 0)."""
     pb = catalog_pb2.Entry(address="a", size=1, e_tag="e")
     pb.last_modified.seconds, pb.last_modified.nanos = 10**10, 5
     big = Value(b"", pb.SerializeToString())
     odd = [big, Value(b"", b"\x80\x80\x80\x80\x10\x00%\x00\x00\x00\x00"), Value(b"", b"\n\x01\x80"),
            Value(b"", b"\x18\x80")]
     assert _centries.entry_stats(odd) == [None] * len(odd)
-    assert entry_stat(big)[1] == 10**19 + 5
+    assert entry_stat(big)[1] == (1 << 63) - 1  # (year 2286: past 64-bit ns, the range's end: TIME_NS_MAX)
     assert _centries.entry_stats([Value(b"", b"")]) == py_entry_stats([Value(b"", b"")]) == [(0, 0)]

@@ -43,3 +43,19 @@ def test_values_no_file_can_have_count_as_unset_and_times_past_64_bit_ns_as_the_
     assert PosixAttrs.from_metadata({POSIX_MODE: "-644"}).mode is None
     assert [clamp_time_ns(v) for v in (TIME_NS_MAX, TIME_NS_MAX + 1, TIME_NS_MIN - 1, 5)] == [
         TIME_NS_MAX, TIME_NS_MAX, TIME_NS_MIN, 5]
+
+
+def test_an_entry_stored_with_a_year_past_2262_reads_as_the_range_end_by_every_decoder():
+    """A protobuf timestamp holds any year (another client's entry, a crafted range); its
+    nanoseconds past 64 bits are read as the range's end, by the reference decoder, the one a
+    listing uses and the compiled listing kernel's fallback alike; an ordinary time is as stored."""
+    from graveler.model import TIME_NS_MAX, TIME_NS_MIN, Entry, Value, entry_stat, entry_stats, py_entry_proto
+
+    for ns, shown in ((10_413_792_000 * 10**9, TIME_NS_MAX), (-(10**20), TIME_NS_MIN),
+                      (1_700_000_000_123_456_789, 1_700_000_000_123_456_789)):
+        data = py_entry_proto("data/x", 1, "e", ns, {}, 0, "")  # (the protobuf library's own encoding)
+        assert Entry.from_proto_bytes(data).last_modified_ns == shown
+        v = Value(b"identity", data)
+        assert entry_stat(v)[1] == shown
+        got = entry_stats([v])[0]
+        assert got is None or got[1] == shown  # (None: the caller asks entry_stat, above)

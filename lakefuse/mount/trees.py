@@ -23,6 +23,7 @@ import time
 
 from graveler.errors import GravelerError
 from graveler.locks import RWLock
+from graveler.model import clamp_time_ns
 from graveler.objects import ROOT_MARKER
 from graveler.view import View
 
@@ -320,7 +321,8 @@ class Tree:
 
     @property
     def mtime_ns(self) -> int:
-        return int(self.view.commit.creation_date.timestamp()) * 1_000_000_000
+        # (a foreign commit may carry any year)
+        return clamp_time_ns(int(self.view.commit.creation_date.timestamp()) * 1_000_000_000)
 
 
 class TreeLocks:

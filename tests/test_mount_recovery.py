@@ -380,3 +380,58 @@ def test_a_cut_short_rename_that_was_discarded_is_not_replayed_by_the_next_mount
     WritableFilesystem(repo, spool=Spool(repo, cfg)).writes.recover()  # the next mount
     assert sorted(it.path for it in repo.list(branch, b"", delimiter=b"")) == before  # nothing came back
     assert not repo.has_uncommitted(branch) and repo.fence_of(branch) is None
+
+
+def test_saved_versions_whose_names_the_pool_had_not_removed_are_dropped_as_saved(tmp_path, monkeypatch):
+    """Found by an embedded-database user's tour: a daemon killed within a second of a few
+    saves (before the pool's thread removed the names of the spool files a local store had
+    taken as objects) left those names, and the next mount announced a saved -- even
+    committed -- version as "NOT recovered ... another writer or host" and moved it into
+    recovered/ as another name of the committed object: editing that "copy" changed the commit.
+    Each save now notes itself in the journal before its name is left to the pool's thread."""
+    repo = make_repo(tmp_path)
+    cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    dead = Spool(repo, cfg)
+    monkeypatch.setattr(dead.pool, "discard", lambda name, then: None)  # killed before the pool's thread ran
+    sf = dead.open(1, "main", b"f.bin", None, PosixAttrs(mode=0o100644), new=True)
+    sf.write(0, b"AAAA")
+    assert sf.flush() is not None
+    c1 = repo.commit("main", "c1")
+    sf.truncate(0)  # printf BBBB > f.bin
+    sf.write(0, b"BBBB")
+    assert sf.flush() is not None
+    left = [p for p in dead.dir.glob("*.data") if p.stat().st_nlink == 2]  # the store's objects' other names
+    assert len(left) == 2  # (beside the pool's empty files made ahead)
+    os.close(dead._lock_fd)
+    report = Spool(repo, cfg).recover()
+    assert [(r.key, r.action) for r in report.files] == [("f.bin", "saved")] * 2 and report.kept == []
+    assert repo.read("main", "f.bin") == b"BBBB" and repo.read(c1.id, "f.bin") == b"AAAA"
+    assert not any(p.exists() for p in left) and not (cfg.root / RECOVERED_DIR).exists()
+
+
+@pytest.mark.expect_log("the kept file is reported as a warning")
+def test_a_kept_leftover_the_store_took_as_an_object_is_kept_as_a_file_of_its_own(tmp_path, monkeypatch):
+    """A leftover a local store had linked in as an object when the daemon died, its save not
+    staged, and the branch showing another writer's version since: it is kept in recovered/ as a
+    file of its own (it was moved there as another name of the stored object)."""
+    repo = make_repo(tmp_path)
+    cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    dead = Spool(repo, cfg)
+    sf = dead.open(1, "main", b"f", None, PosixAttrs(mode=0o100644), new=True)
+    sf.write(0, b"linked, never staged")
+
+    def stage_stamped(*a, **k):
+        raise StoreUnavailable("the daemon died between the object and its staging")
+
+    monkeypatch.setattr(repo, "stage_stamped", stage_stamped)
+    with pytest.raises(StoreUnavailable):
+        sf.flush()
+    monkeypatch.undo()
+    assert [p for p in dead.dir.glob("*.data") if p.stat().st_nlink == 2]  # linked in as an object
+    repo.upload("main", "f", b"another writer's")
+    os.close(dead._lock_fd)
+    report = Spool(repo, cfg).recover()
+    (kept,) = report.kept
+    assert "another version" in kept.reason and os.stat(kept.recovered_path).st_nlink == 1
+    assert open(kept.recovered_path, "rb").read() == b"linked, never staged"
+    assert repo.read("main", "f") == b"another writer's"

@@ -286,6 +286,7 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
         if dest.exists() or not _inside(out_dir, dest):
             dest = out_dir / "unknown-branch" / data.stem
         dest.parent.mkdir(parents=True, exist_ok=True)
+        _own_copy(data)  # kept for the user: never another name of a stored (perhaps committed) object
         shutil.move(str(data), dest)
         report.files.append(Recovered(branch, key, size, "kept", str(dest), reason))
         log.warning("spool: unsaved content of %s on branch %s (%d bytes) kept in %s, not staged: %s",

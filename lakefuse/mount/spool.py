@@ -463,16 +463,18 @@ class SpoolFile:
             if durable:
                 self.spool.stats["syncs"] += 1
             self._pending, self._expect, self.failure = None, _UNSET, None
-            if self.loaded and self._fd is not None and os.fstat(self._fd).st_nlink > 1:
-                self._handed_over(entry)
             self._saved_gen = gen
             self.saved = entry
             self.known = entry.identity()
-            if self._fd is not None and self.on_disk:  # the spool copy stays until the last close: note it is saved
+            if self._fd is not None and self.on_disk:
+                # note it is saved: its copy stays until the last close -- handed over to the store, until the
+                # pool's thread removes its name: a crash before leaves a copy recovery must find saved
                 try:
                     self._write_sidecar()
                 except OSError as e:  # the save stands; recovery then compares with the branch
                     log.warning("spool: cannot note the save of %s in %s: %s", self.key, self.spool.journal.path, e)
+            if self.loaded and self._fd is not None and os.fstat(self._fd).st_nlink > 1:
+                self._handed_over(entry)
             return entry
 
     def stage_create(self) -> tuple[int, bytes | None, Entry, list] | None:

@@ -913,6 +913,52 @@ def test_a_criss_cross_merge_takes_git_s_virtual_base_not_one_base_of_two(tmp_pa
     assert e.value.keys == [b"k"]  # f, g and h merge as before
 
 
+def test_a_key_both_merge_bases_added_apart_is_in_the_virtual_base_so_a_deletion_of_it_conflicts(tmp_path):
+    """Found by a git/lakeFS power user's differential fuzz against git: p and q each add f their
+    own way (B, C) and merge each other's first commit keeping their own (criss-cross), then p
+    deletes f. Merging q into p brought f=C back, exit 0: the virtual base left f out (the
+    bases' own base has none), so q's f looked like an addition. git's virtual base keeps such a
+    path (with content of its own): modify/delete, a conflict -- ours now too; where both sides
+    still agree the merge stays clean."""
+    from graveler.errors import MergeConflict
+    from graveler.model import MergeStrategy
+
+    def history(name: str, p_last: str | None, q_last: str | None):
+        r = make_repo(tmp_path, name)
+        r.stage("main", "base", entry("0"))
+        r.commit("main", "B")
+        r.create_branch("p", "main")
+        r.create_branch("q", "main")
+        r.stage("p", "f", entry("B"))
+        p1 = r.commit("p", "p1")
+        r.stage("q", "f", entry("C"))
+        q1 = r.commit("q", "q1")
+        r.create_branch("p1", p1.id)
+        r.create_branch("q1", q1.id)
+        r.merge("q1", "p", strategy=MergeStrategy.DEST_WINS)  # p keeps B
+        r.merge("p1", "q", strategy=MergeStrategy.DEST_WINS)  # q keeps C
+        for b, last in (("p", p_last), ("q", q_last)):
+            if last != "keep":
+                r.stage(b, "f", None if last is None else entry(last))
+                r.stage(b, "other-" + b, entry(b))
+                r.commit(b, f"{b}2")
+        return r
+
+    r = history("deleted", None, "keep")
+    with pytest.raises(MergeConflict) as e:
+        r.merge("q", "p")
+    assert e.value.keys == [b"f"] and not r.exists("p", "f")
+    r = history("both-deleted", None, None)  # both sides gave it up: clean, and it stays gone
+    r.merge("q", "p")
+    assert not r.exists("p", "f") and r.exists("p", "other-q")
+    r = history("both-same", "D", "D")  # both made it the same: clean
+    r.merge("q", "p")
+    assert contents(r, "p")[b"f"] == "D"
+    r = history("apart", "keep", "keep")  # still B against C: a conflict, as before
+    with pytest.raises(MergeConflict):
+        r.merge("q", "p")
+
+
 @pytest.mark.parametrize("op", ["commit", "reset", "delete_branch", "merge"])
 def test_a_head_move_that_succeeded_is_reported_so_when_its_staging_cleanup_fails(tmp_path, caplog, op):
     """Found by an SRE cutting the KV's connections as a commit moved the head: the cleanup of

@@ -19,6 +19,11 @@ from graveler.errors import MergeConflict
 from graveler.model import Entry, MergeStrategy, Value, decode_value
 
 MAX_CONFLICTS_REPORTED = 1000  # conflicting keys kept for the error; all of them are counted
+# A key two merge bases added with different content, in their virtual base: a value no entry can
+# have (its identity is not a digest), an empty object's entry to a reader, so that the outer merge
+# sees each side's version of it as that side's change -- a side that deleted it and one that kept
+# it conflict (git: modify/delete), where with no value at all the kept one came back as an addition.
+_ADDED_APART = Value(b"lakefuse: added apart in a virtual merge base", Entry("", 0, "").to_value().data)
 
 
 def _same(a: Value | None, b: Value | None) -> bool:
@@ -64,7 +69,8 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
     ``conflicts_to_base``: a conflict takes the base's value instead (never fails): the merge of
     two merge bases into a virtual one (:meth:`graveler.commits.Commits.merge`), where, as in
     git's recursive merges of binary files, what the two bases disagree on stays as their own
-    base had it -- the outer merge then sees each side's value as its own change.
+    base had it -- the outer merge then sees each side's value as its own change; a key both
+    added differently takes a value of its own (``_ADDED_APART``), for the same reason.
     """
     conflicts: list[bytes] = []
     n_conflicts = 0
@@ -83,7 +89,9 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
         elif strategy is MergeStrategy.DEST_WINS:
             continue
         elif conflicts_to_base:
-            change = base_v
+            # (both sides added the key, each its own way: a value no side has, as git's virtual base
+            # keeps such a path with content of its own, so the outer merge sees each side's as a change)
+            change = base_v if base_v is not None else _ADDED_APART
         elif (decided := _marker_change(key, src_v, dest_v))[0]:
             if decided[1] is None:
                 continue  # the destination's marker stays

@@ -32,7 +32,7 @@ from typing import Callable
 
 import diskcache
 
-from graveler.errors import CorruptedData, StoreUnavailable
+from graveler.errors import CorruptedData, InvalidArgument, StoreUnavailable
 from graveler.objstore.base import Fingerprint, ObjectInfo, ObjectStore, file_fingerprint, map_file, private_dir
 
 log = logging.getLogger(__name__)
@@ -156,9 +156,15 @@ class CheckMemo:
                 if self._pid != pid:
                     self._db_handle = None
                     try:
+                        # diskcache unpickles what its rows say: a memo another user may write (root
+                        # running on someone's home) would run their code as this user -- and may
+                        # call any table checked: this process then keeps its own memo only
+                        private_dir(self.directory)  # (made 0700)
                         # least-recently-stored: a lookup is a read, not a write of its access time
                         self._db_handle = open_diskcache(self.directory, size_limit=self.max_bytes,
                                                          eviction_policy="least-recently-stored")
+                    except InvalidArgument as exc:
+                        self._warn("the check of its directory", exc)
                     except _CACHE_ERRORS as exc:
                         self._warn("open", exc)
                     self._pid = pid

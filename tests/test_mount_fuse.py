@@ -426,6 +426,27 @@ def test_mount_failures_say_why(world, tmp_path):
     assert r.returncode != 0 and "not a directory" in r.stderr
 
 
+def test_a_log_file_that_is_a_symbolic_link_is_never_written_through(tmp_path):
+    """Found by a tour as a non-root user's admin: root mounting a repository of a user's home
+    appended its daemon's log through a symbolic link that user put at ``<home>/logs/mount-REPO.log``
+    -- to any file. A log is opened without following links now: the mount is refused, saying
+    why, the file the link names untouched; a log file that is a plain file is appended to."""
+    home = tmp_path / "home"
+    r = subprocess.run(lakefuse_cmd(home, "repo", "create", "lakefs://logs"), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    (home / "logs").mkdir()
+    (home / "logs" / "mount-logs.log").symlink_to(victim)
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    for extra in ([], ["-f", "--log", str(home / "logs" / "mount-logs.log")]):
+        r = subprocess.run(lakefuse_cmd(home, "mount", "lakefs://logs", str(mp), *extra), capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode != 0 and "symbolic link" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert victim.read_text() == "root's file\n" and not is_mounted(mp)
+
+
 def test_a_second_daemon_starting_on_a_mount_point_another_is_mounting_is_refused(world, tmp_path):
     """Two ``mount -f`` started together both found the mount point free, and the second mounted
     over the first. A daemon holds the directory it mounts over (``flock``) from its check on:

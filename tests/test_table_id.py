@@ -129,6 +129,60 @@ def test_memo_failures_mean_checking_again(tmp_path, caplog):
     assert not CheckMemo(str(tmp_path / "ok")).checked("file:///x/_lakefs/t", (1, 2, 3, 4, 6))
 
 
+@pytest.mark.expect_log("the memo refused is said once")
+@pytest.mark.parametrize("how", ["another user's", "writable by others"])
+def test_a_memo_another_user_may_write_is_never_opened(tmp_path, caplog, how):
+    """Found by a tour as a non-root user's admin: root running lakefuse on a user's home
+    (``--home``) opened its table-check memo, a diskcache that unpickles what its rows say: the
+    user planted a row that ran ``id`` as root. A memo directory another user owns or may write
+    is not opened now (one warning; tables are checked again); a memo that is this user's --
+    0700 as made now, or 0755 as older versions left it -- is used as before."""
+    import os
+    import pickle
+
+    import diskcache
+
+    from graveler.cache import CheckMemo
+
+    ran = tmp_path / "ran"
+    memo_dir = tmp_path / "memo"
+    planted = diskcache.Cache(str(memo_dir))
+    planted.set("file:///x/_lakefs/t", _Planted(str(ran)))  # a row diskcache unpickles on read
+    planted.close()
+    assert pickle.loads(pickle.dumps(_Planted(str(tmp_path / "proof")))) is None and (tmp_path / "proof").exists()
+    if how == "another user's":
+        for p in (memo_dir, *memo_dir.iterdir()):
+            os.chown(p, 4242, 4242)
+    else:
+        memo_dir.chmod(0o777)
+    memo = CheckMemo(str(memo_dir))
+    assert not memo.checked("file:///x/_lakefs/t", (1, 2, 3, 4, 5)) and not ran.exists()
+    memo.remember("file:///x/_lakefs/u", (1, 2, 3, 4, 5))
+    assert memo.checked("file:///x/_lakefs/u", (1, 2, 3, 4, 5))  # this process's own memo
+    assert sum("table check memo" in r.getMessage() for r in caplog.records) == 1
+    for mode in (0o700, 0o755):  # healthy: this user's, whatever mode an older version made it with
+        mine = tmp_path / f"mine{mode:o}"
+        mine.mkdir(mode=mode)
+        mine.chmod(mode)
+        CheckMemo(str(mine)).remember("file:///x/_lakefs/t", (1, 2, 3, 4, 5))
+        assert CheckMemo(str(mine)).checked("file:///x/_lakefs/t", (1, 2, 3, 4, 5))
+    assert sum("table check memo" in r.getMessage() for r in caplog.records) == 1
+
+
+class _Planted:
+    """An object whose unpickling makes file ``path`` (what a planted row could do instead)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (_touch, (self.path,))
+
+
+def _touch(path: str) -> None:
+    open(path, "w").close()
+
+
 @pytest.mark.s3
 def test_s3_wrong_table_in_the_store_is_corrupted_and_not_cached(tmp_path, s3_bucket, s3_config):
     g, repo, r_main, r_other = _two_ranges(tmp_path, f"s3://{s3_bucket}/ns", s3_config)

@@ -326,7 +326,7 @@ def cmd_mount(args) -> int:
 
     if args.log:
         os.makedirs(os.path.dirname(os.path.abspath(args.log)), exist_ok=True)
-        handler = logging.FileHandler(args.log)
+        handler = daemon.LogFile(args.log)
         # (the pid: two mounts of one repository share the default log file)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))
         root = logging.getLogger()

@@ -508,6 +508,27 @@ async def _announce_ready(mountpoint: str, read_ahead_kb: int = 0) -> None:
 # ---------------------------------------------------------------------- daemonizing
 
 
+def open_log(path: str) -> int:
+    """A descriptor appending to log file ``path`` -- never through a symbolic link (``ELOOP``): in a home
+    another user owns (root mounting their repository) such a link would have this process append to a
+    file of their choosing."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise OSError(errno.ELOOP, "the log file is a symbolic link, which a log is never written through "
+                                   "(one in a home another user may write could point at any file): remove it, "
+                                   "or name another file with --log", path) from None
+
+
+class LogFile(logging.FileHandler):
+    """:class:`logging.FileHandler` on :func:`open_log`."""
+
+    def _open(self):
+        return os.fdopen(open_log(self.baseFilename), "a", encoding=self.encoding or "utf-8", errors=self.errors)
+
+
 def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0, env: dict[str, str] | None = None,
                  notices: list[str] | None = None) -> int:
     """Run ``argv`` (a ``lakefuse mount ... -f`` command line) as a daemon in a new
@@ -522,7 +543,7 @@ def start_daemon(argv: list[str], log_path: str, timeout: float = 60.0, env: dic
         sock.bind(sock_path)
         sock.settimeout(0.1)
         os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-        with open(log_path, "ab") as logf:
+        with os.fdopen(open_log(log_path), "ab") as logf:
             log_start = logf.tell()  # (what the daemon says from here on: its reason, if it fails)
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd="/", start_new_session=True,

@@ -583,6 +583,14 @@ def test_unlink_open_file_detaches_it(fs, repo, kv_backend):
 
 
 def test_mkdir_at_root_makes_a_branch_and_rmdir_is_eperm(fs, repo):
+    """... and the kernel lets the mounting user try: a writable mount's root is 0755, its owner the
+    mounting user (a non-root user's tour found it 0555: ``mkdir MOUNT/NEW`` was EACCES in the kernel,
+    before the daemon, for anyone but root); a read-only mount's stays 0555."""
+    from lakefuse.mount.fs import Filesystem
+
+    root = fs.getattr(ROOT_INO)
+    assert stat.S_ISDIR(root.mode) and stat.S_IMODE(root.mode) == 0o755 and root.uid == fs.config.uid
+    assert stat.S_IMODE(Filesystem(repo, fs.config).getattr(ROOT_INO).mode) == 0o555
     fs.mkdir(ROOT_INO, b"feature", stat.S_IFDIR | 0o755, ME)
     assert repo.get_branch("feature").commit_id == repo.get_commit("main").id
     assert fs_errno(fs.mkdir, ROOT_INO, b"feature", 0o755, ME) == errno.EEXIST

@@ -146,6 +146,8 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
         root = self.inodes.get(ROOT_INO)
         timeout = self.config.branch_timeout
         root.attr = self.rules.dir_attr(ROOT_INO, self.started_ns, timeout, timeout)
+        if writable:  # mkdir makes a branch: the kernel lets the mounting user try only in a root it may write
+            root.attr.mode = stat.S_IFDIR | 0o755
 
     @staticmethod
     def _with_ino(attr: Attr, ino: int) -> Attr:

@@ -810,6 +810,26 @@ def test_listing_a_directory_gone_behind_the_mount_is_enoent_not_empty(fs, repo)
     assert readdir_all(fs, ino_of(fs, "bare")) == []
 
 
+@pytest.mark.parametrize("mode, uid, kept", [
+    (0o4755, 1000, 0o755), (0o2755, 1000, 0o755), (0o6755, 1000, 0o755), (0o2745, 1000, 0o2745),
+    (0o4755, 0, 0o4755), (0o755, 1000, 0o755)])
+def test_an_unprivileged_open_with_o_trunc_clears_set_id_bits_as_ext4(repo, tmp_path, mode, uid, kept):
+    """Found by a non-root user's tour: ``: > f`` (open with O_TRUNC, nothing written) kept a
+    set-user-ID or group-executable set-group-ID file's bits, where ext4 clears them for any caller
+    without CAP_FSETID (the kernel does it for ftruncate and writes, but leaves an atomic O_TRUNC
+    open to the daemon); a set-group-ID bit without group-exec, and root's truncation, keep them."""
+    with writable_core(repo, tmp_path / "cache") as fs:
+        o, attr = fs.create(ino_of(fs, "main"), b"f", 0o644, os.O_WRONLY, ME)
+        fs.write(o.fh, 0, b"old")
+        fs.release(o.fh)
+        fs.setattr(attr.ino, SetAttr(mode=mode))
+        o = fs.open(attr.ino, os.O_WRONLY | os.O_TRUNC, False, uid)
+        fs.release(o.fh)
+        got = fs.getattr(attr.ino)
+        assert (stat.S_IMODE(got.mode), got.size) == (kept, 0)
+        assert stat.S_IMODE(PosixAttrs.from_metadata(repo.get("main", "f").metadata).mode) == kept
+
+
 def test_entries_made_in_a_set_group_id_directory_take_its_group(repo, tmp_path):
     """As Linux's ``inode_init_owner``: a file, directory, symlink or FIFO made in a set-group-ID
     directory takes the directory's group (not the caller's), and a new subdirectory keeps the
@@ -826,6 +846,7 @@ def test_entries_made_in_a_set_group_id_directory_take_its_group(repo, tmp_path)
             "link": fs.symlink(d, b"link", b"file", ME),
             "fifo": fs.mknod(d, b"fifo", stat.S_IFIFO | 0o600, ME),
             "setgid": fs.create(d, b"setgid", 0o2755, os.O_WRONLY, ME),
+            "setgid-noexec": fs.create(d, b"setgid-noexec", 0o2745, os.O_WRONLY, ME),
         }
         for name, got in made.items():
             if isinstance(got, tuple):
@@ -836,6 +857,8 @@ def test_entries_made_in_a_set_group_id_directory_take_its_group(repo, tmp_path)
             assert attr.uid == 1000
         assert fs.getattr(made["sub"].ino).mode == stat.S_IFDIR | 0o2755
         assert fs.getattr(made["setgid"][1].ino).mode == stat.S_IFREG | 0o755  # (ME is not in group 4242)
+        # without group-exec the bit stays (Linux's mode_strip_sgid; a non-root user's tour found it dropped)
+        assert fs.getattr(made["setgid-noexec"][1].ino).mode == stat.S_IFREG | 0o2745
         deeper = fs.mkdir(made["sub"].ino, b"deeper", 0o700, ME)
         assert (fs.getattr(deeper.ino).gid, fs.getattr(deeper.ino).mode) == (4242, stat.S_IFDIR | 0o2700)
         plain = fs.mkdir(main, b"plain", 0o755, ME).ino

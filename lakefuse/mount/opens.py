@@ -59,7 +59,7 @@ class Opens:
             told = node.attr  # (what the kernel was last told of the inode, if anything: before any retry)
             for _ in range(_MOVED_RETRIES):
                 try:
-                    return self._open_tree_file(node, flags, writing, passthrough, told)
+                    return self._open_tree_file(node, flags, writing, passthrough, told, uid)
                 except _Moved:
                     self.stats.add("opens_moved_retried")  # (the branch moved under the open: again, at once)
             self._stale(node)
@@ -71,18 +71,19 @@ class Opens:
             self.stats.add("opens_stale")
             raise FsError(errno.ESTALE, f"{e}: the kernel looks the name up again") from None
 
-    def _open_tree_file(self, node: Node, flags: int, writing: bool, passthrough: bool, told=None) -> Opened:
+    def _open_tree_file(self, node: Node, flags: int, writing: bool, passthrough: bool, told=None,
+                        uid: int | None = None) -> Opened:
         ino = node.ino
         if node.kind == Kind.FILE and not node.tree.immutable and self.writes is not None and self.spool is not None:
             if writing:
                 self.backings.wrote(node.key)
             if writing or self.spool.get(ino) is not None:
                 if not passthrough:
-                    return self.writes.open_spooled(node, flags, writing)
+                    return self.writes.open_spooled(node, flags, writing, uid)
                 if not self.backings.hold(node.ino):
                     self.backings.writer_waits(node.key)  # (its retry must find the next inode unbound)
                     self._stale(node)
-                return self._admitted(node, False, self.writes.open_spooled, node, flags, writing)
+                return self._admitted(node, False, self.writes.open_spooled, node, flags, writing, uid)
         if writing:
             self.check_writable(ino)
         if node.kind != Kind.FILE:

@@ -305,7 +305,7 @@ class BranchWrites:
 
     # ------------------------------------------------------------------ open for writing
 
-    def open_spooled(self, node: Node, flags: int, writing: bool) -> Opened:
+    def open_spooled(self, node: Node, flags: int, writing: bool, uid: int | None = None) -> Opened:
         tree: Tree = node.tree
         # (held at once if there is one: a spool file looked at, then opened, may be dropped between
         # -- its last handle's save -- and a new one would start from nothing: a hole, saved)
@@ -323,6 +323,9 @@ class BranchWrites:
         try:
             if flags & os.O_TRUNC and writing:
                 sf.truncate(0)
+                if uid not in (None, 0) and self._kill_setid(sf):
+                    node.stamp = -1  # (its mode changed: read again once saved)
+                    self.fs.kernel_attrs_stale(node.ino)
         except BaseException:
             self.spool.release(node.ino)
             raise
@@ -335,6 +338,21 @@ class BranchWrites:
         # there, not yet in the daemon, and a cached reader would read that page again too early.
         direct = not writing and self.fs.dio_mmap
         return Opened(self.fs.new_fh(SpoolHandle(node, sf, writing, self.spool)), direct, direct)
+
+    def _kill_setid(self, sf) -> bool:
+        """A truncation by ``open(O_TRUNC)`` of a caller without CAP_FSETID clears the file's set-user-ID
+        bit, and its set-group-ID bit if group-executable, as ext4's (``should_remove_suid``): the
+        kernel does it for ftruncate and writes, but leaves an atomic ``O_TRUNC`` open to the daemon.
+        (uid 0 stands for the capability.) Whether anything changed."""
+        with sf.lock:
+            m = sf.attrs.mode
+            if m is None:
+                return False
+            kill = (stat.S_ISUID if m & stat.S_ISUID else 0) | \
+                (stat.S_ISGID if m & (stat.S_ISGID | stat.S_IXGRP) == stat.S_ISGID | stat.S_IXGRP else 0)
+            if kill:
+                self._apply_attrs(sf, SetAttr(mode=m & ~kill))
+            return bool(kill)
 
     def _attrs_for(self, node: Node, pa: PosixAttrs | None) -> PosixAttrs:
         a = node.attr
@@ -370,14 +388,16 @@ class BranchWrites:
     def new_owner(parent: Node, caller: Caller, mode: int) -> PosixAttrs:
         """The mode, owner and group of a new entry of ``parent`` made by ``caller``, as Linux
         gives them (``inode_init_owner``): in a set-group-ID directory the directory's group,
-        and a new subdirectory keeps the bit; a set-group-ID file made there by someone outside
-        that group (whose primary group is another, unless root) loses it."""
+        and a new subdirectory keeps the bit; a set-group-ID file made there group-executable by
+        someone outside that group (whose primary group is another, unless root) loses it
+        (``mode_strip_sgid``: without group-exec the bit marks mandatory locking, and stays)."""
         pa = parent.attr
         if pa is None or not pa.mode & stat.S_ISGID:
             return PosixAttrs(mode=mode, uid=caller.uid, gid=caller.gid)
         if stat.S_ISDIR(mode):
             mode |= stat.S_ISGID
-        elif mode & stat.S_ISGID and caller.uid != 0 and caller.gid != pa.gid:
+        elif mode & (stat.S_ISGID | stat.S_IXGRP) == stat.S_ISGID | stat.S_IXGRP and caller.uid != 0 \
+                and caller.gid != pa.gid:
             mode &= ~stat.S_ISGID
         return PosixAttrs(mode=mode, uid=caller.uid, gid=pa.gid)
 

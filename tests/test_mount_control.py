@@ -196,6 +196,42 @@ def test_only_directory_times_changed_is_nothing_to_commit_as_status_says(repo, 
     assert repo.get_commit(c3["id"]).id == repo.get_branch("main").commit_id
 
 
+@pytest.mark.expect_log("the refused request (a real change) is logged as a warning")
+@pytest.mark.parametrize("op", ["merge", "revert"])
+def test_only_directory_times_changed_leaves_a_branch_clean_for_a_merge_or_a_revert(repo, controls, op):
+    """Found by a git power user's tour: a temp file made and removed in a directory (its marker's
+    mtime moved) left ``status`` empty and a commit "nothing to commit", yet a merge or a revert
+    through the control file refused the branch as having uncommitted changes (EBUSY) -- the only
+    way out a reset. As git, which sees no directories, those times are given up and the request
+    goes on; a real change (a mode) still refuses it."""
+    from graveler.errors import DirtyBranch
+    from graveler.model import Entry
+    from graveler.objects import POSIX_MODE, POSIX_MTIME
+
+    def marker(**md) -> Entry:
+        return Entry(address="data/none", size=0, etag="d41d8cd98f00b204e9800998ecf8427e", last_modified_ns=1,
+                     metadata=md)
+
+    repo.stage("main", "loads/", marker(**{POSIX_MODE: "40755", POSIX_MTIME: "1"}))
+    repo.upload("main", "loads/a", b"a")
+    repo.commit("main", "a load")
+    repo.create_branch("dev", "main")
+    repo.upload("dev", "b", b"b")
+    c2 = repo.commit("dev", "b")
+    repo.upload("main", "c", b"c")
+    c3 = repo.commit("main", "c")  # (a revert's target)
+    request = b"dev" if op == "merge" else c3.id.encode()
+    repo.stage("main", "loads/", marker(**{POSIX_MODE: "40700", POSIX_MTIME: "2"}))  # chmod 700 loads: a change
+    with pytest.raises(DirtyBranch):
+        controls.execute("main", op, request)
+    repo.stage("main", "loads/", marker(**{POSIX_MODE: "40755", POSIX_MTIME: "3"}))  # back, times moved: none
+    assert controls.outcome("main", "status") == b""
+    done = controls.execute("main", op, request)["commit"]
+    assert repo.get_branch("main").commit_id == done["id"]
+    assert repo.exists("main", "b") if op == "merge" else not repo.exists("main", "c")
+    assert not list(repo.diff_uncommitted("main")) and c2.id
+
+
 @pytest.mark.expect_log("a failed control request is logged as a warning")
 def test_merge_conflict_lists_paths(repo, controls):
     repo.upload("main", "x", b"0")

@@ -281,6 +281,17 @@ def times_only(d) -> bool:
     return (a.address, a.size, a.etag, strip(a.metadata)) == (b.address, b.size, b.etag, strip(b.metadata))
 
 
+def _drop_times_only(repo, branch: str) -> None:
+    """Before a merge or a revert: when every uncommitted change of ``branch`` is a directory's
+    times (:func:`times_only`: ``status`` empty, a commit "nothing to commit"), give them up -- they
+    made the branch "dirty" to the merge, which then refused a branch the mount calls clean. Any
+    other change keeps them all, and the merge refuses the branch as before."""
+    changes = list(repo.diff_uncommitted(branch))
+    if changes and all(times_only(d) for d in changes):
+        for d in changes:
+            repo.reset(branch, path=d.key)
+
+
 def status_lines(repo, branch: str) -> bytes:
     """``A|M|D path`` per uncommitted change of ``branch``, in path order (a name with a control
     character or quote in double quotes with C escapes, as ``lakefuse diff`` shows it). Directory
@@ -401,12 +412,14 @@ class Controls:
             return {"commit": commit_summary(c)}
         if name == "merge":
             r = parse_merge(data)
+            _drop_times_only(repo, branch)
             before = repo.get_branch(branch).commit_id
             c = repo.merge(r.source, branch, r.strategy, committer=_committer(uid))
             _removed_between(repo, before, c.id, removed)
             return {"commit": commit_summary(c), "source": r.source}
         if name == "revert":
             r = parse_revert(data)
+            _drop_times_only(repo, branch)
             before = repo.get_branch(branch).commit_id
             c = repo.revert(branch, r.ref, parent_number=r.parent_number, committer=_committer(uid))
             _removed_between(repo, before, c.id, removed)

@@ -380,6 +380,40 @@ def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
         private_dir(str(shared / "to-theirs"))
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="sets directories' groups (needs root)")
+def test_a_group_writable_directory_of_its_owners_private_group_is_taken(tmp_path):
+    """Found by a non-root user's tour: under umask 002 -- the default where each user has a group
+    of their own -- ``repo create`` made a 0775 home that ``mount`` then refused ("another user ...
+    may rewrite"), though no one else was in that group. A group-writable directory is taken when
+    its group is its owner's own (their primary group, no one else's, no other member); a group
+    another user may be in, or one writable by all, is refused as before."""
+    import grp
+    import pwd
+
+    from graveler.errors import InvalidArgument
+    from graveler.objstore.base import private_dir
+
+    me = pwd.getpwuid(0)
+    if grp.getgrgid(me.pw_gid).gr_mem or any(p.pw_gid == me.pw_gid and p.pw_uid != 0 for p in pwd.getpwall()):
+        pytest.skip("root's group is not private on this machine")
+    others = next((g.gr_gid for g in grp.getgrall() if g.gr_gid != me.pw_gid), None)
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, 0, me.pw_gid)
+    os.chmod(home, 0o775)  # umask 002
+    private_dir(str(home / "cache" / "spool"))  # taken: its owner's own group
+    os.chmod(home / "cache", 0o775)
+    private_dir(str(home / "cache"))
+    if others is not None:
+        os.chown(home, 0, others)  # a group another user may be in
+        with pytest.raises(InvalidArgument, match="may rewrite"):
+            private_dir(str(home / "cache" / "spool"))
+        os.chown(home, 0, me.pw_gid)
+    os.chmod(home, 0o777)
+    with pytest.raises(InvalidArgument, match="may rewrite"):
+        private_dir(str(home / "cache" / "spool"))
+
+
 @pytest.mark.expect_log("a damaged cache index is said once, and the cache made again")
 def test_a_damaged_table_cache_is_made_again_not_store_unavailable(local, tmp_path):
     """Found by an S3 user's tour: a damaged <home>/cache/cache.db made every command exit 6

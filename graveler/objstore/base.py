@@ -13,7 +13,10 @@ where it enters.
 from __future__ import annotations
 
 import abc
+import functools
+import grp
 import os
+import pwd
 import stat
 import uuid
 from dataclasses import dataclass
@@ -230,10 +233,10 @@ def refuse_unsafe_dir(path: str, strict: int, what: str, missing_ok: bool = Fals
                                       "point elsewhere: refused (use a --cache-dir only this user may write)")
             linked = True
         elif level < strict:
-            if st.st_uid not in (euid, 0) or st.st_mode & 0o022:
+            if st.st_uid not in (euid, 0) or _others_write(st):
                 raise InvalidArgument(f"{what} {d} is another user's or writable by others: refused "
                                       "(use a --cache-dir only this user may write)")
-        elif st.st_uid not in (euid, 0) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+        elif st.st_uid not in (euid, 0) or (_others_write(st) and not st.st_mode & stat.S_ISVTX):
             raise InvalidArgument(f"{what} {path} is inside {d}, which another user owns or may rewrite: "
                                   "refused (use a --cache-dir only this user may write)")
         parent = os.path.dirname(d)
@@ -242,6 +245,30 @@ def refuse_unsafe_dir(path: str, strict: int, what: str, missing_ok: bool = Fals
         d, level = parent, level + 1
     if linked:
         refuse_unsafe_dir(os.path.realpath(path), strict, what, missing_ok)  # (no link left in it)
+
+
+def _others_write(st: os.stat_result) -> bool:
+    """Whether a user other than the owner of the file ``st`` describes may write it: writable by
+    others, or by a group another user is in. A group-writable directory of its owner's own
+    user-private group -- what a umask of 002 makes, the default where each user has a group of
+    their own -- is not (it was refused, though no one else could write it)."""
+    if st.st_mode & 0o002:
+        return True
+    return bool(st.st_mode & 0o020) and not _private_group(st.st_gid, st.st_uid)
+
+
+@functools.lru_cache(maxsize=64)
+def _private_group(gid: int, uid: int) -> bool:
+    """``gid`` is user ``uid``'s primary group, no other user's primary group, and lists no other
+    member (unknown to the system's databases: not private)."""
+    try:
+        owner = pwd.getpwuid(uid)
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    if owner.pw_gid != gid or any(m != owner.pw_name for m in group.gr_mem):
+        return False
+    return not any(p.pw_gid == gid and p.pw_uid != uid for p in pwd.getpwall())
 
 
 def open_file_path(path: str, fd: int) -> str:

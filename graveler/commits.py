@@ -28,6 +28,9 @@ MERGE_STRATEGY_METADATA_KEY = ".lakefs.merge.strategy"  # lakeFS's key on merge 
 _STRATEGY_NAMES = {MergeStrategy.NONE: "default", MergeStrategy.DEST_WINS: "dest-wins", MergeStrategy.SOURCE_WINS: "source-wins"}
 
 REVERT_HINT = "later commits changed them again: change them back by hand, then commit"  # (a revert's conflict)
+# (the same, of a commit the branch's history does not hold: nothing "later" changed them)
+REVERT_ELSEWHERE_HINT = ("the commit is not in this branch's history, which holds these paths otherwise than "
+                         "that commit left them: change them by hand, then commit")
 
 _VIRTUAL_BASE_DEPTH = 8  # nested virtual bases at most (git's recursive merge has no cap; histories this tangled are rare)
 
@@ -229,7 +232,8 @@ class Commits:
             try:
                 mr, stats = c.committed.merge(target.meta_range_id, parent_mr, head.meta_range_id, MergeStrategy.NONE)
             except MergeConflict as e:  # (a revert is a merge inside: say what it means here)
-                raise MergeConflict.on("revert", e.keys, e.count, REVERT_HINT) from None
+                hint = REVERT_HINT if c.refs.is_ancestor(target.id, head.id) else REVERT_ELSEWHERE_HINT
+                raise MergeConflict.on("revert", e.keys, e.count, hint) from None
             if stats.changes == 0:
                 if not allow_empty:
                     raise NothingToCommit(f"reverting {ref!r} changes nothing on {branch!r}")

@@ -1008,3 +1008,27 @@ def test_a_head_move_that_succeeded_is_reported_so_when_its_staging_cleanup_fail
     assert not present - {t for b in r.list_branches() for t in b.tokens}
     assert r.get_branch("keep").staging_token in present and r.exists("keep", "k")
     assert before  # (there were staged rows to begin with)
+
+
+def test_a_revert_conflict_says_later_commits_only_for_a_commit_in_the_branch_history(tmp_path):
+    """Found by a git power user's tour: reverting a commit of another branch whose paths this
+    branch holds otherwise conflicted (rightly) with "later commits changed them again", though the
+    commit is not in this branch's history at all; that hint is kept for a commit that is."""
+    from graveler.errors import MergeConflict
+
+    r = make_repo(tmp_path)
+    r.stage("main", "a", entry("A1"))
+    r.commit("main", "one")
+    r.create_branch("dev", "main")
+    r.stage("dev", "a", entry("DEV"))
+    dev = r.commit("dev", "dev changes a")
+    r.stage("main", "a", entry("A2"))
+    mine = r.commit("main", "main changes a")
+    r.stage("main", "a", entry("A3"))
+    r.commit("main", "main changes a again")
+    with pytest.raises(MergeConflict) as e:
+        r.revert("main", dev.id)
+    assert e.value.keys == [b"a"] and "not in this branch's history" in str(e.value)
+    with pytest.raises(MergeConflict) as e:
+        r.revert("main", mine.id)
+    assert "later commits changed them again" in str(e.value)

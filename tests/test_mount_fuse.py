@@ -447,6 +447,27 @@ def test_a_log_file_that_is_a_symbolic_link_is_never_written_through(tmp_path):
         assert victim.read_text() == "root's file\n" and not is_mounted(mp)
 
 
+def test_the_unmount_hint_quotes_a_mount_point_a_shell_would_split(tmp_path):
+    """The hint ``mount`` prints ("unmount with: lakefuse umount MP") is pasted into a shell: a
+    mount point holding a space is quoted (found by a non-root user's tour), and the command works."""
+    import shlex
+
+    home = tmp_path / "home"
+    r = subprocess.run(lakefuse_cmd(home, "repo", "create", "lakefs://hint"), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    mp = tmp_path / "my mount"
+    mp.mkdir()
+    r = subprocess.run(lakefuse_cmd(home, "mount", "lakefs://hint", str(mp)), capture_output=True, text=True,
+                       timeout=60)
+    try:
+        assert r.returncode == 0, r.stderr
+        hint = r.stderr.split("unmount with: ")[1].strip()
+        assert hint == f"lakefuse umount {shlex.quote(str(mp))}" and shlex.split(hint)[2] == str(mp)
+    finally:
+        u = subprocess.run(lakefuse_cmd(home, "umount", str(mp)), capture_output=True, text=True, timeout=60)
+    assert u.returncode == 0 and not is_mounted(mp), u.stderr
+
+
 def test_a_second_daemon_starting_on_a_mount_point_another_is_mounting_is_refused(world, tmp_path):
     """Two ``mount -f`` started together both found the mount point free, and the second mounted
     over the first. A daemon holds the directory it mounts over (``flock``) from its check on:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -321,7 +322,7 @@ def cmd_mount(args) -> int:
         for line in notices:  # what the daemon found (files recovered from a killed mount's spool)
             print(f"lakefuse: {line}", file=sys.stderr)
         print(f"mounted {uri or args.refs_dump} on {mp} (daemon pid {pid}, log {log_path}); "
-              f"unmount with: lakefuse umount {mp}", file=sys.stderr)
+              f"unmount with: lakefuse umount {shlex.quote(mp)}", file=sys.stderr)
         return 0
 
     if args.log:

@@ -209,7 +209,14 @@ class Operations(pyfuse3.Operations):
         self.fs.dio_mmap = bool(dio_mmap is not None and dio_mmap())
         self.fs.cold_direct_io = self.passthrough and self.fs.dio_mmap
         self.stats.set("cold_direct_io", "on" if self.fs.cold_direct_io else "off")
+        self._branch_passthrough_said()
         log.debug("FUSE passthrough: %s", self.stats.get("passthrough"))
+
+    def _branch_passthrough_said(self) -> None:
+        """``branch_passthrough`` asked for where there is no passthrough at all: say it is off
+        (it said "on" beside "passthrough": "off (the daemon lacks CAP_SYS_ADMIN ...)")."""
+        if not (self.enable_passthrough and self.passthrough) and self.stats.get("branch_passthrough") == "on":
+            self.stats.set("branch_passthrough", "off (no passthrough: see passthrough)")
 
     def _passthrough_open(self, ctx, fi: pyfuse3.FileInfo, fd: int) -> bool:
         """Hand the open file's reads to the kernel (reading ``fd``'s file); False when it
@@ -223,6 +230,7 @@ class Operations(pyfuse3.Operations):
             if e.errno in (errno.EPERM, errno.EOPNOTSUPP):  # e.g. not CAP_SYS_ADMIN: for every file
                 self.passthrough = False
                 self.stats.set("passthrough", f"off (the kernel refused: {e.strerror})")
+                self._branch_passthrough_said()
             log.debug("passthrough open refused: %s", e)
             return False
 

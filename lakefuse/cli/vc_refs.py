@@ -81,7 +81,8 @@ def register(sub) -> None:
     p = add_command(g, "reset", "discard uncommitted changes: all of them, one path, or a prefix", cmd_branch_reset)
     p.add_argument("branch", metavar="lakefs://REPO/BRANCH")
     m = p.add_mutually_exclusive_group()
-    m.add_argument("--prefix", metavar="P", help="discard only the changes to paths under P")
+    m.add_argument("--prefix", metavar="P", help="discard only the changes to paths starting with P, as lakeFS's "
+                   "reset of a prefix (a raw prefix: 'dir' takes 'dirx.txt' too; 'dir/' the directory alone)")
     m.add_argument("--path", metavar="P", help="discard only the change to the object at P")
 
     # tag ----------------------------------------------------------------------

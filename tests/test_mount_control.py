@@ -81,6 +81,7 @@ def test_parse_other_requests():
     assert ctl.parse_reset(b"*\n") == ctl.ResetRequest("all")
     assert ctl.parse_reset(b"/a/b\n") == ctl.ResetRequest("path", "a/b")
     assert ctl.parse_reset(b"a/") == ctl.ResetRequest("prefix", "a/")
+    assert ctl.parse_reset(b"/\n") == ctl.ResetRequest("root", "/")  # the root's marker ("M /" in status)
     # the path as written: spaces are part of it (a key may begin or end with one), the line's end is not
     assert ctl.parse_reset(b" sp.txt\n") == ctl.ResetRequest("path", " sp.txt")
     assert ctl.parse_reset(b"tr.txt \r\n") == ctl.ResetRequest("path", "tr.txt ")
@@ -92,7 +93,7 @@ def test_parse_other_requests():
     for fn, data in [
         (ctl.parse_merge, b"dev sideways"), (ctl.parse_merge, b""), (ctl.parse_merge, b"a b c"),
         (ctl.parse_merge, b"a\nb"), (ctl.parse_reset, b""), (ctl.parse_reset, b"a/../b"),
-        (ctl.parse_reset, b"/"), (ctl.parse_reset, b"  \n"), (ctl.parse_revert, b"x 0"), (ctl.parse_revert, b"x y"),
+        (ctl.parse_reset, b"  \n"), (ctl.parse_revert, b"x 0"), (ctl.parse_revert, b"x y"),
         (ctl.parse_revert, "x \u00b2".encode()), (ctl.parse_revert, "x \u0661".encode()),  # digits, not ASCII ones
         (ctl.parse_tag, b"v1"), (ctl.parse_branch, b"a b c"),
     ]:
@@ -230,6 +231,21 @@ def test_only_directory_times_changed_leaves_a_branch_clean_for_a_merge_or_a_rev
     assert repo.get_branch("main").commit_id == done["id"]
     assert repo.exists("main", "b") if op == "merge" else not repo.exists("main", "c")
     assert not list(repo.diff_uncommitted("main")) and c2.id
+
+
+def test_reset_of_the_root_discards_its_attributes_alone_as_status_names_it(repo, controls):
+    """Found by an xattr user's tour: a change of the branch root's attributes shows as ``M /`` (or
+    ``A /``) in ``status``, yet ``echo / > reset`` was refused ("use '*'"), which discards everything;
+    ``/`` now resets the root's marker alone, as the CLI's ``branch reset --path /`` does."""
+    from graveler.model import Entry
+    from graveler.objects import POSIX_MODE, ROOT_MARKER
+
+    repo.upload("main", "kept", b"k")
+    repo.stage("main", ROOT_MARKER.decode(), Entry(address="data/none", size=0, etag="d41d8cd98f00b204e9800998ecf8427e",
+                                                     metadata={POSIX_MODE: "40700"}))
+    assert controls.outcome("main", "status") == b"A /\nA kept\n"
+    assert controls.execute("main", "reset", b"/\n")["reset"] == "/"
+    assert controls.outcome("main", "status") == b"A kept\n"
 
 
 @pytest.mark.expect_log("a failed control request is logged as a warning")

@@ -17,6 +17,7 @@ import pytest
 from graveler.config import GravelerConfig
 from graveler.errors import NotFound
 from graveler.home import Graveler
+from graveler.model import Entry
 from lakefuse.mount import xattrs
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.inodes import ROOT_INO
@@ -354,3 +355,51 @@ def _utf8(v: bytes) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+def test_every_listed_name_is_readable_whatever_another_client_stored(tmp_path):
+    """Found by an xattr user's tour: metadata no setxattr could have made -- a 70 KB content type
+    (``fs upload --content-type``), another client's key of 300 bytes or value of 70 KB, a stored
+    ``user.`` or a name with a NUL, 90 KB of keys -- was listed and then refused by getxattr (or
+    made listxattr itself fail), so ``getfattr -d``, ``rsync -aX`` and ``cp --preserve=xattr``
+    failed on the file. Only what getxattr hands out is listed now, within the kernel's 64 KiB,
+    the user's own names first; everything ordinary is listed and read as before."""
+    from graveler.objects import POSIX_MTIME
+
+    repo = make_repo(tmp_path, "xlist")
+    try:
+        one = repo.upload("main", "one", b"1")
+
+        def staged(name: str, md: dict, content_type: str = "") -> None:
+            repo.stage("main", name, Entry(one.address, one.size, one.etag, one.last_modified_ns, md,
+                                           one.address_type, content_type))
+
+        staged("ct", {}, "text/" + "a" * 70_000)
+        staged("longkey", {"k" * 300: "v", "ok": "fine"})
+        staged("bigvalue", {"big": "v" * 70_000, xattrs.key_of(b"user.mine"): "t:kept"})
+        staged("odd", {"lakefuse-xattr-user.": "t:x", "lakefuse-xattr-user.a%00b": "t:x"})
+        staged("many", {**{f"m{i:04d}_" + "k" * 200: "v" for i in range(400)}, xattrs.key_of(b"user.mine"): "t:1"})
+        repo.upload("main", "d/x", b"x")
+        with writable_core(repo, tmp_path / "cache") as fs:
+            for name in ("ct", "longkey", "bigvalue", "odd", "many"):
+                ino = ino_of(fs, f"main/{name}")
+                names = fs.listxattr(ino)
+                assert sum(len(n) + 1 for n in names) <= 65536, name
+                for n in names:
+                    assert len(fs.getxattr(ino, n)) <= 65536, (name, n)  # every listed name reads
+            assert b"user.lakefs.content_type" not in fs.listxattr(ino_of(fs, "main/ct"))
+            assert b"user.lakefs.meta.ok" in fs.listxattr(ino_of(fs, "main/longkey"))
+            assert fs.getxattr(ino_of(fs, "main/bigvalue"), b"user.mine") == b"kept"
+            assert not [n for n in fs.listxattr(ino_of(fs, "main/odd")) if not n.startswith(b"user.lakefs.")]
+            many = fs.listxattr(ino_of(fs, "main/many"))
+            assert b"user.mine" in many and b"user.lakefs.commit" in many  # (some meta.* names left out)
+            # a directory's marker without a kept mtime (as S3 consoles make them): a setxattr keeps
+            # the mtime it shows (it moved to now: the marker's last_modified), as chmod does
+            repo.stage("main", "pm/", Entry(one.address, 0, one.etag, 1_600_000_000_000_000_000, {}))
+            pm = ino_of(fs, "main/pm")
+            before = fs.getattr(pm).mtime_ns
+            fs.setxattr(pm, b"user.x", b"1")
+            assert fs.getattr(pm).mtime_ns == before == 1_600_000_000_000_000_000
+            assert repo.get("main", "pm/").metadata[POSIX_MTIME] == str(before)
+    finally:
+        repo.close()

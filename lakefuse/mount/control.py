@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 
 from graveler.errors import GravelerError, InvalidArgument, MergeConflict, NotFound, NothingToCommit
 from graveler.model import DiffType, Entry, MergeStrategy
-from graveler.objects import POSIX_ATIME, POSIX_MTIME
+from graveler.objects import POSIX_ATIME, POSIX_MTIME, ROOT_MARKER
 from graveler.refs import Commit
 from graveler.staging import as_path
 from lakefuse.names import decode_key, show_name
@@ -203,8 +203,8 @@ def parse_reset(data: bytes) -> ResetRequest:
     if text == "*":
         return ResetRequest("all")
     p = text.lstrip("/")
-    if not p:
-        raise InvalidArgument("reset: use '*' to discard every change")
+    if not p:  # "/": the branch root's own attributes (its marker, "M /" in status), nothing under it
+        return ResetRequest("root", "/")
     as_path(p, "reset path")  # NUL, '.', '..', UTF-8, length
     if p.endswith("/"):
         return ResetRequest("prefix", p)
@@ -426,6 +426,9 @@ class Controls:
             return {"commit": commit_summary(c), "reverted": r.ref}
         if name == "reset":
             r = parse_reset(data)
+            if r.kind == "root":
+                repo.reset(branch, path=ROOT_MARKER)
+                return {"reset": "/"}
             if r.kind != "all" and not repo.names_anything(branch, **{r.kind: r.value}):
                 # as `git restore nosuchfile`: a path that names nothing is an error, not a silent success
                 what = "prefix" if r.kind == "prefix" else "path"

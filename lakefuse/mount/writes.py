@@ -52,7 +52,7 @@ from graveler import paths
 from graveler.errors import GravelerError, NotFound
 from graveler.fences import rename_fence
 from graveler.model import Entry, Value
-from graveler.objects import PosixAttrs, user_metadata
+from graveler.objects import POSIX_MTIME, PosixAttrs, user_metadata
 from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
 from lakefuse.mount import creates, renames, xattrs
@@ -706,6 +706,8 @@ class BranchWrites:
                     if marker is not None:
                         e = Entry.from_value(marker)
                         md = xattrs.changed(e.metadata, name, value, flags)
+                        if POSIX_MTIME not in md:  # its mtime was the marker's last_modified, which moves now
+                            md[POSIX_MTIME] = str(self.rules.tree_dir_attr(tree, node.path, marker).mtime_ns)
                     else:  # a directory that exists through its keys only (or the root): it gets a marker
                         if node.path and not tree.view.stat(node.path).is_dir:
                             raise FsError(errno.ENOENT, f"{node.path!r} is gone from branch {tree.name!r}")

@@ -52,6 +52,7 @@ NAME_MAX = 255  # XATTR_NAME_MAX
 VALUE_MAX = 65536  # XATTR_SIZE_MAX
 TOTAL_MAX = 256 * 1024  # names + values of one entry
 LIST_MAX = 32 * 1024  # names (each with its NUL) of one entry: the computed names fit beside them in 64 KiB
+XATTR_LIST_MAX = 65536  # the kernel's limit of a listxattr answer (names, each with its NUL)
 
 XATTR_CREATE = 1
 XATTR_REPLACE = 2
@@ -173,7 +174,10 @@ class XattrReads:
             marker = tree.view.get(node.path + b"/") if node.path else tree.root_marker()
             if marker is not None:
                 out.update(read(Entry.from_value(marker).metadata))
-        return out
+        # only what getxattr can hand out (metadata another client wrote, or a 70 KB content type,
+        # was listed, then refused: getfattr -d, rsync -aX and cp --preserve=xattr failed)
+        return {n: v for n, v in out.items() if len(USER) < len(n) <= NAME_MAX and b"\0" not in n
+                and len(v) <= VALUE_MAX}
 
     @staticmethod
     def check_xattr_name(name: bytes) -> None:
@@ -189,4 +193,13 @@ class XattrReads:
         return v
 
     def listxattr(self, ino: int) -> list[bytes]:
-        return list(self._xattrs(ino))
+        """The names, as many as the kernel's 64 KiB list takes (the user's own always fit: ``LIST_MAX``;
+        past it, computed ``user.lakefs.meta.*`` names of another client's metadata are left out)."""
+        names, room = [], XATTR_LIST_MAX
+        have = list(self._xattrs(ino))
+        for n in sorted(have, key=lambda n: n.startswith(XATTR_PREFIX + b"meta.")):  # (stable: those last)
+            room -= len(n) + 1
+            if room < 0:
+                break
+            names.append(n)
+        return names

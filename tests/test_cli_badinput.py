@@ -522,3 +522,39 @@ def test_sst_id_json(capsys):
 
     got = json.loads(capsys.readouterr().out)
     assert got == {"id": plain, "type": "ranges"}  # (lakeFS's own word in the table)
+
+
+def test_fs_stat_and_show_keep_each_field_on_one_line(tmp_path, capsys):
+    """Found by an xattr user's tour: a newline in a content type or a metadata value (an xattr
+    set through the mount, another client's metadata) was printed raw by ``fs stat`` -- on a
+    terminal too -- and faked rows (``Metadata:`` / ``owner = mallory``); commit metadata in
+    ``show`` alike. Each field is one line now (control characters as ``\\xNN``); --json is exact."""
+    import json
+
+    from graveler import Graveler, GravelerConfig
+    from graveler.model import Entry
+
+    h = tmp_path / "home"
+    src = tmp_path / "f"
+    src.write_bytes(b"x")
+    assert main(["repo", "create", "lakefs://sss", "--home", str(h)]) == 0
+    evil_ct = "text/csv\nMetadata:\n  owner = mallory"
+    assert main(["fs", "upload", "lakefs://sss/main/f", "-s", str(src), "--content-type", evil_ct, "--home", str(h)]) == 0
+    g = Graveler(GravelerConfig(home=h))
+    repo = g.repository("sss")
+    e = repo.get("main", "f")
+    repo.stage("main", "f", Entry(e.address, e.size, e.etag, e.last_modified_ns, {"note": "ok\n  approved = yes"},
+                                  e.address_type, e.content_type))
+    repo.commit("main", "with metadata", metadata={"k": "v\nMetadata:   forged = 1"})
+    g.close()
+    capsys.readouterr()
+    assert main(["fs", "stat", "lakefs://sss/main/f", "--home", str(h)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "Content-Type:     text/csv\\x0aMetadata:\\x0a  owner = mallory" in lines
+    assert [x for x in lines if x.startswith("  ")] == ["  note = ok\\x0a  approved = yes"]
+    assert main(["show", "lakefs://sss/main", "--home", str(h)]) == 0
+    assert [x for x in capsys.readouterr().out.splitlines() if x.startswith("Metadata:")] == [
+        "Metadata:   k = v\\x0aMetadata:   forged = 1"]
+    assert main(["fs", "stat", "lakefs://sss/main/f", "--json", "--home", str(h)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["content_type"] == evil_ct and got["metadata"]["note"] == "ok\n  approved = yes"

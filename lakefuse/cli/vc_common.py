@@ -26,7 +26,8 @@ from graveler.errors import InvalidArgument
 from graveler import Graveler, GravelerConfig, Repository
 from graveler.model import Entry
 from graveler.refs import Commit
-from lakefuse.cli.common import add_kv_option, add_store_options, checked_config, store_config, terminal_text
+from lakefuse.cli.common import (add_kv_option, add_store_options, checked_config, one_line,  # noqa: F401 (theirs too)
+                                 store_config, terminal_text)
 from lakefuse.cli.uri import LakeFSURI, is_uri, parse_uri
 from lakefuse.names import decode_key, show_name  # noqa: F401 (the commands take them from here)
 from lakefuse.users import committer
@@ -268,7 +269,7 @@ def print_commit(c: Commit) -> None:
     out(f"Meta range: {c.meta_range_id}")
     out(f"Generation: {c.generation}")
     for k, v in sorted(c.metadata.items()):
-        out(f"Metadata:   {k} = {v}")
+        out(f"Metadata:   {one_line(k)} = {one_line(v)}")  # (one line each: a newline faked rows)
     out()
     for line in c.message.splitlines() or [""]:
         out("    " + line)

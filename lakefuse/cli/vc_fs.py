@@ -25,6 +25,7 @@ from lakefuse.cli.vc_common import (
     human_size,
     local_time_ns,
     note,
+    one_line,
     out,
     physical_address,
     session,
@@ -303,11 +304,13 @@ def cmd_stat(args: argparse.Namespace) -> int:
         out(f"Human Size:       {human_size(e.size)}")
         out(f"Physical Address: {physical_address(repo, e)}")
         out(f"Checksum:         {e.etag}")
-        out(f"Content-Type:     {e.content_type or '-'}")
+        # (each field one line whatever it holds -- a value's newline faked rows; --json is exact)
+        out(f"Content-Type:     {one_line(e.content_type) or '-'}")
         if e.metadata:
             out("Metadata:")
-            width = max(len(k) for k in e.metadata)
-            for k, v in sorted(e.metadata.items()):
+            shown = sorted((one_line(k), one_line(v)) for k, v in e.metadata.items())
+            width = max(len(k) for k, _ in shown)
+            for k, v in shown:
                 out(f"  {k:<{width}} = {v}")
     return 0
 

@@ -403,3 +403,30 @@ def test_every_listed_name_is_readable_whatever_another_client_stored(tmp_path):
             assert repo.get("main", "pm/").metadata[POSIX_MTIME] == str(before)
     finally:
         repo.close()
+
+
+def test_a_file_unlinked_while_open_keeps_its_attributes_for_its_handles(tmp_path):
+    """Found by an xattr user's tour: on a file unlinked while open for writing, fgetxattr and
+    flistxattr were ENOENT while fsetxattr "succeeded" with nothing to read back; ext4 keeps the
+    file's attributes for its open handles, and takes new ones."""
+    repo = make_repo(tmp_path, "xgone")
+    try:
+        with writable_core(repo, tmp_path / "cache") as fs:
+            main = ino_of(fs, "main")
+            me = Caller(uid=1000, gid=100)
+            o, attr = fs.create(main, b"f", 0o644, os.O_WRONLY, me)
+            fs.write(o.fh, 0, b"x")
+            fs.release(o.fh)
+            fs.setxattr(attr.ino, b"user.k", b"v")
+            held = fs.open(attr.ino, os.O_RDWR)
+            fs.unlink(main, b"f")
+            assert fs.getxattr(attr.ino, b"user.k") == b"v" and fs.listxattr(attr.ino) == [b"user.k"]
+            fs.setxattr(attr.ino, b"user.n", b"1")
+            assert fs.getxattr(attr.ino, b"user.n") == b"1"
+            assert sorted(fs.listxattr(attr.ino)) == [b"user.k", b"user.n"]
+            fs.removexattr(attr.ino, b"user.k")
+            assert fs.listxattr(attr.ino) == [b"user.n"]
+            fs.release(held.fh)
+            assert not repo.exists("main", "f")  # (nothing staged for it)
+    finally:
+        repo.close()

@@ -149,6 +149,10 @@ class XattrReads:
         node = self.inodes.get(ino)
         if node.kind not in (Kind.DIR, Kind.FILE, Kind.INFO_DIR) or node.tree is None:
             return {}
+        if node.kind == Kind.FILE and not node.tree.immutable:
+            sf = self.spooled(ino)
+            if sf is not None and sf.detached:  # unlinked while open: its handles keep its names, as ext4's
+                return read(sf.user_metadata)  # (no entry any more: no user.lakefs.* names; it was ENOENT)
         if node.kind != Kind.INFO_DIR:
             if node.tree.immutable:
                 node = self.revalidate(node)

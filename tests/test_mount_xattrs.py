@@ -430,3 +430,31 @@ def test_a_file_unlinked_while_open_keeps_its_attributes_for_its_handles(tmp_pat
             assert not repo.exists("main", "f")  # (nothing staged for it)
     finally:
         repo.close()
+
+
+def test_an_attribute_kept_under_another_spelling_of_its_key_is_replaced_and_removed(tmp_path):
+    """Found by an xattr user's tour: a key another client wrote in another spelling of the
+    percent-encoding (``user.a b`` unencoded, ``%2f`` in lower case) read as its name, but a remove
+    was ENODATA, and a set then a remove brought the old value back. Every key that reads as a
+    name is that attribute now; ours, in the canonical spelling, as before."""
+    repo = make_repo(tmp_path, "xspell")
+    try:
+        one = repo.upload("main", "f", b"1")
+        md = {"lakefuse-xattr-user.a b": "t:old", "lakefuse-xattr-user.x%2fy": "t:slash",
+              xattrs.key_of(b"user.ok"): "t:ours"}
+        repo.stage("main", "f", Entry(one.address, one.size, one.etag, one.last_modified_ns, md))
+        with writable_core(repo, tmp_path / "cache") as fs:
+            ino = ino_of(fs, "main/f")
+            assert fs.getxattr(ino, b"user.a b") == b"old" and fs.getxattr(ino, b"user.x/y") == b"slash"
+            fs.removexattr(ino, b"user.x/y")
+            assert _fs_err(fs.getxattr, ino, b"user.x/y") == errno.ENODATA
+            assert _fs_err(fs.setxattr, ino, b"user.a b", b"n", xattrs.XATTR_CREATE) == errno.EEXIST
+            fs.setxattr(ino, b"user.a b", b"new")
+            assert fs.getxattr(ino, b"user.a b") == b"new"
+            fs.removexattr(ino, b"user.a b")
+            assert _fs_err(fs.getxattr, ino, b"user.a b") == errno.ENODATA  # (the old value came back)
+            assert fs.listxattr(ino).count(b"user.ok") == 1 and fs.getxattr(ino, b"user.ok") == b"ours"
+            assert [k for k in repo.get("main", "f").metadata if k.startswith("lakefuse-xattr-")] == [
+                xattrs.key_of(b"user.ok")]
+    finally:
+        repo.close()

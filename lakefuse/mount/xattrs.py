@@ -115,15 +115,21 @@ def changed(metadata: dict[str, str], name: bytes, value: bytes | None, flags: i
     if value is not None and len(value) > VALUE_MAX:
         raise FsError(errno.E2BIG, f"an attribute value has at most {VALUE_MAX} bytes, not {len(value)}")
     key = key_of(name)
-    have = key in metadata
+    # the keys that read as ``name``: ours, and any other spelling of it another client wrote
+    # (``user.a b`` unencoded, lower-case ``%2f``): a change replaces them all, a removal removes
+    # them all (one was listed, read, and then could not be removed, or came back after a removal)
+    spelled = [k for k in metadata if is_key(k) and k != key and unquote_to_bytes(k[len(KEY_PREFIX):]) == name]
+    have = key in metadata or bool(spelled)
     if value is None or flags & XATTR_REPLACE:
         if not have:
             raise FsError(errno.ENODATA, f"no attribute {name!r}")
     elif flags & XATTR_CREATE and have:
         raise FsError(errno.EEXIST, f"attribute {name!r} exists")
     md = dict(metadata)
+    for k in spelled:
+        del md[k]
     if value is None:
-        del md[key]
+        md.pop(key, None)
         return md
     md[key] = encode_value(value)
     cur = read(md)

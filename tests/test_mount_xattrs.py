@@ -458,3 +458,28 @@ def test_an_attribute_kept_under_another_spelling_of_its_key_is_replaced_and_rem
                 xattrs.key_of(b"user.ok")]
     finally:
         repo.close()
+
+
+def test_reading_every_name_of_a_file_decodes_its_entry_once_not_once_a_name(tmp_path, monkeypatch):
+    """Found by an xattr user's tour: ``getfattr -d`` of a file with 1,000 attributes took 11 s
+    (55 s with 1,500): each getxattr decoded the entry and every name again. A name is looked
+    up now, and the entry decoded once for the reads that follow (1,003 getxattr: 8.4 s of core
+    time before, 0.03 s after, on this VM)."""
+    from graveler.model import Entry as E
+
+    repo = make_repo(tmp_path, "xmany")
+    try:
+        one = repo.upload("main", "f", b"1")
+        md = {xattrs.key_of(b"user.k%d" % i): "t:%d" % i for i in range(1000)}
+        repo.stage("main", "f", Entry(one.address, one.size, one.etag, one.last_modified_ns, md))
+        with writable_core(repo, tmp_path / "cache") as fs:
+            ino = ino_of(fs, "main/f")
+            decoded = []
+            real = E.from_value
+            monkeypatch.setattr(E, "from_value", staticmethod(lambda v: decoded.append(1) or real(v)))
+            names = fs.listxattr(ino)
+            got = {n: fs.getxattr(ino, n) for n in names if not n.startswith(b"user.lakefs.")}
+            assert got == {b"user.k%d" % i: b"%d" % i for i in range(1000)}
+            assert len(decoded) <= 2  # (not one per name)
+    finally:
+        repo.close()

@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
+import functools
 import stat
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
@@ -143,22 +144,47 @@ __all__ = ["KEY_PREFIX", "NAME_MAX", "VALUE_MAX", "TOTAL_MAX", "LIST_MAX", "XATT
            "changed", "check_name", "decode_value", "encode_value", "is_key", "key_of", "read"]
 
 
+@functools.lru_cache(maxsize=64)
+def _entry(value) -> Entry:
+    """The entry of ``value`` (a :class:`graveler.model.Value`), decoded once for the reads of its
+    names that follow (``getfattr -d``: a listxattr, then a getxattr a name). Read only."""
+    return Entry.from_value(value)
+
+
+def _shown(out: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """Only what getxattr can hand out (metadata another client wrote, or a 70 KB content type,
+    was listed, then refused: getfattr -d, rsync -aX and cp --preserve=xattr failed)."""
+    return {n: v for n, v in out.items() if len(USER) < len(n) <= NAME_MAX and b"\0" not in n and len(v) <= VALUE_MAX}
+
+
+def _users(metadata: dict[str, str], only: bytes | None) -> dict[bytes, bytes]:
+    """The user's attributes kept in ``metadata`` (:func:`read`); ``only``: at least that one, if it
+    is there -- its key looked up, every key decoded only when it is kept under another spelling."""
+    if only is not None:
+        v = metadata.get(key_of(only))
+        if v is not None:
+            return _shown({only: decode_value(v)})
+    return _shown(read(metadata))
+
+
 class XattrReads:
     """The extended-attribute reads of :class:`lakefuse.mount.fs.Filesystem` (which supplies
     ``inodes``, ``revalidate``, ``spooled`` and ``repo``); the writes are in
     :mod:`lakefuse.mount.writes`."""
 
-    def _xattrs(self, ino: int) -> dict[bytes, bytes]:
+    def _xattrs(self, ino: int, only: bytes | None = None) -> dict[bytes, bytes]:
         """Every name and value the node shows: the computed ``user.lakefs.*`` ones, then
         the user's (:mod:`lakefuse.mount.xattrs`: kept in the entry's metadata, a
-        directory's in its marker; a file being written shows its spool file's)."""
+        directory's in its marker; a file being written shows its spool file's). ``only``: the
+        one name a getxattr asks for (at least): a user's name is looked up, not every one
+        decoded (``getfattr -d`` of 1,000 names took 11 s, each of its reads decoding them all)."""
         node = self.inodes.get(ino)
         if node.kind not in (Kind.DIR, Kind.FILE, Kind.INFO_DIR) or node.tree is None:
             return {}
         if node.kind == Kind.FILE and not node.tree.immutable:
             sf = self.spooled(ino)
             if sf is not None and sf.detached:  # unlinked while open: its handles keep its names, as ext4's
-                return read(sf.user_metadata)  # (no entry any more: no user.lakefs.* names; it was ENOENT)
+                return _users(sf.user_metadata, only)  # (no entry any more: no user.lakefs.* names; it was ENOENT)
         if node.kind != Kind.INFO_DIR:
             if node.tree.immutable:
                 node = self.revalidate(node)
@@ -168,9 +194,13 @@ class XattrReads:
         if node.kind == Kind.FILE and node.attr is not None and not stat.S_ISREG(node.attr.mode):
             return {}  # Linux reads user.* names of regular files and directories only: none to list
         tree = node.tree
-        out = {XATTR_PREFIX + b"commit": tree.view.commit_id.encode()}
+        computed = only is None or only.startswith(XATTR_PREFIX)
+        out = {XATTR_PREFIX + b"commit": tree.view.commit_id.encode()} if computed else {}
         if node.kind == Kind.FILE:
-            e = Entry.from_value(node.value)
+            e = _entry(node.value)
+            sf = self.spooled(ino) if not tree.immutable else None
+            if not computed:
+                return _users(sf.user_metadata if sf is not None else e.metadata, only)
             out[XATTR_PREFIX + b"etag"] = e.etag.encode()
             out[XATTR_PREFIX + b"physical_address"] = self.repo.physical_address(e).encode()
             if e.content_type:
@@ -178,16 +208,12 @@ class XattrReads:
             for k, v in sorted(user_metadata(e.metadata).items()):
                 if k not in POSIX_KEYS and not is_key(k):
                     out[XATTR_PREFIX + b"meta." + k.encode()] = v.encode()
-            sf = self.spooled(ino) if not tree.immutable else None
             out.update(read(sf.user_metadata if sf is not None else e.metadata))
         elif node.kind == Kind.DIR:
             marker = tree.view.get(node.path + b"/") if node.path else tree.root_marker()
             if marker is not None:
-                out.update(read(Entry.from_value(marker).metadata))
-        # only what getxattr can hand out (metadata another client wrote, or a 70 KB content type,
-        # was listed, then refused: getfattr -d, rsync -aX and cp --preserve=xattr failed)
-        return {n: v for n, v in out.items() if len(USER) < len(n) <= NAME_MAX and b"\0" not in n
-                and len(v) <= VALUE_MAX}
+                out.update(_users(_entry(marker).metadata, None if computed else only))
+        return _shown(out)
 
     @staticmethod
     def check_xattr_name(name: bytes) -> None:
@@ -197,7 +223,7 @@ class XattrReads:
 
     def getxattr(self, ino: int, name: bytes) -> bytes:
         check_name(name, writing=False)
-        v = self._xattrs(ino).get(name)
+        v = self._xattrs(ino, name).get(name)
         if v is None:
             raise FsError(errno.ENODATA)
         return v

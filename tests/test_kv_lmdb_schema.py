@@ -132,3 +132,31 @@ def test_a_garbled_version_record_is_damage(tmp_path):
     _set_raw(_refs(home), b"v1\x00")
     r = _cli(home, "log", "lakefs://rep1/main")
     assert r.returncode == 5 and "damaged" in r.stderr and "schema version record" in r.stderr, r
+
+
+def test_a_read_left_by_an_exception_gives_its_reader_slot_back(tmp_path):
+    """Found by an ETL team running three mounts of one repository: failed lookups (a branch that
+    does not exist, an unknown ref) each kept an LMDB reader slot -- py-lmdb's abort of a read only
+    resets it, the slot taken until the Transaction object goes, and the exception's traceback kept
+    it alive (a daemon's collector runs rarely) -- until the repository's 1,024 slots were gone and
+    every mount and command failed with MDB_READERS_FULL. A read gives its slot back as it ends,
+    whatever keeps its frames."""
+    from graveler.errors import NotFound
+
+    g = Graveler(GravelerConfig(home=tmp_path / "home"))
+    repo = g.create_repository("slots", (tmp_path / "ns").as_uri())
+    raw = repo._env._env
+
+    def taken() -> int:  # the slots in LMDB's reader table ("(no active readers)", or a header and one a line)
+        lines = raw.readers().splitlines()
+        return 0 if lines[0].startswith("(no") else len(lines) - 1
+
+    kept = []
+    for i in range(200):
+        try:
+            repo.get_branch(f"nosuch{i}")
+        except NotFound as e:
+            kept.append(e)  # (its traceback, and the frames in it, alive)
+    assert len(kept) == 200 and taken() <= 2  # (py-lmdb keeps one reset transaction for reuse)
+    assert repo.get_branch("main").name == "main"
+    g.close()

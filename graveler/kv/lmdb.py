@@ -391,14 +391,20 @@ class Env(SnapshotReads):
                 except lmdb.Error as e:
                     raise _wrap(e, self.path) from None
                 if txn is not None:
+                    t = LmdbTxn(txn, self.dbs)
                     try:
-                        t = LmdbTxn(txn, self.dbs)
                         with self._txns.holding(t):
                             yield t
                     except lmdb.Error as e:
                         raise _wrap(e, self.path) from None
                     finally:
                         txn.abort()
+                        # py-lmdb's abort of a read only resets it: the reader slot stays taken until the
+                        # Transaction object goes. An exception leaving the body keeps this frame (and the
+                        # caller's, holding ``t``) alive in its traceback -- in a daemon whose collector
+                        # runs rarely, for good: 2,000 failed lookups held ~200 of the 1,024 slots
+                        # every process of the repository shares, and then every read failed (READERS_FULL)
+                        t.raw = txn = None
                     return
             self._adopt_size()
         raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")

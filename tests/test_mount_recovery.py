@@ -18,7 +18,7 @@ import pytest
 
 import lakefuse.mount.spool as spool_mod
 from graveler.config import GravelerConfig
-from graveler.errors import StoreUnavailable
+from graveler.errors import NotFound, StoreUnavailable
 from graveler.home import Graveler
 from graveler.objects import PosixAttrs
 from lakefuse.mount.spool import RECOVERED_DIR, Spool, SpoolConfig
@@ -290,6 +290,27 @@ def test_a_directory_rename_that_fails_leaves_nothing_for_recovery_to_replay(tmp
     report = Spool(repo, cfg).recover()
     assert report.intents == []
     assert repo.read("main", "X/keep.txt") == b"still at X" and repo.read("main", deep) == b"deep"
+
+
+def test_a_directory_rename_that_moved_no_key_leaves_nothing_to_finish_and_says_nothing(tmp_path, monkeypatch):
+    """Found by an ETL team's tour with two mounts renaming one directory at once: the rename that
+    lost (its batch moved no key: the other had taken them) logged an ERROR "failed after 0 keys
+    moved: the next mount finishes it" and kept its intent, with nothing to finish. A rename that
+    moved no key leaves no intent, and logs no error (the test fails on any ERROR line)."""
+    import lakefuse.mount.renames as renames_mod
+    from tests.mount_core_testutil import ino_of
+
+    repo, cfg, fs, deep = _dir_rename_core(tmp_path)
+    root = ino_of(fs, "main")
+
+    def lost(repo_, branch, src, dst, batch, first, staged):
+        staged(0)  # a batch's transaction that found nothing left to move
+        raise NotFound(f"{src!r} is gone from branch {branch!r}")
+
+    monkeypatch.setattr(renames_mod, "rename_prefix", lost)
+    with pytest.raises(Exception):
+        fs.rename(root, b"X", root, b"Y", 0)
+    assert not list((tmp_path / "cache").rglob("*.intent"))
 
 
 @pytest.mark.expect_log("the half-done rename is reported as an error")

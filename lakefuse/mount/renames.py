@@ -155,8 +155,8 @@ def _rename_dir(w, tree: Tree, op: Node, np_: Node, src: bytes, dst: bytes, dst_
             rename_prefix(w.repo, branch, src, dst, batch=DIR_RENAME_BATCH, first=pre,
                           staged=moved_keys.append)
         except BaseException:
-            if intent is not None and not moved_keys:  # nothing moved: no rename for recovery to finish
-                w.spool.end_intent(intent)
+            if intent is not None and not sum(moved_keys):  # nothing moved: no rename for recovery to finish
+                w.spool.end_intent(intent)  # (a batch of none: a rename another mount made first took them)
             elif intent is not None:
                 log.error("renaming directory %r -> %r on %s failed after %d keys moved: the next mount "
                           "finishes it", src, dst, branch, sum(moved_keys))

@@ -456,3 +456,52 @@ def test_a_kept_leftover_the_store_took_as_an_object_is_kept_as_a_file_of_its_ow
     assert "another version" in kept.reason and os.stat(kept.recovered_path).st_nlink == 1
     assert open(kept.recovered_path, "rb").read() == b"linked, never staged"
     assert repo.read("main", "f") == b"another writer's"
+
+
+@pytest.mark.expect_log("the recoveries are reported as warnings")
+def test_recovery_stages_a_killed_writers_file_with_the_attributes_it_had(tmp_path):
+    """Found by a crash-consistency tester: a new file written but not closed came back 0644 and
+    owned by the daemon's user (a user's 0600 file world-readable, and no longer theirs to write),
+    and a chmod, chown, utimens or setxattr that had returned on a file open with unsaved writes
+    was lost at a kill -9 (recovery took the attributes of the entry the file replaced). The spool's
+    record of a file says what its next save stages besides the bytes; recovery stages that."""
+    import stat
+
+    from graveler.objects import PosixAttrs as PA
+    from lakefuse.mount.attrs import SetAttr
+    from lakefuse.mount.writes import Caller, WritableFilesystem
+    from tests.mount_core_testutil import ino_of
+
+    repo = make_repo(tmp_path)
+    repo.upload("main", "d/old", b"saved content")
+    cfg = SpoolConfig(tmp_path / "cache", repo.name)
+    fs = WritableFilesystem(repo, spool=Spool(repo, cfg))
+    user = Caller(uid=1000, gid=1000)
+    d = ino_of(fs, "main/d")
+    old_ino = ino_of(fs, "main/d/old")
+    held = fs.open(old_ino, os.O_WRONLY | os.O_APPEND)
+    fs.write(held.fh, 13, b" and more")
+    fs.setattr(old_ino, SetAttr(mode=0o600, uid=1234, gid=4321, mtime_ns=10**18))
+    fs.setxattr(old_ino, b"user.x", b"1")
+    # last: nothing reads the branch after it (which would stage the new file, with its attributes)
+    new, _ = fs.create(d, b"secret", stat.S_IFREG | 0o600, os.O_WRONLY | os.O_EXCL, user)  # (umask applied)
+    fs.write(new.fh, 0, b"private")
+    assert not repo.exists("main", "d/secret")
+    os.close(fs.spool._lock_fd)  # kill -9: nothing closed, nothing saved
+    report = Spool(repo, cfg).recover()
+    assert sorted((r.key, r.action) for r in report.files) == [("d/old", "staged"), ("d/secret", "staged")]
+    secret = repo.get("main", "d/secret")
+    assert repo.read("main", "d/secret") == b"private"
+    pa = PA.from_metadata(secret.metadata)
+    assert (pa.mode, pa.uid, pa.gid) == (stat.S_IFREG | 0o600, 1000, 1000)
+    old = repo.get("main", "d/old")
+    assert repo.read("main", "d/old") == b"saved content and more"
+    pa = PA.from_metadata(old.metadata)
+    assert (pa.mode, pa.uid, pa.gid, pa.mtime_ns) == (stat.S_IFREG | 0o600, 1234, 4321, 10**18)
+    assert old.metadata[xattrs_key(b"user.x")] == "t:1"
+
+
+def xattrs_key(name: bytes) -> str:
+    from lakefuse.mount.xattrs import key_of
+
+    return key_of(name)

@@ -298,8 +298,10 @@ def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path, etag: s
     kill: the file holds what was written to it -- if the branch still shows there what
     that file last knew (the sidecar's ``expect``; compare-and-set with
     :meth:`graveler.Repository.stage_if`): another writer's newer save is never put
-    under. None when staged, else why not. Its attributes and user metadata are the
-    entry's it replaces; its mtime is the spool file's."""
+    under. None when staged, else why not. Its attributes, user metadata and content type are
+    what its record says the file had (its mtime the spool file's unless one was set); a record
+    of an older lakefuse has none: then the replaced entry's (a new file came back 0644, owned by
+    the daemon's user, and a chmod, chown, utimens or setxattr that had returned was lost)."""
     expect = bytes.fromhex(meta["expect"]) if meta.get("expect") else None
     try:
         cur = repo.get(branch, key)
@@ -312,13 +314,20 @@ def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path, etag: s
                 "(by another writer or host): not put over it")
     md: dict[str, str] = {}
     content_type = ""
-    if cur is not None:
+    set_mtime = None
+    if isinstance(meta.get("attrs"), dict) and isinstance(meta.get("user_metadata"), dict):
+        md = {str(k): str(v) for k, v in meta["user_metadata"].items()}
+        pa = PosixAttrs.from_metadata({str(k): str(v) for k, v in meta["attrs"].items()})
+        set_mtime = pa.mtime_ns
+        md.update(pa.to_metadata())
+        content_type = str(meta.get("content_type") or "")
+    elif cur is not None:
         md = user_metadata(cur.metadata)
         pa = PosixAttrs.from_metadata(cur.metadata)
         md.update(replace(pa, mtime_ns=None, atime_ns=None).to_metadata())  # its mtime: the content's
         content_type = cur.content_type
     try:
-        mtime = data.stat().st_mtime_ns
+        mtime = data.stat().st_mtime_ns if set_mtime is None else set_mtime
         # handed over: a local store links the file into place (nothing copied); it is unlinked here after
         entry = repo.put_object(str(data), content_type=content_type, metadata=md, adopt=True, etag=etag)
         entry = Entry(entry.address, entry.size, entry.etag, mtime, entry.metadata,

@@ -18,18 +18,13 @@ One :class:`SpoolFile` per inode being written, shared by every handle of it:
   is never modified, and nothing is copied unless the file changes. What it
   promises is ext4's contract:
 
-  - ``flush(durable=False)`` (close): the object is complete (S3 answered the PUT;
-    a local store linked it in, not fsynced) and the entry is staged by a committed
-    but unsynced KV transaction: every reader sees it, the death of the daemon
-    (``kill -9``) loses nothing (page cache, LMDB's map, PostgreSQL's WAL buffers),
-    and the next commit takes it (a commit syncs the store and the KV first:
-    :meth:`graveler.Repository.commit`). A power loss before an fsync or a commit may
-    lose it.
-  - ``flush(durable=True)`` (fsync): also the object (:meth:`graveler.Repository.sync_entry`)
-    and the KV (:meth:`graveler.Repository.sync`) are on disk before it returns --
-    including a save that an earlier close made without them.
-* A file unlinked while open is *detached*: later writes still work, its flush
-  stages nothing.
+  - ``flush(durable=False)`` (close): the object is complete (S3 answered the PUT; a local store
+    linked it in, not fsynced) and the entry staged by a committed, unsynced KV transaction: every
+    reader sees it, ``kill -9`` of the daemon loses nothing, the next commit takes it (syncing the
+    store and the KV first). A power loss before an fsync or a commit may lose it.
+  - ``flush(durable=True)`` (fsync): the object (:meth:`graveler.Repository.sync_entry`) and the KV
+    (:meth:`graveler.Repository.sync`) on disk too before it returns, an earlier close's save too.
+* A file unlinked while open is *detached*: later writes still work, its flush stages nothing.
 
 The spool's layout on disk, its instance directories and their recovery: :mod:`lakefuse.mount.recovery`.
 
@@ -189,6 +184,8 @@ class SpoolFile:
             # None: no entry): recovery stages the leftover only if it still shows that
             "expect": None if self.known is None else self.known.hex(),
             "expect_known": True,
+            # what its next save stages besides the bytes: a recovery stages them (not the replaced entry's)
+            "attrs": self.attrs.to_metadata(), "user_metadata": self.user_metadata, "content_type": self.content_type,
         })
 
     def _load(self) -> None:
@@ -326,22 +323,25 @@ class SpoolFile:
         return None
 
     def set_attrs(self, attrs: PosixAttrs) -> None:
-        """New POSIX attributes, staged with the next flush."""
+        """New POSIX attributes, staged with the next flush (and noted for a recovery at once)."""
         with self.lock:
             if attrs != self.attrs:
                 self.attrs = attrs
                 if attrs.mtime_ns is not None:
                     self.mtime_ns = attrs.mtime_ns
-                self.ctime_ns = time.time_ns()
-                self._gen += 1
+                self._changed_attrs()
 
     def set_user_metadata(self, md: dict[str, str]) -> None:
-        """New user metadata (extended attributes), staged with the next flush."""
+        """New user metadata (extended attributes), staged with the next flush (noted at once)."""
         with self.lock:
             if md != self.user_metadata:
                 self.user_metadata = md
-                self.ctime_ns = time.time_ns()
-                self._gen += 1
+                self._changed_attrs()
+
+    def _changed_attrs(self) -> None:
+        self.ctime_ns, self._gen = time.time_ns(), self._gen + 1
+        if self.on_disk and self._fd is not None:  # (a chmod that returned survives a kill -9 with the bytes)
+            self._write_sidecar()
 
     def move(self, branch: str, key: bytes, identity: bytes | None | object = _UNSET) -> None:
         """The file was renamed: its next flush stages it at ``key``, where the branch now

@@ -298,7 +298,8 @@ def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path, etag: s
     kill: the file holds what was written to it -- if the branch still shows there what
     that file last knew (the sidecar's ``expect``; compare-and-set with
     :meth:`graveler.Repository.stage_if`): another writer's newer save is never put
-    under. None when staged, else why not. Its attributes, user metadata and content type are
+    under. None when staged, else why not (the caller keeps the file as a copy of its own: a
+    local store may have linked it as an object). Its attributes, user metadata and content type are
     what its record says the file had (its mtime the spool file's unless one was set); a record
     of an older lakefuse has none: then the replaced entry's (a new file came back 0644, owned by
     the daemon's user, and a chmod, chown, utimens or setxattr that had returned was lost)."""
@@ -333,11 +334,9 @@ def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path, etag: s
         entry = Entry(entry.address, entry.size, entry.etag, mtime, entry.metadata,
                       entry.address_type, entry.content_type)
         if not repo.stage_if(branch, key, entry, expect):
-            _own_copy(data)  # kept for the user: not another name of the (unreferenced) object
             return ("the branch shows another version at this path, saved after this content was written "
                     "(by another writer or host): not put over it")
     except (GravelerError, OSError) as e:
-        _own_copy(data)
         return f"could not stage it: {e}"
     return None
 

@@ -28,6 +28,7 @@ import os
 import shutil
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import diskcache
@@ -133,6 +134,13 @@ class CheckMemo:
     """
 
     _MAX_LOCAL = 100_000
+    # Every database call runs on the memo's one thread and is waited for at most this long; SQLite
+    # waits at most DB_TIMEOUT_S for a lock. A memo slower than that is skipped (the table is
+    # checked), never waited on: it is an optimisation. (diskcache opens an SQLite connection per
+    # calling thread: threads that come and go -- a commit's writer pool, trio's idle workers --
+    # left one open file pair each behind, and with no file descriptor left its retry spun forever.)
+    WAIT_S = 10.0
+    DB_TIMEOUT_S = 2.0
 
     def __init__(self, directory: str | None = None, max_bytes: int = 256 << 20):
         self.directory = directory
@@ -140,14 +148,14 @@ class CheckMemo:
         self._local: dict[str, Fingerprint] = {}
         self._facts: dict[str, bytes] = {}
         self._db_handle = None
+        self._io: ThreadPoolExecutor | None = None
         self._pid = None
         self._lock = threading.Lock()
         self._warned = False
 
-    @property
-    def _db(self):
-        """The diskcache, opened on first use and again in a forked child (a daemonized mount, a Spark
-        worker): an SQLite connection must not cross a fork."""
+    def _thread(self) -> ThreadPoolExecutor | None:
+        """The memo's one database thread, (re)made on first use in this process (an SQLite connection
+        and a thread must not cross a fork: a daemonized mount, a Spark worker); None without a directory."""
         if self.directory is None:
             return None
         pid = os.getpid()
@@ -155,26 +163,49 @@ class CheckMemo:
             with self._lock:
                 if self._pid != pid:
                     self._db_handle = None
-                    try:
-                        # diskcache unpickles what its rows say: a memo another user may write (root
-                        # running on someone's home) would run their code as this user -- and may
-                        # call any table checked: this process then keeps its own memo only
-                        private_dir(self.directory)  # (made 0700)
-                        # least-recently-stored: a lookup is a read, not a write of its access time
-                        self._db_handle = open_diskcache(self.directory, size_limit=self.max_bytes,
-                                                         eviction_policy="least-recently-stored")
-                    except InvalidArgument as exc:
-                        self._warn("the check of its directory", exc)
-                    except _CACHE_ERRORS as exc:
-                        self._warn("open", exc)
+                    self._io = ThreadPoolExecutor(1, "graveler-memo")
                     self._pid = pid
-        return self._db_handle
+        return self._io
+
+    def _open(self):
+        """The diskcache (on the memo's thread), opened on first use; None if it cannot be."""
+        if self._db_handle is None:
+            try:
+                # diskcache unpickles what its rows say: a memo another user may write (root
+                # running on someone's home) would run their code as this user -- and may
+                # call any table checked: this process then keeps its own memo only
+                private_dir(self.directory)  # (made 0700)
+                # least-recently-stored: a lookup is a read, not a write of its access time
+                self._db_handle = open_diskcache(self.directory, size_limit=self.max_bytes, timeout=self.DB_TIMEOUT_S,
+                                                 eviction_policy="least-recently-stored")
+            except InvalidArgument as exc:
+                self._warn("the check of its directory", exc)
+                self._db_handle = False
+            except _CACHE_ERRORS as exc:
+                self._warn("open", exc)  # (tried again at the next call: the directory may be back)
+        return self._db_handle if self._db_handle is not False else None  # (an empty cache is falsy: len 0)
+
+    def _call(self, what: str, op: Callable, default=None):
+        """``op(db)`` on the memo's thread, its result; ``default`` if the memo has no database, fails
+        or takes longer than :attr:`WAIT_S` (a warning, once)."""
+        io = self._thread()
+        if io is None:
+            return default
+
+        def run():
+            db = self._open()
+            return default if db is None else op(db)
+        try:
+            return io.submit(run).result(timeout=self.WAIT_S)
+        except _MEMO_READ_ERRORS as exc:  # (a timeout, an interpreter shutting down, a database error)
+            self._warn(what, exc)
+            return default
 
     def _warn(self, what: str, exc: BaseException) -> None:
         if not self._warned:
             self._warned = True
             log.warning("table check memo in %s: %s failed (%s); tables are checked again", self.directory,
-                        what, exc)
+                        what, str(exc) or type(exc).__name__)
 
     def checked(self, uri: str, fp: Fingerprint | None) -> bool:
         """Whether the file with fingerprint ``fp`` passed the check for ``uri``."""
@@ -182,15 +213,8 @@ class CheckMemo:
             return False
         if self._local.get(uri) == fp:
             return True
-        db = self._db
-        if db is None:
-            return False
-        try:
-            got = db.get(uri, default=None, retry=True)
-        except _MEMO_READ_ERRORS as exc:
-            self._warn("read", exc)
-            return False
         # anything but a fingerprint (a value another version of lakefuse wrote) means: not known as checked
+        got = self._call("read", lambda db: db.get(uri, default=None))
         if isinstance(got, (tuple, list)) and tuple(got) == fp:
             self._keep(uri, fp)
             return True
@@ -201,21 +225,11 @@ class CheckMemo:
         if fp is None:
             return
         self._keep(uri, fp)
-        db = self._db
-        if db is not None:
-            try:
-                db.set(uri, fp, retry=True)
-            except _CACHE_ERRORS as exc:
-                self._warn("write", exc)
+        self._call("write", lambda db: db.set(uri, fp))
 
     def forget(self, uri: str) -> None:
         self._local.pop(uri, None)
-        db = self._db
-        if db is not None:
-            try:
-                db.delete(uri, retry=True)
-            except _CACHE_ERRORS as exc:
-                self._warn("write", exc)
+        self._call("write", lambda db: db.delete(uri))
 
     # -- facts about a table's content (by ID: true of every copy) ------------------------------------
     _MAX_FACTS_LOCAL = 64
@@ -226,25 +240,13 @@ class CheckMemo:
             if len(self._facts) >= self._MAX_FACTS_LOCAL:
                 self._facts.pop(next(iter(self._facts)))
             self._facts[table_id] = blob
-        db = self._db
-        if db is not None:
-            try:
-                db.set("facts:" + table_id, blob, retry=True)
-            except _CACHE_ERRORS as exc:
-                self._warn("write", exc)
+        self._call("write", lambda db: db.set("facts:" + table_id, blob))
 
     def get_facts(self, table_id: str) -> bytes | None:
         blob = self._facts.get(table_id)
         if blob is not None:
             return blob
-        db = self._db
-        if db is None:
-            return None
-        try:
-            blob = db.get("facts:" + table_id, default=None, retry=True)
-        except _MEMO_READ_ERRORS as exc:
-            self._warn("read", exc)
-            return None
+        blob = self._call("read", lambda db: db.get("facts:" + table_id, default=None))
         return blob if isinstance(blob, bytes) else None
 
     def _keep(self, uri: str, fp: Fingerprint) -> None:
@@ -254,10 +256,21 @@ class CheckMemo:
 
     def close(self) -> None:
         with self._lock:
-            if self._db_handle is not None and self._pid == os.getpid():
-                self._db_handle.close()
-            self._db_handle = None
+            io, mine = self._io, self._pid == os.getpid()
+            self._io = None
             self._pid = None
+        if io is not None and mine:
+            def shut():
+                if self._db_handle is not None and self._db_handle is not False:
+                    self._db_handle.close()
+                self._db_handle = None
+            try:
+                io.submit(shut).result(timeout=self.WAIT_S)
+            except _MEMO_READ_ERRORS:
+                pass
+            io.shutdown(wait=False)
+        else:
+            self._db_handle = None
 
 
 _memos: dict[str, CheckMemo] = {}

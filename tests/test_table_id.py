@@ -129,6 +129,68 @@ def test_memo_failures_mean_checking_again(tmp_path, caplog):
     assert not CheckMemo(str(tmp_path / "ok")).checked("file:///x/_lakefs/t", (1, 2, 3, 4, 6))
 
 
+def _fds_on(path) -> int:
+    import os
+
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(path))
+        except OSError:
+            pass
+    return n
+
+
+def test_the_memo_keeps_one_connection_whatever_threads_use_it(tmp_path):
+    """Found by a tour of a long-running mount: every commit's range writer (a thread of its own)
+    opened an SQLite connection to the memo and left its files open: 1,283 descriptors after 600
+    commits. Threads that come and go now share the memo's one connection."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graveler.cache import CheckMemo
+
+    memo = CheckMemo(str(tmp_path / "memo"))
+    memo.remember("file:///x/_lakefs/first", (1, 2, 3, 4, 5))
+    for i in range(60):  # as commits do: a writer pool per commit, gone after it
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(memo.remember, f"file:///x/_lakefs/t{i}", (1, 2, 3, 4, i)).result()
+    other = CheckMemo(str(tmp_path / "memo"))  # healthy: what they remembered is there for another process
+    assert all(other.checked(f"file:///x/_lakefs/t{i}", (1, 2, 3, 4, i)) for i in range(60))
+    other.close()
+    assert _fds_on(tmp_path / "memo") <= 6  # (one connection: the database, its WAL, its shared memory)
+    memo.close()
+    assert _fds_on(tmp_path / "memo") == 0
+
+
+@pytest.mark.expect_log("a memo locked by another process is skipped, once")
+def test_a_memo_locked_elsewhere_is_skipped_not_waited_for(tmp_path, monkeypatch, caplog):
+    """Found by a tour with a low descriptor limit: the memo's write retried a database it could not
+    use forever, at 100% CPU, and the commit that wrote a table hung. A memo that does not answer
+    within its bound is skipped (it is an optimisation: the table is checked again), one warning."""
+    import sqlite3
+    import time
+
+    from graveler.cache import CheckMemo
+
+    monkeypatch.setattr(CheckMemo, "DB_TIMEOUT_S", 0.2)
+    memo = CheckMemo(str(tmp_path / "memo"))
+    memo.remember("file:///x/_lakefs/a", (1, 2, 3, 4, 5))
+    lock = sqlite3.connect(str(tmp_path / "memo" / "cache.db"), isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")  # another process holding the database
+    try:
+        start = time.monotonic()
+        for i in range(3):
+            memo.remember(f"file:///x/_lakefs/b{i}", (1, 2, 3, 4, i))
+        assert time.monotonic() - start < 5
+        assert memo.checked("file:///x/_lakefs/b1", (1, 2, 3, 4, 1))  # this process remembers
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert sum("table check memo" in r.getMessage() for r in caplog.records) == 1
+    memo.remember("file:///x/_lakefs/c", (1, 2, 3, 4, 5))  # the database is back: used again
+    assert CheckMemo(str(tmp_path / "memo")).checked("file:///x/_lakefs/c", (1, 2, 3, 4, 5))
+
+
 @pytest.mark.expect_log("the memo refused is said once")
 @pytest.mark.parametrize("how", ["another user's", "writable by others"])
 def test_a_memo_another_user_may_write_is_never_opened(tmp_path, caplog, how):

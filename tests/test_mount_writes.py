@@ -440,6 +440,32 @@ def test_unlinking_last_file_keeps_an_implicit_directory(fs, repo, kv_backend):
     assert not any(p.startswith(b"data/sub") for p in (it.path for it in repo.list("main", "", delimiter="")))
 
 
+def test_the_shared_empty_object_is_uploaded_again_before_gc_may_take_it(fs, repo, monkeypatch):
+    """Found by a GC tour: a mount uploaded its empty object once and named it in every empty file,
+    directory marker and symlink it made for as long as it ran. Once nothing named it and it was older
+    than GC's minimum age, GC deleted it, and what the mount made afterwards named a missing object
+    (``fs cat`` and export: not found). The mount uses a new one once its own is ten minutes old."""
+    from lakefuse.mount import writes
+
+    main = ino_of(fs, "main")
+    fs.mkdir(main, b"d0", stat.S_IFDIR | 0o755, ME)
+    fs.symlink(main, b"s0", b"d0", ME)
+    first = repo.get("main", "d0/").address
+    assert repo.get("main", "s0").address == first  # healthy: reused while young (no upload per entry)
+    fs.unlink(main, b"s0")
+    fs.rmdir(main, b"d0")  # nothing names it now
+    later = time.monotonic() + writes.EMPTY_MAX_AGE_S + 1
+    monkeypatch.setattr(writes.time, "monotonic", lambda: later)  # the mount has run past the bound
+    repo._store.delete(first)  # what GC does to an unnamed object older than its --min-age
+    fs.mkdir(main, b"d", stat.S_IFDIR | 0o755, ME)
+    fs.symlink(main, b"s", b"d", ME)
+    for key in ("d/", "s"):
+        e = repo.get("main", key)
+        assert e.address != first and repo._store.exists(e.address), key
+    repo.commit("main", "after the sweep")
+    assert repo.read("main", "d/") == b"" and repo.read("main", "s") == b""  # (export and fs cat read them)
+
+
 @PERSISTENT_KVS
 def test_rename_file_and_directory_without_copying(fs, repo, kv_backend):
     fs.empty_entry()  # the mount's one shared empty object (markers point at it)

@@ -19,7 +19,9 @@ a tag is a promise to be able to read that version).
 active commit's metarange (one task per distinct range) + every staged address
 of every branch; the namespace's ``data/`` is listed in parallel by its hourly
 slices; candidates = listed objects older than the minimum age (default 24 h)
-that no live address names.  FULL addresses outside the namespace are never
+that no live address names.  The minimum age is what protects an object written but
+not staged yet (a mount's upload before its staging, the mount's shared empty
+object, which it uses for up to ten minutes): keep it well above those times.  FULL addresses outside the namespace are never
 listed, so imported objects are never candidates.  Before the report is
 written the refs are read again and the active commits found again: the live
 set is extended with the trees of the commits active now that were not before

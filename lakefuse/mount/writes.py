@@ -19,8 +19,9 @@ How each change reaches graveler:
 * Every other change is staged by a KV transaction that is committed but not synced,
   as ext4 journals a metadata change without flushing it: ``fsync`` of a file or
   of a directory (FUSE ``fsyncdir``) and every commit make it durable.
-* ``create`` stages the new file at once as an empty entry (pointing at one
-  shared empty object of the mount), so every lookup -- another process, the
+* ``create`` stages the new file at once as an empty entry (pointing at the mount's
+  shared empty object, uploaded again once it is :data:`EMPTY_MAX_AGE_S` old: garbage
+  collection takes one no entry names once it is older than its minimum age), so every lookup -- another process, the
   CLI -- sees it while it is being written; its content is staged on close.
 * ``mkdir`` stages a directory marker ``<dir>/`` (the shared empty object, the
   directory's POSIX attributes in its metadata); ``symlink`` stages an empty
@@ -69,6 +70,11 @@ from lakefuse.mount.attrs import (
 )
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.fs import FRESH_NS, Filesystem
+
+# The age at which the mount's shared empty object (every empty file, directory marker, symlink
+# it makes) is uploaded anew. GC deletes an object no entry names once it is older than the
+# mark's --min-age: one that old the mount stops using (GC's --help says to keep --min-age above).
+EMPTY_MAX_AGE_S = 600.0
 from lakefuse.mount.handles import SpoolHandle
 from lakefuse.mount.inodes import ROOT_INO, Kind, Node
 from lakefuse.mount.special import INFO_NAME
@@ -109,6 +115,7 @@ class BranchWrites:
         self.inodes = fs.inodes
         self.rules = fs.rules
         self._empty: Entry | None = None
+        self._empty_at = 0.0  # (time.monotonic() when it was uploaded)
         self._empty_lock = threading.Lock()
         # one attribute change of an inode at a time (each rewrites its entry's metadata); striped by inode
         self._xattr_locks = [threading.Lock() for _ in range(64)]
@@ -193,10 +200,16 @@ class BranchWrites:
         return path
 
     def empty_entry(self) -> Entry:
-        """The mount's shared empty object (uploaded once), as an entry."""
+        """The mount's shared empty object, as an entry: uploaded on first use and again when the one
+        in use is :data:`EMPTY_MAX_AGE_S` old (an unreferenced object that old, GC may have deleted)."""
+        e = self._empty
+        if e is not None and time.monotonic() - self._empty_at < EMPTY_MAX_AGE_S:
+            return e
         with self._empty_lock:
-            if self._empty is None:
+            if self._empty is None or time.monotonic() - self._empty_at >= EMPTY_MAX_AGE_S:
+                at = time.monotonic()
                 self._empty = replace(self.repo.put_object(b""), last_modified_ns=0)
+                self._empty_at = at
             return self._empty
 
     def _new_entry(self, attrs: PosixAttrs, now: int | None = None) -> Entry:

@@ -199,6 +199,31 @@ def test_fsync_flushes_the_object_beside_the_kv_commit_and_its_sync_and_returns_
         sp.close()
 
 
+def test_a_request_or_write_on_one_branch_leaves_files_open_on_another_unstaged(fs, repo):
+    """Found by a GC tour: a commit through ``other/.lakefuse/commit`` staged every file created on any
+    branch and still open, empty (on main: the next CLI commit of main published them empty). A request
+    or a write stages its own branch's pending creates only; the file is staged at its own close."""
+    repo.create_branch("other", "main")
+    opened, _ = fs.create(ino_of(fs, "main"), b"open.txt", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    fs.write(opened.fh, 0, b"half")
+    other = ino_of(fs, "other")
+    write_file(fs, "other", "o.txt", b"o")
+    control(fs, "other", "commit", b"on other")
+    fs.mkdir(other, b"d", stat.S_IFDIR | 0o755, ME)
+    fs.unlink(other, b"o.txt")
+    read_control(fs, "other", "status")
+    assert repo.value_or_none("main", "open.txt") is None  # not staged empty behind its writer
+    assert repo.read("other", "d/") == b"" and not repo.exists("other", "open.txt")
+    fs.flush(opened.fh)
+    fs.release(opened.fh)
+    assert repo.read("main", "open.txt") == b"half"
+    # healthy: a request of the file's own branch stages it (a commit there takes it, as documented)
+    opened, _ = fs.create(ino_of(fs, "main"), b"second.txt", stat.S_IFREG | 0o644, os.O_WRONLY, ME)
+    control(fs, "main", "commit", b"on main")
+    assert repo.exists("main", "second.txt") and repo.read(repo.get_commit("main").id, "second.txt") == b""
+    fs.release(opened.fh)
+
+
 def test_a_create_needing_no_read_is_answered_without_a_thread_and_declines_otherwise(fs, repo):
     """create(fast=True) (what the adapter tries on the trio thread) makes the file when the
     kernel's lookup just found nothing in a directory whose marker this mount staged last;

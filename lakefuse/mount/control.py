@@ -325,8 +325,9 @@ class Controls:
         # before_commit(branch): raises when the branch must not be committed now (the mount's
         # spool: a file whose save failed would be published without what was written)
         self.before_commit = None
-        # before_request(): called before every request and status read (the mount stages the
-        # files it created and has not saved yet: what the branch shows must hold them)
+        # before_request(branch=...): called before every request and status read of a branch (the
+        # mount stages the files it created there and has not saved yet: what the branch shows
+        # must hold them; another branch's stay as they are)
         self.before_request = None
         # after_change(branch, removed): called after a request changed a branch's files (reset,
         # merge, revert; ``removed``: the keys it took away): the mount drops the kernel's caches of
@@ -337,7 +338,7 @@ class Controls:
         """What reading ``name`` returns: the last outcome, or ``{}`` before any request."""
         if branch is not None and name == "status":
             if self.before_request is not None:
-                self.before_request()
+                self.before_request(branch=branch)
             return status_lines(self.repo, branch)
         with self._lock:
             return self._outcomes.get((branch, name), b"{}\n")
@@ -363,8 +364,8 @@ class Controls:
         the success outcome; raises the GravelerError (InvalidArgument for malformed input)
         after recording it."""
         try:
-            if self.before_request is not None:
-                self.before_request()
+            if self.before_request is not None and branch is not None:  # (the root's requests read no staging)
+                self.before_request(branch=branch)
             removed: list[bytes] = []
             result = self._run(branch, name, data, uid, removed)
         except GravelerError as e:

@@ -127,19 +127,21 @@ def _opened(w, node, sf, attr: Attr) -> tuple[Opened, Attr]:
     return Opened(w.fs.new_fh(SpoolHandle(node, sf, True, w.spool)), False, False), w.rules.spooled(sf, attr)
 
 
-def settle(w, tree=None, key: bytes | None = None, parent: bytes | None = None) -> None:
+def settle(w, tree=None, key: bytes | None = None, parent: bytes | None = None, branch: str | None = None) -> None:
     """Stage the files created through this mount and not saved yet (:func:`create`): before
     anything that reads the branch (a lookup or listing that reaches the KV, another write, a
-    control request) -- what this mount answers must hold them. Only those of ``tree`` at
-    ``key`` (a lookup, a file's stat) or in directory ``parent`` (a listing, its stat) when
-    given. Nothing to do: no I/O. The caller holds no spool file's lock."""
+    control request) -- what this mount answers must hold them. Only those of ``tree`` (or of
+    ``branch``: a control request of it) at ``key`` (a lookup, a file's stat) or in directory
+    ``parent`` (a listing, its stat) when given. Nothing to do: no I/O. The caller holds no
+    spool file's lock."""
     spool = w.spool
     if spool is None or not spool.unstaged:
         return
     for sf in spool.unstaged_files():
         node = w.inodes.peek(sf.ino)
         tree_ = node.tree if node is not None else None
-        if tree_ is None or (tree is not None and tree_ is not tree) or sf.key is None:
+        if tree_ is None or (tree is not None and tree_ is not tree) or sf.key is None or \
+                (branch is not None and tree_.view.branch != branch):
             continue
         if (key is not None and sf.key != key) or (parent is not None and sf.key.rpartition(b"/")[0] != parent):
             continue

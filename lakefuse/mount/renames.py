@@ -39,7 +39,7 @@ DIR_RENAME_BATCH = 50_000  # keys per LMDB transaction of a directory rename
 
 def rename(w, old_parent_ino: int, old_name: bytes, new_parent_ino: int, new_name: bytes,
            flags: int) -> None:
-    w.settle()
+    w.settle_at(old_parent_ino)  # (a rename across branches is refused below: EXDEV)
     if flags & RENAME_EXCHANGE:
         raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
     if flags & ~RENAME_NOREPLACE:

@@ -127,6 +127,14 @@ def _opened(w, node, sf, attr: Attr) -> tuple[Opened, Attr]:
     return Opened(w.fs.new_fh(SpoolHandle(node, sf, True, w.spool)), False, False), w.rules.spooled(sf, attr)
 
 
+def settle_at(w, ino: int) -> None:
+    """Before a write at inode ``ino``: :func:`settle` its branch (another branch's pending creates
+    wait for their own reads and writes: a commit of it would otherwise publish them empty)."""
+    node = w.inodes.peek(ino)
+    branch = node.tree.view.branch if node is not None and node.tree is not None else None
+    settle(w, branch=branch)  # (None: every branch's -- the mount root)
+
+
 def settle(w, tree=None, key: bytes | None = None, parent: bytes | None = None, branch: str | None = None) -> None:
     """Stage the files created through this mount and not saved yet (:func:`create`): before
     anything that reads the branch (a lookup or listing that reaches the KV, another write, a

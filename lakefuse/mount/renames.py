@@ -24,6 +24,7 @@ from graveler.model import Entry
 from graveler.objects import PosixAttrs
 from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
+from lakefuse.mount import creates
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.inodes import Kind, Node
 
@@ -39,7 +40,7 @@ DIR_RENAME_BATCH = 50_000  # keys per LMDB transaction of a directory rename
 
 def rename(w, old_parent_ino: int, old_name: bytes, new_parent_ino: int, new_name: bytes,
            flags: int) -> None:
-    w.settle_at(old_parent_ino)  # (a rename across branches is refused below: EXDEV)
+    creates.settle_at(w, old_parent_ino)  # (a rename across branches is refused below: EXDEV)
     if flags & RENAME_EXCHANGE:
         raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
     if flags & ~RENAME_NOREPLACE:

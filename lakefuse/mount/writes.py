@@ -304,16 +304,6 @@ class BranchWrites:
         """:func:`lakefuse.mount.creates.settle`: stage the pending creates a read needs."""
         creates.settle(self, tree, key, parent, branch)
 
-    def settle_at(self, ino: int) -> None:
-        """Before a write at inode ``ino``: stage the pending creates of its branch (another branch's
-        wait for their own reads and writes: a commit of it would otherwise publish them empty)."""
-        node = self.inodes.peek(ino)
-        branch = node.tree.view.branch if node is not None and node.tree is not None else None
-        if branch is not None:
-            self.settle(branch=branch)
-        else:
-            self.settle()
-
     def _stage(self, tree: Tree, items, durable: bool = False, expected: dict | None = None) -> int | None:
         """Stage ``items`` (one stamp bump); the branch's stamp after it. ``expected`` (path ->
         identity or None): only if the branch still shows those there (None returned if not)."""
@@ -426,7 +416,7 @@ class BranchWrites:
         return PosixAttrs(mode=mode, uid=caller.uid, gid=pa.gid)
 
     def mkdir(self, parent_ino: int, name: bytes, mode: int, caller: Caller) -> Attr:
-        self.settle_at(parent_ino)
+        creates.settle_at(self, parent_ino)
         parent = self.inodes.get(parent_ino)
         if parent.kind == Kind.ROOT:
             return self._mkdir_branch(name)
@@ -477,7 +467,7 @@ class BranchWrites:
 
     def _make_special(self, parent: Node, path: bytes, attrs: PosixAttrs) -> Attr:
         """A symlink, FIFO, socket or device: an entry of the shared empty object, kind in its metadata."""
-        self.settle_at(parent.ino)
+        creates.settle_at(self, parent.ino)
         tree: Tree = parent.tree
         now = time.time_ns()
         entry = self._new_entry(attrs, now)
@@ -513,7 +503,7 @@ class BranchWrites:
     # ------------------------------------------------------------------ unlink / rmdir
 
     def unlink(self, parent_ino: int, name: bytes) -> None:
-        self.settle_at(parent_ino)
+        creates.settle_at(self, parent_ino)
         parent = self._branch_node(parent_ino)
         if name in paths.RESERVED_NAMES:
             raise FsError(errno.EPERM if parent.path else errno.EISDIR)
@@ -544,7 +534,7 @@ class BranchWrites:
                 self.spool.detach(node.ino)
 
     def rmdir(self, parent_ino: int, name: bytes) -> None:
-        self.settle_at(parent_ino)
+        creates.settle_at(self, parent_ino)
         parent = self.inodes.get(parent_ino)
         if parent.kind == Kind.ROOT:
             raise FsError(errno.EPERM, "deleting a branch stays with the CLI (lakefuse branch delete)")
@@ -581,7 +571,7 @@ class BranchWrites:
     # ------------------------------------------------------------------ setattr
 
     def setattr(self, ino: int, changes: SetAttr) -> Attr:
-        self.settle_at(ino)
+        creates.settle_at(self, ino)
         node = self.inodes.get(ino)
         if node.kind == Kind.DIR:
             node = self._branch_node(ino, (Kind.DIR,))
@@ -715,7 +705,7 @@ class BranchWrites:
         directory: its entry (a directory's marker, made for a directory that has none) is
         restaged with the new metadata (:mod:`lakefuse.mount.xattrs`), same object; a file
         open for writing takes it through its spool file, like chmod."""
-        self.settle_at(ino)
+        creates.settle_at(self, ino)
         node = self._branch_node(ino, (Kind.DIR, Kind.FILE))
         xattrs.check_name(name, writing=True)
         if node.kind == Kind.FILE and node.attr is not None and not stat.S_ISREG(node.attr.mode):

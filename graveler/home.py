@@ -250,13 +250,26 @@ class Graveler:
         """AlreadyExists if a repository of this KV keeps its data in ``storage_namespace``, or in a
         namespace inside it or around it (as lakeFS refuses a namespace in use): two repositories
         sharing ``_lakefs/`` and ``data/`` would each collect the other's objects as garbage."""
-        mine = place(storage_namespace)
+        for rec, how in self._namespaces_at(storage_namespace):
+            raise AlreadyExists(f"storage namespace {storage_namespace} {how} the namespace of repository "
+                                f"{rec.name!r} ({rec.storage_namespace}): each repository needs its own")
+
+    def check_import_source(self, source: str) -> None:
+        """InvalidArgument if ``source`` (an import's) is a repository's storage namespace, inside one or
+        holds one: the objects imported stay where they are, and that repository's garbage collection
+        deletes every one of them it does not name itself."""
+        for rec, how in self._namespaces_at(source):
+            raise InvalidArgument(f"import source {source} {how} the storage namespace of repository {rec.name!r} "
+                                  f"({rec.storage_namespace}): its garbage collection would delete the imported "
+                                  "objects; import from outside every repository's namespace")
+
+    def _namespaces_at(self, uri: str):
+        """(record, "is" / "overlaps") of each repository whose namespace is ``uri``, in it or around it."""
+        mine = place(uri)
         for rec in self.list_repositories(damaged=[]):
             theirs = place(rec.storage_namespace)
             if mine.startswith(theirs) or theirs.startswith(mine):
-                how = "is" if mine == theirs else "overlaps"
-                raise AlreadyExists(f"storage namespace {storage_namespace} {how} the namespace of repository "
-                                    f"{rec.name!r} ({rec.storage_namespace}): each repository needs its own")
+                yield rec, "is" if mine == theirs else "overlaps"
 
     def list_repositories(self, damaged: list[tuple[str, GravelerError]] | None = None) -> list[RepositoryRecord]:
         """Every repository in the home, by name (environments not open already are

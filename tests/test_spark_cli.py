@@ -48,6 +48,16 @@ def test_cli_import_gc_export(spark, tmp_path, capsys):
     assert run(capsys, "--home", home, "show", "lakefs://clirepo/main", "--json")[1] == head
     rc, _, err = run(capsys, "--home", home, "import", str(src), "lakefs://clirepo/main")
     assert rc == 2 and "destination prefix" in err
+    # a source in a repository's storage namespace (found by a GC tour: that repository's GC deleted the
+    # objects the import named) or holding one is refused before Spark starts; nothing changes
+    assert run(capsys, "--home", home, "repo", "create", "lakefs://other", "--storage", str(tmp_path / "ns2"))[0] == 0
+    (tmp_path / "f").write_text("f")
+    assert run(capsys, "--home", home, "fs", "upload", "lakefs://other/main/f", "--source", str(tmp_path / "f"))[0] == 0
+    for bad, whose in ((tmp_path / "ns2" / "data", "other"), (tmp_path / "ns2", "other"), (tmp_path, "clirepo"),
+                       (tmp_path / "ns", "clirepo")):
+        rc, _, err = run(capsys, "--home", home, "import", str(bad), "lakefs://clirepo/main/raw/")
+        assert rc == 2 and f"storage namespace of repository '{whose}'" in err, (bad, err)
+    assert run(capsys, "--home", home, "show", "lakefs://clirepo/main", "--json")[1] == head
     # a path relative to the working directory, as `fs upload --source` takes one (found by a data
     # engineer: it passed the check here, then Spark refused "unsupported store URI 'src'")
     assert run(capsys, "--home", home, "branch", "create", "lakefs://clirepo/rel", "--source", "main")[0] == 0

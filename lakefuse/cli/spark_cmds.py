@@ -53,7 +53,9 @@ def register(sub) -> None:
                "directory only regular files are objects: symbolic links, FIFOs, sockets, devices and names\n"
                "that are not UTF-8 are not listed (nor counted: they are no keys), as `fs upload` skips them.\n"
                "Objects of a local SOURCE are checked at each read against the MD5 the import recorded:\n"
-               "one changed in place later is refused (EIO through a mount), not read as it is now.",
+               "one changed in place later is refused (EIO through a mount), not read as it is now.\n"
+               "A SOURCE inside a repository's storage namespace, or holding one, is refused (exit 2): that\n"
+               "repository's garbage collection would delete the objects the import names.",
     )
     p.add_argument("source", metavar="SOURCE", help="a local directory or s3://BUCKET/PREFIX")
     p.add_argument("dest", metavar="lakefs://REPO/BRANCH/PREFIX/")
@@ -139,6 +141,7 @@ def cmd_import(args) -> int:
         repo = s.repo(u)
         repo.get_branch(branch)  # fail before starting Spark
         check_clean(repo, branch)
+        s.graveler.check_import_source(src)
         spark = _spark(args)
         res = import_prefix(spark, repo, branch, src, prefix, args.message, args.partitions)
     what = f"commit {res.commit_id[:12]}" if res.commit_id else "no commit (the tree is unchanged)"

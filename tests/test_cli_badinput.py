@@ -369,6 +369,9 @@ def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
     (("gc", "mark", "lakefs://rep1", "--min-age", "inf", "--dry-run"), "--min-age"),
     (("gc", "mark", "lakefs://rep1", "--min-age", "nan", "--dry-run"), "--min-age"),
     (("gc", "run", "lakefs://rep1", "--min-age", "2e7", "--dry-run"), "--min-age"),
+    # found by a GC tour: Spark started a JVM, then a traceback (exit 1)
+    (("gc", "mark", "lakefs://rep1", "--spark", "bogus", "--dry-run"), "not a Spark master"),
+    (("export", "lakefs://rep1/main", "/nonexistent-out", "--spark", "local[x]"), "not a Spark master"),
 ], ids=lambda a: " ".join(a[:2]) if isinstance(a, tuple) else None)
 def test_malformed_values_are_usage_errors_in_one_line(home, args, fragment):
     """Found by fuzzing: these were tracebacks (exit 1: ValueError, OverflowError), or were taken

@@ -37,7 +37,10 @@ count -- made since, or an expired one a new branch made active again -- and
 every address staged now keep their objects), with bulk
 deletes and exponential backoff on failures, in parallel by report part.  On a
 local namespace it also removes the temp files of writers killed mid-write that
-were last written before the mark's cutoff (and at least an hour ago).
+were last written before the mark's cutoff (and at least an hour ago).  What the
+sweep does not see: a branch created from an expired commit (or a reset to one)
+*while its deletes run* -- as in lakeFS, do not bring expired commits back during a
+sweep; the objects that branch needs may be gone.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from dataclasses import asdict
 from datetime import timedelta
@@ -29,8 +30,19 @@ def _spark(args):
     return get_session(SparkConfig(master=getattr(args, "spark", None), app_name=f"lakefuse {args.command}"))
 
 
+# the masters Spark itself takes (SparkContext refuses any other, after starting a JVM: a traceback)
+_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|(spark|k8s|mesos)://\S+")
+
+
+def _master(text: str) -> str:
+    if not _MASTER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"not a Spark master: {text!r} (local, local[N], local[*], "
+                                         "spark://HOST:PORT, yarn, k8s://URL)")
+    return text
+
+
 def _add_spark(p) -> None:
-    p.add_argument("--spark", metavar="MASTER", help=SPARK_HELP)
+    p.add_argument("--spark", metavar="MASTER", type=_master, help=SPARK_HELP)
 
 
 def _positive(text: str) -> int:
@@ -205,9 +217,14 @@ def _report_mark(args, m) -> None:
     if args.dry_run:
         for a in m.addresses or ():
             out(a)
-        note(f"dry run: {m.candidates} objects ({m.bytes} bytes) would be deleted; nothing was written")
+        # (the addresses on stdout, for a pipe; the count beside the other notes)
+        note(f"dry run: {_objects(m.candidates)} ({m.bytes:,} bytes) would be deleted; nothing was written")
     else:
-        out(f"run {m.run_id}: {m.candidates} objects ({m.bytes} bytes) to delete; report {m.report_prefix}")
+        out(f"run {m.run_id}: {_objects(m.candidates)} ({m.bytes:,} bytes) to delete; report {m.report_prefix}")
+
+
+def _objects(n: int) -> str:
+    return f"{n:,} object{'' if n == 1 else 's'}"
 
 
 def cmd_gc_mark(args) -> int:

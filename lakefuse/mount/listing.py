@@ -5,7 +5,11 @@ entries from graveler per call), with the path rule of :mod:`graveler.paths`
 applied (a key that is no valid name is hidden; an object shadowed by a
 directory of the same name is hidden). A :class:`DirHandle` keeps the page read
 last and a mark per page, so ``readdir`` resumes without re-reading and a seek
-restarts from the nearest mark. Marks are names relative to the directory, never
+restarts from the entry it names when that entry is one handed out lately (the
+names of the last :data:`RECENT_MAX` entries are kept by offset: a reader with a
+small buffer asks again from inside the last reply, and a directory changed
+meanwhile must not shift it), else from the nearest mark, skipping entries by count
+(exact while the directory is unchanged). Marks are names relative to the directory, never
 keys: a rename of the directory or of one above it while it is open (the node's path
 changes) leaves them true, and the page read under the old path is read again under
 the new one (its entries name the old paths), so the listing goes on where it was,
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import itertools
 import logging
 import stat
 import threading
@@ -57,6 +62,7 @@ if TYPE_CHECKING:
 
 DOTS = 2  # "." and "..": the first offsets of every directory's readdir
 LISTED_MAX = 100_000  # commit-tree files a plain READDIR reported, held for their first lookup
+RECENT_MAX = 16_384  # names kept by offset of the entries an open directory's buffer held last
 AHEAD_PAGES = 8  # a readdir read-ahead takes what the last reply took (a plain READDIR: ~4,000 names), up to this
 
 
@@ -68,16 +74,20 @@ def dots(node: Node) -> list[tuple[bytes, Attr]]:
 
 
 class DirHandle(Handle):
-    __slots__ = ("lock", "buf", "buf_start", "buf_path", "marks", "next_off", "next_after", "done", "entries")
+    __slots__ = ("lock", "buf", "buf_start", "buf_from", "buf_path", "marks", "recent", "top", "next_off",
+                 "next_after", "done", "entries")
 
     def __init__(self, node: Node):
         super().__init__(node)
         self.lock = threading.Lock()
         self.buf: list[DirEntry] = []
-        self.buf_start = 0
+        self.buf_start = 0  # buf[i] is the entry at offset buf_start + i + 1
+        self.buf_from = 0  # the offset buf was read for (a new run of offsets: buf[0] follows it)
         self.buf_path = node.path  # the directory's path when buf was read
         # offset -> the name (relative to the directory: a key less its prefix) to resume after
         self.marks: dict[int, bytes] = {0: b""}
+        self.recent: dict[int, bytes] = {}  # offset -> the relative name to resume after (entries buf held)
+        self.top = 0  # the highest offset handed out: a read from elsewhere numbers its entries above it
         self.next_off = 0
         self.next_after = b""  # relative, as the marks
         self.done = False
@@ -89,10 +99,10 @@ class DirHandle(Handle):
             return self.entries[offset:]
         if self.node.path != self.buf_path:  # renamed (or one above it) since: read again under the new path
             return None
-        i = offset - self.buf_start
+        i = 0 if offset == self.buf_from else offset - self.buf_start
         if 0 <= i < len(self.buf):
             return self.buf[i:]
-        if i == len(self.buf) and self.done and offset == self.next_off:
+        if i == len(self.buf) and self.done and (offset == self.next_off or offset == self.buf_from):
             return []
         return None
 
@@ -138,19 +148,28 @@ def fill_ahead(fs, h: DirHandle, keep_from: int, n: int = 0) -> None:
         keep = h.buf[keep_from - h.buf_start:]
         _fill_tree_dir(fs, h, h.next_off, min(n, AHEAD_PAGES * fs.config.readdir_page))
         h.buf = keep + h.buf
-        h.buf_start = keep_from
+        h.buf_start = h.buf_from = keep_from
 
 
 def _fill_tree_dir(fs, h: DirHandle, offset: int, at_least: int = 0) -> None:
     node = h.node
     tree: Tree = node.tree
     path = node.path  # the tree lock (shared) keeps a rename from changing it meanwhile
-    if offset == h.next_off:
-        rel, start = h.next_after, offset
-    else:  # a seek: resume from the nearest page mark at or before offset, skip the rest
-        start = max(o for o in h.marks if o <= offset)
-        rel = h.marks[start]
-    skip = offset - start
+    if offset == h.next_off:  # going on: the run of offsets goes on
+        rel, skip, base = h.next_after, 0, offset
+    else:
+        # from elsewhere (a seek, a reader that took part of the last reply): after the entry at
+        # ``offset`` when known, else from the nearest mark at or before it, skipping by count. Its
+        # entries get offsets above every one handed out so far: an offset the kernel or a telldir
+        # holds never names another entry than the one it followed (an immutable tree's entries keep
+        # their places: numbered as from the start)
+        known = _name_at(h, offset) if offset else None
+        if known is not None:
+            rel, skip = known, 0
+        else:
+            mark = max(o for o in h.marks if o <= offset)
+            rel, skip = h.marks[mark], offset - mark
+        base = offset if tree.immutable else h.top + 1
     stamp = tree.repin()
     prefix = paths.dir_prefix(path)
     after = prefix + rel if rel else b""
@@ -170,27 +189,57 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int, at_least: int = 0) -> None:
         if not tree.immutable:
             tree.witness(path, page)  # (BranchWrites._remains: removing them all, no scan per name)
         entries.extend(_page_entries(fs, tree, path, page, done, stamp))
-    if not raw and start == 0 and path and not tree.immutable and not tree.view.stat(path).is_dir:
+    if not raw and not rel and path and not tree.immutable and not tree.view.stat(path).is_dir:
         # nothing under a branch directory that is no directory now: renamed or removed elsewhere
         # since the kernel looked it up (another mount or host): its listing is no empty one
         raise FsError(errno.ENOENT, f"{path!r} is gone from branch {tree.name!r}")
-    # offsets: the entry at index i (counted from `start`) resumes at start + i + 1
-    for i, e in enumerate(entries):
-        e.offset = start + i + 1
-    h.marks[start] = rel
-    h.buf = entries[skip:]
-    h.buf_start = offset
+    if skip:
+        rel = _rel(entries[skip - 1]) if len(entries) >= skip else last[len(prefix):]
+        entries = entries[skip:]
+    for i, e in enumerate(entries):  # the entry at index i resumes at base + i + 1
+        e.offset = base + i + 1
+    h.marks[base] = rel
+    _remember(h, h.buf)
+    h.buf = entries
+    h.buf_start = base
+    h.buf_from = offset
     h.buf_path = path
-    h.next_off = start + len(entries)
+    h.next_off = base + len(entries)
+    h.top = max(h.top, h.next_off)
     h.next_after = last[len(prefix):] if last else b""
     h.done = done
     if not h.buf and not done:  # nothing visible in what was read: keep going later
         h.done = False
-    if done and start == 0:  # the whole directory, read in one go: lookups answer from it
+    if done and base == 0:  # the whole directory, read in one go: lookups answer from it
         if tree.immutable:
             fs.dircache.put(tree.key, path, entries, _nlink_of(fs, entries, raw))
         else:  # while the branch stays at this stamp
             fs.branch_dirs.put(tree.key, path, entries, _nlink_of(fs, entries, raw), stamp)
+
+
+def _rel(e: DirEntry) -> bytes:
+    """The name to resume a listing after, past entry ``e`` (a directory: past all under it)."""
+    return e.name + b"/" if e.kind == Kind.DIR else e.name
+
+
+def _name_at(h: DirHandle, offset: int) -> bytes | None:
+    """The relative name to resume after at ``offset``, if ``h`` knows which entry it follows."""
+    i = offset - h.buf_start - 1
+    if 0 <= i < len(h.buf) and h.buf[i].offset == offset:
+        return _rel(h.buf[i])
+    return h.recent.get(offset)
+
+
+def _remember(h: DirHandle, entries: list[DirEntry]) -> None:
+    """Keep the names of ``entries`` (leaving ``h``'s buffer) by offset, the last :data:`RECENT_MAX`."""
+    recent = h.recent
+    for e in entries:
+        recent.pop(e.offset, None)  # (re-inserted: the newest at the end)
+        recent[e.offset] = _rel(e)
+    over = len(recent) - RECENT_MAX
+    if over > 0:
+        for k in list(itertools.islice(recent, over)):
+            del recent[k]
 
 
 def whole(fs, node: Node, stamp: int | None = None) -> dict[bytes, DirEntry] | None:
@@ -338,9 +387,9 @@ def fill_held(fs, h: DirHandle, offset: int) -> bool:
     with h.lock:
         if h.next_off != 0 or h.buf:  # (filled meanwhile)
             return False
-        h.buf, h.buf_start, h.buf_path = entries, 0, node.path
+        h.buf, h.buf_start, h.buf_from, h.buf_path = entries, 0, 0, node.path
         h.marks[0] = b""
-        h.next_off = len(entries)
+        h.next_off = h.top = len(entries)
         h.next_after = entries[-1].name if entries else b""
         h.done = True
     return True

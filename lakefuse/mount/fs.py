@@ -461,7 +461,7 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
         tree: Tree = node.tree
         if tree.immutable:
             return self.revalidate(node).attr
-        if kind == Kind.FILE and not self.inodes.attached(node):
+        if not self.inodes.attached(node):  # (a directory removed or renamed over while open, as a file)
             return self._detached_attr(node)
         if kind == Kind.FILE:
             sf = self.spooled(ino)
@@ -478,9 +478,12 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
         return attr if self.inodes.attached(node) else self._detached_attr(node)  # (just replaced)
 
     def _detached_attr(self, node: Node) -> Attr:
-        """A branch file whose name went to another version or nowhere (through the mount or behind
-        it): while open, what its handles see, ``nlink`` 0; else ESTALE (the kernel looks it up again)."""
+        """A branch file (or directory) whose name went to another version or nowhere (through the mount
+        or behind it): while open, what its handles see, ``nlink`` 0 (a directory's fstat after its rmdir:
+        as ext4's); else ESTALE (the kernel looks it up again)."""
         if node.opens > 0 and node.attr is not None:
+            if node.kind == Kind.DIR:
+                return dataclasses.replace(node.attr, nlink=0)
             return dataclasses.replace(self.rules.spooled(self.spooled(node.ino), node.attr), nlink=0)
         raise FsError(errno.ESTALE, f"{node.path!r}: replaced or removed; the name is looked up again")
 

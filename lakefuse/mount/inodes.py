@@ -48,7 +48,7 @@ class Node:
     read, valid while ``stamp`` equals the tree's change stamp."""
 
     __slots__ = ("ino", "key", "kind", "tree", "path", "parent_ino", "nlookup", "opens",
-                 "attr", "value", "stamp", "opened_identity", "renamed_over", "trim_asked")
+                 "attr", "value", "stamp", "opened_identity", "renamed_over", "unnamed", "trim_asked")
 
     def __init__(self, ino: int, key: Hashable, kind: Kind, tree, path: bytes, parent_ino: int):
         self.ino = ino
@@ -65,6 +65,9 @@ class Node:
         self.stamp = -1
         self.opened_identity: bytes | None = None
         self.renamed_over = False  # a file this mount renamed another over (Opens._open_tree_file)
+        # unlinked, removed or renamed over through this mount: no name reaches it any more, only
+        # its descriptors (fchmod, fsetxattr): their changes stay with the inode (writes.py)
+        self.unnamed = False
 
     def take(self, attr, stamp: int, value=_KEEP) -> bool:
         """Take ``attr`` (and ``value``) as read at the branch's ``stamp``, unless the node holds a

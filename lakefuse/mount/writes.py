@@ -56,7 +56,7 @@ from graveler.model import Entry, Value
 from graveler.objects import POSIX_MTIME, PosixAttrs, user_metadata
 from graveler.staging import MAX_PATH_BYTES
 from graveler.tree import rename_prefix
-from lakefuse.mount import creates, renames, xattrs
+from lakefuse.mount import creates, renames, unnamed, xattrs
 from lakefuse.mount.attrs import (
     BRANCH_DIR_MODE,
     BRANCH_FILE_MODE,
@@ -528,6 +528,7 @@ class BranchWrites:
         if node is not None:
             self.inodes.replace(node)
             node.renamed_over = renamed_over
+            node.unnamed = True
             if node.attr is not None:  # its link count went: its ctime moves (open handles fstat it)
                 node.attr = replace(node.attr, ctime_ns=time.time_ns())
             if kind == Kind.FILE and self.spool is not None:
@@ -573,6 +574,8 @@ class BranchWrites:
     def setattr(self, ino: int, changes: SetAttr) -> Attr:
         creates.settle_at(self, ino)
         node = self.inodes.get(ino)
+        if unnamed.holds(self, node) and changes.size is None:
+            return unnamed.setattr(self, node, changes)
         if node.kind == Kind.DIR:
             node = self._branch_node(ino, (Kind.DIR,))
             return self._setattr_dir(node, changes)
@@ -712,6 +715,9 @@ class BranchWrites:
             raise FsError(errno.EPERM, "user.* attributes are for regular files and directories (as Linux says)")
         tree: Tree = node.tree
         with self._xattr_locks[ino % len(self._xattr_locks)]:
+            if node.kind == Kind.FILE and node.value is not None and unnamed.holds(self, node):
+                unnamed.setxattr(node, name, value, flags)
+                return
             if node.kind == Kind.DIR:
                 with self.fs.tree_lock(tree).shared():
                     tree.repin()

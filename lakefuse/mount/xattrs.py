@@ -185,6 +185,8 @@ class XattrReads:
             sf = self.spooled(ino)
             if sf is not None and sf.detached:  # unlinked while open: its handles keep its names, as ext4's
                 return _users(sf.user_metadata, only)  # (no entry any more: no user.lakefs.* names; it was ENOENT)
+            if sf is None and node.unnamed and node.value is not None and not self.inodes.attached(node):
+                return _users(_entry(node.value).metadata, only)  # (the same, open for reading: writes.py)
         if node.kind != Kind.INFO_DIR:
             if node.tree.immutable:
                 node = self.revalidate(node)

@@ -372,6 +372,11 @@ def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
     # found by a GC tour: Spark started a JVM, then a traceback (exit 1)
     (("gc", "mark", "lakefs://rep1", "--spark", "bogus", "--dry-run"), "not a Spark master"),
     (("export", "lakefs://rep1/main", "/nonexistent-out", "--spark", "local[x]"), "not a Spark master"),
+    # found by a GC tour: '' and a URI with one slash were looked for as local paths (exit 3, not found) or
+    # taken as one (an export into ./s3:/out)
+    (("import", "", "lakefs://rep1/main/raw/"), "no directory or URI"),
+    (("import", "s3:/bucket/x", "lakefs://rep1/main/raw/"), "no directory or URI"),
+    (("export", "lakefs://rep1/main", "s3:/bucket/out"), "no directory or URI"),
 ], ids=lambda a: " ".join(a[:2]) if isinstance(a, tuple) else None)
 def test_malformed_values_are_usage_errors_in_one_line(home, args, fragment):
     """Found by fuzzing: these were tracebacks (exit 1: ValueError, OverflowError), or were taken

@@ -88,7 +88,11 @@ def test_cli_import_gc_export(spark, tmp_path, capsys):
     rc, o, err = run(capsys, "--home", home, "export", "lakefs://clirepo/main", str(dest))
     assert rc == 0 and "12 copied" in o and "full" in o, err
     assert (dest / "raw/p1/4.txt").read_text() == "file 4"
-    rc, o, _ = run(capsys, "--home", home, "export", "lakefs://clirepo/main", str(dest))
+    os.chdir(tmp_path)  # DEST relative to here, as import's SOURCE (it was refused once Spark had started)
+    try:
+        rc, o, _ = run(capsys, "--home", home, "export", "lakefs://clirepo/main", "out")
+    finally:
+        os.chdir(cwd)
     assert rc == 0 and "0 copied, 0 deleted (incremental" in o
 
     # a dirty branch is refused before the source is listed (a listing can take an hour), not after

@@ -34,6 +34,10 @@ def _spark(args):
 _MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|(spark|k8s|mesos)://\S+")
 
 
+# a scheme with one slash (s3:/bucket): a URI mistyped, not a relative path to take as one
+_HALF_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/(?!/)")
+
+
 def _master(text: str) -> str:
     if not _MASTER.fullmatch(text):
         raise argparse.ArgumentTypeError(f"not a Spark master: {text!r} (local, local[N], local[*], "
@@ -108,7 +112,9 @@ def register(sub) -> None:
 
     p = add_command(
         sub, "export", "copy a commit's objects to a plain prefix (Spark)", cmd_export,
-        epilog="DEST is a local directory or s3://BUCKET/PREFIX.  _SUCCESS is written last and names the\n"
+        epilog="DEST is a local directory (a relative path is from here) or s3://BUCKET/PREFIX.  Objects are\n"
+               "copied; an empty directory made through a mount (a directory marker) is not: a prefix holds\n"
+               "no empty directories.  _SUCCESS is written last and names the\n"
                "commit; exporting onto a destination whose _SUCCESS names a commit of this repository only\n"
                "copies and deletes the difference (deletions first). While an export runs, _INCOMPLETE names\n"
                "the commit it goes to and the one it goes on from: run again after a failure, it goes on from\n"
@@ -141,6 +147,9 @@ def cmd_import(args) -> int:
     if not prefix:
         raise InvalidArgument(f"{u}: give a destination prefix, lakefs://REPO/BRANCH/PREFIX/ (it is replaced)")
     src = args.source
+    if not src or _HALF_URI.match(src):  # ('' or s3:/x: no path to look for)
+        raise InvalidArgument(f"import source {src!r} is no directory or URI: give a local directory, "
+                              "file:///PATH or s3://BUCKET/PREFIX")
     if "://" not in src or src.startswith("file://"):  # a local directory: there, before Spark starts
         path = src[len("file://"):] if src.startswith("file://") else src
         if not os.path.exists(path):
@@ -300,12 +309,21 @@ def cmd_gc_runs(args) -> int:
 def cmd_export(args) -> int:
     from graveler.spark.export import export
 
+    from graveler.objstore.uri import StorageURI
+
     u = uri_arg(args.ref)
     ref = u.with_ref()
+    dest = args.dest
+    if not dest or _HALF_URI.match(dest):
+        raise InvalidArgument(f"export destination {dest!r} is no directory or URI: give a local directory, "
+                              "file:///PATH or s3://BUCKET/PREFIX")
+    if "://" not in dest:  # a path relative to here, as import's SOURCE and `fs upload --source`
+        dest = os.path.abspath(dest)
+    StorageURI.parse(dest)  # a malformed DEST: before Spark starts
     with session(args) as s:
         repo = s.repo(u)
         repo.get_commit(ref)  # fail before starting Spark
-        res = export(_spark(args), repo, ref, args.dest, previous=args.previous, full=args.full,
+        res = export(_spark(args), repo, ref, dest, previous=args.previous, full=args.full,
                      partitions=args.partitions)
     how = f"incremental from {res.previous[:12]}" if res.previous else "full"
     _print(args, asdict(res), f"exported {res.commit_id[:12]} to {args.dest}: {res.copied} copied, "

@@ -177,8 +177,10 @@ def test_resolve(rm):
         rm.resolve("main^3")
     with pytest.raises(NotFound):
         rm.resolve("nope")
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound, match="at least 4 hex digits"):  # (a tour's wish: say why)
         rm.resolve(cs[0].id[:3])  # shorter than 4 hex digits is not a prefix
+    with pytest.raises(NotFound, match=r"or commit\)$"):  # no hint where it cannot be the reason
+        rm.resolve(cs[0].id[:3] + "z")
     with pytest.raises(InvalidArgument):
         rm.resolve("v1@")  # @ is for branches
     with pytest.raises(InvalidArgument):

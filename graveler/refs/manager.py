@@ -349,7 +349,9 @@ class RefManager:
             c = self.commit_by_prefix_txn(txn, base)
             if c is not None:
                 return ResolvedRef(RefType.COMMIT, c.id)
-        raise NotFound(f"ref {base!r} not found (no such branch, tag or commit)")
+        short = f"; a commit ID prefix takes at least {MIN_COMMIT_PREFIX} hex digits" \
+            if is_hex and len(base) < MIN_COMMIT_PREFIX else ""
+        raise NotFound(f"ref {base!r} not found (no such branch, tag or commit{short})")
 
     # history (graveler.refs.graph)
     def log(self, commit_id: str, first_parent: bool = True, amount: int | None = None) -> Iterator[Commit]:

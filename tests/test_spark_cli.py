@@ -83,6 +83,12 @@ def test_cli_import_gc_export(spark, tmp_path, capsys):
     assert rc == 0 and lines[0]["run_id"] in o
     rc, _, err = run(capsys, "--home", home, "gc", "sweep", "lakefs://clirepo", "nope")
     assert rc == 3 and "no complete report" in err
+    # a local namespace moved away: refused, not a report written into a new empty directory (a GC tour)
+    assert run(capsys, "--home", home, "repo", "create", "lakefs://gone", "--storage", str(tmp_path / "gone"))[0] == 0
+    os.rename(tmp_path / "gone", tmp_path / "gone.moved")
+    for cmd in (("gc", "run", "lakefs://gone", "--min-age", "0"), ("gc", "sweep", "lakefs://gone", "any")):
+        rc, _, err = run(capsys, "--home", home, *cmd)
+        assert rc == 3 and "is not there" in err and not (tmp_path / "gone").exists(), err
 
     dest = tmp_path / "out"
     rc, o, err = run(capsys, "--home", home, "export", "lakefs://clirepo/main", str(dest))

@@ -48,6 +48,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import random
 import time
 import uuid
@@ -441,6 +442,7 @@ def mark(spark, repo, min_age: timedelta = DEFAULT_MIN_AGE, now: datetime | None
     run_id = run_id or new_run_id(now)
     cutoff = now - min_age
     ns = Namespace(repo.record.storage_namespace, repo.config.store)
+    _check_there(ns)
     rules = get_rules(repo)
     refs = snapshot_refs(repo)
     active = active_commits(repo, rules, now, refs)
@@ -639,13 +641,24 @@ def _sweep_temp_files(ns: Namespace, summary: dict, dry_run: bool):
     return res
 
 
+def _check_there(ns: Namespace) -> None:
+    """NotFound if ``ns`` is a local directory that is not there (moved, deleted, a disk not mounted):
+    a run would find nothing to keep, write its report into a new empty directory and say all is well."""
+    from graveler.objstore.uri import FILE, StorageURI
+
+    uri = StorageURI.parse(ns.uri)
+    if uri.scheme == FILE and not os.path.isdir(uri.path):
+        raise NotFound(f"storage namespace {ns.uri} is not there (moved or deleted?): nothing was collected")
+
+
 def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:
     """Delete the candidates of a complete mark run, except those that became live since."""
     from graveler.spark.entries import per_task_df
 
     t0 = time.monotonic()
-    summary = read_summary(repo, run_id)
     ns = Namespace(repo.record.storage_namespace, repo.config.store)
+    _check_there(ns)
+    summary = read_summary(repo, run_id)
     if summary.get("storage_namespace") != ns.uri:
         raise InvalidArgument(f"GC run {run_id} was made for {summary.get('storage_namespace')}, not {ns.uri}")
     before = _swept(ns, run_id)

@@ -482,6 +482,10 @@ class Repository:
                 return True
         return False
 
+    def prefix_commits(self, name: str) -> bool:
+        """Whether ``name`` is also the ID prefix of a commit (a branch or tag of that name hides it)."""
+        return self._refs.prefix_commits(name)
+
     def has_ref(self, kind: str, name: str) -> bool:
         """Whether a ``kind`` ("branch" or "tag") named ``name`` exists."""
         try:

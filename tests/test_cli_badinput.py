@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -328,6 +329,11 @@ def test_the_tests_in_process_kv_is_refused_by_every_command(tmp_path, capsys, m
     assert sorted(p.name for p in (h / "storage").iterdir()) == ["abc"]
 
 
+def _json_out(capsys, rc: int) -> str:
+    assert rc == 0
+    return capsys.readouterr().out
+
+
 def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
     """--home naming a file (it said "no repositories", or blamed a storage path), merge -m ""
     (it used the default message silently, where commit -m "" is refused), and a tag or branch
@@ -351,6 +357,14 @@ def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     assert main(["branch", "create", "lakefs://edg/v1", "-s", "main", "--home", str(h)]) == 0
     assert "a tag 'v1' exists too: lakefs://edg/v1 now names this branch" in capsys.readouterr().err
+    # a name that is also a commit-ID prefix takes the name from the commit (found by a refs tour: silent)
+    head = json.loads(_json_out(capsys, main(["show", "lakefs://edg/main", "--json", "--home", str(h)])))["id"]
+    assert main(["branch", "create", f"lakefs://edg/{head[:6]}", "-s", "main", "--home", str(h)]) == 0
+    assert f"'{head[:6]}' is also a commit-ID prefix" in capsys.readouterr().err
+    assert main(["tag", "create", f"lakefs://edg/{head[:5]}", "main", "--home", str(h)]) == 0
+    assert "commit-ID prefix: lakefs://edg/" + head[:5] + " now names the tag" in capsys.readouterr().err
+    assert main(["tag", "create", "lakefs://edg/beef", "main", "--home", str(h)]) == 0  # healthy: hex, no commit
+    assert capsys.readouterr().err == "" or head.startswith("beef")
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -407,3 +407,6 @@ def test_a_tag_or_branch_named_like_the_other_says_so_in_the_read_back(repo, con
     assert "tag 't9' exists too" in out["note"]
     assert "note" not in controls.execute(None, "branch", b"plain main")
     assert "note" not in controls.execute(None, "tag", b"t10 main")
+    head = repo.get_commit("main").id  # a name that is also a commit-ID prefix (a refs tour: silent)
+    out = controls.execute(None, "branch", f"{head[:7]} main".encode())
+    assert f"'{head[:7]}' is also a commit-ID prefix: the name now shows this branch" in out["note"]

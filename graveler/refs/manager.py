@@ -13,6 +13,8 @@ write staging (or seal, or compare-and-set) atomically.
 
 from __future__ import annotations
 
+import itertools
+
 import os
 import socket
 import zlib
@@ -117,6 +119,15 @@ class RefManager:
         if not found:
             return None
         return self.get_commit_txn(txn, found[0].decode())
+
+    def prefix_commits(self, name: str) -> bool:
+        """Whether ``name`` is also a commit-ID prefix (4 to 63 hex digits) of a stored commit, one or
+        more: a branch or tag so named takes the name from it in ref expressions (lakeFS's order)."""
+        if not (HEX_RE.fullmatch(name) and MIN_COMMIT_PREFIX <= len(name) < COMMIT_ID_LENGTH):
+            return False
+        p = name.lower().encode("ascii")
+        with self.env.read() as txn:
+            return any(k.startswith(p) for k, _ in itertools.islice(txn.scan(COMMITS, p, values=False), 1))
 
     def count_commits(self) -> int:
         """How many commits are stored (the store's count: no commit is read)."""

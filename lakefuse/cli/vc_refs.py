@@ -229,6 +229,13 @@ def _shadow_note(repo, other: str, name: str, what: str) -> None:
     resolves to the branch first (git warns of such an ambiguous name too)."""
     if repo.has_ref(other, name):
         note(f"note: a {other} {name!r} exists too: {what}")
+    if repo.prefix_commits(name):
+        note(f"note: {name!r} is also a commit-ID prefix: lakefs://{repo.name}/{name} now names the {other_of(other)}, "
+             "reach the commit by a longer prefix")
+
+
+def other_of(kind: str) -> str:
+    return "branch" if kind == "tag" else "tag"
 
 
 def cmd_branch_create(args: argparse.Namespace) -> int:

@@ -308,6 +308,9 @@ def status_lines(repo, branch: str) -> bytes:
 def _shadowed(repo, other: str, name: str, outcome: dict) -> dict:
     """``outcome``, with a note when a ``other`` (branch or tag) has the new ref's name too: the
     name shows the branch, here and in the CLI (git warns of such an ambiguous name as well)."""
+    if repo.prefix_commits(name):
+        outcome = {**outcome, "note": f"{name!r} is also a commit-ID prefix: the name now shows this "
+                                      f"{'tag' if other == 'branch' else 'branch'}, the commit a longer prefix"}
     if not repo.has_ref(other, name):
         return outcome
     shows = "the tag is reached by its commit ID" if other == "branch" else "the name now shows this branch"

@@ -250,7 +250,9 @@ _SWEEP_EPILOG = ("Exit 6 when the store failed to delete some objects (counted a
                  "run again once the store answers; what was deleted stays deleted. The sweep also\n"
                  "removes what writers killed mid-write left, last active before the mark's cutoff and\n"
                  "over an hour ago: on a local namespace their temp files (.lakefuse-tmp-*), on S3\n"
-                 "their open multipart uploads under the namespace (aborted: their parts are billed).")
+                 "their open multipart uploads under the namespace (aborted: their parts are billed).\n"
+                 "'deleted' counts the objects the store was asked to delete: one an earlier run's sweep\n"
+                 "took already counts again (S3 does not say which keys it had).")
 
 
 def cmd_gc_run(args) -> int:

@@ -80,6 +80,37 @@ def committed(home, s3_config, name: str):
     return g, r, r.get_commit(r.get_branch("main").commit_id)
 
 
+def test_a_fresh_mount_creates_while_the_store_is_down(tmp_path, s3_endpoint, s3_config, s3_bucket):
+    """Found by an S3 tour: the first create, mkdir or symlink of a mount (and one every ten minutes)
+    uploaded the mount's shared empty object in the request: with the store down it was EIO at
+    ``open`` (nothing spooled), hung it waited a whole bound each, one after another. The mount
+    uploads it at start now and renews it in the background: a create answers at once, and the file's
+    save is what waits for the store (kept in the spool, retried)."""
+    home = tmp_path / "home"
+    with mount_behind_proxy(tmp_path, "fresh", s3_endpoint, s3_config, s3_bucket) as (proxy, mp, m):
+        main = mp / "main"
+        down = proxy.add(Fault("error", method="PUT", path="/ns/data/", status=503))
+        t0 = time.monotonic()
+        os.mkdir(main / "d")  # nothing made on this mount before
+        os.symlink("d", main / "link")
+        f = open(main / "d" / "new.txt", "wb")
+        assert time.monotonic() - t0 < 2  # no upload waited for
+        f.write(b"written while the store is down")
+        with pytest.raises(OSError) as ei:
+            f.close()
+        assert ei.value.errno == errno.EIO and down.hits > 0
+        assert (main / "d" / "new.txt").read_bytes() == b"written while the store is down"
+        proxy.clear()
+        saved_by_the_retry(home, "fresh", "d/new.txt", len(b"written while the store is down"), m)
+        (main / ".lakefuse" / "commit").write_text("after the store came back\n")
+    g, r, head = committed(home, s3_config, "fresh")
+    try:
+        assert r.read(head.id, "d/new.txt") == b"written while the store is down"
+        assert r.read(head.id, "d/") == b"" and r.read(head.id, "link") == b""
+    finally:
+        g.close()
+
+
 @needs_fuse
 @pytest.mark.s3
 def test_failed_save_keeps_its_content_is_retried_and_blocks_the_commit_meanwhile(

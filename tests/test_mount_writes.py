@@ -520,12 +520,16 @@ def test_descriptors_of_a_file_no_name_reaches_change_its_attributes_as_on_ext4(
     # (healthy: an inode whose name changed behind the mount stays ESTALE: test_mount_shared_inode.py)
 
 
+@pytest.mark.expect_log("a renewal that fails says so once")
 def test_the_shared_empty_object_is_uploaded_again_before_gc_may_take_it(fs, repo, monkeypatch):
     """Found by a GC tour: a mount uploaded its empty object once and named it in every empty file,
     directory marker and symlink it made for as long as it ran. Once nothing named it and it was older
     than GC's minimum age, GC deleted it, and what the mount made afterwards named a missing object
-    (``fs cat`` and export: not found). The mount uses a new one once its own is ten minutes old."""
-    from lakefuse.mount import writes
+    (``fs cat`` and export: not found). The mount uploads a new one once its own is ten minutes old, in
+    a thread of its own (asked by a create or the stamp watch's round): no create waits for the store
+    (found by an S3 tour: with the store down, creates failed EIO at the renewal; hung, each waited a
+    whole bound), and one that fails keeps the old one in use."""
+    from lakefuse.mount import emptyobj
 
     main = ino_of(fs, "main")
     fs.mkdir(main, b"d0", stat.S_IFDIR | 0o755, ME)
@@ -534,8 +538,24 @@ def test_the_shared_empty_object_is_uploaded_again_before_gc_may_take_it(fs, rep
     assert repo.get("main", "s0").address == first  # healthy: reused while young (no upload per entry)
     fs.unlink(main, b"s0")
     fs.rmdir(main, b"d0")  # nothing names it now
-    later = time.monotonic() + writes.EMPTY_MAX_AGE_S + 1
-    monkeypatch.setattr(writes.time, "monotonic", lambda: later)  # the mount has run past the bound
+    now = [time.monotonic()]
+    monkeypatch.setattr(emptyobj.time, "monotonic", lambda: now[0])
+    empty = fs._writer().empty
+    real_upload = empty._upload
+    monkeypatch.setattr(empty, "_upload", lambda: (_ for _ in ()).throw(OSError("the store is away")))
+    now[0] += emptyobj.EMPTY_MAX_AGE_S + 1  # the mount has run past the bound, and the store is away
+    fs.mkdir(main, b"d1", stat.S_IFDIR | 0o755, ME)  # answered at once, with the old one
+    assert repo.get("main", "d1/").address == first
+    deadline = time.time() + 10
+    while empty._renewing and time.time() < deadline:
+        time.sleep(0.01)
+    assert not empty._renewing and empty.entry().address == first  # kept in use; tried again later
+    monkeypatch.setattr(empty, "_upload", real_upload)  # the store is back
+    now[0] += emptyobj.RETRY_S + 1
+    empty.tick()  # (the stamp watch's round)
+    deadline = time.time() + 10
+    while empty.entry().address == first and time.time() < deadline:
+        time.sleep(0.01)
     repo._store.delete(first)  # what GC does to an unnamed object older than its --min-age
     fs.mkdir(main, b"d", stat.S_IFDIR | 0o755, ME)
     fs.symlink(main, b"s", b"d", ME)

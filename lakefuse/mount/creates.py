@@ -73,7 +73,7 @@ def create_fast(w, parent_ino: int, name: bytes, mode: int, flags: int, caller: 
     then :func:`create` in a worker thread)."""
     spool = w.spool
     parent = w.inodes.peek(parent_ino)
-    if spool is None or w._empty is None or parent is None or parent.kind != Kind.DIR or parent.tree.immutable:
+    if spool is None or not w.empty.ready or parent is None or parent.kind != Kind.DIR or parent.tree.immutable:
         return None
     tree = parent.tree
     known = tree.markers.get(parent.path) if parent.path else (tree.stamp, None)

@@ -345,6 +345,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
         fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
         report = fs.recover()  # spool leftovers and unfinished renames of a killed daemon
         tell_user(report.lines() if report is not None else [])
+        fs.writes.empty.warm()  # (a create later needs no store: lakefuse.mount.emptyobj)
     fs.branch_passthrough = config.branch_passthrough
     fs.mountpoint = mp
     fs.stats.set("branch_passthrough", "on" if config.branch_passthrough else "off")

@@ -89,6 +89,9 @@ class StampWatch:
             self._forget_names(branch, keys)
         if self._trim is not None:
             self._trim()  # (from this thread too: never from a request handler)
+        writes = getattr(self.fs, "writes", None)
+        if writes is not None:
+            writes.empty.tick()  # (a renewal in a thread of its own when due: lakefuse.mount.emptyobj)
         return n
 
     def _forget_names(self, branch: str, keys: list[bytes]) -> None:

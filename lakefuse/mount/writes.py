@@ -20,8 +20,7 @@ How each change reaches graveler:
   as ext4 journals a metadata change without flushing it: ``fsync`` of a file or
   of a directory (FUSE ``fsyncdir``) and every commit make it durable.
 * ``create`` stages the new file at once as an empty entry (pointing at the mount's
-  shared empty object, uploaded again once it is :data:`EMPTY_MAX_AGE_S` old: garbage
-  collection takes one no entry names once it is older than its minimum age), so every lookup -- another process, the
+  shared empty object, :mod:`lakefuse.mount.emptyobj`), so every lookup -- another process, the
   CLI -- sees it while it is being written; its content is staged on close.
 * ``mkdir`` stages a directory marker ``<dir>/`` (the shared empty object, the
   directory's POSIX attributes in its metadata); ``symlink`` stages an empty
@@ -69,12 +68,9 @@ from lakefuse.mount.attrs import (
     SetAttr,
 )
 from lakefuse.mount.errors import FsError
+from lakefuse.mount.emptyobj import EmptyObject
 from lakefuse.mount.fs import FRESH_NS, Filesystem
 
-# The age at which the mount's shared empty object (every empty file, directory marker, symlink
-# it makes) is uploaded anew. GC deletes an object no entry names once it is older than the
-# mark's --min-age: one that old the mount stops using (GC's --help says to keep --min-age above).
-EMPTY_MAX_AGE_S = 600.0
 from lakefuse.mount.handles import SpoolHandle
 from lakefuse.mount.inodes import ROOT_INO, Kind, Node
 from lakefuse.mount.special import INFO_NAME
@@ -114,9 +110,7 @@ class BranchWrites:
         self.spool = fs.spool
         self.inodes = fs.inodes
         self.rules = fs.rules
-        self._empty: Entry | None = None
-        self._empty_at = 0.0  # (time.monotonic() when it was uploaded)
-        self._empty_lock = threading.Lock()
+        self.empty = EmptyObject(self.repo)
         # one attribute change of an inode at a time (each rewrites its entry's metadata); striped by inode
         self._xattr_locks = [threading.Lock() for _ in range(64)]
         # directory marker key -> (the value _touch_parent made last, its entry, POSIX and user
@@ -200,17 +194,8 @@ class BranchWrites:
         return path
 
     def empty_entry(self) -> Entry:
-        """The mount's shared empty object, as an entry: uploaded on first use and again when the one
-        in use is :data:`EMPTY_MAX_AGE_S` old (an unreferenced object that old, GC may have deleted)."""
-        e = self._empty
-        if e is not None and time.monotonic() - self._empty_at < EMPTY_MAX_AGE_S:
-            return e
-        with self._empty_lock:
-            if self._empty is None or time.monotonic() - self._empty_at >= EMPTY_MAX_AGE_S:
-                at = time.monotonic()
-                self._empty = replace(self.repo.put_object(b""), last_modified_ns=0)
-                self._empty_at = at
-            return self._empty
+        """The mount's shared empty object, as an entry (:mod:`lakefuse.mount.emptyobj`)."""
+        return self.empty.entry()
 
     def _new_entry(self, attrs: PosixAttrs, now: int | None = None) -> Entry:
         e = self.empty_entry()  # (built directly: dataclasses.replace costs more than the rest of this)

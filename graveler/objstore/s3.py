@@ -643,12 +643,8 @@ class S3Store(ObjectStore):
                 with self._errors("put_file", key):
                     resp = self._client.complete_multipart_upload(
                         Bucket=self.bucket, Key=k, UploadId=upload_id, MultipartUpload={"Parts": parts})
-            except GravelerError:
-                # botocore sends a completion whose answer did not come in time again, and the second
-                # fails (NoSuchUpload, or an error while the first still assembles) when the first
-                # did it: the object there with these parts' ETag and this size is this upload's
-                resp = self._completed_anyway(k, parts, size)
-                if resp is None:
+            except GravelerError:  # (its answer lost: s3_answers.completed_anyway)
+                if (resp := s3_answers.completed_anyway(self._client, self.bucket, k, parts, size)) is None:
                     raise
         except BaseException:
             self._abort_upload(k, upload_id)
@@ -684,32 +680,6 @@ class S3Store(ObjectStore):
         raise StoreUnavailable(f"{op} {self.full_uri(key)}{where}: the store kept other bytes than were sent "
                                f"(its ETag {etag}, the MD5 sent {sent}): damaged on the way, or the file changed "
                                "while it was sent")
-
-    def _completed_anyway(self, k: str, parts: list[dict], size: int, tries: int = 4) -> dict | None:
-        """The HEAD of ``k`` if it is the object a multipart upload of ``parts`` (``size`` bytes) made
-        (its ETag the MD5 of the parts' MD5s, ``-<parts>``), asked up to ``tries`` times a second apart
-        (a first completion may still be assembling it); None if it is not there so, or the store does
-        not answer (no more waiting: the upload's failure stands)."""
-        import hashlib
-
-        try:
-            digests = b"".join(bytes.fromhex(p["ETag"].strip('"')) for p in parts)
-        except ValueError:
-            return None  # (parts whose ETags are no MD5s: nothing to compare)
-        want = f"{hashlib.md5(digests).hexdigest()}-{len(parts)}"
-        for attempt in range(tries):
-            if attempt:
-                time.sleep(1.0)
-            try:
-                head = self._client.head_object(Bucket=self.bucket, Key=k)
-            except bex.ClientError:
-                continue  # (not there, yet)
-            except bex.BotoCoreError:
-                return None
-            if _strip_etag(head["ETag"]) == want and head["ContentLength"] == size:
-                log.info("put_file %s: the completion's answer was lost; the object is there", k)
-                return head
-        return None
 
     def _abort_upload(self, k: str, upload_id: str) -> None:
         """Abort a multipart upload (its parts are billed until then); one the store did not take

@@ -19,7 +19,12 @@ an object or a part states its ETag.
 
 from __future__ import annotations
 
+import logging
+import time
+
 import botocore.exceptions as bex
+
+log = logging.getLogger("graveler.objstore.s3")
 
 _ETAG_IN_HEADERS = frozenset({"PutObject", "UploadPart", "HeadObject", "GetObject"})
 _DATED = frozenset({"HeadObject", "GetObject"})  # (an object's Last-Modified)
@@ -85,4 +90,33 @@ def install(client) -> None:
     client.meta.events.register_last("before-send.s3", send_checked)
 
 
-__all__ = ["CutShort", "CutShortRetried", "install", "what_is_missing"]
+def completed_anyway(client, bucket: str, k: str, parts: list[dict], size: int, tries: int = 4) -> dict | None:
+    """The HEAD of key ``k`` if it is the object a multipart upload of ``parts`` (``size`` bytes)
+    made -- its ETag the MD5 of the parts' MD5s, ``-<parts>`` -- asked up to ``tries`` times a
+    second apart (a first completion may still be assembling it); None if it is not there so, or
+    the store does not answer (no more waiting: the upload's failure stands). A completion whose
+    answer was lost (botocore sends one that did not come in time again, and the store refuses the
+    second: NoSuchUpload) is the caller's success then."""
+    import hashlib
+
+    try:
+        digests = b"".join(bytes.fromhex(p["ETag"].strip('"')) for p in parts)
+    except ValueError:
+        return None  # (parts whose ETags are no MD5s: nothing to compare)
+    want = f"{hashlib.md5(digests).hexdigest()}-{len(parts)}"
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(1.0)
+        try:
+            head = client.head_object(Bucket=bucket, Key=k)
+        except bex.ClientError:
+            continue  # (not there, yet)
+        except bex.BotoCoreError:
+            return None
+        if head.get("ETag", "").strip('"') == want and head.get("ContentLength") == size:
+            log.info("put_file %s: the completion's answer was lost; the object is there", k)
+            return head
+    return None
+
+
+__all__ = ["CutShort", "CutShortRetried", "completed_anyway", "install", "what_is_missing"]

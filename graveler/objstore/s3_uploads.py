@@ -104,3 +104,4 @@ def sweep_left_behind(store, cutoff: float, dry_run: bool = False,
 
 
 __all__ = ["sweep_left_behind", "sweep_uploads"]
+

@@ -62,6 +62,19 @@ def test_export_full_then_incremental(spark, tmp_path):
     got = tree(dest)
     got.pop("_SUCCESS")
     assert got == files
+    # --full onto that export of c1 (found by a docs tour: c2's files stayed, under a _SUCCESS naming the
+    # commit): everything copied, and what the export there had that this commit lacks removed -- a file
+    # no export of the repository wrote stays (a full export writes and deletes only what exports write)
+    (dest / "not-ours.txt").write_bytes(b"someone else's")
+    r4 = export(spark, repo, "main", str(dest), full=True)
+    assert r4.previous is None and r4.copied == len(expected) and r4.deleted == 1  # (t/part-006.csv)
+    got = tree(dest)
+    assert json.loads(got.pop("_SUCCESS"))["commit_id"] == c2.id and got.pop("not-ours.txt") == b"someone else's"
+    assert got == expected
+    r5 = export(spark, repo, c1.id, str(dest), full=True)
+    got = tree(dest)
+    got.pop("_SUCCESS"), got.pop("not-ours.txt")
+    assert got == files and r5.deleted == 1  # (t/new.csv)
     with pytest.raises(InvalidArgument):
         export(spark, repo, "main", repo.record.storage_namespace + "/exports")
 

@@ -328,7 +328,15 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
                                   "own marker: the copy would lose it (rename or remove it in a commit first)")
     prev_id = None
     partial: list[str] = []  # commits a run cut short may have left in part at the destination
-    if not full:
+    stale_from = None  # a full export onto an export of this repository: what that one had and this lacks goes
+    if full:
+        try:
+            done = read_success(dest.uri, cfg)
+        except CorruptedData:  # (--full copies whatever the destination's _SUCCESS: one not an export's too)
+            done = None
+        if done and _ours(done, repo, ns):
+            stale_from = _commit_or_none(repo, done.get("commit_id"))
+    else:
         done = read_success(dest.uri, cfg)
         cut = read_success(dest.uri, cfg, INCOMPLETE)  # an export cut short: its previous, its commit
         if previous is not None:
@@ -360,6 +368,8 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
     else:
         plan = entries_df(spark, repo, commit.id).select(F.lit("copy").alias("op"), "key", "address",
                                                          "address_type", "size", "etag")
+        if stale_from is not None and stale_from != commit.id:
+            plan = plan.unionByName(changes_from(stale_from).where(F.col("op") == "delete"))
     for cid in partial:  # (the same key in two plans: the same op, to this commit's version)
         plan = plan.unionByName(changes_from(cid))
     if partial:
@@ -389,7 +399,7 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
         # the deletions first: a path that went from a directory to a file (or back) is free by the
         # time its copy comes (a directory a deletion emptied goes with it)
         for part in ((plan.where(F.col("op") == "delete"), plan.where(F.col("op") != "delete"))
-                     if prev_id is not None or partial else (plan,)):
+                     if prev_id is not None or partial or stale_from else (plan,)):
             rows += part.repartition(nparts).mapInArrow(_copy_task(ns, dest),
                                                         "copied long, deleted long, bytes long").collect()
         copied = sum(r.copied for r in rows)

@@ -127,7 +127,9 @@ def register(sub) -> None:
     p.add_argument("ref", metavar="lakefs://REPO/REF")
     p.add_argument("dest", metavar="DEST")
     p.add_argument("--previous", metavar="REF", help="the commit the destination holds (default: from its _SUCCESS)")
-    p.add_argument("--full", action="store_true", help="copy everything, even if the destination has a _SUCCESS")
+    p.add_argument("--full", action="store_true",
+                   help="copy everything, even if the destination has a _SUCCESS; what the export named there had "
+                        "and this commit lacks is deleted (a file no export wrote is left)")
     p.add_argument("--partitions", type=_positive, metavar="N", help="how many copy tasks")
     _add_spark(p)
 

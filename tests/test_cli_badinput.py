@@ -341,7 +341,9 @@ def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
     warns of an ambiguous name)."""
     f = tmp_path / "afile"
     f.write_text("x")
-    for args in (["repo", "list"], ["repo", "create", "lakefs://zzz"]):
+    (tmp_path / "mp").mkdir()
+    # (a daemonized mount said "holds no repositories", exit 3: found by a docs tour)
+    for args in (["repo", "list"], ["repo", "create", "lakefs://zzz"], ["mount", "lakefs://zzz", str(tmp_path / "mp")]):
         capsys.readouterr()
         assert main([*args, "--home", str(f)]) == 2
         assert "is not a directory" in capsys.readouterr().err

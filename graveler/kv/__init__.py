@@ -66,7 +66,8 @@ def open_backend(config: KVConfig, home: Path) -> Backend:
             raise InvalidArgument(f"a PostgreSQL KV backend needs psycopg ({e}): "
                                   "pip install 'lakefuse[postgres]'") from None
         return open_pg_backend(url)
-    raise InvalidArgument(f"unknown KV backend {_shown(url)!r}: use 'lmdb', 'memory://NAME' or 'postgresql://...'")
+    raise InvalidArgument(f"unknown KV backend {_shown(url)!r}: use 'lmdb' or 'postgresql://...' (memory://NAME: "
+                          "a library's own process only)")
 
 
 def _shown(url: str) -> str:

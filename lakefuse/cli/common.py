@@ -40,8 +40,7 @@ ATTEMPTS_HELP = ("attempts of each S3 request, the first one included (default: 
 
 KV_HELP = ("where refs and staging live: 'lmdb' (the default: under the home) or "
            "postgresql://USER[:PASS]@HOST[:PORT]/DB?OPTIONS (shared by every host that reaches it; "
-           "the password is better in ~/.pgpass or $PGPASSWORD), or memory://NAME (in this process only, "
-           "gone when it exits: for tests); default: $LAKEFUSE_KV, else lmdb")
+           "the password is better in ~/.pgpass or $PGPASSWORD); default: $LAKEFUSE_KV, else lmdb")
 
 
 def checked_config(config):

@@ -288,6 +288,9 @@ def cmd_mount(args) -> int:
         from graveler.config import HOME_ENV, resolve_home, resolve_kv_url
 
         home_dir = resolve_home(home)
+        if home_dir.exists() and not home_dir.is_dir():  # (as every other command says it: exit 2)
+            print(f"lakefuse: the lakefuse home {home_dir} is not a directory (--home, ${HOME_ENV})", file=sys.stderr)
+            return 2
         if not dump and resolve_kv_url(getattr(args, "kv", None)) == "lmdb" and not (home_dir / "repos").is_dir():
             # (a mistyped --home: said before the daemon starts, and no logs/ left in a new directory)
             print(f"lakefuse: cannot mount {uri}: {home_dir} holds no repositories (check --home or ${HOME_ENV}; "

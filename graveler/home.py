@@ -114,7 +114,8 @@ class Graveler:
         try:
             storage_namespace = str(StorageURI.parse(storage_namespace))  # canonical
         except InvalidArgument:
-            raise InvalidArgument(f"storage namespace must be a URI (file:///... or s3://...), not {storage_namespace!r}") from None
+            raise InvalidArgument(f"storage namespace must be file:///PATH, an absolute path or s3://BUCKET[/PREFIX], "
+                                  f"not {storage_namespace!r}") from None
         if self.kv.exists(name) and not self._record_missing(name):  # (a create that never finished: made over)
             raise AlreadyExists(f"repository {name!r} already exists")
         if not bare:  # (a bare one receives a refs dump: lakeFS restores into a namespace in use too)

@@ -373,7 +373,7 @@ def test_diff_three_dot_agrees_with_the_merge_in_a_criss_cross_history(cli, stor
         (("revert", f"{REPO}/main", "ghost"), 3, "not found"),
         (("repo", "create", REPO), 4, "already exists"),
         (("repo", "create", "lakefs://x"), 2, "invalid repository name"),
-        (("repo", "create", "lakefs://fresh", "--storage", "relative/dir"), 2, "storage namespace must be a URI"),
+        (("repo", "create", "lakefs://fresh", "--storage", "relative/dir"), 2, "storage namespace must be file:///PATH, an absolute path"),
         (("repo", "create", f"{REPO}/main"), 2, "without a ref"),
         (("repo", "delete", REPO), 2, "--yes"),
         (("refs", "restore", REPO), 4, "exists and has branches"),

@@ -388,6 +388,7 @@ def test_a_mounted_repository_is_not_deleted_under_its_daemon(world):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 4 and "is open in process" in r.stderr and "umount" in r.stderr, r
     assert str(world["mount"].proc.pid) in r.stderr
+    assert f"{world['mp']})" in r.stderr or f"{world['mp']} " in r.stderr  # (its mount point whole: a docs tour)
     assert (world["home"] / "repos" / "demo" / "refs.lmdb" / "data.mdb").exists()
     assert (world["mp"] / "v1" / "raw" / "2024" / "02.csv").read_bytes() == DATA1["raw/2024/02.csv"]
 

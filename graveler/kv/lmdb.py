@@ -717,7 +717,7 @@ def _processes_mapping(path: Path) -> list[tuple[int, str]]:
                     args = f.read().decode("utf-8", "replace").split("\0")
                 # (an argument that may hold a credential -- a URL's user:password@, password= -- not shown)
                 cmd = " ".join("***" if "@" in a or "password" in a.lower() else a for a in args if a)
-                out.append((int(d), cmd[:120]))
+                out.append((int(d), cmd if len(cmd) <= 400 else cmd[:399] + "…"))  # (its mount point whole)
         except (OSError, ValueError):
             continue
     return out

@@ -52,7 +52,7 @@ def register(sub) -> None:
     )
     p.add_argument("repository", metavar="lakefs://REPO")
     p.add_argument("--storage", metavar="URI",
-                   help="storage namespace: file:///abs/path or s3://bucket/prefix "
+                   help="storage namespace: file:///abs/path (or the absolute path) or s3://bucket/prefix "
                         "(default: file://<home>/storage/<REPO>)")
     p.add_argument("--default-branch", metavar="NAME", default="main", help="name of the default branch (default: main)")
     p.add_argument("--allow-local-storage", action="store_true", help=ALLOW_LOCAL_HELP)

@@ -668,14 +668,16 @@ def _alive(pid: int) -> bool:
 
 
 def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
-    """Unmount a lakefuse mount and wait for its daemon to exit (see the module docstring)."""
+    """Unmount a lakefuse mount and wait for its daemon to exit (see the module docstring): ``timeout``
+    counts from the call (the read of its stats that finds a daemon not answering included)."""
+    started = time.monotonic()
     mp = canonical_mountpoint(mountpoint)
     kind = mount_type(mp)
     if kind is None:
         raise MountError(f"{mp} is not mounted")
     if kind != FS_TYPE:
         raise MountError(f"{mp} is a {kind} mount, not a lakefuse one")
-    stats = daemon_stats(mp)
+    stats = daemon_stats(mp, min(5.0, max(timeout, 0.5)))
     pid, report = stats.get("pid"), stats.get("unmount_report")
     silent = None  # a daemon alive but not answering (stopped, hung): found by its command line
     if pid is None:
@@ -713,11 +715,12 @@ def umount(mountpoint: str, lazy: bool = False, timeout: float = 30.0) -> None:
         owner = os.stat(f"/proc/{pid}").st_uid  # (whose report this command may read and remove)
     except OSError:
         owner = None
-    deadline = time.monotonic() + timeout
+    deadline = max(started + timeout, time.monotonic() + 0.5)  # (a stats probe that waited: counted in)
     while _alive(pid):
         if time.monotonic() > deadline:
             why = " (it did not answer: stopped or hung? `kill -CONT` or `kill` it)" if silent else ""
-            raise MountError(f"unmounted {mp}, but its daemon (pid {pid}) has not exited after {timeout:.0f} s{why}")
+            raise MountError(f"unmounted {mp}, but its daemon (pid {pid}) has not exited after "
+                             f"{time.monotonic() - started:.0f} s{why}")
         time.sleep(0.05)
     said = _unmount_report(report, pid, owner)
     if said:

@@ -86,9 +86,11 @@ def register(sub) -> None:
                            "retention; --branch NAME=DAYS (repeatable) a branch's; --delete removes the rules\n"
                            "(then every commit is kept and only unreferenced objects are collected).")
     p.add_argument("repo", metavar="lakefs://REPO")
-    p.add_argument("--default-days", type=int, metavar="DAYS")
-    p.add_argument("--branch", action="append", metavar="NAME=DAYS")
-    p.add_argument("--delete", action="store_true")
+    p.add_argument("--default-days", type=int, metavar="DAYS", help="retention in days of the commits of "
+                   "branches with no rule of their own (lakeFS's default_retention_days)")
+    p.add_argument("--branch", action="append", metavar="NAME=DAYS", help="that branch's own retention (repeatable)")
+    p.add_argument("--delete", action="store_true", help="remove the rules (every commit is kept; unreferenced objects are "
+                   "still collected)")
 
     for name, func, help_ in (
         ("mark", cmd_gc_mark, "find the objects to delete and write a report (or only print them: --dry-run)"),

@@ -783,9 +783,10 @@ class Spool(SaveRetries):
                     log.warning("spool: %s on branch %s was open for writing when the mount stopped: the %d bytes "
                                 "written to it were saved (staged, not committed)", _name(sf), sf.branch, sf.size)
                 sf.close()
-            except Exception:
-                log.error("could not save %s on branch %s at unmount; its content stays in %s",
-                          _name(sf), sf.branch, sf.data_path, exc_info=True)
+            except Exception as e:  # (a store or KV away: one line, as every other; a defect: its traceback)
+                log.error("could not save %s on branch %s at unmount; its content stays in %s%s", _name(sf),
+                          sf.branch, sf.data_path, f": {e}" if isinstance(e, GravelerError) else "",
+                          exc_info=not isinstance(e, GravelerError))
         self.note_unsaved(left)  # (what failed stays noted: the next mount's recovery takes it over)
         if not left or all(not sf.data_path.exists() for sf in left):
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -158,12 +158,13 @@ class Repository:
         """All tags, by name."""
         return self._refs.list_tags()
 
-    def create_tag(self, name: str, ref: str) -> Tag:
-        """Tag the commit ``ref`` resolves to (a branch's head: staging is not part of it)."""
+    def create_tag(self, name: str, ref: str, force: bool = False) -> Tag:
+        """Tag the commit ``ref`` resolves to (a branch's head: staging is not part of it). ``force``: a
+        tag of that name is moved, in the same transaction (no reader finds it missing meanwhile)."""
 
         def fn(txn):
             rr = self._refs.resolve_txn(txn, ref)
-            return self._refs.create_tag_txn(txn, name, rr.commit_id)
+            return self._refs.create_tag_txn(txn, name, rr.commit_id, replace=force)
 
         return self._env.write(fn)
 

@@ -367,6 +367,10 @@ def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
     assert "commit-ID prefix: lakefs://edg/" + head[:5] + " now names the tag" in capsys.readouterr().err
     assert main(["tag", "create", "lakefs://edg/beef", "main", "--home", str(h)]) == 0  # healthy: hex, no commit
     assert capsys.readouterr().err == "" or head.startswith("beef")
+    assert main(["tag", "create", "lakefs://edg/beef", "main", "--home", str(h)]) == 4  # exists: refused
+    capsys.readouterr()
+    assert main(["tag", "create", "lakefs://edg/beef", "main", "--force", "--home", str(h), "--json"]) == 0  # moved
+    assert json.loads(capsys.readouterr().out)["commit_id"] == head
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -55,3 +55,43 @@ def test_delete_prefix(tmp_path):
     assert [i.path for i in repo.list("main", delimiter="")] == [b"e"]
     assert repo.delete_prefix("main", "", allow_all=True) == 1
     assert list(repo.list("main")) == []
+
+
+def test_a_tag_moved_with_force_is_never_missing_to_its_readers(tmp_path, kv_backend):
+    """Found by an ML engineer's tour: a tag moved for training jobs ("latest") could only be deleted
+    and made again; its readers found it missing (ENOENT through the mount) ~0.25 s each time.
+    ``create_tag(force=True)`` moves it in one transaction; without it an existing tag stays refused."""
+    import threading
+
+    from graveler.errors import AlreadyExists, NotFound
+
+    g = make_graveler(tmp_path)  # (on kv_backend's backend)
+    try:
+        repo = g.create_repository("tags", f"file://{tmp_path}/ns")
+        commits = []
+        for i in range(3):
+            repo.upload("main", "x", str(i).encode())
+            commits.append(repo.commit("main", f"c{i}"))
+        repo.create_tag("latest", commits[0].id)
+        with pytest.raises(AlreadyExists):
+            repo.create_tag("latest", commits[1].id)  # healthy: no force, no move
+        missing, stop = [], threading.Event()
+
+        def read():
+            while not stop.is_set():
+                try:
+                    repo.resolve("latest")
+                except NotFound as e:
+                    missing.append(e)
+
+        t = threading.Thread(target=read)
+        t.start()
+        try:
+            for i in range(60):
+                assert repo.create_tag("latest", commits[i % 3].id, force=True).commit_id == commits[i % 3].id
+        finally:
+            stop.set()
+            t.join()
+        assert not missing and repo.get_tag("latest").commit_id == commits[59 % 3].id
+    finally:
+        g.close()

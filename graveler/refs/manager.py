@@ -287,10 +287,14 @@ class RefManager:
             raise NotFound(f"tag {name!r} not found")
         return Tag.from_bytes(raw, name)
 
-    def create_tag_txn(self, txn: Txn, name: str, commit_id: str, restored: bool = False) -> Tag:
-        """A new tag; ``restored``: one a refs dump brings, under lakeFS's looser name rule."""
+    def create_tag_txn(self, txn: Txn, name: str, commit_id: str, restored: bool = False,
+                       replace: bool = False) -> Tag:
+        """A new tag; ``restored``: one a refs dump brings, under lakeFS's looser name rule;
+        ``replace``: a tag of that name is moved (in this transaction)."""
         (validate_lakefs_tag_name if restored else validate_tag_name)(name)
         self.get_commit_txn(txn, commit_id)
+        if replace:
+            txn.delete(TAGS, name.encode())
         if not txn.insert(TAGS, name.encode(), Tag(name, commit_id).to_bytes()):
             raise AlreadyExists(f"tag {name!r} already exists")
         return Tag(name, commit_id)

@@ -90,6 +90,8 @@ def register(sub) -> None:
     p = add_command(g, "create", "tag the commit a ref points at", cmd_tag_create)
     p.add_argument("tag", metavar="lakefs://REPO/TAG")
     p.add_argument("ref", metavar="REF", help="a ref (main, main~1, a commit ID) or lakefs://REPO/REF")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="move the tag if it exists, in one step (readers of the tag never find it missing)")
     p = add_command(g, "list", "list the tags of a repository", cmd_tag_list)
     p.add_argument("repository", metavar="lakefs://REPO")
     p = add_command(g, "delete", "delete a tag", cmd_tag_delete)
@@ -326,7 +328,7 @@ def cmd_tag_create(args: argparse.Namespace) -> int:
     name = u.with_ref("tag")
     with session(args) as s:
         repo = s.repo(u)
-        t = repo.create_tag(name, ref_arg(args.ref, u.repository))
+        t = repo.create_tag(name, ref_arg(args.ref, u.repository), force=args.force)
         _shadow_note(repo, "branch", name, f"lakefs://{u.repository}/{name} names the branch: this tag is "
                                            "reached only by its commit")
     if args.json:

@@ -281,7 +281,7 @@ def test_merge_conflict_and_strategies(cli, story, tmp_path):
     assert "conflict" in msg and "ds/readme.txt" in msg and "--strategy" in msg
     out = cli("merge", f"{REPO}/x", f"{REPO}/main", "--json", code=4)  # the conflicts as data too
     assert json.loads(out) == {"merged": False, "conflicts": ["ds/readme.txt"], "count": 1}
-    cli("merge", f"{REPO}/x", f"{REPO}/main", "--strategy", "dest-wins")
+    cli("merge", "x", f"{REPO}/main", "--strategy", "dest-wins")  # (a plain SOURCE: a docs tour)
     assert cli("fs", "cat", f"{REPO}/main/ds/readme.txt") == "b"
     cli("fs", "upload", f"{REPO}/x/ds/readme.txt", "--source", str(b))
     cli("fs", "upload", f"{REPO}/main/ds/readme.txt", "--source", str(a))
@@ -305,6 +305,8 @@ def test_diff_three_dot_shows_the_right_side_since_the_merge_base(cli, story, tm
     cli("fs", "upload", f"{REPO}/main/main-only.txt", "--source", str(a))
     cli("commit", f"{REPO}/main", "-m", "main")
     assert cli("diff", f"{REPO}/main", f"{REPO}/dev").splitlines() == ["+ dev-only.txt", "- main-only.txt"]
+    # RIGHT (and merge's SOURCE) may be a plain ref of the repository, as revert's and tag's (a docs tour)
+    assert cli("diff", f"{REPO}/main", "dev").splitlines() == ["+ dev-only.txt", "- main-only.txt"]
     assert cli("diff", f"{REPO}/main", f"{REPO}/dev", "--three-dot").splitlines() == ["+ dev-only.txt"]
     assert cli("diff", f"{REPO}/dev", f"{REPO}/main", "--three-dot").splitlines() == ["+ main-only.txt"]
     assert "two refs" in cli.fails(2, "diff", f"{REPO}/main", "--three-dot")
@@ -368,7 +370,8 @@ def test_diff_three_dot_agrees_with_the_merge_in_a_criss_cross_history(cli, stor
         (("commit", f"{REPO}/main", "-m", "x", "--meta", "novalue"), 2, "KEY=VALUE"),
         (("commit", f"{REPO}/main/ds", "-m", "x"), 2, "without a path"),
         (("log", f"{REPO}/main", "--amount", "-1"), 2, "--amount"),
-        (("diff", f"{REPO}/main", "lakefs://other/main"), 2, "different repositories"),
+        (("diff", f"{REPO}/main", "lakefs://other/main"), 2, "expected a ref of repository"),
+        (("merge", "lakefs://other/main", f"{REPO}/main"), 2, "expected a source of repository"),
         (("merge", f"{REPO}/main", f"{REPO}/main"), 4, "nothing to merge"),
         (("revert", f"{REPO}/main", "ghost"), 3, "not found"),
         (("repo", "create", REPO), 4, "already exists"),

@@ -21,7 +21,6 @@ from lakefuse.cli.vc_common import (
     parse_meta,
     print_commit,
     ref_arg,
-    same_repo,
     session,
     show_name,
     uri_arg,
@@ -74,7 +73,7 @@ def register(sub) -> None:
     p = add_command(sub, "diff", "show the differences between two refs, or a branch's uncommitted changes",
                     cmd_diff, epilog=DIFF_EPILOG)
     p.add_argument("left", metavar="lakefs://REPO/LEFT")
-    p.add_argument("right", metavar="lakefs://REPO/RIGHT", nargs="?")
+    p.add_argument("right", metavar="RIGHT", nargs="?", help="lakefs://REPO/REF, or a plain ref of LEFT's repository")
     p.add_argument("--three-dot", action="store_true",
                    help="RIGHT's changes since the merge base of LEFT and RIGHT (lakectl's default)")
 
@@ -83,7 +82,7 @@ def register(sub) -> None:
         epilog="Without --strategy, paths changed differently on both sides fail the merge.\n"
                "The destination branch must have no uncommitted changes.",
     )
-    p.add_argument("source", metavar="lakefs://REPO/SOURCE")
+    p.add_argument("source", metavar="SOURCE", help="lakefs://REPO/REF, or a plain ref of DEST's repository")
     p.add_argument("dest", metavar="lakefs://REPO/DEST")
     p.add_argument("--strategy", choices=("dest-wins", "source-wins"),
                    help="resolve conflicts in favour of the destination or the source")
@@ -194,11 +193,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
             except ReadOnlyRef as e:  # a tag or a commit: nothing uncommitted, and nothing changes (bad input)
                 what = str(e).replace(": it cannot be changed", "")
                 raise InvalidArgument(f"{what}: uncommitted changes are a branch's; give two refs to compare "
-                                      f"(lakefuse diff {args.left} lakefs://REPO/OTHER)") from None
+                                      f"(lakefuse diff {args.left} lakefs://{left.repository}/OTHER)") from None
         else:
-            right = uri_arg(args.right)
-            same_repo(left, right)
-            rref = right.with_ref()
+            rref = ref_arg(args.right, left.repository)  # (a plain ref too, as revert's and tag's)
             if args.three_dot:  # (against the base a merge takes: a virtual one in criss-cross histories)
                 records = repo.diff_since_base(lref, rref)
                 if records is None:
@@ -210,10 +207,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    src = uri_arg(args.source)
     dest = uri_arg(args.dest)
-    same_repo(src, dest)
-    sref, dbranch = src.with_ref("source"), dest.with_ref("branch")
+    dbranch = dest.with_ref("branch")
+    sref = ref_arg(args.source, dest.repository, "source")  # (a plain ref too, as revert's and tag's)
+    src = dest
     if args.message is not None and not args.message.strip():  # (as commit's -m; none given: the default)
         raise InvalidArgument("the merge message is empty: leave out -m for the default one")
     metadata = parse_meta(args.meta)

@@ -382,6 +382,8 @@ def test_small_cli_edges_found_by_a_new_user(tmp_path, capsys):
     (("mount", "lakefs://rep1", "/nonexistent-mnt", "--cache-size", "inf"), "not a size"),
     (("mount", "lakefs://rep1", "/nonexistent-mnt", "--cache-size", "1e999"), "not a size"),
     (("mount", "lakefs://rep1", "/nonexistent-mnt", "--cache-size", "1e30T"), "too large"),
+    # found by a docs tour: libfuse's "unknown option(s)" only, naming no way to set it
+    (("mount", "lakefs://rep1", "/nonexistent-mnt", "-o", "branch_timeout=2"), "use --branch-timeout"),
     # found by a data engineer: stored, then every `gc mark` an OverflowError; these a traceback
     (("gc", "rules", "lakefs://rep1", "--default-days", "99999999999"), "retention days"),
     (("gc", "rules", "lakefs://rep1", "--branch", "main=99999999999", "--default-days", "7"), "retention days"),

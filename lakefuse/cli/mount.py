@@ -203,6 +203,10 @@ def _fuse_options(args) -> frozenset[str]:
     for group in args.options:
         for opt in group.split(","):
             opt = opt.strip()
+            name = opt.partition("=")[0]
+            if name in _FSTAB_OWN:  # (libfuse said only "unknown option(s)": found by a docs tour)
+                raise InvalidArgument(f"-o {opt}: {name}= is an fstab (mount helper) option; with 'lakefuse mount' "
+                                      f"use {_FSTAB_OWN[name]}")
             if opt:
                 out.add(opt)
     return frozenset(out)
@@ -273,6 +277,7 @@ def cmd_mount(args) -> int:
     from lakefuse.mount import daemon
 
     _sources(args)
+    _fuse_options(args)  # (a helper-only option: refused here, before the daemon starts)
     if args.log:
         _check_log_path(args.log)
     dump = args.refs_dump is not None

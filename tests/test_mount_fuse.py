@@ -210,6 +210,8 @@ def test_stats_say_how_long_requests_took_and_which_path_served_the_bytes(world)
             (op, lat)
     served = {k: stats.get(k, 0) - before.get(k, 0) for k in ("bytes_memory", "bytes_inline", "bytes_thread")}
     assert sum(served.values()) >= len(data), served
+    # bytes_read is their sum (it left out reads served on the FUSE thread: an ML engineer's tour)
+    assert stats["bytes_read"] == sum(stats.get(k, 0) for k in ("bytes_memory", "bytes_inline", "bytes_thread"))
     assert "data_cache" not in stats  # a local store has no data cache (S3: test_mount_s3)
 
 

@@ -110,7 +110,6 @@ class InfoHandle(Handle):
 
     def read_fast(self, offset: int, size: int) -> bytes:
         data = self.content[offset:offset + size]
-        self.stats.add("bytes_read", len(data))
         return data
 
     def read(self, offset: int, size: int) -> bytes:
@@ -203,7 +202,6 @@ class ObjectHandle(Handle):
             data = ready(offset, min(size, self.size - offset))
             if data is None:
                 return None
-        self.stats.add("bytes_read", len(data))
         return data
 
     def read_pending(self, offset: int, size: int):
@@ -220,7 +218,6 @@ class ObjectHandle(Handle):
         n = min(size, self.size - offset)
         data = pread_nowait(fd, offset, n)
         if data is not None:
-            self.stats.add("bytes_read", n)
             self.stats.add("bytes_from_cache", n)
         return data
 
@@ -240,7 +237,6 @@ class ObjectHandle(Handle):
             raise self._missing() from None
         self._count_from_store(len(data))
         self.next_off = offset + len(data)
-        self.stats.add("bytes_read", len(data))
         if len(data) < n:
             self.log_once(logging.WARNING, ("short", self.reader.key),
                           "%s: object %s ended at %d bytes, the entry says %d",
@@ -315,20 +311,17 @@ class LocalObjectHandle(ObjectHandle):
         data = pread_nowait(fd, offset, n)  # never past the size the entry says: a short read is "not cached"
         if data is not None:
             self.next_off = max(self.next_off, offset + n)
-            self.stats.add("bytes_read", n)
             self.stats.add("bytes_from_store", n)
         return data
 
     def _from_memory(self, offset: int, size: int) -> bytes | None:
         if self.content is not None:
             data = self.content[offset:offset + size]
-            self.stats.add("bytes_read", len(data))
             return data
         buf, lo = self.buf, self.buf_off
         if buf and lo <= offset and (offset + size <= lo + len(buf) or lo + len(buf) >= self.size):
             data = buf[offset - lo:offset - lo + size]
             self.next_off = max(self.next_off, offset + len(data))
-            self.stats.add("bytes_read", len(data))
             self.stats.add("reads_from_memory")
             return data
         return None
@@ -363,7 +356,6 @@ class LocalObjectHandle(ObjectHandle):
                     self.buf, self.buf_off = piece, start
                     data = piece[offset - start:offset - start + n]
                     self.next_off = max(self.next_off, offset + len(data))
-                    self.stats.add("bytes_read", len(data))
                     return data
         return self._read_object(offset, n)
 

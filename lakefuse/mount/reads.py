@@ -17,6 +17,7 @@ class Reads:
         data = self._handle(fh).read_fast(offset, size)
         if data is not None:
             self.stats.add("bytes_memory", len(data))
+            self.stats.add("bytes_read", len(data))  # (every read path adds: bytes_read is their sum)
         return data
 
     def read_nowait(self, fh: int, offset: int, size: int) -> bytes | bytearray | None:
@@ -26,6 +27,7 @@ class Reads:
         if data is not None:
             self.stats.add("reads_inline")
             self.stats.add("bytes_inline", len(data))
+            self.stats.add("bytes_read", len(data))
         return data
 
     def read_pending(self, fh: int, offset: int, size: int):
@@ -42,4 +44,5 @@ class Reads:
         self.stats.add("reads_thread")
         data = self._handle(fh).read(offset, size)
         self.stats.add("bytes_thread", len(data))
+        self.stats.add("bytes_read", len(data))
         return data

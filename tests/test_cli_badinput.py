@@ -588,3 +588,15 @@ def test_fs_stat_and_show_keep_each_field_on_one_line(tmp_path, capsys):
     assert main(["fs", "stat", "lakefs://sss/main/f", "--json", "--home", str(h)]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["content_type"] == evil_ct and got["metadata"]["note"] == "ok\n  approved = yes"
+
+
+def test_an_unknown_option_shows_its_own_commands_usage(tmp_path, capsys):
+    """Found by a docs tour: an unknown option of any command printed the top level's usage
+    (``usage: lakefuse [-h] ... COMMAND ...``), not the command's own."""
+    for args, prog in ((["repo", "list", "--bogus"], "lakefuse repo list"),
+                       (["fs", "cat", "lakefs://x/main/a", "--bogus"], "lakefuse fs cat"),
+                       (["gc", "rules", "lakefs://x", "--bogus"], "lakefuse gc rules")):
+        with pytest.raises(SystemExit) as e:
+            main([*args, "--home", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"usage: {prog} " in err and f"{prog}: error: unrecognized arguments: --bogus" in err

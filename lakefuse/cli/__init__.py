@@ -58,6 +58,15 @@ def _fail(e: GravelerError) -> int:
     return exit_code(e)
 
 
+def _own_parsers(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)command's parser names itself in what it parses (``_parser``), for its own usage."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                sub.set_defaults(_parser=sub)
+                _own_parsers(sub)
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -70,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = from_mount_helper(argv)  # `lakefuse lakefs://REPO MOUNTPOINT -o ...` (mount -t fuse.lakefuse)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    _own_parsers(parser)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # (the command's usage, not the top level's: found by a docs tour)
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     logsafe.guard_root()  # (botocore's -vv debug log prints request headers: credentials blanked)

@@ -30,18 +30,20 @@ def register(sub) -> None:
                        description="Inspect SSTable files: lakeFS ranges and metaranges, or any RocksDB table.")
     s = p.add_subparsers(dest="sst_command", metavar="SUBCOMMAND")
     s.required = True
-    d = s.add_parser("dump", help="print a table's properties and records", epilog=(
+    d = s.add_parser("dump", help="print a table's properties and records",
+                     description="Print a table's properties and records.", epilog=(
         "Records are decoded by the table's type property: a range's values as catalog entries, a "
         "metarange's as range records, a refs dump's commit / branch / tag tables (their entity "
         "property) as CommitData / BranchData / TagData, any other table's as text. With --json, a "
         "key or value that is not UTF-8 is given as key_hex / value_hex, a property as NAME_hex (in the\n"
         "text form: NAME (hex))."))
-    d.add_argument("file", help="path of the .sst file")
+    d.add_argument("file", metavar="FILE", help="path of the .sst file")
     d.add_argument("--json", action="store_true", help="one JSON object per line: properties first, then records")
-    d.add_argument("--limit", type=_count, default=None, help="print at most N records (N >= 0)")
+    d.add_argument("--limit", type=_count, default=None, metavar="N", help="print at most N records (N >= 0)")
     d.set_defaults(func=cmd_dump)
-    i = s.add_parser("id", help="print the table's lakeFS range / metarange ID")
-    i.add_argument("file", help="path of the .sst file")
+    i = s.add_parser("id", help="print the table's lakeFS range / metarange ID",
+                     description="Print the table's lakeFS range / metarange ID.")
+    i.add_argument("file", metavar="FILE", help="path of the .sst file")
     i.add_argument("--json", action="store_true",
                    help='print {"id": ..., "type": ...}: the ID and the table\'s lakeFS type property (ranges, metarange)')
     i.set_defaults(func=cmd_id)

@@ -199,7 +199,8 @@ def _fill_tree_dir(fs, h: DirHandle, offset: int, at_least: int = 0) -> None:
     for i, e in enumerate(entries):  # the entry at index i resumes at base + i + 1
         e.offset = base + i + 1
     h.marks[base] = rel
-    _remember(h, h.buf)
+    if not tree.immutable:  # (an immutable tree's offsets are positions: a resume by count is exact)
+        _remember(h, h.buf)
     h.buf = entries
     h.buf_start = base
     h.buf_from = offset
@@ -234,7 +235,6 @@ def _remember(h: DirHandle, entries: list[DirEntry]) -> None:
     """Keep the names of ``entries`` (leaving ``h``'s buffer) by offset, the last :data:`RECENT_MAX`."""
     recent = h.recent
     for e in entries:
-        recent.pop(e.offset, None)  # (re-inserted: the newest at the end)
         recent[e.offset] = _rel(e)
     over = len(recent) - RECENT_MAX
     if over > 0:

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from graveler.model import Entry
 
-log = logging.getLogger("lakefuse.mount.writes")
+log = logging.getLogger("lakefuse.mount.emptyobj")
 
 # The age at which the shared empty object is uploaded anew (GC's --help says to keep --min-age
 # above 12 minutes: the renewal has two minutes to go through).
@@ -60,11 +60,16 @@ class EmptyObject:
         return replace(self.repo.put_object(b""), last_modified_ns=0)
 
     def tick(self) -> None:
-        """Start the renewal in a thread of its own when it is due (never blocks)."""
-        with self._lock:
+        """Start the renewal in a thread of its own when it is due (never blocks: with the lock
+        held by a first upload, there is nothing to renew yet)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             if self._entry is None or self._renewing or time.monotonic() - self._at < EMPTY_MAX_AGE_S:
                 return
             self._renewing = True
+        finally:
+            self._lock.release()
         threading.Thread(target=self._renew, name="lakefuse-empty-object", daemon=True).start()
 
     def warm(self) -> None:

@@ -143,6 +143,15 @@ def _print(args, obj: dict, human: str) -> None:
         out(human)
 
 
+def _location(value: str, what: str) -> str:
+    """An import source or export destination as given, refused when it names no place at all
+    ('' or a half URI such as ``s3:/x``: no path to look for)."""
+    if not value or _HALF_URI.match(value):
+        raise InvalidArgument(f"{what} {value!r} is no directory or URI: give a local directory, "
+                              "file:///PATH or s3://BUCKET/PREFIX")
+    return value
+
+
 def cmd_import(args) -> int:
     from graveler.spark.importer import check_clean, import_prefix
 
@@ -150,10 +159,7 @@ def cmd_import(args) -> int:
     branch, prefix = u.with_prefix()
     if not prefix:
         raise InvalidArgument(f"{u}: give a destination prefix, lakefs://REPO/BRANCH/PREFIX/ (it is replaced)")
-    src = args.source
-    if not src or _HALF_URI.match(src):  # ('' or s3:/x: no path to look for)
-        raise InvalidArgument(f"import source {src!r} is no directory or URI: give a local directory, "
-                              "file:///PATH or s3://BUCKET/PREFIX")
+    src = _location(args.source, "import source")
     if "://" not in src or src.startswith("file://"):  # a local directory: there, before Spark starts
         path = src[len("file://"):] if src.startswith("file://") else src
         if not os.path.exists(path):
@@ -319,10 +325,7 @@ def cmd_export(args) -> int:
 
     u = uri_arg(args.ref)
     ref = u.with_ref()
-    dest = args.dest
-    if not dest or _HALF_URI.match(dest):
-        raise InvalidArgument(f"export destination {dest!r} is no directory or URI: give a local directory, "
-                              "file:///PATH or s3://BUCKET/PREFIX")
+    dest = _location(args.dest, "export destination")
     if "://" not in dest:  # a path relative to here, as import's SOURCE and `fs upload --source`
         dest = os.path.abspath(dest)
     StorageURI.parse(dest)  # a malformed DEST: before Spark starts

@@ -341,7 +341,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
     else:
         spool = Spool(repo, SpoolConfig(Path(cache_dir), repo.name))
         if data_cache is not None and os.stat(data_cache.directory).st_dev == os.stat(spool.dir).st_dev:
-            spool.make_room = data_cache.free_up  # a full disk: what is read gives way to what is written
+            spool.pool.free_reads = data_cache.free_up  # a full disk: what is read gives way to what is written
         fs = WritableFilesystem(repo, fs_config, spool=spool, data_cache=data_cache)
         report = fs.recover()  # spool leftovers and unfinished renames of a killed daemon
         tell_user(report.lines() if report is not None else [])

@@ -388,8 +388,7 @@ class SpoolHandle(Handle):
         try:
             return self.sf.write(offset, data)
         except OSError as e:  # the spool's disk is full: the read caches on it give up their space first
-            make_room = self.sf.spool.make_room
-            if e.errno != errno.ENOSPC or make_room is None or not make_room():
+            if e.errno != errno.ENOSPC or not self.sf.spool.pool.make_room():
                 raise
             return self.sf.write(offset, data)
 

@@ -607,9 +607,8 @@ class Spool(SaveRetries):
         self.stats = dict.fromkeys(("copy_in_bytes", "uploaded_bytes", "uploads", "adopted", "syncs", "save_retries",
                                     "cow_bytes"), 0)
         # pin(ino, True/False): hold / let go the inode of a file whose failed save waits for a
-        # retry, so its content stays reachable through the mount (set by the mount core);
-        # make_room(): the read caches on the spool's disk give up their space, bytes freed (the daemon)
-        self.pin, self.make_room = None, None
+        # retry, so its content stays reachable through the mount (set by the mount core)
+        self.pin = None
         self._retrier: threading.Thread | None = None
         self._stop = threading.Event()
         self.dir = config.root / f"{os.getpid()}-{secrets.token_hex(4)}"
@@ -617,7 +616,7 @@ class Spool(SaveRetries):
         self._lock_fd = make_instance_dir(self.dir, self._owner())
         self.journal = sidecar.Journal(self.dir)  # the spool files' records (for recovery)
         self._background = None  # a thread pool: an fsync's object flush beside its KV commit
-        self.pool = FilePool(self.dir)  # empty spool files made ahead (taken by new files)
+        self.pool = FilePool(self.dir)  # empty spool files made ahead (taken by new files); make_room()
 
     def remake_dir(self) -> bool:
         """Make this mount's spool directory again, with its lock and journal, if it was removed

@@ -8,10 +8,12 @@ file takes one (or makes its own when the pool is empty, as before). A pooled fi
 nothing and has no record in the spool's journal: a crash leaves it empty, and recovery
 drops an empty data file without a record (:mod:`lakefuse.mount.recovery`).
 
-The same thread removes the names of spool files that became stored objects (:meth:`FilePool.discard`):
+The same thread removes the names of spool files that became stored objects (or were uploaded) (:meth:`FilePool.discard`):
 a create holds the directory's lock, on ext4 without a journal for hundreds of microseconds after
 many deletes (its inode search skips the recently freed ones), and an unlink in the save's thread
 waited for it, spinning. A crash before such a name goes leaves a file recovery finds saved.
+A write that finds the spool's disk full removes them at once (:meth:`FilePool.make_room`): a saved
+file's copy, on a disk of its own, held its space until then.
 """
 
 from __future__ import annotations
@@ -59,6 +61,15 @@ class FilePool:
         self.taken = 0
         self.missed = 0
         self._dead: deque[tuple[str, object]] = deque()  # (name, then) to remove in the pool's thread
+        # free_reads(): the read caches on the spool's disk give up their space, bytes freed (the daemon)
+        self.free_reads = None
+
+    def make_room(self) -> bool:
+        """The spool's disk is full: remove now the names of saved files' copies waiting for this
+        pool's thread (up to a second: their space is held until then), then let the read caches
+        give theirs up; whether anything was freed (a write then tries once more)."""
+        freed = self.reap() > 0
+        return bool(self.free_reads is not None and self.free_reads()) or freed
 
     def discard(self, name: str, then) -> None:
         """Remove spool file name ``name``, then call ``then()``: in the pool's thread, which makes the
@@ -70,14 +81,16 @@ class FilePool:
             with self._cv:
                 self._cv.notify()
 
-    def reap(self) -> None:
-        """Remove now the names given to :meth:`discard` (any thread)."""
+    def reap(self) -> int:
+        """Remove now the names given to :meth:`discard` (any thread); how many."""
+        n = 0
         while True:
             try:
                 item = self._dead.popleft()
             except IndexError:  # (none left, or another thread took the last)
-                return
+                return n
             _unlink(*item)
+            n += 1
 
     def take(self) -> tuple[str, int] | None:
         """(sid, descriptor) of an empty ``<sid>.data``, now the caller's; None when none is ready

@@ -40,7 +40,9 @@ run more than once. ``durable=True`` commits with ``synchronous_commit=on`` (the
 commit record is flushed before the server answers); ``durable=False`` commits with
 it off (visible at once, flushed by the WAL writer within milliseconds), and
 :meth:`PgStore.sync` makes every earlier write durable by one synchronous commit of
-an empty transaction (a WAL flush covers everything before it).
+a transaction that writes one WAL record (a WAL flush covers everything before it; a
+transaction that wrote none commits without waiting for the flush, even with
+``synchronous_commit=on``).
 
 Grouped writes (:meth:`PgStore.write_grouped`: staged writes, the hot path of many writer
 processes) lock instead: ``READ COMMITTED``, and every get is ``SELECT ... FOR SHARE``, so
@@ -652,8 +654,9 @@ class PgBackend:
         if not n:
             return
         try:
-            # an xid: the commit writes a record and waits for the WAL flush, which covers every earlier commit
-            self.run_write(label, lambda conn: conn.execute("SELECT txid_current()"))
+            # a WAL record in the transaction: its commit then waits for the flush, which covers every
+            # earlier commit (one that wrote no WAL -- an xid alone -- is committed without waiting)
+            self.run_write(label, lambda conn: conn.execute("SELECT pg_logical_emit_message(true, 'lakefuse', 'sync')"))
         except BaseException:
             with self._lock:
                 self._unsynced += n

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 
 import pytest
 
@@ -422,3 +423,64 @@ def test_a_spool_directory_removed_under_the_mount_is_made_again_and_nothing_wri
     finally:
         m.stop()
     assert "was removed while mounted; made again" in m.log()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+@pytest.mark.expect_log("a leftover that waits is reported as a warning")
+def test_a_leftover_the_full_store_cannot_take_waits_and_no_commit_publishes_it_empty(tmp_path, monkeypatch):
+    """Found by an operator's tour: a file whose save failed because the local store's disk was
+    full was, after a restart with the disk still full, moved to ``recovered/`` ("NOT recovered")
+    and the records refusing commits went with the dead mount: the next routine commit published
+    the file as the branch showed it, 0 bytes. Now it waits in the spool, commits of its branch
+    stay refused (from anywhere), and the live mount stages it when the store takes it again."""
+    import subprocess
+
+    from graveler.fences import UnsavedWrites
+    from lakefuse.mount import recovery
+
+    ns = tmp_path / "ns-full"
+    ns.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(ns)], check=True)
+    try:
+        repo = make_repo(tmp_path, "full")
+        repo.upload("main", "big.bin", b"")  # what the create through the mount staged
+        cfg = SpoolConfig(tmp_path / "cache", repo.name)  # (another disk than the store's: the save copies)
+        dead = Spool(repo, cfg)
+        data = os.urandom(5 << 20)
+        sf = dead.open(1, "main", b"big.bin", repo.get("main", "big.bin"), ATTRS)
+        sf.write(0, data)  # never saved: the store's disk is full (then the daemon stops)
+        os.close(dead._lock_fd)
+        filler = ns / "filler"
+        with open(filler, "wb") as f:
+            with pytest.raises(OSError):
+                while True:
+                    f.write(b"\0" * (1 << 20))
+        live = Spool(repo, cfg)
+        report = live.recover()
+        assert [(r.key, r.action) for r in report.files] == [("big.bin", "waiting")]
+        assert any(line.startswith("NOT recovered yet main/big.bin") and "refused" in line
+                   for line in report.lines()), report.lines()
+        assert sf.data_path.exists() and repo.read("main", "big.bin") == b""
+        with pytest.raises(UnsavedWrites):
+            repo.commit("main", "nightly")  # (was: committed, big.bin empty)
+        # healthy: the next round once the store has room stages it, and commits go through
+        monkeypatch.setattr(recovery, "RETRY_S", 0.0)
+        retry = recovery.RecoveryRetry(live.recover)
+        retry.after(report)
+        retry.tick()  # the store still full: it waits again
+        deadline = time.monotonic() + 10
+        while retry._busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert repo.read("main", "big.bin") == b"" and sf.data_path.exists()
+        filler.unlink()
+        retry.tick()
+        while repo.read("main", "big.bin") != data and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert repo.read("main", "big.bin") == data and not dead.dir.exists()
+        repo.commit("main", "nightly")
+        retry.tick()  # nothing waits any more: no round
+        assert not retry._busy
+        live.close()
+        repo.close()
+    finally:
+        subprocess.run(["umount", "-l", str(ns)], check=False)

@@ -15,6 +15,12 @@ mounts of the same repository (their flock free) and hands each to
   mount, host or the CLI) saved that path meanwhile, or the branch is gone, the newer
   version is not put under: the bytes are moved to ``recovered/<stamp>/<branch>/<key>``
   with the reason;
+* if the store or the KV cannot take it now (down, or its disk full), it *waits*: left where it
+  is, its dead mount's instance directory kept, and a record of unsaved writes put on its
+  branch for that mount (:mod:`graveler.fences`), so no commit -- from this mount, the CLI or
+  another host -- publishes the file as the branch shows it (empty, or the version before);
+  the live mount tries again every :data:`RETRY_S` (:class:`RecoveryRetry`), and the record
+  goes once it is staged;
 * a file unlinked while open: deleted (nothing to save).
 
 Staged and kept files are listed in ``recovered/<stamp>/REPORT.json`` and the log, and
@@ -52,11 +58,13 @@ import logging
 import os
 import shutil
 import socket
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from graveler.errors import GravelerError, NotFound
+from graveler import fences
+from graveler.errors import GravelerError, NotFound, StoreUnavailable
 from graveler.model import Entry
 from graveler.objects import PosixAttrs, file_etag, user_metadata
 from graveler.objstore.base import refuse_unsafe_dir
@@ -69,6 +77,11 @@ LOCK_NAME = "lock"  # <instance>/lock: flock'ed for the life of one mount
 PENDING_PREFIX = ".new-"  # an instance directory being made (not locked yet): never recovered
 OWNER_NAME = "owner.json"  # <instance>/owner.json: which repository it served (Spool._owner)
 PENDING_STALE_S = 600  # a pending directory this old belongs to a daemon that died while starting
+RETRY_S = 30.0  # leftovers the store or the KV could not take (waiting) are tried again this often
+
+
+class StageLater(Exception):
+    """A leftover the store or the KV cannot take now (down, full): it waits, tried again."""
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -84,8 +97,10 @@ class Recovered:
     branch: str | None
     key: str | None
     size: int
-    # "saved" (already staged: copy deleted), "staged" (its bytes staged at its key now) or
-    # "kept" (moved to recovered_path, not staged: ``reason`` says why)
+    # "saved" (already staged: copy deleted), "staged" (its bytes staged at its key now),
+    # "kept" (moved to recovered_path, not staged: ``reason`` says why) or "waiting" (the store or
+    # the KV could not take it now: left in the spool at recovered_path, tried again; commits of its
+    # branch refused meanwhile)
     action: str
     recovered_path: str | None = None
     reason: str | None = None
@@ -105,16 +120,23 @@ class RecoveryReport:
     def staged(self) -> list[Recovered]:
         return [r for r in self.files if r.action == "staged"]
 
+    @property
+    def waiting(self) -> list[Recovered]:
+        return [r for r in self.files if r.action == "waiting"]
+
     def lines(self, limit: int = 20) -> list[str]:
         """What the mount tells its user on the terminal: one line per file staged or kept
         (at most ``limit``, then how many more), the directory of the report."""
-        shown = self.staged + self.kept
+        shown = self.staged + self.kept + self.waiting
         out = []
         for r in shown[:limit]:
             where = f"{r.branch}/{r.key}" if r.branch and r.key else "?"
             if r.action == "staged":
                 out.append(f"recovered {where}: {r.size} bytes the previous mount left unsaved (its daemon "
                            "killed, or the save still failing when it stopped), staged (not committed)")
+            elif r.action == "waiting":
+                out.append(f"NOT recovered yet {where}: {r.size} bytes, {r.reason}; kept in {r.recovered_path} and "
+                           f"tried again every {RETRY_S:.0f} s; commits of branch {r.branch} are refused until then")
             else:
                 out.append(f"NOT recovered {where}: {r.size} bytes kept in {r.recovered_path} ({r.reason})")
         if len(shown) > limit:
@@ -143,6 +165,44 @@ class RecoveryReport:
         if self.kept:
             log.warning("spool: %d unsaved file(s) from a previous mount were kept in %s, not staged "
                         "(see REPORT.json)", len(self.kept), out_dir)
+
+
+class RecoveryRetry:
+    """Runs the recovery again (``run``: the mount's) while leftovers wait, every :data:`RETRY_S`;
+    asked by the stamp watch's round (:meth:`tick`), in a thread of its own (a hung store never
+    holds the caller)."""
+
+    def __init__(self, run):
+        self._run = run
+        self._lock = threading.Lock()
+        self._due: float | None = None
+        self._busy = False
+
+    def after(self, report: "RecoveryReport | None") -> None:
+        """A recovery ran and left ``report``: due again if files of it wait."""
+        with self._lock:
+            self._due = time.monotonic() + RETRY_S if report is not None and report.waiting else None
+
+    def tick(self) -> None:
+        with self._lock:
+            if self._due is None or self._busy or time.monotonic() < self._due:
+                return
+            self._busy = True
+        threading.Thread(target=self._again, name="lakefuse-recovery-retry", daemon=True).start()
+
+    def _again(self) -> None:
+        try:
+            report = self._run()
+        except Exception as e:  # noqa: BLE001 -- tried again in RETRY_S
+            log.warning("spool: recovery tried again, failed: %s", e)
+            with self._lock:
+                self._busy, self._due = False, time.monotonic() + RETRY_S
+            return
+        with self._lock:
+            self._busy = False
+        self.after(report)
+        if report is not None and report.staged:
+            log.warning("spool: recovered at last: %s", ", ".join(f"{r.branch}/{r.key}" for r in report.staged[:20]))
 
 
 def _entry_etag(repo, branch: str, key: str) -> str | None:
@@ -180,7 +240,8 @@ def recover_spool(spool) -> RecoveryReport:
                 log.info("spool: %s belongs to another repository named %s; left alone",
                          inst, spool.config.repository)
                 continue
-            recover_instance(spool.repo, inst, out_dir, report)
+            if recover_instance(spool.repo, inst, out_dir, report):
+                continue  # files wait: the instance stays (and its records of unsaved writes)
             _drop_unsaved(spool.repo, inst)
             shutil.rmtree(inst, ignore_errors=True)  # still locked: no other recovery takes it meanwhile
         finally:
@@ -238,9 +299,10 @@ def _drop_stale_pending(inst: Path) -> None:
         os.close(fd)
 
 
-def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) -> None:
+def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) -> bool:
     """Take over the leftovers of one dead mount instance ``inst`` (its lock held by the caller):
-    see the module docstring."""
+    see the module docstring. Whether files of it wait (the instance is to be kept)."""
+    waiting: dict[str, list[str]] = {}
     for p in sorted(inst.glob("*.intent")):
         try:
             report.intents.append(json.loads(p.read_text()))
@@ -272,7 +334,14 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
             continue
         reason = "no branch or path recorded for it"
         if branch and key and meta.get("expect_known"):
-            reason = _stage_leftover(repo, branch, key, meta, data, etag)
+            try:
+                reason = _stage_leftover(repo, branch, key, meta, data, etag)
+            except StageLater as e:
+                waiting.setdefault(branch, []).append(key)
+                report.files.append(Recovered(branch, key, size, "waiting", str(data), str(e)))
+                log.warning("spool: %s on branch %s: %d bytes a previous mount left unsaved wait in %s: %s; "
+                            "tried again every %.0f s", key, branch, size, data, e, RETRY_S)
+                continue
             if reason is None:
                 os.unlink(data)
                 report.files.append(Recovered(branch, key, size, "staged"))
@@ -291,6 +360,22 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
         report.files.append(Recovered(branch, key, size, "kept", str(dest), reason))
         log.warning("spool: unsaved content of %s on branch %s (%d bytes) kept in %s, not staged: %s",
                     key, branch, size, dest, reason)
+    if waiting:
+        _hold_commits(repo, inst, waiting, report)
+    return bool(waiting)
+
+
+def _hold_commits(repo, inst: Path, waiting: dict[str, list[str]], report: RecoveryReport) -> None:
+    """Records of unsaved writes for the dead instance ``inst`` on each branch where its files wait:
+    no commit publishes them as their branches show them meanwhile (best effort: the KV may be
+    what is down -- then no commit runs either)."""
+    reason = next(r.reason for r in report.files if r.action == "waiting" and r.branch in waiting)
+    records = {b: fences.new_unsaved(sorted(keys), len(keys), reason or "", spool=str(inst))
+               for b, keys in waiting.items()}
+    try:
+        repo.set_unsaved(writer_id(inst), records)
+    except GravelerError as e:
+        log.warning("spool: could not note the waiting files of %s in the KV: %s", inst, e)
 
 
 def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path, etag: str) -> str | None:
@@ -308,6 +393,8 @@ def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path, etag: s
         cur = repo.get(branch, key)
     except NotFound:
         cur = None
+    except StoreUnavailable as e:
+        raise StageLater(f"the KV could not be read ({e})") from e
     except GravelerError as e:
         return f"cannot read branch {branch}: {e}"
     if (None if cur is None else cur.identity()) != expect:
@@ -336,7 +423,10 @@ def _stage_leftover(repo, branch: str, key: str, meta: dict, data: Path, etag: s
         if not repo.stage_if(branch, key, entry, expect):
             return ("the branch shows another version at this path, saved after this content was written "
                     "(by another writer or host): not put over it")
-    except (GravelerError, OSError) as e:
+    except (StoreUnavailable, OSError) as e:  # (down, or its disk full): it waits
+        _own_copy(data)  # (never another name of a stored object while it waits)
+        raise StageLater(f"the store or the KV could not take it now ({e})") from e
+    except GravelerError as e:
         return f"could not stage it: {e}"
     return None
 

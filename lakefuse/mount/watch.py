@@ -92,6 +92,7 @@ class StampWatch:
         writes = getattr(self.fs, "writes", None)
         if writes is not None:
             writes.empty.tick()  # (a renewal in a thread of its own when due: lakefuse.mount.emptyobj)
+            writes.recovery.tick()  # (leftovers that wait, again when due: lakefuse.mount.recovery)
         return n
 
     def _forget_names(self, branch: str, keys: list[bytes]) -> None:

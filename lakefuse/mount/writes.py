@@ -69,6 +69,7 @@ from lakefuse.mount.attrs import (
 )
 from lakefuse.mount.errors import FsError
 from lakefuse.mount.emptyobj import EmptyObject
+from lakefuse.mount.recovery import RecoveryRetry
 from lakefuse.mount.fs import FRESH_NS, Filesystem
 
 from lakefuse.mount.handles import SpoolHandle
@@ -111,6 +112,7 @@ class BranchWrites:
         self.inodes = fs.inodes
         self.rules = fs.rules
         self.empty = EmptyObject(self.repo)
+        self.recovery = RecoveryRetry(self.recover)  # leftovers the store could not take at start, again
         # one attribute change of an inode at a time (each rewrites its entry's metadata); striped by inode
         self._xattr_locks = [threading.Lock() for _ in range(64)]
         # directory marker key -> (the value _touch_parent made last, its entry, POSIX and user
@@ -754,6 +756,7 @@ class BranchWrites:
         if self.spool is None:
             return
         report = self.spool.recover()
+        self.recovery.after(report)
         for intent in report.intents:
             if intent.get("op") != "rename_dir":
                 continue

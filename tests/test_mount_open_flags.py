@@ -314,11 +314,14 @@ def test_an_imported_file_changed_in_place_since_its_import_is_eio_not_its_new_b
 
 
 @needs_fuse
-def test_a_writer_whose_branch_is_deleted_closes_as_an_unlinked_files_writer(repo, tmp_path):
+@pytest.mark.parametrize("writes_after", [True, False])
+def test_a_writer_whose_branch_is_deleted_closes_as_an_unlinked_files_writer(repo, tmp_path, writes_after):
     """Found by an ML engineer's tour: a file being written on a branch deleted meanwhile failed
     its close with ENOENT (no close of a local file says that). It is an unlinked file to its
     descriptors: writes and close succeed, nothing is staged, and what was written is kept in
-    the spool's recovered/ (the log says where)."""
+    the spool's recovered/ (the log says where). Found by a cluster operator's tour: a writer
+    that wrote nothing after the delete, closing once the stamp watch had seen the branch gone,
+    lost it all without a word (detached as a file removed behind the mount)."""
     repo.create_branch("tmpb", "main")
     cache = tmp_path / "cache"
     m = MountProc(repo.config.home, "oflags", tmp_path / "mnt", "--cache-dir", str(cache)).start()
@@ -327,10 +330,11 @@ def test_a_writer_whose_branch_is_deleted_closes_as_an_unlinked_files_writer(rep
         w.write(b"w" * 100)
         w.flush()
         repo.delete_branch("tmpb")
-        w.write(b"x" * 10)
+        time.sleep(0.1 if writes_after else 1.0)  # (1 s: rounds of the stamp watch see the branch gone)
+        w.write(b"x" * 10 if writes_after else b"")
         w.close()  # (was: OSError ENOENT)
         kept = list((cache / "spool" / "oflags" / "recovered").rglob("w.bin"))
-        assert len(kept) == 1 and kept[0].read_bytes() == b"w" * 100 + b"x" * 10
+        assert len(kept) == 1 and kept[0].read_bytes() == b"w" * 100 + (b"x" * 10 if writes_after else b"")
         end = time.monotonic() + 5
         while (m.mountpoint / "tmpb").exists() and time.monotonic() < end:  # (the kernel's entry times out)
             time.sleep(0.1)

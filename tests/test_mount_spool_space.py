@@ -55,3 +55,30 @@ def test_files_written_one_after_another_each_fitting_the_spool_disk_all_fit(tmp
         with pytest.raises(OSError) as e:
             write_file(fs, b"huge.bin", os.urandom(48 * MiB))
         assert e.value.errno == errno.ENOSPC
+
+
+@pytest.mark.expect_log("the failed save is logged as an error")
+def test_a_save_the_full_store_refuses_fails_enospc_not_eio(tmp_path, small_disk):
+    """Found by an operator's tour: with a local store's disk full, ``cp`` failed at close with
+    "Input/output error" (read as a hardware fault) where ext4 says ENOSPC, the errno programs and
+    operators act on. The file stays written in the spool (its save retried, commits refused)."""
+    from graveler.errors import NoSpace
+    from lakefuse.mount.errors import errno_for
+    from tests.graveler_testutil import make_repo
+
+    ns = tmp_path / "ns-fullstore"
+    ns.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(ns)], check=True)
+    try:
+        repo = make_repo(tmp_path, "fullstore")
+        with writable_core(repo, tmp_path / "cache") as fs:  # (the spool on another disk: the save copies)
+            write_file(fs, b"fits.bin", b"f" * MiB)  # healthy: a file the store has room for
+            assert repo.read("main", "fits.bin") == b"f" * MiB
+            with pytest.raises(Exception) as e:
+                write_file(fs, b"big.bin", os.urandom(6 * MiB))
+            assert errno_for(e.value) == errno.ENOSPC, e.value  # (what the adapter answers the close)
+            with pytest.raises(NoSpace):
+                repo.put_object(os.urandom(6 * MiB))
+        repo.close()
+    finally:
+        subprocess.run(["umount", "-l", str(ns)], check=False)

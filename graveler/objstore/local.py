@@ -32,7 +32,7 @@ import threading
 import uuid
 from typing import Callable, Iterator
 
-from graveler.errors import GravelerError, InvalidArgument, NotFound, StoreUnavailable
+from graveler.errors import GravelerError, InvalidArgument, NoSpace, NotFound, StoreUnavailable
 from graveler.objstore import sparse
 from graveler.objstore.base import (
     MAP_MIN_BYTES,
@@ -225,6 +225,8 @@ class LocalStore(ObjectStore):
             return NotFound(f"{self.full_uri(key)} not found")
         if isinstance(exc, PermissionError):
             return StoreUnavailable(f"{op} {self.full_uri(key)}: permission denied")
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # (ENOSPC to a writer through the mount, not EIO)
+            return NoSpace(f"{op} {self.full_uri(key)}: the store's disk is full ({exc.strerror or exc})")
         return StoreUnavailable(f"{op} {self.full_uri(key)} failed: {exc.strerror or exc}")
 
     def _open_regular(self, op: str, key: str) -> tuple[int, os.stat_result]:

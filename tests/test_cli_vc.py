@@ -244,7 +244,7 @@ def test_json_outputs_parse(cli, story, tmp_path):
     assert obj["show"] == {k: v for k, v in obj["commit"].items() if k not in ("branch", "changes")}
     assert obj["tag create"]["commit_id"] == obj["commit"]["id"]
     # the branch's commit, said as it goes (git's "(was 70e3a2f)"): the one way back to it
-    assert obj["branch delete"] == {"deleted": "b1", "commit_id": obj["commit"]["id"]}
+    assert obj["branch delete"] == {"deleted": "b1", "commit_id": obj["commit"]["id"], "discarded_changes": 0}
     for listing in (("repo", "list"), ("branch", "list", REPO), ("tag", "list", REPO), ("log", f"{REPO}/main"),
                     ("fs", "ls", f"{REPO}/main/"), ("diff", f"{REPO}/main~1", f"{REPO}/main")):
         rows = cli.jsonl(*listing) if listing[0] != "tag" else [{}]  # the only tag was deleted above
@@ -387,6 +387,22 @@ def test_errors(cli, story, monkeypatch, args, code, fragment):
     monkeypatch.setattr("sys.stdin", open(os.devnull))
     msg = cli.fails(code, *args)
     assert fragment in msg, msg
+
+
+def test_branch_delete_says_how_many_uncommitted_changes_it_discarded(cli, story, tmp_path):
+    """Found by two tours (a cluster operator, an ETL team): deleting a branch with uncommitted
+    changes dropped them without a word, and its line said the command it printed "brings it
+    back" -- which brings back its commit, not them."""
+    f = tmp_path / "f.txt"
+    f.write_text("dirty")
+    cli("branch", "create", f"{REPO}/job", "--source", f"{REPO}/main")
+    cli("fs", "upload", f"{REPO}/job/a.txt", "--source", str(f))
+    cli("fs", "upload", f"{REPO}/job/b.txt", "--source", str(f))
+    said = cli("branch", "delete", f"{REPO}/job")
+    assert "with its 2 uncommitted change(s), discarded" in said and "brings back its commit, not them" in said
+    cli("branch", "create", f"{REPO}/clean", "--source", f"{REPO}/main")  # healthy: nothing discarded, nothing said
+    said = cli("branch", "delete", f"{REPO}/clean")
+    assert "uncommitted" not in said and "brings it back" in said
 
 
 def test_an_empty_commit_message_needs_its_flag(cli, story, tmp_path):

@@ -273,12 +273,19 @@ def cmd_branch_delete(args: argparse.Namespace) -> int:
     u = uri_arg(args.branch)
     name = u.with_ref("branch")
     with session(args) as s:
-        was = s.repo(u).delete_branch(name)
+        repo = s.repo(u)
+        # (counted just before: what the delete takes with it, which nothing brings back -- said so)
+        dropped = sum(1 for _ in repo.diff_uncommitted(name)) if name != repo.default_branch else 0
+        was = repo.delete_branch(name)
     if args.json:
-        emit_json({"deleted": name, "commit_id": was.commit_id})
+        emit_json({"deleted": name, "commit_id": was.commit_id, "discarded_changes": dropped})
     else:  # (as git's "(was 70e3a2f)": the one way back to commits no other ref holds)
-        out(f"Branch {name!r} deleted (was {was.commit_id[:12]}; "
-            f"lakefuse branch create lakefs://{u.repository}/{name} --source {was.commit_id[:12]} brings it back)")
+        back = f"lakefuse branch create lakefs://{u.repository}/{name} --source {was.commit_id[:12]}"
+        if dropped:
+            out(f"Branch {name!r} deleted (was {was.commit_id[:12]}) with its {dropped} uncommitted change(s), "
+                f"discarded: {back} brings back its commit, not them")
+        else:
+            out(f"Branch {name!r} deleted (was {was.commit_id[:12]}; {back} brings it back)")
     return 0
 
 

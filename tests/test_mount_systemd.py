@@ -38,7 +38,7 @@ def unit_settings() -> dict[str, list[str]]:
 
 def expand(cmd: str, instance: str, mountpoint: Path, env: dict[str, str]) -> list[str]:
     """systemd's specifiers and $VAR (a separate word: split at whitespace, dropped when empty)."""
-    cmd = cmd.replace("/mnt/%i", str(mountpoint)).replace("%i", instance)
+    cmd = cmd.replace("/mnt/%i", str(mountpoint)).replace("%i", instance).removeprefix("-")  # ("-": failure ignored)
     words = []
     for w in shlex.split(cmd):
         if w.startswith("$") and w[1:].isidentifier():
@@ -73,7 +73,11 @@ def test_unit_sends_ready_once_the_mount_answers(home, tmp_path):
     mp = tmp_path / "mnt"
     mp.mkdir()
     start = expand(s["ExecStart"][0], "svc", mp, env)
-    assert start[1:4] == ["mount", "lakefs://svc", str(mp)] and "-f" in start and "--branch-timeout" in start
+    assert start[1:5] == ["-v", "mount", "lakefs://svc", str(mp)] and "-f" in start and "--branch-timeout" in start
+    # (-v: the journal says what the daemon did, not only what failed -- an operator's tour read nothing
+    # of mounts, commits or stops there; "-": a stop while a writer holds a file fails umount, and the
+    # SIGTERM after it unmounts saving the file: not the unit's failure)
+    assert s["ExecStop"][0].startswith("-/usr/local/bin/lakefuse umount ")
     sock_dir = tempfile.mkdtemp(prefix="lakefuse-unit-")
     sock_path = os.path.join(sock_dir, "notify")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -152,3 +156,27 @@ def test_what_a_daemon_said_as_it_stopped_reaches_umount_without_a_logs_director
     said.write(path)
     assert _unmount_report(path, os.getpid(), os.getuid()) == ["could not save a/b.bin on branch main at unmount"]
     assert not os.path.exists(path)
+
+
+@needs_fuse
+def test_a_mount_over_a_non_empty_mount_point_says_what_it_hides(home, tmp_path):
+    """Found by an operator's tour: a job that wrote into /mnt/REPO while the mount was down wrote
+    to the root disk, and the next mount hid its output without a word. The mount says so now (on
+    its terminal, and so in the journal under systemd); an empty mount point says nothing."""
+    from tests.mount_testutil import MountProc
+
+    for name, leftovers in (("empty", []), ("full", ["main", "job.csv"])):
+        mp = tmp_path / name
+        mp.mkdir()
+        for n in leftovers:
+            (mp / n).mkdir() if n == "main" else (mp / n).write_text("written while unmounted")
+        (tmp_path / f"log-{name}").mkdir()
+        m = MountProc(home, "svc", mp, log_dir=tmp_path / f"log-{name}").start()
+        try:
+            assert (mp / "main" / "hello.txt").read_bytes() == b"hello from a unit\n"
+        finally:
+            m.stop()
+        said = "is not empty" in m.log()
+        assert said == bool(leftovers), m.log()
+        if leftovers:
+            assert "2 entries" in m.log() and "hidden" in m.log()

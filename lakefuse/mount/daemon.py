@@ -222,6 +222,20 @@ def check_mountpoint(mountpoint: str) -> str:
     return mp
 
 
+def _say_what_is_hidden(mp: str) -> None:
+    """A mount point that is not empty: what is in it (written while nothing was mounted there,
+    perhaps by a job meaning the mount) is hidden while the mount is there -- said, not refused
+    (as mount(8) and FUSE 3 allow it)."""
+    try:
+        with os.scandir(mp) as it:
+            n = sum(1 for _ in it)
+    except OSError:
+        return
+    if n:
+        tell_user([f"mount point {mp} is not empty: its {n} {'entry is' if n == 1 else 'entries are'} hidden while "
+                   "lakefuse is mounted there (written while it was not mounted?)"])
+
+
 def claim_mountpoint(mp: str) -> int:
     """Hold the directory at ``mp`` -- the one a mount covers -- for this daemon (an exclusive
     ``flock``, let go when the process ends): two daemons started together on one mount point
@@ -327,6 +341,7 @@ def serve(repo, config: MountConfig, fs_config=None, data_cache=None) -> None:
 
     mp = check_mountpoint(config.mountpoint)
     claim_mountpoint(mp)  # (held until the process ends: a second daemon on mp is refused meanwhile)
+    _say_what_is_hidden(mp)
     raise_fd_limit()
     if {"allow_other", "allow_root"} <= set(config.fuse_options):
         raise MountError("-o allow_other and -o allow_root exclude each other (allow_other lets root in too)")

@@ -74,6 +74,9 @@ def test_requirements():
         repo.with_ref("branch")
     with pytest.raises(InvalidArgument, match="without a path"):
         obj.with_ref()
+    # (an ETL team's tour: `branch create lakefs://repo/etl/daily` said only "without a path")
+    with pytest.raises(InvalidArgument, match="main/a/b is no branch name: a name cannot hold '/'"):
+        obj.with_ref("branch")
     assert obj.with_path() == ("main", "a/b")
     with pytest.raises(InvalidArgument, match="REPO/REF/PATH"):
         ref.with_path()

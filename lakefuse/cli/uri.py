@@ -56,8 +56,9 @@ class LakeFSURI:
         """The ref, which must be present; no path allowed."""
         if self.ref is None:
             raise InvalidArgument(f"{self}: expected lakefs://REPO/{what.upper()}")
-        if self.path:
-            raise InvalidArgument(f"{self}: expected lakefs://REPO/{what.upper()}, without a path")
+        if self.path:  # (as the name rules: '/' is in no branch or tag name made here, nor in a ref)
+            raise InvalidArgument(f"{self}: expected lakefs://REPO/{what.upper()}, without a path "
+                                  f"({self.ref}/{self.path} is no {what} name: a name cannot hold '/')")
         return self.ref
 
     def with_path(self) -> tuple[str, str]:

@@ -302,7 +302,8 @@ def _drop_stale_pending(inst: Path) -> None:
 def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) -> bool:
     """Take over the leftovers of one dead mount instance ``inst`` (its lock held by the caller):
     see the module docstring. Whether files of it wait (the instance is to be kept)."""
-    waiting: dict[str, list[str]] = {}
+    waiting: dict[str, list[str]] = {}  # branch -> keys whose leftovers wait
+    why = ""  # (the last reason one waits: the records say it)
     for p in sorted(inst.glob("*.intent")):
         try:
             report.intents.append(json.loads(p.read_text()))
@@ -338,6 +339,7 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
                 reason = _stage_leftover(repo, branch, key, meta, data, etag)
             except StageLater as e:
                 waiting.setdefault(branch, []).append(key)
+                why = str(e)
                 report.files.append(Recovered(branch, key, size, "waiting", str(data), str(e)))
                 log.warning("spool: %s on branch %s: %d bytes a previous mount left unsaved wait in %s: %s; "
                             "tried again every %.0f s", key, branch, size, data, e, RETRY_S)
@@ -361,17 +363,15 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
         log.warning("spool: unsaved content of %s on branch %s (%d bytes) kept in %s, not staged: %s",
                     key, branch, size, dest, reason)
     if waiting:
-        _hold_commits(repo, inst, waiting, report)
+        _hold_commits(repo, inst, waiting, why)
     return bool(waiting)
 
 
-def _hold_commits(repo, inst: Path, waiting: dict[str, list[str]], report: RecoveryReport) -> None:
+def _hold_commits(repo, inst: Path, waiting: dict[str, list[str]], why: str) -> None:
     """Records of unsaved writes for the dead instance ``inst`` on each branch where its files wait:
     no commit publishes them as their branches show them meanwhile (best effort: the KV may be
     what is down -- then no commit runs either)."""
-    reason = next(r.reason for r in report.files if r.action == "waiting" and r.branch in waiting)
-    records = {b: fences.new_unsaved(sorted(keys), len(keys), reason or "", spool=str(inst))
-               for b, keys in waiting.items()}
+    records = {b: fences.new_unsaved(sorted(keys), len(keys), why, spool=str(inst)) for b, keys in waiting.items()}
     try:
         repo.set_unsaved(writer_id(inst), records)
     except GravelerError as e:

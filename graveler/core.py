@@ -36,7 +36,7 @@ from typing import Callable, Iterator, TypeVar
 from graveler.committed.manager import CommittedManager
 from graveler.config import GravelerConfig
 from graveler.errors import GravelerError, InvalidArgument, NotFound, PreconditionFailed, ReadOnlyRef, StoreUnavailable
-from graveler.kv.base import Store
+from graveler.kv.base import BRANCHES, Store
 from graveler.listing import CommittedIterator, MergedIterator
 from graveler.model import DiffRecord, DiffType, Value
 from graveler.refs import Branch, Commit, RefManager, RepositoryRecord, ResolvedRef, new_staging_token
@@ -97,6 +97,19 @@ class RepoCore:
                 raise NotFound(f"branch {name!r} not found") from None
             raise ReadOnlyRef(f"{name!r} is a {rr.type.value}, not a branch: it cannot be changed") from None
 
+    def same_txn(self, txn) -> None:
+        """NotFound unless the KV still holds the repository this opening read (not one deleted
+        since, or made again under its name by another host: :meth:`RefManager.check_same_txn`).
+        Every write of a branch, tag or head, and every pin, checks it in its transaction."""
+        self.refs.check_same_txn(txn, self.record)
+
+    def write_branch_txn(self, txn, name: str) -> Branch:
+        """:meth:`branch_txn` for a transaction that changes it or what it holds: checked against a
+        repository made again (:meth:`same_txn`); both read in one round trip on a server's store."""
+        txn.get_many([(BRANCHES, name.encode()), self.refs.record_key()])
+        self.same_txn(txn)
+        return self.branch_txn(txn, name)
+
     def resolve_commit(self, ref: str) -> tuple[ResolvedRef, Commit]:
         with self.env.read() as txn:
             rr = self.refs.resolve_txn(txn, ref)
@@ -113,6 +126,7 @@ class RepoCore:
         BranchMoved pins again and resumes from where it was, so a listing never loses
         an entry to a concurrent commit."""
         with self.env.read() as txn:
+            self.same_txn(txn)
             rr = self.refs.resolve_txn(txn, ref)
             commit = self.refs.get_commit_txn(txn, rr.commit_id)
             raw = self.refs.branch_raw_txn(txn, rr.branch) if rr.is_branch else None
@@ -235,7 +249,7 @@ class RepoCore:
         """Seal the current staging token of ``branch`` if it holds anything: it joins
         the sealed tokens (newest first) and a fresh token takes its place, so later
         writes go to the next commit. Returns (the branch now, whether it sealed)."""
-        b = self.branch_txn(txn, branch)
+        b = self.write_branch_txn(txn, branch)
         if self.staging.is_empty_txn(txn, b.staging_token):
             return b, False
         nb = Branch(b.name, b.commit_id, new_staging_token(), (b.staging_token, *b.sealed_tokens))
@@ -245,7 +259,7 @@ class RepoCore:
     def move_branch_txn(self, txn, branch: str, head_id: str, sealed: tuple[str, ...] | None, commit: Commit) -> bool:
         """CAS: if ``branch`` is still at ``head_id`` with these sealed tokens (None: any),
         store ``commit`` and point the branch at it, dropping the sealed tokens from it."""
-        b = self.branch_txn(txn, branch)
+        b = self.write_branch_txn(txn, branch)
         if b.commit_id != head_id or (sealed is not None and b.sealed_tokens != sealed):
             return False
         self.refs.put_commit_txn(txn, commit)

@@ -18,6 +18,10 @@ class NotFound(GravelerError):
     """A key, object, ref, branch, tag, commit or repository does not exist."""
 
 
+class RepositoryGone(NotFound):
+    """The repository a process opened was deleted since (and maybe one of its name made again)."""
+
+
 class AlreadyExists(GravelerError):
     """Something that must be new (a branch, tag, repository) exists already."""
 

@@ -135,6 +135,7 @@ class Graveler:
             if not bare:
                 refs.put_commit_txn(txn, initial)
                 refs.put_branch_txn(txn, Branch(default_branch, initial.id, new_staging_token(), ()))
+                refs.new_birth_txn(txn, default_branch)  # (so an opening of a repository deleted since tells them apart)
 
         env.write(fn)
         log.info("created repository %s at %s", name, storage_namespace)

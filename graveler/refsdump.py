@@ -230,6 +230,7 @@ def restore_refs(refs: RefManager, committed: CommittedManager, store, manifest:
         for b in branches:
             refs.get_commit_txn(txn, b.commit_id)
             refs.put_branch_txn(txn, b)
+            refs.new_birth_txn(txn, b.name)
         for tag, cid in tags:
             refs.create_tag_txn(txn, tag, cid, restored=True)
 

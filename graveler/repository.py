@@ -133,6 +133,7 @@ class Repository:
             raise InvalidArgument(f"invalid branch name {name!r}: 64 hex digits are read as a commit ID")
 
         def fn(txn):
+            self._core.same_txn(txn)
             rr = self._refs.resolve_txn(txn, source or self.default_branch)
             return self._refs.create_branch_txn(txn, name, rr.commit_id)
 
@@ -145,7 +146,11 @@ class Repository:
         (its commit: what ``create_branch`` from that commit brings back)."""
         if name == self.default_branch:
             raise Conflict(f"cannot delete the default branch {name!r}")
-        b = self._env.write(lambda txn: self._refs.delete_branch_txn(txn, name))
+        def fn(txn):
+            self._core.write_branch_txn(txn, name)
+            return self._refs.delete_branch_txn(txn, name)
+
+        b = self._env.write(fn)
         self._core.drop_tokens(b.tokens, f"deleted branch {name}")
         log.info("%s: deleted branch %s (was %s)", self.name, name, b.commit_id[:12])
         return b
@@ -163,13 +168,18 @@ class Repository:
         tag of that name is moved, in the same transaction (no reader finds it missing meanwhile)."""
 
         def fn(txn):
+            self._core.same_txn(txn)
             rr = self._refs.resolve_txn(txn, ref)
             return self._refs.create_tag_txn(txn, name, rr.commit_id, replace=force)
 
         return self._env.write(fn)
 
     def delete_tag(self, name: str) -> None:
-        self._env.write(lambda txn: self._refs.delete_tag_txn(txn, name))
+        def fn(txn):
+            self._core.same_txn(txn)
+            self._refs.delete_tag_txn(txn, name)
+
+        self._env.write(fn)
 
     # ------------------------------------------------------------------ staging writes
 
@@ -224,10 +234,12 @@ class Repository:
         """``branch``'s record in ``txn``; NotFound if its birth is not ``born`` (unless ANY_BIRTH):
         the branch was deleted and made again since. The two are read in one round trip where the
         store is a server's (``read_branch_and_born_txn``); the reads below then come from it."""
-        if born is not ANY_BIRTH:
-            self._refs.read_branch_and_born_txn(txn, branch)
+        if born is ANY_BIRTH:
+            return self._core.write_branch_txn(txn, branch)
+        self._refs.read_branch_and_born_txn(txn, branch)
         b = self._core.branch_txn(txn, branch)
-        if born is not ANY_BIRTH and self._refs.get_born_txn(txn, branch) != born:
+        if self._refs.get_born_txn(txn, branch) != born:
+            self._core.same_txn(txn)  # (or the whole repository was made again: say so)
             raise NotFound(f"branch {branch!r} was deleted (a branch of that name was made again since)")
         return b
 
@@ -235,7 +247,7 @@ class Repository:
         """The birth of branch ``name`` (:meth:`graveler.refs.RefManager.get_born_txn`): what
         tells it from a later branch of its name; NotFound if there is none."""
         with self._env.read() as txn:
-            self._core.branch_txn(txn, name)
+            self._core.write_branch_txn(txn, name)
             return self._refs.get_born_txn(txn, name)
 
     def stage_stamped_if(self, branch: str, items: Iterable[tuple[str | bytes, Entry | Value | None]],
@@ -384,7 +396,7 @@ class Repository:
             overrides = [(k, self._committed.get(head.meta_range_id, k)) for k in sealed_keys]
 
             def fn(txn) -> bool | None:
-                b2 = core.branch_txn(txn, branch)
+                b2 = core.write_branch_txn(txn, branch)
                 if b2.commit_id != b.commit_id or b2.sealed_tokens != b.sealed_tokens:
                     return None
                 for is_prefix, key in specs:
@@ -401,7 +413,7 @@ class Repository:
         core.retry(attempt, f"branch {branch!r} kept changing during reset; try again")
 
     def _reset_all_txn(self, txn, branch: str) -> Branch:
-        b = self._core.branch_txn(txn, branch)
+        b = self._core.write_branch_txn(txn, branch)
         self._refs.put_branch_txn(txn, Branch(b.name, b.commit_id, new_staging_token(), ()))
         self._refs.drop_fence_txn(txn, branch)  # (what a change cut short left is discarded with the rest)
         self._refs.drop_unsaved_txn(txn, branch)  # (a mount still retrying puts its record back)
@@ -415,7 +427,7 @@ class Repository:
             if fence is None:
                 self._refs.drop_fence_txn(txn, branch)
             else:
-                self._core.branch_txn(txn, branch)
+                self._core.write_branch_txn(txn, branch)
                 self._refs.put_fence_txn(txn, branch, fence)
         self._env.write(fn)
 

@@ -502,3 +502,32 @@ def test_umount_says_what_failed_as_the_daemon_stopped(tmp_path, own_pg):
             if is_mounted(mp):
                 force_unmount(mp)
     own_pg.start()
+
+
+def test_a_repository_made_again_under_its_name_elsewhere_is_not_written_through_an_old_mount(world, s3_bucket):
+    """Found by a PostgreSQL tour: host B deleted the repository and made one of its name in another
+    namespace while host A had it mounted. A's writes then went into the new repository's staging
+    with their objects in the old namespace (the first branch of a repository had no birth to tell
+    them apart), and a commit on A recorded in the new repository a tree stored in the old one. Now
+    A's mount refuses them, saying why; the new repository is as B made it."""
+    m, a = world.host("a")
+    assert (a / "main" / "seen.txt").read_bytes() == b"old content\n"
+    f = open(a / "main" / "open.txt", "wb")  # open on A across the delete
+    world.g.delete_repository(REPO)
+    new = world.g.create_repository(REPO, f"s3://{s3_bucket}/other")
+    new.upload("main", "fresh.txt", b"fresh\n")
+    head = new.commit("main", "fresh").id
+    f.write(b"written on A after the repository was made again\n")
+    f.close()  # (as a file of a deleted branch: detached, its bytes kept in the spool's recovered/)
+    try:  # (ENOENT once the mount has met the new repository, as in a deleted branch's directory; else
+        # the create goes on as in a branch deleted behind it, and its close keeps the bytes aside)
+        (a / "main" / "late.txt").write_bytes(b"written on A after the repository was made again\n")
+    except FileNotFoundError:
+        pass
+    r = subprocess.run(["bash", "-c", f"echo stale > {a}/main/.lakefuse/commit"], capture_output=True, text=True)
+    assert r.returncode != 0, r.stderr
+    again = world.graveler(world.tmp / "check").repository(REPO)
+    assert again.get_branch("main").commit_id == head
+    assert [it.path for it in again.list("main", delimiter="")] == [b"fresh.txt"]
+    assert again.read("main", "fresh.txt") == b"fresh\n" and not again.has_uncommitted("main")
+    assert "open.txt: repository 'xrepo' was deleted and one of its name made again (at " in m.log(), m.log()

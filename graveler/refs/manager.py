@@ -21,7 +21,7 @@ import zlib
 from typing import Iterator
 
 from graveler import fences
-from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound
+from graveler.errors import AlreadyExists, AmbiguousRef, CorruptedData, InvalidArgument, NotFound, RepositoryGone
 from graveler.kv.base import BRANCHES, COMMITS, REPO, STAMPS, TAGS, Store, Txn, prefix_successor
 from graveler.refs import graph
 from graveler.refs.expr import RefType, ResolvedRef, parse_ref
@@ -80,6 +80,25 @@ class RefManager:
     def get_repository(self) -> RepositoryRecord:
         with self.env.read() as txn:
             return self.get_repository_txn(txn)
+
+    def record_key(self) -> tuple[str, bytes]:
+        """Where the repository record is (for a batched read: ``txn.get_many``)."""
+        return REPO, _RECORD_KEY
+
+    def check_same_txn(self, txn: Txn, rec: RepositoryRecord) -> None:
+        """NotFound unless the repository in this KV is still the one whose record was ``rec``:
+        on a shared KV another host may delete the repository and create one of its name (another
+        storage namespace, another creation date) while this process has the first one open; what
+        it wrote next would go into the new one with its objects in the old namespace."""
+        try:
+            cur = self.get_repository_txn(txn)
+        except NotFound:
+            cur = None
+        if cur is not None and cur.creation_date == rec.creation_date and cur.storage_namespace == rec.storage_namespace:
+            return
+        again = "" if cur is None else f" and one of its name made again (at {cur.storage_namespace})"
+        raise RepositoryGone(f"repository {rec.name!r} was deleted{again} since this process opened it: open it again "
+                       f"(a mount: lakefuse umount, then mount again)")
 
     def put_repository_txn(self, txn: Txn, rec: RepositoryRecord, overwrite: bool = False) -> None:
         if overwrite:
@@ -212,14 +231,20 @@ class RefManager:
         b = Branch(name, commit_id, new_staging_token(), ())
         if not txn.insert(BRANCHES, name.encode(), b.to_bytes()):
             raise AlreadyExists(f"branch {name!r} already exists")
+        self.new_birth_txn(txn, name)
+        return b
+
+    def new_birth_txn(self, txn: Txn, name: str) -> None:
+        """Give branch ``name``, just made (created, a repository's first, restored from a dump), a
+        birth of its own (:meth:`get_born_txn`) and move its stamp."""
         txn.put(REPO, _BORN + name.encode(), os.urandom(8).hex().encode())
         self.bump_stamp_txn(txn, name)
-        return b
 
     def get_born_txn(self, txn: Txn, name: str) -> str | None:
         """The birth of branch ``name``: an ID its creation drew, so that a reader holding it
-        tells the branch from a later one of the same name (deleted, then made again). None
-        for a branch made before births were kept (or by a refs restore)."""
+        tells the branch from a later one of the same name (deleted, then made again), and from the
+        branch of its name in a repository made again under its name. None for a branch made
+        before births were kept (a repository's first branch and restored ones: until 2026-12)."""
         raw = txn.get(REPO, _BORN + name.encode())
         return None if raw is None else raw.decode("ascii", "replace")
 

@@ -24,6 +24,7 @@ from graveler import errors as g
 ERRNO_TABLE: dict[type[g.GravelerError], int] = {
     g.GravelerError: errno.EIO,
     g.NotFound: errno.ENOENT,
+    g.RepositoryGone: errno.ENOENT,  # (deleted since the mount began: every ref of it is gone; logged once)
     g.AlreadyExists: errno.EEXIST,
     g.InvalidArgument: errno.EINVAL,
     g.PathTooLong: errno.ENAMETOOLONG,

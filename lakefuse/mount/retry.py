@@ -26,7 +26,7 @@ import threading
 import time
 
 from graveler import fences
-from graveler.errors import Conflict, GravelerError, NotFound, StoreUnavailable
+from graveler.errors import Conflict, GravelerError, NotFound, RepositoryGone, StoreUnavailable
 from graveler.repository import ANY_BIRTH
 from lakefuse.mount.recovery import RECOVERED_DIR, keep_copy, writer_id
 
@@ -149,10 +149,13 @@ class SaveRetries:
         file was open here). Then what was written is copied to ``recovered/`` (the log says
         where) and the file is detached: its handles go on as an unlinked file's, and its close
         succeeds (it failed ENOENT, which no close of a local file answers)."""
+        gone = f"its branch {sf.branch} was deleted"
         try:
             born = self.repo.branch_born(sf.branch)  # (NotFound: gone)
             if sf.born is ANY_BIRTH or born == sf.born:
                 return False  # (else a later branch of its name: this one is gone)
+        except RepositoryGone as e:
+            gone = str(e).split(" since ")[0]  # (the whole repository: say so)
         except NotFound:
             pass
         except GravelerError:  # (the KV down: the save's own failure says so)
@@ -162,8 +165,8 @@ class SaveRetries:
                 return True
             name, kept = _name(sf), self._keep_copy(sf)
             sf.detach()
-        log.warning("%s: its branch %s was deleted while it was open for writing here; as an unlinked file's, "
-                    "its close saves nothing: %s", name, sf.branch,
+        log.warning("%s: %s while it was open for writing here; as an unlinked file's, "
+                    "its close saves nothing: %s", name, gone,
                     f"what was written to it is kept in {kept}" if kept else "nothing of it was written here")
         return True
 

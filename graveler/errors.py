@@ -22,6 +22,11 @@ class RepositoryGone(NotFound):
     """The repository a process opened was deleted since (and maybe one of its name made again)."""
 
 
+class Forbidden(GravelerError):
+    """An object the repository names that its owner may not read, asked for by a process of
+    another user (:mod:`graveler.objstore.readfor`)."""
+
+
 class AlreadyExists(GravelerError):
     """Something that must be new (a branch, tag, repository) exists already."""
 

@@ -98,6 +98,8 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator
 from graveler.errors import CorruptedData, InvalidArgument, NotFound, StoreUnavailable
 from graveler.model import TIME_NS_MAX, TIME_NS_MIN, AddressType, Entry, clamp_time_ns  # noqa: F401 (theirs)
 from graveler.objstore.uri import FILE, StorageURI
+from graveler.objstore.local import LocalStore
+from graveler.objstore.readfor import reads_for
 
 log = logging.getLogger(__name__)
 
@@ -535,6 +537,10 @@ class EntryReader:
         self._factory = store_factory
         self._lock = threading.Lock()
         self._stores: dict[StorageURI, object] = {}
+        # a local repository of another user (root serving it): read only what its owner may
+        self._read_for = reads_for(store.root) if isinstance(store, LocalStore) else None
+        if self._read_for is not None:
+            store.read_for = self._read_for
 
     def locate(self, entry: Entry) -> tuple[object, str]:
         """(store, key) of an entry's object."""
@@ -553,6 +559,8 @@ class EntryReader:
                 st = self._stores.get(root)
             if st is None:
                 st = self._factory(str(root))
+                if self._read_for is not None and isinstance(st, LocalStore):
+                    st.read_for = self._read_for
                 with self._lock:
                     st = self._stores.setdefault(root, st)
             return st, key

@@ -183,6 +183,10 @@ class LocalStore(ObjectStore):
     """An ``ObjectStore`` rooted at a local directory, made by the first write that needs it:
     opening a store only to read (a refs dump's, a restore's) leaves no directory behind."""
 
+    # set when this process reads the store for a repository of another user: every file it
+    # opens to read is checked readable by that user (graveler.objstore.readfor)
+    read_for = None
+
     def __init__(self, root: str):
         if not isinstance(root, str) or not os.path.isabs(root):
             raise InvalidArgument(f"a local store root must be an absolute path, not {root!r}")
@@ -244,6 +248,12 @@ class LocalStore(ObjectStore):
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise NotFound(f"{self.full_uri(key)} not found (not a regular file)")
+        if self.read_for is not None:
+            try:
+                self.read_for.check(fd, st, self.full_uri(key))
+            except BaseException:
+                os.close(fd)
+                raise
         return fd, st
 
     # -- etags -----------------------------------------------------------------------------
@@ -348,7 +358,7 @@ class LocalStore(ObjectStore):
         except OSError:
             os.close(fd)
             return None
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or self.read_for is not None:  # (then open_reader checks it)
             os.close(fd)
             return None
         return LocalReader(self, key, fd, st.st_size)

@@ -25,6 +25,7 @@ ERRNO_TABLE: dict[type[g.GravelerError], int] = {
     g.GravelerError: errno.EIO,
     g.NotFound: errno.ENOENT,
     g.RepositoryGone: errno.ENOENT,  # (deleted since the mount began: every ref of it is gone; logged once)
+    g.Forbidden: errno.EACCES,
     g.AlreadyExists: errno.EEXIST,
     g.InvalidArgument: errno.EINVAL,
     g.PathTooLong: errno.ENAMETOOLONG,

@@ -22,7 +22,7 @@ import pyfuse3
 import trio
 from pyfuse3 import FUSEError
 
-from graveler.errors import GravelerError, RepositoryGone
+from graveler.errors import Forbidden, GravelerError, RepositoryGone
 from lakefuse.mount.attrs import Attr, Caller, SetAttr
 from lakefuse.mount.errors import FsError, LogOnce, errno_for
 from lakefuse.mount.fs import Filesystem
@@ -94,7 +94,7 @@ def _failure(ops: "Operations", op: str, args: tuple, e: BaseException) -> int:
     if isinstance(e, GravelerError):
         code = errno_for(e)
         ops._count_error(code)
-        if (code in (errno.EIO, errno.EBUSY, errno.EAGAIN) or isinstance(e, RepositoryGone)) \
+        if (code in (errno.EIO, errno.EBUSY, errno.EAGAIN) or isinstance(e, (RepositoryGone, Forbidden))) \
                 and not getattr(e, "logged", False):
             ops.log_once(logging.WARNING, (type(e), str(e)), "%s: %s: %s (answered %s)",
                          op, type(e).__name__, e, errno.errorcode.get(code, code))

@@ -89,3 +89,23 @@ def test_debug_logging_of_an_s3_command_shows_no_credential(tmp_path, s3_endpoin
     assert "Sending http request" in r.stderr and "X-Amz-Security-Token" in r.stderr  # (botocore's debug log)
     assert TOKEN not in r.stderr + r.stdout and KEY_ID not in r.stderr + r.stdout
     assert "EndpointPW77" not in r.stderr + r.stdout and "://***@127.0.0.1" in r.stderr
+
+
+def test_a_tracebacks_text_loses_its_credentials_too():
+    """Found by a security tour: at ``-vv`` botocore logs a failed request with its traceback, whose
+    last line names the endpoint URL as given (``http://user:password@host``); the message was
+    blanked, the traceback written as it was."""
+    import io
+
+    try:
+        raise ConnectionError('Could not connect to the endpoint URL: "http://epuser:EPPASS123@127.0.0.1:1/bkt"')
+    except ConnectionError:
+        exc_info = sys.exc_info()
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(NoCredentials())
+    record = logging.LogRecord("botocore.endpoint", logging.DEBUG, __file__, 1, "Exception received", (), exc_info)
+    handler.handle(record)
+    text = out.getvalue()
+    assert "Traceback" in text and "ConnectionError" in text and "://***@127.0.0.1:1/bkt" in text, text
+    assert "EPPASS123" not in text and "epuser" not in text, text

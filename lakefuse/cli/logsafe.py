@@ -37,14 +37,23 @@ class NoCredentials(logging.Filter):
             msg = record.getMessage()
         except Exception:  # noqa: BLE001 -- a malformed record is the handler's to report
             return True
-        clean = msg
-        for secret in self._secrets:  # (first: the fields' rule below must not cut one in two)
-            clean = clean.replace(secret, "***")
-        clean = _FIELDS.sub(lambda m: (m.group(1) or m.group(2)) + "***", clean)
-        clean = _USERINFO.sub(r"\1***@", clean)
+        clean = self._clean(msg)
         if clean != msg:
             record.msg, record.args = clean, None
+        # a traceback's text too (botocore's debug record of a failed request ends with the URL)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self._clean(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self._clean(record.stack_info)
         return True
+
+    def _clean(self, text: str) -> str:
+        for secret in self._secrets:  # (first: the fields' rule below must not cut one in two)
+            text = text.replace(secret, "***")
+        text = _FIELDS.sub(lambda m: (m.group(1) or m.group(2)) + "***", text)
+        return _USERINFO.sub(r"\1***@", text)
 
 
 def guard(handler: logging.Handler) -> logging.Handler:

@@ -450,6 +450,37 @@ def test_a_log_file_that_is_a_symbolic_link_is_never_written_through(tmp_path):
         assert victim.read_text() == "root's file\n" and not is_mounted(mp)
 
 
+def test_a_log_file_that_is_a_fifo_or_another_users_is_refused_not_waited_on(tmp_path):
+    """Found by a security tour: a FIFO at the log's path (planted by another user in a sticky
+    directory) hung ``lakefuse mount`` for good, saying nothing; a log file another user owns was
+    appended to, handing that user the daemon's log. Both are refused now, saying why; a log file
+    of this user's own is appended to as before."""
+    home = tmp_path / "home"
+    r = subprocess.run(lakefuse_cmd(home, "repo", "create", "lakefs://logs"), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    fifo, foreign, own = tmp_path / "fifo.log", tmp_path / "foreign.log", tmp_path / "own.log"
+    os.mkfifo(fifo)
+    foreign.write_text("another user's\n")
+    os.chown(foreign, 54321, -1)
+    own.write_text("earlier lines\n")
+    for path, why in ((fifo, "FIFO"), (foreign, "belongs to another user")):
+        for extra in ([], ["-f"]):
+            r = subprocess.run(lakefuse_cmd(home, "mount", "lakefs://logs", str(mp), *extra, "--log", str(path)),
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode != 0 and why in r.stderr and "Traceback" not in r.stderr, r.stderr
+            assert not is_mounted(mp)
+    assert foreign.read_text() == "another user's\n"
+    r = subprocess.run(lakefuse_cmd(home, "mount", "lakefs://logs", str(mp), "--log", str(own)),
+                       capture_output=True, text=True, timeout=60)
+    try:
+        assert r.returncode == 0, r.stderr
+    finally:
+        subprocess.run(lakefuse_cmd(home, "umount", str(mp)), capture_output=True, text=True, timeout=60)
+    assert own.read_text().startswith("earlier lines\n") and "mounted lakefs://logs" in own.read_text()
+
+
 def test_the_unmount_hint_quotes_a_mount_point_a_shell_would_split(tmp_path):
     """The hint ``mount`` prints ("unmount with: lakefuse umount MP") is pasted into a shell: a
     mount point holding a space is quoted (found by a non-root user's tour), and the command works."""

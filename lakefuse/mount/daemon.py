@@ -527,15 +527,34 @@ async def _announce_ready(mountpoint: str, read_ahead_kb: int = 0) -> None:
 def open_log(path: str) -> int:
     """A descriptor appending to log file ``path`` -- never through a symbolic link (``ELOOP``): in a home
     another user owns (root mounting their repository) such a link would have this process append to a
-    file of their choosing."""
+    file of their choosing; only a regular file of this process's user (a FIFO planted there hung the
+    mount for good; another user's file would get this daemon's log to read and rewrite: ``EPERM``)."""
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     0o600)
     except OSError as e:
-        if e.errno != errno.ELOOP:
-            raise
-        raise OSError(errno.ELOOP, "the log file is a symbolic link, which a log is never written through "
-                                   "(one in a home another user may write could point at any file): remove it, "
-                                   "or name another file with --log", path) from None
+        if e.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "the log file is a symbolic link, which a log is never written through "
+                                       "(one in a home another user may write could point at any file): remove it, "
+                                       "or name another file with --log", path) from None
+        if e.errno == errno.ENXIO:  # (a FIFO no one reads: O_NONBLOCK's answer)
+            raise OSError(errno.EINVAL, "the log file is a FIFO, not a regular file: remove it, or name another "
+                                        "file with --log", path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "the log file is not a regular file: remove it, or name another file "
+                                        "with --log", path)
+        if st.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, f"the log file belongs to another user (uid {st.st_uid}), who could read "
+                                       "and rewrite this daemon's log: remove it, or name another file with --log",
+                          path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class LogFile(logging.FileHandler):

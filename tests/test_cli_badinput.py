@@ -201,6 +201,32 @@ def test_upload_to_a_key_with_an_empty_segment_is_refused(home, tmp_path, dest, 
     assert run(home, "fs", "upload", "lakefs://rep1/main/a/b", "-s", str(f)).returncode == 0  # (the key meant)
 
 
+@pytest.mark.parametrize("dest,why", [("lakefs://rep1/main/.lakefuse/commit", "control files"),
+                                      ("lakefs://rep1/main/q/.lakefuse", "control files"),
+                                      ("lakefs://rep1/main/" + "n" * 256, "longer than 255 bytes")],
+                         ids=["reserved-dir", "reserved-leaf", "long"])
+def test_upload_to_a_key_the_mount_cannot_show_is_refused(home, tmp_path, dest, why):
+    """Found by a security tour: ``fs upload`` refused ``a//b`` because the mount cannot show it, yet
+    took ``.lakefuse/...`` and names over 255 bytes, which the mount hides just the same (``q`` then
+    showed as an empty directory that ``rmdir`` called not empty). A recursive upload skips a local
+    ``.lakefuse``, saying why; the rest of the tree goes up."""
+    f = tmp_path / "f"
+    f.write_bytes(b"x")
+    r = run(home, "fs", "upload", dest, "-s", str(f))
+    assert r.returncode == 2 and why.encode() in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
+    tree = tmp_path / "tree"
+    (tree / ".lakefuse").mkdir(parents=True)
+    (tree / ".lakefuse" / "commit").write_bytes(b"x")
+    (tree / "sub").mkdir()
+    (tree / "sub" / ".lakefuse").write_bytes(b"x")
+    (tree / "sub" / "kept.txt").write_bytes(b"kept")
+    r = run(home, "fs", "upload", "-r", "lakefs://rep1/main/up/", "-s", str(tree), "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["objects"] == 1 and sorted(s["path"] for s in res["skipped"]) == [
+        str(tree / ".lakefuse"), str(tree / "sub" / ".lakefuse")], res
+
+
 def test_library_upload_of_a_fifo_is_refused(tmp_path):
     from graveler import Graveler
     from graveler.config import GravelerConfig

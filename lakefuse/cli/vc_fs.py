@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from graveler.errors import InvalidArgument, NotFound
 from graveler import Repository
 from graveler.model import Entry
-from graveler.objects import is_md5_etag
+from graveler.objects import RESERVED_NAME, is_md5_etag
 from graveler.staging import as_path
 from lakefuse.cli.vc_common import (
     add_command,
@@ -101,6 +101,9 @@ class _File:
     size: int
 
 
+RESERVED_WHY = f"the name {RESERVED_NAME!r} is the mount's (its control files): it cannot show such a key"
+
+
 def _content_type(args, local: str) -> str:
     if args.content_type:
         return args.content_type
@@ -119,11 +122,14 @@ def _walk(root: str, prefix: str) -> tuple[list[_File], list[tuple[str, str]]]:
     for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
         dirnames.sort()
         for name in list(dirnames):
-            if os.path.islink(os.path.join(dirpath, name)):
-                skipped.append((os.path.join(dirpath, name), "symlink"))
+            if os.path.islink(os.path.join(dirpath, name)) or name == RESERVED_NAME:
+                skipped.append((os.path.join(dirpath, name), "symlink" if name != RESERVED_NAME else RESERVED_WHY))
                 dirnames.remove(name)
         for name in sorted(filenames):
             local = os.path.join(dirpath, name)
+            if name == RESERVED_NAME:
+                skipped.append((local, RESERVED_WHY))
+                continue
             st = os.lstat(local)
             if stat_mod.S_ISLNK(st.st_mode):
                 skipped.append((local, "symlink"))
@@ -199,15 +205,27 @@ def _upload_tree(args, repo: Repository, branch: str, root: str, prefix: str) ->
     return {"objects": staged, "bytes": done_bytes, "skipped": [{"path": p, "reason": r} for p, r in skipped]}
 
 
+def _refuse_unshowable(path: str) -> None:
+    """InvalidArgument for a destination key the mount cannot show (and export cannot write)."""
+    if path.startswith("/") or "//" in path:  # (lakefs://R/B//x: the key "/x")
+        meant = "/".join(p for p in path.split("/") if p) + ("/" if path.endswith("/") else "")
+        raise InvalidArgument(f"{path!r} has an empty path segment ('//' or a leading '/'): the mount cannot show "
+                              f"such a key and export cannot write it (did you mean {meant!r}?)")
+    for seg in path.split("/"):
+        if seg == RESERVED_NAME:
+            raise InvalidArgument(f"{path!r} has a path segment {RESERVED_NAME!r}, the name the mount keeps for its "
+                                  "control files in every directory: the mount cannot show such a key")
+        if len(seg.encode("utf-8", "surrogateescape")) > 255:
+            raise InvalidArgument(f"{path!r} has a path segment longer than 255 bytes: the mount cannot show such "
+                                  "a key and export cannot write it")
+
+
 def cmd_upload(args: argparse.Namespace) -> int:
     u = uri_arg(args.dest)
     if u.ref is None:
         raise InvalidArgument(f"{u}: expected lakefs://REPO/BRANCH/PATH")
     branch, path = u.ref, u.path or ""
-    if path.startswith("/") or "//" in path:  # (lakefs://R/B//x: the key "/x")
-        meant = "/".join(p for p in path.split("/") if p) + ("/" if path.endswith("/") else "")
-        raise InvalidArgument(f"{path!r} has an empty path segment ('//' or a leading '/'): the mount cannot show "
-                              f"such a key and export cannot write it (did you mean {meant!r}?)")
+    _refuse_unshowable(path)
     src = args.source
     if not os.path.lexists(src):
         raise NotFound(f"local file not found: {src}")

@@ -9,7 +9,7 @@ threads in this process (:func:`list_parallel`) or in Spark tasks
 the expanded levels) are part of the result, so it is the flat listing exactly.
 
 Only valid object keys are listed (:func:`listable`): S3 "folder markers" (keys ending
-in "/") and keys with an empty, "." or ".." segment are skipped by the flat and the
+in "/") and keys with an empty, ".", ".." or ".lakefuse" segment or one over 255 bytes are skipped by the flat and the
 fanned-out listing alike (a delimited listing cannot even name the "a//" level), and
 counted.  A progress line (objects listed, prefixes done/known, rate) goes to stderr.
 """
@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from graveler.objects import RESERVED_NAME
 from graveler.objstore.base import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -34,12 +35,17 @@ PART_SEP = "\x00"  # joins the prefixes of one Spark task (NUL is in no key)
 
 def listable(key: str) -> bool:
     """Whether a listed key is an object the import takes: a valid object key (no empty,
-    "." or ".." segment, so no folder marker "dir/")."""
+    "." or ".." segment, so no folder marker "dir/") that the mount can show (no ".lakefuse"
+    segment, the name of its control files; no segment over 255 bytes)."""
     if not key or key[-1] == "/" or key[0] == "/" or "//" in key or "\x00" in key:
         return False
     if "." in key:
         for s in key.split("/"):
-            if s == "." or s == "..":
+            if s == "." or s == ".." or s == RESERVED_NAME:
+                return False
+    if len(key) > 255 or (len(key) > 63 and not key.isascii()):  # (a segment of over 255 bytes is possible)
+        for s in key.split("/"):
+            if len(s.encode("utf-8", "surrogateescape")) > 255:
                 return False
     return True
 
@@ -94,7 +100,8 @@ class Progress:
     def line(self) -> str:
         s = (f"listing {self.what}: {self.objects:,} objects, {self.prefixes_done:,}/{self.prefixes_known:,} "
              f"prefixes, {self.rate():,.0f} objects/s")
-        return s + (f", {self.skipped:,} non-object keys skipped" if self.skipped else "")
+        return s + (f", {self.skipped:,} keys skipped (no object, or a name the mount cannot show)"
+                    if self.skipped else "")
 
     def _tick(self) -> None:
         if not self.enabled or self._closed:

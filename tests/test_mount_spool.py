@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 
@@ -427,7 +428,7 @@ def test_a_spool_directory_removed_under_the_mount_is_made_again_and_nothing_wri
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
 @pytest.mark.expect_log("a leftover that waits is reported as a warning")
-def test_a_leftover_the_full_store_cannot_take_waits_and_no_commit_publishes_it_empty(tmp_path, monkeypatch):
+def test_a_leftover_the_full_store_cannot_take_waits_and_no_commit_publishes_it_empty(tmp_path, monkeypatch, caplog):
     """Found by an operator's tour: a file whose save failed because the local store's disk was
     full was, after a restart with the disk still full, moved to ``recovered/`` ("NOT recovered")
     and the records refusing commits went with the dead mount: the next routine commit published
@@ -472,6 +473,9 @@ def test_a_leftover_the_full_store_cannot_take_waits_and_no_commit_publishes_it_
         while retry._busy and time.monotonic() < deadline:
             time.sleep(0.01)
         assert repo.read("main", "big.bin") == b"" and sf.data_path.exists()
+        waits = [r for r in caplog.records if r.levelno >= logging.WARNING and "big.bin" in r.getMessage()
+                 and "wait in" in r.getMessage()]
+        assert len(waits) == 1, waits  # said once, not at every round (every 30 s, for as long as it waits)
         filler.unlink()
         retry.tick()
         while repo.read("main", "big.bin") != data and time.monotonic() < deadline:

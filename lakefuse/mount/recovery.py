@@ -167,6 +167,10 @@ class RecoveryReport:
                         "(see REPORT.json)", len(self.kept), out_dir)
 
 
+# the leftovers (their spool files) whose wait was said: a warning once, then the retries at debug level
+_SAID_WAITING: set[str] = set()
+
+
 class RecoveryRetry:
     """Runs the recovery again (``run``: the mount's) while leftovers wait, every :data:`RETRY_S`;
     asked by the stamp watch's round (:meth:`tick`), in a thread of its own (a hung store never
@@ -341,8 +345,13 @@ def recover_instance(repo, inst: Path, out_dir: Path, report: RecoveryReport) ->
                 waiting.setdefault(branch, []).append(key)
                 why = str(e)
                 report.files.append(Recovered(branch, key, size, "waiting", str(data), str(e)))
-                log.warning("spool: %s on branch %s: %d bytes a previous mount left unsaved wait in %s: %s; "
-                            "tried again every %.0f s", key, branch, size, data, e, RETRY_S)
+                said = _SAID_WAITING
+                if len(said) > 10_000:
+                    said.clear()
+                log.log(logging.DEBUG if str(data) in said else logging.WARNING,
+                        "spool: %s on branch %s: %d bytes a previous mount left unsaved wait in %s: %s; "
+                        "tried again every %.0f s", key, branch, size, data, e, RETRY_S)
+                said.add(str(data))  # (said once: the retries every RETRY_S say it again at debug level)
                 continue
             if reason is None:
                 os.unlink(data)

@@ -17,6 +17,7 @@ from graveler.committed.kernel import diff
 from graveler.committed.reader import RecordIterator, TableReader
 from graveler.errors import MergeConflict
 from graveler.model import Entry, MergeStrategy, Value, decode_value
+from graveler.objects import POSIX_ATIME, POSIX_GID, POSIX_MODE, POSIX_MTIME, POSIX_UID
 
 MAX_CONFLICTS_REPORTED = 1000  # conflicting keys kept for the error; all of them are counted
 # A key two merge bases added with different content, in their virtual base: a value no entry can
@@ -49,6 +50,45 @@ def _marker_change(key: bytes, src_v: Value | None, dest_v: Value | None) -> tup
     return True, src_v if newer else None
 
 
+_TIMES = (POSIX_MTIME, POSIX_ATIME)  # a touch
+_OWNERSHIP = (POSIX_MODE, POSIX_UID, POSIX_GID)  # a chmod, a chown
+
+
+def _parts(e: Entry) -> tuple[tuple, dict[str, str]]:
+    """An entry's content (everything but its times and ownership: size, etag, content type, the
+    rest of its metadata -- a symlink's target, a device's number, xattrs) and its ownership."""
+    md = e.metadata
+    rest = tuple(sorted((k, v) for k, v in md.items() if k not in _TIMES and k not in _OWNERSHIP))
+    return (e.size, e.etag, e.content_type, rest), {k: md[k] for k in _OWNERSHIP if k in md}
+
+
+def _apart(key: bytes, base_v: Value | None, src_v: Value | None, dest_v: Value | None) -> tuple[bool, Value | None]:
+    """Two sides that changed file ``key`` differently, merged as git merges content and mode:
+    ``(True, change)`` when one side changed only its times (a touch: the other side's stays) or
+    one only its ownership (chmod/chown) and the other only its content and times (the content
+    side's entry with the other's ownership); ``change`` None: the destination's stays.
+    ``(False, None)``: a conflict (both changed the same part, or a side deleted or added it)."""
+    if base_v is None or src_v is None or dest_v is None or key.endswith(b"/"):
+        return False, None
+    base, src, dest = Entry.from_value(base_v), Entry.from_value(src_v), Entry.from_value(dest_v)
+    (bc, bo), (sc, so), (dc, do) = _parts(base), _parts(src), _parts(dest)
+    if sc == bc and so == bo:
+        return True, None  # the source only touched it
+    if dc == bc and do == bo:
+        return True, src_v  # the destination only touched it
+    if sc == bc and do == bo:  # ownership on the source, content on the destination
+        return True, _with_ownership(dest, so)
+    if dc == bc and so == bo:  # content on the source, ownership on the destination
+        return True, _with_ownership(src, do)
+    return False, None
+
+
+def _with_ownership(e: Entry, own: dict[str, str]) -> Value:
+    md = {k: v for k, v in e.metadata.items() if k not in _OWNERSHIP}
+    md.update(own)
+    return Entry(e.address, e.size, e.etag, e.last_modified_ns, md, e.address_type, e.content_type).to_value()
+
+
 def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: str,
                   strategy: MergeStrategy, conflicts_to_base: bool = False) -> Iterator[tuple[bytes, Value | None]]:
     """The changes that merge source into dest over their common base, in key order.
@@ -61,7 +101,8 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
     | changed               | changed otherwise | conflict (or the strategy) |
 
     Deletions count as changes; a key added on both sides with the same identity is
-    no conflict, nor are two changes of a directory marker (:func:`_marker_change`).
+    no conflict, nor are two changes of a directory marker (:func:`_marker_change`), nor
+    a touch against anything, nor a chmod/chown against a new content (:func:`_apart`).
     After the first conflict nothing more is yielded (the merge fails) but the walk
     goes on to count every conflict; at the end MergeConflict is raised with the
     count and up to MAX_CONFLICTS_REPORTED keys.
@@ -92,9 +133,9 @@ def merge_changes(reader: TableReader, base_id: str, source_id: str, dest_id: st
             # (both sides added the key, each its own way: a value no side has, as git's virtual base
             # keeps such a path with content of its own, so the outer merge sees each side's as a change)
             change = base_v if base_v is not None else _ADDED_APART
-        elif (decided := _marker_change(key, src_v, dest_v))[0]:
+        elif (decided := _marker_change(key, src_v, dest_v))[0] or (decided := _apart(key, base_v, src_v, dest_v))[0]:
             if decided[1] is None:
-                continue  # the destination's marker stays
+                continue  # the destination's stays
             change = decided[1]
         else:
             n_conflicts += 1

@@ -37,6 +37,8 @@ from graveler.refs.names import (
 from graveler.refs.records import Branch, Commit, RepositoryRecord, Tag, new_staging_token
 
 _RECORD_KEY = b"record"
+_VERIFIED: dict[str, bytes] = {}  # commit ID -> the record that hashed to it (RefManager._commit)
+_VERIFIED_MAX = 16384
 _EXPR_CHARS = frozenset("~^@$/")  # in a ref expression, or only in a tag lakeFS's rule lets through
 _STRIPES = 256  # stamp stripes per branch (see RefManager.bump_staged_stamp_txn)
 _stripes: dict[int, int] = {}  # pid -> this process's stripe
@@ -111,7 +113,23 @@ class RefManager:
         raw = txn.get(COMMITS, commit_id.encode("ascii", "replace"))
         if raw is None:
             raise NotFound(f"commit {commit_id} not found")
-        return Commit.from_bytes(raw, commit_id)
+        return self._commit(raw, commit_id)
+
+    def _commit(self, raw: bytes, key: str) -> Commit:
+        """The commit stored under ``key``, checked against it: a commit's ID is the hash of its
+        content (lakeFS's), so a record that does not hash to its key is damage -- another tree, a
+        changed message, served under the ID (found by a damage tour). Each (ID, record) checked
+        once per process (the hash costs about as much as the parse)."""
+        c = Commit.from_bytes(raw, key)
+        if _VERIFIED.get(key) != raw:
+            computed = c.computed_id() if c.id == key else c.id
+            if computed != key:
+                raise CorruptedData(f"damaged commit record {key}: its content is not the commit its ID names "
+                                    f"(it hashes to {computed[:16]}...)", self.env.label)
+            if len(_VERIFIED) >= _VERIFIED_MAX:
+                _VERIFIED.clear()
+            _VERIFIED[key] = raw
+        return c
 
     def get_commit(self, commit_id: str) -> Commit:
         """The commit with this full ID (NotFound if absent)."""
@@ -167,7 +185,7 @@ class RefManager:
                     c = Commit.from_bytes(v, k.decode("utf-8", "replace"))
                     if c.id.encode() != k:  # (a damaged key, or a record under another commit's key)
                         raise CorruptedData(f"damaged commit record: keyed {k!r}, it is commit {c.id!r}")
-                    batch.append(c)
+                    batch.append(self._commit(v, c.id))
                     if len(batch) >= 1000:
                         break
             yield from batch
@@ -303,7 +321,13 @@ class RefManager:
     def list_branches(self) -> list[Branch]:
         """All branches, by name."""
         with self.env.read() as txn:
-            return [Branch.from_bytes(v, k.decode("utf-8", "replace")) for k, v in txn.scan(BRANCHES)]
+            out = []
+            for k, v in txn.scan(BRANCHES):
+                try:
+                    out.append(Branch.from_bytes(v, k.decode("utf-8", "replace")))
+                except CorruptedData as e:  # (say which record of which repository: a damaged key may be empty)
+                    raise CorruptedData(f"{e.reason} (branch record {k!r})", self.env.label) from None
+            return out
 
     # tags
     def get_tag_txn(self, txn: Txn, name: str) -> Tag:

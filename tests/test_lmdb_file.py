@@ -318,3 +318,18 @@ def test_an_unknown_data_version_is_refused_as_unreadable_not_as_damaged(tmp_pat
     r = read_in_child(snap)
     assert r.returncode == 5, (r.returncode, r.stdout, r.stderr)
     assert "format v2" in r.stdout and "damaged" not in r.stdout
+
+
+@pytest.mark.parametrize("page", [0, 1])
+def test_one_meta_page_of_another_format_is_damage_not_a_foreign_format(tmp_path, page):
+    """Found by a damage tour: one byte flipped in the version field of meta page 0 was reported
+    as LMDB's own "data format v91 is not supported" (exit 6, "try again"), the same flip in page 1
+    as a foreign format: LMDB reads both meta pages, and two that disagree are one damaged page."""
+    snap, _, v = find_short_files(tmp_path, 1)[0]
+    with open(snap / "data.mdb", "r+b") as f:
+        f.seek(page * v.meta.psize + 20)
+        f.write((91).to_bytes(4, "little"))
+    assert not verdict(snap).healthy
+    r = read_in_child(snap)
+    assert r.returncode == 5, (r.returncode, r.stdout, r.stderr)
+    assert "damaged" in r.stdout and "two data formats (v" in r.stdout, r.stdout

@@ -191,6 +191,9 @@ def _judge(fd: int) -> Verdict:
     size = os.fstat(fd).st_size  # after the metas: a concurrent commit only makes the file longer
     if isinstance(metas, str):
         return Verdict(size, None, f"{metas}")
+    if metas[0].version != metas[1].version:  # (LMDB checks both: it would refuse the file as of another format)
+        return Verdict(size, None, f"has meta pages of two data formats (v{metas[0].version} and v{metas[1].version}): "
+                                   "one of them is damaged")
     meta = newest(metas)
     need = meta.size_needed
     if size >= need or meta.version != DATA_VERSION:

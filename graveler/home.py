@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from graveler import claims
 from graveler.cache import ImmutableCache, shared_memo
 from graveler.committed.manager import CommittedManager, StoreSource, verify_table
 from graveler.config import HOME_ENV, GravelerConfig, resolve_home  # noqa: F401 (re-exported)
@@ -142,6 +143,8 @@ class Graveler:
         repo = Repository(self.config, env, rec, store, committed, self.store_factory, self._forget)
         with self._lock:
             self._repos[name] = repo
+        if not bare:  # (a restore claims once its refs are in: Repository.restore_refs)
+            _claim(repo)
         return repo
 
     def repository(self, name: str) -> "Repository":
@@ -298,10 +301,15 @@ class Graveler:
         return out
 
     def delete_repository(self, name: str) -> None:
-        """Forget a repository: its refs and staging. The storage namespace is left as it is."""
+        """Forget a repository: its refs and staging, and its claim on its storage namespace
+        (:mod:`graveler.claims`). The storage namespace is left as it is otherwise."""
         validate_repository_name(name)
         if not self.kv.exists(name):
             raise NotFound(f"repository {name!r} not found")
+        try:
+            claims.drop_own(self.repository(name))
+        except GravelerError:  # (a damaged or unfinished one: removed all the same; its claim, if any, stays)
+            pass
         with self._lock:
             self._repos.pop(name, None)
         self.kv.remove(name)
@@ -319,4 +327,13 @@ class Graveler:
             self._repos.clear()
         for r in repos:
             self.kv.close(r.name)
+
+
+def _claim(repo: "Repository") -> None:
+    """Put ``repo``'s claim in its namespace (:mod:`graveler.claims`); a store that refuses it now
+    only delays it to the repository's first gc."""
+    try:
+        claims.own_claim(repo)
+    except GravelerError as e:
+        log.warning("%s: could not claim %s yet (%s): its first gc will", repo.name, repo.storage_namespace, e)
 

@@ -91,6 +91,29 @@ class Repository:
         """The object store of the storage namespace (data objects, ranges, metaranges, reports)."""
         return self._store
 
+    @property
+    def refs_label(self) -> str:
+        """Where this repository's refs live, as messages name it (never a password)."""
+        return self._env.label
+
+    def refs_value(self, key: bytes, default: bytes | str | None = None) -> str | None:
+        """A value of the repository's own table under ``key`` (:mod:`graveler.claims`); with
+        ``default``, stored first if there is none (the value stored then is returned)."""
+        if default is None:
+            with self._env.read() as txn:
+                raw = self._refs.repo_value_txn(txn, key)
+            return None if raw is None else raw.decode("utf-8", "replace")
+
+        def fn(txn):
+            self._core.same_txn(txn)
+            raw = self._refs.repo_value_txn(txn, key)
+            if raw is None:
+                raw = default.encode() if isinstance(default, str) else default
+                self._refs.put_repo_value_txn(txn, key, raw)
+            return raw.decode("utf-8", "replace")
+
+        return self._env.write(fn)
+
     # ------------------------------------------------------------------ refs
 
     def resolve(self, ref: str) -> ResolvedRef:
@@ -776,6 +799,16 @@ class Repository:
         """Load a refs dump (default: the namespace's ``_lakefs/refs_manifest.json``)
         into this repository, which must have no commits yet (create it bare)."""
         restore_refs(self._refs, self._committed, self._store, manifest)
+        from graveler import claims
+
+        try:  # (the dump's own repository first: a namespace with no claim yet is still that one's)
+            if (origin := claims.claim_origin(self, None)) is not None:
+                log.warning("%s: claimed %s for the repository its refs dump came from (%s): this repository's gc "
+                            "refuses to run until that one is deleted or its claim released (gc --release %s)",
+                            self.name, self.storage_namespace, origin, origin)
+            claims.own_claim(self)
+        except GravelerError as e:
+            log.warning("%s: could not claim %s yet (%s): its first gc will", self.name, self.storage_namespace, e)
 
 
 __all__ = ["ListItem", "Repository"]

@@ -59,6 +59,7 @@ def _sum(rows) -> int:
 
 
 _BORN = b"born\0"  # + a branch's name, in the repo table: its birth (get_born_txn)
+_OWN = b"own\0"  # + a key of RefManager._OWN_KEYS, in the repo table (graveler.claims)
 
 
 class RefManager:
@@ -72,7 +73,7 @@ class RefManager:
         raw = txn.get(REPO, _RECORD_KEY)
         if raw is None:
             for key, _ in txn.scan(REPO, values=False):  # a record under a damaged key: not a create unfinished
-                if key.startswith((_BORN, fences.FENCE_PREFIX, fences.UNSAVED_PREFIX)):
+                if key.startswith((_BORN, _OWN, fences.FENCE_PREFIX, fences.UNSAVED_PREFIX)):
                     continue  # (a branch's rows, not the record)
                 raise CorruptedData(f"damaged repository record in {self.env.label}: none under {_RECORD_KEY!r}, "
                                     f"one under {key!r}")
@@ -107,6 +108,18 @@ class RefManager:
             txn.put(REPO, _RECORD_KEY, rec.to_bytes())
         elif not txn.insert(REPO, _RECORD_KEY, rec.to_bytes()):
             raise AlreadyExists(f"repository {rec.name!r} already exists")
+
+    _OWN_KEYS = (b"claim",)  # the repository table's other keys a caller may read and set (graveler.claims)
+
+    def repo_value_txn(self, txn: Txn, key: bytes) -> bytes | None:
+        if key not in self._OWN_KEYS:
+            raise InvalidArgument(f"no repository value {key!r}")
+        return txn.get(REPO, _OWN + key)
+
+    def put_repo_value_txn(self, txn: Txn, key: bytes, value: bytes) -> None:
+        if key not in self._OWN_KEYS:
+            raise InvalidArgument(f"no repository value {key!r}")
+        txn.put(REPO, _OWN + key, value)
 
     # commits
     def get_commit_txn(self, txn: Txn, commit_id: str) -> Commit:

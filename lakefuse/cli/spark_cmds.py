@@ -103,11 +103,13 @@ def register(sub) -> None:
                             "time between a write and its staging, and above 0.2 (12 minutes): a mount "
                             "reuses one empty object for up to 10 minutes")
         p.add_argument("--dry-run", action="store_true", help="print what would be deleted, write and delete nothing")
+        _add_release(p)
         _add_spark(p)
     p = add_command(g, "sweep", "delete the objects of a mark run's report", cmd_gc_sweep, epilog=_SWEEP_EPILOG)
     p.add_argument("repo", metavar="lakefs://REPO")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
+    _add_release(p)
     _add_spark(p)
     p = add_command(g, "runs", "list the complete mark runs", cmd_gc_runs)
     p.add_argument("repo", metavar="lakefs://REPO")
@@ -214,6 +216,20 @@ def cmd_gc_rules(args) -> int:
     return 0
 
 
+def _add_release(p) -> None:
+    p.add_argument("--release", action="append", default=[], metavar="CLAIM",
+                   help="first remove this claim of another repository on the namespace (repeatable): gc refuses "
+                        "to run while another repository claims the namespace (a refs dump restored elsewhere, "
+                        "a KV copy): it would delete what that one names. Only for one gone for good")
+
+
+def _sole_writer(args, repo) -> None:
+    """Conflict (exit 4) while another repository claims the namespace (graveler.claims)."""
+    from graveler import claims
+
+    claims.check_sole_writer(repo, args.release)
+
+
 def _mark(args, repo):
     from graveler.spark.gc import mark
 
@@ -222,6 +238,7 @@ def _mark(args, repo):
     limit = MAX_MIN_AGE.total_seconds() / 3600
     if not 0 <= args.min_age <= limit:  # (also NaN; inf and 1e12 overflowed a timedelta: a traceback)
         raise InvalidArgument(f"--min-age must be a number of hours from 0 to {limit:,.0f}, not {args.min_age}")
+    _sole_writer(args, repo)
     spark = _spark(args)
     return spark, mark(spark, repo, min_age=timedelta(hours=args.min_age), dry_run=args.dry_run,
                        collect=args.dry_run)
@@ -295,6 +312,7 @@ def cmd_gc_sweep(args) -> int:
 
     with session(args) as s:
         repo = s.repo(uri_arg(args.repo).repo_only())
+        _sole_writer(args, repo)
         r = sweep(_spark(args), repo, args.run_id, dry_run=args.dry_run)
     if r.swept_before is not None:
         _print(args, asdict(r), f"run {r.run_id}: swept already at {r.swept_before}; nothing to delete")

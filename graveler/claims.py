@@ -10,7 +10,9 @@ to run while the namespace holds a claim other than its own, naming it. A claim 
 ``repo delete``; one whose repository is gone for good (another host's, a home thrown away)
 is released by hand (``gc --release CLAIM``).
 
-A repository made before claims has none: its first ``gc`` (or anything that calls
+Copied refs (``kv copy``, a copied home) hold the first one's claim ID, but its claim names where
+the first one's refs are: the copy takes a claim of its own at its first ``gc``, and each then
+refuses while the other stands. A repository made before claims has none: its first ``gc`` (or anything that calls
 :func:`own_claim`) makes it. A restore into a namespace whose refs dump came from a repository
 that made no claim there claims for it too (``origin-...``): the restored repository's ``gc``
 then waits until someone who knows that the first one is gone releases it.
@@ -40,15 +42,28 @@ def own_claim(repo) -> str:
     """This repository's claim ID (made and put in its namespace if it has none yet)."""
     cid = repo.refs_value(_KV_KEY)
     if cid is None:
-        cid = repo.refs_value(_KV_KEY, default=f"{repo.name}-{os.urandom(6).hex()}")
+        cid = repo.refs_value(_KV_KEY, default=_new_id(repo))
     key = _claim_key(cid)
     try:
-        repo.store.head(key)
+        body = json.loads(repo.store.get(key))
     except NotFound:
+        body = None
+    except ValueError:
+        body = {}
+    if isinstance(body, dict) and body.get("refs") not in (None, repo.refs_label):
+        # the claim names refs elsewhere: these are a copy of them (kv copy, a copied home), which writes
+        # the namespace beside the first -- another repository to gc, with a claim of its own
+        cid = repo.refs_value(_KV_KEY, default=_new_id(repo), replace=True)
+        key, body = _claim_key(cid), None
+    if body is None:
         body = {"repository": repo.name, "refs": repo.refs_label, "host": socket.gethostname(),
                 "claimed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         repo.store.put(key, json.dumps(body, indent=1).encode())
     return cid
+
+
+def _new_id(repo) -> str:
+    return f"{repo.name}-{os.urandom(6).hex()}"
 
 
 def claim_origin(repo, origin: str | None) -> str | None:

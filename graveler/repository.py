@@ -96,9 +96,10 @@ class Repository:
         """Where this repository's refs live, as messages name it (never a password)."""
         return self._env.label
 
-    def refs_value(self, key: bytes, default: bytes | str | None = None) -> str | None:
+    def refs_value(self, key: bytes, default: bytes | str | None = None, replace: bool = False) -> str | None:
         """A value of the repository's own table under ``key`` (:mod:`graveler.claims`); with
-        ``default``, stored first if there is none (the value stored then is returned)."""
+        ``default``, stored first if there is none (or, ``replace``, in any case; the value stored
+        then is returned)."""
         if default is None:
             with self._env.read() as txn:
                 raw = self._refs.repo_value_txn(txn, key)
@@ -107,7 +108,7 @@ class Repository:
         def fn(txn):
             self._core.same_txn(txn)
             raw = self._refs.repo_value_txn(txn, key)
-            if raw is None:
+            if raw is None or replace:
                 raw = default.encode() if isinstance(default, str) else default
                 self._refs.put_repo_value_txn(txn, key, raw)
             return raw.decode("utf-8", "replace")

@@ -83,3 +83,29 @@ def test_a_restore_from_a_repository_made_before_claims_claims_for_it(tmp_path, 
     g1.delete_repository("claimed")  # the original goes for good: the operator releases what claimed for it
     assert claims.check_sole_writer(b, origin)
     g2.close()
+
+
+def test_a_kv_copy_of_a_repository_takes_a_claim_of_its_own(tmp_path, first, postgres_url):
+    """``kv copy`` copies the refs, the claim ID with them, and leaves the source in use: the copy
+    (its claim names the source's refs) claims for itself, and each gc refuses while both stand."""
+    from tests.pg_testutil import schema_url
+
+    g1, a = first
+    claims.own_claim(a)
+    url = schema_url(postgres_url, str(tmp_path))
+    r = _cli(tmp_path / "h1", "kv", "copy", "--from", "lmdb", "--to", url, "--allow-local-storage", "lakefs://claimed")
+    assert r.returncode == 0, r.stderr
+    from graveler.config import KVConfig
+
+    g2 = Graveler(GravelerConfig(home=tmp_path / "h2", kv=KVConfig(url=url)))
+    b = g2.repository("claimed")
+    with pytest.raises(Conflict, match="written by other repositories too"):
+        claims.check_sole_writer(b)
+    assert claims.own_claim(b) != claims.own_claim(a)
+    with pytest.raises(Conflict):
+        claims.check_sole_writer(a)
+    g1.close()
+    r = _cli(tmp_path / "h1", "repo", "delete", "lakefs://claimed", "-y")  # (the move's last step)
+    assert r.returncode == 0, r.stderr
+    assert claims.check_sole_writer(b)
+    g2.close()

@@ -67,6 +67,19 @@ def dump_refs(refs: RefManager, committed: CommittedManager, store) -> dict[str,
     """Dump the refs of ``refs`` as metaranges through ``committed`` and the manifest into ``store``."""
     name = refs.get_repository().name
     commits = sorted(refs.list_commits(), key=lambda c: c.id)
+    by_id = {c.id: c for c in commits}
+    heads = [(f"branch {b.name}", b.commit_id) for b in refs.list_branches()]
+    heads += [(f"tag {t.name}", t.commit_id) for t in refs.list_tags()]
+    for what, cid in heads:  # a dump of trees the namespace lost would be no backup (found by a DR tour)
+        c = by_id.get(cid)
+        mr = c.meta_range_id if c is not None else None
+        try:
+            if mr is None:
+                raise NotFound(f"commit {cid} not found")
+            committed.list_ranges(mr)
+        except NotFound as e:
+            raise CorruptedData(f"{name}: refs not dumped: the tree of {what} is not in the namespace "
+                                f"({e}): a dump of it would restore nothing readable") from None
     commit_records = [(c.id.encode(), Value(c.id.encode(), c.to_bytes())) for c in commits]
     branch_records = [
         (
@@ -223,6 +236,13 @@ def restore_refs(refs: RefManager, committed: CommittedManager, store, manifest:
         _check_ref_record("tag", key, pb.id, validate_lakefs_tag_name)
         tags.append((pb.id, pb.commit_id))
     _check_closed(commits, branches, tags)
+    trees = {c.id: c.meta_range_id for c in commits}
+    for what, cid in [(f"branch {b.name}", b.commit_id) for b in branches] + [(f"tag {t}", c) for t, c in tags]:
+        try:  # (the heads' trees: a namespace moved away keeps the dump's tables, not them)
+            cm.list_ranges(trees[cid])
+        except NotFound:
+            raise CorruptedData(f"refs dump is incomplete: the tree of {what} ({trees[cid]}) is not in the "
+                                f"namespace") from None
 
     def fn(txn):
         for c in commits:

@@ -109,3 +109,28 @@ def test_a_kv_copy_of_a_repository_takes_a_claim_of_its_own(tmp_path, first, pos
     assert r.returncode == 0, r.stderr
     assert claims.check_sole_writer(b)
     g2.close()
+
+
+def test_a_dump_of_a_namespace_that_lost_its_trees_is_refused_and_a_shared_one_is_said(tmp_path, first):
+    """Found by a backup operator's tour: with the namespace moved away, ``refs dump`` said it wrote
+    a manifest (it made a namespace holding only the dump's tables) and ``refs restore`` of it
+    succeeded into a repository nothing of which could be read. Both refuse now (exit 5); and a dump
+    of a namespace another repository writes says that the next dump of that one replaces it."""
+    import shutil
+
+    g1, a = first
+    r = _cli(tmp_path / "h2", "refs", "restore", "lakefs://claimed", "--storage", f"file://{tmp_path}/ns",
+             "--allow-local-storage")
+    assert r.returncode == 0, r.stderr
+    r = _cli(tmp_path / "h1", "refs", "dump", "lakefs://claimed")
+    assert r.returncode == 0 and "written by other repositories too" in r.stderr and "--manifest" in r.stderr, r.stderr
+    trees = {c.meta_range_id for c in a.list_commits()} - {""}
+    g1.close()
+    shutil.move(tmp_path / "ns", tmp_path / "moved")
+    r = _cli(tmp_path / "h1", "refs", "dump", "lakefs://claimed")
+    assert r.returncode == 5 and "refs not dumped" in r.stderr, r.stderr
+    for mr in trees:  # (what a namespace restored from a partial copy lacks: the commits' trees, not the dump)
+        (tmp_path / "moved" / "_lakefs" / mr).unlink(missing_ok=True)
+    r = _cli(tmp_path / "h3", "refs", "restore", "lakefs://claimed", "--storage", f"file://{tmp_path}/moved",
+             "--allow-local-storage")
+    assert r.returncode == 5 and "is not in the namespace" in r.stderr, r.stderr

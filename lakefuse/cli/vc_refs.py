@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from graveler.errors import AlreadyExists, Conflict, CorruptedData, InvalidArgument, NotFound
+from graveler.errors import AlreadyExists, Conflict, CorruptedData, GravelerError, InvalidArgument, NotFound
 from graveler.objstore.uri import StorageURI
 from graveler.refs.names import validate_branch_name
 from graveler.refsdump import MANIFEST_KEY, parse_manifest
@@ -378,6 +378,17 @@ def cmd_refs_dump(args: argparse.Namespace) -> int:
         repo = s.repo(u)
         manifest = repo.dump_refs()
         where = StorageURI.parse(repo.record.storage_namespace).object_uri(MANIFEST_KEY)
+        try:  # (one manifest per namespace: a dump of another repository there replaces this one)
+            from graveler import claims
+
+            own = claims.own_claim(repo)
+            others = sorted(v.get("repository", "?") for k, v in claims.list_claims(repo).items() if k != own)
+        except GravelerError:
+            others = []
+        if others:
+            note(f"lakefuse: warning: {repo.record.storage_namespace} is written by other repositories too "
+                 f"({', '.join(others)}): a dump of one of them replaces this one's manifest; keep it elsewhere "
+                 f"(this command's --json output) and restore with --manifest")
     if args.json:
         emit_json(manifest)
     else:

@@ -427,3 +427,23 @@ def test_a_server_restart_between_two_uses_of_the_pool_writes_no_warning_line(tm
         logging.getLogger("psycopg.pool").setLevel(logging.NOTSET)
         close_pg_backends()
         cluster.destroy()
+
+
+def test_kv_copy_refuses_a_source_repository_a_mount_here_has_open(run, pg, tmp_path):
+    """Found by a backup operator's tour: ``kv copy`` copied a repository its mount went on writing
+    (the help only advised stopping mounts); what the mount wrote after the snapshot stayed behind.
+    As ``repo delete`` does, it refuses now (exit 4), naming the process; after the umount it copies."""
+    from tests.mount_testutil import MountProc, needs_fuse
+
+    if needs_fuse.args[0]:
+        pytest.skip(needs_fuse.kwargs.get("reason", "no FUSE"))
+    home = tmp_path / "home"
+    run("repo", "create", REPO, "--home", str(home))
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    with MountProc(home, "demo", mp):
+        msg = run.fails(4, "kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", REPO,
+                        "--home", str(home))
+        assert "is open in process" in msg and "lakefuse umount" in msg, msg
+    assert run.jsonl("repo", "list", "--home", str(home), "--kv", pg) == []
+    run("kv", "copy", "--from", "lmdb", "--to", pg, "--allow-local-storage", REPO, "--home", str(home))

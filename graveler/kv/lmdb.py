@@ -768,15 +768,20 @@ class LmdbBackend:
         daemon, a command, a job: what it wrote next would go into a deleted database, and a
         mount would go on serving the repository that is gone, or a new one of the same name)."""
         self.close(repo)
-        users = _processes_mapping(self.path(repo) / "data.mdb")
-        if users:
-            users.sort(key=lambda u: " mount " not in u[1])  # (a mount daemon first: the likeliest)
-            shown = "; ".join(f"{pid} ({cmd})" for pid, cmd in users[:3]) + (" and others" if users[3:] else "")
-            raise Conflict(f"repository {repo!r} is open in process{'es' if users[1:] else ''} {shown}: "
-                           f"stop {'them' if users[1:] else 'it'} (a mount: lakefuse umount) before deleting the repository")
+        self.refuse_in_use(repo, "deleting the repository")
         try:
             shutil.rmtree(self.root / repo)
         except FileNotFoundError:
             pass
         except OSError as e:
             raise StoreUnavailable(f"cannot remove repository {repo!r} from {self.root}: {e.strerror or e}") from None
+
+    def refuse_in_use(self, repo: str, doing: str) -> None:
+        """Conflict while another process has ``repo``'s environment open (a mount daemon, a
+        command, a job), naming them: what they write meanwhile would be lost to ``doing``."""
+        users = _processes_mapping(self.path(repo) / "data.mdb")
+        if users:
+            users.sort(key=lambda u: " mount " not in u[1])  # (a mount daemon first: the likeliest)
+            shown = "; ".join(f"{pid} ({cmd})" for pid, cmd in users[:3]) + (" and others" if users[3:] else "")
+            raise Conflict(f"repository {repo!r} is open in process{'es' if users[1:] else ''} {shown}: "
+                           f"stop {'them' if users[1:] else 'it'} (a mount: lakefuse umount) before {doing}")

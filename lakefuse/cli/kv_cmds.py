@@ -30,7 +30,8 @@ namespace. The source is read in one snapshot and left unchanged. A repository -
 already holds is refused (exit 4) before anything is written, and so is (exit 2) a repository
 with a file:// namespace copied to a shared KV unless --allow-local-storage; each repository is written
 in one transaction and its row counts verified, and a failed copy is removed again.
-Stop mounts and writers of the source first: changes made after the snapshot stay there.
+Stop mounts and writers of the source first: changes made after the snapshot stay there
+(with an LMDB source, a repository another process of this host has open is refused, exit 4).
 
 examples:
   lakefuse kv copy --from lmdb --to postgresql://lakefuse@db.example/lakefuse lakefs://sales
@@ -81,6 +82,9 @@ def cmd_kv_copy(args: argparse.Namespace) -> int:
     dst = open_backend(dst_cfg.kv, dst_cfg.home)
     if dst.url != "lmdb" and not args.allow_local_storage:
         _check_namespaces(src, dst_cfg, names)
+    if hasattr(src, "refuse_in_use"):  # (LMDB: a mount of the source here would go on writing only there)
+        for name in names or src.names():
+            src.refuse_in_use(name, "copying it (what it writes after the copy's snapshot would stay behind)")
     copied = copy_repositories(src, dst, names)
     a, b = _where(src.url, src_cfg.home), _where(dst.url, dst_cfg.home)  # backend URLs carry no password
     for c in copied:

@@ -92,9 +92,12 @@ def test_a_kv_copy_of_a_repository_takes_a_claim_of_its_own(tmp_path, first, pos
 
     g1, a = first
     claims.own_claim(a)
+    g1.close()  # (kv copy refuses a source another process has open)
     url = schema_url(postgres_url, str(tmp_path))
     r = _cli(tmp_path / "h1", "kv", "copy", "--from", "lmdb", "--to", url, "--allow-local-storage", "lakefs://claimed")
     assert r.returncode == 0, r.stderr
+    g1 = Graveler(GravelerConfig(home=tmp_path / "h1"))
+    a = g1.repository("claimed")
     from graveler.config import KVConfig
 
     g2 = Graveler(GravelerConfig(home=tmp_path / "h2", kv=KVConfig(url=url)))

@@ -796,6 +796,13 @@ class Repository:
         manifest."""
         return dump_refs(self._refs, self._committed, self._store)
 
+    def fsck(self, objects: str = "none", progress=None):
+        """Check every record and table of the repository, and on request every object
+        (:func:`graveler.fsck.fsck`): a :class:`graveler.fsck.FsckReport`; nothing is changed."""
+        from graveler.fsck import fsck
+
+        return fsck(self._refs, self._committed, self._store, self._entries, self._staging.stream, objects, progress)
+
     def restore_refs(self, manifest: dict[str, str] | None = None) -> None:
         """Load a refs dump (default: the namespace's ``_lakefs/refs_manifest.json``)
         into this repository, which must have no commits yet (create it bare)."""

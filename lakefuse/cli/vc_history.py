@@ -17,6 +17,7 @@ from lakefuse.cli.vc_common import (
     emit_json,
     entry_json,
     local_time,
+    note,
     out,
     parse_meta,
     print_commit,
@@ -69,6 +70,18 @@ def register(sub) -> None:
 
     p = add_command(sub, "show", "show the commit a ref points at", cmd_show)
     p.add_argument("ref", metavar="lakefs://REPO/REF")
+
+    p = add_command(sub, "fsck", "check a whole repository: every record and table, and (--objects) every object",
+                    cmd_fsck,
+                    epilog="Reads everything once and lists every problem (commit records that do not hash to\n"
+                           "their IDs, missing parents, branches and tags naming no commit, metaranges and\n"
+                           "ranges missing, damaged or under the wrong name; with --objects, entries whose\n"
+                           "object is missing or of another size, with --objects md5 also of another MD5).\n"
+                           "Changes nothing. Exit 0: healthy; 5: problems found (each on a line).")
+    p.add_argument("repository", metavar="lakefs://REPO")
+    p.add_argument("--objects", choices=("none", "exist", "md5"), default="none",
+                   help="also check the objects entries name (committed and staged): exist (there, of the entry's "
+                        "size: one HEAD each) or md5 (read whole and hashed); default: none")
 
     p = add_command(sub, "diff", "show the differences between two refs, or a branch's uncommitted changes",
                     cmd_diff, epilog=DIFF_EPILOG)
@@ -237,3 +250,22 @@ def cmd_revert(args: argparse.Namespace) -> int:
         c = repo.revert(branch, ref, parent_number=args.parent_number or 0, message=args.message)
         _report_commit(args, repo, branch, c)
     return 0
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    u = uri_arg(args.repository).repo_only()
+    with session(args) as s:
+        repo = s.repo(u)
+        rep = repo.fsck(args.objects, progress=None if args.json else (lambda line: note(f"fsck: {line}")))
+    if args.json:
+        emit_json({"repository": u.repository, "healthy": rep.healthy, **asdict(rep)})
+    else:
+        for p in rep.problems:
+            out(f"{p.kind} {p.name}: {p.detail}")
+        checked = (f"{rep.commits} commits, {rep.branches} branches, {rep.tags} tags, {rep.metaranges} metaranges, "
+                   f"{rep.ranges} ranges" + (f", {rep.objects} objects" if args.objects != "none" else ""))
+        out(f"{u.repository}: {'healthy' if rep.healthy else f'{len(rep.problems)} problem(s)'} ({checked} checked)")
+    return 0 if rep.healthy else 5
+

@@ -1,0 +1,193 @@
+"""Check a whole repository: every record, every table, and (on request) every object.
+
+The reads of everyday use check what they touch (a table's blocks and ID as it is opened, an
+object's size as it is read, a commit record against its ID); damage elsewhere waits until
+something reads it. ``fsck`` reads everything once, on purpose, as an operator wants after a
+disk incident or a restore, and lists each problem it finds without stopping at the first:
+
+* **refs** -- every commit record parses and hashes to its ID, every parent is there; every
+  branch and tag record parses and names a commit that is there;
+* **trees** -- every metarange a commit names, and every range those list, is in the
+  namespace, parses, every block's checksum holds, and its content hashes to its name (read
+  whole, whatever the table-check memo remembers);
+* **objects** (``objects="exist"``) -- every object an entry of a committed tree or of a
+  branch's staging names is there, of the entry's size; ``objects="md5"`` reads each and checks
+  its MD5 too (where the entry's etag is one).
+
+Each distinct table and object is checked once, however many commits share it. Nothing is
+changed. Healthy repositories -- made by commits, merges, reverts, imports, restores, gc --
+report no problem (``tests/test_fsck.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+from graveler.committed.reader import verify_table
+from graveler.committed.writer import table_key
+from graveler.errors import CorruptedData, GravelerError, NotFound
+from graveler.model import Entry, decode_value
+from graveler.objects import is_md5_etag
+
+log = logging.getLogger(__name__)
+
+OBJECT_CHECKS = ("none", "exist", "md5")
+
+
+@dataclass
+class Problem:
+    kind: str  # commit, branch, tag, metarange, range, object
+    name: str  # what is damaged: an ID, a ref name, an object's address
+    detail: str
+
+
+@dataclass
+class FsckReport:
+    commits: int = 0
+    branches: int = 0
+    tags: int = 0
+    metaranges: int = 0
+    ranges: int = 0
+    entries: int = 0
+    objects: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+def _why(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def fsck(refs, committed, store, entries, staged: Callable, objects: str = "none",
+         progress: Callable[[str], None] | None = None) -> FsckReport:
+    """Check the repository of ``refs`` (its RefManager), ``committed`` (CommittedManager),
+    ``store`` (its namespace), ``entries`` (its EntryReader) and ``staged`` (a staging token ->
+    its (path, value or None) pairs); see the module docstring."""
+    if objects not in OBJECT_CHECKS:
+        raise ValueError(f"objects must be one of {OBJECT_CHECKS}")
+    rep = FsckReport()
+    say = progress or (lambda s: None)
+
+    def bad(kind: str, name: str, e: Exception | str) -> None:
+        rep.problems.append(Problem(kind, name, e if isinstance(e, str) else _why(e)))
+
+    # -- refs
+    ids = refs.iter_commit_ids()
+    idset = set(ids)
+    trees: dict[str, str] = {}  # metarange ID -> a commit that names it
+    for cid in ids:
+        try:
+            c = refs.get_commit(cid)
+        except CorruptedData as e:
+            bad("commit", cid, e)
+            continue
+        rep.commits += 1
+        for p in c.parents:
+            if p not in idset:
+                bad("commit", cid, f"its parent {p} is not in the repository")
+        if c.meta_range_id:
+            trees.setdefault(c.meta_range_id, cid)
+    try:
+        branches = refs.list_branches()
+    except CorruptedData as e:
+        bad("branch", "(records)", e)
+        branches = []
+    for b in branches:
+        rep.branches += 1
+        if b.commit_id not in idset:
+            bad("branch", b.name, f"names commit {b.commit_id}, which is not in the repository")
+    try:
+        tags = refs.list_tags()
+    except CorruptedData as e:
+        bad("tag", "(records)", e)
+        tags = []
+    for t in tags:
+        rep.tags += 1
+        if t.commit_id not in idset:
+            bad("tag", t.name, f"names commit {t.commit_id}, which is not in the repository")
+    say(f"refs: {rep.commits} commits, {rep.branches} branches, {rep.tags} tags")
+
+    # -- trees
+    ranges: dict[str, object] = {}  # range ID -> its RangeInfo (the first metarange listing it)
+    for mr, cid in trees.items():
+        if not _table_ok("metarange", mr, store, bad, f"the tree of commit {cid}"):
+            continue
+        rep.metaranges += 1
+        try:
+            for info in committed.list_ranges(mr):
+                ranges.setdefault(info.id, info)
+        except GravelerError as e:
+            bad("metarange", mr, e)
+    good_ranges = []
+    for rid, info in ranges.items():
+        if _table_ok("range", rid, store, bad):
+            rep.ranges += 1
+            good_ranges.append(info)
+    say(f"trees: {rep.metaranges} metaranges, {rep.ranges} ranges")
+
+    # -- objects
+    if objects == "none":
+        return rep
+    seen: set[tuple[int, str]] = set()
+
+    def check(where: str, entry: Entry) -> None:
+        rep.entries += 1
+        k = (int(entry.address_type), entry.address)
+        if k in seen:
+            return
+        seen.add(k)
+        rep.objects += 1
+        try:
+            st, key = entries.locate(entry)
+            if objects == "md5" and is_md5_etag(entry.etag):
+                for _ in entries.iter(entry):
+                    pass
+            else:
+                got = st.head(key).size
+                if got != entry.size:
+                    raise CorruptedData(f"its object is {got} bytes, the entry says {entry.size}")
+        except GravelerError as e:
+            bad("object", f"{where} ({entry.address})", e)
+
+    for info in good_ranges:
+        try:
+            for key, raw in committed.iter_range_raw(info):
+                check(key.decode("utf-8", "replace"), Entry.from_value(decode_value(raw)))
+        except GravelerError as e:
+            bad("range", info.id, e)
+    for b in branches:
+        for token in b.tokens:
+            try:
+                for key, v in staged(token):
+                    if v is not None:
+                        check(f"{b.name}: {key.decode('utf-8', 'replace')} (staged)", Entry.from_value(v))
+            except GravelerError as e:
+                bad("branch", b.name, e)
+    say(f"objects: {rep.objects} objects of {rep.entries} entries")
+    return rep
+
+
+def _table_ok(kind: str, tid: str, store, bad, whose: str = "") -> bool:
+    key = table_key(tid)
+    try:
+        data = store.get(key)
+    except NotFound:
+        bad(kind, tid, f"missing from the namespace ({key}){': ' + whose if whose else ''}")
+        return False
+    except GravelerError as e:
+        bad(kind, tid, e)
+        return False
+    try:
+        verify_table(key, data)
+    except CorruptedData as e:
+        bad(kind, tid, e)
+        return False
+    return True
+
+
+__all__ = ["FsckReport", "OBJECT_CHECKS", "Problem", "fsck"]

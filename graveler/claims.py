@@ -26,7 +26,7 @@ import os
 import socket
 import time
 
-from graveler.errors import Conflict, NotFound
+from graveler.errors import Conflict, GravelerError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,19 @@ def claim_origin(repo, origin: str | None) -> str | None:
             "claimed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     repo.store.put(_claim_key(cid), json.dumps(body, indent=1).encode())
     return cid
+
+
+def after_restore(repo) -> None:
+    """Claims after a restore into ``repo``'s namespace: for the repository the dump came from when
+    the namespace holds no claim yet (it made none there), then ``repo``'s own."""
+    try:
+        if (origin := claim_origin(repo, None)) is not None:
+            log.warning("%s: claimed %s for the repository its refs dump came from (%s): this repository's gc "
+                        "refuses to run until that one is deleted or its claim released (gc --release %s)",
+                        repo.name, repo.storage_namespace, origin, origin)
+        own_claim(repo)
+    except GravelerError as e:
+        log.warning("%s: could not claim %s yet (%s): its first gc will", repo.name, repo.storage_namespace, e)
 
 
 def list_claims(repo) -> dict[str, dict]:
@@ -134,4 +147,4 @@ def check_sole_writer(repo, release_ids: list[str] = ()) -> str:
     return cid
 
 
-__all__ = ["CLAIMS_PREFIX", "check_sole_writer", "claim_origin", "drop_own", "list_claims", "own_claim", "release"]
+__all__ = ["CLAIMS_PREFIX", "after_restore", "check_sole_writer", "claim_origin", "drop_own", "list_claims", "own_claim", "release"]

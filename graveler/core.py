@@ -110,6 +110,25 @@ class RepoCore:
         self.same_txn(txn)
         return self.branch_txn(txn, name)
 
+    def own_value(self, key: bytes, default: bytes | str | None = None, replace: bool = False) -> str | None:
+        """A value of the repository's own table under ``key`` (:mod:`graveler.claims`); with
+        ``default``, stored first if there is none (or, ``replace``, in any case; the value stored
+        then is returned)."""
+        if default is None:
+            with self.env.read() as txn:
+                raw = self.refs.repo_value_txn(txn, key)
+            return None if raw is None else raw.decode("utf-8", "replace")
+
+        def fn(txn):
+            self.same_txn(txn)
+            raw = self.refs.repo_value_txn(txn, key)
+            if raw is None or replace:
+                raw = default.encode() if isinstance(default, str) else default
+                self.refs.put_repo_value_txn(txn, key, raw)
+            return raw.decode("utf-8", "replace")
+
+        return self.env.write(fn)
+
     def resolve_commit(self, ref: str) -> tuple[ResolvedRef, Commit]:
         with self.env.read() as txn:
             rr = self.refs.resolve_txn(txn, ref)

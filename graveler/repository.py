@@ -97,23 +97,8 @@ class Repository:
         return self._env.label
 
     def refs_value(self, key: bytes, default: bytes | str | None = None, replace: bool = False) -> str | None:
-        """A value of the repository's own table under ``key`` (:mod:`graveler.claims`); with
-        ``default``, stored first if there is none (or, ``replace``, in any case; the value stored
-        then is returned)."""
-        if default is None:
-            with self._env.read() as txn:
-                raw = self._refs.repo_value_txn(txn, key)
-            return None if raw is None else raw.decode("utf-8", "replace")
-
-        def fn(txn):
-            self._core.same_txn(txn)
-            raw = self._refs.repo_value_txn(txn, key)
-            if raw is None or replace:
-                raw = default.encode() if isinstance(default, str) else default
-                self._refs.put_repo_value_txn(txn, key, raw)
-            return raw.decode("utf-8", "replace")
-
-        return self._env.write(fn)
+        """A value of the repository's own table (:meth:`graveler.core.RepoCore.own_value`)."""
+        return self._core.own_value(key, default, replace)
 
     # ------------------------------------------------------------------ refs
 
@@ -809,14 +794,7 @@ class Repository:
         restore_refs(self._refs, self._committed, self._store, manifest)
         from graveler import claims
 
-        try:  # (the dump's own repository first: a namespace with no claim yet is still that one's)
-            if (origin := claims.claim_origin(self, None)) is not None:
-                log.warning("%s: claimed %s for the repository its refs dump came from (%s): this repository's gc "
-                            "refuses to run until that one is deleted or its claim released (gc --release %s)",
-                            self.name, self.storage_namespace, origin, origin)
-            claims.own_claim(self)
-        except GravelerError as e:
-            log.warning("%s: could not claim %s yet (%s): its first gc will", self.name, self.storage_namespace, e)
+        claims.after_restore(self)
 
 
 __all__ = ["ListItem", "Repository"]

@@ -93,24 +93,18 @@ def fsck(refs, committed, store, entries, staged: Callable, objects: str = "none
                 bad("commit", cid, f"its parent {p} is not in the repository")
         if c.meta_range_id:
             trees.setdefault(c.meta_range_id, cid)
-    try:
-        branches = refs.list_branches()
-    except CorruptedData as e:
-        bad("branch", "(records)", e)
-        branches = []
-    for b in branches:
-        rep.branches += 1
-        if b.commit_id not in idset:
-            bad("branch", b.name, f"names commit {b.commit_id}, which is not in the repository")
-    try:
-        tags = refs.list_tags()
-    except CorruptedData as e:
-        bad("tag", "(records)", e)
-        tags = []
-    for t in tags:
-        rep.tags += 1
-        if t.commit_id not in idset:
-            bad("tag", t.name, f"names commit {t.commit_id}, which is not in the repository")
+    named: dict[str, list] = {}
+    for kind, listed in (("branch", refs.list_branches), ("tag", refs.list_tags)):
+        try:
+            named[kind] = listed()
+        except CorruptedData as e:
+            bad(kind, "(records)", e)
+            named[kind] = []
+        for r in named[kind]:
+            if r.commit_id not in idset:
+                bad(kind, r.name, f"names commit {r.commit_id}, which is not in the repository")
+    branches = named["branch"]
+    rep.branches, rep.tags = len(branches), len(named["tag"])
     say(f"refs: {rep.commits} commits, {rep.branches} branches, {rep.tags} tags")
 
     # -- trees

@@ -1,4 +1,4 @@
-"""Which repositories write a storage namespace: one claim each, under ``_lakefs/lakefuse-repos/``.
+"""Which repositories write a storage namespace: one claim each, under ``_lakefuse/repos/``.
 
 Garbage collection deletes the objects of a namespace that no commit or staged change of *its*
 repository names. Two repositories on one namespace -- a refs dump restored into another home
@@ -27,10 +27,11 @@ import socket
 import time
 
 from graveler.errors import Conflict, GravelerError, NotFound
+from graveler.objstore.uri import FILE, StorageURI
 
 log = logging.getLogger(__name__)
 
-CLAIMS_PREFIX = "_lakefs/lakefuse-repos/"
+CLAIMS_PREFIX = "_lakefuse/repos/"
 _KV_KEY = b"claim"  # in the repository table: this repository's claim ID
 
 
@@ -129,9 +130,19 @@ def drop_own(repo) -> None:
                     repo.name, cid, repo.storage_namespace, e)
 
 
+def check_there(uri: str) -> None:
+    """NotFound if the namespace ``uri`` is a local directory that is not there (moved, deleted, a
+    disk not mounted): gc would find nothing to keep, and writing its claim or report would make
+    a new empty directory there."""
+    u = StorageURI.parse(uri)
+    if u.scheme == FILE and not os.path.isdir(u.path):
+        raise NotFound(f"storage namespace {uri} is not there (moved or deleted?): nothing was collected")
+
+
 def check_sole_writer(repo, release_ids: list[str] = ()) -> str:
     """Conflict unless ``repo`` is the only repository claiming its namespace (after releasing
-    ``release_ids``); its own claim ID."""
+    ``release_ids``); its own claim ID. NotFound for a local namespace that is not there."""
+    check_there(repo.storage_namespace)
     cid = own_claim(repo)
     for r in release_ids:
         if r == cid:
@@ -147,4 +158,4 @@ def check_sole_writer(repo, release_ids: list[str] = ()) -> str:
     return cid
 
 
-__all__ = ["CLAIMS_PREFIX", "after_restore", "check_sole_writer", "claim_origin", "drop_own", "list_claims", "own_claim", "release"]
+__all__ = ["CLAIMS_PREFIX", "after_restore", "check_sole_writer", "check_there", "claim_origin", "drop_own", "list_claims", "own_claim", "release"]

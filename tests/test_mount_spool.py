@@ -452,7 +452,7 @@ def test_a_leftover_the_full_store_cannot_take_waits_and_no_commit_publishes_it_
         sf.write(0, data)  # never saved: the store's disk is full (then the daemon stops)
         os.close(dead._lock_fd)
         filler = ns / "filler"
-        with open(filler, "wb") as f:
+        with open(filler, "wb", buffering=0) as f:  # (unbuffered: nothing left to write at close)
             with pytest.raises(OSError):
                 while True:
                     f.write(b"\0" * (1 << 20))

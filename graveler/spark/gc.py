@@ -644,11 +644,9 @@ def _sweep_temp_files(ns: Namespace, summary: dict, dry_run: bool):
 def _check_there(ns: Namespace) -> None:
     """NotFound if ``ns`` is a local directory that is not there (moved, deleted, a disk not mounted):
     a run would find nothing to keep, write its report into a new empty directory and say all is well."""
-    from graveler.objstore.uri import FILE, StorageURI
+    from graveler.claims import check_there
 
-    uri = StorageURI.parse(ns.uri)
-    if uri.scheme == FILE and not os.path.isdir(uri.path):
-        raise NotFound(f"storage namespace {ns.uri} is not there (moved or deleted?): nothing was collected")
+    check_there(ns.uri)
 
 
 def sweep(spark, repo, run_id: str, dry_run: bool = False) -> SweepResult:

@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
-from graveler.committed.reader import verify_table
+from graveler.committed.reader import metarange_infos, verify_table
 from graveler.committed.writer import table_key
 from graveler.errors import CorruptedData, GravelerError, NotFound
 from graveler.model import Entry, decode_value
@@ -64,10 +64,9 @@ def _why(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-def fsck(refs, committed, store, entries, staged: Callable, objects: str = "none",
+def fsck(refs, store, entries, staged: Callable, objects: str = "none",
          progress: Callable[[str], None] | None = None) -> FsckReport:
-    """Check the repository of ``refs`` (its RefManager), ``committed`` (CommittedManager),
-    ``store`` (its namespace), ``entries`` (its EntryReader) and ``staged`` (a staging token ->
+    """Check the repository of ``refs`` (its RefManager), ``store`` (its namespace), ``entries`` (its EntryReader) and ``staged`` (a staging token ->
     its (path, value or None) pairs); see the module docstring."""
     if objects not in OBJECT_CHECKS:
         raise ValueError(f"objects must be one of {OBJECT_CHECKS}")
@@ -107,27 +106,7 @@ def fsck(refs, committed, store, entries, staged: Callable, objects: str = "none
     rep.branches, rep.tags = len(branches), len(named["tag"])
     say(f"refs: {rep.commits} commits, {rep.branches} branches, {rep.tags} tags")
 
-    # -- trees
-    ranges: dict[str, object] = {}  # range ID -> its RangeInfo (the first metarange listing it)
-    for mr, cid in trees.items():
-        if not _table_ok("metarange", mr, store, bad, f"the tree of commit {cid}"):
-            continue
-        rep.metaranges += 1
-        try:
-            for info in committed.list_ranges(mr):
-                ranges.setdefault(info.id, info)
-        except GravelerError as e:
-            bad("metarange", mr, e)
-    good_ranges = []
-    for rid, info in ranges.items():
-        if _table_ok("range", rid, store, bad):
-            rep.ranges += 1
-            good_ranges.append(info)
-    say(f"trees: {rep.metaranges} metaranges, {rep.ranges} ranges")
-
-    # -- objects
-    if objects == "none":
-        return rep
+    # -- trees, and the objects their entries name (each table read once)
     seen: set[tuple[int, str]] = set()
 
     def check(where: str, entry: Entry) -> None:
@@ -149,12 +128,31 @@ def fsck(refs, committed, store, entries, staged: Callable, objects: str = "none
         except GravelerError as e:
             bad("object", f"{where} ({entry.address})", e)
 
-    for info in good_ranges:
+    ranges: set[str] = set()
+    for mr, cid in trees.items():
+        t = _table("metarange", mr, store, bad, f"the tree of commit {cid}")
+        if t is None:
+            continue
+        rep.metaranges += 1
         try:
-            for key, raw in committed.iter_range_raw(info):
-                check(key.decode("utf-8", "replace"), Entry.from_value(decode_value(raw)))
+            ranges.update(info.id for info in metarange_infos(mr, t))
         except GravelerError as e:
-            bad("range", info.id, e)
+            bad("metarange", mr, e)
+    for rid in sorted(ranges):
+        t = _table("range", rid, store, bad)
+        if t is None:
+            continue
+        rep.ranges += 1
+        if objects == "none":
+            continue
+        try:
+            for key, raw in t:
+                check(key.decode("utf-8", "replace"), Entry.from_value(decode_value(raw, t.name)))
+        except GravelerError as e:
+            bad("range", rid, e)
+    say(f"trees: {rep.metaranges} metaranges, {rep.ranges} ranges")
+    if objects == "none":
+        return rep
     for b in branches:
         for token in b.tokens:
             try:
@@ -178,22 +176,17 @@ def _size(st, key: str) -> int:
     return st.head(key).size
 
 
-def _table_ok(kind: str, tid: str, store, bad, whose: str = "") -> bool:
+def _table(kind: str, tid: str, store, bad, whose: str = ""):
+    """Table ``tid`` read from the namespace and checked whole (blocks, checksums, ID), or None
+    after saying what is wrong with it."""
     key = table_key(tid)
     try:
-        data = store.get(key)
+        return verify_table(key, store.get(key))
     except NotFound:
         bad(kind, tid, f"missing from the namespace ({key}){': ' + whose if whose else ''}")
-        return False
     except GravelerError as e:
         bad(kind, tid, e)
-        return False
-    try:
-        verify_table(key, data)
-    except CorruptedData as e:
-        bad(kind, tid, e)
-        return False
-    return True
+    return None
 
 
 __all__ = ["FsckReport", "OBJECT_CHECKS", "Problem", "fsck"]

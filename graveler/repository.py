@@ -786,7 +786,7 @@ class Repository:
         (:func:`graveler.fsck.fsck`): a :class:`graveler.fsck.FsckReport`; nothing is changed."""
         from graveler.fsck import fsck
 
-        return fsck(self._refs, self._committed, self._store, self._entries, self._staging.stream, objects, progress)
+        return fsck(self._refs, self._store, self._entries, self._staging.stream, objects, progress)
 
     def restore_refs(self, manifest: dict[str, str] | None = None) -> None:
         """Load a refs dump (default: the namespace's ``_lakefs/refs_manifest.json``)

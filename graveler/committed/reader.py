@@ -93,12 +93,22 @@ def check_table_id(table_id: str, t: SSTable) -> None:
         raise CorruptedData(f"table file holds table {got}, not {table_id} (a table under the wrong name)", t.name)
 
 
-def verify_table(key: str, data: bytes) -> None:
+def verify_table(key: str, data: bytes) -> SSTable:
     """Cache-fill (and cache-hit) check: the table parses, every block's checksum holds,
-    and its content hashes to the ID in its name (``_lakefs/<id>``)."""
+    and its content hashes to the ID in its name (``_lakefs/<id>``). The table, for a caller
+    that reads it too (:mod:`graveler.fsck`)."""
     t = SSTable(data, key, block_cache=BlockCache(0))
     t.verify_checksums()
     check_table_id(key.rsplit("/", 1)[-1], t)
+    return t
+
+
+def metarange_infos(mr_id: str, t: SSTable) -> list[RangeInfo]:
+    """The ranges metarange table ``t`` lists (CorruptedData if it is a range's table)."""
+    kind = t.raw_properties.get("type")
+    if kind not in (None, b"metaranges"):
+        raise CorruptedData(f"table {mr_id} is a {kind.decode(errors='replace')} table, not a metarange")
+    return [RangeInfo.from_value(decode_value(raw, t.name), t.name) for _, raw in t]
 
 
 class MetaRange:
@@ -195,11 +205,7 @@ class TableReader:
             m = MetaRange(mr_id, [])
         else:
             t = self.open(mr_id)
-            kind = t.raw_properties.get("type")
-            if kind not in (None, b"metaranges"):
-                raise CorruptedData(f"table {mr_id} is a {kind.decode(errors='replace')} table, not a metarange")
-            infos = [RangeInfo.from_value(decode_value(raw, t.name), t.name) for _, raw in t]
-            m = MetaRange(mr_id, infos, t.size)
+            m = MetaRange(mr_id, metarange_infos(mr_id, t), t.size)
         self._metaranges.put(mr_id, m)
         return m
 

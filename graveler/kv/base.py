@@ -161,6 +161,11 @@ class Backend(Protocol):
     def remove(self, repo: str) -> None:
         """Forget ``repo``'s refs and staging entirely."""
 
+    def refuse_in_use(self, repo: str, doing: str) -> None:
+        """Conflict while another process this backend can see has ``repo`` open (LMDB: any
+        process of this host that maps it); what it wrote meanwhile would be lost to ``doing``.
+        A server's KV sees no other host's use: it refuses nothing."""
+
 
 class SnapshotReads:
     """:meth:`Store.get` and :meth:`Store.get_range` as a read transaction of their own: what an

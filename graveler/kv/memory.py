@@ -213,6 +213,9 @@ class MemoryBackend:
     def close(self, repo: str) -> None:
         pass  # the data stays for the process's lifetime, as a file would stay on disk
 
+    def refuse_in_use(self, repo: str, doing: str) -> None:
+        """(Another process's use is not seen here: nothing is refused.)"""
+
     def remove(self, repo: str) -> None:
         with _spaces_lock:
             self._repos.pop(repo, None)

@@ -707,6 +707,9 @@ class PgBackend:
         if store is not None:
             store.close()
 
+    def refuse_in_use(self, repo: str, doing: str) -> None:
+        """(Another process's use is not seen here: nothing is refused.)"""
+
     def remove(self, repo: str) -> None:
         self.close(repo)
         self.run_write(f"repository {repo!r}: refs on {self.server}",

@@ -67,6 +67,7 @@ class RefManager:
 
     def __init__(self, env: Store):
         self.env = env
+        self._same_raw: bytes | None = None  # the record's bytes check_same_txn found to be the opened one
 
     # repository record
     def get_repository_txn(self, txn: Txn) -> RepositoryRecord:
@@ -93,11 +94,15 @@ class RefManager:
         on a shared KV another host may delete the repository and create one of its name (another
         storage namespace, another creation date) while this process has the first one open; what
         it wrote next would go into the new one with its objects in the old namespace."""
+        raw = txn.get(REPO, _RECORD_KEY)
+        if raw is not None and raw == self._same_raw:
+            return  # (the bytes found to be this repository's record before: nothing to decode)
         try:
             cur = self.get_repository_txn(txn)
         except NotFound:
             cur = None
         if cur is not None and cur.creation_date == rec.creation_date and cur.storage_namespace == rec.storage_namespace:
+            self._same_raw = raw
             return
         again = "" if cur is None else f" and one of its name made again (at {cur.storage_namespace})"
         raise RepositoryGone(f"repository {rec.name!r} was deleted{again} since this process opened it: open it again "
@@ -111,29 +116,29 @@ class RefManager:
 
     _OWN_KEYS = (b"claim",)  # the repository table's other keys a caller may read and set (graveler.claims)
 
-    def repo_value_txn(self, txn: Txn, key: bytes) -> bytes | None:
+    def _own_key(self, key: bytes) -> bytes:
         if key not in self._OWN_KEYS:
             raise InvalidArgument(f"no repository value {key!r}")
-        return txn.get(REPO, _OWN + key)
+        return _OWN + key
+
+    def repo_value_txn(self, txn: Txn, key: bytes) -> bytes | None:
+        return txn.get(REPO, self._own_key(key))
 
     def put_repo_value_txn(self, txn: Txn, key: bytes, value: bytes) -> None:
-        if key not in self._OWN_KEYS:
-            raise InvalidArgument(f"no repository value {key!r}")
-        txn.put(REPO, _OWN + key, value)
+        txn.put(REPO, self._own_key(key), value)
 
     # commits
     def get_commit_txn(self, txn: Txn, commit_id: str) -> Commit:
         raw = txn.get(COMMITS, commit_id.encode("ascii", "replace"))
         if raw is None:
             raise NotFound(f"commit {commit_id} not found")
-        return self._commit(raw, commit_id)
+        return self._checked(Commit.from_bytes(raw, commit_id), raw, commit_id)
 
-    def _commit(self, raw: bytes, key: str) -> Commit:
-        """The commit stored under ``key``, checked against it: a commit's ID is the hash of its
+    def _checked(self, c: Commit, raw: bytes, key: str) -> Commit:
+        """Commit ``c``, parsed from ``raw`` stored under ``key``, checked against it: a commit's ID is the hash of its
         content (lakeFS's), so a record that does not hash to its key is damage -- another tree, a
         changed message, served under the ID (found by a damage tour). Each (ID, record) checked
         once per process (the hash costs about as much as the parse)."""
-        c = Commit.from_bytes(raw, key)
         if _VERIFIED.get(key) != raw:
             computed = c.computed_id() if c.id == key else c.id
             if computed != key:
@@ -198,7 +203,7 @@ class RefManager:
                     c = Commit.from_bytes(v, k.decode("utf-8", "replace"))
                     if c.id.encode() != k:  # (a damaged key, or a record under another commit's key)
                         raise CorruptedData(f"damaged commit record: keyed {k!r}, it is commit {c.id!r}")
-                    batch.append(self._commit(v, c.id))
+                    batch.append(self._checked(c, v, c.id))
                     if len(batch) >= 1000:
                         break
             yield from batch

@@ -82,9 +82,8 @@ def cmd_kv_copy(args: argparse.Namespace) -> int:
     dst = open_backend(dst_cfg.kv, dst_cfg.home)
     if dst.url != "lmdb" and not args.allow_local_storage:
         _check_namespaces(src, dst_cfg, names)
-    if hasattr(src, "refuse_in_use"):  # (LMDB: a mount of the source here would go on writing only there)
-        for name in names or src.names():
-            src.refuse_in_use(name, "copying it (what it writes after the copy's snapshot would stay behind)")
+    for name in names or src.names():  # (LMDB: a mount of the source here would go on writing only there)
+        src.refuse_in_use(name, "copying it (what it writes after the copy's snapshot would stay behind)")
     copied = copy_repositories(src, dst, names)
     a, b = _where(src.url, src_cfg.home), _where(dst.url, dst_cfg.home)  # backend URLs carry no password
     for c in copied:

@@ -6,7 +6,9 @@ something reads it. ``fsck`` reads everything once, on purpose, as an operator w
 disk incident or a restore, and lists each problem it finds without stopping at the first:
 
 * **refs** -- every commit record parses and hashes to its ID, every parent is there; every
-  branch and tag record parses and names a commit that is there;
+  branch and tag record parses and names a commit that is there, and every branch that has a
+  birth (made and dropped with its record) has its record (LMDB keeps no checksums: a damaged
+  page can hide a key, and this is how a lost branch record shows);
 * **trees** -- every metarange a commit names, and every range those list, is in the
   namespace, parses, every block's checksum holds, and its content hashes to its name (read
   whole, whatever the table-check memo remembers);
@@ -103,6 +105,13 @@ def fsck(refs, store, entries, staged: Callable, objects: str = "none",
             if r.commit_id not in idset:
                 bad(kind, r.name, f"names commit {r.commit_id}, which is not in the repository")
     branches = named["branch"]
+    # a birth is made and dropped with its branch's record, in one transaction: one without the other is a
+    # record lost (LMDB keeps no checksums: a damaged page can hide a key, which fsck sees only this way)
+    have = {b.name for b in branches}
+    for name in refs.birth_names():
+        if name not in have:
+            bad("branch", name, f"its record is missing, its birth is there: a damaged refs database "
+                                f"(`lakefuse branch create` makes a branch of this name again, from a commit)")
     rep.branches, rep.tags = len(branches), len(named["tag"])
     say(f"refs: {rep.commits} commits, {rep.branches} branches, {rep.tags} tags")
 

@@ -124,3 +124,21 @@ def test_every_kind_of_damage_is_listed_each_once(tmp_path, history):
     g.close()
     r = _cli(tmp_path / "home", "fsck", "lakefs://fsck-repo")
     assert r.returncode == 5 and "3 problem(s)" in r.stdout and f"commit {tag.id}" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_a_branch_record_lost_while_its_birth_stays_is_a_problem_and_deleted_branches_are_not(tmp_path, history):
+    # the damage tour: a flipped LMDB page can hide a branch record (LMDB keeps no checksums), and the
+    # branch then simply was not there. Its birth, made and dropped with the record, tells.
+    g, repo = history
+    repo.create_branch("gone-for-good", "main")
+    repo.delete_branch("gone-for-good")  # (an ordinary delete drops both)
+    repo.create_branch("again", "main")
+    repo.delete_branch("again")
+    repo.create_branch("again", "dev")  # (made again: one birth, one record)
+    assert repo.fsck("none").healthy
+    from graveler.kv.base import BRANCHES
+    repo._env.write(lambda t: t.delete(BRANCHES, b"dev"))  # the record lost, as a damaged page loses it
+    rep = repo.fsck("none")
+    assert [(p.kind, p.name) for p in rep.problems] == [("branch", "dev")], rep.problems
+    assert "record is missing" in rep.problems[0].detail
+    g.close()

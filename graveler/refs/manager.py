@@ -284,6 +284,12 @@ class RefManager:
         raw = txn.get(REPO, _BORN + name.encode())
         return None if raw is None else raw.decode("ascii", "replace")
 
+    def birth_names(self) -> list[str]:
+        """The names of the branches that have a birth (fsck: each must have its record too)."""
+        with self.env.read() as txn:
+            return [k[len(_BORN):].decode("utf-8", "replace")
+                    for k, _ in txn.scan(REPO, _BORN, prefix_successor(_BORN), values=False)]
+
     def read_branch_and_born_txn(self, txn: Txn, name: str) -> None:
         """Read branch ``name``'s record and its birth at once (one round trip on a server's store):
         :meth:`get_branch_txn` and :meth:`get_born_txn` in this transaction then read nothing."""

@@ -74,7 +74,8 @@ def register(sub) -> None:
     p = add_command(sub, "fsck", "check a whole repository: every record and table, and (--objects) every object",
                     cmd_fsck,
                     epilog="Reads everything once and lists every problem (commit records that do not hash to\n"
-                           "their IDs, missing parents, branches and tags naming no commit, metaranges and\n"
+                           "their IDs, missing parents, branches and tags naming no commit, a branch\n"
+                           "whose record is lost (its birth is there), metaranges and\n"
                            "ranges missing, damaged or under the wrong name; with --objects, entries whose\n"
                            "object is missing or of another size, with --objects md5 also of another MD5).\n"
                            "Changes nothing. Exit 0: healthy; 5: problems found (each on a line).")

@@ -395,6 +395,75 @@ def test_a_branch_deleted_and_made_again_is_another_branch_to_those_that_held_th
         m.stop()
 
 
+_CWD_PROBE = r"""
+import errno, json, os, sys
+for line in sys.stdin:
+    out = {}
+    try:
+        st = os.stat(".")
+        out["stat"] = [oct(st.st_mode >> 12), st.st_nlink]
+    except OSError as e:
+        out["stat"] = errno.errorcode[e.errno]
+    try:
+        out["ls"] = sorted(os.listdir("."))
+    except OSError as e:
+        out["ls"] = errno.errorcode[e.errno]
+    try:
+        os.close(os.open("made.txt", os.O_WRONLY | os.O_CREAT, 0o644))
+        out["create"] = "made"
+    except OSError as e:
+        out["create"] = errno.errorcode[e.errno]
+    print(json.dumps(out), flush=True)
+"""
+
+
+@needs_fuse
+def test_a_shell_inside_a_deleted_branch_sees_a_removed_directory_as_on_ext4(repo, tmp_path):
+    """Found by an ETL team's tour: a shell whose working directory was in a branch deleted by
+    another process got ``ESTALE`` ("Stale file handle") from ``stat .``, ``ls`` and every create
+    there once its first lookups were done. ext4's answer for a working directory removed: ``stat``
+    shows a directory with no links, the listing is empty, a create is ``ENOENT`` -- for as long
+    as the shell stays; the name, meanwhile, shows whatever is there now (a branch made again)."""
+    import subprocess
+    import sys
+
+    repo.create_branch("dev", "main")
+    repo.upload("dev", "kept.txt", b"dev's")
+    m = MountProc(repo.config.home, "oflags", tmp_path / "mnt", "--cache-dir", str(tmp_path / "cache")).start()
+    sh = None
+    try:
+        assert (m.mountpoint / "dev" / "kept.txt").read_bytes() == b"dev's"
+        sh = subprocess.Popen([sys.executable, "-c", _CWD_PROBE], cwd=m.mountpoint / "dev", stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+
+        def probe() -> dict:
+            sh.stdin.write("probe\n")
+            sh.stdin.flush()
+            return json.loads(sh.stdout.readline())
+
+        first = probe()
+        assert first["stat"][1] >= 2 and "kept.txt" in first["ls"] and first["create"] == "made", first
+        repo.delete_branch("dev")
+        time.sleep(1.0)  # (the stamp watch's rounds, and the branch timeout)
+        for _ in range(3):
+            got = probe()
+            assert got == {"stat": [oct(0o04), 0], "ls": [], "create": "ENOENT"}, got
+        assert not (m.mountpoint / "dev").exists()
+        repo.create_branch("dev", "main")
+        end = time.monotonic() + 2
+        while not (m.mountpoint / "dev").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        now = os.listdir(m.mountpoint / "dev")  # (the new branch, made from main, at once: the name was dropped)
+        assert "d" in now and "kept.txt" not in now, now
+        assert probe() == {"stat": [oct(0o04), 0], "ls": [], "create": "ENOENT"}  # (still the old one)
+        assert not repo.exists("dev", "made.txt")
+    finally:
+        if sh is not None:
+            sh.stdin.close()
+            sh.wait(10)
+        m.stop()
+
+
 @needs_fuse
 def test_the_daemon_raises_its_open_files_limit_to_the_hard_one(repo, tmp_path):
     """Found by an operator's tour: a mount holds a descriptor per mapped table (of 256 KiB or

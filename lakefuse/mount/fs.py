@@ -481,11 +481,17 @@ class Filesystem(Opens, Reads, XattrReads, Directories):
         """A branch file (or directory) whose name went to another version or nowhere (through the mount
         or behind it): while open, what its handles see, ``nlink`` 0 (a directory's fstat after its rmdir:
         as ext4's); else ESTALE (the kernel looks it up again)."""
-        if node.opens > 0 and node.attr is not None:
+        if node.attr is not None and (node.opens > 0 or self.gone_dir(node)):
             if node.kind == Kind.DIR:
                 return dataclasses.replace(node.attr, nlink=0)
             return dataclasses.replace(self.rules.spooled(self.spooled(node.ino), node.attr), nlink=0)
         raise FsError(errno.ESTALE, f"{node.path!r}: replaced or removed; the name is looked up again")
+
+    @staticmethod
+    def gone_dir(node: Node) -> bool:
+        """A branch's directory whose branch went, its name dropped from the kernel (the stamp watch):
+        only what held it reaches it (a working directory), and it is a removed directory there."""
+        return node.kind == Kind.DIR and node.unnamed and not node.path
 
     def revalidate(self, node: Node) -> Node:
         """A branch node whose tree's stamp moved is read again (ENOENT if it is gone)."""

@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Callable
 
-from graveler.errors import GravelerError
+from graveler.errors import GravelerError, NotFound
 from lakefuse.mount.inodes import Kind
 from lakefuse.mount.trim import Trimmer
 
@@ -70,8 +70,11 @@ class StampWatch:
         for tree in self.fs.branch_trees():
             try:
                 s = tree.repin()  # one stamp read; the view is read again only if the stamp moved
+            except NotFound:  # the branch is gone (deleted, or made again: another branch)
+                n += self._branch_gone(tree)
+                continue
             except GravelerError:
-                continue  # the KV is down (the requests themselves answer EIO), or the branch is gone
+                continue  # the KV is down (the requests themselves answer EIO)
             with tree.lock:
                 if not tree.unexplained_by_own(s, time.monotonic_ns()):
                     continue
@@ -123,6 +126,25 @@ class StampWatch:
                         self._entry(node.parent_ino, p.rpartition(b"/")[2])
                     except OSError as e:  # the kernel has no such name (dropped already: _gone)
                         log.debug("dropping the name %r on %s: %s", p, branch, e)
+
+    def _branch_gone(self, tree) -> int:
+        """Branch ``tree`` is gone: its directory's name leaves the kernel, as a removed directory's
+        does, and the old directory is unnamed (:attr:`Node.unnamed`): what still holds it -- a
+        shell's working directory -- sees it as ext4 shows a removed one (``nlink`` 0, empty, no
+        creates: :meth:`lakefuse.mount.fs.Filesystem.gone_dir`), while the name shows what is there
+        now at its next lookup. Once per directory."""
+        if self._entry is None:
+            return 0
+        root = self.fs.inodes.find(self.fs.dir_key(tree, b""))
+        if root is None or root.unnamed:
+            return 0
+        self.fs.inodes.replace(root)  # (a lookup of the name makes a new inode: the branch there now, if any)
+        root.unnamed = True
+        try:
+            self._entry(root.parent_ino, tree.name.encode())
+        except OSError as e:  # (the kernel had dropped the name already)
+            log.debug("dropping the name of branch %s: %s", tree.name, e)
+        return 1
 
     def _gone(self, tree, node) -> None:
         """A file held open whose name the change took away (a reset, a revert, another host's

@@ -173,6 +173,8 @@ class View:
                     it.seek_ge(below)
                     item = it.next()
                     is_dir = item is not None and item[0].startswith(below)
+                    if is_dir and item[0] == below:  # (its marker: the directory's own attributes)
+                        marker = item[1]
             return PathStat(path, value, is_dir, marker)
 
         return self._run(run)

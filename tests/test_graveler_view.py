@@ -277,3 +277,22 @@ def test_list_page_pages_through_every_directory_as_a_naive_listing_does(repo, s
                     break
                 after = page[-1].path
             assert got == want, (prefix, limit)
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_stat_of_a_directory_gives_its_marker_when_a_sibling_sorts_between_it_and_its_slash(repo, committed):
+    """Found by a tour of odd names: a directory ``d`` beside ``d-1`` or ``d.txt`` (bytes below
+    ``/``, as ``x`` beside ``x.csv``) was shown with the default attributes, its marker (the
+    mode, owner and mtime chmod/chown/touch staged) never read: stat sought past the sibling and
+    kept only that the directory exists."""
+    mark = entry("marker")
+    repo.stage_many("main", [("d/", mark), ("d/f", entry("f")), ("d-1", entry("sib")), ("d.txt", entry("t")),
+                             ("e/", mark), ("e/f", entry("f"))])
+    if committed:
+        repo.commit("main", "c")
+    v = repo.view("main")
+    for name in (b"d", b"e"):  # (e: no sibling in between, as before)
+        st = v.stat(name)
+        assert st.is_dir and st.value is None and st.marker is not None, (name, st)
+        assert st.marker == repo.get("main", name.decode() + "/").to_value()
+    assert v.stat(b"d-1").value is not None and not v.stat(b"d-1").is_dir

@@ -257,6 +257,15 @@ def test_directory_marker_attributes(fs, repo):
     a = fs.lookup(main.ino, b"mk")
     assert stat.S_ISDIR(a.mode) and stat.S_IMODE(a.mode) == 0o750 and (a.uid, a.gid) == (7, 8)
     assert a.mtime_ns == 1_000_000_000_123
+    # beside a name that sorts between "mk" and "mk/" (the odd-names tour: "x" beside "x.csv"), on the
+    # branch and in a commit of it
+    repo.stage("main", "mk-1", e)
+    repo.stage("main", "mk.csv", e)
+    a = fs.lookup(main.ino, b"mk")
+    assert stat.S_IMODE(a.mode) == 0o750 and (a.uid, a.gid, a.mtime_ns) == (7, 8, 1_000_000_000_123)
+    c = repo.commit("main", "markers")
+    a = fs.lookup(lookup_path(fs, c.id).ino, b"mk")
+    assert stat.S_IMODE(a.mode) == 0o750 and (a.uid, a.gid, a.mtime_ns) == (7, 8, 1_000_000_000_123)
 
 
 def test_readdir_offsets_are_stable(fs, repo):

@@ -1055,3 +1055,34 @@ def test_a_commit_request_that_committed_is_not_failed_by_the_tree_read_after_it
         fs.release(ctl.fh)
         assert json.loads(fs.read(fs.open(ino_of(fs, "main/.lakefuse/commit"), os.O_RDONLY).fh, 0, 4096))["ok"]
     assert repo.get_commit("main").message == "after the cut" and repo.read("main", "new") == b"data"
+
+
+def test_a_committed_path_too_long_to_stage_reads_and_refuses_writes_at_open(fs, repo, tmp_path):
+    """Found by a tour of odd names: an import takes keys of any length into a commit, but a
+    branch stages changes of paths of at most 494 bytes. ``echo more >> FILE`` on such a key was
+    acknowledged, read back, and then never saved (retried for ever, the branch's commits refused
+    meanwhile). The open for writing is refused (ENAMETOOLONG, as chmod and unlink there are):
+    nothing is acknowledged that cannot be saved. Reading it stays as it was."""
+    from graveler.spark.importer import import_records_local, imported_value
+    from graveler.staging import MAX_PATH_BYTES
+
+    src = tmp_path / "long.txt"
+    src.write_bytes(b"imported\n")
+    import hashlib
+    key = "imp/" + "/".join(["d" * 100] * 5) + "/f.txt"
+    short = "imp/short.txt"
+    assert len(key) > MAX_PATH_BYTES
+    val = imported_value(f"file://{src}", 9, hashlib.md5(b"imported\n").hexdigest(), 1)
+    import_records_local(repo, "main", sorted([(key.encode(), val), (short.encode(), val)]), "imp/")
+    ino = ino_of(fs, f"main/{key}")
+    assert read_path(fs, f"main/{key}") == b"imported\n"
+    for flags in (os.O_WRONLY | os.O_APPEND, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
+        assert fs_errno(fs.open, ino, flags) == errno.ENAMETOOLONG
+    assert fs_errno(fs.setattr, ino, SetAttr(size=0), ME) == errno.ENAMETOOLONG  # (truncate(2))
+    assert read_path(fs, f"main/{key}") == b"imported\n" and not list(repo.diff_uncommitted("main"))
+    o = fs.open(ino_of(fs, f"main/{short}"), os.O_WRONLY | os.O_APPEND)  # (a short key of the same import)
+    fs.write(o.fh, 9, b"more\n")
+    fs.flush(o.fh)
+    fs.release(o.fh)
+    assert repo.read("main", short) == b"imported\nmore\n"
+    repo.commit("main", "the short one changed")  # (nothing left unsaved holds the branch's commits)

@@ -211,3 +211,33 @@ def test_a_sweep_whose_deletes_failed_exits_6(tmp_path, capsys, monkeypatch):
             run_id=run_id, deleted=1, kept=0, failed=failed, dry_run=dry_run, swept_before=None))
         rc, o, err = run(capsys, "--home", home, "gc", "sweep", "lakefs://swp", "r1")
         assert rc == code and f"{failed} failed" in o, (rc, o, err)
+
+
+@pytest.mark.expect_log("the paths left out are logged as a warning too")
+def test_cli_import_leaves_out_paths_a_branch_cannot_change_and_says_what_it_skipped(spark, tmp_path, capsys):
+    """Found by a tour of odd names: an import took a 3,819-byte path into a commit, where nothing
+    could then change or delete it (a branch stages paths of at most 494 bytes: the mount took
+    ``>>`` on it and never saved it), and the keys it skipped were counted only on the progress
+    line. Such paths stay out, counted and named; the summary and ``--json`` say what was skipped."""
+    home = str(tmp_path / "home")
+    assert run(capsys, "--home", home, "repo", "create", "lakefs://longrepo", "--storage", str(tmp_path / "ns"))[0] == 0
+    src = tmp_path / "src"
+    deep = src.joinpath(*["d" * 200] * 3)  # a 600-byte path, every segment fine
+    deep.mkdir(parents=True)
+    (deep / "f.txt").write_text("deep")
+    (src / "ok.txt").write_text("ok")
+    (src / "sub").mkdir()
+    (src / "sub" / "fine.txt").write_text("fine")
+    (src / ".lakefuse").mkdir()  # (a name the mount keeps for its control files: skipped, as before)
+    (src / ".lakefuse" / "x").write_text("x")
+    rc, o, err = run(capsys, "--home", home, "import", str(src), "lakefs://longrepo/main/in/", "--spark", "local[2]")
+    assert rc == 0, err
+    assert "imported 2 objects" in o and "1 key(s) left out, their paths over 494 bytes" in o, o
+    assert "; 1 key(s) skipped: folder markers" in o, o
+    rc, o, err = run(capsys, "--home", home, "import", str(src), "lakefs://longrepo/main/in2/", "--json",
+                     "--spark", "local[2]")
+    res = json.loads(o)
+    assert rc == 0 and res["imported"] == 2 and res["skipped_too_long"] == 1 and res["skipped"] == 1, res
+    assert res["too_long_examples"] == [str((deep / "f.txt").relative_to(src))]
+    ls = run(capsys, "--home", home, "fs", "ls", "-r", "lakefs://longrepo/main/in/", "--json")[1]
+    assert sorted(json.loads(line)["path"] for line in ls.splitlines()) == ["in/ok.txt", "in/sub/fine.txt"], ls

@@ -15,6 +15,7 @@ path under the destination prefix), ``address`` (the object's full URI),
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import struct
@@ -31,6 +32,7 @@ from graveler.model import AddressType, Value, encode_value
 from graveler.objstore import open_store
 from graveler.objstore.base import ObjectInfo, StoreConfig
 from graveler.spark.entries import namespace_of, per_task_df, records_df
+from graveler.staging import MAX_PATH_BYTES
 from graveler.spark.listing import PART_SEP, FanOut, Progress, fan_out, group_parts, iter_group, split_part
 from graveler.spark.tables import (Namespace, fault_point, worker_store, write_metarange,
                                    write_metarange_local)
@@ -51,6 +53,11 @@ class ImportResult:
     ranges: int
     parts: int
     seconds: dict[str, float] = field(default_factory=dict)
+    # keys left out: listed keys that are no object key or that the mount cannot show (folder markers, empty
+    # or dot segments, a segment over 255 bytes, a .lakefuse one); paths too long for a branch to change
+    skipped: int = 0
+    skipped_too_long: int = 0
+    too_long_examples: list[str] = field(default_factory=list)
 
 
 def check_dest_prefix(prefix: str) -> str:
@@ -361,8 +368,8 @@ def materialize_listing(job: ListingJob, progress: Progress | None = None, poll:
     progress.set(base_objects + objs.value, base_done + done.value, known, base_skipped + skipped.value)
     progress.close()
     if progress.skipped:
-        log.info("listing: %d keys that are not object keys (folder markers, empty or dot segments) skipped",
-                 progress.skipped)
+        log.info("listing: %d keys skipped: no object key (folder markers, empty or dot segments) or a name "
+                 "the mount cannot show (a segment over 255 bytes, a .lakefuse one)", progress.skipped)
     return df, n
 
 
@@ -381,9 +388,24 @@ def import_listing(repo, branch: str, listing, dest_prefix: str, message: str | 
     if listing.isEmpty():  # (the prefix would be emptied: as import_prefix refuses an empty source)
         raise NotFound("nothing to import: the listing is empty (an import replaces the destination prefix; "
                        "`lakefuse fs rm -r` empties one)")
+    from pyspark.sql import functions as F
+
+    # A path a branch cannot stage (its key over MAX_PATH_BYTES) could never be changed or deleted but by
+    # another import or a reset: such keys stay out, counted and named (one job over the persisted listing)
+    limit = MAX_PATH_BYTES - len(dest_prefix.encode("utf-8"))
+    too_long = [r[0] for r in listing.filter(F.octet_length("key") > limit).select("key").limit(5).collect()]
+    n_long = 0
+    if too_long:
+        n_long = listing.filter(F.octet_length("key") > limit).count()
+        listing = listing.filter(F.octet_length("key") <= limit)
+        log.warning("import into %s/%s: %d key(s) left out, their paths over %d bytes (a branch stages changes of "
+                    "paths of at most %d), e.g. %s", branch, dest_prefix, n_long, MAX_PATH_BYTES, MAX_PATH_BYTES,
+                    too_long[0][:80] + "...")
+        if listing.isEmpty():
+            raise InvalidArgument(f"nothing to import: every listed key's path is over {MAX_PATH_BYTES} bytes "
+                                  f"under {dest_prefix!r}")
     head = repo.get_commit(branch)
     ns = namespace_of(repo)
-    from pyspark.sql import functions as F
 
     # The listed objects cross to the range-writing tasks as listing rows (their full key computed in the
     # JVM) and are encoded there, after the shuffle: one hand-over to Python, not two.
@@ -403,7 +425,7 @@ def import_listing(repo, branch: str, listing, dest_prefix: str, message: str | 
     out = _finish(repo, branch, head, mr, res.records, res.ranges, res.parts, dest_prefix, message, metadata,
                   source, listing.count())
     out.seconds.update(res.seconds)
-    return out
+    return dataclasses.replace(out, skipped_too_long=n_long, too_long_examples=too_long)
 
 
 def _finish(repo, branch, head, mr, records, ranges, parts, dest_prefix, message, metadata, source,
@@ -435,7 +457,8 @@ def import_prefix(spark, repo, branch: str, source_uri: str, dest_prefix: str, m
         if n == 0:  # (the prefix would be emptied: a mistyped source, most likely)
             raise NotFound(f"nothing to import: {source_uri} holds no object (an import replaces the "
                            f"destination prefix; `lakefuse fs rm -r` empties one)")
-        return import_listing(repo, branch, listing, dest_prefix, message, partitions, source=source_uri)
+        res = import_listing(repo, branch, listing, dest_prefix, message, partitions, source=source_uri)
+        return dataclasses.replace(res, skipped=prog.skipped if prog is not None else 0)
     finally:
         listing.unpersist()
 

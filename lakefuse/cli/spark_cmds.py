@@ -17,7 +17,9 @@ from dataclasses import asdict
 from datetime import timedelta
 
 from graveler.errors import InvalidArgument, NotFound
+from graveler.staging import MAX_PATH_BYTES
 from lakefuse.cli.vc_common import add_command, add_group, emit_json, note, out, session, uri_arg
+from lakefuse.names import show_name
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +67,12 @@ def register(sub) -> None:
                "same import again gives the same tree and makes no commit.  SOURCE is listed in parallel:\n"
                "sub-prefixes found by delimited listings, runs of them listed by the tasks; a progress line\n"
                "(objects listed, prefixes done/known, objects/s) goes to stderr.  Keys that are not object\n"
-               "keys (S3 folder markers 'dir/', empty or '.' segments) are skipped and counted.  In a local\n"
-               "directory only regular files are objects: symbolic links, FIFOs, sockets, devices and names\n"
-               "that are not UTF-8 are not listed (nor counted: they are no keys), as `fs upload` skips them.\n"
+               "keys (S3 folder markers 'dir/', even one holding bytes; empty or '.' segments) or that the\n"
+               "mount cannot show (a segment over 255 bytes, one named .lakefuse) are skipped, and paths over\n"
+               f"{MAX_PATH_BYTES} bytes under PREFIX left out (a branch could never change or delete them): the\n"
+               "summary line and --json count both (skipped, skipped_too_long) and name a path left out.  In a\n"
+               "local directory only regular files are objects: symbolic links, FIFOs, sockets, devices and\n"
+               "names that are not UTF-8 are not listed (nor counted: they are no keys).\n"
                "Objects of a local SOURCE are checked at each read against the MD5 the import recorded:\n"
                "one changed in place later is refused (EIO through a mount), not read as it is now.\n"
                "A SOURCE inside a repository's storage namespace, or holding one, is refused (exit 2): that\n"
@@ -178,8 +183,15 @@ def cmd_import(args) -> int:
         spark = _spark(args)
         res = import_prefix(spark, repo, branch, src, prefix, args.message, args.partitions)
     what = f"commit {res.commit_id[:12]}" if res.commit_id else "no commit (the tree is unchanged)"
+    left = ""
+    if res.skipped:
+        left += (f"; {res.skipped} key(s) skipped: folder markers (even holding bytes), empty or dot segments, a "
+                 f"segment over 255 bytes or named .lakefuse")
+    if res.skipped_too_long:
+        left += (f"; {res.skipped_too_long} key(s) left out, their paths over {MAX_PATH_BYTES} bytes (a branch "
+                 f"cannot change them), e.g. {show_name(res.too_long_examples[0][:120])}...")
     _print(args, asdict(res), f"imported {res.imported} objects into {branch}/{prefix}: {what}, "
-                              f"metarange {res.metarange_id[:12]} ({res.records} entries, {res.ranges} ranges)")
+                              f"metarange {res.metarange_id[:12]} ({res.records} entries, {res.ranges} ranges){left}")
     return 0
 
 

@@ -44,11 +44,12 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from graveler.errors import Conflict, GravelerError, InvalidArgument
+from graveler.errors import Conflict, GravelerError, InvalidArgument, PathTooLong
 from graveler.model import Entry
 from graveler.objects import COMPOSITE_MIN, PosixAttrs, file_etag, user_metadata
 from graveler.objstore import sparse
 from graveler.repository import ANY_BIRTH
+from graveler.staging import MAX_PATH_BYTES
 from lakefuse.mount import falloc, sidecar
 from lakefuse.mount.md5stream import Md5Stream
 from lakefuse.mount.nowait import pread_nowait
@@ -94,11 +95,8 @@ class SpoolFile:
         self.key: bytes | None = key  # None once unlinked (detached)
         self.base = base
         self.attrs = attrs
-        self.user_metadata: dict[str, str] = {}
-        self.content_type = ""
-        if base is not None:
-            self.user_metadata = user_metadata(base.metadata)
-            self.content_type = base.content_type
+        self.user_metadata: dict[str, str] = user_metadata(base.metadata) if base is not None else {}
+        self.content_type = base.content_type if base is not None else ""
         self.sid = new_sid()
         self.lock = threading.RLock()
         self.handles = 0
@@ -653,6 +651,8 @@ class Spool(SaveRetries):
         with self._lock:
             sf = self._files.get(ino)
             if sf is None:
+                if len(key) > MAX_PATH_BYTES:  # (a key imported as it was: readable, never savable)
+                    raise PathTooLong(f"a path of {len(key)} bytes is read-only (staged ones: {MAX_PATH_BYTES} at most)")
                 sf = SpoolFile(self, ino, branch, key, base, attrs, new)
                 self._files[ino] = sf
             sf.handles += 1

@@ -489,3 +489,51 @@ def test_a_destination_with_sparks_empty_success_file_is_exported_to(spark, tmp_
         assert r.previous is None and json.loads((dest / "_SUCCESS").read_bytes())["commit_id"] == c1.id
     (tmp_path / "destTrue" / "_SUCCESS").write_bytes(b"{not json")
     assert export(spark, repo, "main", str(tmp_path / "destTrue"), full=True).copied == 1  # --full reads none
+
+
+def test_an_export_makes_links_again_keeps_modes_and_mtimes_and_skips_what_no_object_stands_for(
+        spark, tmp_path, s3_bucket, s3_config):
+    """Found by a tour of odd names: an export wrote every symbolic link as an empty regular file
+    (counted as copied), and set no mode or mtime. A local destination now gets the link again
+    (its target as the commit has it, dangling or not), each file's permission bits and mtime;
+    FIFOs, sockets and devices -- and links on S3, which has none -- are skipped and counted.
+    An incremental export turns a file into a link and back."""
+    from graveler.objects import PosixAttrs
+
+    repo = make_repo(tmp_path)
+    repo.upload("main", "bin/run.sh", b"#!/bin/sh\n", metadata=PosixAttrs(mode=0o100755, mtime_ns=1_400_000_000_123_456_789).to_metadata())
+    repo.upload("main", "plain.txt", b"plain")  # (no POSIX metadata: 0644, its mtime the export's)
+    empty = repo.get("main", "plain.txt")
+    from dataclasses import replace
+    for key, attrs in (("link", PosixAttrs(mode=0o120777, symlink="bin/run.sh")),
+                       ("dangling", PosixAttrs(mode=0o120777, symlink="/nonexistent/x")),
+                       ("fifo", PosixAttrs(mode=0o010644)), ("dev", PosixAttrs(mode=0o020600, rdev=0x0103))):
+        repo.stage("main", key, replace(empty, size=0, etag="d41d8cd98f00b204e9800998ecf8427e",
+                                        address=repo.put_object(b"").address, metadata=attrs.to_metadata()))
+    repo.commit("main", "links and modes")
+    dest = tmp_path / "export"
+    r = export(spark, repo, "main", str(dest))
+    assert (r.copied, r.links, r.skipped) == (2, 2, 2), r
+    assert os.readlink(dest / "link") == "bin/run.sh" and (dest / "link").read_bytes() == b"#!/bin/sh\n"
+    assert os.readlink(dest / "dangling") == "/nonexistent/x"
+    assert not (dest / "fifo").exists() and not (dest / "dev").exists()
+    st = (dest / "bin" / "run.sh").stat()
+    assert oct(st.st_mode & 0o7777) == oct(0o755) and st.st_mtime_ns == 1_400_000_000_123_456_789
+    assert oct((dest / "plain.txt").stat().st_mode & 0o7777) == oct(0o644)
+    assert json.loads((dest / "_SUCCESS").read_text())["links"] == 2
+    # incremental: a link becomes a file and a file a link
+    repo.upload("main", "link", b"now a file")
+    repo.stage("main", "plain.txt", replace(repo.get("main", "dangling")))
+    repo.commit("main", "swap")
+    r = export(spark, repo, "main", str(dest))
+    assert (dest / "link").read_bytes() == b"now a file" and not (dest / "link").is_symlink()
+    assert os.readlink(dest / "plain.txt") == "/nonexistent/x"
+    # S3: no links there -- skipped, counted, never an empty object in their place
+    out = f"s3://{s3_bucket}/exp"
+    r = export(spark, repo, "main", out, store_config=s3_config)
+    st3 = open_store(out, s3_config)
+    try:
+        keys = {o.key for o in st3.list()}
+    finally:
+        st3.close()
+    assert keys == {"_SUCCESS", "bin/run.sh", "link"} and (r.links, r.skipped) == (0, 4), (keys, r)

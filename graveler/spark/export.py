@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 
 from graveler.errors import CorruptedData, InvalidArgument, NotFound
 from graveler.model import AddressType
-from graveler.objects import is_md5_etag, refuse_local_root, split_full_address
+from graveler.objects import POSIX_MODE, POSIX_MTIME, POSIX_SYMLINK, is_md5_etag, refuse_local_root, split_full_address
 from graveler.objstore import LocalStore, open_store, sparse
 from graveler.objstore.local import TMP_PREFIX, _write_all
 from graveler.objstore.uri import place
@@ -64,6 +64,8 @@ class ExportResult:
     deleted: int
     bytes: int
     seconds: float
+    links: int = 0  # symbolic links made again (a local destination)
+    skipped: int = 0  # entries no object stands for there: links on S3; FIFOs, sockets, devices anywhere
 
 
 def read_success(dest_uri: str, config: StoreConfig | None = None, key: str = SUCCESS) -> dict | None:
@@ -139,25 +141,40 @@ def _copy_task(ns: Namespace, dest: Namespace):
         if isinstance(out, LocalStore):
             out = NoFollowDest(out)
         stores: dict = {}
-        copied = deleted = nbytes = 0
+        local = isinstance(out, NoFollowDest)
+        copied = deleted = nbytes = links = skipped = 0
         for b in batches:
             cols = b.to_pydict()
-            for op, key, address, atype, size, etag in zip(cols["op"], cols["key"], cols["address"],
-                                                           cols["address_type"], cols["size"], cols["etag"]):
+            for op, key, address, atype, size, etag, mode, link, mtime in zip(
+                    cols["op"], cols["key"], cols["address"], cols["address_type"], cols["size"], cols["etag"],
+                    cols["mode"], cols["link"], cols["mtime"]):
                 if op == "delete":
                     out.delete(key)
                     deleted += 1
                     continue
+                kind = _kind(mode, link)
+                if kind == "link" and local:  # (a link's entry is an empty object: never written as a file)
+                    out.symlink(key, link, _ns(mtime))
+                    links += 1
+                    continue
+                if kind != "file":
+                    out.delete(key)  # (an earlier export's file there, if any: this commit has none)
+                    skipped += 1
+                    continue
                 src, skey = _source(ns, address, atype, stores)
                 try:
                     _copy_one(out, src, skey, key, size, etag)
-                except NotFound as e:  # (the store names its address only: say which file)
-                    raise NotFound(f"{key}: {e}") from None
+                except NotFound as e:  # (the store names its address only: say which file, a newline escaped)
+                    shown = key if key.isprintable() else repr(key)  # (a name never breaks the line it is on)
+                    raise NotFound(f"{shown}: {str(e) if str(e).isprintable() else repr(str(e))}") from None
+                if local:
+                    out.set_attrs(key, None if mode is None else int(mode, 8) & 0o777, _ns(mtime))
                 copied += 1
                 nbytes += size
         fault_point("export_copy")
-        yield pa.RecordBatch.from_arrays([pa.array([copied]), pa.array([deleted]), pa.array([nbytes])],
-                                         names=["copied", "deleted", "bytes"])
+        yield pa.RecordBatch.from_arrays([pa.array([copied]), pa.array([deleted]), pa.array([nbytes]),
+                                          pa.array([links]), pa.array([skipped])],
+                                         names=["copied", "deleted", "bytes", "links", "skipped"])
 
     return fn
 
@@ -259,6 +276,45 @@ class NoFollowDest:
                 os.ftruncate(fd, off)
             self._write(key, fill)
 
+    def symlink(self, key: str, target: str, mtime_ns: int | None) -> None:
+        """A symbolic link at ``key`` to ``target`` (as the commit has it; never followed here), in place
+        of whatever file or link was there."""
+        fds, names = self._walk(key, True)
+        dfd, name = fds[-1], names[-1]
+        try:
+            tmp = TMP_PREFIX + uuid.uuid4().hex
+            os.symlink(target, tmp, dir_fd=dfd)
+            try:
+                if mtime_ns is not None:
+                    os.utime(tmp, ns=(mtime_ns, mtime_ns), dir_fd=dfd, follow_symlinks=False)
+                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except BaseException as e:
+                os.unlink(tmp, dir_fd=dfd)
+                if isinstance(e, (IsADirectoryError, NotADirectoryError)) or getattr(e, "errno", 0) == errno.ENOTEMPTY:
+                    raise self._conflict(key) from e
+                raise
+            os.fsync(dfd)
+        finally:
+            _close_all(fds)
+
+    def set_attrs(self, key: str, mode: int | None, mtime_ns: int | None) -> None:
+        """The file's permission bits (rwx for owner, group, others; the commit's, else 0644) and its
+        mtime (the commit's, where it has one) -- not its owner, nor setuid/setgid bits."""
+        got = self._walk(key, False)
+        if got is None:
+            return
+        fds, names = got
+        try:  # (through a descriptor opened without following a link: one planted meanwhile is refused)
+            fd = os.open(names[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fds[-1])
+            try:
+                os.fchmod(fd, 0o644 if mode is None else mode)
+                if mtime_ns is not None:
+                    os.utime(fd, ns=(mtime_ns, mtime_ns))
+            finally:
+                os.close(fd)
+        finally:
+            _close_all(fds)
+
     def delete(self, key: str) -> None:
         """Remove ``key``'s file, then each directory on its way that this left empty (as
         :meth:`LocalStore.delete`); nothing if it is not there."""
@@ -282,6 +338,26 @@ class NoFollowDest:
                     return
         finally:
             _close_all(fds)
+
+
+def _kind(mode: str | None, link: str | None) -> str:
+    """What an entry stands for by its POSIX metadata: "file" (also with none), "link" or "other"."""
+    if link is not None:
+        return "link"
+    if mode is None:
+        return "file"
+    try:
+        fmt = stat.S_IFMT(int(mode, 8))
+    except ValueError:
+        return "file"
+    return "file" if fmt in (0, stat.S_IFREG) else "link" if fmt == stat.S_IFLNK else "other"
+
+
+def _ns(mtime: str | None) -> int | None:
+    try:
+        return None if mtime is None else int(mtime)
+    except ValueError:
+        return None
 
 
 def _close_all(fds: list[int]) -> None:
@@ -353,6 +429,9 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
                 if cid is not None and cid not in (commit.id, prev_id) and cid not in partial:
                     partial.append(cid)
 
+    def posix(md):  # (what a local destination keeps of an entry's POSIX metadata, and what tells a link)
+        return [md[POSIX_MODE].alias("mode"), md[POSIX_SYMLINK].alias("link"), md[POSIX_MTIME].alias("mtime")]
+
     def changes_from(base_id: str):
         return diff_df(spark, repo, base_id, commit.id).select(
             F.when(F.col("diff_type") == "removed", F.lit("delete")).otherwise(F.lit("copy")).alias("op"),
@@ -361,13 +440,15 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
             F.col("right.address_type").alias("address_type"),
             F.coalesce(F.col("right.size"), F.lit(0)).alias("size"),
             F.col("right.etag").alias("etag"),
+            *posix(F.col("right.user_metadata")),
         )
 
     if prev_id is not None:
         plan = changes_from(prev_id)
     else:
         plan = entries_df(spark, repo, commit.id).select(F.lit("copy").alias("op"), "key", "address",
-                                                         "address_type", "size", "etag")
+                                                         "address_type", "size", "etag",
+                                                         *posix(F.col("user_metadata")))
         if stale_from is not None and stale_from != commit.id:
             plan = plan.unionByName(changes_from(stale_from).where(F.col("op") == "delete"))
     for cid in partial:  # (the same key in two plans: the same op, to this commit's version)
@@ -400,9 +481,10 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
         # time its copy comes (a directory a deletion emptied goes with it)
         for part in ((plan.where(F.col("op") == "delete"), plan.where(F.col("op") != "delete"))
                      if prev_id is not None or partial or stale_from else (plan,)):
-            rows += part.repartition(nparts).mapInArrow(_copy_task(ns, dest),
-                                                        "copied long, deleted long, bytes long").collect()
+            rows += part.repartition(nparts).mapInArrow(
+                _copy_task(ns, dest), "copied long, deleted long, bytes long, links long, skipped long").collect()
         copied = sum(r.copied for r in rows)
+        links, skipped = sum(r.links for r in rows), sum(r.skipped for r in rows)
         deleted = sum(r.deleted for r in rows)
         nbytes = sum(r.bytes for r in rows)
         out.put(SUCCESS, json.dumps({
@@ -414,11 +496,13 @@ def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, fu
             "exported": datetime.now(timezone.utc).isoformat(),
             "copied": copied,
             "deleted": deleted,
+            "links": links,
+            "skipped": skipped,
         }).encode())
         out.delete(INCOMPLETE)
     finally:
         out.close()
-    res = ExportResult(commit.id, prev_id, copied, deleted, nbytes, time.monotonic() - t0)
+    res = ExportResult(commit.id, prev_id, copied, deleted, nbytes, time.monotonic() - t0, links, skipped)
     log.info("export %s -> %s: %d copied, %d deleted (%s) in %.1f s", commit.id[:12], dest.uri, copied, deleted,
              "incremental from " + prev_id[:12] if prev_id else "full", res.seconds)
     return res

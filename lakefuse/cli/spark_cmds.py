@@ -123,7 +123,10 @@ def register(sub) -> None:
         sub, "export", "copy a commit's objects to a plain prefix (Spark)", cmd_export,
         epilog="DEST is a local directory (a relative path is from here) or s3://BUCKET/PREFIX.  Objects are\n"
                "copied; an empty directory made through a mount (a directory marker) is not: a prefix holds\n"
-               "no empty directories.  _SUCCESS is written last and names the\n"
+               "no empty directories.  In a local DEST a symbolic link is made again (its target as\n"
+               "committed) and each file gets its permission bits (rwx; 0644 without any) and its mtime;\n"
+               "owners are not set.  FIFOs, sockets and device entries, and links on S3 (which has none),\n"
+               "are skipped and counted (links, skipped).  _SUCCESS is written last and names the\n"
                "commit; exporting onto a destination whose _SUCCESS names a commit of this repository only\n"
                "copies and deletes the difference (deletions first). While an export runs, _INCOMPLETE names\n"
                "the commit it goes to and the one it goes on from: run again after a failure, it goes on from\n"
@@ -365,7 +368,10 @@ def cmd_export(args) -> int:
         res = export(_spark(args), repo, ref, dest, previous=args.previous, full=args.full,
                      partitions=args.partitions)
     how = f"incremental from {res.previous[:12]}" if res.previous else "full"
-    _print(args, asdict(res), f"exported {res.commit_id[:12]} to {args.dest}: {res.copied} copied, "
+    extra = (f", {res.links} links made" if res.links else "") + (
+        f", {res.skipped} skipped (FIFOs, sockets, devices{', links: S3 has none' if dest.startswith('s3://') else ''})"
+        if res.skipped else "")
+    _print(args, asdict(res), f"exported {res.commit_id[:12]} to {args.dest}: {res.copied} copied{extra}, "
                               f"{res.deleted} deleted ({how})")
     return 0
 

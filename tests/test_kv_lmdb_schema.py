@@ -86,7 +86,7 @@ def test_an_unversioned_home_is_stamped_and_reads_as_before(tmp_path, caplog):
     before = _cli(home, "log", "lakefs://rep1/main", "--json").stdout
     _set_raw(_refs(home), None)
     assert _raw_schema(_refs(home)) is None
-    caplog.set_level("INFO", logger="graveler.kv.lmdb")
+    caplog.set_level("INFO", logger="graveler.kv.lmdb_schema")
     repo = Graveler(GravelerConfig.from_home(home, kv_url="lmdb")).repository(REPO)
     assert repo.get("dev", "b.txt") is not None  # the staged change survived
     assert [b.name for b in repo.list_branches()] == ["dev", "main"]
@@ -160,3 +160,33 @@ def test_a_read_left_by_an_exception_gives_its_reader_slot_back(tmp_path):
     assert len(kept) == 200 and taken() <= 2  # (py-lmdb keeps one reset transaction for reuse)
     assert repo.get_branch("main").name == "main"
     g.close()
+
+
+def test_an_open_waiting_for_another_process_s_write_transaction_says_so(tmp_path, caplog, monkeypatch):
+    """Found by a concurrency tour: a process stopped inside a write transaction held every command
+    back -- read-only ones too (opening the tables takes LMDB's writer lock) -- without a word. The
+    wait is said after a moment, naming the database; the open goes on once the writer is done."""
+    import time
+
+    from graveler.kv import lmdb_schema
+
+    home = _make_repo(tmp_path)
+    monkeypatch.setattr(lmdb_schema, "WAIT_NOTE_S", 0.3)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import lmdb, sys, time\n"
+        f"e = lmdb.open({str(_refs(home))!r}, max_dbs=20, map_size=1 << 20, readahead=False, lock=True)\n"
+        "t = e.begin(write=True)\nprint('held', flush=True)\ntime.sleep(1.5)\nt.abort()\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        caplog.set_level("WARNING", logger="graveler.kv.lmdb_schema")
+        t0 = time.monotonic()
+        repo = Graveler(GravelerConfig.from_home(home, kv_url="lmdb")).repository(REPO)
+        waited = time.monotonic() - t0
+        assert [b.name for b in repo.list_branches()] == ["dev", "main"]
+        repo.close()
+    finally:
+        holder.wait(10)
+    assert waited > 0.5
+    said = [r.getMessage() for r in caplog.records if "waiting for another process's write transaction" in r.getMessage()]
+    assert len(said) == 1 and "refs.lmdb" in said[0], said

@@ -52,7 +52,8 @@ import lmdb
 
 from graveler.config import KVConfig
 from graveler.errors import Conflict, CorruptedData, GravelerError, NoSpace, NotFound, StoreUnavailable
-from graveler.kv import lmdb_file, lmdb_redo
+from graveler.kv import lmdb_file, lmdb_redo, lmdb_schema
+from graveler.kv.lmdb_schema import META_DB, SCHEMA_KEY, SCHEMA_VERSION  # noqa: F401 -- (their home before)
 from graveler.kv.lmdb_redo import nearly_full
 from graveler.kv.lmdb_txn import LmdbTxn
 from graveler.locks import RWLock
@@ -67,14 +68,7 @@ _RESIZE_ATTEMPTS = 20  # adopt-and-retry rounds when other processes keep growin
 REPOS_DIR = "repos"  # <home>/repos/<name>/refs.lmdb: one environment per repository
 REFS_DIR = "refs.lmdb"
 
-# The layout of an environment (its named databases and their records), kept in a named
-# database of its own so a newer lakefuse's file is refused before anything is created in
-# it. Version 1 is the layout since the KV protocol (graveler.kv.base.TABLES); an
-# environment written before versions were recorded has that same layout and is stamped 1
-# when first opened (the migration from "unversioned").
-SCHEMA_VERSION = 1
-META_DB = b"lakefuse-meta"
-SCHEMA_KEY = b"schema_version"
+# (the layout's version record: graveler.kv.lmdb_schema)
 
 
 # What LMDB says about a damaged file.  MDB_BAD_TXN is what every later call of a
@@ -319,47 +313,10 @@ class Env(SnapshotReads):
         runs a transaction, which meets another process's grow."""
         for _ in range(_RESIZE_ATTEMPTS):
             try:
-                self._check_schema()
-                return {name: self._env.open_db(name.encode()) for name in TABLES}
+                return lmdb_schema.open_tables(self._env, self.label, TABLES)
             except lmdb.MapResizedError:
                 self._env.set_mapsize(0)  # adopt the size another process grew the map to
         raise StoreUnavailable(f"{_label(self.path)}: the map keeps being resized by other processes")
-
-    def _check_schema(self) -> None:
-        """Refuse an environment of a newer layout (nothing created in it); stamp a new or an
-        unversioned one (same layout) with :data:`SCHEMA_VERSION`."""
-        try:
-            meta = self._env.open_db(META_DB, create=False)
-        except lmdb.NotFoundError:
-            meta = None
-        if meta is not None:
-            with self._env.begin(db=meta) as txn:
-                raw = txn.get(SCHEMA_KEY)
-            if raw is not None:
-                if not raw.isdigit():
-                    raise CorruptedData(f"{self.label} is damaged: its schema version record is {raw[:32]!r}")
-                version = int(raw)
-                if version > SCHEMA_VERSION:
-                    raise CorruptedData(
-                        f"{self.label} was written by a newer lakefuse (schema version {version}; this "
-                        f"lakefuse reads up to {SCHEMA_VERSION}): upgrade lakefuse. Nothing was changed")
-                if version == SCHEMA_VERSION:
-                    return
-                # an older versioned layout would be migrated here (none exists yet)
-        unversioned = any(self._has_db(name) for name in TABLES)
-        meta = self._env.open_db(META_DB)
-        with self._env.begin(write=True, db=meta) as txn:
-            txn.put(SCHEMA_KEY, str(SCHEMA_VERSION).encode())
-        if unversioned:
-            log.info("%s: recorded schema version %d (written before versions were recorded; same layout)",
-                     self.label, SCHEMA_VERSION)
-
-    def _has_db(self, name: str) -> bool:
-        try:
-            self._env.open_db(name.encode(), create=False)
-        except lmdb.NotFoundError:
-            return False
-        return True
 
     @property
     def label(self) -> str:

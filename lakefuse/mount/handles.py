@@ -38,6 +38,7 @@ from lakefuse.mount.offload import BULK_WRITE_MIN
 from lakefuse.mount.openelsewhere import open_elsewhere
 
 log = logging.getLogger(__name__)
+_COUNTS = threading.Lock()  # SpoolFile.writers (held for an increment only: never during I/O)
 
 
 class Handle:
@@ -375,6 +376,9 @@ class SpoolHandle(Handle):
         self.sf = sf
         self.writable = writable
         self.spool = spool
+        if writable:
+            with _COUNTS:
+                sf.writers += 1
 
     def read_nowait(self, offset: int, size: int) -> bytes | bytearray | None:
         return self.sf.read_nowait(offset, size)
@@ -399,9 +403,12 @@ class SpoolHandle(Handle):
         self.sf.fallocate(mode, offset, length)
 
     def _reader_of_unsaved(self) -> bool:
-        """A read-only handle of a file whose save failed: its close leaves the save to the
-        spool's retry (a reader's close does not fail for a writer's save)."""
-        return not self.writable and self.sf.failure is not None
+        """A read-only handle of a file whose save failed -- its close leaves the save to the
+        spool's retry (a reader's close does not fail for a writer's save) -- or of a file another
+        handle still has open for writing: a reader's close publishes nobody's half-written file
+        (the concurrency tour: a ``cat``'s close staged it, over a newer upload); the writer's close
+        saves it, or the last release."""
+        return not self.writable and (self.sf.failure is not None or self.sf.writers > 0)
 
     def pending(self) -> bool:
         return self.sf.dirty and not self._reader_of_unsaved()
@@ -446,6 +453,9 @@ class SpoolHandle(Handle):
         return not self.spool.release_is_inline(self.node.ino)
 
     def release(self) -> None:
+        if self.writable:
+            with _COUNTS:
+                self.sf.writers -= 1
         was_dirty = self.sf.dirty
         with self._saving() if was_dirty else contextlib.nullcontext():
             self.spool.release(self.node.ino)

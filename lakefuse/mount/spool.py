@@ -100,6 +100,7 @@ class SpoolFile:
         self.sid = new_sid()
         self.lock = threading.RLock()
         self.handles = 0
+        self.writers = 0  # the handles open for writing (a reader's close saves nothing while one is)
         self._fd: int | None = None
         self.on_disk = False  # a spool file or its sidecar exists (close has files to remove)
         self.loaded = False  # the spool file holds the whole content

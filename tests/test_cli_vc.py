@@ -496,6 +496,13 @@ def test_recursive_upload_checks_paths_first(cli, tmp_path):
     assert "UTF-8" in cli.fails(2, "fs", "upload", f"{REPO}/main/", "--source", str(src), "-r")
     assert cli("fs", "ls", f"{REPO}/main/") == ""
     assert not list((cli.home / "storage" / "demo").glob("data/*/*"))  # nothing was uploaded
+    # a path too long for a branch: the refusal names the file (a tour of odd names had to find it)
+    (src / "\udcff-bad.txt").unlink()
+    deep = src.joinpath(*["d" * 200] * 3)
+    deep.mkdir(parents=True)
+    (deep / "f.txt").write_text("x")
+    err = cli.fails(2, "fs", "upload", f"{REPO}/main/", "--source", str(src), "-r")
+    assert str(deep / "f.txt") in err and "494" in err and "nothing was uploaded" in err, err
 
 
 def test_refs_restore_from_manifest_file_into_new_namespace_name(cli, story, tmp_path):

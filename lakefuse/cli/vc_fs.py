@@ -169,7 +169,10 @@ def _upload_tree(args, repo: Repository, branch: str, root: str, prefix: str) ->
     for local, why in skipped:
         note(f"lakefuse: skipped {local} ({why})")
     for f in files:  # every path is checked before anything is uploaded
-        as_path(f.path)
+        try:
+            as_path(f.path)
+        except InvalidArgument as e:  # (the file it is: a path's length alone does not tell which)
+            raise type(e)(f"{show_name(f.local)}: {e} (nothing was uploaded)") from None
     repo.get_branch(branch)  # a missing branch or a tag fails before the upload
     total = sum(f.size for f in files)
     progress = _progress(args, total)

@@ -74,7 +74,9 @@ def test_cli_import_gc_export(spark, tmp_path, capsys):
     assert rc == 0 and json.loads(o) == {"default_retention_days": 7,
                                          "branches": [{"branch_id": "main", "retention_days": 21}]}
     rc, o, err = run(capsys, "--home", home, "gc", "mark", "lakefs://clirepo", "--dry-run")
-    assert rc == 0 and "0 objects" in err and o == ""
+    assert rc == 0 and "0 objects" in err and o == "" and "warning" not in err
+    rc, o, err = run(capsys, "--home", home, "gc", "mark", "lakefs://clirepo", "--dry-run", "--min-age", "0.1")
+    assert rc == 0 and "warning: --min-age 0.1 is under 0.2 hours" in err, err  # (a concurrency tour)
     rc, o, err = run(capsys, "--home", home, "gc", "run", "lakefs://clirepo", "--json")
     assert rc == 0, err
     lines = [json.loads(x) for x in o.splitlines()]

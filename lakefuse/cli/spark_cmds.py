@@ -253,6 +253,10 @@ def _mark(args, repo):
     limit = MAX_MIN_AGE.total_seconds() / 3600
     if not 0 <= args.min_age <= limit:  # (also NaN; inf and 1e12 overflowed a timedelta: a traceback)
         raise InvalidArgument(f"--min-age must be a number of hours from 0 to {limit:,.0f}, not {args.min_age}")
+    if args.min_age < 0.2:  # (a concurrency tour: 0 deleted a running mount's shared empty object, unwarned)
+        note(f"lakefuse: warning: --min-age {args.min_age:g} is under 0.2 hours: a mount of this repository running "
+             "now reuses one empty object for up to 10 minutes, and objects being written are not staged yet; "
+             "they may be deleted")
     _sole_writer(args, repo)
     spark = _spark(args)
     return spark, mark(spark, repo, min_age=timedelta(hours=args.min_age), dry_run=args.dry_run,

@@ -443,3 +443,23 @@ def test_background_checkpoints_that_fail_are_said_once_and_when_they_go_through
         assert len([m for m in said if "go through again" in m]) == 1, said
     finally:
         e.close()
+
+
+def test_a_write_to_a_repository_deleted_meanwhile_is_not_found_not_the_store_unavailable(tmp_path):
+    """Found by a concurrency tour: an upload racing ``repo delete`` failed with exit 6 ("cannot
+    write its redo log: No such file", a storage problem to look for) where the others said the
+    repository was not found (exit 3)."""
+    import shutil
+
+    from graveler import Graveler, GravelerConfig
+    from graveler.errors import NotFound
+    from tests.graveler_testutil import entry
+
+    g = Graveler(GravelerConfig(home=tmp_path / "h"))
+    r = g.create_repository("gone-soon", f"file://{tmp_path}/ns")
+    r.stage("main", "a", entry("a"))
+    shutil.rmtree(tmp_path / "h" / "repos" / "gone-soon")  # (what `repo delete` does, from another process)
+    with pytest.raises(NotFound, match="is gone"):
+        for i in range(5):
+            r.stage("main", f"b{i}", entry("b"))
+    g.close()

@@ -65,7 +65,7 @@ from pathlib import Path
 import google_crc32c
 import lmdb
 
-from graveler.errors import CorruptedData, NoSpace, StoreUnavailable
+from graveler.errors import CorruptedData, NoSpace, NotFound, StoreUnavailable
 from graveler.kv import lmdb_file
 from graveler.kv.base import TABLES
 
@@ -461,6 +461,8 @@ class Keeper:
         except BaseException as e:
             self.done()
             if isinstance(e, OSError):
+                if e.errno == errno.ENOENT and not self.redo.path.exists():  # (a `repo delete` meanwhile)
+                    raise NotFound(f"{self.redo.label} is gone (the repository was deleted)") from None
                 full = e.errno in (errno.ENOSPC, errno.EDQUOT) or (e.errno == errno.EIO and nearly_full(self.redo.path))
                 cls = NoSpace if full else StoreUnavailable
                 raise cls(f"{self.redo.label}: cannot write its redo log: {e.strerror or e}") from None

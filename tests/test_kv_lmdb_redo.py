@@ -462,4 +462,4 @@ def test_a_write_to_a_repository_deleted_meanwhile_is_not_found_not_the_store_un
     with pytest.raises(NotFound, match="is gone"):
         for i in range(5):
             r.stage("main", f"b{i}", entry("b"))
-    g.close()
+    g.close()  # (and its close says nothing: it was "cannot write its redo log", then a traceback)

@@ -591,7 +591,8 @@ class Env(SnapshotReads):
     def close(self) -> None:
         self._stop_syncer.set()
         self._ckpt_soon.set()
-        if self._keeper is not None and not self._closed and self._keeper.since:
+        gone = not os.path.isdir(self.path)  # (the repository deleted meanwhile: nothing to keep, nothing to say)
+        if self._keeper is not None and not self._closed and self._keeper.since and not gone:
             try:  # a clean close leaves nothing for a restart to redo
                 self._checkpoint_now()
             except GravelerError as e:
@@ -600,7 +601,11 @@ class Env(SnapshotReads):
             if not self._closed:
                 self._closed = True
                 if self._keeper is not None:
-                    self._keeper.drop_pin()
+                    try:
+                        self._keeper.drop_pin()
+                    except FileNotFoundError:
+                        if not gone:
+                            raise
                 if self._redo is not None:
                     self._redo.close()
                 self._env.close()

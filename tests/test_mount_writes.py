@@ -1114,3 +1114,24 @@ def test_a_readers_close_publishes_no_file_another_handle_is_writing(fs, repo):
     fs.release(r.fh)
     from graveler.objects import PosixAttrs
     assert PosixAttrs.from_metadata(repo.get("main", "top").metadata).mode & 0o777 == 0o600
+
+
+def test_an_mtime_set_through_a_descriptor_leaves_a_set_atime_and_so_does_a_write(fs, repo):
+    """Found by a shell user's tour: GNU ``touch -m`` (an ``O_WRONLY`` open, then ``futimens`` with
+    the atime left alone) moved an atime ``touch -a`` had set to the new mtime; ext4 keeps it, and
+    keeps it across writes too (a write moves the mtime, not the atime)."""
+    ino = ino_of(fs, "main/top")
+    fs.setattr(ino, SetAttr(atime_ns=978_307_200_000_000_000))  # touch -a -d 2001-01-01
+    w = fs.open(ino, os.O_WRONLY)
+    a = fs.setattr(ino, SetAttr(mtime_ns=1_009_843_200_000_000_000), fh=w.fh)  # touch -m -d 2002-01-01
+    assert (a.atime_ns, a.mtime_ns) == (978_307_200_000_000_000, 1_009_843_200_000_000_000)
+    fs.flush(w.fh)
+    fs.release(w.fh)
+    a = fs.getattr(ino)
+    assert (a.atime_ns, a.mtime_ns) == (978_307_200_000_000_000, 1_009_843_200_000_000_000)
+    w = fs.open(ino, os.O_WRONLY | os.O_APPEND)
+    fs.write(w.fh, 3, b"more")
+    fs.flush(w.fh)
+    fs.release(w.fh)
+    a = fs.getattr(ino)
+    assert a.atime_ns == 978_307_200_000_000_000 and a.mtime_ns > 1_700_000_000_000_000_000

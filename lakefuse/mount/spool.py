@@ -297,8 +297,8 @@ class SpoolFile:
     def _changed(self) -> None:
         """The content changed: new times, one more generation to save."""
         self.mtime_ns = self.ctime_ns = time.time_ns()
-        if (a := self.attrs).mtime_ns is not None or a.atime_ns is not None:  # both become the write time
-            self.attrs = PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None, None)
+        if (a := self.attrs).mtime_ns is not None:  # the write time (an atime set stays: ext4 moves no atime on a write)
+            self.attrs = PosixAttrs(a.mode, a.uid, a.gid, a.symlink, None, a.atime_ns)
         self._gen += 1
 
     def _hash(self, offset: int, data) -> None:

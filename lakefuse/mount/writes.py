@@ -364,6 +364,7 @@ class BranchWrites:
             uid=pa.uid if pa.uid is not None else (a.uid if a is not None else self.config.uid),
             gid=pa.gid if pa.gid is not None else (a.gid if a is not None else self.config.gid),
             mtime_ns=pa.mtime_ns,
+            atime_ns=pa.atime_ns,  # (a set atime stays: `touch -m` through a descriptor moved it to the mtime)
         )
 
     # ------------------------------------------------------------------ create / mkdir / symlink / mknod

@@ -313,8 +313,34 @@ def test_log(rm):
     full = list(rm.log(m.id, first_parent=False))
     assert len(full) == 6 and full[0].id == m.id and full[-1].id == base[0].id
     assert len({c.id for c in full}) == 6
-    gens = [c.generation for c in full]
-    assert gens == sorted(gens, reverse=True)
+    dates = [c.creation_date for c in full]
+    assert dates == sorted(dates, reverse=True)  # (a child of its parent's time before it: base[0], s0)
+
+
+def test_the_full_log_is_by_creation_date_as_lakefs_and_git_show_it(rm):
+    """Found by a refs tour: the full log went by generation, so after a merge of a 5-commit side
+    branch, the branch's own newest commit came 6th of 8 (304th of 367 in a bigger one) and
+    ``log -n 2`` missed it. lakeFS's log (and git's) is by date, newest first; lakeFS breaks ties
+    by the higher commit ID."""
+    def at(msg, parents, gen, t):
+        c = Commit.create("t", msg, "", parents, gen, {}, datetime.fromtimestamp(1_700_000_000 + t, timezone.utc))
+        rm.put_commit(c)
+        return c
+
+    root = at("root", (), 1, 0)
+    side, p = [], root
+    for i in range(5):
+        p = at(f"side{i + 1}", (p.id,), p.generation + 1, 10 + i)
+        side.append(p)
+    main1 = at("main1", (root.id,), 2, 100)
+    merge = at("merge", (main1.id, side[-1].id), 7, 200)
+    got = [c.message for c in rm.log(merge.id, first_parent=False)]
+    assert got == ["merge", "main1", "side5", "side4", "side3", "side2", "side1", "root"]
+    assert [c.message for c in rm.log(merge.id, first_parent=False, amount=2)] == ["merge", "main1"]
+    a, b = at("tie-a", (root.id,), 2, 300), at("tie-b", (root.id,), 2, 300)  # (one time: the higher ID first)
+    tip = at("both", (a.id, b.id), 3, 400)
+    got = [c.id for c in rm.log(tip.id, first_parent=False)][1:3]
+    assert got == sorted([a.id, b.id], reverse=True)
 
 
 def test_log_long(rm):

@@ -20,12 +20,24 @@ class CommitReader(Protocol):
 
 
 def log(refs: CommitReader, commit_id: str, first_parent: bool = True, amount: int | None = None) -> Iterator[Commit]:
-    """Commits from ``commit_id`` back: first parents only, or the full history
-    (every ancestor once, highest generation first, newest first among equals)."""
+    """Commits from ``commit_id`` back: first parents only, or the full history (every ancestor
+    once, newest creation date first, the higher commit ID first among equals: lakeFS's order, and
+    git log's by commit date). (It was by generation, which put a branch's own newest commit after
+    every commit of a branch merged into it: a refs tour.)"""
     if first_parent:
         yield from _log_first_parent(refs, commit_id, amount)
     else:
-        yield from _log_by_generation(refs, commit_id, amount)
+        yield from _log_by_date(refs, commit_id, amount)
+
+
+def _by_date(c: Commit) -> tuple:
+    """A commit's place in the full log's min-heap: the newest first; among commits of one time, the
+    higher generation (a child made in its parent's microsecond still comes before it), then the higher
+    ID (hex, of one length)."""
+    return (-c.creation_date.timestamp(), -c.generation, c.id.translate(_DESCENDING), c.id, c)
+
+
+_DESCENDING = str.maketrans("0123456789abcdefABCDEF", "fedcba9876543210543210")
 
 
 def _log_first_parent(refs: CommitReader, commit_id: str, amount: int | None) -> Iterator[Commit]:
@@ -42,24 +54,23 @@ def _log_first_parent(refs: CommitReader, commit_id: str, amount: int | None) ->
         yield from batch
 
 
-def _log_by_generation(refs: CommitReader, commit_id: str, amount: int | None) -> Iterator[Commit]:
+def _log_by_date(refs: CommitReader, commit_id: str, amount: int | None) -> Iterator[Commit]:
     remaining = amount if amount is not None else -1
     with refs.env.read() as txn:
         first = refs.get_commit_txn(txn, commit_id)
-    heap: list[tuple[int, float, str, Commit]] = [(-first.generation, -first.creation_date.timestamp(), first.id, first)]
+    heap: list[tuple] = [_by_date(first)]
     seen = {first.id}
     while heap and remaining != 0:
         batch: list[Commit] = []
         with refs.env.read() as txn:
             while heap and remaining != 0 and len(batch) < 512:
-                _, _, _, c = heapq.heappop(heap)
+                c = heapq.heappop(heap)[-1]
                 batch.append(c)
                 remaining -= 1
                 for p in c.parents:
                     if p not in seen:
                         seen.add(p)
-                        pc = refs.get_commit_txn(txn, p)
-                        heapq.heappush(heap, (-pc.generation, -pc.creation_date.timestamp(), pc.id, pc))
+                        heapq.heappush(heap, _by_date(refs.get_commit_txn(txn, p)))
         yield from batch
 
 

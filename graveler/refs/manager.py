@@ -444,7 +444,7 @@ class RefManager:
     # history (graveler.refs.graph)
     def log(self, commit_id: str, first_parent: bool = True, amount: int | None = None) -> Iterator[Commit]:
         """Commits from ``commit_id`` back: first parents only, or the full history
-        (every ancestor once, highest generation first, newest first among equals)."""
+        (every ancestor once, newest first by creation date, as lakeFS's log)."""
         return graph.log(self, commit_id, first_parent, amount)
 
     def find_merge_base(self, left_id: str, right_id: str) -> Commit | None:

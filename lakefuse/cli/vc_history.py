@@ -60,8 +60,9 @@ def register(sub) -> None:
                    help="take an empty (or blank) message; refused without it, as git and lakectl do")
 
     p = add_command(sub, "log", "show the history of a ref, newest first", cmd_log,
-                    epilog="Every ancestor once, as git log and lakectl log show them: the highest generation\n"
-                           "first (a commit before its parents), the newest first among equals. --first-parent\n"
+                    epilog="Every ancestor once, as lakectl log (and git log) show them: newest first by creation\n"
+                           "date (among commits of one time, a child before its parent, then the higher commit\n"
+                           "ID). --first-parent\n"
                            "follows first parents only: the branch's own line, a merge standing for what it\n"
                            "brought in.")
     p.add_argument("ref", metavar="lakefs://REPO/REF")

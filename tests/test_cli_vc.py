@@ -589,3 +589,17 @@ def test_real_cli_subprocess(tmp_path):
         assert r.stdout == "" and len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr
     r = run_lakefuse(home, "fs", "--help")
     assert r.returncode == 0 and "upload" in r.stdout
+
+
+def test_diff_takes_gits_two_and_three_dot_forms_and_names_a_bad_expression(cli, story):
+    """Found by a refs tour: ``diff lakefs://r/main~3..main`` (a git user's form), ``main...x``,
+    ``main^2`` of a commit with one parent, all said "branch '...' not found" (exit 3), where show
+    and log give the expression's own error."""
+    cli("branch", "create", f"{REPO}/x", "--source", "main")
+    cli("fs", "rm", f"{REPO}/x/ds/readme.txt")
+    cli("commit", f"{REPO}/x", "-m", "rm on x")
+    two = cli("diff", f"{REPO}/main..x")
+    assert two == cli("diff", f"{REPO}/main", "x") and "readme.txt" in two
+    assert cli("diff", f"{REPO}/main...x") == cli("diff", f"{REPO}/main", "x", "--three-dot")
+    assert "parent" in cli.fails(3, "diff", f"{REPO}/main^2")
+    assert "both sides" in cli.fails(2, "diff", f"{REPO}/main..")

@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Iterator
 
-from graveler.errors import InvalidArgument, MergeConflict, ReadOnlyRef
+from graveler.errors import InvalidArgument, MergeConflict, NotFound, ReadOnlyRef
 from graveler import Repository
 from graveler.model import DiffRecord, DiffType, Entry
 from graveler.refs import Commit
@@ -36,8 +36,10 @@ With two refs: the committed differences from LEFT to RIGHT (a branch counts as
 its head commit; its uncommitted changes are not included), as git's `diff A B`
 (two-dot); with --three-dot, RIGHT's changes since its merge base with LEFT, as
 git's `diff A...B` and lakectl's default: what a merge of RIGHT into LEFT brings (with
-several best common ancestors, over the same virtual base the merge takes). With one
-branch: its uncommitted changes against its head commit.
+several best common ancestors, over the same virtual base the merge takes). git's
+forms in one argument are taken too: lakefs://REPO/A..B is LEFT A and RIGHT B,
+lakefs://REPO/A...B the same with --three-dot. With one branch: its uncommitted
+changes against its head commit.
 
 Each line is `+ path` (added), `- path` (removed) or `~ path` (changed);
 --json prints one object per line: type, path, and the left / right entries."""
@@ -198,9 +200,16 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     left = uri_arg(args.left)
     lref = left.with_ref()
+    rref = None
+    if args.right is None and ".." in lref:  # git's A..B (A B) and A...B (--three-dot): ".." is in no ref name
+        dots = "..." if "..." in lref else ".."
+        lref, rref = lref.split(dots, 1)
+        if not lref or not rref:
+            raise InvalidArgument(f"{args.left}: give both sides of {dots!r} (there is no HEAD here)")
+        args.three_dot = args.three_dot or dots == "..."
     with session(args) as s:
         repo = s.repo(left)
-        if args.right is None:
+        if args.right is None and rref is None:
             if args.three_dot:
                 raise InvalidArgument("--three-dot compares two refs: give RIGHT too")
             try:
@@ -209,8 +218,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
                 what = str(e).replace(": it cannot be changed", "")
                 raise InvalidArgument(f"{what}: uncommitted changes are a branch's; give two refs to compare "
                                       f"(lakefuse diff {args.left} lakefs://{left.repository}/OTHER)") from None
+            except NotFound:  # no such branch: an expression's own error says why (main^2, main~1a)
+                repo.get_commit(lref)
+                raise
         else:
-            rref = ref_arg(args.right, left.repository)  # (a plain ref too, as revert's and tag's)
+            if rref is None:
+                rref = ref_arg(args.right, left.repository)  # (a plain ref too, as revert's and tag's)
             if args.three_dot:  # (against the base a merge takes: a virtual one in criss-cross histories)
                 records = repo.diff_since_base(lref, rref)
                 if records is None:

@@ -172,23 +172,20 @@ class Repository:
         """All tags, by name."""
         return self._refs.list_tags()
 
-    def create_tag(self, name: str, ref: str, force: bool = False) -> Tag:
-        """Tag the commit ``ref`` resolves to (a branch's head: staging is not part of it). ``force``: a
-        tag of that name is moved, in the same transaction (no reader finds it missing meanwhile)."""
+    def create_tag(self, name: str, ref: str, force: bool = False, previous: list | None = None) -> Tag:
+        """Tag the commit ``ref`` resolves to (a branch's head, not its staging). ``force``: a tag of that name is
+        moved in the same transaction (no reader finds it missing); ``previous`` gets the commit it named."""
 
         def fn(txn):
             self._core.same_txn(txn)
             rr = self._refs.resolve_txn(txn, ref)
-            return self._refs.create_tag_txn(txn, name, rr.commit_id, replace=force)
+            return self._refs.create_tag_txn(txn, name, rr.commit_id, replace=force, replaced=previous)
 
         return self._env.write(fn)
 
-    def delete_tag(self, name: str) -> None:
-        def fn(txn):
-            self._core.same_txn(txn)
-            self._refs.delete_tag_txn(txn, name)
-
-        self._env.write(fn)
+    def delete_tag(self, name: str) -> Tag:
+        """Delete tag ``name``; the tag it was."""
+        return self._env.write(lambda txn: (self._core.same_txn(txn), self._refs.delete_tag_txn(txn, name))[1])
 
     # ------------------------------------------------------------------ staging writes
 

@@ -603,3 +603,18 @@ def test_diff_takes_gits_two_and_three_dot_forms_and_names_a_bad_expression(cli,
     assert cli("diff", f"{REPO}/main...x") == cli("diff", f"{REPO}/main", "x", "--three-dot")
     assert "parent" in cli.fails(3, "diff", f"{REPO}/main^2")
     assert "both sides" in cli.fails(2, "diff", f"{REPO}/main..")
+
+
+def test_moving_or_deleting_a_tag_says_which_commit_it_named(cli, story):
+    """Found by a refs tour: ``tag create --force`` said only "created", ``tag delete`` only
+    "deleted": the commit a moved or deleted tag named was gone from sight, the move not undoable.
+    As git ("Updated tag (was ...)", "Deleted tag (was ...)") and lakefuse's branch delete."""
+    first = cli.json("show", f"{REPO}/main")["id"]
+    cli("tag", "create", f"{REPO}/moving", "main")
+    cli("fs", "rm", f"{REPO}/main/ds/readme.txt")
+    cli("commit", f"{REPO}/main", "-m", "rm")
+    moved = cli("tag", "create", f"{REPO}/moving", "main", "--force")
+    assert "moved to" in moved and f"(was {first[:12]})" in moved, moved
+    assert cli.json("tag", "create", f"{REPO}/moving", "main", "--force")["was"] != first  # (now the new one)
+    gone = cli("tag", "delete", f"{REPO}/moving")
+    assert "deleted (was " in gone and "tag create" in gone, gone

@@ -361,20 +361,25 @@ class RefManager:
         return Tag.from_bytes(raw, name)
 
     def create_tag_txn(self, txn: Txn, name: str, commit_id: str, restored: bool = False,
-                       replace: bool = False) -> Tag:
+                       replace: bool = False, replaced: list | None = None) -> Tag:
         """A new tag; ``restored``: one a refs dump brings, under lakeFS's looser name rule;
-        ``replace``: a tag of that name is moved (in this transaction)."""
+        ``replace``: a tag of that name is moved (in this transaction; ``replaced`` gets the commit it named)."""
         (validate_lakefs_tag_name if restored else validate_tag_name)(name)
         self.get_commit_txn(txn, commit_id)
         if replace:
+            old = txn.get(TAGS, name.encode())
+            if old is not None and replaced is not None:
+                replaced.append(Tag.from_bytes(old, name).commit_id)
             txn.delete(TAGS, name.encode())
         if not txn.insert(TAGS, name.encode(), Tag(name, commit_id).to_bytes()):
             raise AlreadyExists(f"tag {name!r} already exists")
         return Tag(name, commit_id)
 
-    def delete_tag_txn(self, txn: Txn, name: str) -> None:
-        if not txn.delete(TAGS, name.encode()):
-            raise NotFound(f"tag {name!r} not found")
+    def delete_tag_txn(self, txn: Txn, name: str) -> Tag:
+        """Delete tag ``name``; the tag it was (what a `tag create` makes again)."""
+        was = self.get_tag_txn(txn, name)
+        txn.delete(TAGS, name.encode())
+        return was
 
     def list_tags(self) -> list[Tag]:
         """All tags, by name."""

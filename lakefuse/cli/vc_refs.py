@@ -335,11 +335,14 @@ def cmd_tag_create(args: argparse.Namespace) -> int:
     name = u.with_ref("tag")
     with session(args) as s:
         repo = s.repo(u)
-        t = repo.create_tag(name, ref_arg(args.ref, u.repository), force=args.force)
+        was: list[str] = []
+        t = repo.create_tag(name, ref_arg(args.ref, u.repository), force=args.force, previous=was)
         _shadow_note(repo, "branch", name, f"lakefs://{u.repository}/{name} names the branch: this tag is "
                                            "reached only by its commit")
     if args.json:
-        emit_json({"name": t.name, "commit_id": t.commit_id})
+        emit_json({"name": t.name, "commit_id": t.commit_id, **({"was": was[-1]} if was else {})})
+    elif was:  # (what a move replaced, as git's "Updated tag (was ...)": the move can be undone)
+        out(f"Tag {t.name!r} moved to {t.commit_id[:12]} (was {was[-1][:12]})")
     else:
         out(f"Tag {t.name!r} created at {t.commit_id[:12]}")
     return 0
@@ -361,11 +364,12 @@ def cmd_tag_delete(args: argparse.Namespace) -> int:
     u = uri_arg(args.tag)
     name = u.with_ref("tag")
     with session(args) as s:
-        s.repo(u).delete_tag(name)
+        was = s.repo(u).delete_tag(name)
     if args.json:
-        emit_json({"deleted": name})
+        emit_json({"deleted": name, "commit_id": was.commit_id})
     else:
-        out(f"Tag {name!r} deleted")
+        out(f"Tag {name!r} deleted (was {was.commit_id[:12]}; `lakefuse tag create lakefs://{u.repository}/{name} "
+            f"{was.commit_id}` makes it again)")
     return 0
 
 

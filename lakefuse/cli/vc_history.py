@@ -64,7 +64,7 @@ def register(sub) -> None:
     p = add_command(sub, "log", "show the history of a ref, newest first", cmd_log,
                     epilog="Every ancestor once, as lakectl log (and git log) show them: newest first by creation\n"
                            "date (among commits of one time, a child before its parent, then the higher commit\n"
-                           "ID). --first-parent\n"
+                           "ID); one line each, a merge's marked '(merge)' unless its message says so. --first-parent\n"
                            "follows first parents only: the branch's own line, a merge standing for what it\n"
                            "brought in.")
     p.add_argument("ref", metavar="lakefs://REPO/REF")
@@ -180,7 +180,8 @@ def cmd_log(args: argparse.Namespace) -> int:
                 emit_json(commit_json(c))
             else:
                 first = c.message.splitlines()[0] if c.message else ""
-                merge = "Merge: " if len(c.parents) > 1 and not first.startswith("Merge") else ""
+                # (a merge marked as such: "Merge: " read as lakectl's line of parent IDs -- a refs tour)
+                merge = "(merge) " if len(c.parents) > 1 and not first.lower().startswith("merge") else ""
                 out(f"{c.id[:12]}  {local_time(c.creation_date)}  {c.committer:<12}  {merge}{first}")
     return 0
 

@@ -162,13 +162,12 @@ def _copy_task(ns: Namespace, dest: Namespace):
                     skipped += 1
                     continue
                 src, skey = _source(ns, address, atype, stores)
+                attrs = ((_perm(mode), _ns(mtime)),) if local else ()
                 try:
-                    _copy_one(out, src, skey, key, size, etag)
+                    _copy_one(out, src, skey, key, size, etag, *attrs)
                 except NotFound as e:  # (the store names its address only: say which file, a newline escaped)
                     shown = key if key.isprintable() else repr(key)  # (a name never breaks the line it is on)
                     raise NotFound(f"{shown}: {str(e) if str(e).isprintable() else repr(str(e))}") from None
-                if local:
-                    out.set_attrs(key, None if mode is None else int(mode, 8) & 0o777, _ns(mtime))
                 copied += 1
                 nbytes += size
         fault_point("export_copy")
@@ -233,7 +232,7 @@ class NoFollowDest:
             raise
         return fds, names
 
-    def _write(self, key: str, fill) -> None:
+    def _write(self, key: str, fill, attrs: tuple | None = None) -> None:
         fds, names = self._walk(key, True)
         dfd, name = fds[-1], names[-1]
         try:
@@ -242,6 +241,11 @@ class NoFollowDest:
             try:
                 try:
                     fill(fd)
+                    if attrs is not None:  # (the commit's permission bits, else 0644, and its mtime: set before the rename)
+                        mode, mtime_ns = attrs
+                        os.fchmod(fd, 0o644 if mode is None else mode)
+                        if mtime_ns is not None:
+                            os.utime(fd, ns=(mtime_ns, mtime_ns))
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -263,10 +267,12 @@ class NoFollowDest:
         finally:
             _close_all(fds)
 
-    def put(self, key: str, data: bytes) -> None:
-        self._write(key, lambda fd: _write_all(fd, data))
+    def put(self, key: str, data: bytes, attrs: tuple | None = None) -> None:
+        """``data`` at ``key``; ``attrs``: (permission bits or None for 0644, mtime in ns or None) --
+        not the owner, nor setuid/setgid bits."""
+        self._write(key, lambda fd: _write_all(fd, data), attrs)
 
-    def put_file(self, key: str, path: str) -> None:
+    def put_file(self, key: str, path: str, attrs: tuple | None = None) -> None:
         with open(path, "rb") as src:
             def fill(fd: int) -> None:
                 off = 0
@@ -274,7 +280,7 @@ class NoFollowDest:
                     sparse.pwrite_sparse(fd, chunk, off)  # (runs of zeros stay holes, as LocalStore.put_file)
                     off += len(chunk)
                 os.ftruncate(fd, off)
-            self._write(key, fill)
+            self._write(key, fill, attrs)
 
     def symlink(self, key: str, target: str, mtime_ns: int | None) -> None:
         """A symbolic link at ``key`` to ``target`` (as the commit has it; never followed here), in place
@@ -294,24 +300,6 @@ class NoFollowDest:
                     raise self._conflict(key) from e
                 raise
             os.fsync(dfd)
-        finally:
-            _close_all(fds)
-
-    def set_attrs(self, key: str, mode: int | None, mtime_ns: int | None) -> None:
-        """The file's permission bits (rwx for owner, group, others; the commit's, else 0644) and its
-        mtime (the commit's, where it has one) -- not its owner, nor setuid/setgid bits."""
-        got = self._walk(key, False)
-        if got is None:
-            return
-        fds, names = got
-        try:  # (through a descriptor opened without following a link: one planted meanwhile is refused)
-            fd = os.open(names[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fds[-1])
-            try:
-                os.fchmod(fd, 0o644 if mode is None else mode)
-                if mtime_ns is not None:
-                    os.utime(fd, ns=(mtime_ns, mtime_ns))
-            finally:
-                os.close(fd)
         finally:
             _close_all(fds)
 
@@ -353,6 +341,13 @@ def _kind(mode: str | None, link: str | None) -> str:
     return "file" if fmt in (0, stat.S_IFREG) else "link" if fmt == stat.S_IFLNK else "other"
 
 
+def _perm(mode: str | None) -> int | None:
+    try:
+        return None if mode is None else int(mode, 8) & 0o777
+    except ValueError:
+        return None
+
+
 def _ns(mtime: str | None) -> int | None:
     try:
         return None if mtime is None else int(mtime)
@@ -365,9 +360,10 @@ def _close_all(fds: list[int]) -> None:
         os.close(fd)
 
 
-def _copy_one(out, src, skey: str, key: str, size: int, etag: str) -> None:
+def _copy_one(out, src, skey: str, key: str, size: int, etag: str, *attrs) -> None:
     """One object onto the destination, checked against its entry (size; the MD5 of a plain etag)
-    before it is put: an export that writes _SUCCESS holds the commit's bytes, never a changed file's."""
+    before it is put: an export that writes _SUCCESS holds the commit's bytes, never a changed file's.
+    ``attrs``: a local destination's (mode, mtime) for :meth:`NoFollowDest.put`."""
     if size > _BIG:
         fd, tmp = tempfile.mkstemp(prefix="lakefuse-export-")
         os.close(fd)
@@ -375,13 +371,13 @@ def _copy_one(out, src, skey: str, key: str, size: int, etag: str) -> None:
             src.get_to_file(skey, tmp)
             with open(tmp, "rb") as f:
                 _check(key, os.fstat(f.fileno()).st_size, size, etag, f)
-            out.put_file(key, tmp)
+            out.put_file(key, tmp, *attrs)
         finally:
             os.unlink(tmp)
     else:
         data = src.get(skey)
         _check(key, len(data), size, etag, data)
-        out.put(key, data)
+        out.put(key, data, *attrs)
 
 
 def export(spark, repo, ref: str, dest_uri: str, previous: str | None = None, full: bool = False,

@@ -164,8 +164,11 @@ def test_a_read_left_by_an_exception_gives_its_reader_slot_back(tmp_path):
 
 def test_an_open_waiting_for_another_process_s_write_transaction_says_so(tmp_path, caplog, monkeypatch):
     """Found by a concurrency tour: a process stopped inside a write transaction held every command
-    back -- read-only ones too (opening the tables takes LMDB's writer lock) -- without a word. The
-    wait is said after a moment, naming the database; the open goes on once the writer is done."""
+    back -- read-only ones too (opening the tables takes LMDB's writer lock) -- without a word, and
+    the wait held the GIL (py-lmdb's ``open_db``): nothing else in the process ran. The wait now
+    releases the GIL and is said after a moment, naming the database; the open goes on once the
+    writer is done."""
+    import threading
     import time
 
     from graveler.kv import lmdb_schema
@@ -173,20 +176,35 @@ def test_an_open_waiting_for_another_process_s_write_transaction_says_so(tmp_pat
     home = _make_repo(tmp_path)
     monkeypatch.setattr(lmdb_schema, "WAIT_NOTE_S", 0.3)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import lmdb, sys, time\n"
+        "import lmdb, sys\n"
         f"e = lmdb.open({str(_refs(home))!r}, max_dbs=20, map_size=1 << 20, readahead=False, lock=True)\n"
-        "t = e.begin(write=True)\nprint('held', flush=True)\ntime.sleep(1.5)\nt.abort()\n")],
-        stdout=subprocess.PIPE, text=True)
+        "t = e.begin(write=True)\nprint('held', flush=True)\nsys.stdin.readline()\nt.abort()\n")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    opened: list = []
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "waiting for another process's write transaction"
+                in r.getMessage()]
+
     try:
         assert holder.stdout.readline().strip() == "held"
         caplog.set_level("WARNING", logger="graveler.kv.lmdb_schema")
-        t0 = time.monotonic()
-        repo = Graveler(GravelerConfig.from_home(home, kv_url="lmdb")).repository(REPO)
-        waited = time.monotonic() - t0
-        assert [b.name for b in repo.list_branches()] == ["dev", "main"]
-        repo.close()
+
+        def open_it() -> None:
+            repo = Graveler(GravelerConfig.from_home(home, kv_url="lmdb")).repository(REPO)
+            opened.append([b.name for b in repo.list_branches()])
+            repo.close()
+
+        t = threading.Thread(target=open_it, daemon=True)
+        t.start()
+        end = time.monotonic() + 30  # (this thread runs meanwhile: the wait does not hold the GIL)
+        while not said() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert said() and not opened  # (it waits for the writer, and says so)
     finally:
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
         holder.wait(10)
-    assert waited > 0.5
-    said = [r.getMessage() for r in caplog.records if "waiting for another process's write transaction" in r.getMessage()]
-    assert len(said) == 1 and "refs.lmdb" in said[0], said
+    t.join(30)
+    assert opened == [["dev", "main"]]
+    assert len(said()) == 1 and "refs.lmdb" in said()[0], said()

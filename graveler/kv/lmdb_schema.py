@@ -6,11 +6,13 @@ the KV protocol (:data:`graveler.kv.base.TABLES`); an environment written before
 recorded has that same layout and is stamped 1 when first opened (the migration from
 "unversioned").
 
-Opening a named database takes LMDB's writer lock (py-lmdb's ``open_db`` runs a write transaction;
+Opening a named database takes LMDB's writer lock (py-lmdb opens one in a write transaction;
 handles opened in a read-only one do not outlive it), so a process opening the repository waits
 while another holds a write transaction: lakefuse's own are short, but a writer stopped in one
-(SIGSTOP, a debugger) held every command back without a word (found by a concurrency tour). A wait
-over :data:`WAIT_NOTE_S` is said, once, naming the database.
+(SIGSTOP, a debugger) held every command back without a word (found by a concurrency tour). The
+tables are opened in a write transaction begun here -- its wait releases the GIL, where
+``open_db``'s own held it and stopped the whole process -- and a wait over :data:`WAIT_NOTE_S` is
+said, once, naming the database.
 """
 
 from __future__ import annotations
@@ -39,7 +41,24 @@ def open_tables(env, label: str, tables) -> dict[str, object]:
     note.daemon = True
     note.start()
     try:
-        _check_schema(env, label, tables)
+        # the write transaction begun here waits for the writer lock with the GIL released (the note can
+        # be said); py-lmdb's open_db without one waits holding it -- the whole process stood still
+        txn = env.begin(write=True)
+        try:
+            try:
+                meta = env.open_db(META_DB, txn=txn, create=False)
+                dbs = {name: env.open_db(name.encode(), txn=txn, create=False) for name in tables}
+            except lmdb.NotFoundError:
+                dbs = None
+            raw = txn.get(SCHEMA_KEY, db=meta) if dbs is not None else None
+            if raw is not None and raw.isdigit() and int(raw) == SCHEMA_VERSION:
+                txn.commit()  # (the handles outlive a committed write transaction)
+                txn = None
+                return dbs
+        finally:
+            if txn is not None:
+                txn.abort()
+        _check_schema(env, label, tables)  # (new, unversioned, another version: said or recorded)
         return {name: env.open_db(name.encode()) for name in tables}
     finally:
         note.cancel()

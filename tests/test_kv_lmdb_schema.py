@@ -14,7 +14,7 @@ import pytest
 from graveler import Graveler, GravelerConfig
 from graveler.errors import CorruptedData
 from graveler.kv import TABLES, close_env
-from graveler.kv.lmdb import META_DB, SCHEMA_KEY, SCHEMA_VERSION
+from graveler.kv.lmdb_schema import META_DB, SCHEMA_KEY, SCHEMA_VERSION
 from lakefuse.cli import main
 
 REPO = "rep1"

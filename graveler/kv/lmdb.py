@@ -53,7 +53,6 @@ import lmdb
 from graveler.config import KVConfig
 from graveler.errors import Conflict, CorruptedData, GravelerError, NoSpace, NotFound, StoreUnavailable
 from graveler.kv import lmdb_file, lmdb_redo, lmdb_schema
-from graveler.kv.lmdb_schema import META_DB, SCHEMA_KEY, SCHEMA_VERSION  # noqa: F401 -- (their home before)
 from graveler.kv.lmdb_redo import nearly_full
 from graveler.kv.lmdb_txn import LmdbTxn
 from graveler.locks import RWLock

@@ -201,17 +201,17 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     left = uri_arg(args.left)
     lref = left.with_ref()
-    rref = None
+    rref, three_dot = None, args.three_dot
     if args.right is None and ".." in lref:  # git's A..B (A B) and A...B (--three-dot): ".." is in no ref name
         dots = "..." if "..." in lref else ".."
         lref, rref = lref.split(dots, 1)
         if not lref or not rref:
             raise InvalidArgument(f"{args.left}: give both sides of {dots!r} (there is no HEAD here)")
-        args.three_dot = args.three_dot or dots == "..."
+        three_dot = three_dot or dots == "..."
     with session(args) as s:
         repo = s.repo(left)
         if args.right is None and rref is None:
-            if args.three_dot:
+            if three_dot:
                 raise InvalidArgument("--three-dot compares two refs: give RIGHT too")
             try:
                 records = repo.diff_uncommitted(lref)
@@ -225,7 +225,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         else:
             if rref is None:
                 rref = ref_arg(args.right, left.repository)  # (a plain ref too, as revert's and tag's)
-            if args.three_dot:  # (against the base a merge takes: a virtual one in criss-cross histories)
+            if three_dot:  # (against the base a merge takes: a virtual one in criss-cross histories)
                 records = repo.diff_since_base(lref, rref)
                 if records is None:
                     raise InvalidArgument(f"{lref} and {rref} have no common ancestor: --three-dot has no base")

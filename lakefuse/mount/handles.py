@@ -402,7 +402,7 @@ class SpoolHandle(Handle):
         falloc.check(mode, offset, length)
         self.sf.fallocate(mode, offset, length)
 
-    def _reader_of_unsaved(self) -> bool:
+    def _leaves_the_save(self) -> bool:
         """A read-only handle of a file whose save failed -- its close leaves the save to the
         spool's retry (a reader's close does not fail for a writer's save) -- or of a file another
         handle still has open for writing: a reader's close publishes nobody's half-written file
@@ -411,14 +411,14 @@ class SpoolHandle(Handle):
         return not self.writable and (self.sf.failure is not None or self.sf.writers > 0)
 
     def pending(self) -> bool:
-        return self.sf.dirty and not self._reader_of_unsaved()
+        return self.sf.dirty and not self._leaves_the_save()
 
     def bulky(self, size: int) -> bool:
         return self.sf.bulky(size, BULK_WRITE_MIN)
 
     def flush(self) -> int | None:
         """Save (close); the branch's stamp after this save (None: nothing staged, or not known)."""
-        if self._reader_of_unsaved():
+        if self._leaves_the_save():
             return None
         with self._saving():
             try:
